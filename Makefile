@@ -1,0 +1,33 @@
+# Tangram — top-level targets. Area-specific targets live in hack/make/*.mk.
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := help
+
+GO ?= go
+# go-nvml's cgo prolog calls functions NVML marks deprecated; the warnings are noise.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+BIN_DIR ?= $(CURDIR)/bin
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build every binary into ./bin
+	@mkdir -p $(BIN_DIR)
+	$(GO) build -o $(BIN_DIR)/ ./cmd/...
+
+.PHONY: verify
+verify: ## gofmt and go vet
+	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@echo "==> go vet"; $(GO) vet ./...
+
+.PHONY: unit
+unit: ## unit tests with the race detector
+	@echo "==> unit tests (race detector on)"
+	$(GO) test -race -count=1 ./...
+
+.PHONY: test
+test: verify unit ## everything CI runs
+
+-include hack/make/*.mk
