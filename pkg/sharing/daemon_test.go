@@ -1,0 +1,251 @@
+package sharing
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeMPSControl mimics nvidia-cuda-mps-control: "-f" records its pid and
+// stays in the foreground; as a client it answers get_server_list while the
+// recorded daemon lives and kills it on quit. It writes a log of what it did.
+const fakeMPSControl = `#!/bin/sh
+dir="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "$1" = "-f" ]; then
+	echo "start $CUDA_VISIBLE_DEVICES" >> "$dir/fake.log"
+	echo "$$" > "$dir/fake.pid.tmp" && mv "$dir/fake.pid.tmp" "$dir/fake.pid"
+	exec sleep 100000
+fi
+read cmd
+pid=$(cat "$dir/fake.pid" 2>/dev/null)
+if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+	echo "Cannot find MPS control daemon process" >&2
+	exit 1
+fi
+case "$cmd" in
+get_server_list) exit 0 ;;
+quit) echo "quit" >> "$dir/fake.log"; rm -f "$dir/fake.pid"; kill "$pid"; exit 0 ;;
+*) echo "unknown command $cmd" >&2; exit 1 ;;
+esac
+`
+
+// Scripts are written once before any test forks, to avoid ETXTBSY from a
+// write-open file descriptor inherited by a concurrently forked child.
+var fakeBinary, failingBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fake-mps")
+	if err != nil {
+		panic(err)
+	}
+	fakeBinary = filepath.Join(dir, "nvidia-cuda-mps-control")
+	failingBinary = filepath.Join(dir, "broken-mps-control")
+	if err := os.WriteFile(fakeBinary, []byte(fakeMPSControl), 0o755); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(failingBinary, []byte("#!/bin/sh\necho 'no GPU' >&2\nexit 3\n"), 0o755); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func newFakeDaemon(t *testing.T, root string) *MPSDaemon {
+	t.Helper()
+	return NewMPSDaemon(MPSDaemonConfig{
+		Layout:         Layout{Root: root},
+		Binary:         fakeBinary,
+		VisibleDevices: []string{"GPU-a", "GPU-b"},
+		MinBackoff:     10 * time.Millisecond,
+		MaxBackoff:     50 * time.Millisecond,
+		ProbeInterval:  20 * time.Millisecond,
+	})
+}
+
+func fakeLog(t *testing.T, root string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Layout{Root: root}.PipeDir(), "fake.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(string(data), "\n", " ; "))
+}
+
+func fakePid(t *testing.T, root string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Layout{Root: root}.PipeDir(), "fake.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
+// eventually polls cond; it waits for an event, it does not measure time.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMPSDaemonStartStop(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := newFakeDaemon(t, root)
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d.Starts() != 1 {
+		t.Fatalf("Starts() = %d after two Ensure calls, want 1", d.Starts())
+	}
+	pid := fakePid(t, root)
+	if pid == 0 {
+		t.Fatal("fake daemon recorded no pid")
+	}
+	for _, dir := range []string{"pipe", "log", "shm"} {
+		if _, err := os.Stat(filepath.Join(root, dir)); err != nil {
+			t.Errorf("MPS directory %s missing: %v", dir, err)
+		}
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("daemon pid %d still alive after Stop", pid)
+	}
+	// Stopping again, with nothing running, succeeds.
+	if err := d.Stop(ctx); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestMPSDaemonRestartsAfterDeath(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := newFakeDaemon(t, root)
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(ctx)
+	first := fakePid(t, root)
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a restarted daemon", func() bool {
+		pid := fakePid(t, root)
+		return d.Starts() == 2 && pid != 0 && pid != first && syscall.Kill(pid, 0) == nil
+	})
+}
+
+func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	previous := newFakeDaemon(t, root)
+	if err := previous.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := fakePid(t, root)
+	// The previous plugin process exits and leaves the daemon for running clients.
+	previous.Close()
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("Close killed the daemon: %v", err)
+	}
+
+	next := newFakeDaemon(t, root)
+	if err := next.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if next.Starts() != 0 {
+		t.Errorf("adopting plugin started %d daemons, want 0", next.Starts())
+	}
+	if err := next.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "adopted daemon to quit", func() bool { return syscall.Kill(pid, 0) != nil })
+	// Reap the child of the first MPSDaemon's exec.Cmd is not needed: its
+	// waiting goroutine does it; the process is gone either way.
+}
+
+func TestMPSDaemonStartFailure(t *testing.T) {
+	d := NewMPSDaemon(MPSDaemonConfig{
+		Layout:       Layout{Root: t.TempDir()},
+		Binary:       failingBinary,
+		ReadyTimeout: 5 * time.Second,
+	})
+	err := d.Ensure(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "MPS control daemon exited right after start") {
+		t.Fatalf("Ensure error %v, want an exited-right-after-start error", err)
+	}
+	missing := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: t.TempDir()}, Binary: "/nonexistent/nvidia-cuda-mps-control"})
+	err = missing.Ensure(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "starting MPS control daemon: starting /nonexistent/nvidia-cuda-mps-control") {
+		t.Fatalf("Ensure error %v, want a start error naming the binary", err)
+	}
+}
+
+func TestManagerWithFakeBinary(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := newFakeDaemon(t, root)
+	modes := &RecordingComputeModeSetter{}
+	m := NewManager(Layout{Root: root}, d, modes, []string{"GPU-a", "GPU-b"})
+	if err := m.Acquire(ctx, "c1", []string{"GPU-a", "GPU-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Acquire(ctx, "c2", []string{"GPU-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if d.Starts() != 1 {
+		t.Errorf("Starts() = %d, want 1", d.Starts())
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if err := m.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+	if modes.Mode("GPU-a") != ComputeModeDefault || modes.Mode("GPU-b") != ComputeModeDefault {
+		t.Errorf("modes after release: %s %s", modes.Mode("GPU-a"), modes.Mode("GPU-b"))
+	}
+}
+
+func TestSimulatedDaemon(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	sim := &SimulatedDaemon{Layout: Layout{Root: root}}
+	m := NewManager(Layout{Root: root}, sim, &RecordingComputeModeSetter{}, []string{"GPU-a"})
+	if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if !sim.Running() || sim.Starts() != 1 {
+		t.Errorf("simulated daemon running %v starts %d, want true 1", sim.Running(), sim.Starts())
+	}
+	if _, err := os.Stat(filepath.Join(root, "pipe")); err != nil {
+		t.Errorf("pipe directory not created: %v", err)
+	}
+	if err := m.Release(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if sim.Running() {
+		t.Error("simulated daemon still running after the last share")
+	}
+}

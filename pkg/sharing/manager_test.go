@@ -1,0 +1,311 @@
+package sharing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+)
+
+// countingDaemon records Ensure/Stop calls and whether the daemon "runs".
+type countingDaemon struct {
+	mu               sync.Mutex
+	running          bool
+	starts, stops    int
+	ensureErr        error
+	ensureCalls      int
+	stopCallsWhenOff int
+}
+
+func (d *countingDaemon) Ensure(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ensureCalls++
+	if d.ensureErr != nil {
+		return d.ensureErr
+	}
+	if !d.running {
+		d.running = true
+		d.starts++
+	}
+	return nil
+}
+
+func (d *countingDaemon) Stop(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running {
+		d.stops++
+	} else {
+		d.stopCallsWhenOff++
+	}
+	d.running = false
+	return nil
+}
+
+func (d *countingDaemon) Close() {}
+
+type step struct {
+	acquire string // claim to acquire (with cards) or ""
+	release string // claim to release or ""
+	cards   []string
+	wantErr string
+}
+
+func TestManagerAccounting(t *testing.T) {
+	cards := []string{"GPU-a", "GPU-b", "GPU-c"}
+	tests := []struct {
+		name        string
+		steps       []step
+		wantStarts  int
+		wantStops   int
+		wantRunning bool
+		wantCalls   []ComputeModeCall
+		wantHolders map[string][]string
+	}{
+		{
+			name:        "first share starts the daemon and sets exclusive process",
+			steps:       []step{{acquire: "c1", cards: []string{"GPU-a"}}},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantHolders: map[string][]string{"GPU-a": {"c1"}},
+		},
+		{
+			name: "second share on the same card neither restarts nor switches again",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a"}},
+				{acquire: "c2", cards: []string{"GPU-a"}},
+			},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantHolders: map[string][]string{"GPU-a": {"c1", "c2"}},
+		},
+		{
+			name: "acquire is idempotent",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a", "GPU-a"}},
+				{acquire: "c1", cards: []string{"GPU-a"}},
+			},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantHolders: map[string][]string{"GPU-a": {"c1"}},
+		},
+		{
+			name: "last share on a card restores default, daemon stays for other cards",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a"}},
+				{acquire: "c2", cards: []string{"GPU-b"}},
+				{release: "c1"},
+			},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls: []ComputeModeCall{
+				{"GPU-a", ComputeModeExclusiveProcess},
+				{"GPU-b", ComputeModeExclusiveProcess},
+				{"GPU-a", ComputeModeDefault},
+			},
+			wantHolders: map[string][]string{"GPU-b": {"c2"}},
+		},
+		{
+			name: "last share on the node stops the daemon",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a", "GPU-b"}},
+				{acquire: "c2", cards: []string{"GPU-b"}},
+				{release: "c2"},
+				{release: "c1"},
+			},
+			wantStarts: 1,
+			wantStops:  1,
+			wantCalls: []ComputeModeCall{
+				{"GPU-a", ComputeModeExclusiveProcess},
+				{"GPU-b", ComputeModeExclusiveProcess},
+				{"GPU-a", ComputeModeDefault},
+				{"GPU-b", ComputeModeDefault},
+			},
+			wantHolders: map[string][]string{},
+		},
+		{
+			name: "daemon starts again after it was stopped",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a"}},
+				{release: "c1"},
+				{acquire: "c2", cards: []string{"GPU-c"}},
+			},
+			wantStarts:  2,
+			wantStops:   1,
+			wantRunning: true,
+			wantCalls: []ComputeModeCall{
+				{"GPU-a", ComputeModeExclusiveProcess},
+				{"GPU-a", ComputeModeDefault},
+				{"GPU-c", ComputeModeExclusiveProcess},
+			},
+			wantHolders: map[string][]string{"GPU-c": {"c2"}},
+		},
+		{
+			name:        "unknown claim release succeeds",
+			steps:       []step{{release: "nobody"}},
+			wantHolders: map[string][]string{},
+		},
+		{
+			name: "a card that is not shareable is refused and nothing is recorded",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a", "GPU-z"}, wantErr: "share of claim c1 on card GPU-z: card is not shareable on this node; only cards published as shareable can hold shares"},
+			},
+			wantHolders: map[string][]string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			daemon := &countingDaemon{}
+			modes := &RecordingComputeModeSetter{}
+			m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+			for i, s := range tt.steps {
+				var err error
+				if s.acquire != "" {
+					err = m.Acquire(ctx, s.acquire, s.cards)
+				} else {
+					err = m.Release(ctx, s.release)
+				}
+				if gotErr := errString(err); gotErr != s.wantErr {
+					t.Fatalf("step %d: error %q, want %q", i, gotErr, s.wantErr)
+				}
+			}
+			if daemon.starts != tt.wantStarts || daemon.stops != tt.wantStops || daemon.running != tt.wantRunning {
+				t.Errorf("daemon starts/stops/running = %d/%d/%v, want %d/%d/%v",
+					daemon.starts, daemon.stops, daemon.running, tt.wantStarts, tt.wantStops, tt.wantRunning)
+			}
+			if got := modes.Calls(); !reflect.DeepEqual(got, tt.wantCalls) {
+				t.Errorf("compute mode calls = %v, want %v", got, tt.wantCalls)
+			}
+			if got := m.Holders(); !reflect.DeepEqual(got, tt.wantHolders) {
+				t.Errorf("holders = %v, want %v", got, tt.wantHolders)
+			}
+		})
+	}
+}
+
+func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a", "GPU-b"}
+
+	t.Run("compute mode failure on the second card restores the first", func(t *testing.T) {
+		modes := &RecordingComputeModeSetter{Fail: func(uuid string, mode ComputeMode) error {
+			if uuid == "GPU-b" && mode == ComputeModeExclusiveProcess {
+				return errors.New("insufficient permissions")
+			}
+			return nil
+		}}
+		daemon := &countingDaemon{}
+		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		err := m.Acquire(ctx, "c1", []string{"GPU-a", "GPU-b"})
+		if want := "preparing card GPU-b for MPS shares: insufficient permissions"; errString(err) != want {
+			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.starts != 0 || len(m.Holders()) != 0 {
+			t.Errorf("after failure: GPU-a mode %s, daemon starts %d, holders %v; want Default, 0, none",
+				modes.Mode("GPU-a"), daemon.starts, m.Holders())
+		}
+	})
+
+	t.Run("daemon failure restores compute modes", func(t *testing.T) {
+		modes := &RecordingComputeModeSetter{}
+		daemon := &countingDaemon{ensureErr: errors.New("binary not found")}
+		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		err := m.Acquire(ctx, "c1", []string{"GPU-a"})
+		if want := "starting the node's MPS daemon for claim c1: binary not found"; errString(err) != want {
+			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		if modes.Mode("GPU-a") != ComputeModeDefault || len(m.Holders()) != 0 {
+			t.Errorf("after failure: GPU-a mode %s, holders %v", modes.Mode("GPU-a"), m.Holders())
+		}
+	})
+
+	t.Run("failed restore keeps the share so a retried release tries again", func(t *testing.T) {
+		fail := true
+		modes := &RecordingComputeModeSetter{Fail: func(uuid string, mode ComputeMode) error {
+			if fail && mode == ComputeModeDefault {
+				return errors.New("GPU is busy")
+			}
+			return nil
+		}}
+		daemon := &countingDaemon{}
+		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); err != nil {
+			t.Fatal(err)
+		}
+		err := m.Release(ctx, "c1")
+		if want := "releasing MPS shares of claim c1: restoring compute mode of card GPU-a: GPU is busy"; errString(err) != want {
+			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		if !reflect.DeepEqual(m.Holders(), map[string][]string{"GPU-a": {"c1"}}) || !daemon.running {
+			t.Fatalf("after failed release: holders %v, daemon running %v", m.Holders(), daemon.running)
+		}
+		fail = false
+		if err := m.Release(ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.running || len(m.Holders()) != 0 {
+			t.Errorf("after retry: mode %s, daemon running %v, holders %v", modes.Mode("GPU-a"), daemon.running, m.Holders())
+		}
+	})
+}
+
+func TestManagerConcurrentShares(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a", "GPU-b"}
+	daemon := &countingDaemon{}
+	modes := &RecordingComputeModeSetter{}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	const claims = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*claims)
+	for i := range claims {
+		wg.Go(func() {
+			errs <- m.Acquire(ctx, fmt.Sprintf("c%d", i), []string{cards[i%2]})
+		})
+	}
+	wg.Wait()
+	if daemon.starts != 1 || len(modes.Calls()) != 2 {
+		t.Fatalf("after %d concurrent acquires: daemon starts %d, compute mode calls %v; want 1 start, 2 calls", claims, daemon.starts, modes.Calls())
+	}
+	for i := range claims {
+		wg.Go(func() { errs <- m.Release(ctx, fmt.Sprintf("c%d", i)) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if daemon.running || daemon.stops != 1 || modes.Mode("GPU-a") != ComputeModeDefault || modes.Mode("GPU-b") != ComputeModeDefault {
+		t.Errorf("after releases: running %v stops %d modes %s/%s", daemon.running, daemon.stops, modes.Mode("GPU-a"), modes.Mode("GPU-b"))
+	}
+}
+
+func TestClientConfigMountsPipeAndShm(t *testing.T) {
+	m := NewManager(Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &RecordingComputeModeSetter{}, nil)
+	want := ClientConfig{
+		Env: []string{"CUDA_MPS_PIPE_DIRECTORY=/run/tangram/mps/pipe"},
+		Mounts: []Mount{
+			{HostPath: "/run/tangram/mps/pipe", ContainerPath: "/run/tangram/mps/pipe"},
+			{HostPath: "/run/tangram/mps/shm", ContainerPath: "/dev/shm"},
+		},
+	}
+	if got := m.ClientConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ClientConfig() = %+v, want %+v", got, want)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
