@@ -1,0 +1,171 @@
+package clusterview
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats of the -o flag.
+const (
+	FormatTable = "table"
+	FormatJSON  = "json"
+	FormatYAML  = "yaml"
+)
+
+// CheckFormat rejects an unknown -o value with the valid ones.
+func CheckFormat(format string) error {
+	switch format {
+	case FormatTable, FormatJSON, FormatYAML:
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use -o table, -o json or -o yaml", format)
+}
+
+// WriteData writes v as indented JSON or as YAML.
+func WriteData(w io.Writer, format string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding output as JSON: %w", err)
+	}
+	if format == FormatYAML {
+		if data, err = yaml.JSONToYAML(data); err != nil {
+			return fmt.Errorf("encoding output as YAML: %w", err)
+		}
+	} else {
+		data = append(data, '\n')
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// WriteStatus renders the view as text: one table per node, then the
+// cluster totals and the pending claims.
+func WriteStatus(w io.Writer, v *View, st Style) error {
+	var b strings.Builder
+	if len(v.Nodes) == 0 {
+		b.WriteString("No gpu.tangram.dev devices found: is the Tangram kubelet plugin running on any node?\n")
+	}
+	for _, n := range v.Nodes {
+		fmt.Fprintf(&b, "%s %s  %s\n", st.Paint(Bold, "NODE"), st.Paint(Bold, n.Name), totalsLine(n.Totals))
+		t := Table{Indent: "  "}
+		t.Add(header("CARD", "PRODUCT", "MEMORY", "", "COMPUTE", "SHARES", "NVLINK", "CLAIM", "PODS")...)
+		for _, c := range n.Cards {
+			addCardRows(&t, c)
+		}
+		if err := t.Write(&b, st); err != nil {
+			return err
+		}
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "%s  %d nodes, %s\n", st.Paint(Bold, "CLUSTER"), len(v.Nodes), totalsLine(v.Totals))
+	if len(v.Pending) > 0 {
+		refs := make([]string, len(v.Pending))
+		for i, p := range v.Pending {
+			refs[i] = p.String()
+		}
+		fmt.Fprintf(&b, "%s  %d claims not allocated: %s (see kubectl tangram describe claim/NAME -n NAMESPACE)\n",
+			st.Paint(Yellow, "PENDING"), len(v.Pending), strings.Join(refs, ", "))
+	}
+	for _, warn := range v.Warnings {
+		fmt.Fprintf(&b, "%s  %s\n", st.Paint(Red, "WARNING"), warn)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func header(names ...string) []Cell {
+	cells := make([]Cell, len(names))
+	for i, n := range names {
+		cells[i] = Cell{Text: n, Colour: Dim}
+	}
+	return cells
+}
+
+func totalsLine(t Totals) string {
+	return fmt.Sprintf("%d cards: %d free, %d partly used, %d full; memory %s used of %s",
+		t.Cards, t.Free, t.Partial, t.Full, FormatBytes(t.MemoryUsedBytes), FormatBytes(t.MemoryBytes))
+}
+
+// addCardRows writes one row per allocation of the card (one row when it
+// has none); the card's own columns are only on the first.
+func addCardRows(t *Table, c CardView) {
+	memColour := UsageColour(c.MemoryUsedBytes, c.MemoryBytes)
+	shares := "-"
+	switch {
+	case c.State == CardFree:
+	case wholeHeld(c):
+		shares = "whole"
+	default:
+		shares = strconv.Itoa(len(c.Allocations))
+	}
+	nvlink := c.NVLinkDomain
+	if nvlink == "" {
+		nvlink = "-"
+	}
+	first := []Cell{
+		{Text: c.Device, Colour: stateColour(c.State)},
+		{Text: c.ProductName},
+		{Text: Bar(c.MemoryUsedBytes, c.MemoryBytes), Colour: memColour},
+		{Text: FormatBytes(c.MemoryUsedBytes) + " / " + FormatBytes(c.MemoryBytes), AlignRight: true},
+		{Text: strconv.FormatInt(c.ComputeUsedPercent, 10) + "%", AlignRight: true},
+		{Text: shares, AlignRight: true},
+		{Text: nvlink},
+	}
+	if len(c.Allocations) == 0 {
+		t.Add(append(first, Cell{Text: "-"}, Cell{Text: "-"})...)
+		return
+	}
+	for i, a := range c.Allocations {
+		row := first
+		if i > 0 {
+			row = make([]Cell, len(first))
+		}
+		pods := strings.Join(a.Pods, ",")
+		if pods == "" {
+			pods = "(not reserved)"
+		}
+		t.Add(append(row, Cell{Text: allocationText(a), Colour: Cyan}, Cell{Text: pods})...)
+	}
+}
+
+func wholeHeld(c CardView) bool {
+	for _, a := range c.Allocations {
+		if a.Whole && !a.AdminAccess {
+			return true
+		}
+	}
+	return false
+}
+
+// allocationText is "ns/claim" for a whole card, "ns/claim (20 GiB, 40%)"
+// for a share.
+func allocationText(a AllocationView) string {
+	s := a.Claim.String()
+	switch {
+	case a.AdminAccess:
+		s += " (admin access)"
+	case !a.Whole:
+		s += " (" + FormatBytes(a.MemoryBytes)
+		if a.ComputePercent > 0 {
+			s += ", " + strconv.FormatInt(a.ComputePercent, 10) + "%"
+		}
+		s += ")"
+	}
+	return s
+}
+
+func stateColour(state string) Colour {
+	switch state {
+	case CardFree:
+		return Green
+	case CardPartial:
+		return Yellow
+	default:
+		return Red
+	}
+}
