@@ -1,0 +1,87 @@
+package placement
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// Claim builds the ResourceClaim a pod with request r would carry: whole
+// cards from the GPU class with count, a share from the shared class with
+// capacity requests (compute, memory as ShareOn computes them for card
+// shareCard), a productName selector for r.Models. With pin set, a selector
+// on the index attribute restricts it to the given cards, so that the
+// allocator, run for the chosen node, validates exactly that placement.
+func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClaim, error) {
+	if r.GPUMilli() == 0 {
+		return nil, fmt.Errorf("request %s asks for no GPU, so it needs no claim", r.Name)
+	}
+	want := r.WholeCards
+	if r.ShareMilli > 0 {
+		want = 1
+	}
+	if len(cards) != want {
+		return nil, fmt.Errorf("request %s: %d cards chosen for %d wanted", r.Name, len(cards), want)
+	}
+	req := resourceapi.ExactDeviceRequest{
+		DeviceClassName: names.DeviceClassName,
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           int64(want),
+	}
+	if len(r.Models) > 0 {
+		quoted := make([]string, len(r.Models))
+		for i, m := range r.Models {
+			quoted[i] = strconv.Quote(m)
+		}
+		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s in [%s]`,
+			names.DriverName, names.AttrProductName, strings.Join(quoted, ", "))))
+	}
+	if pin {
+		idx := make([]string, len(cards))
+		for i, c := range cards {
+			v, err := cardIndex(n.Cards[c].Device)
+			if err != nil {
+				return nil, err
+			}
+			idx[i] = strconv.Itoa(v)
+		}
+		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s in [%s]`,
+			names.DriverName, names.AttrIndex, strings.Join(idx, ", "))))
+	}
+	if r.ShareMilli > 0 {
+		req.DeviceClassName = names.SharedDeviceClassName
+		s := ShareOn(&n.Cards[cards[0]], r.ShareMilli)
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			names.CapacityMemory: *resource.NewQuantity(s.Memory, resource.BinarySI),
+		}}
+		if n.Cards[cards[0]].Compute.Value > 0 {
+			req.Capacity.Requests[names.CapacityCompute] = *resource.NewQuantity(s.Compute, resource.DecimalSI)
+		}
+	}
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: "default", UID: types.UID("claim-" + r.Name)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}},
+		}},
+	}, nil
+}
+
+func celSelector(expr string) resourceapi.DeviceSelector {
+	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}
+}
+
+// cardIndex reads N from a device name "gpu-N".
+func cardIndex(device string) (int, error) {
+	v, err := strconv.Atoi(strings.TrimPrefix(device, names.DevicePrefix))
+	if err != nil || !strings.HasPrefix(device, names.DevicePrefix) {
+		return 0, fmt.Errorf("device %q is not named %s<index>; cannot pin it", device, names.DevicePrefix)
+	}
+	return v, nil
+}

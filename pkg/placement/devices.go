@@ -1,0 +1,79 @@
+package placement
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// NodeFromDevices builds the model of a node from the devices our driver
+// publishes for it (in slice order, which is the allocator's order), with
+// nothing allocated yet.
+func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourceapi.Device) (*Node, error) {
+	n := &Node{Name: name, CPUMilli: cpuMilli, MemoryMiB: memoryMiB}
+	for _, d := range devices {
+		c := Card{
+			Device:    d.Name,
+			UUID:      stringAttr(d, names.AttrUUID),
+			Model:     stringAttr(d, names.AttrProductName),
+			Shareable: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
+		}
+		var err error
+		if c.Memory, err = capacityOf(d, names.CapacityMemory); err != nil {
+			return nil, fmt.Errorf("node %s, device %s: %w", name, d.Name, err)
+		}
+		if c.Compute, err = capacityOf(d, names.CapacityCompute); err != nil {
+			return nil, fmt.Errorf("node %s, device %s: %w", name, d.Name, err)
+		}
+		n.Cards = append(n.Cards, c)
+	}
+	return n, nil
+}
+
+func stringAttr(d resourceapi.Device, name string) string {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	if a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
+func capacityOf(d resourceapi.Device, name string) (Capacity, error) {
+	dc, ok := d.Capacity[resourceapi.QualifiedName(name)]
+	if !ok {
+		if name == names.CapacityCompute {
+			// Without a compute capacity only memory limits shares.
+			return Capacity{}, nil
+		}
+		return Capacity{}, fmt.Errorf("no %q capacity published; the placement model needs it", name)
+	}
+	c := Capacity{Value: dc.Value.Value()}
+	if p := dc.RequestPolicy; p != nil {
+		c.HasPolicy = true
+		c.Default = c.Value
+		if p.Default != nil {
+			c.Default = p.Default.Value()
+		}
+		if len(p.ValidValues) > 0 {
+			return Capacity{}, fmt.Errorf("capacity %q: validValues policies are not modelled; publish a validRange", name)
+		}
+		if r := p.ValidRange; r != nil {
+			c.Min = qvalue(r.Min)
+			c.Max = qvalue(r.Max)
+			c.Step = qvalue(r.Step)
+		}
+	}
+	return c, nil
+}
+
+func qvalue(q *resource.Quantity) int64 {
+	if q == nil {
+		return 0
+	}
+	return q.Value()
+}

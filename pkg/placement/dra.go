@@ -1,0 +1,143 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// Validator checks a placement with the DRA allocator and records it.
+type Validator interface {
+	// Allocate runs the allocator for r on node n. With pin, the claim is
+	// restricted to cards; otherwise the allocator chooses. It returns what
+	// the allocation consumes per card, or nil when the allocator refuses.
+	Allocate(ctx context.Context, n *Node, r Request, cards []int, pin bool) ([]Consumed, error)
+}
+
+// Features are the allocator features the simulator enables: consumable
+// capacity is what makes GPU shares possible.
+var Features = structured.Features{ConsumableCapacity: true}
+
+// DeviceClasses are the classes the Helm chart publishes, as the allocator
+// sees them.
+func DeviceClasses() []*resourceapi.DeviceClass {
+	driver := fmt.Sprintf("device.driver == %q", names.DriverName)
+	return []*resourceapi.DeviceClass{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: names.DeviceClassName},
+			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{celSelector(driver)}},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: names.SharedDeviceClassName},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
+				celSelector(driver + " && device.allowMultipleAllocations == true"),
+			}},
+		},
+	}
+}
+
+type classLister []*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	for _, c := range l {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("device class %q not found", name)
+}
+
+// DRAValidator runs the real structured allocator, one node at a time, with
+// that node's ResourceSlices and the state of every claim allocated on it.
+type DRAValidator struct {
+	nodes map[string]*draNode
+}
+
+type draNode struct {
+	node      *v1.Node
+	state     structured.AllocatedState
+	allocator structured.Allocator
+}
+
+// NewDRAValidator prepares an allocator per node from its slices.
+func NewDRAValidator(ctx context.Context, slicesByNode map[string][]*resourceapi.ResourceSlice) (*DRAValidator, error) {
+	classes := classLister(DeviceClasses())
+	celCache := cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true})
+	v := &DRAValidator{nodes: make(map[string]*draNode, len(slicesByNode))}
+	for name, slices := range slicesByNode {
+		dn := &draNode{
+			node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			state: structured.AllocatedState{
+				AllocatedDevices:         sets.New[structured.DeviceID](),
+				AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+				AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+			},
+		}
+		// The allocator keeps the state's maps, so recording allocations in
+		// them later is seen by the next Allocate call.
+		a, err := structured.NewAllocator(ctx, Features, dn.state, classes, slices, celCache)
+		if err != nil {
+			return nil, fmt.Errorf("creating the DRA allocator for node %s: %w", name, err)
+		}
+		dn.allocator = a
+		v.nodes[name] = dn
+	}
+	return v, nil
+}
+
+// Allocate implements Validator.
+func (v *DRAValidator) Allocate(ctx context.Context, n *Node, r Request, cards []int, pin bool) ([]Consumed, error) {
+	dn, ok := v.nodes[n.Name]
+	if !ok {
+		return nil, fmt.Errorf("node %s has no ResourceSlices", n.Name)
+	}
+	claim, err := Claim(n, r, cards, pin)
+	if err != nil {
+		return nil, err
+	}
+	results, err := dn.allocator.Allocate(ctx, dn.node, []*resourceapi.ResourceClaim{claim})
+	if errors.Is(err, structured.ErrFailedAllocationOnNode) || (err == nil && len(results) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("allocating %s on node %s: %w", r.Name, n.Name, err)
+	}
+	byDevice := make(map[string]int, len(n.Cards))
+	for i := range n.Cards {
+		byDevice[n.Cards[i].Device] = i
+	}
+	var consumed []Consumed
+	for _, d := range results[0].Devices.Results {
+		i, ok := byDevice[d.Device]
+		if !ok {
+			return nil, fmt.Errorf("allocating %s on node %s: allocator chose unknown device %s", r.Name, n.Name, d.Device)
+		}
+		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
+		k := Consumed{Card: i, Whole: r.ShareMilli == 0}
+		if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+			k.Compute = q.Value()
+		}
+		if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
+			k.Memory = q.Value()
+		}
+		if d.ShareID != nil {
+			dn.state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, d.ShareID))
+			dn.state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
+		} else {
+			dn.state.AllocatedDevices.Insert(id)
+		}
+		consumed = append(consumed, k)
+	}
+	return consumed, nil
+}

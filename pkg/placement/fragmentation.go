@@ -1,0 +1,184 @@
+package placement
+
+import (
+	"slices"
+	"strings"
+)
+
+// Workload is the distribution of task shapes a cluster expects, the
+// reference against which fragmentation is measured (Weng et al., ATC '23:
+// free GPU is a fragment for a task shape if that shape cannot use it).
+type Workload struct {
+	// shapes are the distinct GPU demands; types refer to them by index.
+	shapes []gpuShape
+	types  []taskType
+}
+
+type gpuShape struct {
+	whole  int
+	share  int64
+	models []string
+}
+
+type taskType struct {
+	cpu, mem int64
+	shape    int // -1: no GPU
+	weight   float64
+}
+
+// NewWorkload builds the distribution from sample requests (e.g. the task
+// list being replayed): each distinct (CPU, memory, GPU) demand is a type
+// weighted by how often it occurs.
+func NewWorkload(sample []Request) *Workload {
+	w := &Workload{}
+	shapeIndex := map[string]int{}
+	type typeKey struct {
+		cpu, mem int64
+		shape    int
+	}
+	typeIndex := map[typeKey]int{}
+	for _, r := range sample {
+		shape := -1
+		if r.GPUMilli() > 0 {
+			key := shapeKey(r)
+			i, ok := shapeIndex[key]
+			if !ok {
+				i = len(w.shapes)
+				shapeIndex[key] = i
+				w.shapes = append(w.shapes, gpuShape{whole: r.WholeCards, share: r.ShareMilli, models: slices.Clone(r.Models)})
+			}
+			shape = i
+		}
+		k := typeKey{r.CPUMilli, r.MemoryMiB, shape}
+		i, ok := typeIndex[k]
+		if !ok {
+			i = len(w.types)
+			typeIndex[k] = i
+			w.types = append(w.types, taskType{cpu: r.CPUMilli, mem: r.MemoryMiB, shape: shape})
+		}
+		w.types[i].weight++
+	}
+	for i := range w.types {
+		w.types[i].weight /= float64(len(sample))
+	}
+	return w
+}
+
+func shapeKey(r Request) string {
+	var b strings.Builder
+	b.WriteString(strings.Join(r.Models, "|"))
+	b.WriteByte('/')
+	b.WriteString(itoa(int64(r.WholeCards)))
+	b.WriteByte('/')
+	b.WriteString(itoa(r.ShareMilli))
+	return b.String()
+}
+
+func itoa(v int64) string {
+	if v == 0 {
+		return "0"
+	}
+	var buf [20]byte
+	i := len(buf)
+	for v > 0 {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return string(buf[i:])
+}
+
+// Types is the number of distinct task types.
+func (w *Workload) Types() int { return len(w.types) }
+
+// nodeState is a node's free resources, possibly after a hypothetical
+// placement: what fragmentation is computed from.
+type nodeState struct {
+	node *Node
+	cpu  int64
+	mem  int64
+	free []int64 // per card, milli-GPU
+}
+
+func stateOf(n *Node, buf []int64) nodeState {
+	buf = buf[:0]
+	for i := range n.Cards {
+		buf = append(buf, n.Cards[i].FreeMilli())
+	}
+	return nodeState{node: n, cpu: n.FreeCPUMilli(), mem: n.FreeMemoryMiB(), free: buf}
+}
+
+// after returns the state once r is placed on cards (buf is reused).
+func (s nodeState) after(r Request, cards []int, buf []int64) nodeState {
+	buf = append(buf[:0], s.free...)
+	for _, k := range s.node.Expect(r, cards) {
+		c := &s.node.Cards[k.Card]
+		if k.Whole {
+			buf[k.Card] = 0
+			continue
+		}
+		free := int64(1000)
+		if c.Memory.Value > 0 {
+			free = (c.Memory.Value - c.usedMemory - k.Memory) * 1000 / c.Memory.Value
+		}
+		if c.Compute.Value > 0 {
+			free = min(free, (c.Compute.Value-c.usedCompute-k.Compute)*1000/c.Compute.Value)
+		}
+		buf[k.Card] = max(free, 0)
+	}
+	return nodeState{node: s.node, cpu: s.cpu - r.CPUMilli, mem: s.mem - r.MemoryMiB, free: buf}
+}
+
+// shapeFragment is the free GPU (milli) of s that a task of shape g could
+// not use, assuming its CPU and memory fit.
+func (s nodeState) shapeFragment(g *gpuShape, total int64) int64 {
+	if g.share > 0 {
+		var frag int64
+		for i, f := range s.free {
+			if f < g.share || !modelAllowed(g.models, s.node.Cards[i].Model) {
+				frag += f
+			}
+		}
+		return frag
+	}
+	var fullyFree int
+	var partial int64
+	for i, f := range s.free {
+		if f >= 1000 && modelAllowed(g.models, s.node.Cards[i].Model) {
+			fullyFree++
+		} else {
+			partial += f
+		}
+	}
+	if fullyFree < g.whole {
+		return total
+	}
+	return partial
+}
+
+// Fragmentation is the expected free GPU (milli) of s that a task drawn from
+// the workload could not use: all of it for a task whose CPU or memory does
+// not fit or that needs no GPU, otherwise the cards too small for it.
+func (w *Workload) fragmentation(s nodeState, shapeBuf []int64) float64 {
+	var total int64
+	for _, f := range s.free {
+		total += f
+	}
+	if total == 0 {
+		return 0
+	}
+	shapeBuf = shapeBuf[:0]
+	for i := range w.shapes {
+		shapeBuf = append(shapeBuf, s.shapeFragment(&w.shapes[i], total))
+	}
+	var frag float64
+	for i := range w.types {
+		t := &w.types[i]
+		if t.shape < 0 || t.cpu > s.cpu || t.mem > s.mem {
+			frag += t.weight * float64(total)
+			continue
+		}
+		frag += t.weight * float64(shapeBuf[t.shape])
+	}
+	return frag
+}

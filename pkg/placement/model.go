@@ -1,0 +1,278 @@
+// Package placement chooses a node and the cards on it for a GPU request,
+// over the same state the DRA allocator sees (ResourceSlice devices and the
+// capacity allocated claims consume). It holds an exact, incremental model
+// of every node's free CPU/memory and every card's free compute/memory, so
+// that a policy can rate all nodes of a large cluster in microseconds; the
+// chosen placement is then checked by the real structured allocator
+// (Validator). Policies are shared by the trace simulator and the scheduler
+// score plugin.
+package placement
+
+import (
+	"slices"
+)
+
+// Card is the model of one GPU device of a node.
+type Card struct {
+	// Device is the ResourceSlice device name, e.g. "gpu-0"; UUID and Model
+	// are its uuid and productName attributes.
+	Device string
+	UUID   string
+	Model  string
+	// Shareable cards allow several allocations (consumable capacity).
+	Shareable bool
+	Memory    Capacity // bytes
+	Compute   Capacity // percent of the card
+
+	usedMemory  int64
+	usedCompute int64
+	// whole is set while an exclusive claim holds the card.
+	whole bool
+	// allocatedMilli is the GPU handed out on this card, in milli-GPU, for
+	// the allocation ratio.
+	allocatedMilli int64
+}
+
+// Capacity is one consumable capacity of a device with its request policy,
+// in the integer unit the allocator compares (bytes, percent).
+type Capacity struct {
+	Value int64
+	// Default is consumed by a request that names no amount.
+	Default int64
+	// Min, Max and Step form the valid range; Step 0 means any value >= Min.
+	Min, Max, Step int64
+	// HasPolicy is false when the device publishes no request policy: a
+	// request then consumes exactly what it asks.
+	HasPolicy bool
+}
+
+// consume is what a request for amount (nil: none named) consumes, by the
+// allocator's rules: the default when nothing is asked, otherwise rounded up
+// to the valid range and step. ok is false when the policy forbids it.
+func (c Capacity) consume(amount *int64) (int64, bool) {
+	if amount == nil {
+		if c.HasPolicy {
+			return c.Default, true
+		}
+		return c.Value, true
+	}
+	v := *amount
+	if !c.HasPolicy {
+		return v, true
+	}
+	if v < c.Min {
+		v = c.Min
+	} else if c.Step > 0 {
+		n := (v - c.Min + c.Step - 1) / c.Step
+		v = c.Min + n*c.Step
+	}
+	if c.Max > 0 && v > c.Max {
+		return 0, false
+	}
+	return v, true
+}
+
+// FreeMilli is the part of the card still free, in milli-GPU: the smaller of
+// its free compute and free memory fractions.
+func (c *Card) FreeMilli() int64 {
+	if c.whole || c.Memory.Value <= 0 {
+		return 0
+	}
+	free := (c.Memory.Value - c.usedMemory) * 1000 / c.Memory.Value
+	if c.Compute.Value > 0 {
+		free = min(free, (c.Compute.Value-c.usedCompute)*1000/c.Compute.Value)
+	}
+	return max(free, 0)
+}
+
+// Unused reports whether nothing is allocated on the card.
+func (c *Card) Unused() bool { return !c.whole && c.usedMemory == 0 && c.usedCompute == 0 }
+
+// AllocatedMilli is the GPU handed out on the card, in milli-GPU.
+func (c *Card) AllocatedMilli() int64 { return c.allocatedMilli }
+
+// Request is what one pod asks for: node CPU/memory plus, optionally, whole
+// cards or a share of one card.
+type Request struct {
+	Name      string
+	CPUMilli  int64
+	MemoryMiB int64
+	// WholeCards is the number of exclusive cards; 0 with ShareMilli 0 means
+	// no GPU.
+	WholeCards int
+	// ShareMilli (1..999) is a share of one card in milli-GPU: that much
+	// compute and the same fraction of the card's memory.
+	ShareMilli int64
+	// Models restricts the cards' productName; empty means any.
+	Models []string
+}
+
+// GPUMilli is the GPU the request takes, in milli-GPU.
+func (r Request) GPUMilli() int64 { return int64(r.WholeCards)*1000 + r.ShareMilli }
+
+// Share is the capacity a share request asks of a card.
+type Share struct {
+	Compute int64 // percent
+	Memory  int64 // bytes
+}
+
+// ShareOn is what a share of milli asks of card c: compute in percent
+// (rounded up), and the same fraction of the card's memory rounded DOWN to
+// the memory step (at least the minimum) so that memory never runs out
+// before compute does and shares pack like the trace's milli-GPU.
+func ShareOn(c *Card, milli int64) Share {
+	s := Share{Compute: (milli*max(c.Compute.Value, 0) + 999) / 1000}
+	mem := c.Memory.Value * milli / 1000
+	if c.Memory.HasPolicy && c.Memory.Step > 0 && mem > c.Memory.Min {
+		mem = c.Memory.Min + (mem-c.Memory.Min)/c.Memory.Step*c.Memory.Step
+	}
+	s.Memory = max(mem, c.Memory.Min)
+	return s
+}
+
+// Node is the model of one node: allocatable CPU/memory and its cards in
+// the allocator's device order.
+type Node struct {
+	Name      string
+	CPUMilli  int64
+	MemoryMiB int64
+	Cards     []Card
+
+	usedCPU    int64
+	usedMemory int64
+	// version changes on every commit, so policies can cache per-node values.
+	version uint64
+}
+
+// FreeCPUMilli and FreeMemoryMiB are what is left for pods.
+func (n *Node) FreeCPUMilli() int64  { return n.CPUMilli - n.usedCPU }
+func (n *Node) FreeMemoryMiB() int64 { return n.MemoryMiB - n.usedMemory }
+
+// Version changes whenever something is committed to the node.
+func (n *Node) Version() uint64 { return n.version }
+
+// FreeMilli is the free GPU of the node in milli-GPU.
+func (n *Node) FreeMilli() int64 {
+	var f int64
+	for i := range n.Cards {
+		f += n.Cards[i].FreeMilli()
+	}
+	return f
+}
+
+// AllocatedMilli is the GPU handed out on the node in milli-GPU.
+func (n *Node) AllocatedMilli() int64 {
+	var a int64
+	for i := range n.Cards {
+		a += n.Cards[i].allocatedMilli
+	}
+	return a
+}
+
+// CapacityMilli is the node's GPU capacity in milli-GPU.
+func (n *Node) CapacityMilli() int64 { return int64(len(n.Cards)) * 1000 }
+
+func modelAllowed(models []string, model string) bool {
+	return len(models) == 0 || slices.Contains(models, model)
+}
+
+// podFits reports whether r's CPU and memory fit on n.
+func (n *Node) podFits(r Request) bool {
+	return r.CPUMilli <= n.FreeCPUMilli() && r.MemoryMiB <= n.FreeMemoryMiB()
+}
+
+// cardFits reports whether the GPU part of r fits card i on its own (a
+// whole-card request needs one such card per card asked).
+func (n *Node) cardFits(i int, r Request) bool {
+	c := &n.Cards[i]
+	if !modelAllowed(r.Models, c.Model) {
+		return false
+	}
+	if r.ShareMilli == 0 {
+		return c.Unused()
+	}
+	if !c.Shareable || c.whole {
+		return false
+	}
+	s := ShareOn(c, r.ShareMilli)
+	compute, okC := c.Compute.consume(&s.Compute)
+	memory, okM := c.Memory.consume(&s.Memory)
+	return okC && okM && c.usedCompute+compute <= c.Compute.Value && c.usedMemory+memory <= c.Memory.Value
+}
+
+// Candidates lists the cards r could use on n (in device order), and
+// whether r fits n at all. For a request without GPU the list is empty.
+func (n *Node) Candidates(r Request, buf []int) ([]int, bool) {
+	buf = buf[:0]
+	if !n.podFits(r) {
+		return buf, false
+	}
+	if r.GPUMilli() == 0 {
+		return buf, true
+	}
+	for i := range n.Cards {
+		if n.cardFits(i, r) {
+			buf = append(buf, i)
+		}
+	}
+	if r.ShareMilli > 0 {
+		return buf, len(buf) > 0
+	}
+	return buf, len(buf) >= r.WholeCards
+}
+
+// Consumed is what an allocation takes from one card.
+type Consumed struct {
+	Card    int
+	Whole   bool
+	Compute int64 // percent
+	Memory  int64 // bytes
+}
+
+// Expect is what the model predicts r consumes on the given cards of n.
+func (n *Node) Expect(r Request, cards []int) []Consumed {
+	out := make([]Consumed, 0, len(cards))
+	for _, i := range cards {
+		c := &n.Cards[i]
+		switch {
+		case r.ShareMilli > 0:
+			s := ShareOn(c, r.ShareMilli)
+			compute, _ := c.Compute.consume(&s.Compute)
+			memory, _ := c.Memory.consume(&s.Memory)
+			out = append(out, Consumed{Card: i, Compute: compute, Memory: memory})
+		case c.Shareable:
+			// A claim naming no capacity takes the defaults: all memory.
+			compute, _ := c.Compute.consume(nil)
+			memory, _ := c.Memory.consume(nil)
+			out = append(out, Consumed{Card: i, Whole: true, Compute: compute, Memory: memory})
+		default:
+			out = append(out, Consumed{Card: i, Whole: true})
+		}
+	}
+	return out
+}
+
+// Commit records r on n with what the allocator says it consumed.
+func (n *Node) Commit(r Request, consumed []Consumed) {
+	n.usedCPU += r.CPUMilli
+	n.usedMemory += r.MemoryMiB
+	for _, k := range consumed {
+		c := &n.Cards[k.Card]
+		c.usedCompute += k.Compute
+		c.usedMemory += k.Memory
+		if k.Whole {
+			c.whole = true
+			c.allocatedMilli += 1000
+		} else {
+			c.allocatedMilli += r.ShareMilli
+		}
+	}
+	n.version++
+}
+
+// Clone returns an independent copy of n (for what-if evaluation).
+func (n *Node) Clone() *Node {
+	c := *n
+	c.Cards = slices.Clone(n.Cards)
+	return &c
+}
