@@ -1,0 +1,149 @@
+package v1alpha1
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+const (
+	// GroupName is the API group of the config, equal to the driver name.
+	GroupName = names.DriverName
+	// Version is the API version of this package.
+	Version = "v1alpha1"
+	// Kind is the only kind of this API.
+	Kind = "GpuConfig"
+)
+
+var (
+	// SchemeGroupVersion is gpu.tangram.dev/v1alpha1.
+	SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: Version}
+	// APIVersion is the apiVersion string users write.
+	APIVersion = SchemeGroupVersion.String()
+
+	// Scheme knows GpuConfig; codecs built on it decode only this kind.
+	Scheme = runtime.NewScheme()
+
+	strictDecoder  runtime.Decoder
+	lenientDecoder runtime.Decoder
+)
+
+func init() {
+	Scheme.AddKnownTypes(SchemeGroupVersion, &GpuConfig{})
+	strictDecoder = json.NewSerializerWithOptions(json.DefaultMetaFactory, Scheme, Scheme,
+		json.SerializerOptions{Strict: true})
+	lenientDecoder = json.NewSerializerWithOptions(json.DefaultMetaFactory, Scheme, Scheme,
+		json.SerializerOptions{})
+}
+
+// Decode strictly decodes user-written parameters (JSON): apiVersion must be
+// gpu.tangram.dev/v1alpha1, kind GpuConfig, and unknown or duplicate fields
+// are errors. It does not fill defaults or validate; see Parse.
+func Decode(raw []byte) (*GpuConfig, error) {
+	return decode(raw, strictDecoder)
+}
+
+// DecodeLenient decodes parameters the driver wrote itself, e.g. from a
+// checkpoint: unknown fields are ignored, apiVersion and kind still checked.
+func DecodeLenient(raw []byte) (*GpuConfig, error) {
+	return decode(raw, lenientDecoder)
+}
+
+// Parse is Decode followed by Normalize and Validate: the effective config
+// of user input, or an error saying what to fix.
+func Parse(raw []byte) (*GpuConfig, error) {
+	cfg, err := Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// ValidateOpaqueConfig checks opaque parameters exactly as the kubelet plugin
+// will at prepare time; meant for an admission webhook.
+func ValidateOpaqueConfig(raw []byte) error {
+	_, err := Parse(raw)
+	return err
+}
+
+func decode(raw []byte, decoder runtime.Decoder) (*GpuConfig, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("parameters are empty: expected a JSON object with apiVersion %q and kind %q", APIVersion, Kind)
+	}
+	if raw[0] != '{' {
+		return nil, fmt.Errorf("parameters must be a JSON object with apiVersion %q and kind %q, got %s", APIVersion, Kind, abbreviate(raw))
+	}
+	if err := checkTypeMeta(raw); err != nil {
+		return nil, err
+	}
+	obj, _, err := decoder.Decode(raw, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", Kind, err)
+	}
+	cfg, ok := obj.(*GpuConfig)
+	if !ok {
+		// The scheme knows only GpuConfig, so this means a programming error.
+		return nil, fmt.Errorf("decoding %s: got unexpected type %T", Kind, obj)
+	}
+	return cfg, nil
+}
+
+// checkTypeMeta gives precise errors for the most common mistakes before the
+// generic serializer reports them less readably. Matching is case-sensitive,
+// like the Kubernetes API.
+func checkTypeMeta(raw []byte) error {
+	var meta struct {
+		APIVersion *string `json:"apiVersion"`
+		Kind       *string `json:"kind"`
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &meta); err != nil {
+		return fmt.Errorf("parameters are not a valid JSON object: %w", err)
+	}
+	var errs field.ErrorList
+	switch {
+	case meta.APIVersion == nil || *meta.APIVersion == "":
+		errs = append(errs, field.Required(field.NewPath("apiVersion"), fmt.Sprintf("must be %q", APIVersion)))
+	case *meta.APIVersion != APIVersion:
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), *meta.APIVersion, []string{APIVersion}))
+	}
+	switch {
+	case meta.Kind == nil || *meta.Kind == "":
+		errs = append(errs, field.Required(field.NewPath("kind"), fmt.Sprintf("must be %q", Kind)))
+	case *meta.Kind != Kind:
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), *meta.Kind, []string{Kind}))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errorsOf(errs)...)
+	}
+	return nil
+}
+
+// abbreviate keeps error messages short when users paste large documents.
+func abbreviate(raw []byte) string {
+	const limit = 40
+	if len(raw) > limit {
+		return fmt.Sprintf("%q...", raw[:limit])
+	}
+	return fmt.Sprintf("%q", raw)
+}
+
+func errorsOf(list field.ErrorList) []error {
+	out := make([]error, len(list))
+	for i, e := range list {
+		out[i] = e
+	}
+	return out
+}
