@@ -1,0 +1,255 @@
+// Package slices turns a node's GPU inventory into the resource.k8s.io/v1
+// devices and ResourceSlices Tangram publishes (the device model of
+// DESIGN.md): one device per physical GPU with its identity, topology and
+// versions as attributes, and memory/compute as capacities that are
+// consumable when the node shares its cards.
+//
+// Everything here is pure computation over []gpu.GPU; the only optional
+// side input is a sysfs view for the PCIe root (see Options.Sysfs).
+package slices
+
+import (
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// DefaultMemoryStep is the granularity of memory shares when
+// Options.MemoryStep is left at zero: requests are rounded up to it.
+var DefaultMemoryStep = resource.MustParse("256Mi")
+
+// ComputeCapacity is the value of the compute capacity of every card: the
+// whole card is 100 percent.
+const ComputeCapacity = 100
+
+// Options says how the node's cards are published.
+type Options struct {
+	// NodeName is the node the cards are on; it names the pool and makes
+	// node-local NVLink domains unique. Required.
+	NodeName string
+	// Sharing publishes every card with allowMultipleAllocations and request
+	// policies so several claims can take shares of it (--sharing=enabled).
+	Sharing bool
+	// NodeLabels are the labels of the Node object.
+	NodeLabels map[string]string
+	// NodeLabelAttributes lists the node label keys copied into string
+	// attributes of every device (see LabelAttributeName for the naming).
+	NodeLabelAttributes []string
+	// MemoryStep is the granularity of memory shares; zero means 256Mi.
+	MemoryStep resource.Quantity
+
+	// Sysfs, when set, is the host's /sys used to resolve each card's
+	// resource.kubernetes.io/pcieRoot. Nil leaves pcieRoot out: fake cards
+	// have no sysfs entries, and a fabricated bus ID must never be resolved
+	// against the real host.
+	Sysfs fs.ReadLinkFS
+	// Logger receives notes about values that were left out. The zero value
+	// means klog.Background().
+	Logger klog.Logger
+}
+
+func (o Options) logger() klog.Logger {
+	if o.Logger.GetSink() == nil {
+		return klog.Background()
+	}
+	return o.Logger
+}
+
+func (o Options) memoryStep() (int64, error) {
+	if o.MemoryStep.IsZero() {
+		return DefaultMemoryStep.Value(), nil
+	}
+	step, ok := o.MemoryStep.AsInt64()
+	if !ok || step <= 0 {
+		return 0, fmt.Errorf("memory step %s must be a positive whole number of bytes, e.g. 256Mi", o.MemoryStep.String())
+	}
+	return step, nil
+}
+
+// Devices returns the ResourceSlice device of every card, sorted by index.
+// A value a card cannot report (or that the API cannot represent) is left
+// out with a log line; errors are reserved for input that would make the
+// whole publication wrong: no node name, duplicate or negative indexes, a
+// bad memory step, unusable node label keys.
+func Devices(gpus []gpu.GPU, opts Options) ([]resourceapi.Device, error) {
+	if opts.NodeName == "" {
+		return nil, fmt.Errorf("building devices: the node name is empty; set --node-name or NODE_NAME")
+	}
+	step, err := opts.memoryStep()
+	if err != nil {
+		return nil, fmt.Errorf("building devices: %w", err)
+	}
+	labelAttrs, err := labelAttributes(opts.NodeLabelAttributes, opts.NodeLabels)
+	if err != nil {
+		return nil, fmt.Errorf("building devices: %w", err)
+	}
+
+	sorted := slices.Clone(gpus)
+	slices.SortFunc(sorted, func(a, b gpu.GPU) int { return a.Index - b.Index })
+	for i, g := range sorted {
+		if g.Index < 0 {
+			return nil, fmt.Errorf("building devices: GPU %s has negative index %d", g.UUID, g.Index)
+		}
+		if i > 0 && sorted[i-1].Index == g.Index {
+			return nil, fmt.Errorf("building devices: two GPUs have index %d (%s and %s); indexes name the devices and must be unique", g.Index, sorted[i-1].UUID, g.UUID)
+		}
+	}
+
+	logger := opts.logger()
+	domains := nvlinkDomains(logger, opts.NodeName, sorted)
+	devices := make([]resourceapi.Device, 0, len(sorted))
+	for _, g := range sorted {
+		dev := device(klog.LoggerWithValues(logger, "gpu", g.Index), g, domains[g.Index], step, opts)
+		for name, value := range labelAttrs {
+			dev.Attributes[name] = value
+		}
+		if n := len(dev.Attributes) + len(dev.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+			return nil, fmt.Errorf("building device %s: %d attributes and capacities exceed the API limit of %d; copy fewer node labels (--node-label-attributes has %d)",
+				dev.Name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice, len(opts.NodeLabelAttributes))
+		}
+		devices = append(devices, dev)
+	}
+	return devices, nil
+}
+
+// device builds one card's device. It never fails: what cannot be published
+// is logged and left out.
+func device(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, opts Options) resourceapi.Device {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		names.AttrType:         {StringValue: ptr.To(names.TypeGPU)},
+		names.AttrIndex:        {IntValue: ptr.To(int64(g.Index))},
+		names.AttrMinor:        {IntValue: ptr.To(int64(g.Minor))},
+		names.AttrNVLinkDomain: {StringValue: ptr.To(nvlinkDomain)},
+		names.AttrNVLinkPeers:  {IntValue: ptr.To(int64(countPeers(g)))},
+	}
+	setString(logger, attrs, names.AttrUUID, g.UUID)
+	setString(logger, attrs, names.AttrProductName, g.ProductName)
+	setString(logger, attrs, names.AttrBrand, g.Brand)
+	setString(logger, attrs, names.AttrArchitecture, g.Architecture)
+	setVersion(logger, attrs, names.AttrCUDAComputeCapability, g.CUDAComputeCapability)
+	setVersion(logger, attrs, names.AttrDriverVersion, g.DriverVersion)
+	setVersion(logger, attrs, names.AttrCUDADriverVersion, g.CUDADriverVersion)
+	for _, attr := range standardAttributes(logger, g, opts.Sysfs) {
+		attrs[attr.Name] = attr.Value
+	}
+
+	dev := resourceapi.Device{
+		Name:       names.DevicePrefix + strconv.Itoa(g.Index),
+		Attributes: attrs,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			names.CapacityCompute: {Value: *resource.NewQuantity(ComputeCapacity, resource.DecimalSI)},
+		},
+	}
+	if g.MemoryBytes > 0 {
+		dev.Capacity[names.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(g.MemoryBytes, resource.BinarySI)}
+	} else {
+		logger.Info("GPU reports no memory size; publishing it without memory capacity", "memoryBytes", g.MemoryBytes)
+	}
+
+	shareable := opts.Sharing && makeShareable(logger, &dev, g.MemoryBytes, step)
+	attrs[names.AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(shareable)}
+	return dev
+}
+
+// makeShareable adds allowMultipleAllocations and the request policies. A
+// claim that names no capacity gets the defaults: all memory (so it holds
+// the whole card) and no compute share (time-sliced). It reports false, and
+// leaves the device whole-card only, when the card is too small for the
+// policy the API accepts (min + step must fit into the capacity).
+func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, step int64) bool {
+	if memoryBytes < 2*step {
+		logger.Info("GPU memory is smaller than two memory steps; publishing it as whole-card only",
+			"memoryBytes", memoryBytes, "memoryStep", step)
+		return false
+	}
+	// The API requires max and default to be a whole number of steps from
+	// min; a card whose memory is not a multiple of the step keeps the
+	// remainder unallocatable (it is smaller than the smallest share).
+	usable := memoryBytes - memoryBytes%step
+	memory := dev.Capacity[names.CapacityMemory]
+	memory.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default: resource.NewQuantity(usable, resource.BinarySI),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{
+			Min:  resource.NewQuantity(step, resource.BinarySI),
+			Max:  resource.NewQuantity(usable, resource.BinarySI),
+			Step: resource.NewQuantity(step, resource.BinarySI),
+		},
+	}
+	dev.Capacity[names.CapacityMemory] = memory
+
+	compute := dev.Capacity[names.CapacityCompute]
+	compute.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+		Default: resource.NewQuantity(0, resource.DecimalSI),
+		ValidRange: &resourceapi.CapacityRequestPolicyRange{
+			Min:  resource.NewQuantity(0, resource.DecimalSI),
+			Max:  resource.NewQuantity(ComputeCapacity, resource.DecimalSI),
+			Step: resource.NewQuantity(1, resource.DecimalSI),
+		},
+	}
+	dev.Capacity[names.CapacityCompute] = compute
+	dev.AllowMultipleAllocations = ptr.To(true)
+	return true
+}
+
+// countPeers counts the distinct cards this one reaches directly.
+func countPeers(g gpu.GPU) int {
+	seen := make(map[int]bool, len(g.NVLinkPeers))
+	for _, p := range g.NVLinkPeers {
+		if p != g.Index {
+			seen[p] = true
+		}
+	}
+	return len(seen)
+}
+
+// setString sets a string attribute unless the card did not report it or
+// the value is longer than the API allows.
+func setString(logger klog.Logger, attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName, value string) {
+	switch {
+	case value == "":
+		logger.V(4).Info("GPU did not report a value; attribute left out", "attribute", name)
+	case len(value) > resourceapi.DeviceAttributeMaxValueLength:
+		logger.Info("Value longer than the API allows; attribute left out", "attribute", name, "value", value, "maxLength", resourceapi.DeviceAttributeMaxValueLength)
+	default:
+		attrs[name] = resourceapi.DeviceAttribute{StringValue: ptr.To(value)}
+	}
+}
+
+// setVersion sets a version attribute when the reported value can be
+// expressed as semver (see Semver).
+func setVersion(logger klog.Logger, attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName, value string) {
+	if value == "" {
+		logger.V(4).Info("GPU did not report a version; attribute left out", "attribute", name)
+		return
+	}
+	v, err := Semver(value)
+	if err != nil {
+		logger.Info("Version cannot be published; attribute left out", "attribute", name, "err", err)
+		return
+	}
+	attrs[name] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
+}
+
+// boundedValue keeps a generated string attribute within the API's length
+// limit; an over-long value is shortened to a prefix plus a hash so it stays
+// unique.
+func boundedValue(s string) string {
+	if len(s) <= resourceapi.DeviceAttributeMaxValueLength {
+		return s
+	}
+	h := shortHash(s)
+	return s[:resourceapi.DeviceAttributeMaxValueLength-len(h)-1] + "-" + h
+}
+
+// isDNSLabel reports whether a device name is acceptable to the API.
+func isDNSLabel(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
