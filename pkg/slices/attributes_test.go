@@ -134,7 +134,7 @@ func TestTooManyLabelAttributes(t *testing.T) {
 
 func TestPCIeRootFromSysfs(t *testing.T) {
 	sysfs := fstest.MapFS{
-		"bus/pci/devices/0000:1b:00.0": {Mode: fs.ModeSymlink | 0o777, Data: []byte("../../../devices/pci0000:15/0000:15:01.0/0000:1b:00.0")},
+		"bus/pci/devices/0000:1b:00.0":                 {Mode: fs.ModeSymlink | 0o777, Data: []byte("../../../devices/pci0000:15/0000:15:01.0/0000:1b:00.0")},
 		"devices/pci0000:15/0000:15:01.0/0000:1b:00.0": {Mode: fs.ModeDir | 0o755},
 	}
 	gpus := []gpu.GPU{

@@ -34,8 +34,12 @@ type card struct {
 // expectedDevice writes out the device the device model prescribes for c.
 func expectedDevice(c card, sharing bool) resourceapi.Device {
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
-	ver := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: ptr.To(s)} }
-	num := func(n int) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))} }
+	ver := func(s string) resourceapi.DeviceAttribute {
+		return resourceapi.DeviceAttribute{VersionValue: ptr.To(s)}
+	}
+	num := func(n int) resourceapi.DeviceAttribute {
+		return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))}
+	}
 	d := resourceapi.Device{
 		Name: "gpu-" + strconv.Itoa(c.index),
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
