@@ -1,0 +1,15 @@
+//go:build !cgo
+
+package nvmlgpu
+
+import (
+	"context"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+// Open reports ErrNVMLUnavailable: go-nvml needs cgo to load NVML. The
+// returned cleanup function is a no-op, so callers can defer it either way.
+func Open(ctx context.Context) (gpu.Source, func(), error) {
+	return nil, func() {}, ErrNVMLUnavailable
+}

@@ -1,0 +1,21 @@
+//go:build !cgo
+
+package nvmlgpu
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+func TestOpenWithoutCgo(t *testing.T) {
+	src, cleanup, err := Open(context.Background())
+	if src != nil || !errors.Is(err, ErrNVMLUnavailable) {
+		t.Fatalf("Open() = %v, %v; want nil, ErrNVMLUnavailable", src, err)
+	}
+	const want = "this binary was built without cgo; NVML is unavailable: use --fake-profile or a cgo build"
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	cleanup() // must be safe to call
+}
