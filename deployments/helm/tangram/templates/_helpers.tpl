@@ -1,0 +1,56 @@
+{{/* The DRA driver name; also the name of the whole-card DeviceClass. */}}
+{{- define "tangram.driverName" -}}gpu.tangram.dev{{- end -}}
+
+{{- define "tangram.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Prefix of every namespaced and cluster-scoped object this release owns. */}}
+{{- define "tangram.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tangram.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "tangram.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: pass (dict "root" $ "component" "kubelet-plugin"). */}}
+{{- define "tangram.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tangram.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "tangram.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "tangram.kubeletPlugin.fullname" -}}
+{{- printf "%s-kubelet-plugin" (include "tangram.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tangram.controller.fullname" -}}
+{{- printf "%s-controller" (include "tangram.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The kubelet's per-driver plugin directory: socket and plugin-private files. */}}
+{{- define "tangram.kubeletPluginDir" -}}
+{{- printf "%s/plugins/%s" (.Values.kubeletPlugin.hostPaths.kubeletRoot | trimSuffix "/") (include "tangram.driverName" .) -}}
+{{- end -}}
+
+{{- define "tangram.kubeletRegistrarDir" -}}
+{{- printf "%s/plugins_registry" (.Values.kubeletPlugin.hostPaths.kubeletRoot | trimSuffix "/") -}}
+{{- end -}}
