@@ -1,0 +1,293 @@
+package allocation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+)
+
+const nodeName = "node-a"
+
+// publishedNode is the node as the kubelet plugin would publish it: the
+// fake profile's cards through slices.DriverResources.
+func publishedNode(t testing.TB, profile string, sharing bool) *allocation.Node {
+	t.Helper()
+	p, err := gpu.BuiltinProfile(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := gpu.NewFakeSource(nodeName, p).GPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := slices.DriverResources(gpus, slices.Options{NodeName: nodeName, Sharing: sharing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &allocation.Node{
+		Name:    nodeName,
+		Slices:  slices.ResourceSlices(nodeName, res),
+		Classes: allocation.DeviceClasses(),
+	}
+}
+
+var (
+	none = resource.Quantity{}
+	q    = resource.MustParse
+)
+
+func whole(name string) *resourceapi.ResourceClaim {
+	return allocation.Claim(name, nil, allocation.WholeGPUs("gpu", 1))
+}
+
+func share(name string, memory, compute resource.Quantity) *resourceapi.ResourceClaim {
+	return allocation.Claim(name, nil, allocation.SharedGPU("gpu", memory, compute))
+}
+
+// step is one claim allocated after the ones before it.
+type step struct {
+	claim *resourceapi.ResourceClaim
+	// wantDevices is where the claim must land; nil means it must not fit.
+	wantDevices []string
+	// wantConsumed is the capacity the share takes (checked when set).
+	wantConsumed map[resourceapi.QualifiedName]resource.Quantity
+}
+
+func TestAllocationSequences(t *testing.T) {
+	tests := []struct {
+		name    string
+		profile string
+		sharing bool
+		steps   []step
+	}{
+		{
+			name: "a claim without capacity gets a whole card, shares go elsewhere", profile: "dgx-h100", sharing: true,
+			steps: []step{
+				{claim: whole("a"), wantDevices: []string{"gpu-0"},
+					wantConsumed: map[resourceapi.QualifiedName]resource.Quantity{"memory": q("80Gi"), "compute": q("0")}},
+				{claim: share("b", q("1Gi"), none), wantDevices: []string{"gpu-1"}},
+			},
+		},
+		{
+			name: "four 20Gi shares fill one 80Gi card before the next is touched", profile: "dgx-h100", sharing: true,
+			steps: []step{
+				{claim: share("a", q("20Gi"), none), wantDevices: []string{"gpu-0"},
+					wantConsumed: map[resourceapi.QualifiedName]resource.Quantity{"memory": q("20Gi"), "compute": q("0")}},
+				{claim: share("b", q("20Gi"), none), wantDevices: []string{"gpu-0"}},
+				{claim: share("c", q("20Gi"), none), wantDevices: []string{"gpu-0"}},
+				{claim: share("d", q("20Gi"), none), wantDevices: []string{"gpu-0"}},
+				{claim: share("e", q("20Gi"), none), wantDevices: []string{"gpu-1"}},
+			},
+		},
+		{
+			name: "DESIGN.md sequence", profile: "dgx-h100", sharing: true,
+			steps: []step{
+				{claim: whole("whole-80Gi"), wantDevices: []string{"gpu-0"}},
+				{claim: share("20Gi", q("20Gi"), none), wantDevices: []string{"gpu-1"}},
+				{claim: share("20Gi-40pc-1", q("20Gi"), q("40")), wantDevices: []string{"gpu-1"},
+					wantConsumed: map[resourceapi.QualifiedName]resource.Quantity{"memory": q("20Gi"), "compute": q("40")}},
+				{claim: share("20Gi-40pc-2", q("20Gi"), q("40")), wantDevices: []string{"gpu-1"}},
+				// gpu-1 still has 20Gi free, but compute would reach 120.
+				{claim: share("20Gi-40pc-3", q("20Gi"), q("40")), wantDevices: []string{"gpu-2"}},
+				// Memory is rounded up to the 256Mi step; it fits into gpu-1's last 20Gi.
+				{claim: share("7474Mi", q("7474Mi"), none), wantDevices: []string{"gpu-1"},
+					wantConsumed: map[resourceapi.QualifiedName]resource.Quantity{"memory": q("7680Mi"), "compute": q("0")}},
+			},
+		},
+		{
+			name: "a claim naming only compute takes all memory, i.e. a whole card", profile: "dgx-h100", sharing: true,
+			steps: []step{
+				{claim: share("a", q("20Gi"), none), wantDevices: []string{"gpu-0"}},
+				{claim: share("compute-only", none, q("40")), wantDevices: []string{"gpu-1"},
+					wantConsumed: map[resourceapi.QualifiedName]resource.Quantity{"memory": q("80Gi"), "compute": q("40")}},
+			},
+		},
+		{
+			name: "a share larger than a card does not fit", profile: "pcie-l4", sharing: true,
+			steps:    []step{{claim: share("a", q("25Gi"), none)}},
+		},
+		{
+			name: "NVLink pair on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
+			steps: []step{
+				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+					allocation.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-0", "gpu-1"}},
+				{claim: whole("single"), wantDevices: []string{"gpu-2"}},
+				// gpu-3 is free but its partner is taken: the next pair is 4-5.
+				{claim: allocation.Claim("pair-2", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+					allocation.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-4", "gpu-5"}},
+			},
+		},
+		{
+			name: "no NVLink domain holds four cards on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
+			steps: []step{
+				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+					allocation.WholeGPUs("gpus", 4))},
+				// Without the constraint four cards are fine.
+				{claim: allocation.Claim("four-anywhere", nil, allocation.WholeGPUs("gpus", 4)),
+					wantDevices: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}},
+			},
+		},
+		{
+			name: "four NVLink-connected cards on dgx-h100", profile: "dgx-h100", sharing: false,
+			steps: []step{
+				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+					allocation.WholeGPUs("gpus", 4)), wantDevices: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}},
+			},
+		},
+		{
+			name: "no NVLink pair on pcie-l4", profile: "pcie-l4", sharing: true,
+			steps: []step{
+				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+					allocation.WholeGPUs("gpus", 2))},
+			},
+		},
+		{
+			name: "sharing disabled: a card is never given twice", profile: "pcie-l4", sharing: false,
+			steps: []step{
+				{claim: whole("a"), wantDevices: []string{"gpu-0"}},
+				{claim: allocation.Claim("b-on-gpu-0", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))},
+				{claim: whole("c"), wantDevices: []string{"gpu-1"}},
+				// The shared class matches no card of a whole-card node.
+				{claim: share("d", q("1Gi"), none)},
+			},
+		},
+		{
+			name: "sharing enabled: a whole card claim blocks further whole card claims on it", profile: "pcie-l4", sharing: true,
+			steps: []step{
+				{claim: whole("a"), wantDevices: []string{"gpu-0"}},
+				{claim: allocation.Claim("b-on-gpu-0", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			node := publishedNode(t, tc.profile, tc.sharing)
+			for i, s := range tc.steps {
+				allocated, err := node.Allocate(ctx, s.claim)
+				if s.wantDevices == nil {
+					if !errors.Is(err, allocation.ErrUnschedulable) {
+						t.Fatalf("step %d (%s): want ErrUnschedulable, got %v, %v", i, s.claim.Name, allocated, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("step %d (%s): %v", i, s.claim.Name, err)
+				}
+				result := allocated.Status.Allocation
+				if got := allocation.Devices(result); !cmp.Equal(s.wantDevices, got) {
+					t.Fatalf("step %d (%s): want devices %v, got %v", i, s.claim.Name, s.wantDevices, got)
+				}
+				for _, r := range result.Devices.Results {
+					if r.Driver != names.DriverName || r.Pool != nodeName {
+						t.Errorf("step %d: want driver %s pool %s, got %s %s", i, names.DriverName, nodeName, r.Driver, r.Pool)
+					}
+					if tc.sharing != (r.ShareID != nil) {
+						t.Errorf("step %d: sharing=%v but shareID=%v", i, tc.sharing, r.ShareID)
+					}
+				}
+				if s.wantConsumed != nil {
+					got := result.Devices.Results[0].ConsumedCapacity
+					if diff := cmp.Diff(s.wantConsumed, got, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+						t.Errorf("step %d (%s): consumed capacity differs (-want +got):\n%s", i, s.claim.Name, diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestAllocateDoesNotModifyClaim(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	node := publishedNode(t, "pcie-l4", true)
+	claim := whole("a")
+	if _, err := node.Allocate(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation != nil {
+		t.Error("Allocate changed the claim passed in")
+	}
+	if len(node.Allocated) != 1 || node.Allocated[0].Status.Allocation == nil {
+		t.Errorf("want the allocated copy recorded, got %d claims", len(node.Allocated))
+	}
+}
+
+func TestTryDoesNotRecord(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	node := publishedNode(t, "pcie-l4", true)
+	for range 2 {
+		result, err := node.Try(ctx, whole("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := allocation.Devices(result); !cmp.Equal([]string{"gpu-0"}, got) {
+			t.Fatalf("want gpu-0 every time, got %v", got)
+		}
+	}
+	if len(node.Allocated) != 0 {
+		t.Errorf("Try recorded %d claims", len(node.Allocated))
+	}
+}
+
+func TestBadInputIsNotUnschedulable(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	node := publishedNode(t, "pcie-l4", true)
+	_, err := node.Allocate(ctx, allocation.Claim("bad", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index ==`)))
+	if err == nil || errors.Is(err, allocation.ErrUnschedulable) {
+		t.Fatalf("want a hard error for a broken CEL expression, got %v", err)
+	}
+	if len(node.Allocated) != 0 {
+		t.Error("a failed allocation was recorded")
+	}
+}
+
+func TestManySharesAcrossSlices(t *testing.T) {
+	// 300 cards span three slices; shares must still pack card by card.
+	gpus := make([]gpu.GPU, 300)
+	for i := range gpus {
+		gpus[i] = gpu.GPU{Index: i, MemoryBytes: 1 << 30}
+	}
+	res, err := slices.DriverResources(gpus, slices.Options{NodeName: nodeName, Sharing: true, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: allocation.DeviceClasses()}
+	_, ctx := ktesting.NewTestContext(t)
+	for i := range 8 {
+		allocated, err := node.Allocate(ctx, share(fmt.Sprintf("s%d", i), q("512Mi"), none))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, got := fmt.Sprintf("gpu-%d", i/2), allocation.Devices(allocated.Status.Allocation)[0]; got != want {
+			t.Fatalf("share %d: want %s, got %s", i, want, got)
+		}
+	}
+	// The last card lives in the third slice.
+	last, err := node.Try(ctx, allocation.Claim("last", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 299`)))
+	if err != nil || !strings.HasSuffix(allocation.Devices(last)[0], "299") {
+		t.Fatalf("want gpu-299 from the third slice, got %v, %v", allocation.Devices(last), err)
+	}
+}
+
+func BenchmarkAllocateShareDGX(b *testing.B) {
+	node := publishedNode(b, "dgx-h100", true)
+	ctx := context.Background()
+	claim := share("a", q("20Gi"), q("10"))
+	for b.Loop() {
+		if _, err := node.Try(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
