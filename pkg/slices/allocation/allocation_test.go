@@ -116,7 +116,7 @@ func TestAllocationSequences(t *testing.T) {
 		},
 		{
 			name: "a share larger than a card does not fit", profile: "pcie-l4", sharing: true,
-			steps:    []step{{claim: share("a", q("25Gi"), none)}},
+			steps: []step{{claim: share("a", q("25Gi"), none)}},
 		},
 		{
 			name: "NVLink pair on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
