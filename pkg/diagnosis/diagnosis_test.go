@@ -1,0 +1,204 @@
+package diagnosis
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+func withSelector(c *resourceapi.ResourceClaim, expr string) *resourceapi.ResourceClaim {
+	c.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
+	return c
+}
+
+func withClass(c *resourceapi.ResourceClaim, class string) *resourceapi.ResourceClaim {
+	c.Spec.Devices.Requests[0].Exactly.DeviceClassName = class
+	return c
+}
+
+func TestClaim(t *testing.T) {
+	tests := []struct {
+		name    string
+		cluster *testCluster
+		claim   *resourceapi.ResourceClaim
+		fitsOn  []string
+		// reason is the exact single reason expected when fitsOn is empty.
+		reason string
+	}{
+		{
+			name:    "whole card fits on the node with a free card",
+			cluster: newTestCluster().node("n1", "", false, "d0", "d0").whole("a", "n1", "gpu-0").node("n2", "", false, "e0").whole("b", "n2", "gpu-0"),
+			claim:   fixture.Whole("default", "new", 1, false),
+			fitsOn:  []string{"n1"},
+		},
+		{
+			name:    "no room: every card held",
+			cluster: newTestCluster().node("n1", "", false, "d0", "d0").whole("a", "n1", "gpu-0", "gpu-1"),
+			claim:   fixture.Whole("default", "new", 1, false),
+			reason:  `request "gpu": needs a whole card, and none of the 2 matching cards is entirely free (2 held whole, 0 partly shared)`,
+		},
+		{
+			name:    "no room: whole card on shared cards that all carry a share",
+			cluster: newTestCluster().node("n1", "", true, "d0", "d0").share("a", "n1", "gpu-0", "10Gi", 0).share("b", "n1", "gpu-1", "10Gi", 0),
+			claim:   fixture.Whole("default", "new", 1, false),
+			reason:  `request "gpu": needs a whole card, and none of the 2 matching cards is entirely free (0 held whole, 2 partly shared)`,
+		},
+		{
+			name: "no room: share larger than any free memory",
+			cluster: newTestCluster().node("node-a", "", true, "d0", "d0", "d0", "d0").
+				share("a", "node-a", "gpu-0", "70Gi", 0).share("b", "node-a", "gpu-1", "60Gi", 0).
+				share("c", "node-a", "gpu-2", "65Gi", 0).share("d", "node-a", "gpu-3", "75Gi", 0),
+			claim:  fixture.Share("default", "new", "30Gi", 0),
+			reason: `request "gpu": no card has 30 GiB free: the most left is 20 GiB on node-a/gpu-1`,
+		},
+		{
+			name:    "no room: share larger than any card",
+			cluster: newTestCluster().node("n1", "", true, "d0"),
+			claim:   fixture.Share("default", "new", "90Gi", 0),
+			reason:  `request "gpu": asks for 90 GiB per card, more than any matching card can give: the largest has 80 GiB (n1/gpu-0)`,
+		},
+		{
+			name:    "no room: memory fits but compute does not",
+			cluster: newTestCluster().node("n1", "", true, "d0", "d0", "d0").share("a", "n1", "gpu-0", "10Gi", 60).share("b", "n1", "gpu-1", "10Gi", 70).share("c", "n1", "gpu-2", "75Gi", 0),
+			claim:   fixture.Share("default", "new", "10Gi", 50),
+			reason:  `request "gpu": no card with enough memory has 50% compute free: the most left is 40% compute on n1/gpu-0`,
+		},
+		{
+			name:    "share rounded up to the memory step fits",
+			cluster: newTestCluster().node("n1", "", true, "d0").share("a", "n1", "gpu-0", "72Gi", 0),
+			claim:   fixture.Share("default", "new", "7474Mi", 0),
+			fitsOn:  []string{"n1"},
+		},
+		{
+			name:    "count split across nodes",
+			cluster: newTestCluster().node("n1", "", false, "a", "b", "c").node("n2", "", false, "a", "b", "c", "d").whole("x", "n2", "gpu-0", "gpu-1"),
+			claim:   fixture.Whole("default", "new", 4, false),
+			reason:  `request "gpu": needs 4 cards on one node: the most any node has free is 3 (n1)`,
+		},
+		{
+			name: "count with matchAttribute nvlinkDomain",
+			cluster: newTestCluster().node("node-a", "", false, "a0", "a0", "a1", "a1").
+				node("node-b", "", false, "b0", "b0", "b0", "b1").whole("x", "node-b", "gpu-0"),
+			claim:  fixture.Whole("default", "new", 3, true),
+			reason: `request "gpu": count 3 with matchAttribute nvlinkDomain: the largest free NVLink domain has 2 cards (node-a, node-b)`,
+		},
+		{
+			name:    "count with matchAttribute fits in one domain",
+			cluster: newTestCluster().node("node-a", "", false, "a0", "a0", "a1", "a1").node("node-b", "", false, "b0", "b0", "b0", "b1"),
+			claim:   fixture.Whole("default", "new", 3, true),
+			fitsOn:  []string{"node-b"},
+		},
+		{
+			name:    "missing class",
+			cluster: newTestCluster().node("n1", "", false, "d0"),
+			claim:   withClass(fixture.Whole("default", "new", 1, false), "fast-gpu.example.com"),
+			reason:  `request "gpu": DeviceClass "fast-gpu.example.com" does not exist; ` + "`kubectl get deviceclasses`" + ` lists the ones there are`,
+		},
+		{
+			name:    "selector matches nothing",
+			cluster: newTestCluster().node("n1", "", false, "d0"),
+			claim:   withSelector(fixture.Whole("default", "new", 1, false), `device.attributes["gpu.tangram.dev"].productName == "B200"`),
+			reason:  `request "gpu": class gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster`,
+		},
+		{
+			name:    "shared class needs shareable cards",
+			cluster: newTestCluster().node("n1", "", false, "d0"),
+			claim:   fixture.Share("default", "new", "10Gi", 0),
+			reason:  `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster`,
+		},
+		{
+			name:    "selector that does not compile",
+			cluster: newTestCluster().node("n1", "", false, "d0"),
+			claim:   withSelector(fixture.Whole("default", "new", 1, false), `device.attributes[`),
+			reason:  `request "gpu": selector "device.attributes[" does not compile`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := &tc.cluster.snap
+			before := len(snap.Claims)
+			d, err := Claim(context.Background(), snap, tc.claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Claims) != before {
+				t.Errorf("diagnosis changed the snapshot's claims")
+			}
+			if tc.fitsOn != nil {
+				if !slices.Equal(d.FitsOn, tc.fitsOn) || len(d.Reasons) != 0 {
+					t.Errorf("got fitsOn %v reasons %q, want fitsOn %v and no reasons", d.FitsOn, d.Reasons, tc.fitsOn)
+				}
+				return
+			}
+			if len(d.FitsOn) != 0 || len(d.Reasons) != 1 {
+				t.Fatalf("got fitsOn %v reasons %q, want one reason %q", d.FitsOn, d.Reasons, tc.reason)
+			}
+			if !strings.HasPrefix(d.Reasons[0], tc.reason) {
+				t.Errorf("reason\n got: %s\nwant: %s", d.Reasons[0], tc.reason)
+			}
+		})
+	}
+}
+
+func TestClaimAllocatedAndItself(t *testing.T) {
+	c := newTestCluster().node("n1", "", false, "d0").whole("mine", "n1", "gpu-0")
+	mine := c.snap.Claims[0]
+	d, err := Claim(context.Background(), &c.snap, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allocated || d.Summary() != "allocated" {
+		t.Errorf("allocated claim: got %+v", d)
+	}
+	// The same claim, not yet allocated (e.g. being re-diagnosed), must not
+	// compete with its own old allocation.
+	pending := mine.DeepCopy()
+	pending.Status = resourceapi.ResourceClaimStatus{}
+	pending.Spec = fixture.Whole("default", "mine", 1, false).Spec
+	d, err = Claim(context.Background(), &c.snap, pending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(d.FitsOn, []string{"n1"}) {
+		t.Errorf("claim competes with itself: fitsOn %v, reasons %v", d.FitsOn, d.Reasons)
+	}
+}
+
+func TestClaimFirstAvailable(t *testing.T) {
+	c := newTestCluster().node("n1", "", false, "d0").whole("a", "n1", "gpu-0")
+	claim := fixture.Whole("default", "new", 1, false)
+	claim.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "two", DeviceClassName: names.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2},
+		{Name: "one", DeviceClassName: names.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}
+	d, err := Claim(context.Background(), &c.snap, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `request "gpu": none of its alternatives can be met ("gpu/two": needs a whole card, and none of the 1 matching card is entirely free (1 held whole, 0 partly shared); "gpu/one": needs a whole card`
+	if len(d.Reasons) != 1 || !strings.HasPrefix(d.Reasons[0], want) {
+		t.Errorf("got %q, want prefix %q", d.Reasons, want)
+	}
+}
+
+func TestClaimRequestsFitAloneNotTogether(t *testing.T) {
+	c := newTestCluster().node("n1", "", false, "a", "a", "b", "b")
+	claim := fixture.Whole("default", "new", 2, true)
+	second := claim.Spec.Devices.Requests[0]
+	second.Name = "more"
+	claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, second)
+	d, err := Claim(context.Background(), &c.snap, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `each request can be met on its own, but no node can meet all of them together ("gpu" alone fits on n1; "more" alone fits on n1)`
+	if len(d.FitsOn) != 0 || len(d.Reasons) != 1 || d.Reasons[0] != want {
+		t.Errorf("got fitsOn %v reasons %q, want %q", d.FitsOn, d.Reasons, want)
+	}
+}

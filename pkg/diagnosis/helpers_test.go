@@ -1,0 +1,114 @@
+package diagnosis
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// Hand-built clusters: every card is 80Gi; shareable cards carry the
+// request policies pkg/slices publishes (256Mi memory step, compute
+// 0..100 with default 0).
+
+const zoneKey = "example.com/ib-zone"
+
+type testCluster struct{ snap clusterview.Snapshot }
+
+func newTestCluster() *testCluster {
+	return &testCluster{snap: clusterview.Snapshot{Classes: fixture.Classes()}}
+}
+
+// node adds a node whose card i is in NVLink domain domains[i].
+func (c *testCluster) node(name, zone string, shareable bool, domains ...string) *testCluster {
+	labels := map[string]string{}
+	if zone != "" {
+		labels[zoneKey] = zone
+	}
+	c.snap.Nodes = append(c.snap.Nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
+	var devices []resourceapi.Device
+	for i, domain := range domains {
+		devices = append(devices, card(name, i, domain, shareable))
+	}
+	c.snap.Slices = append(c.snap.Slices, &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-slice"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   names.DriverName,
+			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
+			NodeName: ptr.To(name),
+			Devices:  devices,
+		},
+	})
+	return c
+}
+
+func card(node string, i int, domain string, shareable bool) resourceapi.Device {
+	mem := resource.MustParse("80Gi")
+	d := resourceapi.Device{
+		Name: fmt.Sprintf("gpu-%d", i),
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			names.AttrType:         {StringValue: ptr.To(names.TypeGPU)},
+			names.AttrUUID:         {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", node, i))},
+			names.AttrProductName:  {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
+			names.AttrNVLinkDomain: {StringValue: ptr.To(domain)},
+			names.AttrShareable:    {BoolValue: ptr.To(shareable)},
+		},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			names.CapacityMemory:  {Value: mem},
+			names.CapacityCompute: {Value: resource.MustParse("100")},
+		},
+	}
+	if shareable {
+		d.AllowMultipleAllocations = ptr.To(true)
+		d.Capacity[names.CapacityMemory] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    ptr.To(mem.DeepCopy()),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("256Mi")), Max: ptr.To(mem.DeepCopy()), Step: ptr.To(resource.MustParse("256Mi"))},
+		}}
+		d.Capacity[names.CapacityCompute] = resourceapi.DeviceCapacity{Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    ptr.To(resource.MustParse("0")),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Max: ptr.To(resource.MustParse("100")), Step: ptr.To(resource.MustParse("1"))},
+		}}
+	}
+	return d
+}
+
+// whole records an allocated claim holding the given cards of a node
+// exclusively (as on a whole-card-only node).
+func (c *testCluster) whole(name, node string, devices ...string) *testCluster {
+	var results []resourceapi.DeviceRequestAllocationResult
+	for _, dev := range devices {
+		results = append(results, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: names.DriverName, Pool: node, Device: dev})
+	}
+	return c.allocated(name, results)
+}
+
+// share records an allocated claim with a share of one shareable card.
+func (c *testCluster) share(name, node, device, memory string, compute int64) *testCluster {
+	return c.allocated(name, []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: names.DriverName, Pool: node, Device: device,
+		ShareID: ptr.To(types.UID("share-" + name)),
+		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{
+			names.CapacityMemory:  resource.MustParse(memory),
+			names.CapacityCompute: *resource.NewQuantity(compute, resource.DecimalSI),
+		},
+	}})
+}
+
+func (c *testCluster) allocated(name string, results []resourceapi.DeviceRequestAllocationResult) *testCluster {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: results},
+		}},
+	}
+	c.snap.Claims = append(c.snap.Claims, claim)
+	return c
+}
