@@ -1,0 +1,323 @@
+package cdi
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// Environment variables set in containers. The CUDA_MPS_* and
+// NVIDIA_VISIBLE_DEVICES names are defined by NVIDIA; TANGRAM_* are ours.
+const (
+	EnvVisibleDevices      = "NVIDIA_VISIBLE_DEVICES"
+	EnvMPSPipeDirectory    = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSPinnedMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSActiveThreadPct  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvClaim               = "TANGRAM_CLAIM"
+	EnvClaimUID            = "TANGRAM_CLAIM_UID"
+	EnvGPUDevices          = "TANGRAM_GPU_DEVICES"
+	EnvGPUUUIDs            = "TANGRAM_GPU_UUIDS"
+	EnvGPUMemoryLimitMiB   = "TANGRAM_GPU_MEMORY_LIMIT_MIB"
+	EnvGPUComputePercent   = "TANGRAM_GPU_COMPUTE_PERCENT"
+	EnvGPUSharingBackend   = "TANGRAM_SHARING_BACKEND"
+	sharingModeExclusive   = "exclusive"
+	mib                    = 1 << 20
+	fullComputePercent     = 100
+	cdiDeviceNameSeparator = "-"
+)
+
+// Claim identifies the claim a spec is written for.
+type Claim struct {
+	UID       string
+	Namespace string
+	Name      string
+}
+
+// Result is one device result of our driver in the claim's allocation.
+type Result struct {
+	// Request is the result's request name ("req" or "req/sub").
+	Request string
+	// Device is the ResourceSlice device name, "gpu-<index>".
+	Device string
+	// GPU is the card behind Device; its UUID must be set.
+	GPU gpu.GPU
+	// ShareID is the allocation's share ID; empty for a device that does not
+	// allow multiple allocations.
+	ShareID string
+	// ConsumedCapacity is the allocation's consumed capacity: "memory" in
+	// bytes and "compute" in percent.
+	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
+	// Config is the resolved config of Request; nil means the default.
+	Config *v1alpha1.GpuConfig
+	// MPSPipeDir is the pipe directory of the MPS daemon serving this card
+	// for this claim; required for shares whose backend is mps. All mps
+	// shares of one claim must use the same directory, because a container
+	// can reach only one MPS control daemon.
+	MPSPipeDir string
+}
+
+// DeviceEdits is one CDI device of the claim's spec, in Result order.
+type DeviceEdits struct {
+	// Name is the CDI device name, "<claimUID>-<device>[-<shareID>]".
+	Name string
+	// ID is the fully qualified CDI device ID returned to the kubelet.
+	ID string
+	// Edits holds the claim-wide environment and mounts.
+	Edits cdispec.ContainerEdits
+}
+
+// ClaimEdits is everything ComputeClaimEdits derives for one claim.
+type ClaimEdits struct {
+	Claim   Claim
+	Devices []DeviceEdits
+	// MPS reports whether the claim's containers connect to an MPS daemon.
+	MPS bool
+}
+
+// IsShare reports whether a result is a share that needs isolation: it has
+// a share ID and consumed less than all of the card's memory. A result that
+// consumed the whole card's memory (a claim that named no memory on a
+// shareable card) is a whole card: nothing else fits beside it, so it gets
+// no MPS, and whole-card work is never slowed by a daemon.
+func IsShare(r Result) bool {
+	if r.ShareID == "" {
+		return false
+	}
+	mem, ok := r.ConsumedCapacity[names.CapacityMemory]
+	if !ok {
+		return false
+	}
+	return r.GPU.MemoryBytes <= 0 || mem.Value() < r.GPU.MemoryBytes
+}
+
+// DeviceName is the CDI device name of a result, reduced to the characters
+// CDI allows (letters, digits, '_', '-', '.', ':'); others become '_'.
+func DeviceName(claimUID, device, shareID string) string {
+	name := claimUID + cdiDeviceNameSeparator + device
+	if shareID != "" {
+		name += cdiDeviceNameSeparator + shareID
+	}
+	return strings.Map(func(r rune) rune {
+		if cdiparser.IsAlphaNumeric(r) || r == '_' || r == '-' || r == '.' || r == ':' {
+			return r
+		}
+		return '_'
+	}, name)
+}
+
+// DeviceID is the fully qualified CDI ID of a device name.
+func DeviceID(name string) string {
+	return cdiparser.QualifiedName(names.CDIVendor, names.CDIClass, name)
+}
+
+// card aggregates the results of one physical card within a claim.
+type card struct {
+	device   string
+	uuid     string
+	whole    bool
+	backend  v1alpha1.SharingBackend
+	memBytes int64 // sum over shares; the card's memory when whole
+	compute  int64 // sum of requested compute over shares
+	cap      int32 // active-thread cap for MPS; 0 means none
+}
+
+// ComputeClaimEdits derives the CDI devices and container edits of a claim.
+// It is pure: same input, same output, no I/O.
+func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
+	if claim.UID == "" {
+		return nil, fmt.Errorf("computing CDI edits: claim %s/%s has no UID", claim.Namespace, claim.Name)
+	}
+	if len(results) == 0 {
+		return nil, fmt.Errorf("computing CDI edits for claim %s/%s: no device results", claim.Namespace, claim.Name)
+	}
+	cards, pipeDir, err := aggregate(results)
+	if err != nil {
+		return nil, fmt.Errorf("computing CDI edits for claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	edits := claimWideEdits(claim, cards, pipeDir)
+
+	out := &ClaimEdits{Claim: claim, MPS: pipeDir != ""}
+	seen := map[string]bool{}
+	for _, r := range results {
+		name := DeviceName(claim.UID, r.Device, r.ShareID)
+		if err := cdiparser.ValidateDeviceName(name); err != nil {
+			return nil, fmt.Errorf("computing CDI edits for claim %s/%s: device %s: %w", claim.Namespace, claim.Name, r.Device, err)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("computing CDI edits for claim %s/%s: device %s share %q appears twice in the allocation",
+				claim.Namespace, claim.Name, r.Device, r.ShareID)
+		}
+		seen[name] = true
+		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: DeviceID(name), Edits: copyEdits(edits)})
+	}
+	return out, nil
+}
+
+// aggregate groups results by card, in first-seen order, and checks that
+// the MPS shares agree on one pipe directory.
+func aggregate(results []Result) ([]*card, string, error) {
+	var cards []*card
+	byUUID := map[string]*card{}
+	pipeDir := ""
+	for _, r := range results {
+		if r.GPU.UUID == "" {
+			return nil, "", fmt.Errorf("device %s (request %q) has no GPU UUID", r.Device, r.Request)
+		}
+		c, ok := byUUID[r.GPU.UUID]
+		if !ok {
+			c = &card{device: r.Device, uuid: r.GPU.UUID}
+			byUUID[r.GPU.UUID] = c
+			cards = append(cards, c)
+		}
+		cfg := r.Config
+		if cfg == nil {
+			cfg = v1alpha1.Default()
+		}
+		if !IsShare(r) {
+			c.whole = true
+			c.memBytes = r.GPU.MemoryBytes
+			continue
+		}
+		mem, compute, err := consumed(r)
+		if err != nil {
+			return nil, "", err
+		}
+		backend := cfg.Sharing.Backend
+		if backend == "" {
+			backend = v1alpha1.DefaultBackend
+		}
+		if c.backend != "" && c.backend != backend {
+			return nil, "", fmt.Errorf("device %s has shares with sharing backends %q and %q in one claim; "+
+				"use one backend for all requests that share a card", r.Device, c.backend, backend)
+		}
+		c.backend = backend
+		c.memBytes += mem
+		c.compute += compute
+		if backend == v1alpha1.BackendMPS {
+			if r.MPSPipeDir == "" {
+				return nil, "", fmt.Errorf("share of device %s (request %q) uses MPS but no MPS pipe directory was given", r.Device, r.Request)
+			}
+			if pipeDir != "" && pipeDir != r.MPSPipeDir {
+				return nil, "", fmt.Errorf("MPS shares of one claim use different pipe directories %q and %q; "+
+					"a container can reach only one MPS daemon", pipeDir, r.MPSPipeDir)
+			}
+			pipeDir = r.MPSPipeDir
+			if mps := cfg.Sharing.MPS; mps != nil && mps.DefaultActiveThreadPercentage != nil {
+				c.cap = *mps.DefaultActiveThreadPercentage
+			}
+		}
+	}
+	for _, c := range cards {
+		if c.whole {
+			// A whole card next to a share of itself cannot be allocated;
+			// if it is, the card is exclusive and no share limits apply.
+			c.backend, c.compute, c.cap = "", 0, 0
+			continue
+		}
+		if c.compute > 0 {
+			c.cap = int32(min(c.compute, fullComputePercent))
+		}
+		if c.backend != v1alpha1.BackendMPS {
+			c.cap = 0
+		}
+	}
+	return cards, pipeDir, nil
+}
+
+// consumed reads a share's memory (bytes) and compute (percent).
+func consumed(r Result) (int64, int64, error) {
+	q := r.ConsumedCapacity[names.CapacityMemory]
+	mem := q.Value()
+	if mem < mib {
+		return 0, 0, fmt.Errorf("share of device %s (request %q) consumed %s memory; a share needs at least 1Mi",
+			r.Device, r.Request, q.String())
+	}
+	var compute int64
+	if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
+		compute = q.Value()
+		if compute < 0 || compute > fullComputePercent {
+			return 0, 0, fmt.Errorf("share of device %s (request %q) consumed compute %s; expected a percentage 0..100",
+				r.Device, r.Request, q.String())
+		}
+	}
+	return mem, compute, nil
+}
+
+// claimWideEdits builds the environment and mounts every device of the
+// claim carries.
+func claimWideEdits(claim Claim, cards []*card, pipeDir string) cdispec.ContainerEdits {
+	var uuids, devices, memMiB, compute, backends, memLimits []string
+	threadCap := int32(math.MaxInt32)
+	for _, c := range cards {
+		uuids = append(uuids, c.uuid)
+		devices = append(devices, c.device)
+		memMiB = append(memMiB, strconv.FormatInt(c.memBytes/mib, 10))
+		pct := int32(fullComputePercent)
+		if c.cap > 0 {
+			pct = c.cap
+		}
+		if !c.whole && c.backend != v1alpha1.BackendMPS && c.compute > 0 {
+			pct = int32(min(c.compute, fullComputePercent)) // accounted, not enforced
+		}
+		compute = append(compute, strconv.Itoa(int(pct)))
+		switch {
+		case c.whole:
+			backends = append(backends, sharingModeExclusive)
+		default:
+			backends = append(backends, string(c.backend))
+		}
+		if !c.whole && c.backend == v1alpha1.BackendMPS {
+			memLimits = append(memLimits, fmt.Sprintf("%s=%dM", c.uuid, c.memBytes/mib))
+			if c.cap > 0 {
+				threadCap = min(threadCap, c.cap)
+			}
+		}
+	}
+	joined := func(s []string) string { return strings.Join(s, ",") }
+	env := []string{
+		EnvVisibleDevices + "=" + joined(uuids),
+		EnvClaim + "=" + claim.Namespace + "/" + claim.Name,
+		EnvClaimUID + "=" + claim.UID,
+		EnvGPUDevices + "=" + joined(devices),
+		EnvGPUUUIDs + "=" + joined(uuids),
+		EnvGPUMemoryLimitMiB + "=" + joined(memMiB),
+		EnvGPUComputePercent + "=" + joined(compute),
+		EnvGPUSharingBackend + "=" + joined(backends),
+	}
+	var edits cdispec.ContainerEdits
+	if pipeDir != "" {
+		env = append(env,
+			EnvMPSPipeDirectory+"="+pipeDir,
+			EnvMPSPinnedMemLimit+"="+joined(memLimits))
+		if threadCap != math.MaxInt32 {
+			env = append(env, EnvMPSActiveThreadPct+"="+strconv.Itoa(int(threadCap)))
+		}
+		edits.Mounts = []*cdispec.Mount{{
+			HostPath:      pipeDir,
+			ContainerPath: pipeDir,
+			Options:       []string{"rbind", "rw", "nosuid", "nodev"},
+		}}
+	}
+	edits.Env = env
+	return edits
+}
+
+func copyEdits(e cdispec.ContainerEdits) cdispec.ContainerEdits {
+	out := cdispec.ContainerEdits{Env: append([]string(nil), e.Env...)}
+	for _, m := range e.Mounts {
+		mc := *m
+		mc.Options = append([]string(nil), m.Options...)
+		out.Mounts = append(out.Mounts, &mc)
+	}
+	return out
+}

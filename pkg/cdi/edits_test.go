@@ -1,0 +1,350 @@
+package cdi
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+const (
+	uid    = "0b5e5a43-6b8e-4c16-9c7a-3d1d2b6f1a00"
+	share1 = "5f1c9a62-3a0f-4f7e-8f1d-9f1b2a3c4d5e"
+	share2 = "7a2b8c93-1d4e-4b5f-a6c7-d8e9f0a1b2c3"
+	uuid0  = "GPU-00000000-0000-0000-0000-000000000000"
+	uuid1  = "GPU-11111111-1111-1111-1111-111111111111"
+	pipe   = "/run/tangram/mps/claim-x/pipe"
+	gib80  = int64(80) << 30
+)
+
+var testClaim = Claim{UID: uid, Namespace: "ml", Name: "train"}
+
+func testGPU(index int, uuid string) gpu.GPU {
+	return gpu.GPU{Index: index, Minor: index, UUID: uuid, MemoryBytes: gib80}
+}
+
+func whole(device string, g gpu.GPU) Result {
+	return Result{Request: "gpu", Device: device, GPU: g}
+}
+
+func share(device string, g gpu.GPU, shareID, memory, compute string, cfg *v1alpha1.GpuConfig) Result {
+	cc := map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
+	if compute != "" {
+		cc["compute"] = resource.MustParse(compute)
+	}
+	return Result{Request: "shared", Device: device, GPU: g, ShareID: shareID, ConsumedCapacity: cc, Config: cfg, MPSPipeDir: pipe}
+}
+
+func cfgWith(backend v1alpha1.SharingBackend, defaultPct int32) *v1alpha1.GpuConfig {
+	c := &v1alpha1.GpuConfig{Sharing: &v1alpha1.Sharing{Backend: backend}}
+	if defaultPct > 0 {
+		c.Sharing.MPS = &v1alpha1.MPSSettings{DefaultActiveThreadPercentage: &defaultPct}
+	}
+	c.Normalize()
+	return c
+}
+
+func claimEnv(extra ...string) []string {
+	return append([]string{
+		"TANGRAM_CLAIM=ml/train",
+		"TANGRAM_CLAIM_UID=" + uid,
+	}, extra...)
+}
+
+func TestComputeClaimEdits(t *testing.T) {
+	pipeMount := []*cdispec.Mount{{HostPath: pipe, ContainerPath: pipe, Options: []string{"rbind", "rw", "nosuid", "nodev"}}}
+	tests := []struct {
+		name       string
+		results    []Result
+		wantNames  []string
+		wantEnv    []string
+		wantMounts []*cdispec.Mount
+		wantMPS    bool
+	}{
+		{
+			name:      "whole card: no MPS variables",
+			results:   []Result{whole("gpu-0", testGPU(0, uuid0))},
+			wantNames: []string{uid + "-gpu-0"},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0}, claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-0", "TANGRAM_GPU_UUIDS="+uuid0, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100", "TANGRAM_SHARING_BACKEND=exclusive")...),
+		},
+		{
+			name:      "share of a shareable card that consumed all memory is a whole card",
+			results:   []Result{share("gpu-0", testGPU(0, uuid0), share1, "80Gi", "0", nil)},
+			wantNames: []string{uid + "-gpu-0-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0}, claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-0", "TANGRAM_GPU_UUIDS="+uuid0, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100", "TANGRAM_SHARING_BACKEND=exclusive")...),
+		},
+		{
+			name:      "share without compute: memory limit, no thread cap",
+			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "0", nil)},
+			wantNames: []string{uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100", "TANGRAM_SHARING_BACKEND=mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=20480M")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name:      "share with compute",
+			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendMPS, 0))},
+			wantNames: []string{uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
+				"TANGRAM_GPU_COMPUTE_PERCENT=40", "TANGRAM_SHARING_BACKEND=mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=20480M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name:      "share without compute gets the config's default cap",
+			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "7680Mi", "", cfgWith(v1alpha1.BackendMPS, 25))},
+			wantNames: []string{uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=7680",
+				"TANGRAM_GPU_COMPUTE_PERCENT=25", "TANGRAM_SHARING_BACKEND=mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=7680M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name:      "requested compute beats the default cap",
+			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "60", cfgWith(v1alpha1.BackendMPS, 25))},
+			wantNames: []string{uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=10240",
+				"TANGRAM_GPU_COMPUTE_PERCENT=60", "TANGRAM_SHARING_BACKEND=mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=10240M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name:      "backend none: accounting only, no MPS",
+			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendNone, 0))},
+			wantNames: []string{uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
+				"TANGRAM_GPU_COMPUTE_PERCENT=40", "TANGRAM_SHARING_BACKEND=none")...),
+		},
+		{
+			name:      "two whole cards",
+			results:   []Result{whole("gpu-0", testGPU(0, uuid0)), whole("gpu-1", testGPU(1, uuid1))},
+			wantNames: []string{uid + "-gpu-0", uid + "-gpu-1"},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0 + "," + uuid1}, claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-0,gpu-1", "TANGRAM_GPU_UUIDS="+uuid0+","+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920,81920",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100,100", "TANGRAM_SHARING_BACKEND=exclusive,exclusive")...),
+		},
+		{
+			name: "shares on two cards: one limit list, the smallest thread cap",
+			results: []Result{
+				share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "30", nil),
+				share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "50", nil),
+			},
+			wantNames: []string{uid + "-gpu-0-" + share1, uid + "-gpu-1-" + share2},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0 + "," + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-0,gpu-1", "TANGRAM_GPU_UUIDS="+uuid0+","+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=10240,20480",
+				"TANGRAM_GPU_COMPUTE_PERCENT=30,50", "TANGRAM_SHARING_BACKEND=mps,mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid0+"=10240M,"+uuid1+"=20480M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name: "two shares of one card add up",
+			results: []Result{
+				share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "20", nil),
+				share("gpu-1", testGPU(1, uuid1), share2, "5Gi", "10", nil),
+			},
+			wantNames: []string{uid + "-gpu-1-" + share1, uid + "-gpu-1-" + share2},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=15360",
+				"TANGRAM_GPU_COMPUTE_PERCENT=30", "TANGRAM_SHARING_BACKEND=mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=15360M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name: "mixed whole card and share",
+			results: []Result{
+				whole("gpu-0", testGPU(0, uuid0)),
+				share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "", nil),
+			},
+			wantNames: []string{uid + "-gpu-0", uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0 + "," + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-0,gpu-1", "TANGRAM_GPU_UUIDS="+uuid0+","+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920,20480",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100,100", "TANGRAM_SHARING_BACKEND=exclusive,mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=20480M")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ComputeClaimEdits(testClaim, tc.results)
+			if err != nil {
+				t.Fatalf("ComputeClaimEdits: %v", err)
+			}
+			if got.MPS != tc.wantMPS {
+				t.Errorf("MPS = %v, want %v", got.MPS, tc.wantMPS)
+			}
+			var gotNames []string
+			for _, d := range got.Devices {
+				gotNames = append(gotNames, d.Name)
+				if want := "k8s.gpu.tangram.dev/claim=" + d.Name; d.ID != want {
+					t.Errorf("ID = %q, want %q", d.ID, want)
+				}
+				// Every device of the claim carries the same claim-wide edits.
+				if !reflect.DeepEqual(d.Edits.Env, tc.wantEnv) {
+					t.Errorf("device %s env\n got: %q\nwant: %q", d.Name, d.Edits.Env, tc.wantEnv)
+				}
+				if !reflect.DeepEqual(d.Edits.Mounts, tc.wantMounts) {
+					t.Errorf("device %s mounts = %+v, want %+v", d.Name, d.Edits.Mounts, tc.wantMounts)
+				}
+			}
+			if !reflect.DeepEqual(gotNames, tc.wantNames) {
+				t.Errorf("device names = %q, want %q", gotNames, tc.wantNames)
+			}
+		})
+	}
+}
+
+func TestComputeClaimEditsErrors(t *testing.T) {
+	other := share("gpu-0", testGPU(0, uuid0), share2, "10Gi", "", nil)
+	other.MPSPipeDir = "/run/other"
+	noPipe := share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil)
+	noPipe.MPSPipeDir = ""
+	noUUID := whole("gpu-0", gpu.GPU{Index: 0})
+	tests := []struct {
+		name    string
+		claim   Claim
+		results []Result
+		wantErr string
+	}{
+		{
+			name:    "no UID",
+			claim:   Claim{Namespace: "ml", Name: "train"},
+			results: []Result{whole("gpu-0", testGPU(0, uuid0))},
+			wantErr: "computing CDI edits: claim ml/train has no UID",
+		},
+		{
+			name:    "no results",
+			claim:   testClaim,
+			wantErr: "computing CDI edits for claim ml/train: no device results",
+		},
+		{
+			name:    "card without UUID",
+			claim:   testClaim,
+			results: []Result{noUUID},
+			wantErr: `computing CDI edits for claim ml/train: device gpu-0 (request "gpu") has no GPU UUID`,
+		},
+		{
+			name:    "MPS share without pipe directory",
+			claim:   testClaim,
+			results: []Result{noPipe},
+			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") uses MPS but no MPS pipe directory was given`,
+		},
+		{
+			name:    "two pipe directories",
+			claim:   testClaim,
+			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil), other},
+			wantErr: `computing CDI edits for claim ml/train: MPS shares of one claim use different pipe directories "` + pipe + `" and "/run/other"; a container can reach only one MPS daemon`,
+		},
+		{
+			name:  "two backends on one card",
+			claim: testClaim,
+			results: []Result{
+				share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", cfgWith(v1alpha1.BackendMPS, 0)),
+				share("gpu-1", testGPU(1, uuid1), share2, "10Gi", "", cfgWith(v1alpha1.BackendNone, 0)),
+			},
+			wantErr: `computing CDI edits for claim ml/train: device gpu-1 has shares with sharing backends "mps" and "none" in one claim; use one backend for all requests that share a card`,
+		},
+		{
+			name:    "compute above 100",
+			claim:   testClaim,
+			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "150", nil)},
+			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") consumed compute 150; expected a percentage 0..100`,
+		},
+		{
+			name:    "memory below 1Mi",
+			claim:   testClaim,
+			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "1Ki", "", nil)},
+			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") consumed 1Ki memory; a share needs at least 1Mi`,
+		},
+		{
+			name:    "same share twice",
+			claim:   testClaim,
+			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil), share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil)},
+			wantErr: `computing CDI edits for claim ml/train: device gpu-1 share "` + share1 + `" appears twice in the allocation`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ComputeClaimEdits(tc.claim, tc.results)
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error\n got: %v\nwant: %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDeviceName(t *testing.T) {
+	tests := []struct{ uid, device, share, want string }{
+		{uid, "gpu-3", "", uid + "-gpu-3"},
+		{uid, "gpu-3", share1, uid + "-gpu-3-" + share1},
+		{"a/b c", "gpu-0", "x+y", "a_b_c-gpu-0-x_y"},
+	}
+	for _, tc := range tests {
+		if got := DeviceName(tc.uid, tc.device, tc.share); got != tc.want {
+			t.Errorf("DeviceName(%q, %q, %q) = %q, want %q", tc.uid, tc.device, tc.share, got, tc.want)
+		}
+	}
+}
+
+func TestIsShare(t *testing.T) {
+	g := testGPU(0, uuid0)
+	tests := []struct {
+		name string
+		r    Result
+		want bool
+	}{
+		{"no share ID", whole("gpu-0", g), false},
+		{"part of the memory", share("gpu-0", g, share1, "20Gi", "", nil), true},
+		{"all of the memory", share("gpu-0", g, share1, "80Gi", "", nil), false},
+		{"no memory recorded", Result{ShareID: share1, GPU: g}, false},
+		{"card memory unknown", share("gpu-0", gpu.GPU{UUID: uuid0}, share1, "20Gi", "", nil), true},
+	}
+	for _, tc := range tests {
+		if got := IsShare(tc.r); got != tc.want {
+			t.Errorf("%s: IsShare = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The edits of one device must not alias another's: callers may append.
+func TestDevicesDoNotShareSlices(t *testing.T) {
+	got, err := ComputeClaimEdits(testClaim, []Result{
+		share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "", nil),
+		share("gpu-1", testGPU(1, uuid1), share2, "10Gi", "", nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Devices[0].Edits.Env[0] = "CHANGED=1"
+	got.Devices[0].Edits.Mounts[0].HostPath = "/changed"
+	if strings.HasPrefix(got.Devices[1].Edits.Env[0], "CHANGED") || got.Devices[1].Edits.Mounts[0].HostPath == "/changed" {
+		t.Error("devices share env or mount storage")
+	}
+}

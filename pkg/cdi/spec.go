@@ -1,0 +1,160 @@
+package cdi
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// specExt makes the CDI library write JSON, which every runtime parses.
+const specExt = ".json"
+
+// BuildSpec assembles the transient CDI spec of a claim: the devices from
+// ComputeClaimEdits (in the same order as results, which it was computed
+// from) plus the hardware edits of their cards.
+func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.Spec, error) {
+	if len(edits.Devices) != len(results) {
+		return nil, fmt.Errorf("building CDI spec for claim %s: %d devices computed for %d results",
+			edits.Claim.UID, len(edits.Devices), len(results))
+	}
+	common, err := hw.CommonEdits()
+	if err != nil {
+		return nil, fmt.Errorf("building CDI spec for claim %s: driver files: %w", edits.Claim.UID, err)
+	}
+	spec := &cdispec.Spec{
+		Kind:           names.CDIKind,
+		ContainerEdits: common,
+	}
+	for i, d := range edits.Devices {
+		cardEdits, err := hw.CardEdits(results[i].GPU)
+		if err != nil {
+			return nil, fmt.Errorf("building CDI spec for claim %s: device nodes of %s: %w", edits.Claim.UID, results[i].Device, err)
+		}
+		e := copyEdits(d.Edits)
+		e.DeviceNodes = append(e.DeviceNodes, cardEdits.DeviceNodes...)
+		e.Mounts = append(e.Mounts, cardEdits.Mounts...)
+		e.Hooks = append(e.Hooks, cardEdits.Hooks...)
+		e.Env = append(e.Env, cardEdits.Env...)
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: d.Name, ContainerEdits: e})
+	}
+	// The lowest version that can express the spec, so older runtimes read it.
+	version, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("building CDI spec for claim %s: %w", edits.Claim.UID, err)
+	}
+	spec.Version = version
+	return spec, nil
+}
+
+// SpecStore keeps one transient spec per claim in a CDI spec directory.
+//
+// Spec files are not fsynced: the page cache survives a plugin crash, and a
+// power loss changes the boot ID, after which all prepared state is dropped
+// and re-prepared anyway.
+type SpecStore struct {
+	dir   string
+	cache *cdiapi.Cache
+}
+
+// NewSpecStore uses dir (e.g. /var/run/cdi) for our specs, creating it if
+// needed. Specs of other vendors in dir are left alone.
+func NewSpecStore(dir string) (*SpecStore, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating CDI spec directory %s: %w", dir, err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		// The cache reports invalid specs of any vendor here; writing and
+		// removing our own files still works, so only a nil cache is fatal.
+		if cache == nil {
+			return nil, fmt.Errorf("opening CDI spec directory %s: %w", dir, err)
+		}
+	}
+	return &SpecStore{dir: dir, cache: cache}, nil
+}
+
+// Dir is the spec directory.
+func (s *SpecStore) Dir() string { return s.dir }
+
+// SpecName is the spec file name (without extension) of a claim.
+func SpecName(claimUID string) string {
+	return cdiapi.GenerateTransientSpecName(names.CDIVendor, names.CDIClass, claimUID)
+}
+
+// Path is where the spec of a claim is written.
+func (s *SpecStore) Path(claimUID string) string {
+	return filepath.Join(s.dir, SpecName(claimUID)+specExt)
+}
+
+// Write validates the spec with the CDI library and replaces the claim's
+// spec file atomically (temp file + rename).
+func (s *SpecStore) Write(claimUID string, spec *cdispec.Spec) error {
+	if err := s.cache.WriteSpec(spec, SpecName(claimUID)+specExt); err != nil {
+		return fmt.Errorf("writing CDI spec of claim %s to %s: %w", claimUID, s.dir, err)
+	}
+	return nil
+}
+
+// Read parses the claim's spec with the CDI library, which also validates it.
+func (s *SpecStore) Read(claimUID string) (*cdispec.Spec, error) {
+	spec, err := cdiapi.ReadSpec(s.Path(claimUID), 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading CDI spec of claim %s: %w", claimUID, err)
+	}
+	return spec.Spec, nil
+}
+
+// Remove deletes the claim's spec; a missing spec is not an error.
+func (s *SpecStore) Remove(claimUID string) error {
+	if err := s.cache.RemoveSpec(SpecName(claimUID) + specExt); err != nil {
+		return fmt.Errorf("removing CDI spec of claim %s from %s: %w", claimUID, s.dir, err)
+	}
+	// A spec could have been written in YAML by an older version; remove
+	// that too so it cannot linger as an orphan.
+	if err := os.Remove(filepath.Join(s.dir, SpecName(claimUID)+".yaml")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing CDI spec of claim %s from %s: %w", claimUID, s.dir, err)
+	}
+	return nil
+}
+
+// List returns the claim UIDs that have a spec of ours in the directory, for
+// orphan cleanup at start-up. Files of other vendors are ignored.
+func (s *SpecStore) List() ([]string, error) {
+	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing CDI specs in %s: %w", s.dir, err)
+	}
+	prefix := SpecName("")
+	seen := map[string]bool{}
+	var uids []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		ext := filepath.Ext(name)
+		if ext != ".json" && ext != ".yaml" {
+			continue
+		}
+		uid := strings.TrimSuffix(strings.TrimPrefix(name, prefix), ext)
+		if uid != "" && !seen[uid] {
+			seen[uid] = true
+			uids = append(uids, uid)
+		}
+	}
+	return uids, nil
+}
+
+// ensure NoHardware satisfies the interface at compile time.
+var _ HardwareEdits = NoHardware{}
