@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strconv"
@@ -113,7 +115,25 @@ func (d *profileDecoder) decode(data []byte) *Profile {
 		return p
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&doc)
+	if errors.Is(err, io.EOF) { // nothing but comments
+		d.addf(0, "", "the profile is empty: list the cards under gpus:")
+		d.fatal = true
+		return p
+	}
+	if err == nil {
+		// A second document would otherwise be ignored without a word.
+		var next yaml.Node
+		if err2 := dec.Decode(&next); err2 == nil && !emptyDocument(&next) {
+			d.addf(next.Line, "", "a second YAML document (after ---): put all cards in one gpus: list")
+			d.fatal = true
+			return p
+		} else if err2 != nil && !errors.Is(err2, io.EOF) {
+			err = err2
+		}
+	}
+	if err != nil {
 		msg := err.Error()
 		if m := yamlErrorLine.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
@@ -124,7 +144,7 @@ func (d *profileDecoder) decode(data []byte) *Profile {
 		d.fatal = true
 		return p
 	}
-	if len(doc.Content) == 0 {
+	if emptyDocument(&doc) {
 		d.addf(0, "", "the profile is empty: list the cards under gpus:")
 		d.fatal = true
 		return p
@@ -356,6 +376,12 @@ func resolve(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	return n
+}
+
+// emptyDocument is true for a document with nothing in it but comments
+// or "---".
+func emptyDocument(doc *yaml.Node) bool {
+	return len(doc.Content) == 0 || isNull(doc.Content[0])
 }
 
 func isNull(n *yaml.Node) bool {

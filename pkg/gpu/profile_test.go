@@ -85,6 +85,11 @@ gpus:
 			}}},
 		},
 		{
+			name: "document markers around a single document",
+			yaml: "---\ngpus:\n- {index: 0, productName: X, memory: 1Gi}\n---\n",
+			want: &Profile{GPUs: []ProfileGPU{{Index: 0, ProductName: "X", Memory: "1Gi", Brand: "Nvidia", DriverVersion: "580.95.05", CUDADriverVersion: "13.0"}}},
+		},
+		{
 			name: "anchors and aliases are followed",
 			yaml: `
 gpus:
@@ -125,6 +130,21 @@ func TestParseProfileBad(t *testing.T) {
 			name: "only a comment",
 			yaml: "# nothing\n",
 			want: "the profile is empty: list the cards under gpus:",
+		},
+		{
+			name: "only a document marker",
+			yaml: "---\n",
+			want: "the profile is empty: list the cards under gpus:",
+		},
+		{
+			name: "a second document would be ignored",
+			yaml: "gpus:\n- {index: 0, productName: X, memory: 1Gi}\n---\ngpus: []\n",
+			want: "line 3: a second YAML document (after ---): put all cards in one gpus: list",
+		},
+		{
+			name: "tab indentation",
+			yaml: "gpus:\n\t- index: 0\n",
+			want: "line 2: invalid YAML: found character that cannot start any token",
 		},
 		{
 			name: "not YAML",
@@ -401,28 +421,31 @@ func TestProfileValidate(t *testing.T) {
 	}
 }
 
-func TestNormalizePCIBusID(t *testing.T) {
-	tests := []struct {
-		in, want, wantErr string
-	}{
-		{in: "0000:18:00.0", want: "0000:18:00.0"},
-		{in: "00000000:1B:00.0", want: "0000:1b:00.0"},
-		{in: "00010000:C3:1f.7", want: "10000:c3:1f.7"},
-		{in: "0000:18:00", wantErr: `"0000:18:00" is not a PCI bus ID (use domain:bus:device.function, e.g. "0000:18:00.0")`},
-		{in: "000:18:00.0", wantErr: `"000:18:00.0" is not a PCI bus ID (use domain:bus:device.function, e.g. "0000:18:00.0")`},
-		{in: "0000:18:3a.0", wantErr: `"0000:18:3a.0" is not a PCI bus ID: device 3a is above 1f`},
-		{in: "", wantErr: `"" is not a PCI bus ID (use domain:bus:device.function, e.g. "0000:18:00.0")`},
+// TestDocumentedExample keeps the example in docs/fake-gpus.md valid.
+func TestDocumentedExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/fake-gpus.md")
+	if err != nil {
+		t.Fatalf("reading the docs: %v", err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := NormalizePCIBusID(tt.in)
-			gotErr := ""
-			if err != nil {
-				gotErr = err.Error()
-			}
-			if got != tt.want || gotErr != tt.wantErr {
-				t.Errorf("NormalizePCIBusID(%q) = %q, %q; want %q, %q", tt.in, got, gotErr, tt.want, tt.wantErr)
-			}
-		})
+	_, rest, found := strings.Cut(string(doc), "```yaml\n")
+	example, _, closed := strings.Cut(rest, "```")
+	if !found || !closed {
+		t.Fatal("docs/fake-gpus.md has no ```yaml example")
+	}
+	p, err := ParseProfile([]byte(example))
+	if err != nil {
+		t.Fatalf("the documented example does not parse:\n%v", err)
+	}
+	if p.Name != "lab-h100" || len(p.GPUs) != 5 {
+		t.Fatalf("example = %q with %d cards, want lab-h100 with 5", p.Name, len(p.GPUs))
+	}
+	wantLinks := [][]int{{1, 2, 3}, {0}, {0}, {0}, nil}
+	for i, g := range p.GPUs {
+		if !cmp.Equal(g.NVLinks, wantLinks[i]) {
+			t.Errorf("card %d nvlinks = %v, want %v", i, g.NVLinks, wantLinks[i])
+		}
+	}
+	if g := p.GPUs[4]; g.ProductName != "NVIDIA L4" || g.Memory != "24Gi" || g.Architecture != "ada-lovelace" {
+		t.Errorf("card 4 did not override the defaults: %+v", g)
 	}
 }
