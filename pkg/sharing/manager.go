@@ -171,16 +171,28 @@ func (m *Manager) Release(ctx context.Context, claim string) error {
 	return nil
 }
 
-// StopIfIdle stops the daemon when no share is recorded, e.g. at start-up
-// after the checkpoint has been replayed, so that a daemon left by a
-// previous process for claims that are gone does not linger.
-func (m *Manager) StopIfIdle(ctx context.Context) error {
+// Reconcile is called at start-up, after the checkpoint's shares have been
+// re-acquired: every shareable card without a share goes back to DEFAULT
+// (a previous process may have died between switching a card and recording
+// the share) and a daemon left running for shares that are gone is stopped.
+func (m *Manager) Reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.holders) > 0 {
-		return nil
+	var errs []error
+	for _, uuid := range sortedKeys(m.shareable) {
+		if len(m.holders[uuid]) > 0 {
+			continue
+		}
+		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
+			errs = append(errs, fmt.Errorf("restoring compute mode of idle card %s: %w", uuid, err))
+		}
 	}
-	return m.daemon.Stop(ctx)
+	if len(m.holders) == 0 {
+		if err := m.daemon.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Holders returns, per card, the sorted claims holding a share on it.

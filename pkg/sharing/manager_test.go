@@ -309,3 +309,34 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+func TestManagerReconcile(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a", "GPU-b", "GPU-c"}
+	daemon := &countingDaemon{running: true}
+	modes := &RecordingComputeModeSetter{}
+	// A previous process switched GPU-c and died before recording a share.
+	_ = modes.SetComputeMode(ctx, "GPU-c", ComputeModeExclusiveProcess)
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	if err := m.Acquire(ctx, "kept", []string{"GPU-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := []ComputeMode{modes.Mode("GPU-a"), modes.Mode("GPU-b"), modes.Mode("GPU-c")}
+	want := []ComputeMode{ComputeModeExclusiveProcess, ComputeModeDefault, ComputeModeDefault}
+	if !reflect.DeepEqual(got, want) || !daemon.running {
+		t.Errorf("after reconcile with a share: modes %v running %v, want %v true", got, daemon.running, want)
+	}
+	if err := m.Release(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	daemon.running = true // a daemon left by an earlier process
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if daemon.running {
+		t.Error("reconcile with no share left the daemon running")
+	}
+}

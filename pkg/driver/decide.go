@@ -1,0 +1,141 @@
+package driver
+
+import (
+	"slices"
+	"sort"
+)
+
+// This file holds the pure decisions of prepare, unprepare and start-up:
+// given what the checkpoint says and what exists on disk, what to do. The
+// Driver carries them out.
+
+// Phase is how far a claim's preparation got.
+type Phase string
+
+const (
+	// PhaseStarted: the claim's cards are reserved, its spec and MPS
+	// accounting may be partly done. Never returned to the kubelet.
+	PhaseStarted Phase = "PrepareStarted"
+	// PhaseCompleted: spec written, MPS accounting done, IDs returned.
+	PhaseCompleted Phase = "PrepareCompleted"
+)
+
+// ClaimRecord is what the plugin remembers about one claim.
+type ClaimRecord struct {
+	UID       string
+	Namespace string
+	Name      string
+	Phase     Phase
+	Devices   []PreparedDevice
+}
+
+// PreparedDevice is one allocation result as prepared.
+type PreparedDevice struct {
+	Request string
+	Pool    string
+	Device  string
+	ShareID string
+	UUID    string
+	// Share is true when the result holds part of the card.
+	Share bool
+	// MPS is true when the share is enforced by the node's MPS daemon, so
+	// MPS accounting was done for it.
+	MPS         bool
+	AdminAccess bool
+	// CDIDeviceIDs are the fully qualified IDs given to the kubelet.
+	CDIDeviceIDs []string
+}
+
+func (r ClaimRecord) key() string { return r.Namespace + "/" + r.Name }
+
+// mpsCards returns the sorted, unique cards the record holds MPS shares on.
+func (r ClaimRecord) mpsCards() []string {
+	var out []string
+	for _, d := range r.Devices {
+		if d.MPS {
+			out = append(out, d.UUID)
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// holdings lists how the record holds its cards.
+func (r ClaimRecord) holdings() []Holding {
+	var out []Holding
+	for _, d := range r.Devices {
+		if d.AdminAccess {
+			continue
+		}
+		out = append(out, Holding{ClaimUID: r.UID, Claim: r.key(), UUID: d.UUID, Share: d.Share})
+	}
+	return out
+}
+
+// prepareAction is what Prepare does with a claim given its record.
+type prepareAction int
+
+const (
+	// actionPrepare: no record, prepare from scratch.
+	actionPrepare prepareAction = iota
+	// actionReturnExisting: completed earlier, return the same IDs.
+	actionReturnExisting
+	// actionRollbackThenPrepare: a previous attempt stopped half-way.
+	actionRollbackThenPrepare
+	// actionBusy: another call is preparing or unpreparing it right now.
+	actionBusy
+)
+
+func decidePrepare(rec *ClaimRecord, inFlight bool) prepareAction {
+	switch {
+	case inFlight:
+		return actionBusy
+	case rec == nil:
+		return actionPrepare
+	case rec.Phase == PhaseCompleted:
+		return actionReturnExisting
+	default:
+		return actionRollbackThenPrepare
+	}
+}
+
+// startupPlan is what start-up does to reach a consistent state.
+type startupPlan struct {
+	// Keep are completed claims whose spec exists: their MPS accounting is
+	// replayed.
+	Keep []ClaimRecord
+	// Rollback are records to undo (spec removed, MPS released) and drop.
+	Rollback []ClaimRecord
+	// RemoveSpecs are claim UIDs with a spec of ours and no kept record.
+	RemoveSpecs []string
+}
+
+// planStartup decides from the checkpoint's records and the claim UIDs that
+// have a spec on disk. bootChanged drops every record: after a reboot no
+// container from before survives, and neither does MPS state.
+func planStartup(records map[string]ClaimRecord, specUIDs []string, bootChanged bool) startupPlan {
+	var plan startupPlan
+	hasSpec := map[string]bool{}
+	for _, uid := range specUIDs {
+		hasSpec[uid] = true
+	}
+	kept := map[string]bool{}
+	for _, uid := range sortedRecordKeys(records) {
+		rec := records[uid]
+		switch {
+		case bootChanged, rec.Phase != PhaseCompleted, !hasSpec[uid]:
+			// A completed record without its spec cannot be used by a new
+			// container; the kubelet prepares again before starting one.
+			plan.Rollback = append(plan.Rollback, rec)
+		default:
+			plan.Keep = append(plan.Keep, rec)
+			kept[uid] = true
+		}
+	}
+	for _, uid := range specUIDs {
+		if !kept[uid] {
+			plan.RemoveSpecs = append(plan.RemoveSpecs, uid)
+		}
+	}
+	return plan
+}

@@ -1,0 +1,364 @@
+// Package driver is the kubelet plugin of gpu.tangram.dev: it prepares and
+// unprepares ResourceClaims (one transient CDI spec per claim, MPS
+// accounting for shares, a two-phase checkpoint) and publishes the node's
+// GPUs as ResourceSlices.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// Config wires a Driver.
+type Config struct {
+	// NodeName is the node and the name of its resource pool.
+	NodeName string
+	GPUs     []gpu.GPU
+	State    StateStore
+	Specs    SpecStore
+	Configs  ConfigResolver
+	// Shares is the MPS accounting; nil on nodes with sharing disabled,
+	// where a share allocation is refused.
+	Shares Shares
+	// ListClaims is used only to rebuild state after a corrupt checkpoint.
+	ListClaims ClaimLister
+	Metrics    *Metrics
+	// OnFatal is called for background errors that retrying cannot fix,
+	// typically to cancel the plugin's context. May be nil.
+	OnFatal func(error)
+}
+
+// Driver implements kubeletplugin.DRAPlugin.
+type Driver struct {
+	cfg   Config
+	cards map[string]gpu.GPU
+
+	mu       sync.Mutex
+	records  map[string]ClaimRecord
+	inFlight map[string]bool
+}
+
+var _ kubeletplugin.DRAPlugin = &Driver{}
+
+// New recovers the state left by an earlier process (see Recover) and
+// returns a driver ready to serve the kubelet.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	d := &Driver{
+		cfg:      cfg,
+		cards:    map[string]gpu.GPU{},
+		records:  map[string]ClaimRecord{},
+		inFlight: map[string]bool{},
+	}
+	for _, g := range cfg.GPUs {
+		d.cards[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = g
+	}
+	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// PrepareResourceClaims prepares each claim independently; one claim's
+// failure does not affect the others.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		start := time.Now()
+		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+		devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim)
+		d.cfg.Metrics.observePrepare(start, err)
+		if err != nil {
+			err = fmt.Errorf("preparing claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			logger.Error(err, "Prepare failed")
+			out[claim.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		logger.V(2).Info("Prepared", "devices", len(devices), "duration", time.Since(start))
+		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+	}
+	d.publishGauges()
+	return out, nil
+}
+
+// UnprepareResourceClaims undoes Prepare; unknown claims succeed.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, claim := range claims {
+		start := time.Now()
+		logger := klog.FromContext(ctx).WithValues("claim", claim.NamespacedName, "claimUID", claim.UID)
+		err := d.unprepareClaim(klog.NewContext(ctx, logger), string(claim.UID))
+		d.cfg.Metrics.observeUnprepare(start, err)
+		if err != nil {
+			err = fmt.Errorf("unpreparing claim %s: %w", claim.String(), err)
+			logger.Error(err, "Unprepare failed")
+		} else {
+			logger.V(2).Info("Unprepared", "duration", time.Since(start))
+		}
+		out[claim.UID] = err
+	}
+	d.publishGauges()
+	return out, nil
+}
+
+// HandleError logs background errors (e.g. publishing ResourceSlices) and
+// calls OnFatal for those retrying cannot fix.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cfg.OnFatal != nil {
+		d.cfg.OnFatal(fmt.Errorf("%s: %w", msg, err))
+	}
+}
+
+// WatchHealthStatus: device health (e.g. NVML XID events) is not monitored
+// yet, and reporting "Healthy" without looking would be a lie.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	uid := string(claim.UID)
+	plan, err := planClaim(claim, d.cfg.NodeName, d.cards)
+	if err != nil {
+		return nil, err
+	}
+	configs, err := d.cfg.Configs(claim, plan)
+	if err != nil {
+		return nil, err
+	}
+	specDevices := make([]SpecDevice, len(plan))
+	for i := range plan {
+		specDevices[i] = SpecDevice{plannedDevice: plan[i], Config: configs[i]}
+	}
+	rec := newRecord(claim, specDevices)
+	if len(rec.mpsCards()) > 0 && d.cfg.Shares == nil {
+		return nil, fmt.Errorf("the claim holds shares of %v, but sharing is disabled on node %s; use a whole card or a node with --sharing=enabled",
+			rec.mpsCards(), d.cfg.NodeName)
+	}
+
+	d.mu.Lock()
+	old, found := d.records[uid]
+	var oldPtr *ClaimRecord
+	if found {
+		oldPtr = &old
+	}
+	switch decidePrepare(oldPtr, d.inFlight[uid]) {
+	case actionBusy:
+		d.mu.Unlock()
+		return nil, fmt.Errorf("another call is preparing or unpreparing this claim; retry later")
+	case actionReturnExisting:
+		d.mu.Unlock()
+		klog.FromContext(ctx).V(3).Info("Already prepared; returning the recorded devices")
+		return kubeletDevices(old), nil
+	case actionRollbackThenPrepare:
+		d.inFlight[uid] = true
+		d.mu.Unlock()
+		klog.FromContext(ctx).Info("Rolling back a preparation that did not complete")
+		if err := d.undo(ctx, old); err != nil {
+			return nil, fmt.Errorf("rolling back an earlier incomplete preparation: %w", err)
+		}
+		d.mu.Lock()
+		delete(d.inFlight, uid)
+	}
+	// Still under d.mu: reserve the cards by recording PrepareStarted.
+	if err := checkOverlap(uid, rec.key(), plan, d.holdingsLocked()); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	d.records[uid] = rec
+	if err := d.saveLocked(ctx); err != nil {
+		delete(d.records, uid)
+		d.mu.Unlock()
+		return nil, fmt.Errorf("recording the start of preparation: %w", err)
+	}
+	d.inFlight[uid] = true
+	d.mu.Unlock()
+
+	// Side effects, outside the lock so that a slow MPS start does not hold
+	// up whole-card claims.
+	completed, err := d.apply(ctx, rec, specDevices)
+	if err == nil {
+		d.mu.Lock()
+		d.records[uid] = completed
+		err = d.saveLocked(ctx)
+		if err != nil {
+			d.records[uid] = rec
+			err = fmt.Errorf("recording the completed preparation: %w", err)
+		}
+		d.mu.Unlock()
+	}
+	if err != nil {
+		if undoErr := d.undo(ctx, rec); undoErr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", undoErr))
+		}
+		return nil, err
+	}
+	d.mu.Lock()
+	delete(d.inFlight, uid)
+	d.mu.Unlock()
+	return kubeletDevices(completed), nil
+}
+
+// apply does the MPS accounting and writes the spec; it returns the
+// completed record.
+func (d *Driver) apply(ctx context.Context, rec ClaimRecord, devices []SpecDevice) (ClaimRecord, error) {
+	spec := ClaimSpec{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name, Devices: devices}
+	if cards := rec.mpsCards(); len(cards) > 0 {
+		if err := d.cfg.Shares.Acquire(ctx, rec.UID, cards); err != nil {
+			return rec, err
+		}
+		spec.MPS = d.cfg.Shares.ClientConfig()
+	}
+	ids, err := d.cfg.Specs.Write(ctx, spec)
+	if err != nil {
+		return rec, fmt.Errorf("writing the CDI spec: %w", err)
+	}
+	if len(ids) != len(rec.Devices) {
+		return rec, fmt.Errorf("internal error: CDI spec has IDs for %d devices, want %d", len(ids), len(rec.Devices))
+	}
+	completed := rec
+	completed.Phase = PhaseCompleted
+	completed.Devices = make([]PreparedDevice, len(rec.Devices))
+	for i, dev := range rec.Devices {
+		dev.CDIDeviceIDs = ids[i]
+		completed.Devices[i] = dev
+	}
+	return completed, nil
+}
+
+// undo removes the claim's spec and MPS accounting, then its record. The
+// record is kept (as started) if cleanup failed, so a retry or the next
+// start-up tries again.
+func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
+	var errs []error
+	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
+		errs = append(errs, fmt.Errorf("removing the CDI spec: %w", err))
+	}
+	if len(rec.mpsCards()) > 0 && d.cfg.Shares != nil {
+		if err := d.cfg.Shares.Release(ctx, rec.UID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.inFlight, rec.UID)
+	if len(errs) > 0 {
+		rec.Phase = PhaseStarted
+		d.records[rec.UID] = rec
+		if err := d.saveLocked(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+	delete(d.records, rec.UID)
+	if err := d.saveLocked(ctx); err != nil {
+		return fmt.Errorf("recording the removal: %w", err)
+	}
+	return nil
+}
+
+func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
+	d.mu.Lock()
+	rec, found := d.records[uid]
+	if !found {
+		d.mu.Unlock()
+		klog.FromContext(ctx).V(3).Info("Not prepared; nothing to do")
+		return nil
+	}
+	if d.inFlight[uid] {
+		d.mu.Unlock()
+		return fmt.Errorf("another call is preparing or unpreparing this claim; retry later")
+	}
+	d.inFlight[uid] = true
+	d.mu.Unlock()
+	return d.undo(ctx, rec)
+}
+
+func (d *Driver) saveLocked(ctx context.Context) error {
+	return d.cfg.State.Save(ctx, maps.Clone(d.records))
+}
+
+func (d *Driver) holdingsLocked() []Holding {
+	var out []Holding
+	for _, uid := range sortedRecordKeys(d.records) {
+		out = append(out, d.records[uid].holdings()...)
+	}
+	return out
+}
+
+// Records returns a copy of the current claim records.
+func (d *Driver) Records() map[string]ClaimRecord {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.records)
+}
+
+func (d *Driver) publishGauges() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	claims, whole, shares := 0, 0, 0
+	for _, rec := range d.records {
+		if rec.Phase != PhaseCompleted {
+			continue
+		}
+		claims++
+		for _, dev := range rec.Devices {
+			if dev.Share {
+				shares++
+			} else {
+				whole++
+			}
+		}
+	}
+	d.cfg.Metrics.setPrepared(claims, whole, shares)
+}
+
+func newRecord(claim *resourceapi.ResourceClaim, devices []SpecDevice) ClaimRecord {
+	rec := ClaimRecord{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted}
+	for _, dev := range devices {
+		rec.Devices = append(rec.Devices, PreparedDevice{
+			Request:     dev.Request,
+			Pool:        dev.Pool,
+			Device:      dev.Device,
+			ShareID:     dev.ShareID,
+			UUID:        dev.GPU.UUID,
+			Share:       dev.Share,
+			MPS:         dev.Share && !dev.AdminAccess && usesMPS(dev),
+			AdminAccess: dev.AdminAccess,
+		})
+	}
+	return rec
+}
+
+func kubeletDevices(rec ClaimRecord) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
+	for _, dev := range rec.Devices {
+		kd := kubeletplugin.Device{
+			Requests:     []string{dev.Request},
+			PoolName:     dev.Pool,
+			DeviceName:   dev.Device,
+			CDIDeviceIDs: dev.CDIDeviceIDs,
+		}
+		if dev.ShareID != "" {
+			shareID := types.UID(dev.ShareID)
+			kd.ShareID = &shareID
+		}
+		out = append(out, kd)
+	}
+	return out
+}

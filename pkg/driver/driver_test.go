@@ -1,0 +1,277 @@
+package driver
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+)
+
+func cdiIDs(res kubeletplugin.PrepareResult) []string {
+	var out []string
+	for _, d := range res.Devices {
+		out = append(out, d.CDIDeviceIDs...)
+	}
+	return out
+}
+
+func TestPrepareShapes(t *testing.T) {
+	tests := []struct {
+		name        string
+		claim       *resourceapi.ResourceClaim
+		wantIDs     []string
+		wantHolders map[string][]string
+		wantShares  []bool
+	}{
+		{
+			name:        "whole card never touches MPS",
+			claim:       claimWith("c1", wholeResult("gpu", "gpu-0")),
+			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c1-gpu-0"},
+			wantHolders: map[string][]string{},
+			wantShares:  []bool{false},
+		},
+		{
+			name:        "share with memory only",
+			claim:       claimWith("c2", shareResult("gpu", "gpu-1", "s1", "20Gi", "")),
+			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c2-gpu-1-s1"},
+			wantHolders: map[string][]string{"GPU-1": {"c2"}},
+			wantShares:  []bool{true},
+		},
+		{
+			name:        "share with memory and compute",
+			claim:       claimWith("c3", shareResult("gpu", "gpu-1", "s2", "20Gi", "40")),
+			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c3-gpu-1-s2"},
+			wantHolders: map[string][]string{"GPU-1": {"c3"}},
+			wantShares:  []bool{true},
+		},
+		{
+			name:        "all memory of a shareable card is a whole card",
+			claim:       claimWith("c4", shareResult("gpu", "gpu-2", "s3", "80Gi", "40")),
+			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c4-gpu-2-s3"},
+			wantHolders: map[string][]string{},
+			wantShares:  []bool{false},
+		},
+		{
+			name: "several devices in one claim, shares on two cards",
+			claim: claimWith("c5", wholeResult("big", "gpu-0"),
+				shareResult("small", "gpu-1", "s4", "10Gi", ""), shareResult("small", "gpu-2", "s5", "10Gi", "")),
+			wantIDs: []string{"k8s.gpu.tangram.dev/claim=c5-gpu-0", "k8s.gpu.tangram.dev/claim=c5-gpu-1-s4",
+				"k8s.gpu.tangram.dev/claim=c5-gpu-2-s5"},
+			wantHolders: map[string][]string{"GPU-1": {"c5"}, "GPU-2": {"c5"}},
+			wantShares:  []bool{false, true, true},
+		},
+		{
+			name: "backend none accounts shares without MPS",
+			claim: withConfig(claimWith("c6", shareResult("gpu", "gpu-3", "s6", "10Gi", "")),
+				resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
+			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c6-gpu-3-s6"},
+			wantHolders: map[string][]string{},
+			wantShares:  []bool{true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			res := h.prepare(tt.claim)[tt.claim.UID]
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			if got := cdiIDs(res); !reflect.DeepEqual(got, tt.wantIDs) {
+				t.Errorf("CDI IDs %v, want %v", got, tt.wantIDs)
+			}
+			if got := h.shares.Holders(); !reflect.DeepEqual(got, tt.wantHolders) {
+				t.Errorf("MPS holders %v, want %v", got, tt.wantHolders)
+			}
+			spec, err := h.specs.read(string(tt.claim.UID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var shares []bool
+			for _, d := range spec.Devices {
+				shares = append(shares, d.Share)
+			}
+			if !reflect.DeepEqual(shares, tt.wantShares) {
+				t.Errorf("spec devices share flags %v, want %v", shares, tt.wantShares)
+			}
+			if len(tt.wantHolders) > 0 && !reflect.DeepEqual(spec.MPS, h.shares.ClientConfig()) {
+				t.Errorf("spec MPS client config %+v, want %+v", spec.MPS, h.shares.ClientConfig())
+			}
+			if len(tt.wantHolders) == 0 && (len(spec.MPS.Env) > 0 || h.steps.count("mps-acquire") > 0 || h.daemon.Starts() > 0) {
+				t.Errorf("a claim without MPS shares touched MPS: env %v, acquires %d, daemon starts %d",
+					spec.MPS.Env, h.steps.count("mps-acquire"), h.daemon.Starts())
+			}
+			h.assertConsistent()
+			if err := h.unprepare(string(tt.claim.UID))[tt.claim.UID]; err != nil {
+				t.Fatal(err)
+			}
+			h.assertConsistent()
+			if len(h.driver.Records()) != 0 {
+				t.Errorf("records left after unprepare: %v", h.driver.Records())
+			}
+		})
+	}
+}
+
+func TestPrepareRefusesOverlap(t *testing.T) {
+	tests := []struct {
+		name    string
+		first   *resourceapi.ResourceClaim
+		second  *resourceapi.ResourceClaim
+		wantErr string
+	}{
+		{
+			name:    "whole card held whole by another claim",
+			first:   claimWith("a", wholeResult("gpu", "gpu-0")),
+			second:  claimWith("b", wholeResult("gpu", "gpu-0")),
+			wantErr: "preparing claim default/claim-b: refusing to give gpu-0 (GPU-0) whole to claim default/claim-b: claim default/claim-a already holds it whole; the allocation is stale or wrong, delete and recreate the claim",
+		},
+		{
+			name:    "whole card while another claim holds a share",
+			first:   claimWith("a", shareResult("gpu", "gpu-1", "s1", "10Gi", "")),
+			second:  claimWith("b", wholeResult("gpu", "gpu-1")),
+			wantErr: "preparing claim default/claim-b: refusing to give gpu-1 (GPU-1) whole to claim default/claim-b: claim default/claim-a holds a share of it; the allocation is stale or wrong, delete and recreate the claim",
+		},
+		{
+			name:    "share on a card held whole",
+			first:   claimWith("a", wholeResult("gpu", "gpu-2")),
+			second:  claimWith("b", shareResult("gpu", "gpu-2", "s1", "10Gi", "")),
+			wantErr: "preparing claim default/claim-b: refusing a share of gpu-2 (GPU-2) to claim default/claim-b: claim default/claim-a holds the card whole; the allocation is stale or wrong, delete and recreate the claim",
+		},
+		{
+			name:   "two shares on one card coexist",
+			first:  claimWith("a", shareResult("gpu", "gpu-3", "s1", "10Gi", "")),
+			second: claimWith("b", shareResult("gpu", "gpu-3", "s2", "10Gi", "50")),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.prepare(tt.first)[tt.first.UID].Err; err != nil {
+				t.Fatal(err)
+			}
+			err := h.prepare(tt.second)[tt.second.UID].Err
+			if got := errString(err); got != tt.wantErr {
+				t.Fatalf("error %q\nwant  %q", got, tt.wantErr)
+			}
+			// A refused claim leaves nothing behind.
+			h.assertConsistent()
+			if _, found := h.driver.Records()[string(tt.second.UID)]; found != (tt.wantErr == "") {
+				t.Errorf("record of the second claim present = %v", found)
+			}
+		})
+	}
+}
+
+func TestPrepareErrorsLeaveNothing(t *testing.T) {
+	tests := []struct {
+		name    string
+		claim   *resourceapi.ResourceClaim
+		setup   func(h *harness)
+		wantErr string
+	}{
+		{
+			name: "invalid GpuConfig names the field",
+			claim: withConfig(claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+				resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"hami"}}`),
+			wantErr: "sharing.backend",
+		},
+		{
+			name:    "device not on this node",
+			claim:   claimWith("c2", wholeResult("gpu", "gpu-9")),
+			wantErr: `request "gpu": device gpu-9 is not a GPU of this node (it has gpu-0, gpu-1, gpu-2, gpu-3)`,
+		},
+		{
+			name:    "spec write fails after MPS was acquired",
+			claim:   claimWith("c3", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+			setup:   func(h *harness) { h.specs.failWrite = errInjected },
+			wantErr: "writing the CDI spec: injected failure",
+		},
+		{
+			name:  "compute mode cannot be set",
+			claim: claimWith("c4", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+			setup: func(h *harness) {
+				h.modes.Fail = func(string, sharing.ComputeMode) error { return errInjected }
+			},
+			wantErr: "preparing card GPU-0 for MPS shares: injected failure",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tt.setup != nil {
+				tt.setup(h)
+			}
+			err := h.prepare(tt.claim)[tt.claim.UID].Err
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+			}
+			h.modes.Fail = nil
+			h.assertConsistent()
+			if len(h.driver.Records()) != 0 {
+				t.Errorf("records left after a failed prepare: %v", h.driver.Records())
+			}
+		})
+	}
+}
+
+func TestPrepareIsIdempotent(t *testing.T) {
+	h := newHarness(t)
+	claim := claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "20"))
+	first := h.prepare(claim)[claim.UID]
+	second := h.prepare(claim)[claim.UID]
+	if first.Err != nil || second.Err != nil {
+		t.Fatal(first.Err, second.Err)
+	}
+	if !reflect.DeepEqual(first, second) {
+		t.Errorf("second prepare returned %+v, first %+v", second, first)
+	}
+	if n := h.steps.count("spec-write"); n != 1 {
+		t.Errorf("spec written %d times, want 1", n)
+	}
+	if n := h.steps.count("mps-acquire"); n != 1 {
+		t.Errorf("MPS acquired %d times, want 1", n)
+	}
+	// The answer survives a restart too.
+	h.restart()
+	third := h.prepare(claim)[claim.UID]
+	if !reflect.DeepEqual(first, third) {
+		t.Errorf("prepare after restart returned %+v, want %+v", third, first)
+	}
+	h.assertConsistent()
+	for range 2 {
+		if err := h.unprepare("c1")[types.UID("c1")]; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.unprepare("never-prepared")[types.UID("never-prepared")]; err != nil {
+		t.Errorf("unpreparing an unknown claim: %v", err)
+	}
+	h.assertConsistent()
+}
+
+func TestSharingDisabledRefusesShares(t *testing.T) {
+	h := newHarness(t)
+	d, err := New(context.Background(), Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", ""))
+	res, _ := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+	want := "preparing claim default/claim-c1: the claim holds shares of [GPU-0], but sharing is disabled on node node-a; use a whole card or a node with --sharing=enabled"
+	if got := errString(res[claim.UID].Err); got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

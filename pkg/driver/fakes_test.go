@@ -1,0 +1,253 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+)
+
+// crashSignal is panicked by a step hook to simulate the process dying
+// right after that step; tests recover it and start a new Driver.
+type crashSignal struct{ step string }
+
+// steps counts side effects and can crash after the n-th occurrence of one.
+type steps struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	crashAt string
+	crashN  int
+}
+
+func (s *steps) after(step string) {
+	s.mu.Lock()
+	if s.counts == nil {
+		s.counts = map[string]int{}
+	}
+	s.counts[step]++
+	crash := step == s.crashAt && s.counts[step] == s.crashN
+	s.mu.Unlock()
+	if crash {
+		panic(crashSignal{step: step})
+	}
+}
+
+func (s *steps) count(step string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[step]
+}
+
+// fileState is a JSON checkpoint in a temp dir with a boot ID.
+type fileState struct {
+	path   string
+	bootID string
+	steps  *steps
+}
+
+type fileStateContent struct {
+	BootID  string                 `json:"bootID"`
+	Records map[string]ClaimRecord `json:"records"`
+}
+
+func (f *fileState) Load(context.Context) (map[string]ClaimRecord, bool, error) {
+	data, err := os.ReadFile(f.path)
+	if os.IsNotExist(err) {
+		return map[string]ClaimRecord{}, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var c fileStateContent
+	if err := json.Unmarshal(data, &c); err != nil {
+		if mvErr := os.Rename(f.path, f.path+".corrupt"); mvErr != nil {
+			return nil, false, mvErr
+		}
+		return nil, false, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
+	}
+	if c.Records == nil {
+		c.Records = map[string]ClaimRecord{}
+	}
+	return c.Records, c.BootID != f.bootID, nil
+}
+
+func (f *fileState) Save(_ context.Context, records map[string]ClaimRecord) error {
+	data, err := json.Marshal(fileStateContent{BootID: f.bootID, Records: records})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.path+".tmp", data, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(f.path+".tmp", f.path); err != nil {
+		return err
+	}
+	f.steps.after("save")
+	return nil
+}
+
+// dirSpecs writes one JSON file per claim, named like the real specs.
+type dirSpecs struct {
+	dir   string
+	steps *steps
+	// failWrite makes Write fail without writing.
+	failWrite error
+}
+
+func (s *dirSpecs) file(uid string) string {
+	return filepath.Join(s.dir, names.CDIVendor+"-claim_"+uid+".json")
+}
+
+func (s *dirSpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
+	if s.failWrite != nil {
+		return nil, s.failWrite
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(s.file(spec.UID), data, 0o644); err != nil {
+		return nil, err
+	}
+	ids := make([][]string, len(spec.Devices))
+	for i, d := range spec.Devices {
+		name := spec.UID + "-" + d.Device
+		if d.ShareID != "" {
+			name += "-" + d.ShareID
+		}
+		ids[i] = []string{names.CDIKind + "=" + name}
+	}
+	s.steps.after("spec-write")
+	return ids, nil
+}
+
+func (s *dirSpecs) Remove(_ context.Context, uid string) error {
+	if err := os.Remove(s.file(uid)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s.steps.after("spec-remove")
+	return nil
+}
+
+func (s *dirSpecs) List(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	prefix := names.CDIVendor + "-claim_"
+	for _, e := range entries {
+		if uid, ok := strings.CutPrefix(e.Name(), prefix); ok {
+			out = append(out, strings.TrimSuffix(uid, ".json"))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (s *dirSpecs) read(uid string) (ClaimSpec, error) {
+	var spec ClaimSpec
+	data, err := os.ReadFile(s.file(uid))
+	if err != nil {
+		return spec, err
+	}
+	return spec, json.Unmarshal(data, &spec)
+}
+
+// stepShares wraps a sharing.Manager and reports steps.
+type stepShares struct {
+	*sharing.Manager
+	steps *steps
+}
+
+func (s stepShares) Acquire(ctx context.Context, claim string, cards []string) error {
+	if err := s.Manager.Acquire(ctx, claim, cards); err != nil {
+		return err
+	}
+	s.steps.after("mps-acquire")
+	return nil
+}
+
+func (s stepShares) Release(ctx context.Context, claim string) error {
+	if err := s.Manager.Release(ctx, claim); err != nil {
+		return err
+	}
+	s.steps.after("mps-release")
+	return nil
+}
+
+// Test inventory: four 80 GiB cards.
+const cardMemory = 80 << 30
+
+func testGPUs() []gpu.GPU {
+	var out []gpu.GPU
+	for i := range 4 {
+		out = append(out, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryBytes: cardMemory})
+	}
+	return out
+}
+
+const testNode = "node-a"
+
+// result builders
+func wholeResult(request, device string) resourceapi.DeviceRequestAllocationResult {
+	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: names.DriverName, Pool: testNode, Device: device}
+}
+
+func shareResult(request, device, shareID, memory, compute string) resourceapi.DeviceRequestAllocationResult {
+	r := wholeResult(request, device)
+	id := types.UID(shareID)
+	r.ShareID = &id
+	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+		names.CapacityMemory: resource.MustParse(memory),
+	}
+	if compute != "" {
+		r.ConsumedCapacity[names.CapacityCompute] = resource.MustParse(compute)
+	}
+	return r
+}
+
+func claimWith(uid string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "claim-" + uid, UID: types.UID(uid)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: results},
+		}},
+	}
+	seen := map[string]bool{}
+	for _, r := range results {
+		if !seen[r.Request] {
+			seen[r.Request] = true
+			c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: r.Request})
+		}
+	}
+	return c
+}
+
+func withConfig(c *resourceapi.ResourceClaim, source resourceapi.AllocationConfigSource, params string, requests ...string) *resourceapi.ResourceClaim {
+	c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, resourceapi.DeviceAllocationConfiguration{
+		Source:   source,
+		Requests: requests,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: names.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)},
+		}},
+	})
+	return c
+}
+
+var errInjected = errors.New("injected failure")

@@ -1,0 +1,192 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+)
+
+// harness runs a Driver on temp dirs; restart() simulates a new process on
+// the same node (same files, same card compute modes, fresh memory).
+type harness struct {
+	t      *testing.T
+	dir    string
+	steps  *steps
+	state  *fileState
+	specs  *dirSpecs
+	modes  *sharing.RecordingComputeModeSetter
+	daemon *sharing.SimulatedDaemon
+	shares stepShares
+	claims []resourceapi.ResourceClaim
+	driver *Driver
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	for _, sub := range []string{"cdi", "state", "mps"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &sharing.RecordingComputeModeSetter{}}
+	h.state = &fileState{path: filepath.Join(dir, "state", "checkpoint.json"), bootID: "boot-1", steps: h.steps}
+	h.specs = &dirSpecs{dir: filepath.Join(dir, "cdi"), steps: h.steps}
+	h.start()
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	layout := sharing.Layout{Root: filepath.Join(h.dir, "mps")}
+	h.daemon = &sharing.SimulatedDaemon{Layout: layout}
+	var uuids []string
+	for _, g := range testGPUs() {
+		uuids = append(uuids, g.UUID)
+	}
+	h.shares = stepShares{Manager: sharing.NewManager(layout, h.daemon, h.modes, uuids), steps: h.steps}
+	d, err := New(context.Background(), Config{
+		NodeName: testNode,
+		GPUs:     testGPUs(),
+		State:    h.state,
+		Specs:    h.specs,
+		Configs:  ResolveConfigs,
+		Shares:   h.shares,
+		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
+			return h.claims, nil
+		},
+	})
+	if err != nil {
+		h.t.Fatalf("starting driver: %v", err)
+	}
+	h.driver = d
+}
+
+// restart starts a new Driver as a new process would; crash hooks are off.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.steps.crashAt = ""
+	h.start()
+}
+
+func (h *harness) prepare(claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	h.t.Helper()
+	res, err := h.driver.PrepareResourceClaims(context.Background(), claims)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+func (h *harness) unprepare(uids ...string) map[types.UID]error {
+	h.t.Helper()
+	var objs []kubeletplugin.NamespacedObject
+	for _, uid := range uids {
+		objs = append(objs, kubeletplugin.NamespacedObject{UID: types.UID(uid)})
+	}
+	res, err := h.driver.UnprepareResourceClaims(context.Background(), objs)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+// prepareCrashing runs prepare and reports the step it crashed after, "" if
+// it did not crash.
+func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) (crashed string) {
+	defer func() {
+		if r := recover(); r != nil {
+			sig, ok := r.(crashSignal)
+			if !ok {
+				panic(r)
+			}
+			crashed = sig.step
+		}
+	}()
+	_, _ = h.driver.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+	return ""
+}
+
+func (h *harness) unprepareCrashing(uid string) (crashed string) {
+	defer func() {
+		if r := recover(); r != nil {
+			sig, ok := r.(crashSignal)
+			if !ok {
+				panic(r)
+			}
+			crashed = sig.step
+		}
+	}()
+	_, _ = h.driver.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}})
+	return ""
+}
+
+// assertConsistent checks the invariants that must hold between calls:
+// every record is completed and has a spec, every spec has a record, MPS
+// holders match the records' shares, and exactly the held cards are in
+// EXCLUSIVE_PROCESS.
+func (h *harness) assertConsistent() {
+	h.t.Helper()
+	records := h.driver.Records()
+	var recordUIDs []string
+	wantHolders := map[string][]string{}
+	for uid, rec := range records {
+		recordUIDs = append(recordUIDs, uid)
+		if rec.Phase != PhaseCompleted {
+			h.t.Errorf("claim %s left in phase %s", uid, rec.Phase)
+		}
+		for _, card := range rec.mpsCards() {
+			wantHolders[card] = append(wantHolders[card], uid)
+		}
+	}
+	sort.Strings(recordUIDs)
+	specUIDs, err := h.specs.List(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !reflect.DeepEqual(nilIfEmpty(specUIDs), nilIfEmpty(recordUIDs)) {
+		h.t.Errorf("specs on disk %v, claim records %v: they must match", specUIDs, recordUIDs)
+	}
+	for card := range wantHolders {
+		sort.Strings(wantHolders[card])
+	}
+	if got := h.shares.Holders(); !reflect.DeepEqual(got, wantHolders) {
+		h.t.Errorf("MPS holders %v, want %v", got, wantHolders)
+	}
+	for _, g := range testGPUs() {
+		want := sharing.ComputeModeDefault
+		if len(wantHolders[g.UUID]) > 0 {
+			want = sharing.ComputeModeExclusiveProcess
+		}
+		if got := h.modes.Mode(g.UUID); got != want {
+			h.t.Errorf("card %s compute mode %s, want %s", g.UUID, got, want)
+		}
+	}
+	if h.daemon.Running() != (len(wantHolders) > 0) {
+		h.t.Errorf("MPS daemon running %v with %d shared cards", h.daemon.Running(), len(wantHolders))
+	}
+	// The stored checkpoint matches memory.
+	stored, _, err := h.state.Load(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !reflect.DeepEqual(stored, records) {
+		h.t.Errorf("stored checkpoint %v differs from memory %v", stored, records)
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,98 @@
+package driver
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the plugin's Prometheus metrics. Each Driver gets its own
+// registry so tests and benchmarks do not share global state.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	prepares         *prometheus.CounterVec
+	unprepares       *prometheus.CounterVec
+	prepareSeconds   prometheus.Histogram
+	unprepareSeconds prometheus.Histogram
+	preparedDevices  *prometheus.GaugeVec
+	preparedClaims   prometheus.Gauge
+}
+
+const (
+	resultSuccess = "success"
+	resultError   = "error"
+	kindWhole     = "whole"
+	kindShare     = "share"
+)
+
+// NewMetrics registers the plugin's metrics plus the Go and process
+// collectors in a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		prepares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "prepare_claims_total",
+			Help: "Claims the kubelet asked to prepare, by result (success or error).",
+		}, []string{"result"}),
+		unprepares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "unprepare_claims_total",
+			Help: "Claims the kubelet asked to unprepare, by result (success or error).",
+		}, []string{"result"}),
+		prepareSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "prepare_duration_seconds",
+			Help:    "Time to prepare one claim, checkpoint fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		unprepareSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "unprepare_duration_seconds",
+			Help:    "Time to unprepare one claim, checkpoint fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		preparedDevices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "prepared_devices",
+			Help: "Device allocation results currently prepared on this node, by kind (whole card or share).",
+		}, []string{"kind"}),
+		preparedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "prepared_claims",
+			Help: "Claims currently prepared on this node.",
+		}),
+	}
+	m.Registry.MustRegister(m.prepares, m.unprepares, m.prepareSeconds, m.unprepareSeconds,
+		m.preparedDevices, m.preparedClaims,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Make every series visible from the start, with zero values.
+	for _, r := range []string{resultSuccess, resultError} {
+		m.prepares.WithLabelValues(r)
+		m.unprepares.WithLabelValues(r)
+	}
+	for _, k := range []string{kindWhole, kindShare} {
+		m.preparedDevices.WithLabelValues(k)
+	}
+	return m
+}
+
+func (m *Metrics) observePrepare(start time.Time, err error) {
+	m.prepareSeconds.Observe(time.Since(start).Seconds())
+	m.prepares.WithLabelValues(result(err)).Inc()
+}
+
+func (m *Metrics) observeUnprepare(start time.Time, err error) {
+	m.unprepareSeconds.Observe(time.Since(start).Seconds())
+	m.unprepares.WithLabelValues(result(err)).Inc()
+}
+
+// setPrepared publishes the current totals.
+func (m *Metrics) setPrepared(claims, whole, shares int) {
+	m.preparedClaims.Set(float64(claims))
+	m.preparedDevices.WithLabelValues(kindWhole).Set(float64(whole))
+	m.preparedDevices.WithLabelValues(kindShare).Set(float64(shares))
+}
+
+func result(err error) string {
+	if err != nil {
+		return resultError
+	}
+	return resultSuccess
+}

@@ -1,0 +1,145 @@
+package driver
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// plannedDevice is one of our driver's allocation results in a claim, tied
+// to the card it names. Computed purely from the claim and the inventory.
+type plannedDevice struct {
+	Request string
+	Pool    string
+	Device  string
+	GPU     gpu.GPU
+	// ShareID is the allocator's share ID on a shareable card, "" otherwise.
+	ShareID string
+	// Share is true when the result holds part of the card's memory, so it
+	// must be isolated; a result that consumed the whole card's memory (no
+	// capacity requested, or compute only) is a whole card.
+	Share bool
+	// MemoryBytes is the consumed memory of a share, the card's memory for
+	// a whole card.
+	MemoryBytes int64
+	// ComputePercent is the consumed compute of a share, 0 when none.
+	ComputePercent int64
+	// AdminAccess results monitor a card without owning it.
+	AdminAccess bool
+}
+
+// planClaim picks our driver's results out of the claim's allocation and
+// resolves each device name to a card of this node.
+func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]gpu.GPU) ([]plannedDevice, error) {
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	var out []plannedDevice
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != names.DriverName {
+			continue
+		}
+		if r.Pool != pool {
+			return nil, fmt.Errorf("request %q: device %s is in pool %q, but this node's pool is %q; the claim was allocated for another node",
+				r.Request, r.Device, r.Pool, pool)
+		}
+		card, ok := cards[r.Device]
+		if !ok {
+			return nil, fmt.Errorf("request %q: device %s is not a GPU of this node (it has %s); the node's inventory changed after allocation",
+				r.Request, r.Device, knownDevices(cards))
+		}
+		p := plannedDevice{
+			Request:     r.Request,
+			Pool:        r.Pool,
+			Device:      r.Device,
+			GPU:         card,
+			MemoryBytes: card.MemoryBytes,
+			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+		}
+		if r.ShareID != nil {
+			p.ShareID = string(*r.ShareID)
+		}
+		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
+			memory := q.Value()
+			if memory <= 0 || memory > card.MemoryBytes {
+				return nil, fmt.Errorf("request %q: consumed memory %s on %s is outside 1..%d bytes", r.Request, q.String(), r.Device, card.MemoryBytes)
+			}
+			p.MemoryBytes = memory
+		}
+		if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
+			compute := q.Value()
+			if compute < 0 || compute > 100 {
+				return nil, fmt.Errorf("request %q: consumed compute %s on %s is outside 0..100 percent", r.Request, q.String(), r.Device)
+			}
+			p.ComputePercent = compute
+		}
+		p.Share = p.ShareID != "" && p.MemoryBytes < card.MemoryBytes
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func knownDevices(cards map[string]gpu.GPU) string {
+	if len(cards) == 0 {
+		return "no GPUs"
+	}
+	list := make([]string, 0, len(cards))
+	for name := range cards {
+		list = append(list, name)
+	}
+	sort.Slice(list, func(i, j int) bool { return cards[list[i]].Index < cards[list[j]].Index })
+	return strings.Join(list, ", ")
+}
+
+// Holding is how a prepared (or half-prepared) claim holds one card.
+type Holding struct {
+	ClaimUID string
+	// Claim is "namespace/name", for error messages.
+	Claim string
+	UUID  string
+	Share bool
+}
+
+// checkOverlap is the last line of defence against a scheduler mistake or a
+// stale allocation: a whole card may not be held by any other claim, and a
+// share may not go onto a card another claim holds whole. Admin-access
+// results observe cards and are exempt.
+func checkOverlap(claimUID, claim string, plan []plannedDevice, held []Holding) error {
+	for _, p := range plan {
+		if p.AdminAccess {
+			continue
+		}
+		for _, h := range held {
+			if h.ClaimUID == claimUID || h.UUID != p.GPU.UUID {
+				continue
+			}
+			switch {
+			case !p.Share && h.Share:
+				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s holds a share of it; the allocation is stale or wrong, delete and recreate the claim",
+					p.Device, p.GPU.UUID, claim, h.Claim)
+			case !p.Share:
+				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s already holds it whole; the allocation is stale or wrong, delete and recreate the claim",
+					p.Device, p.GPU.UUID, claim, h.Claim)
+			case !h.Share:
+				return fmt.Errorf("refusing a share of %s (%s) to claim %s: claim %s holds the card whole; the allocation is stale or wrong, delete and recreate the claim",
+					p.Device, p.GPU.UUID, claim, h.Claim)
+			}
+		}
+	}
+	return nil
+}
+
+// usesMPS reports whether a share is enforced with MPS: the default
+// backend, unless the effective config says "none".
+func usesMPS(dev SpecDevice) bool {
+	if dev.Config == nil || dev.Config.Sharing == nil || dev.Config.Sharing.Backend == "" {
+		return configapi.DefaultBackend == configapi.BackendMPS
+	}
+	return dev.Config.Sharing.Backend == configapi.BackendMPS
+}

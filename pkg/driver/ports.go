@@ -1,0 +1,74 @@
+package driver
+
+import (
+	"context"
+	"errors"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+)
+
+// The Driver talks to storage, CDI and MPS through these small interfaces;
+// adapters.go binds them to pkg/checkpoint, pkg/cdi, pkg/config and
+// pkg/sharing, tests bind them to the same packages on temp dirs or to
+// fault-injecting wrappers.
+
+// ErrCorruptCheckpoint marks a checkpoint that could not be read; the store
+// has moved it aside and the driver rebuilds its state.
+var ErrCorruptCheckpoint = errors.New("checkpoint is corrupt or unreadable")
+
+// StateStore persists the claim records crash-safely.
+type StateStore interface {
+	// Load returns the records of this boot. bootChanged reports that the
+	// stored records were written during an earlier boot. A corrupt file is
+	// moved aside and reported with an error wrapping ErrCorruptCheckpoint.
+	Load(ctx context.Context) (records map[string]ClaimRecord, bootChanged bool, err error)
+	// Save replaces the stored records atomically and durably.
+	Save(ctx context.Context, records map[string]ClaimRecord) error
+}
+
+// SpecDevice is one result to write into a claim's CDI spec.
+type SpecDevice struct {
+	plannedDevice
+	// Config is the effective GpuConfig of the result's request.
+	Config *configapi.GpuConfig
+}
+
+// ClaimSpec is what one claim's CDI spec is built from.
+type ClaimSpec struct {
+	UID       string
+	Namespace string
+	Name      string
+	Devices   []SpecDevice
+	// MPS is how a share's container reaches the node's MPS daemon.
+	MPS sharing.ClientConfig
+}
+
+// SpecStore computes and writes the per-claim transient CDI specs.
+type SpecStore interface {
+	// Write writes the claim's spec (atomically, replacing an old one) and
+	// returns the CDI device IDs of each device, in order.
+	Write(ctx context.Context, spec ClaimSpec) ([][]string, error)
+	// Remove deletes the claim's spec; a missing spec is not an error.
+	Remove(ctx context.Context, claimUID string) error
+	// List returns the UIDs of the claims that have a spec of ours on disk.
+	List(ctx context.Context) ([]string, error)
+}
+
+// ConfigResolver returns the effective config of each planned result
+// (class configs, then claim configs; later wins), in order.
+type ConfigResolver func(claim *resourceapi.ResourceClaim, plan []plannedDevice) ([]*configapi.GpuConfig, error)
+
+// Shares is the MPS accounting the driver needs.
+type Shares interface {
+	Acquire(ctx context.Context, claimUID string, cards []string) error
+	Release(ctx context.Context, claimUID string) error
+	Reconcile(ctx context.Context) error
+	ClientConfig() sharing.ClientConfig
+}
+
+// ClaimLister finds a claim by UID in the API server, for rebuilding state
+// from specs after a corrupt checkpoint. nil means no API server.
+type ClaimLister func(ctx context.Context) ([]resourceapi.ResourceClaim, error)

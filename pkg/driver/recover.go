@@ -1,0 +1,155 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+)
+
+// recover brings the node to a consistent state at start-up:
+//   - a corrupt checkpoint (moved aside by the store) is rebuilt from our
+//     CDI specs and the API server's claims;
+//   - after a reboot every record is dropped;
+//   - claims only "started" are rolled back;
+//   - completed claims get their MPS accounting replayed;
+//   - specs of ours that no record owns are removed;
+//   - an MPS daemon nobody needs any more is stopped.
+func (d *Driver) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	records, bootChanged, err := d.cfg.State.Load(ctx)
+	switch {
+	case errors.Is(err, ErrCorruptCheckpoint):
+		logger.Error(err, "Checkpoint unusable; rebuilding state from CDI specs and the API server")
+		records, err = d.rebuild(ctx)
+		if err != nil {
+			return fmt.Errorf("rebuilding state after a corrupt checkpoint: %w", err)
+		}
+		bootChanged = false
+	case err != nil:
+		return fmt.Errorf("loading checkpoint: %w", err)
+	}
+	specUIDs, err := d.cfg.Specs.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing CDI specs: %w", err)
+	}
+	plan := planStartup(records, specUIDs, bootChanged)
+	if bootChanged {
+		logger.Info("Node rebooted since the checkpoint was written; dropping its claims", "claims", len(records))
+	}
+
+	var errs []error
+	for _, rec := range plan.Keep {
+		d.records[rec.UID] = rec
+		if cards := rec.mpsCards(); len(cards) > 0 {
+			if d.cfg.Shares == nil {
+				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but sharing is disabled now", rec.key()))
+				continue
+			}
+			if err := d.cfg.Shares.Acquire(ctx, rec.UID, cards); err != nil {
+				errs = append(errs, fmt.Errorf("restoring MPS shares of claim %s: %w", rec.key(), err))
+			}
+		}
+	}
+	for _, rec := range plan.Rollback {
+		logger.Info("Rolling back claim", "claim", rec.key(), "claimUID", rec.UID, "phase", rec.Phase)
+		if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
+			// Keep the record so the next start-up tries again.
+			rec.Phase = PhaseStarted
+			d.records[rec.UID] = rec
+			errs = append(errs, fmt.Errorf("rolling back claim %s: %w", rec.key(), err))
+		}
+	}
+	for _, uid := range plan.RemoveSpecs {
+		if _, kept := d.records[uid]; kept {
+			continue
+		}
+		logger.Info("Removing CDI spec no claim record owns", "claimUID", uid)
+		if err := d.cfg.Specs.Remove(ctx, uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := d.cfg.State.Save(ctx, d.records); err != nil {
+		return fmt.Errorf("saving recovered checkpoint: %w", err)
+	}
+	if d.cfg.Shares != nil {
+		if err := d.cfg.Shares.Reconcile(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.publishGauges()
+	if err := errors.Join(errs...); err != nil {
+		// The plugin can still serve; what failed is logged and retried by
+		// the kubelet's unprepare/prepare calls.
+		logger.Error(err, "Start-up recovery was incomplete")
+	}
+	logger.Info("State recovered", "claims", len(d.records), "rolledBack", len(plan.Rollback), "orphanSpecsRemoved", len(plan.RemoveSpecs))
+	return nil
+}
+
+// rebuild reconstructs completed records for the claims that have a spec
+// of ours and still exist, allocated on this node, in the API server. The
+// spec is rewritten from the claim, which yields the same content and IDs.
+// Claims that cannot be found lose their spec (planStartup removes it).
+func (d *Driver) rebuild(ctx context.Context) (map[string]ClaimRecord, error) {
+	logger := klog.FromContext(ctx)
+	records := map[string]ClaimRecord{}
+	specUIDs, err := d.cfg.Specs.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing CDI specs: %w", err)
+	}
+	if len(specUIDs) == 0 {
+		return records, nil
+	}
+	if d.cfg.ListClaims == nil {
+		logger.Info("No API server to rebuild from; specs of unknown claims will be removed", "specs", len(specUIDs))
+		return records, nil
+	}
+	claims, err := d.cfg.ListClaims(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	byUID := map[string]*resourceapi.ResourceClaim{}
+	for i := range claims {
+		byUID[string(claims[i].UID)] = &claims[i]
+	}
+	for _, uid := range specUIDs {
+		claim, ok := byUID[uid]
+		if !ok {
+			continue
+		}
+		plan, err := planClaim(claim, d.cfg.NodeName, d.cards)
+		if err != nil || len(plan) == 0 {
+			logger.Info("Claim with a spec is not prepared on this node any more", "claim", klog.KObj(claim), "reason", err)
+			continue
+		}
+		configs, err := d.cfg.Configs(claim, plan)
+		if err != nil {
+			logger.Error(err, "Cannot rebuild claim", "claim", klog.KObj(claim))
+			continue
+		}
+		devices := make([]SpecDevice, len(plan))
+		for i := range plan {
+			devices[i] = SpecDevice{plannedDevice: plan[i], Config: configs[i]}
+		}
+		rec := newRecord(claim, devices)
+		spec := ClaimSpec{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name, Devices: devices}
+		if len(rec.mpsCards()) > 0 && d.cfg.Shares != nil {
+			spec.MPS = d.cfg.Shares.ClientConfig()
+		}
+		ids, err := d.cfg.Specs.Write(ctx, spec)
+		if err != nil || len(ids) != len(rec.Devices) {
+			logger.Error(err, "Cannot rewrite spec while rebuilding", "claim", klog.KObj(claim))
+			continue
+		}
+		rec.Phase = PhaseCompleted
+		for i := range rec.Devices {
+			rec.Devices[i].CDIDeviceIDs = ids[i]
+		}
+		records[uid] = rec
+		logger.Info("Rebuilt claim from its spec and the API server", "claim", klog.KObj(claim), "claimUID", uid)
+	}
+	return records, nil
+}

@@ -1,0 +1,182 @@
+package driver
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+func TestCrashDuringPrepareThenRestart(t *testing.T) {
+	// Before the crash: start-up saves once (save 1) and a whole-card
+	// claim is prepared (saves 2 and 3, spec-write 1). The share claim then
+	// goes: save 4 (started), mps-acquire 1, spec-write 2, save 5 (completed).
+	tests := []struct {
+		step     string
+		n        int
+		wantKept bool
+	}{
+		{step: "save", n: 4},
+		{step: "mps-acquire", n: 1},
+		{step: "spec-write", n: 2},
+		{step: "save", n: 5, wantKept: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.step, func(t *testing.T) {
+			h := newHarness(t)
+			whole := claimWith("w", wholeResult("gpu", "gpu-0"))
+			if err := h.prepare(whole)[whole.UID].Err; err != nil {
+				t.Fatal(err)
+			}
+			share := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "30"))
+			h.steps.crashAt, h.steps.crashN = tt.step, tt.n
+			if got := h.prepareCrashing(share); got != tt.step {
+				t.Fatalf("crashed after %q, want %q", got, tt.step)
+			}
+			h.restart()
+			h.assertConsistent()
+			records := h.driver.Records()
+			if _, kept := records["s"]; kept != tt.wantKept {
+				t.Errorf("share claim kept after restart = %v, want %v", kept, tt.wantKept)
+			}
+			if _, kept := records["w"]; !kept {
+				t.Error("the untouched whole-card claim was lost")
+			}
+			// The kubelet retries; the claim ends prepared.
+			if err := h.prepare(share)[share.UID].Err; err != nil {
+				t.Fatal(err)
+			}
+			h.assertConsistent()
+		})
+	}
+}
+
+func TestCrashDuringUnprepareThenRestart(t *testing.T) {
+	for _, step := range []string{"spec-remove", "mps-release"} {
+		t.Run(step, func(t *testing.T) {
+			h := newHarness(t)
+			share := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", ""))
+			if err := h.prepare(share)[share.UID].Err; err != nil {
+				t.Fatal(err)
+			}
+			h.steps.crashAt, h.steps.crashN = step, 1
+			if got := h.unprepareCrashing("s"); got != step {
+				t.Fatalf("crashed after %q, want %q", got, step)
+			}
+			h.restart()
+			h.assertConsistent()
+			if len(h.driver.Records()) != 0 {
+				t.Errorf("records after restart: %v", h.driver.Records())
+			}
+			if err := h.unprepare("s")["s"]; err != nil {
+				t.Errorf("retried unprepare: %v", err)
+			}
+		})
+	}
+}
+
+func TestCorruptCheckpointIsRebuilt(t *testing.T) {
+	h := newHarness(t)
+	whole := claimWith("w", wholeResult("gpu", "gpu-0"))
+	share := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "25"))
+	gone := claimWith("g", wholeResult("gpu", "gpu-2"))
+	for _, c := range []*resourceapi.ResourceClaim{whole, share, gone} {
+		if err := h.prepare(c)[c.UID].Err; err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := h.driver.Records()
+	// The API server still has two of the three claims.
+	h.claims = []resourceapi.ResourceClaim{*whole, *share}
+	if err := os.WriteFile(h.state.path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	h.assertConsistent()
+	if _, err := os.Stat(h.state.path + ".corrupt"); err != nil {
+		t.Errorf("corrupt checkpoint was not moved aside: %v", err)
+	}
+	after := h.driver.Records()
+	want := map[string]ClaimRecord{"w": before["w"], "s": before["s"]}
+	if !reflect.DeepEqual(after, want) {
+		t.Errorf("rebuilt records\n%v\nwant\n%v", after, want)
+	}
+}
+
+func TestRebootDropsState(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []*resourceapi.ResourceClaim{
+		claimWith("w", wholeResult("gpu", "gpu-0")),
+		claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "")),
+	} {
+		if err := h.prepare(c)[c.UID].Err; err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.state.bootID = "boot-2"
+	h.restart()
+	h.assertConsistent()
+	if len(h.driver.Records()) != 0 {
+		t.Errorf("records survived a reboot: %v", h.driver.Records())
+	}
+}
+
+func TestOrphanSpecsRemovedAtStartup(t *testing.T) {
+	h := newHarness(t)
+	keep := claimWith("k", wholeResult("gpu", "gpu-0"))
+	if err := h.prepare(keep)[keep.UID].Err; err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(h.specs.dir, "k8s.gpu.tangram.dev-claim_orphan.json")
+	if err := os.WriteFile(orphan, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	h.assertConsistent()
+	uids, _ := h.specs.List(t.Context())
+	sort.Strings(uids)
+	if !reflect.DeepEqual(uids, []string{"k"}) {
+		t.Errorf("specs after restart %v, want [k]", uids)
+	}
+}
+
+func TestPlanStartup(t *testing.T) {
+	completed := func(uid string) ClaimRecord { return ClaimRecord{UID: uid, Phase: PhaseCompleted} }
+	started := func(uid string) ClaimRecord { return ClaimRecord{UID: uid, Phase: PhaseStarted} }
+	tests := []struct {
+		name    string
+		records map[string]ClaimRecord
+		specs   []string
+		reboot  bool
+		want    startupPlan
+	}{
+		{
+			name:    "completed with spec is kept, started is rolled back, orphan spec removed",
+			records: map[string]ClaimRecord{"a": completed("a"), "b": started("b")},
+			specs:   []string{"a", "b", "c"},
+			want:    startupPlan{Keep: []ClaimRecord{completed("a")}, Rollback: []ClaimRecord{started("b")}, RemoveSpecs: []string{"b", "c"}},
+		},
+		{
+			name:    "completed without spec is rolled back",
+			records: map[string]ClaimRecord{"a": completed("a")},
+			want:    startupPlan{Rollback: []ClaimRecord{completed("a")}},
+		},
+		{
+			name:    "reboot drops everything",
+			records: map[string]ClaimRecord{"a": completed("a")},
+			specs:   []string{"a"},
+			reboot:  true,
+			want:    startupPlan{Rollback: []ClaimRecord{completed("a")}, RemoveSpecs: []string{"a"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := planStartup(tt.records, tt.specs, tt.reboot); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("planStartup() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
