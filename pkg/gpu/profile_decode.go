@@ -107,49 +107,52 @@ func (d *profileDecoder) sortedProblems() []ProfileProblem {
 	return out
 }
 
-func (d *profileDecoder) decode(data []byte) *Profile {
-	p := &Profile{}
-	if len(bytes.TrimSpace(data)) == 0 {
-		d.addf(0, "", "the profile is empty: list the cards under gpus:")
-		d.fatal = true
-		return p
-	}
-	var doc yaml.Node
+const emptyProfile = "the profile is empty: list the cards under gpus:"
+
+// fatalf records a problem that leaves nothing to validate.
+func (d *profileDecoder) fatalf(line int, field, format string, args ...any) {
+	d.addf(line, field, format, args...)
+	d.fatal = true
+}
+
+// document returns the root node of the file's one YAML document, or nil
+// after recording why there is none.
+func (d *profileDecoder) document(data []byte) *yaml.Node {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
 	err := dec.Decode(&doc)
-	if errors.Is(err, io.EOF) { // nothing but comments
-		d.addf(0, "", "the profile is empty: list the cards under gpus:")
-		d.fatal = true
-		return p
+	if errors.Is(err, io.EOF) || (err == nil && emptyDocument(&doc)) {
+		d.fatalf(0, "", emptyProfile) // nothing, or only comments and "---"
+		return nil
 	}
-	if err == nil {
-		// A second document would otherwise be ignored without a word.
+	// Further documents would be ignored without a word: refuse them,
+	// except empty ones (a trailing "---").
+	for err == nil {
 		var next yaml.Node
-		if err2 := dec.Decode(&next); err2 == nil && !emptyDocument(&next) {
-			d.addf(next.Line, "", "a second YAML document (after ---): put all cards in one gpus: list")
-			d.fatal = true
-			return p
-		} else if err2 != nil && !errors.Is(err2, io.EOF) {
-			err = err2
+		if err = dec.Decode(&next); err == nil && !emptyDocument(&next) {
+			d.fatalf(next.Line, "", "a second YAML document (after ---): put all cards in one gpus: list")
+			return nil
 		}
 	}
-	if err != nil {
+	if !errors.Is(err, io.EOF) {
 		msg := err.Error()
 		if m := yamlErrorLine.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
-			d.addf(line, "", "invalid YAML: %s", m[2])
+			d.fatalf(line, "", "invalid YAML: %s", m[2])
 		} else {
-			d.addf(0, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
+			d.fatalf(0, "", "invalid YAML: %s", strings.TrimPrefix(msg, "yaml: "))
 		}
-		d.fatal = true
+		return nil
+	}
+	return resolve(doc.Content[0])
+}
+
+func (d *profileDecoder) decode(data []byte) *Profile {
+	p := &Profile{}
+	root := d.document(data)
+	if root == nil {
 		return p
 	}
-	if emptyDocument(&doc) {
-		d.addf(0, "", "the profile is empty: list the cards under gpus:")
-		d.fatal = true
-		return p
-	}
-	root := resolve(doc.Content[0])
 	var defaults, gpus *yaml.Node
 	d.mapping(root, "", topLevelFields, func(key string, keyNode, val *yaml.Node) {
 		switch key {
@@ -171,13 +174,11 @@ func (d *profileDecoder) decode(data []byte) *Profile {
 		return p
 	}
 	if gpus.Kind != yaml.SequenceNode {
-		d.addf(gpus.Line, "gpus", "must be a list of cards, got %s", describe(gpus))
-		d.fatal = true
+		d.fatalf(gpus.Line, "gpus", "must be a list of cards, got %s", describe(gpus))
 		return p
 	}
 	if len(gpus.Content) == 0 {
-		d.addf(gpus.Line, "gpus", "the list is empty: a profile needs at least one card")
-		d.fatal = true
+		d.fatalf(gpus.Line, "gpus", "the list is empty: a profile needs at least one card")
 		return p
 	}
 	for i, n := range gpus.Content {
