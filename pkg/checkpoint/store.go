@@ -1,0 +1,280 @@
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// BootIDPath is where Linux publishes the random ID of the current boot.
+const BootIDPath = "/proc/sys/kernel/random/boot_id"
+
+const checksumPrefix = "sha256:"
+
+// envelope is the file layout; the checksum covers the exact bytes of Data.
+type envelope struct {
+	Version  string          `json:"version"`
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// Store loads and saves one checkpoint file. Save is safe for concurrent use.
+type Store struct {
+	path   string
+	bootID func() (string, error)
+	now    func() time.Time
+
+	mu sync.Mutex
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithBootID replaces reading BootIDPath, for tests.
+func WithBootID(f func() (string, error)) Option { return func(s *Store) { s.bootID = f } }
+
+// WithClock replaces time.Now for the name of moved-aside files.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// NewStore keeps the checkpoint at path, e.g.
+// /var/lib/kubelet/plugins/gpu.tangram.dev/checkpoint.json.
+func NewStore(path string, opts ...Option) *Store {
+	s := &Store{path: path, bootID: ReadBootID, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Path is the checkpoint file.
+func (s *Store) Path() string { return s.path }
+
+// ReadBootID reads the current boot ID from BootIDPath.
+func ReadBootID() (string, error) {
+	raw, err := os.ReadFile(BootIDPath)
+	if err != nil {
+		return "", fmt.Errorf("reading boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(raw))
+	if id == "" {
+		return "", fmt.Errorf("reading boot ID: %s is empty", BootIDPath)
+	}
+	return id, nil
+}
+
+// CorruptError says why a checkpoint file could not be used and where it
+// was moved.
+type CorruptError struct {
+	Path string
+	// MovedTo is the file's new name; empty if moving it failed (MoveErr).
+	MovedTo string
+	MoveErr error
+	// Err is what was wrong with the file.
+	Err error
+}
+
+func (e *CorruptError) Error() string {
+	msg := fmt.Sprintf("checkpoint %s is unusable: %v", e.Path, e.Err)
+	if e.MovedTo != "" {
+		return msg + "; moved to " + e.MovedTo + ", state will be rebuilt"
+	}
+	return fmt.Sprintf("%s; could not move it aside (%v), it will be overwritten", msg, e.MoveErr)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// DroppedClaim is a claim dropped from the checkpoint because the node
+// rebooted since it was prepared.
+type DroppedClaim struct {
+	UID, Namespace, Name string
+	State                State
+}
+
+// LoadResult is what Load found.
+type LoadResult struct {
+	// Checkpoint is never nil; empty when there was no usable file.
+	Checkpoint *Checkpoint
+	// Corrupt is set when the file existed but could not be used.
+	Corrupt *CorruptError
+	// PreviousBootID is the boot ID in the file when it differs from now.
+	PreviousBootID string
+	// Dropped lists the claims dropped because of a reboot, sorted by UID.
+	Dropped []DroppedClaim
+}
+
+// Load reads the checkpoint. A missing file gives an empty checkpoint. Bad
+// content never fails Load (see LoadResult.Corrupt); only failing to read
+// the boot ID does, because without it state cannot be trusted.
+func (s *Store) Load() (*LoadResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removeStaleTemps()
+
+	bootID, err := s.bootID()
+	if err != nil {
+		return nil, fmt.Errorf("loading checkpoint %s: %w", s.path, err)
+	}
+	res := &LoadResult{Checkpoint: New()}
+	res.Checkpoint.BootID = bootID
+
+	raw, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return res, nil
+	}
+	var cp *Checkpoint
+	if err == nil {
+		cp, err = decode(raw)
+	} else {
+		err = fmt.Errorf("reading: %w", err)
+	}
+	if err != nil {
+		res.Corrupt = s.moveAside(err)
+		return res, nil
+	}
+	if cp.BootID != bootID {
+		res.PreviousBootID = cp.BootID
+		for uid, c := range cp.Claims {
+			res.Dropped = append(res.Dropped, DroppedClaim{UID: uid, Namespace: c.Namespace, Name: c.Name, State: c.State})
+		}
+		sort.Slice(res.Dropped, func(i, j int) bool { return res.Dropped[i].UID < res.Dropped[j].UID })
+		return res, nil
+	}
+	res.Checkpoint = cp
+	return res, nil
+}
+
+func decode(raw []byte) (*Checkpoint, error) {
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, fmt.Errorf("not a checkpoint file: %w", err)
+	}
+	if env.Version != Version {
+		return nil, fmt.Errorf("unsupported version %q (this plugin reads %q)", env.Version, Version)
+	}
+	if want := checksum(env.Data); env.Checksum != want {
+		return nil, fmt.Errorf("checksum mismatch: file says %q, content has %q", env.Checksum, want)
+	}
+	cp := New()
+	if err := json.Unmarshal(env.Data, cp); err != nil {
+		return nil, fmt.Errorf("decoding claims: %w", err)
+	}
+	if cp.Claims == nil {
+		cp.Claims = map[string]Claim{}
+	}
+	for uid, c := range cp.Claims {
+		if c.State != PrepareStarted && c.State != PrepareCompleted {
+			return nil, fmt.Errorf("claim %s has unknown state %q", uid, c.State)
+		}
+	}
+	return cp, nil
+}
+
+func checksum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return checksumPrefix + hex.EncodeToString(sum[:])
+}
+
+func (s *Store) moveAside(cause error) *CorruptError {
+	ce := &CorruptError{Path: s.path, Err: cause}
+	target := fmt.Sprintf("%s.corrupt-%s", s.path, s.now().UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(s.path, target); err != nil {
+		ce.MoveErr = err
+		return ce
+	}
+	ce.MovedTo = target
+	_ = syncDir(filepath.Dir(s.path))
+	return ce
+}
+
+// Save atomically replaces the checkpoint file with cp, stamped with the
+// current boot ID. cp is only read; callers must not change it concurrently.
+func (s *Store) Save(cp *Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	bootID, err := s.bootID()
+	if err != nil {
+		return fmt.Errorf("saving checkpoint %s: %w", s.path, err)
+	}
+	claims := cp.Claims
+	if claims == nil {
+		claims = map[string]Claim{}
+	}
+	data, err := json.Marshal(Checkpoint{BootID: bootID, Claims: claims})
+	if err != nil {
+		return fmt.Errorf("saving checkpoint %s: encoding: %w", s.path, err)
+	}
+	file, err := json.Marshal(envelope{Version: Version, Checksum: checksum(data), Data: data})
+	if err != nil {
+		return fmt.Errorf("saving checkpoint %s: encoding: %w", s.path, err)
+	}
+	if err := writeAtomic(s.path, file); err != nil {
+		return fmt.Errorf("saving checkpoint %s: %w", s.path, err)
+	}
+	return nil
+}
+
+const tempInfix = ".tmp-"
+
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
+	if err != nil {
+		return fmt.Errorf("creating temporary file: %w", err)
+	}
+	tmpName := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = os.Remove(tmpName)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", tmpName, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", tmpName, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("closing %s: %w", tmpName, err)
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return fmt.Errorf("renaming %s: %w", tmpName, err)
+	}
+	ok = true
+	// The rename is durable only once the directory entry is on disk.
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return d.Sync()
+}
+
+// removeStaleTemps deletes temporary files a crashed Save left behind.
+func (s *Store) removeStaleTemps() {
+	matches, _ := filepath.Glob(s.path + tempInfix + "*")
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
