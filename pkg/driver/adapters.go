@@ -3,13 +3,18 @@ package driver
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/config"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // ResolveConfigs is the ConfigResolver backed by pkg/config.
@@ -35,3 +40,77 @@ func APIClaimLister(client kubernetes.Interface) ClaimLister {
 		return list.Items, nil
 	}
 }
+
+// CDISpecs is the SpecStore backed by pkg/cdi: pure edits from
+// cdi.ComputeClaimEdits, hardware edits, one transient spec per claim.
+type CDISpecs struct {
+	Store    *cdi.SpecStore
+	Hardware cdi.HardwareEdits
+}
+
+var _ SpecStore = CDISpecs{}
+
+// Write computes the claim's edits and writes its spec.
+func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
+	pipeDir := ""
+	for _, env := range spec.MPS.Env {
+		if v, ok := strings.CutPrefix(env, cdi.EnvMPSPipeDirectory+"="); ok {
+			pipeDir = v
+		}
+	}
+	results := make([]cdi.Result, len(spec.Devices))
+	for i, d := range spec.Devices {
+		results[i] = cdi.Result{
+			Request:          d.Request,
+			Device:           d.Device,
+			GPU:              d.GPU,
+			ShareID:          d.ShareID,
+			ConsumedCapacity: d.ConsumedCapacity,
+			Config:           d.Config,
+			MPSPipeDir:       pipeDir,
+		}
+	}
+	claim := cdi.Claim{UID: spec.UID, Namespace: spec.Namespace, Name: spec.Name}
+	edits, err := cdi.ComputeClaimEdits(claim, results)
+	if err != nil {
+		return nil, err
+	}
+	cdiSpec, err := cdi.BuildSpec(edits, results, c.Hardware)
+	if err != nil {
+		return nil, err
+	}
+	if edits.MPS {
+		addMPSMounts(cdiSpec, spec.MPS.Mounts)
+	}
+	if err := c.Store.Write(spec.UID, cdiSpec); err != nil {
+		return nil, err
+	}
+	ids := make([][]string, len(edits.Devices))
+	for i, d := range edits.Devices {
+		ids[i] = []string{d.ID}
+	}
+	return ids, nil
+}
+
+// addMPSMounts adds the MPS client mounts pkg/cdi does not add itself (the
+// daemon's /dev/shm) to every device of the spec.
+func addMPSMounts(spec *cdispec.Spec, mounts []sharing.Mount) {
+	for i := range spec.Devices {
+		edits := &spec.Devices[i].ContainerEdits
+		for _, m := range mounts {
+			if slices.ContainsFunc(edits.Mounts, func(have *cdispec.Mount) bool { return have.ContainerPath == m.ContainerPath }) {
+				continue
+			}
+			edits.Mounts = append(edits.Mounts, &cdispec.Mount{
+				HostPath: m.HostPath, ContainerPath: m.ContainerPath,
+				Options: []string{"rbind", "rw", "nosuid", "nodev"},
+			})
+		}
+	}
+}
+
+// Remove deletes the claim's spec.
+func (c CDISpecs) Remove(_ context.Context, claimUID string) error { return c.Store.Remove(claimUID) }
+
+// List returns the claims with a spec of ours.
+func (c CDISpecs) List(context.Context) ([]string, error) { return c.Store.List() }

@@ -27,35 +27,36 @@ func TestPrepareShapes(t *testing.T) {
 		claim       *resourceapi.ResourceClaim
 		wantIDs     []string
 		wantHolders map[string][]string
-		wantShares  []bool
+		// Expected CDI environment.
+		wantBackends, wantMemLimit, wantThreads string
 	}{
 		{
-			name:        "whole card never touches MPS",
-			claim:       claimWith("c1", wholeResult("gpu", "gpu-0")),
-			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c1-gpu-0"},
-			wantHolders: map[string][]string{},
-			wantShares:  []bool{false},
+			name:         "whole card never touches MPS",
+			claim:        claimWith("c1", wholeResult("gpu", "gpu-0")),
+			wantIDs:      []string{"k8s.gpu.tangram.dev/claim=c1-gpu-0"},
+			wantHolders:  map[string][]string{},
+			wantBackends: "exclusive",
 		},
 		{
-			name:        "share with memory only",
-			claim:       claimWith("c2", shareResult("gpu", "gpu-1", "s1", "20Gi", "")),
-			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c2-gpu-1-s1"},
-			wantHolders: map[string][]string{"GPU-1": {"c2"}},
-			wantShares:  []bool{true},
+			name:         "share with memory only",
+			claim:        claimWith("c2", shareResult("gpu", "gpu-1", "s1", "20Gi", "")),
+			wantIDs:      []string{"k8s.gpu.tangram.dev/claim=c2-gpu-1-s1"},
+			wantHolders:  map[string][]string{"GPU-1": {"c2"}},
+			wantBackends: "mps", wantMemLimit: "GPU-1=20480M",
 		},
 		{
-			name:        "share with memory and compute",
-			claim:       claimWith("c3", shareResult("gpu", "gpu-1", "s2", "20Gi", "40")),
-			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c3-gpu-1-s2"},
-			wantHolders: map[string][]string{"GPU-1": {"c3"}},
-			wantShares:  []bool{true},
+			name:         "share with memory and compute",
+			claim:        claimWith("c3", shareResult("gpu", "gpu-1", "s2", "20Gi", "40")),
+			wantIDs:      []string{"k8s.gpu.tangram.dev/claim=c3-gpu-1-s2"},
+			wantHolders:  map[string][]string{"GPU-1": {"c3"}},
+			wantBackends: "mps", wantMemLimit: "GPU-1=20480M", wantThreads: "40",
 		},
 		{
-			name:        "all memory of a shareable card is a whole card",
-			claim:       claimWith("c4", shareResult("gpu", "gpu-2", "s3", "80Gi", "40")),
-			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c4-gpu-2-s3"},
-			wantHolders: map[string][]string{},
-			wantShares:  []bool{false},
+			name:         "all memory of a shareable card is a whole card",
+			claim:        claimWith("c4", shareResult("gpu", "gpu-2", "s3", "80Gi", "40")),
+			wantIDs:      []string{"k8s.gpu.tangram.dev/claim=c4-gpu-2-s3"},
+			wantHolders:  map[string][]string{},
+			wantBackends: "exclusive",
 		},
 		{
 			name: "several devices in one claim, shares on two cards",
@@ -63,16 +64,16 @@ func TestPrepareShapes(t *testing.T) {
 				shareResult("small", "gpu-1", "s4", "10Gi", ""), shareResult("small", "gpu-2", "s5", "10Gi", "")),
 			wantIDs: []string{"k8s.gpu.tangram.dev/claim=c5-gpu-0", "k8s.gpu.tangram.dev/claim=c5-gpu-1-s4",
 				"k8s.gpu.tangram.dev/claim=c5-gpu-2-s5"},
-			wantHolders: map[string][]string{"GPU-1": {"c5"}, "GPU-2": {"c5"}},
-			wantShares:  []bool{false, true, true},
+			wantHolders:  map[string][]string{"GPU-1": {"c5"}, "GPU-2": {"c5"}},
+			wantBackends: "exclusive,mps,mps", wantMemLimit: "GPU-1=10240M,GPU-2=10240M",
 		},
 		{
 			name: "backend none accounts shares without MPS",
 			claim: withConfig(claimWith("c6", shareResult("gpu", "gpu-3", "s6", "10Gi", "")),
 				resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
-			wantIDs:     []string{"k8s.gpu.tangram.dev/claim=c6-gpu-3-s6"},
-			wantHolders: map[string][]string{},
-			wantShares:  []bool{true},
+			wantIDs:      []string{"k8s.gpu.tangram.dev/claim=c6-gpu-3-s6"},
+			wantHolders:  map[string][]string{},
+			wantBackends: "none",
 		},
 	}
 	for _, tt := range tests {
@@ -88,23 +89,35 @@ func TestPrepareShapes(t *testing.T) {
 			if got := h.shares.Holders(); !reflect.DeepEqual(got, tt.wantHolders) {
 				t.Errorf("MPS holders %v, want %v", got, tt.wantHolders)
 			}
-			spec, err := h.specs.read(string(tt.claim.UID))
+			env, mounts, err := h.specs.env(string(tt.claim.UID))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var shares []bool
-			for _, d := range spec.Devices {
-				shares = append(shares, d.Share)
+			if got := env["TANGRAM_SHARING_BACKEND"]; got != tt.wantBackends {
+				t.Errorf("TANGRAM_SHARING_BACKEND=%q, want %q", got, tt.wantBackends)
 			}
-			if !reflect.DeepEqual(shares, tt.wantShares) {
-				t.Errorf("spec devices share flags %v, want %v", shares, tt.wantShares)
+			if got := env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; got != tt.wantMemLimit {
+				t.Errorf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%q, want %q", got, tt.wantMemLimit)
 			}
-			if len(tt.wantHolders) > 0 && !reflect.DeepEqual(spec.MPS, h.shares.ClientConfig()) {
-				t.Errorf("spec MPS client config %+v, want %+v", spec.MPS, h.shares.ClientConfig())
+			if got := env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]; got != tt.wantThreads {
+				t.Errorf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q, want %q", got, tt.wantThreads)
 			}
-			if len(tt.wantHolders) == 0 && (len(spec.MPS.Env) > 0 || h.steps.count("mps-acquire") > 0 || h.daemon.Starts() > 0) {
-				t.Errorf("a claim without MPS shares touched MPS: env %v, acquires %d, daemon starts %d",
-					spec.MPS.Env, h.steps.count("mps-acquire"), h.daemon.Starts())
+			mps := h.shares.ClientConfig()
+			wantMounts := []string(nil)
+			if len(tt.wantHolders) > 0 {
+				for _, m := range mps.Mounts {
+					wantMounts = append(wantMounts, m.HostPath+":"+m.ContainerPath)
+				}
+				if got, want := env["CUDA_MPS_PIPE_DIRECTORY"], mps.Mounts[0].HostPath; got != want {
+					t.Errorf("CUDA_MPS_PIPE_DIRECTORY=%q, want %q", got, want)
+				}
+			}
+			if !reflect.DeepEqual(mounts, wantMounts) {
+				t.Errorf("mounts %v, want %v", mounts, wantMounts)
+			}
+			if len(tt.wantHolders) == 0 && (h.steps.count("mps-acquire") > 0 || h.daemon.Starts() > 0) {
+				t.Errorf("a claim without MPS shares touched MPS: acquires %d, daemon starts %d",
+					h.steps.count("mps-acquire"), h.daemon.Starts())
 			}
 			h.assertConsistent()
 			if err := h.unprepare(string(tt.claim.UID))[tt.claim.UID]; err != nil {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -101,72 +99,51 @@ func (f *fileState) Save(_ context.Context, records map[string]ClaimRecord) erro
 	return nil
 }
 
-// dirSpecs writes one JSON file per claim, named like the real specs.
-type dirSpecs struct {
-	dir   string
+// stepSpecs wraps the real pkg/cdi-backed store and reports steps.
+type stepSpecs struct {
+	CDISpecs
 	steps *steps
 	// failWrite makes Write fail without writing.
 	failWrite error
 }
 
-func (s *dirSpecs) file(uid string) string {
-	return filepath.Join(s.dir, names.CDIVendor+"-claim_"+uid+".json")
-}
-
-func (s *dirSpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
+func (s *stepSpecs) Write(ctx context.Context, spec ClaimSpec) ([][]string, error) {
 	if s.failWrite != nil {
 		return nil, s.failWrite
 	}
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
+	ids, err := s.CDISpecs.Write(ctx, spec)
+	if err == nil {
+		s.steps.after("spec-write")
 	}
-	if err := os.WriteFile(s.file(spec.UID), data, 0o644); err != nil {
-		return nil, err
-	}
-	ids := make([][]string, len(spec.Devices))
-	for i, d := range spec.Devices {
-		name := spec.UID + "-" + d.Device
-		if d.ShareID != "" {
-			name += "-" + d.ShareID
-		}
-		ids[i] = []string{names.CDIKind + "=" + name}
-	}
-	s.steps.after("spec-write")
-	return ids, nil
+	return ids, err
 }
 
-func (s *dirSpecs) Remove(_ context.Context, uid string) error {
-	if err := os.Remove(s.file(uid)); err != nil && !os.IsNotExist(err) {
-		return err
+func (s *stepSpecs) Remove(ctx context.Context, uid string) error {
+	err := s.CDISpecs.Remove(ctx, uid)
+	if err == nil {
+		s.steps.after("spec-remove")
 	}
-	s.steps.after("spec-remove")
-	return nil
+	return err
 }
 
-func (s *dirSpecs) List(context.Context) ([]string, error) {
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	prefix := names.CDIVendor + "-claim_"
-	for _, e := range entries {
-		if uid, ok := strings.CutPrefix(e.Name(), prefix); ok {
-			out = append(out, strings.TrimSuffix(uid, ".json"))
-		}
-	}
-	sort.Strings(out)
-	return out, nil
-}
+func (s *stepSpecs) dir() string { return s.Store.Dir() }
 
-func (s *dirSpecs) read(uid string) (ClaimSpec, error) {
-	var spec ClaimSpec
-	data, err := os.ReadFile(s.file(uid))
+// env returns the environment of the first device of the claim's spec.
+func (s *stepSpecs) env(uid string) (map[string]string, []string, error) {
+	spec, err := s.Store.Read(uid)
 	if err != nil {
-		return spec, err
+		return nil, nil, err
 	}
-	return spec, json.Unmarshal(data, &spec)
+	env := map[string]string{}
+	var mounts []string
+	for _, kv := range spec.Devices[0].ContainerEdits.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, m := range spec.Devices[0].ContainerEdits.Mounts {
+		mounts = append(mounts, m.HostPath+":"+m.ContainerPath)
+	}
+	return env, mounts, nil
 }
 
 // stepShares wraps a sharing.Manager and reports steps.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -22,7 +23,7 @@ type harness struct {
 	dir    string
 	steps  *steps
 	state  *fileState
-	specs  *dirSpecs
+	specs  *stepSpecs
 	modes  *sharing.RecordingComputeModeSetter
 	daemon *sharing.SimulatedDaemon
 	shares stepShares
@@ -40,7 +41,11 @@ func newHarness(t *testing.T) *harness {
 	}
 	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &sharing.RecordingComputeModeSetter{}}
 	h.state = &fileState{path: filepath.Join(dir, "state", "checkpoint.json"), bootID: "boot-1", steps: h.steps}
-	h.specs = &dirSpecs{dir: filepath.Join(dir, "cdi"), steps: h.steps}
+	store, err := cdi.NewSpecStore(filepath.Join(dir, "cdi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.specs = &stepSpecs{CDISpecs: CDISpecs{Store: store, Hardware: cdi.NoHardware{}}, steps: h.steps}
 	h.start()
 	return h
 }

@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
@@ -32,6 +34,8 @@ type plannedDevice struct {
 	ComputePercent int64
 	// AdminAccess results monitor a card without owning it.
 	AdminAccess bool
+	// ConsumedCapacity is the allocation's consumed capacity, as given.
+	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
 }
 
 // planClaim picks our driver's results out of the claim's allocation and
@@ -61,6 +65,8 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			GPU:         card,
 			MemoryBytes: card.MemoryBytes,
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+
+			ConsumedCapacity: r.ConsumedCapacity,
 		}
 		if r.ShareID != nil {
 			p.ShareID = string(*r.ShareID)
@@ -79,7 +85,8 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			}
 			p.ComputePercent = compute
 		}
-		p.Share = p.ShareID != "" && p.MemoryBytes < card.MemoryBytes
+		// One definition of "share" for accounting and for the CDI edits.
+		p.Share = cdi.IsShare(cdi.Result{GPU: card, ShareID: p.ShareID, ConsumedCapacity: r.ConsumedCapacity})
 		out = append(out, p)
 	}
 	return out, nil

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 )
 
 func TestCrashDuringPrepareThenRestart(t *testing.T) {
@@ -130,7 +132,7 @@ func TestOrphanSpecsRemovedAtStartup(t *testing.T) {
 	if err := h.prepare(keep)[keep.UID].Err; err != nil {
 		t.Fatal(err)
 	}
-	orphan := filepath.Join(h.specs.dir, "k8s.gpu.tangram.dev-claim_orphan.json")
+	orphan := filepath.Join(h.specs.dir(), cdi.SpecName("orphan")+".json")
 	if err := os.WriteFile(orphan, []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
