@@ -42,6 +42,10 @@ type PreparedDevice struct {
 	// MPS accounting was done for it.
 	MPS         bool
 	AdminAccess bool
+	// MemoryBytes and ComputePercent are what the result consumed (the
+	// card's memory for a whole card), kept for diagnosis.
+	MemoryBytes    int64
+	ComputePercent int64
 	// CDIDeviceIDs are the fully qualified IDs given to the kubelet.
 	CDIDeviceIDs []string
 }

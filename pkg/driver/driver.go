@@ -340,6 +340,9 @@ func newRecord(claim *resourceapi.ResourceClaim, devices []SpecDevice) ClaimReco
 			Share:       dev.Share,
 			MPS:         dev.Share && !dev.AdminAccess && usesMPS(dev),
 			AdminAccess: dev.AdminAccess,
+
+			MemoryBytes:    dev.MemoryBytes,
+			ComputePercent: dev.ComputePercent,
 		})
 	}
 	return rec

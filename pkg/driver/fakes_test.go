@@ -2,10 +2,8 @@ package driver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 
@@ -51,51 +49,17 @@ func (s *steps) count(step string) int {
 	return s.counts[step]
 }
 
-// fileState is a JSON checkpoint in a temp dir with a boot ID.
-type fileState struct {
-	path   string
-	bootID string
-	steps  *steps
+// stepState wraps the real pkg/checkpoint-backed store and reports saves.
+type stepState struct {
+	CheckpointState
+	steps *steps
 }
 
-type fileStateContent struct {
-	BootID  string                 `json:"bootID"`
-	Records map[string]ClaimRecord `json:"records"`
-}
-
-func (f *fileState) Load(context.Context) (map[string]ClaimRecord, bool, error) {
-	data, err := os.ReadFile(f.path)
-	if os.IsNotExist(err) {
-		return map[string]ClaimRecord{}, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	var c fileStateContent
-	if err := json.Unmarshal(data, &c); err != nil {
-		if mvErr := os.Rename(f.path, f.path+".corrupt"); mvErr != nil {
-			return nil, false, mvErr
-		}
-		return nil, false, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, err)
-	}
-	if c.Records == nil {
-		c.Records = map[string]ClaimRecord{}
-	}
-	return c.Records, c.BootID != f.bootID, nil
-}
-
-func (f *fileState) Save(_ context.Context, records map[string]ClaimRecord) error {
-	data, err := json.Marshal(fileStateContent{BootID: f.bootID, Records: records})
-	if err != nil {
+func (s *stepState) Save(ctx context.Context, records map[string]ClaimRecord) error {
+	if err := s.CheckpointState.Save(ctx, records); err != nil {
 		return err
 	}
-	if err := os.WriteFile(f.path+".tmp", data, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(f.path+".tmp", f.path); err != nil {
-		return err
-	}
-	f.steps.after("save")
+	s.steps.after("save")
 	return nil
 }
 

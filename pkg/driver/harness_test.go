@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -22,7 +23,8 @@ type harness struct {
 	t      *testing.T
 	dir    string
 	steps  *steps
-	state  *fileState
+	state  *stepState
+	bootID string
 	specs  *stepSpecs
 	modes  *sharing.RecordingComputeModeSetter
 	daemon *sharing.SimulatedDaemon
@@ -40,7 +42,13 @@ func newHarness(t *testing.T) *harness {
 		}
 	}
 	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &sharing.RecordingComputeModeSetter{}}
-	h.state = &fileState{path: filepath.Join(dir, "state", "checkpoint.json"), bootID: "boot-1", steps: h.steps}
+	h.bootID = "boot-1"
+	h.state = &stepState{steps: h.steps, CheckpointState: CheckpointState{
+		Store: checkpoint.NewStore(filepath.Join(dir, "state", "checkpoint.json"),
+			checkpoint.WithBootID(func() (string, error) { return h.bootID, nil })),
+		Pool:       testNode,
+		MPSPipeDir: sharing.Layout{Root: filepath.Join(dir, "mps")}.PipeDir(),
+	}}
 	store, err := cdi.NewSpecStore(filepath.Join(dir, "cdi"))
 	if err != nil {
 		t.Fatal(err)

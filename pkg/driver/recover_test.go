@@ -93,13 +93,14 @@ func TestCorruptCheckpointIsRebuilt(t *testing.T) {
 	before := h.driver.Records()
 	// The API server still has two of the three claims.
 	h.claims = []resourceapi.ResourceClaim{*whole, *share}
-	if err := os.WriteFile(h.state.path, []byte("{not json"), 0o600); err != nil {
+	path := h.state.Store.Path()
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	h.restart()
 	h.assertConsistent()
-	if _, err := os.Stat(h.state.path + ".corrupt"); err != nil {
-		t.Errorf("corrupt checkpoint was not moved aside: %v", err)
+	if moved, _ := filepath.Glob(path + ".corrupt-*"); len(moved) != 1 {
+		t.Errorf("corrupt checkpoint was not moved aside: %v", moved)
 	}
 	after := h.driver.Records()
 	want := map[string]ClaimRecord{"w": before["w"], "s": before["s"]}
@@ -118,7 +119,7 @@ func TestRebootDropsState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h.state.bootID = "boot-2"
+	h.bootID = "boot-2"
 	h.restart()
 	h.assertConsistent()
 	if len(h.driver.Records()) != 0 {

@@ -1,0 +1,100 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+)
+
+// CheckpointState is the StateStore backed by pkg/checkpoint.
+type CheckpointState struct {
+	Store *checkpoint.Store
+	// Pool is the node's resource pool; pkg/checkpoint does not store it
+	// because every result of this plugin is in it.
+	Pool string
+	// MPSPipeDir is recorded with every MPS share.
+	MPSPipeDir string
+}
+
+var _ StateStore = CheckpointState{}
+
+// Load reads the checkpoint; a corrupt file (already moved aside by the
+// store) is reported as ErrCorruptCheckpoint, a reboot as bootChanged.
+func (c CheckpointState) Load(ctx context.Context) (map[string]ClaimRecord, bool, error) {
+	res, err := c.Store.Load()
+	if err != nil {
+		return nil, false, err
+	}
+	if res.Corrupt != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, res.Corrupt)
+	}
+	if res.PreviousBootID != "" {
+		klog.FromContext(ctx).Info("Checkpoint is from an earlier boot", "previousBootID", res.PreviousBootID, "droppedClaims", len(res.Dropped))
+	}
+	records := make(map[string]ClaimRecord, len(res.Checkpoint.Claims))
+	for uid, claim := range res.Checkpoint.Claims {
+		records[uid] = fromCheckpoint(uid, c.Pool, claim)
+	}
+	return records, res.PreviousBootID != "" || len(res.Dropped) > 0, nil
+}
+
+// Save writes the records atomically with fsync.
+func (c CheckpointState) Save(_ context.Context, records map[string]ClaimRecord) error {
+	cp := checkpoint.New()
+	for uid, rec := range records {
+		cp.Claims[uid] = c.toCheckpoint(rec)
+	}
+	return c.Store.Save(cp)
+}
+
+func (c CheckpointState) toCheckpoint(rec ClaimRecord) checkpoint.Claim {
+	out := checkpoint.Claim{Namespace: rec.Namespace, Name: rec.Name, State: checkpoint.PrepareStarted}
+	if rec.Phase == PhaseCompleted {
+		out.State = checkpoint.PrepareCompleted
+	}
+	for _, d := range rec.Devices {
+		dev := checkpoint.Device{
+			Request:        d.Request,
+			Device:         d.Device,
+			GPUUUID:        d.UUID,
+			ShareID:        d.ShareID,
+			Share:          d.Share,
+			CDIDeviceIDs:   d.CDIDeviceIDs,
+			MemoryBytes:    d.MemoryBytes,
+			ComputePercent: d.ComputePercent,
+		}
+		if d.MPS {
+			dev.MPSPipeDir = c.MPSPipeDir
+		}
+		out.Devices = append(out.Devices, dev)
+	}
+	return out
+}
+
+// fromCheckpoint restores a record. MPS is
+// recorded as the share's pipe directory. Admin access is not recorded by
+// pkg/checkpoint, so a restored admin-access result counts as a holder.
+func fromCheckpoint(uid, pool string, claim checkpoint.Claim) ClaimRecord {
+	rec := ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted}
+	if claim.State == checkpoint.PrepareCompleted {
+		rec.Phase = PhaseCompleted
+	}
+	for _, d := range claim.Devices {
+		rec.Devices = append(rec.Devices, PreparedDevice{
+			Request:        d.Request,
+			Pool:           pool,
+			Device:         d.Device,
+			UUID:           d.GPUUUID,
+			ShareID:        d.ShareID,
+			Share:          d.Share,
+			MPS:            d.Share && d.MPSPipeDir != "",
+			CDIDeviceIDs:   d.CDIDeviceIDs,
+			MemoryBytes:    d.MemoryBytes,
+			ComputePercent: d.ComputePercent,
+		})
+	}
+	return rec
+}
