@@ -34,8 +34,9 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* Image of one component: pass (dict "root" $ "image" .Values.kubeletPlugin.image). */}}
 {{- define "tangram.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .root.Values.image.tag) -}}
 {{- end -}}
 
 {{- define "tangram.kubeletPlugin.fullname" -}}

@@ -1,0 +1,291 @@
+//go:build helm
+
+package helm
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+const pluginName = "tangram-kubelet-plugin"
+
+func daemonSet(t *testing.T, objs objects) (*appsv1.DaemonSet, corev1.Container) {
+	t.Helper()
+	ds := objs.get(t, "DaemonSet", pluginName).(*appsv1.DaemonSet)
+	if n := len(ds.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("plugin pod has %d containers, want 1", n)
+	}
+	return ds, ds.Spec.Template.Spec.Containers[0]
+}
+
+// flagValues maps --flag=value arguments to their values.
+func flagValues(args []string) map[string]string {
+	flags := map[string]string{}
+	for _, a := range args {
+		if k, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(k, "-") {
+			flags[strings.TrimLeft(k, "-")] = v
+		}
+	}
+	return flags
+}
+
+func TestPluginDaemonSet(t *testing.T) {
+	tests := []struct {
+		name      string
+		sets      []string
+		wantFlags map[string]string
+		// noFlags must not appear at all.
+		noFlags   []string
+		wantImage string
+		wantFake  bool
+	}{
+		{
+			name: "defaults: real GPUs, sharing on",
+			wantFlags: map[string]string{
+				"sharing": "enabled", "cdi-root": "/var/run/cdi",
+				"kubelet-registrar-dir": "/var/lib/kubelet/plugins_registry",
+				"kubelet-plugin-dir":    "/var/lib/kubelet/plugins/gpu.tangram.dev",
+				"state-dir":             "/var/lib/tangram", "mps-root": "/run/tangram/mps",
+				"healthz-address": ":51515", "metrics-address": ":9400", "v": "2",
+			},
+			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name: "demo values",
+			sets: []string{"fakeGPU.profile=dgx-h100", "sharing.enabled=false", "logVerbosity=5",
+				"nodeLabelAttributes={topology.kubernetes.io/zone,example.com/ib-zone}",
+				"image.tag=v9", "kubeletPlugin.image.repository=registry.example:5000/tangram/plugin",
+				"metrics.enabled=false", "kubeletPlugin.hostPaths.kubeletRoot=/data/kubelet/"},
+			wantFlags: map[string]string{
+				"fake-profile": "dgx-h100", "sharing": "disabled", "v": "5",
+				"node-label-attributes": "topology.kubernetes.io/zone,example.com/ib-zone",
+				"metrics-address":       "",
+				"kubelet-plugin-dir":    "/data/kubelet/plugins/gpu.tangram.dev",
+				"kubelet-registrar-dir": "/data/kubelet/plugins_registry",
+			},
+			noFlags:   []string{"fake-profile-file"},
+			wantImage: "registry.example:5000/tangram/plugin:v9",
+			wantFake:  true,
+		},
+		{
+			name:      "custom fake profile file",
+			sets:      []string{"fakeGPU.profileFile=name: tiny\ngpus: []\n"},
+			wantFlags: map[string]string{"fake-profile-file": "/etc/tangram/fake-profile.yaml"},
+			noFlags:   []string{"fake-profile"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+			wantFake:  true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.sets...)
+			ds, c := daemonSet(t, objs)
+			if c.Image != tc.wantImage {
+				t.Errorf("image = %q, want %q", c.Image, tc.wantImage)
+			}
+			if len(c.Args) == 0 || c.Args[0] != "run" {
+				t.Errorf("args = %v, want the run subcommand first", c.Args)
+			}
+			flags := flagValues(c.Args)
+			for k, want := range tc.wantFlags {
+				if got, ok := flags[k]; !ok || got != want {
+					t.Errorf("--%s = %q (present %v), want %q; args %v", k, got, ok, want, c.Args)
+				}
+			}
+			for _, k := range tc.noFlags {
+				if _, ok := flags[k]; ok {
+					t.Errorf("--%s must not be passed; args %v", k, c.Args)
+				}
+			}
+			checkPluginPod(t, ds, c, flags, tc.wantFake)
+			wantConfigMap := flags["fake-profile-file"] != ""
+			if got := objs.has("ConfigMap", "tangram-fake-profile"); got != wantConfigMap {
+				t.Errorf("fake profile ConfigMap rendered = %v, want %v", got, wantConfigMap)
+			}
+		})
+	}
+}
+
+// checkPluginPod checks what must hold for every value set: node name from
+// the downward API, host paths at the paths the flags name, probes on the
+// healthz port, a rolling update without surge.
+func checkPluginPod(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flags map[string]string, fake bool) {
+	t.Helper()
+	var nodeNameFrom string
+	for _, e := range c.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			nodeNameFrom = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if nodeNameFrom != "spec.nodeName" {
+		t.Errorf("NODE_NAME comes from %q, want the downward API field spec.nodeName", nodeNameFrom)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	// The plugin writes paths that the kubelet and containerd read on the
+	// host, so each must be mounted at the same path it has on the host.
+	for _, flag := range []string{"cdi-root", "kubelet-registrar-dir", "kubelet-plugin-dir", "state-dir", "mps-root"} {
+		path := flags[flag]
+		vol, ok := mounts[path]
+		if !ok {
+			t.Errorf("--%s=%s is not a mount path of the plugin container", flag, path)
+			continue
+		}
+		if hostPaths[vol] != path {
+			t.Errorf("--%s=%s is mounted from host path %q, want the same path", flag, path, hostPaths[vol])
+		}
+	}
+	_, hasDriverRoot := mounts["/driver-root"]
+	if hasDriverRoot == fake {
+		t.Errorf("driver root mounted = %v, want %v (only real GPUs need the driver)", hasDriverRoot, !fake)
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "healthz" {
+			t.Errorf("%s probe = %+v, want HTTP GET /healthz on the healthz port", name, p)
+		}
+	}
+	var healthzPort int32
+	for _, p := range c.Ports {
+		if p.Name == "healthz" {
+			healthzPort = p.ContainerPort
+		}
+	}
+	if want := ":" + strconv.Itoa(int(healthzPort)); flags["healthz-address"] != want {
+		t.Errorf("--healthz-address=%s but the healthz port is %d", flags["healthz-address"], healthzPort)
+	}
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+		t.Errorf("update strategy = %+v, want RollingUpdate without surge", ds.Spec.UpdateStrategy)
+	}
+	if ds.Spec.Template.Spec.ServiceAccountName != pluginName {
+		t.Errorf("service account = %q, want %q", ds.Spec.Template.Spec.ServiceAccountName, pluginName)
+	}
+}
+
+func TestRBAC(t *testing.T) {
+	objs := render(t, "controller.enabled=true")
+	plugin := objs.get(t, "ClusterRole", pluginName).(*rbacv1.ClusterRole)
+	want := map[string][]string{
+		"/nodes":                         {"get"},
+		"resource.k8s.io/resourceclaims": {"get", "list", "watch"},
+		"resource.k8s.io/resourceslices": {"create", "delete", "get", "list", "update", "watch"},
+	}
+	got := map[string][]string{}
+	for _, r := range plugin.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				verbs := slices.Clone(r.Verbs)
+				slices.Sort(verbs)
+				got[g+"/"+res] = verbs
+			}
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("plugin ClusterRole grants %v, want exactly %v", got, want)
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			t.Errorf("plugin may %v on %s, want %v", got[k], k, v)
+		}
+	}
+	for _, name := range []string{pluginName, "tangram-controller", "tangram-viewer"} {
+		role := objs.get(t, "ClusterRole", name).(*rbacv1.ClusterRole)
+		for _, r := range role.Rules {
+			for _, s := range slices.Concat(r.Verbs, r.Resources, r.APIGroups) {
+				if s == "*" {
+					t.Errorf("ClusterRole %s has a wildcard rule %+v", name, r)
+				}
+			}
+		}
+	}
+	viewer := objs.get(t, "ClusterRole", "tangram-viewer").(*rbacv1.ClusterRole)
+	for _, r := range viewer.Rules {
+		for _, v := range r.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				t.Errorf("viewer role may %q on %v; it must be read-only", v, r.Resources)
+			}
+		}
+	}
+	binding := objs.get(t, "ClusterRoleBinding", pluginName).(*rbacv1.ClusterRoleBinding)
+	if len(binding.Subjects) != 1 || binding.Subjects[0].Name != pluginName || binding.Subjects[0].Namespace != namespace {
+		t.Errorf("plugin binding subjects = %+v, want the plugin service account in %s", binding.Subjects, namespace)
+	}
+}
+
+func TestAdmissionPolicy(t *testing.T) {
+	objs := render(t)
+	vap := objs.get(t, "ValidatingAdmissionPolicy", "tangram-kubelet-plugin-own-node-slices").(*admissionv1.ValidatingAdmissionPolicy)
+	wantUser := `request.userInfo.username == "system:serviceaccount:` + namespace + `:` + pluginName + `"`
+	if len(vap.Spec.MatchConditions) != 1 || vap.Spec.MatchConditions[0].Expression != wantUser {
+		t.Errorf("match conditions = %+v, want only %s", vap.Spec.MatchConditions, wantUser)
+	}
+	if vap.Spec.FailurePolicy == nil || *vap.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("failure policy = %v, want Fail", vap.Spec.FailurePolicy)
+	}
+	rules := vap.Spec.MatchConstraints.ResourceRules
+	if len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"resourceslices"}) ||
+		!slices.Equal(rules[0].Operations, []admissionv1.OperationType{"CREATE", "UPDATE", "DELETE"}) {
+		t.Errorf("resource rules = %+v, want CREATE/UPDATE/DELETE of resourceslices", rules)
+	}
+	var exprs []string
+	for _, v := range vap.Spec.Validations {
+		exprs = append(exprs, v.Expression)
+	}
+	if !slices.Contains(exprs, "variables.userNodeName == variables.objectNodeName") {
+		t.Errorf("validations %v do not compare the token's node with the slice's node", exprs)
+	}
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", vap.Name).(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if binding.Spec.PolicyName != vap.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("binding = %+v, want Deny for policy %s", binding.Spec, vap.Name)
+	}
+
+	if off := render(t, "admissionPolicy.enabled=false"); len(off["ValidatingAdmissionPolicy"]) != 0 {
+		t.Errorf("admissionPolicy.enabled=false still renders a policy")
+	}
+}
+
+func TestController(t *testing.T) {
+	if objs := render(t); len(objs["Deployment"]) != 0 {
+		t.Errorf("controller is rendered although controller.enabled defaults to false")
+	}
+	tests := []struct {
+		replicas  string
+		wantElect string
+	}{
+		{replicas: "1", wantElect: "false"},
+		{replicas: "2", wantElect: "true"},
+	}
+	for _, tc := range tests {
+		t.Run("replicas="+tc.replicas, func(t *testing.T) {
+			objs := render(t, "controller.enabled=true", "controller.replicas="+tc.replicas)
+			dep := objs.get(t, "Deployment", "tangram-controller").(*appsv1.Deployment)
+			if got := *dep.Spec.Replicas; strconv.Itoa(int(got)) != tc.replicas {
+				t.Errorf("replicas = %d, want %s", got, tc.replicas)
+			}
+			flags := flagValues(dep.Spec.Template.Spec.Containers[0].Args)
+			if flags["leader-elect"] != tc.wantElect || flags["leader-elect-namespace"] != namespace {
+				t.Errorf("leader election flags = %v, want leader-elect=%s in %s", flags, tc.wantElect, namespace)
+			}
+			if img := dep.Spec.Template.Spec.Containers[0].Image; img != "localhost/tangram/dra-controller:dev" {
+				t.Errorf("controller image = %q", img)
+			}
+			objs.get(t, "Role", "tangram-controller-leader-election")
+		})
+	}
+}

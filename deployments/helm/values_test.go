@@ -1,0 +1,179 @@
+//go:build helm
+
+package helm
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+	tangramslices "github.com/tangram-gpu/tangram/pkg/slices"
+)
+
+// TestSchemaRejects: bad values fail at install time with a message that
+// names the offending value, instead of producing a broken DaemonSet.
+func TestSchemaRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		sets    []string
+		wantErr []string
+	}{
+		{name: "unknown top-level key", sets: []string{"fakeGpu.profile=dgx-h100"}, wantErr: []string{"fakeGpu"}},
+		{name: "unknown profile", sets: []string{"fakeGPU.profile=dgx-h200"}, wantErr: []string{"fakeGPU", "profile"}},
+		{name: "profile and profile file together", sets: []string{"fakeGPU.profile=dgx-h100", "fakeGPU.profileFile=x: y"}, wantErr: []string{"fakeGPU"}},
+		{name: "sharing as a string", sets: []string{"sharing.enabled=yes"}, wantErr: []string{"sharing", "enabled"}},
+		{name: "verbosity out of range", sets: []string{"logVerbosity=11"}, wantErr: []string{"logVerbosity"}},
+		{name: "pull policy", sets: []string{"image.pullPolicy=Sometimes"}, wantErr: []string{"pullPolicy"}},
+		{name: "repository with a tag", sets: []string{"kubeletPlugin.image.repository=foo/bar:v1"}, wantErr: []string{"repository"}},
+		{name: "relative host path", sets: []string{"kubeletPlugin.hostPaths.cdiRoot=var/run/cdi"}, wantErr: []string{"cdiRoot"}},
+		{name: "maxUnavailable zero", sets: []string{"kubeletPlugin.updateStrategy.maxUnavailable=0"}, wantErr: []string{"maxUnavailable"}},
+		{name: "bad node label key", sets: []string{"nodeLabelAttributes={not a label}"}, wantErr: []string{"nodeLabelAttributes"}},
+		{name: "metrics port", sets: []string{"metrics.port=70000"}, wantErr: []string{"port"}},
+		{name: "controller replicas", sets: []string{"controller.replicas=0"}, wantErr: []string{"replicas"}},
+		{name: "extra arg that is not a flag", sets: []string{"kubeletPlugin.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
+		{
+			name:    "default GpuConfig with an unknown backend",
+			sets:    []string{`deviceClasses.shared.defaultConfig@json={"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"vcuda"}}`},
+			wantErr: []string{"backend"},
+		},
+		{
+			name:    "default GpuConfig of the wrong kind",
+			sets:    []string{`deviceClasses.shared.defaultConfig@json={"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GPUConfig"}`},
+			wantErr: []string{"kind"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := template(t, tc.sets...)
+			if err == nil {
+				t.Fatalf("helm template %v succeeded, want a schema error; rendered %d bytes", tc.sets, len(out))
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "values don't meet the specifications of the schema") {
+				t.Errorf("error is not a schema error: %s", msg)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error does not mention %q: %s", w, msg)
+				}
+			}
+		})
+	}
+}
+
+// TestSchemaProfiles keeps the schema's list of fake profiles equal to the
+// profiles the plugin has built in.
+func TestSchemaProfiles(t *testing.T) {
+	data, err := os.ReadFile(chartDir + "/values.schema.json")
+	if err != nil {
+		t.Fatalf("reading schema: %v", err)
+	}
+	var schema struct {
+		Properties struct {
+			FakeGPU struct {
+				Properties struct {
+					Profile struct {
+						Enum []string `json:"enum"`
+					} `json:"profile"`
+				} `json:"properties"`
+			} `json:"fakeGPU"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatalf("decoding schema: %v", err)
+	}
+	want := append([]string{""}, gpu.BuiltinProfileNames()...)
+	if got := schema.Properties.FakeGPU.Properties.Profile.Enum; !slices.Equal(got, want) {
+		t.Errorf("schema allows fake profiles %q, the plugin has %q", got, want)
+	}
+}
+
+// TestDeviceClasses compiles the classes' CEL selectors with the scheduler's
+// own CEL environment and runs them on the devices the plugin publishes for a
+// fake DGX H100 with sharing on and off.
+func TestDeviceClasses(t *testing.T) {
+	objs := render(t)
+	whole := objs.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass)
+	shared := objs.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass)
+
+	if len(whole.Spec.Selectors) != 1 || whole.Spec.Selectors[0].CEL == nil ||
+		whole.Spec.Selectors[0].CEL.Expression != `device.driver == "gpu.tangram.dev"` {
+		t.Errorf("%s selectors = %+v, want exactly device.driver == \"gpu.tangram.dev\"", whole.Name, whole.Spec.Selectors)
+	}
+	if len(whole.Spec.Config) != 0 {
+		t.Errorf("%s carries config %+v; whole cards need none", whole.Name, whole.Spec.Config)
+	}
+	if len(shared.Spec.Config) != 1 || shared.Spec.Config[0].Opaque == nil || shared.Spec.Config[0].Opaque.Driver != names.DriverName {
+		t.Fatalf("%s config = %+v, want one opaque config for %s", shared.Name, shared.Spec.Config, names.DriverName)
+	}
+	cfg, err := v1alpha1.Parse(shared.Spec.Config[0].Opaque.Parameters.Raw)
+	if err != nil {
+		t.Fatalf("the shared class's default config is rejected by the plugin: %v", err)
+	}
+	if cfg.Sharing == nil || cfg.Sharing.Backend != v1alpha1.BackendMPS {
+		t.Errorf("shared class default config = %v, want the mps backend", cfg)
+	}
+	if noCfg := render(t, `deviceClasses.shared.defaultConfig@json={}`); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
+		t.Errorf("defaultConfig={} still attaches a config")
+	}
+
+	profile, err := gpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatalf("loading profile: %v", err)
+	}
+	ctx := context.Background()
+	gpus, err := gpu.NewFakeSource("node-a", profile).GPUs(ctx)
+	if err != nil {
+		t.Fatalf("fake GPUs: %v", err)
+	}
+	tests := []struct {
+		sharing     bool
+		wantWhole   bool
+		wantShared  bool
+		otherDriver bool
+	}{
+		{sharing: true, wantWhole: true, wantShared: true},
+		{sharing: false, wantWhole: true, wantShared: false},
+		{sharing: true, otherDriver: true},
+	}
+	for _, tc := range tests {
+		devices, err := tangramslices.Devices(gpus, tangramslices.Options{NodeName: "node-a", Sharing: tc.sharing})
+		if err != nil {
+			t.Fatalf("publishing devices: %v", err)
+		}
+		driver := names.DriverName
+		if tc.otherDriver {
+			driver = "gpu.nvidia.com"
+		}
+		for _, class := range []struct {
+			dc   *resourceapi.DeviceClass
+			want bool
+		}{{whole, tc.wantWhole}, {shared, tc.wantShared}} {
+			expr := class.dc.Spec.Selectors[0].CEL.Expression
+			compiled := cel.GetCompiler(cel.Features{EnableConsumableCapacity: true}).CompileCELExpression(expr, cel.Options{})
+			if compiled.Error != nil {
+				t.Fatalf("%s selector does not compile: %v", class.dc.Name, compiled.Error)
+			}
+			for _, d := range devices {
+				got, _, err := compiled.DeviceMatches(ctx, cel.Device{
+					Driver: driver, AllowMultipleAllocations: d.AllowMultipleAllocations,
+					Attributes: d.Attributes, Capacity: d.Capacity,
+				})
+				if err != nil {
+					t.Errorf("%s on %s (sharing=%v): evaluation error %v", class.dc.Name, d.Name, tc.sharing, err)
+				} else if got != class.want {
+					t.Errorf("%s matches %s of driver %s with sharing=%v: %v, want %v", class.dc.Name, d.Name, driver, tc.sharing, got, class.want)
+				}
+			}
+		}
+	}
+}
