@@ -1,0 +1,224 @@
+// Package cli is the command line of kubectl-tangram: flags, kubeconfig
+// and wiring of fetch → view/diagnosis → rendering. cmd/kubectl-tangram
+// only calls NewCommand.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/describe"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/fetch"
+)
+
+// options are the flags every subcommand shares.
+type options struct {
+	kubeconfig string
+	overrides  clientcmd.ConfigOverrides
+	output     string
+	colour     string
+	out        io.Writer
+	// newClient is replaceable in tests.
+	newClient func() (kubernetes.Interface, string, error)
+}
+
+// NewCommand returns the kubectl-tangram root command writing to out.
+func NewCommand(out io.Writer) *cobra.Command {
+	return newCommand(out, nil)
+}
+
+// newCommand lets tests supply the client.
+func newCommand(out io.Writer, newClient func() (kubernetes.Interface, string, error)) *cobra.Command {
+	o := &options{out: out, newClient: newClient}
+	if o.newClient == nil {
+		o.newClient = o.client
+	}
+	root := &cobra.Command{
+		Use: "kubectl-tangram",
+		// Help and usage read "kubectl tangram", as kubectl runs it.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl tangram"},
+		Short:       "Show Tangram GPUs, shares and claims across the cluster",
+		Long: "kubectl tangram shows which pod holds which GPU or share, how full each card is, and why a claim is pending.\n" +
+			"It only reads ResourceSlices, ResourceClaims, DeviceClasses, Nodes and Pods.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	flags := root.PersistentFlags()
+	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	clientcmd.BindOverrideFlags(&o.overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
+	flags.StringVarP(&o.output, "output", "o", clusterview.FormatTable, "Output format: table, json or yaml")
+	flags.StringVar(&o.colour, "color", "auto", "Colour the table: auto (on a terminal, unless NO_COLOR is set), always or never")
+	root.AddCommand(newStatusCommand(o), newDescribeCommand(o))
+	return root
+}
+
+// client builds a clientset from the kubeconfig and flags, and returns the
+// namespace to use (-n, else the context's, else "default").
+func (o *options) client() (kubernetes.Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.kubeconfig != "" {
+		rules.ExplicitPath = o.kubeconfig
+	}
+	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &o.overrides)
+	ns, _, err := cfg.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
+	}
+	rest, err := cfg.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("loading the kubeconfig (set --kubeconfig or KUBECONFIG): %w", err)
+	}
+	rest.UserAgent = "kubectl-tangram"
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, "", fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	return client, ns, nil
+}
+
+// style decides on colour: only for tables, on a terminal, without NO_COLOR.
+func (o *options) style() (clusterview.Style, error) {
+	switch o.colour {
+	case "always":
+		return clusterview.Style{Colour: true}, nil
+	case "never":
+		return clusterview.Style{}, nil
+	case "auto":
+		f, ok := o.out.(*os.File)
+		_, noColour := os.LookupEnv("NO_COLOR")
+		return clusterview.Style{Colour: ok && !noColour && term.IsTerminal(int(f.Fd()))}, nil
+	}
+	return clusterview.Style{}, fmt.Errorf("unknown --color %q: use auto, always or never", o.colour)
+}
+
+func newStatusCommand(o *options) *cobra.Command {
+	var node string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Per node and card: memory and compute used, shares, NVLink domain, claims and pods",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clusterview.CheckFormat(o.output); err != nil {
+				return err
+			}
+			st, err := o.style()
+			if err != nil {
+				return err
+			}
+			client, _, err := o.newClient()
+			if err != nil {
+				return err
+			}
+			snap, err := fetch.Snapshot(cmd.Context(), client, fetch.What{})
+			if err != nil {
+				return err
+			}
+			v := clusterview.Build(snap, clusterview.Options{Node: node})
+			if node != "" && len(v.Nodes) == 0 {
+				return fmt.Errorf("node %q publishes no gpu.tangram.dev devices (check the name with kubectl get resourceslices)", node)
+			}
+			if o.output != clusterview.FormatTable {
+				return clusterview.WriteData(o.out, o.output, v)
+			}
+			return clusterview.WriteStatus(o.out, v, st)
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "Show only this node")
+	return cmd
+}
+
+func newDescribeCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "describe (pod|claim)/NAME | describe (pod|claim) NAME",
+		Short: "What a pod or claim got (cards, UUIDs, shares, limits), or why it is pending",
+		Example: "  kubectl tangram describe pod/trainer-0 -n ml\n" +
+			"  kubectl tangram describe claim/infer-gpu -n serve -o json",
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name, err := parseTarget(args)
+			if err != nil {
+				return err
+			}
+			if err := clusterview.CheckFormat(o.output); err != nil {
+				return err
+			}
+			st, err := o.style()
+			if err != nil {
+				return err
+			}
+			client, ns, err := o.newClient()
+			if err != nil {
+				return err
+			}
+			return runDescribe(cmd.Context(), o, client, st, kind, ns, name)
+		},
+	}
+}
+
+func runDescribe(ctx context.Context, o *options, client kubernetes.Interface, st clusterview.Style, kind, ns, name string) error {
+	snap, err := fetch.Snapshot(ctx, client, fetch.What{Nodes: true})
+	if err != nil {
+		return err
+	}
+	if kind == "pod" {
+		pod, err := fetch.Pod(ctx, client, ns, name)
+		if err != nil {
+			return err
+		}
+		r, err := describe.DescribePod(ctx, snap, pod)
+		if err != nil {
+			return err
+		}
+		if o.output != clusterview.FormatTable {
+			return clusterview.WriteData(o.out, o.output, r)
+		}
+		return describe.WritePod(o.out, r, st)
+	}
+	claim, err := fetch.FindClaim(snap, ns, name)
+	if err != nil {
+		return err
+	}
+	r, err := describe.DescribeClaim(ctx, snap, claim)
+	if err != nil {
+		return err
+	}
+	if o.output != clusterview.FormatTable {
+		return clusterview.WriteData(o.out, o.output, r)
+	}
+	return describe.WriteClaim(o.out, r, st)
+}
+
+// parseTarget accepts "pod/NAME", "claim/NAME" and the two-word forms, with
+// the aliases kubectl users type.
+func parseTarget(args []string) (kind, name string, err error) {
+	if len(args) == 2 {
+		kind, name = args[0], args[1]
+	} else {
+		var ok bool
+		kind, name, ok = strings.Cut(args[0], "/")
+		if !ok {
+			return "", "", fmt.Errorf("%q names no kind: write pod/NAME or claim/NAME", args[0])
+		}
+	}
+	switch strings.ToLower(kind) {
+	case "pod", "pods", "po":
+		kind = "pod"
+	case "claim", "claims", "resourceclaim", "resourceclaims":
+		kind = "claim"
+	default:
+		return "", "", fmt.Errorf("cannot describe %q: only pod/NAME and claim/NAME are supported", kind)
+	}
+	if name == "" {
+		return "", "", fmt.Errorf("missing name: write %s/NAME", kind)
+	}
+	return kind, name, nil
+}

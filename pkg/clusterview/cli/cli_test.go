@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/describe"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+)
+
+// demoClient serves the demo cluster from a fake clientset.
+func demoClient(t *testing.T) (*fake.Clientset, *fixture.Cluster) {
+	t.Helper()
+	c, err := fixture.Demo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, o := range c.Snap.Slices {
+		objs = append(objs, o)
+	}
+	for _, o := range c.Snap.Claims {
+		objs = append(objs, o)
+	}
+	for _, o := range c.Snap.Classes {
+		objs = append(objs, o)
+	}
+	for _, o := range c.Snap.Nodes {
+		objs = append(objs, o)
+	}
+	for _, o := range c.Snap.Pods {
+		objs = append(objs, o)
+	}
+	return fake.NewClientset(objs...), c
+}
+
+func run(t *testing.T, client kubernetes.Interface, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := newCommand(&out, func() (kubernetes.Interface, string, error) {
+		ns := "default"
+		for i, a := range args {
+			if (a == "-n" || a == "--namespace") && i+1 < len(args) {
+				ns = args[i+1]
+			}
+		}
+		return client, ns, nil
+	})
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestStatusJSONMatchesView(t *testing.T) {
+	client, c := demoClient(t)
+	out, err := run(t, client, "status", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got clusterview.View
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("status -o json is not a View: %v\n%s", err, out)
+	}
+	want := clusterview.Build(&c.Snap, clusterview.Options{})
+	wantJSON, _ := json.Marshal(want)
+	gotJSON, _ := json.Marshal(got)
+	if !bytes.Equal(wantJSON, gotJSON) {
+		t.Errorf("status over the API differs from the view of the same objects\n got: %s\nwant: %s", gotJSON, wantJSON)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	client, _ := demoClient(t)
+	tests := []struct {
+		args []string
+		// want are substrings of the output, or of the error when wantErr.
+		want    []string
+		wantErr bool
+	}{
+		{args: []string{"status", "--node", "dgx-b"}, want: []string{"NODE dgx-b", "serve/infer-c (30 GiB, 50%)", "CLUSTER  1 nodes"}},
+		{args: []string{"status", "--node", "nope"}, want: []string{`node "nope" publishes no gpu.tangram.dev devices`}, wantErr: true},
+		{args: []string{"status", "-o", "wide"}, want: []string{`unknown output format "wide"`}, wantErr: true},
+		{args: []string{"status", "--color", "sometimes"}, want: []string{`unknown --color "sometimes"`}, wantErr: true},
+		{args: []string{"status", "--color", "always"}, want: []string{"\x1b[1mNODE\x1b[0m"}},
+		{args: []string{"describe", "claim/big-share", "-n", "serve"}, want: []string{"pending: not allocated", "more than any matching card can give"}},
+		{args: []string{"describe", "claim", "infer-a", "-n", "serve"}, want: []string{"allocated on dgx-a", "20 GiB"}},
+		{args: []string{"describe", "po/train-4x-pod", "-n", "ml"}, want: []string{"Running on dgx-a", "dgx-a/gpu-3"}},
+		{args: []string{"describe", "claim/infer-a"}, want: []string{`resourceclaim "infer-a" not found in namespace "default"`}, wantErr: true},
+		{args: []string{"describe", "pod/missing", "-n", "ml"}, want: []string{`reading pod ml/missing`}, wantErr: true},
+		{args: []string{"describe", "node/dgx-a"}, want: []string{`only pod/NAME and claim/NAME`}, wantErr: true},
+		{args: []string{"describe", "infer-a"}, want: []string{`write pod/NAME or claim/NAME`}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := run(t, client, tc.args...)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v\n%s", err, tc.wantErr, out)
+			}
+			text := out
+			if err != nil {
+				text = err.Error()
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("output lacks %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+}
+
+func TestDescribeClaimJSON(t *testing.T) {
+	client, _ := demoClient(t)
+	out, err := run(t, client, "describe", "claim/train-8x", "-n", "ml", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r describe.ClaimReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.State != describe.StatePending || r.Diagnosis == nil || len(r.Diagnosis.Reasons) != 1 ||
+		!strings.Contains(r.Diagnosis.Reasons[0], "the largest free NVLink domain has 7 cards (dgx-b)") {
+		t.Errorf("got %+v", r)
+	}
+}
+
+func TestForbiddenSaysWhichRole(t *testing.T) {
+	client, _ := demoClient(t)
+	client.PrependReactor("list", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("resourceclaims"), "", nil)
+	})
+	_, err := run(t, client, "status")
+	if err == nil || !strings.Contains(err.Error(), "bind the read-only ClusterRole from docs/kubectl-tangram.md") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestNodesForbiddenIsNotFatal(t *testing.T) {
+	client, _ := demoClient(t)
+	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), "", nil)
+	})
+	out, err := run(t, client, "describe", "claim/train-8x", "-n", "ml")
+	if err != nil || !strings.Contains(out, "largest free NVLink domain has 7 cards") {
+		t.Errorf("err %v, output:\n%s", err, out)
+	}
+}

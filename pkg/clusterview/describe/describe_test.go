@@ -1,0 +1,150 @@
+package describe
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
+	}
+}
+
+func claimNamed(t *testing.T, snap *clusterview.Snapshot, ns, name string) *resourceapi.ResourceClaim {
+	t.Helper()
+	if c := findClaim(snap, ns, name); c != nil {
+		return c
+	}
+	t.Fatalf("no claim %s/%s in the fixture", ns, name)
+	return nil
+}
+
+func podNamed(t *testing.T, snap *clusterview.Snapshot, ns, name string) *corev1.Pod {
+	t.Helper()
+	for _, p := range snap.Pods {
+		if p.Namespace == ns && p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no pod %s/%s in the fixture", ns, name)
+	return nil
+}
+
+func TestDescribeClaimGolden(t *testing.T) {
+	ctx := context.Background()
+	c, err := fixture.Demo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ ns, name, golden string }{
+		{"serve", "infer-a", "claim-share.golden"},
+		{"ml", "train-4x", "claim-nvlink.golden"},
+		{"ml", "pair", "claim-whole-only-node.golden"},
+		{"serve", "big-share", "claim-pending-too-big.golden"},
+		{"ml", "train-8x", "claim-pending-nvlink.golden"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.golden, func(t *testing.T) {
+			r, err := DescribeClaim(ctx, &c.Snap, claimNamed(t, &c.Snap, tc.ns, tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := WriteClaim(&out, r, clusterview.Style{}); err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tc.golden, out.Bytes())
+		})
+	}
+}
+
+func TestDescribePodGolden(t *testing.T) {
+	ctx := context.Background()
+	c, err := fixture.Demo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod whose template claim has not been created yet, next to one
+	// that has.
+	waiting := podNamed(t, &c.Snap, "ml", "train-8x-pod").DeepCopy()
+	waiting.Name = "templated"
+	waiting.Spec.ResourceClaims = append(waiting.Spec.ResourceClaims,
+		corev1.PodResourceClaim{Name: "scratch", ResourceClaimTemplateName: ptr.To("scratch-gpu")})
+	c.Snap.Pods = append(c.Snap.Pods, waiting)
+
+	tests := []struct {
+		pod    *corev1.Pod
+		golden string
+		format string
+	}{
+		{podNamed(t, &c.Snap, "serve", "infer-b-pod"), "pod-running.golden", clusterview.FormatTable},
+		{podNamed(t, &c.Snap, "serve", "big-share-pod"), "pod-pending.golden", clusterview.FormatTable},
+		{waiting, "pod-template-missing.golden", clusterview.FormatTable},
+		{podNamed(t, &c.Snap, "serve", "big-share-pod"), "pod-pending.json.golden", clusterview.FormatJSON},
+	}
+	for _, tc := range tests {
+		t.Run(tc.golden, func(t *testing.T) {
+			r, err := DescribePod(ctx, &c.Snap, tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if tc.format == clusterview.FormatTable {
+				err = WritePod(&out, r, clusterview.Style{})
+			} else {
+				err = clusterview.WriteData(&out, tc.format, r)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tc.golden, out.Bytes())
+		})
+	}
+}
+
+// A claim allocated on a device that no slice publishes any more is still
+// described, with what its status says.
+func TestDescribeClaimMissingDevice(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "u1"},
+		Spec:       fixture.Whole("ns", "old", 1, false).Spec,
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.tangram.dev", Pool: "gone", Device: "gpu-0"}},
+		}}},
+	}
+	snap := &clusterview.Snapshot{Claims: []*resourceapi.ResourceClaim{claim}, Classes: fixture.Classes()}
+	r, err := DescribeClaim(context.Background(), snap, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != StateAllocated || len(r.Devices) != 1 || !r.Devices[0].Missing || !r.Devices[0].Whole {
+		t.Errorf("got %+v", r)
+	}
+}

@@ -1,0 +1,133 @@
+package describe
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview"
+)
+
+// WriteClaim renders a claim report as text.
+func WriteClaim(w io.Writer, r *ClaimReport, st clusterview.Style) error {
+	var b strings.Builder
+	writeClaim(&b, "", r, st)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WritePod renders a pod report as text.
+func WritePod(w io.Writer, r *PodReport, st clusterview.Style) error {
+	var b strings.Builder
+	field(&b, "", "Pod", st.Paint(clusterview.Bold, r.Namespace+"/"+r.Name), st)
+	where := r.Phase
+	if r.Node != "" {
+		where += " on " + r.Node
+	} else {
+		where += ", not scheduled"
+	}
+	field(&b, "", "Phase", where, st)
+	if len(r.Claims) == 0 {
+		b.WriteString("The pod uses no resource claims.\n")
+	}
+	for _, c := range r.Claims {
+		fmt.Fprintf(&b, "\n%s %q\n", st.Paint(clusterview.Bold, "Resource claim"), c.Name)
+		if c.Report == nil {
+			field(&b, "  ", "Problem", st.Paint(clusterview.Yellow, c.Problem), st)
+			continue
+		}
+		writeClaim(&b, "  ", c.Report, st)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeClaim(b *strings.Builder, indent string, r *ClaimReport, st clusterview.Style) {
+	field(b, indent, "Claim", st.Paint(clusterview.Bold, r.Claim.String()), st)
+	field(b, indent, "Asks for", r.AsksFor, st)
+	pods := strings.Join(r.Pods, ", ")
+	if pods == "" {
+		pods = "not reserved yet (a claim is reserved for its pod when the pod is scheduled)"
+	}
+	field(b, indent, "Reserved for", pods, st)
+	if r.State == StatePending {
+		field(b, indent, "State", st.Paint(clusterview.Yellow, "pending: not allocated"), st)
+		writeDiagnosis(b, indent, r, st)
+		return
+	}
+	field(b, indent, "State", st.Paint(clusterview.Green, "allocated")+" on "+strings.Join(r.Nodes, ", "), st)
+	t := clusterview.Table{Indent: indent + "  "}
+	t.Add(header("REQUEST", "DEVICE", "PRODUCT", "UUID", "NVLINK", "SHARE", "MEMORY", "COMPUTE")...)
+	for _, g := range r.Devices {
+		where := g.Pool + "/" + g.Device
+		if g.Node != "" {
+			where = g.Node + "/" + g.Device
+		}
+		share := "whole"
+		if !g.Whole {
+			share = "share"
+		}
+		row := []clusterview.Cell{
+			{Text: g.Request}, {Text: where, Colour: clusterview.Cyan}, {Text: dash(g.ProductName)}, {Text: dash(g.UUID)},
+			{Text: dash(g.NVLinkDomain)}, {Text: share},
+			{Text: clusterview.FormatBytes(g.MemoryBytes), AlignRight: true},
+			{Text: strconv.FormatInt(g.ComputePercent, 10) + "%", AlignRight: true},
+		}
+		if g.Missing {
+			row[1].Text += " (not published any more)"
+			row[1].Colour = clusterview.Red
+		}
+		t.Add(row...)
+	}
+	field(b, indent, "Devices", "", st)
+	_ = t.Write(b, st)
+	if hasShare(r) {
+		fmt.Fprintf(b, "%s  A share's memory and compute are the limits enforced in the container (MPS).\n", indent)
+	}
+}
+
+func writeDiagnosis(b *strings.Builder, indent string, r *ClaimReport, st clusterview.Style) {
+	d := r.Diagnosis
+	if d == nil {
+		return
+	}
+	if len(d.FitsOn) > 0 {
+		field(b, indent, "Why", d.Summary(), st)
+		return
+	}
+	field(b, indent, "Why", "", st)
+	for _, reason := range d.Reasons {
+		fmt.Fprintf(b, "%s  - %s\n", indent, reason)
+	}
+}
+
+func hasShare(r *ClaimReport) bool {
+	for _, g := range r.Devices {
+		if !g.Whole {
+			return true
+		}
+	}
+	return false
+}
+
+func field(b *strings.Builder, indent, name, value string, st clusterview.Style) {
+	label := fmt.Sprintf("%-14s", name+":")
+	line := indent + st.Paint(clusterview.Dim, label) + value
+	b.WriteString(strings.TrimRight(line, " ") + "\n")
+}
+
+func header(names ...string) []clusterview.Cell {
+	cells := make([]clusterview.Cell, len(names))
+	for i, n := range names {
+		cells[i] = clusterview.Cell{Text: n, Colour: clusterview.Dim}
+	}
+	return cells
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
