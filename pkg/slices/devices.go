@@ -125,13 +125,12 @@ func Devices(gpus []gpu.GPU, opts Options) ([]resourceapi.Device, error) {
 // device builds one card's device. It never fails: what cannot be published
 // is logged and left out.
 func device(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, opts Options) resourceapi.Device {
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		names.AttrType:         {StringValue: ptr.To(names.TypeGPU)},
-		names.AttrIndex:        {IntValue: ptr.To(int64(g.Index))},
-		names.AttrMinor:        {IntValue: ptr.To(int64(g.Minor))},
-		names.AttrNVLinkDomain: {StringValue: ptr.To(nvlinkDomain)},
-		names.AttrNVLinkPeers:  {IntValue: ptr.To(int64(countPeers(g)))},
-	}
+	attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+	attrs[names.AttrType] = resourceapi.DeviceAttribute{StringValue: ptr.To(names.TypeGPU)}
+	attrs[names.AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Index))}
+	attrs[names.AttrMinor] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Minor))}
+	attrs[names.AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(nvlinkDomain)}
+	attrs[names.AttrNVLinkPeers] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(countPeers(g)))}
 	setString(logger, attrs, names.AttrUUID, g.UUID)
 	setString(logger, attrs, names.AttrProductName, g.ProductName)
 	setString(logger, attrs, names.AttrBrand, g.Brand)

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tangram-gpu/tangram/pkg/slices"
+)
+
+// deviceModelFlags are the flags that shape the published devices; the
+// slices and run subcommands share them.
+type deviceModelFlags struct {
+	Sharing             string
+	NodeLabelAttributes []string
+	MemoryStep          string
+}
+
+func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
+	flags.StringVar(&f.Sharing, "sharing", "enabled", "enabled: cards can be shared by several claims (memory/compute shares); disabled: whole cards only")
+	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
+	flags.StringVar(&f.MemoryStep, "memory-step", slices.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
+}
+
+// Options turns the flags into slices.Options for a node with these labels.
+func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string) (slices.Options, error) {
+	opts := slices.Options{NodeName: nodeName, NodeLabels: nodeLabels, NodeLabelAttributes: f.NodeLabelAttributes}
+	switch f.Sharing {
+	case "enabled":
+		opts.Sharing = true
+	case "disabled":
+	default:
+		return opts, fmt.Errorf("--sharing=%q: want enabled or disabled", f.Sharing)
+	}
+	step, err := resource.ParseQuantity(f.MemoryStep)
+	if err != nil {
+		return opts, fmt.Errorf("--memory-step=%q: %w (e.g. 256Mi)", f.MemoryStep, err)
+	}
+	if v, ok := step.AsInt64(); !ok || v <= 0 {
+		return opts, fmt.Errorf("--memory-step=%q: want a positive whole number of bytes, e.g. 256Mi", f.MemoryStep)
+	}
+	opts.MemoryStep = step
+	for _, key := range f.NodeLabelAttributes {
+		if _, err := slices.LabelAttributeName(key); err != nil {
+			return opts, fmt.Errorf("--node-label-attributes: %w", err)
+		}
+	}
+	return opts, nil
+}
+
+func newSlicesCommand() *cobra.Command {
+	var (
+		source     gpuSourceFlags
+		model      deviceModelFlags
+		nodeLabels map[string]string
+		output     string
+	)
+	cmd := &cobra.Command{
+		Use:   "slices",
+		Short: "Print the ResourceSlices the plugin would publish for this node, without a cluster",
+		Example: `  dra-kubelet-plugin slices --node-name node-1 --fake-profile dgx-h100
+  dra-kubelet-plugin slices --node-name node-1 --fake-profile pcie-l4 --sharing=disabled -o json
+  dra-kubelet-plugin slices --node-name node-1 --fake-profile-file gpus.yaml \
+      --node-label-attributes topology.kubernetes.io/zone --node-labels topology.kubernetes.io/zone=eu-1a`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "yaml" && output != "json" {
+				return fmt.Errorf("-o %q: want yaml or json", output)
+			}
+			if len(nodeLabels) > 0 && len(model.NodeLabelAttributes) == 0 {
+				return errors.New("--node-labels has no effect without --node-label-attributes naming the labels to copy")
+			}
+			if err := source.Complete(); err != nil {
+				return err
+			}
+			opts, err := model.Options(source.NodeName, nodeLabels)
+			if err != nil {
+				return err
+			}
+			opts.Sysfs = source.Sysfs()
+
+			ctx := cmd.Context()
+			src, done, err := source.Open(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			gpus, err := src.GPUs(ctx)
+			if err != nil {
+				return fmt.Errorf("listing GPUs: %w", err)
+			}
+			res, err := slices.DriverResources(gpus, opts)
+			if err != nil {
+				return err
+			}
+			return printSlices(cmd.OutOrStdout(), slices.ResourceSlices(source.NodeName, res), output)
+		},
+	}
+	source.AddFlags(cmd.Flags())
+	model.AddFlags(cmd.Flags())
+	cmd.Flags().StringToStringVar(&nodeLabels, "node-labels", nil, "labels of the node, key=value,... (stands in for the Node object, which the plugin reads from the API server)")
+	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
+	return cmd
+}
+
+// sliceList is printed like `kubectl get -o yaml` prints several objects,
+// so the output can be fed to kubectl.
+type sliceList struct {
+	APIVersion string                       `json:"apiVersion"`
+	Kind       string                       `json:"kind"`
+	Items      []*resourceapi.ResourceSlice `json:"items"`
+}
+
+func printSlices(w io.Writer, items []*resourceapi.ResourceSlice, format string) error {
+	list := sliceList{APIVersion: "v1", Kind: "List", Items: items}
+	var data []byte
+	var err error
+	if format == "json" {
+		data, err = json.MarshalIndent(list, "", "  ")
+		data = append(data, '\n')
+	} else {
+		data, err = yaml.Marshal(list)
+	}
+	if err != nil {
+		return fmt.Errorf("encoding ResourceSlices as %s: %w", format, err)
+	}
+	_, err = w.Write(data)
+	return err
+}
