@@ -29,8 +29,8 @@ import (
 
 const (
 	demoNamespace = "tangram-demo"
-	// workloadImage is what `make images` builds from test/images/gpu-info.
-	workloadImage = "tangram.local/gpu-info:0.1.0"
+	// workloadImage is what `make images` builds from test/images/gpu-info (hack/images).
+	workloadImage = "localhost/tangram/gpu-info:dev"
 )
 
 // specFile is what one demo spec contains once decoded.

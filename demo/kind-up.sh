@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The Tangram demo on kind, for a machine with Docker and internet access.
+#   demo/kind-up.sh [--no-specs]
+# Creates (or reuses) the kind cluster of demo/kind-config.yaml, builds our
+# images as OCI archives (hack/images, no registry), loads them into every
+# node with `kind load image-archive`, installs the Helm chart with fake DGX
+# H100s on the workers and, unless --no-specs, walks through demo/specs.
+#
+# Needs: docker, kind, kubectl, helm (v3.8+ or v4) and go on PATH.
+# Settings (environment):
+#   KIND_CLUSTER_NAME   cluster name (default tangram)
+#   KIND_NODE_IMAGE     node image of Kubernetes >= 1.37 (default: kind's own)
+#   DEMO_PROFILE        fake GPU profile (default dgx-h100)
+set -o errexit -o nounset -o pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$REPO_ROOT/demo/lib.sh"
+
+CLUSTER="${KIND_CLUSTER_NAME:-tangram}"
+PROFILE="${DEMO_PROFILE:-dgx-h100}"
+run_specs=1
+[ "${1:-}" = "--no-specs" ] && run_specs=""
+
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+for tool in docker kind kubectl helm go; do
+	command -v "$tool" >/dev/null || die "$tool is not on PATH; kind-up.sh needs docker, kind, kubectl, helm and go"
+done
+docker info >/dev/null 2>&1 || die "the Docker engine is not reachable (docker info failed); start it, or use 'make demo' on a machine without Docker"
+
+KUBECONFIG_FILE="${KUBECONFIG_FILE:-$HOME/.kube/kind-$CLUSTER}"
+K() { kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+H() { helm --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+step "kind cluster $CLUSTER"
+if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+	say "reusing the existing cluster"
+	kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG_FILE" >/dev/null
+else
+	mkdir -p "$(dirname "$KUBECONFIG_FILE")"
+	kind create cluster --name "$CLUSTER" --config "$REPO_ROOT/demo/kind-config.yaml" \
+		--kubeconfig "$KUBECONFIG_FILE" ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 3m
+fi
+minor="$(K version -o json | sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | tail -n 1)"
+[ "${minor:-0}" -ge 37 ] || die "the cluster runs Kubernetes 1.${minor:-?}; Tangram's demo needs 1.37 or newer (set KIND_NODE_IMAGE to a 1.37 node image, e.g. one built with 'kind build node-image v1.37.0')"
+
+step "images (hack/images → kind load image-archive)"
+IMAGE_DIR="${TANGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tangram}/images"
+"$REPO_ROOT/hack/images/build-images.sh"
+for archive in "$IMAGE_DIR"/dra-kubelet-plugin.tar "$IMAGE_DIR"/dra-controller.tar "$IMAGE_DIR"/gpu-info.tar; do
+	[ -f "$archive" ] || continue
+	say "kind load image-archive $(basename "$archive")"
+	kind load image-archive "$archive" --name "$CLUSTER" >/dev/null
+done
+
+step "helm install tangram (fake GPU profile $PROFILE on the workers)"
+demo_install_chart --set "fakeGPU.profile=$PROFILE" \
+	--set-json 'kubeletPlugin.nodeSelector={"tangram.dev/fake-gpus":"true"}'
+demo_wait_slices 120
+
+if [ -z "$run_specs" ]; then
+	say "cluster ready; try: kubectl --kubeconfig $KUBECONFIG_FILE apply -f demo/specs/"
+	exit 0
+fi
+
+step "demo specs"
+K apply -f "$SPEC_DIR/00-namespace.yaml" >/dev/null
+for spec in "$SPEC_DIR"/0[1-4]-*.yaml; do
+	label="$(sed -n 's/^    demo: //p' "$spec" | head -n 1)"
+	step "$(basename "$spec")"
+	demo_describe_spec "$spec"
+	K apply -f "$spec" >/dev/null
+	demo_wait_pods "$label" 180 || fail "pods of $(basename "$spec") did not become Ready"
+	demo_show_pods "$label"
+done
+step "05-mistake-bad-config.yaml"
+demo_describe_spec "$SPEC_DIR/05-mistake-bad-config.yaml"
+K apply -f "$SPEC_DIR/05-mistake-bad-config.yaml" >/dev/null
+if warning="$(demo_pod_warning bad-config 90)"; then say "the pod's events say: $warning"; else fail "no warning for bad-config"; fi
+
+cat <<MSG
+
+   Look around:   export KUBECONFIG=$KUBECONFIG_FILE
+                  kubectl -n $DEMO_NAMESPACE get pods,resourceclaims -o wide
+                  kubectl tangram status   (go build -o ~/bin/kubectl-tangram ./cmd/kubectl-tangram)
+   Tear down:     kind delete cluster --name $CLUSTER
+MSG
+[ "${DEMO_FAILURES:-0}" -eq 0 ]

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# `make demo`: Tangram end to end on this machine, no Docker and no registry.
+# Brings up the local Kubernetes 1.37 cluster (hack/local-cluster), installs
+# the Helm chart with a fake DGX H100 (8 x 80 GiB, NVLink), applies the demo
+# specs one by one and shows what each pod got. Exits non-zero when a
+# scenario does not behave as its spec says.
+#
+# Settings (environment):
+#   DEMO_REUSE_CLUSTER=1   keep a running local cluster instead of recreating it
+#   DEMO_PROFILE=NAME      fake GPU profile (default dgx-h100)
+source "$(dirname "${BASH_SOURCE[0]}")/../hack/local-cluster/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+set +o errexit # scenarios report their own failures; fatal steps use die
+
+need_root
+PROFILE="${DEMO_PROFILE:-dgx-h100}"
+APISERVER_PORT=6443 # hack/local-cluster/config.sh
+K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+H() { "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+TANGRAM_BIN_DIR="$CLUSTER_DIR/bin"
+total_start="$(now_s)"
+DEMO_FAILURES=0
+
+cluster_healthy() {
+	[ -f "$KUBECONFIG_FILE" ] && K get --raw /readyz >/dev/null 2>&1 &&
+		K wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s >/dev/null 2>&1
+}
+
+# --- 1. cluster ---------------------------------------------------------------
+step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
+t="$(now_s)"
+if [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
+	say "reusing the running cluster (DEMO_REUSE_CLUSTER=1)"
+	"$REPO_ROOT/hack/local-cluster/plugin.sh" stop >/dev/null 2>&1
+	"$REPO_ROOT/hack/images/build-images.sh" --import || die "building or importing images failed"
+else
+	make -C "$REPO_ROOT" --no-print-directory cluster-up || die "make cluster-up failed (logs: $LOG_DIR)"
+fi
+say "cluster ready in $(elapsed "$t")"
+
+# --- 2. chart -----------------------------------------------------------------
+step "2/4  helm install tangram (fake GPU profile $PROFILE)"
+t="$(now_s)"
+H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
+# The API server listens on loopback only, so the plugin pod uses the host's
+# network and talks to 127.0.0.1. The plugin's state lives under the cluster
+# directory so that `make cluster-down` removes it with the cluster.
+demo_install_chart \
+	--set "fakeGPU.profile=$PROFILE" \
+	--set kubeletPlugin.hostNetwork=true \
+	--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]" \
+	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state" \
+	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps" ||
+	{
+		K -n "$RELEASE_NAMESPACE" get pods -o wide >&2
+		K -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2
+		die "installing the chart failed"
+	}
+say "$(H list -n "$RELEASE_NAMESPACE" --filter "^$RELEASE\$" --short) installed; plugin pods:"
+K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
+demo_wait_slices 90 || die "the kubelet plugin published no GPUs"
+say "chart ready in $(elapsed "$t")"
+
+# --- 3. scenarios -------------------------------------------------------------
+step "3/4  Demo scenarios (demo/specs)"
+t="$(now_s)"
+if K get namespace "$DEMO_NAMESPACE" >/dev/null 2>&1; then
+	say "removing the previous demo namespace"
+	K delete namespace "$DEMO_NAMESPACE" --wait --timeout=180s >/dev/null || die "could not delete namespace $DEMO_NAMESPACE"
+fi
+K apply -f "$SPEC_DIR/00-namespace.yaml" >/dev/null || die "creating namespace $DEMO_NAMESPACE failed"
+
+# scenario FILE LABEL TITLE: print the spec's story, apply it.
+scenario() {
+	step "$3  ($(basename "$1"))"
+	demo_describe_spec "$1"
+	K apply -f "$1" >/dev/null || { fail "kubectl apply -f $1 failed"; return 1; }
+}
+
+devices_of() { demo_claim_devices "$1" | awk '{print $2}' | sort; }
+attr_of() { # attr_of POOL/DEVICE ATTRIBUTE
+	K get resourceslices --field-selector "spec.driver=$DRIVER" -o go-template="{{range .items}}{{if eq .spec.pool.name \"${1%%/*}\"}}{{range .spec.devices}}{{if eq .name \"${1#*/}\"}}{{with or (index .attributes \"$2\") (index .attributes \"$DRIVER/$2\")}}{{or .string .int .bool .version}}{{end}}{{end}}{{end}}{{end}}{{end}}"
+}
+
+scenario "$SPEC_DIR/01-whole-card.yaml" whole-card "Whole card"
+if demo_wait_pods whole-card 120; then
+	demo_show_pods whole-card
+	[ "$(devices_of whole-card | wc -l)" -eq 1 ] && pass "one whole card" || fail "expected exactly one device"
+else
+	demo_show_pods whole-card
+	fail "whole-card pod did not become Ready"
+fi
+
+scenario "$SPEC_DIR/02-memory-shares.yaml" memory-shares "Memory fractions packed onto one card"
+if demo_wait_pods memory-shares 120; then
+	demo_show_pods memory-shares
+	cards="$(devices_of memory-shares | sort -u)"
+	whole="$(devices_of whole-card)"
+	if [ "$(wc -l <<<"$cards")" -eq 1 ] && [ "$cards" != "$whole" ]; then
+		pass "all three shares on ${cards#*/}; the other cards stay whole"
+	else
+		fail "shares landed on: $(echo $cards) (want one card other than $whole)"
+	fi
+else
+	demo_show_pods memory-shares
+	fail "share pods did not become Ready"
+fi
+
+scenario "$SPEC_DIR/03-nvlink-pair.yaml" nvlink-pair "NVLink pair in one claim"
+if demo_wait_pods nvlink-pair 120; then
+	demo_show_pods nvlink-pair
+	pair=($(devices_of nvlink-pair))
+	if [ "${#pair[@]}" -eq 2 ]; then
+		d0="$(attr_of "${pair[0]}" nvlinkDomain)" d1="$(attr_of "${pair[1]}" nvlinkDomain)"
+		if [ -n "$d0" ] && [ "$d0" = "$d1" ]; then
+			pass "${pair[0]#*/} and ${pair[1]#*/} share NVLink domain $d0"
+		else
+			fail "the pair's NVLink domains differ: '$d0' vs '$d1'"
+		fi
+	else
+		fail "expected two devices in one claim, got ${#pair[@]}"
+	fi
+else
+	demo_show_pods nvlink-pair
+	fail "nvlink-pair pod did not become Ready"
+fi
+
+scenario "$SPEC_DIR/04-podgroup-gang.yaml" podgroup-gang "PodGroup gang: all or nothing"
+if demo_wait_pods podgroup-gang 180; then
+	demo_show_pods podgroup-gang
+	if [ "$(devices_of podgroup-gang | sort -u | wc -l)" -eq 3 ]; then
+		pass "all three members bound together, each with its own card"
+	else
+		fail "gang members do not hold three distinct cards"
+	fi
+else
+	demo_show_pods podgroup-gang
+	fail "the gang did not start"
+fi
+
+scenario "$SPEC_DIR/05-mistake-bad-config.yaml" mistake "A mistake: invalid GpuConfig"
+if warning="$(demo_pod_warning bad-config 90)"; then
+	say "the pod's events say:"
+	printf '     %s%s%s\n' "$BAD" "$warning" "$R"
+	phase="$(K -n "$DEMO_NAMESPACE" get pod bad-config -o jsonpath='{.status.phase}')"
+	if grep -q 'sharing.backend' <<<"$warning" && [ "$phase" != "Running" ]; then
+		pass "refused before the container started (pod is $phase); the message names the field"
+	else
+		fail "the warning does not name sharing.backend, or the pod runs anyway (phase $phase)"
+	fi
+else
+	fail "no warning event for bad-config within 90s"
+	K -n "$DEMO_NAMESPACE" describe pod bad-config | tail -n 15
+fi
+say "scenarios done in $(elapsed "$t")"
+
+# --- 4. cluster view ----------------------------------------------------------
+step "4/4  Cluster-wide view: kubectl tangram status"
+if [ -d "$REPO_ROOT/cmd/kubectl-tangram" ] && compgen -G "$REPO_ROOT/cmd/kubectl-tangram/*.go" >/dev/null; then
+	mkdir -p "$TANGRAM_BIN_DIR"
+	ln -sf "$KUBECTL" "$TANGRAM_BIN_DIR/kubectl"
+	(cd "$REPO_ROOT" && go build -o "$TANGRAM_BIN_DIR/kubectl-tangram" ./cmd/kubectl-tangram) ||
+		die "building kubectl-tangram failed"
+	PATH="$TANGRAM_BIN_DIR:$PATH" kubectl --kubeconfig "$KUBECONFIG_FILE" tangram status ||
+		fail "kubectl tangram status failed"
+else
+	say "kubectl-tangram is not built yet; the claims instead:"
+	K get resourceclaims -A
+fi
+
+step "Done in $(elapsed "$total_start") with $DEMO_FAILURES failed check(s)"
+cat <<EOF
+   Look around:
+     export PATH=$TANGRAM_BIN_DIR:\$PATH KUBECONFIG=$KUBECONFIG_FILE
+     kubectl get resourceslices,deviceclasses
+     kubectl -n $DEMO_NAMESPACE get pods,resourceclaims -o wide
+     kubectl -n $DEMO_NAMESPACE logs share-b          # what a share's container sees
+     kubectl tangram status                           # who holds which card
+     kubectl tangram describe pod/bad-config -n $DEMO_NAMESPACE
+     kubectl -n $RELEASE_NAMESPACE logs ds/$RELEASE-kubelet-plugin
+   Try your own: edit a spec in demo/specs and kubectl apply -f it.
+   Tear down:
+     kubectl delete namespace $DEMO_NAMESPACE   # the demo pods only
+     make cluster-down                          # the whole local cluster
+EOF
+[ "$DEMO_FAILURES" -eq 0 ]

@@ -1,0 +1,25 @@
+# Helm chart, images and the demo (docs/demo.md, docs/install.md).
+
+# Where hack/local-cluster/build-binaries.sh puts helm; same cache as the cluster.
+DEMO_HELM = $(shell bash -c 'source hack/local-cluster/lib.sh >/dev/null 2>&1 && echo $$HELM_BIN/helm')
+
+.PHONY: helm-lint
+helm-lint: ## helm lint + helm template of the chart with several value sets, schema rejections, rendered-object checks
+	@hack/local-cluster/build-binaries.sh helm
+	@echo "==> chart tests with $(DEMO_HELM)"
+	HELM=$(DEMO_HELM) $(GO) test -tags helm -count=1 ./deployments/helm/
+
+.PHONY: images
+images: ## build OCI image archives of our static binaries (+ the gpu-info workload) into the cache; no registry needed
+	@hack/images/build-images.sh
+	@echo "archives: ctr -n k8s.io images import <archive>, or kind load image-archive <archive>"
+
+.PHONY: demo
+demo: ## local 1.37 cluster + helm install with fake H100s + every demo scenario, summarised (root; see docs/demo.md)
+	@demo/run-local.sh
+
+.PHONY: kind-demo
+kind-demo: ## the same demo on a kind cluster (needs Docker, kind, kubectl, helm and internet; see docs/demo.md)
+	@demo/kind-up.sh
+
+test: helm-lint
