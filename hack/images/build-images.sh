@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the local cluster's images from this repository's static binaries
+# and, with --import, loads them into the cluster's containerd.
+#   build-images.sh [--import]
+# Images:
+#   registry.k8s.io/pause:3.10             sandbox image (test/images/pause)
+#   localhost/tangram/gpu-info:dev         e2e workload (test/images/gpu-info)
+#   localhost/tangram/<command>:dev        every ./cmd/<command> that exists
+source "$(dirname "${BASH_SOURCE[0]}")/../local-cluster/lib.sh"
+
+IMAGE_DIR="$CACHE_ROOT/images"
+IMAGE_TAG="${IMAGE_TAG:-dev}"
+do_import=""
+[ "${1:-}" = "--import" ] && do_import=1
+
+mkdir -p "$IMAGE_DIR/bin"
+# build_image REF GO_PACKAGE
+build_image() {
+	local ref="$1" pkg="$2" name
+	name="$(basename "$pkg")"
+	info "go build $pkg (static)"
+	(cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$IMAGE_DIR/bin/$name" "$pkg") \
+		|| die "building $pkg for image $ref failed"
+	"$REPO_ROOT/hack/images/build-oci.sh" "$ref" "$IMAGE_DIR/bin/$name" "$IMAGE_DIR/$name.tar"
+	IMAGES+=("$ref=$IMAGE_DIR/$name.tar")
+}
+
+IMAGES=()
+build_image registry.k8s.io/pause:3.10 ./test/images/pause
+build_image "localhost/tangram/gpu-info:$IMAGE_TAG" ./test/images/gpu-info
+for cmd in "$REPO_ROOT"/cmd/*/; do
+	name="$(basename "$cmd")"
+	# A command directory without Go files yet is someone's work in progress.
+	compgen -G "$cmd*.go" >/dev/null || continue
+	build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name"
+done
+
+if [ -n "$do_import" ]; then
+	for entry in "${IMAGES[@]}"; do
+		ref="${entry%%=*}" archive="${entry#*=}"
+		"$CONTAINERD_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images import --local "$archive" >/dev/null \
+			|| die "importing $archive into containerd failed"
+		# Pinned images are never garbage-collected by the kubelet.
+		"$CONTAINERD_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images label "$ref" io.cri-containerd.pinned=pinned >/dev/null \
+			|| die "image $ref is not in containerd after importing $archive (wrong name in the archive?)"
+		info "imported $ref"
+	done
+fi

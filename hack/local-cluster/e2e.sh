@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the e2e suite (test/e2e) against a cluster.
+#   KUBECONFIG=... e2e.sh [extra suite flags]
+# Without KUBECONFIG it uses the local cluster of `make cluster-up`, and then
+# also wires the plugin kill/start commands and the CDI directory checks, and
+# applies the DeviceClasses unless something (the Helm chart) already did.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+args=()
+if [ -z "${KUBECONFIG:-}" ]; then
+	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: set KUBECONFIG, or run 'make cluster-up' first ($KUBECONFIG_FILE is missing)"
+	export KUBECONFIG="$KUBECONFIG_FILE"
+	plugin="$REPO_ROOT/hack/local-cluster/plugin.sh"
+	args+=(--plugin-kill-cmd "$plugin kill" --plugin-start-cmd "$plugin start" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME")
+	if ! "$KUBECTL" get deviceclass gpu.tangram.dev >/dev/null 2>&1; then
+		log "applying DeviceClasses from test/e2e/testdata (no Helm chart installed)"
+		"$KUBECTL" apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2
+	fi
+fi
+log "running the e2e suite against $(KUBECONFIG="$KUBECONFIG" "$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null || echo "$KUBECONFIG")"
+cd "$REPO_ROOT"
+exec go test -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
+	--kubeconfig "$KUBECONFIG" -ginkgo.v -ginkgo.no-color "${args[@]}" "$@"

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Shared settings and helpers for the local cluster scripts. Sourced, not run.
+# Everything built or downloaded lives in a cache outside the repository, keyed
+# by component and version, so a second run reuses it.
+
+set -o errexit -o nounset -o pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CACHE_ROOT="${TANGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tangram}"
+
+# Pinned versions. Kubernetes 1.37.2's module zip is not on the proxy; 1.37.0 is.
+KUBE_VERSION="${KUBE_VERSION:-v1.37.0}"
+ETCD_VERSION="${ETCD_VERSION:-v3.7.0}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
+RUNC_VERSION="${RUNC_VERSION:-v1.5.2}"
+CNI_PLUGINS_VERSION="${CNI_PLUGINS_VERSION:-v1.9.1}"
+CRICTL_VERSION="${CRICTL_VERSION:-v1.36.0}"
+HELM_VERSION="${HELM_VERSION:-v4.3.1}"
+
+# Runtime state of the running cluster (not versioned: one cluster per machine).
+CLUSTER_DIR="${TANGRAM_CLUSTER_DIR:-$CACHE_ROOT/cluster}"
+LOG_DIR="$CLUSTER_DIR/logs"
+PID_DIR="$CLUSTER_DIR/pids"
+KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
+NODE_NAME="${TANGRAM_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
+
+# Host paths the kubelet plugin and containerd share.
+CDI_DIR=/var/run/cdi
+KUBELET_ROOT=/var/lib/kubelet
+CONTAINERD_ROOT="$CLUSTER_DIR/containerd"
+CONTAINERD_STATE=/run/tangram-containerd
+CONTAINERD_SOCK="$CONTAINERD_STATE/containerd.sock"
+CNI_CONF_DIR=/etc/cni/net.d
+CNI_BRIDGE=tangram0
+POD_CIDR=10.88.0.0/16
+SERVICE_CIDR=10.96.0.0/16
+
+log()  { printf '==> %s\n' "$*" >&2; }
+info() { printf '    %s\n' "$*" >&2; }
+die()  { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+# component_dir NAME VERSION: the cache directory of one built component.
+component_dir() { printf '%s/%s-%s' "$CACHE_ROOT" "$1" "$2"; }
+
+# now_s / elapsed START: wall-clock seconds, for progress messages.
+now_s() { date +%s; }
+elapsed() { echo "$(( $(now_s) - $1 ))s"; }
+
+need_root() {
+	[ "$(id -u)" -eq 0 ] || die "this step needs root (it starts containerd and the kubelet); run it as root"
+}
+
+# apt_install PKG...: install the Debian packages that are missing; idempotent.
+APT_UPDATED=""
+apt_install() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ "${#missing[@]}" -eq 0 ] && return 0
+	command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
+	if [ -z "$APT_UPDATED" ]; then
+		log "apt-get update"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
+		APT_UPDATED=1
+	fi
+	log "apt-get install ${missing[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+		|| die "apt-get install ${missing[*]} failed"
+}
+
+# --- processes -------------------------------------------------------------
+# Every process the harness starts is recorded as $PID_DIR/<name>.pid next to
+# $PID_DIR/<name>.cmd (its binary), so teardown stops exactly those processes
+# and never kills a reused PID that now belongs to something else.
+
+# start_proc NAME BINARY ARGS...: start detached, log to $LOG_DIR/NAME.log.
+start_proc() {
+	local name="$1"
+	shift
+	mkdir -p "$LOG_DIR" "$PID_DIR"
+	info "starting $name (log: $LOG_DIR/$name.log)"
+	setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+	echo $! >"$PID_DIR/$name.pid"
+	readlink -f "$1" >"$PID_DIR/$name.cmd"
+}
+
+# proc_pid NAME: the PID of a running harness process, or nothing.
+proc_pid() {
+	local name="$1" pid exe
+	[ -f "$PID_DIR/$name.pid" ] || return 0
+	pid="$(cat "$PID_DIR/$name.pid")"
+	[ -n "$pid" ] && [ -d "/proc/$pid" ] || return 0
+	exe="$(readlink -f "/proc/$pid/exe" 2>/dev/null || true)"
+	# A deleted-and-rebuilt binary shows up as "<path> (deleted)".
+	exe="${exe% (deleted)}"
+	[ "$exe" = "$(cat "$PID_DIR/$name.cmd" 2>/dev/null)" ] && echo "$pid"
+	return 0
+}
+
+# stop_proc NAME [GRACE_SECONDS]: SIGTERM, then SIGKILL after the grace time.
+stop_proc() {
+	local name="$1" grace="${2:-10}" pid i
+	pid="$(proc_pid "$name")"
+	if [ -n "$pid" ]; then
+		info "stopping $name (pid $pid)"
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < grace * 10; i++)); do
+			[ -d "/proc/$pid" ] || break
+			sleep 0.1
+		done
+		if [ -d "/proc/$pid" ]; then
+			info "$name did not exit in ${grace}s; killing it"
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.2
+		fi
+	fi
+	rm -f "$PID_DIR/$name.pid" "$PID_DIR/$name.cmd"
+}
+
+# fail_with_log NAME MESSAGE: print the end of a component's log and exit.
+fail_with_log() {
+	local name="$1"
+	shift
+	printf 'ERROR: %s\n' "$*" >&2
+	if [ -f "$LOG_DIR/$name.log" ]; then
+		printf -- '---- last 40 lines of %s ----\n' "$LOG_DIR/$name.log" >&2
+		tail -n 40 "$LOG_DIR/$name.log" >&2
+		printf -- '----\n' >&2
+	fi
+	exit 1
+}
+
+# wait_until NAME TIMEOUT_SECONDS WHAT CMD...: poll CMD every second; while
+# waiting, fail early if the component NAME died.
+wait_until() {
+	local name="$1" timeout="$2" what="$3" start i
+	shift 3
+	start="$(now_s)"
+	for ((i = 0; i < timeout; i++)); do
+		if "$@" >/dev/null 2>&1; then
+			info "$what ($(elapsed "$start"))"
+			return 0
+		fi
+		[ -n "$(proc_pid "$name")" ] || fail_with_log "$name" "$name exited while waiting until $what"
+		sleep 1
+	done
+	fail_with_log "$name" "timed out after ${timeout}s waiting until $what"
+}
+
+# Binaries, from the cache build-binaries.sh fills.
+KUBE_BIN="$(component_dir kubernetes "$KUBE_VERSION")/bin"
+ETCD_BIN="$(component_dir etcd "$ETCD_VERSION")/bin"
+CONTAINERD_BIN="$(component_dir containerd "$CONTAINERD_VERSION")/bin"
+CRICTL_BIN="$(component_dir crictl "$CRICTL_VERSION")/bin"
+HELM_BIN="$(component_dir helm "$HELM_VERSION")/bin"
+KUBECTL="$KUBE_BIN/kubectl"

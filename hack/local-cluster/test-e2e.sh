@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole end-to-end run CI does: cluster up, plugin, e2e suite, cluster
+# down (always, also after a failure), printing how long each stage took.
+# Set KEEP_CLUSTER=1 to leave the cluster running for inspection.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+HERE="$(dirname "${BASH_SOURCE[0]}")"
+
+stages=()
+stage() { # stage NAME CMD...: run and time one stage; stop at the first failure
+	local name="$1" start rc
+	shift
+	start="$(now_s)"
+	log "stage $name"
+	"$@"
+	rc=$?
+	stages+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
+	return $rc
+}
+summary() {
+	log "stage durations"
+	local s
+	for s in "${stages[@]}"; do info "$s"; done
+}
+finish() {
+	local rc=$?
+	set +o errexit
+	if [ -n "${KEEP_CLUSTER:-}" ]; then
+		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
+	else
+		stage cluster-down "$HERE/down.sh"
+	fi
+	summary
+	[ $rc -eq 0 ] && log "test-e2e passed" || log "test-e2e FAILED (exit $rc); component logs in $LOG_DIR"
+	exit $rc
+}
+trap finish EXIT
+
+stage cluster-up "$HERE/up.sh"
+stage plugin-start "$HERE/plugin.sh" start
+stage e2e "$HERE/e2e.sh"

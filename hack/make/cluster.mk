@@ -1,0 +1,38 @@
+# Local Kubernetes cluster and the e2e suite (hack/local-cluster, test/e2e).
+# See docs/local-cluster.md and docs/testing.md.
+
+LOCAL_CLUSTER := hack/local-cluster
+
+.PHONY: cluster-binaries
+cluster-binaries: ## build or reuse the cached Kubernetes, etcd, containerd, crictl and helm binaries
+	$(LOCAL_CLUSTER)/build-binaries.sh
+
+.PHONY: cluster-up
+cluster-up: ## start the one-node local cluster (etcd, control plane, containerd, kubelet)
+	$(LOCAL_CLUSTER)/up.sh
+
+.PHONY: cluster-down
+cluster-down: ## stop the local cluster and remove its processes, mounts, network and state
+	$(LOCAL_CLUSTER)/down.sh
+
+.PHONY: cluster-plugin-start
+cluster-plugin-start: ## run the Tangram kubelet plugin on the local cluster's node (host process)
+	$(LOCAL_CLUSTER)/plugin.sh start
+
+.PHONY: cluster-plugin-stop
+cluster-plugin-stop: ## stop the host-process kubelet plugin
+	$(LOCAL_CLUSTER)/plugin.sh stop
+
+.PHONY: test-images
+test-images: ## build the pause and gpu-info images as OCI archives
+	hack/images/build-images.sh
+
+.PHONY: e2e
+e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the local cluster)
+	$(GO) vet -tags e2e ./test/e2e/
+	$(LOCAL_CLUSTER)/e2e.sh $(E2E_ARGS)
+
+.PHONY: test-e2e
+test-e2e: ## cluster up, kubelet plugin, e2e suite, cluster down, with stage durations
+	$(GO) vet -tags e2e ./test/e2e/
+	$(LOCAL_CLUSTER)/test-e2e.sh

@@ -1,0 +1,225 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	claimName    = "gpu" // the pod-level claim name every test pod uses
+	podTimeout   = 3 * time.Minute
+	pollEvery    = time.Second
+	gpuInfoEnd   = "gpu-info: end"
+	gpuInfoBegin = "gpu-info: begin"
+)
+
+// newNamespace creates a namespace for one scenario and deletes it after,
+// waiting until it is gone so the next scenario starts with free cards.
+func newNamespace(ctx context.Context) string {
+	ns, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "tangram-e2e-"},
+	}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred(), "creating a namespace")
+	name := ns.Name
+	DeferCleanup(func(ctx SpecContext) {
+		forceDeleteSimPods(ctx, name)
+		Expect(clientset.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func() bool {
+			_, err := clientset.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(pollEvery).Should(BeTrue(), "namespace %s is still being deleted", name)
+	}, NodeTimeout(4*time.Minute))
+	// Pods are rejected until the service account controller made "default".
+	Eventually(func() error {
+		_, err := clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "service account default in %s", name)
+	GinkgoWriter.Printf("  namespace %s\n", name)
+	return name
+}
+
+// forceDeleteSimPods removes pods bound to the API-only node at once: no
+// kubelet will ever confirm their termination.
+func forceDeleteSimPods(ctx context.Context, ns string) {
+	pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", simNode).String(),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	for _, p := range pods.Items {
+		err := clientset.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if !apierrors.IsNotFound(err) {
+			Expect(err).NotTo(HaveOccurred(), "force-deleting pod %s on API-only node", p.Name)
+		}
+	}
+}
+
+// createTemplate creates a ResourceClaimTemplate with one request.
+func createTemplate(ctx context.Context, ns, name string, spec resourceapi.DeviceClaim) {
+	_, err := clientset.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: spec}},
+	}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred(), "creating ResourceClaimTemplate %s/%s", ns, name)
+}
+
+// gpuPod is a gpu-info pod whose container uses the claim made from
+// template, on the GPU node.
+func gpuPod(ns, name, template string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{corev1.LabelHostname: gpuNode},
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: claimName, ResourceClaimTemplateName: ptr.To(template)}},
+			Containers: []corev1.Container{{
+				Name:            "gpu-info",
+				Image:           *workloadImage,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: claimName}}},
+			}},
+		},
+	}
+}
+
+func createPod(ctx context.Context, pod *corev1.Pod) *corev1.Pod {
+	created, err := clientset.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred(), "creating pod %s/%s", pod.Namespace, pod.Name)
+	return created
+}
+
+func getPod(ctx context.Context, ns, name string) *corev1.Pod {
+	pod, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred(), "getting pod %s/%s", ns, name)
+	return pod
+}
+
+// waitRunning waits until the pod runs and has printed its report, and
+// returns the report. On timeout the failure shows the pod's events.
+func waitRunning(ctx context.Context, ns, name string) map[string]string {
+	Eventually(func(g Gomega) {
+		pod := getPod(ctx, ns, name)
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
+	}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(pollEvery).Should(Succeed())
+	var report map[string]string
+	Eventually(func(g Gomega) {
+		var complete bool
+		report, complete = parseReport(podLog(ctx, ns, name))
+		g.Expect(complete).To(BeTrue(), "pod %s has not printed its full report yet", name)
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+	return report
+}
+
+func podLog(ctx context.Context, ns, name string) string {
+	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return ""
+	}
+	return string(raw)
+}
+
+// parseReport reads gpu-info's KEY=VALUE lines; complete says the end
+// marker was seen.
+func parseReport(log string) (map[string]string, bool) {
+	report := map[string]string{}
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == gpuInfoBegin:
+			in = true
+		case line == gpuInfoEnd:
+			return report, in
+		case in:
+			if k, v, ok := strings.Cut(line, "="); ok {
+				report[k] = v
+			}
+		}
+	}
+	return report, false
+}
+
+// printPodOutput shows what a pod printed, as the scenario's evidence.
+func printPodOutput(ctx context.Context, ns, name string) {
+	pod := getPod(ctx, ns, name)
+	GinkgoWriter.Printf("  pod %s (node %s, %s) printed:\n", name, pod.Spec.NodeName, pod.Status.Phase)
+	for _, l := range strings.Split(strings.TrimRight(podLog(ctx, ns, name), "\n"), "\n") {
+		GinkgoWriter.Printf("    | %s\n", l)
+	}
+}
+
+// eventText lists a pod's events, oldest first, one per line.
+func eventText(ctx context.Context, ns, pod string) string {
+	list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+			fields.OneTermEqualSelector("involvedObject.name", pod),
+		).String(),
+	})
+	if err != nil {
+		return fmt.Sprintf("(listing events failed: %v)", err)
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		fmt.Fprintf(&b, "%s %s: %s\n", e.Type, e.Reason, e.Message)
+	}
+	return b.String()
+}
+
+// waitEvent waits for an event of the pod with the given reason whose
+// message contains every one of the given substrings, and returns it.
+func waitEvent(ctx context.Context, ns, pod, reason string, contains ...string) string {
+	var found string
+	Eventually(func(g Gomega) {
+		list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.AndSelectors(
+				fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+				fields.OneTermEqualSelector("involvedObject.name", pod),
+				fields.OneTermEqualSelector("reason", reason),
+			).String(),
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, e := range list.Items {
+			ok := true
+			for _, c := range contains {
+				ok = ok && strings.Contains(e.Message, c)
+			}
+			if ok {
+				found = e.Message
+				return
+			}
+		}
+		g.Expect(list.Items).To(BeNil(), "no %s event of pod %s mentions %q; events so far:\n%s", reason, pod, contains, eventText(ctx, ns, pod))
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	return found
+}
+
+// deletePodAndWait deletes a pod and waits until the API no longer has it.
+func deletePodAndWait(ctx context.Context, ns, name string) {
+	err := clientset.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	Expect(err).NotTo(HaveOccurred(), "deleting pod %s/%s", ns, name)
+	Eventually(func() bool {
+		_, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(pollEvery).Should(BeTrue(), "pod %s/%s is still there", ns, name)
+}
+
+func splitLines(s string) []string {
+	return strings.Split(strings.TrimRight(s, "\n"), "\n")
+}
