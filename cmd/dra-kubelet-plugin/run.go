@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/tangram-gpu/tangram/pkg/driver"
+	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/slices"
+)
+
+// runFlags are the flags of the long-running mode besides the GPU source
+// and device model flags it shares with `slices`.
+type runFlags struct {
+	CDIRoot          string
+	RegistrarDir     string
+	PluginDir        string
+	StateDir         string
+	MPSRoot          string
+	MPSControlBinary string
+	HealthzAddress   string
+	MetricsAddress   string
+	Kubeconfig       string
+	Publish          bool
+	Offline          bool
+}
+
+func newRunCommand() *cobra.Command {
+	var (
+		source gpuSourceFlags
+		model  deviceModelFlags
+		flags  runFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the kubelet plugin: publish this node's GPUs and prepare claims",
+		Example: `  # on a node without GPUs, as root, with a kubeconfig:
+  dra-kubelet-plugin run --node-name $(hostname) --fake-profile dgx-h100 --kubeconfig /etc/kubernetes/admin.conf
+  # without any cluster (state recovery, health and metrics only):
+  dra-kubelet-plugin run --node-name n1 --fake-profile pcie-l4 --offline`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := source.Complete(); err != nil {
+				return err
+			}
+			// Validate the model flags before touching the node.
+			if _, err := model.Options(source.NodeName, nil); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			client, err := flags.kubeClient()
+			if err != nil {
+				return err
+			}
+			src, done, err := source.Open(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			gpus, err := src.GPUs(ctx)
+			if err != nil {
+				return fmt.Errorf("listing GPUs: %w", err)
+			}
+			return driver.Run(ctx, driver.PluginOptions{
+				NodeName: source.NodeName,
+				GPUs:     gpus,
+				FakeGPUs: source.Fake(),
+				Sharing:  model.Sharing == "enabled",
+				Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
+					opts, err := model.Options(source.NodeName, labels)
+					if err != nil {
+						return nil, err
+					}
+					opts.Sysfs = source.Sysfs()
+					return slices.DriverResources(gpus, opts)
+				},
+				CDIRoot:          flags.CDIRoot,
+				RegistrarDir:     flags.RegistrarDir,
+				PluginDir:        flags.PluginDir,
+				StateDir:         flags.StateDir,
+				MPSRoot:          flags.MPSRoot,
+				MPSControlBinary: flags.MPSControlBinary,
+				HealthzAddress:   flags.HealthzAddress,
+				MetricsAddress:   flags.MetricsAddress,
+				KubeClient:       client,
+				Publish:          flags.Publish,
+			})
+		},
+	}
+	source.AddFlags(cmd.Flags())
+	model.AddFlags(cmd.Flags())
+	f := cmd.Flags()
+	f.StringVar(&flags.CDIRoot, "cdi-root", "/var/run/cdi", "directory for the transient CDI specs the container runtime reads")
+	f.StringVar(&flags.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")
+	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+names.DriverName, "directory of the plugin's DRA socket")
+	f.StringVar(&flags.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
+	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
+	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "nvidia-cuda-mps-control", "MPS control binary (name in $PATH or path); unused with fake GPUs")
+	f.StringVar(&flags.HealthzAddress, "healthz-address", ":51515", "address for gRPC health (grpc.health.v1) and HTTP /healthz; empty disables")
+	f.StringVar(&flags.MetricsAddress, "metrics-address", ":9400", "address for Prometheus /metrics; empty disables")
+	f.StringVar(&flags.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)")
+	f.BoolVar(&flags.Publish, "publish", true, "publish ResourceSlices for this node's GPUs")
+	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
+	return cmd
+}
+
+// kubeClient returns nil in offline mode.
+func (f *runFlags) kubeClient() (kubernetes.Interface, error) {
+	if f.Offline {
+		return nil, nil
+	}
+	path := f.Kubeconfig
+	if path == "" {
+		path = os.Getenv("KUBECONFIG")
+	}
+	var config *rest.Config
+	var err error
+	if path != "" {
+		config, err = clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
+		}
+	} else {
+		config, err = rest.InClusterConfig()
+		if errors.Is(err, rest.ErrNotInCluster) {
+			return nil, errors.New("no API server: pass --kubeconfig, set KUBECONFIG, run in a pod, or pass --offline")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("loading in-cluster config: %w", err)
+		}
+	}
+	config.UserAgent = "tangram-dra-kubelet-plugin"
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	return client, nil
+}

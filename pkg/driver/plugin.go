@@ -1,0 +1,233 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+)
+
+// PluginOptions configure the long-running kubelet plugin.
+type PluginOptions struct {
+	NodeName string
+	GPUs     []gpu.GPU
+	// FakeGPUs selects the simulated MPS backend and no hardware edits.
+	FakeGPUs bool
+	// Resources builds what is published from the Node's labels.
+	Resources func(nodeLabels map[string]string) (*resourceslice.DriverResources, error)
+	// Sharing enables MPS shares (--sharing=enabled).
+	Sharing bool
+
+	CDIRoot          string
+	RegistrarDir     string
+	PluginDir        string
+	StateDir         string
+	MPSRoot          string
+	MPSControlBinary string
+	HealthzAddress   string
+	MetricsAddress   string
+
+	// KubeClient is nil in offline mode: no API server, so no kubelet
+	// registration and no publishing; state recovery, health and metrics
+	// still run. Used for measuring the idle footprint without a cluster.
+	KubeClient kubernetes.Interface
+	// Publish controls ResourceSlice publishing.
+	Publish bool
+	// Hardware adds device nodes and driver files on real GPUs; nil means
+	// none (the NVIDIA container runtime must then inject them).
+	Hardware cdi.HardwareEdits
+}
+
+// Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error.
+func Run(ctx context.Context, opts PluginOptions) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	nodeLabels := map[string]string{}
+	if opts.KubeClient != nil {
+		node, err := opts.KubeClient.CoreV1().Nodes().Get(ctx, opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Node %s for its labels: %w", opts.NodeName, err)
+		}
+		nodeLabels = node.Labels
+	}
+	resources, err := opts.Resources(nodeLabels)
+	if err != nil {
+		return fmt.Errorf("building ResourceSlices: %w", err)
+	}
+
+	shares, err := newShares(ctx, opts, resources)
+	if err != nil {
+		return err
+	}
+	if shares != nil {
+		defer shares.Close()
+	}
+	specStore, err := cdi.NewSpecStore(opts.CDIRoot)
+	if err != nil {
+		return err
+	}
+	hardware := opts.Hardware
+	if hardware == nil {
+		hardware = cdi.NoHardware{}
+		if !opts.FakeGPUs {
+			logger.Info("WARNING: no device-node/driver-file CDI edits on real GPUs; the NVIDIA container runtime must inject them from NVIDIA_VISIBLE_DEVICES")
+		}
+	}
+	metrics := NewMetrics()
+	cfg := Config{
+		NodeName: opts.NodeName,
+		GPUs:     opts.GPUs,
+		State: CheckpointState{
+			Store:      checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
+			Pool:       opts.NodeName,
+			MPSPipeDir: sharing.Layout{Root: opts.MPSRoot}.PipeDir(),
+		},
+		Specs:   CDISpecs{Store: specStore, Hardware: hardware},
+		Configs: ResolveConfigs,
+		Metrics: metrics,
+		OnFatal: func(err error) { cancel(err) },
+	}
+	if shares != nil {
+		cfg.Shares = shares
+	}
+	if opts.KubeClient != nil {
+		cfg.ListClaims = APIClaimLister(opts.KubeClient)
+	}
+	driver, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+
+	health := &Health{Checks: map[string]HealthCheck{}}
+	var helper *kubeletplugin.Helper
+	if opts.KubeClient != nil {
+		helper, err = kubeletplugin.Start(ctx, driver,
+			kubeletplugin.DriverName(names.DriverName),
+			kubeletplugin.KubeClient(opts.KubeClient),
+			kubeletplugin.NodeName(opts.NodeName),
+			kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
+			kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
+		)
+		if err != nil {
+			return fmt.Errorf("starting the kubelet plugin service: %w", err)
+		}
+		defer helper.Stop()
+		health.Checks["dra-socket"] = DRASocketCheck(filepath.Join(opts.PluginDir, "dra.sock"))
+		if opts.Publish {
+			if err := helper.PublishResources(ctx, *resources); err != nil {
+				return fmt.Errorf("publishing ResourceSlices: %w", err)
+			}
+			logger.Info("Publishing ResourceSlices", "node", opts.NodeName, "gpus", len(opts.GPUs))
+		}
+	} else {
+		logger.Info("OFFLINE: no API server configured; not registering with the kubelet and not publishing ResourceSlices")
+	}
+
+	errs := make(chan error, 2)
+	if opts.HealthzAddress != "" {
+		go func() { errs <- health.Serve(ctx, opts.HealthzAddress) }()
+	}
+	if opts.MetricsAddress != "" {
+		go func() { errs <- serveMetrics(ctx, opts.MetricsAddress, metrics) }()
+	}
+	logger.Info("Kubelet plugin running", "node", opts.NodeName, "gpus", len(opts.GPUs), "sharing", opts.Sharing, "fakeGPUs", opts.FakeGPUs)
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		if err != nil {
+			cancel(err)
+		}
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	logger.Info("Shutting down")
+	return nil
+}
+
+// newShares builds the MPS accounting for the cards published as
+// shareable: simulated on fake GPUs, the real daemon otherwise.
+func newShares(ctx context.Context, opts PluginOptions, resources *resourceslice.DriverResources) (*sharing.Manager, error) {
+	if !opts.Sharing {
+		return nil, nil
+	}
+	byName := map[string]gpu.GPU{}
+	for _, g := range opts.GPUs {
+		byName[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = g
+	}
+	var shareable []string
+	for _, pool := range resources.Pools {
+		for _, s := range pool.Slices {
+			for _, dev := range s.Devices {
+				if allowsMultiple(dev) {
+					shareable = append(shareable, byName[dev.Name].UUID)
+				}
+			}
+		}
+	}
+	layout := sharing.Layout{Root: opts.MPSRoot}
+	if opts.FakeGPUs {
+		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", opts.MPSRoot)
+		return sharing.NewManager(layout, &sharing.SimulatedDaemon{Layout: layout}, &sharing.RecordingComputeModeSetter{}, shareable), nil
+	}
+	binary, err := exec.LookPath(opts.MPSControlBinary)
+	if err != nil {
+		return nil, fmt.Errorf("sharing is enabled but the MPS control binary %q was not found (%v); pass --mps-control-binary=<path> or --sharing=disabled", opts.MPSControlBinary, err)
+	}
+	if err := os.MkdirAll(layout.ShmDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("creating MPS shared-memory directory: %w", err)
+	}
+	daemon := sharing.NewMPSDaemon(sharing.MPSDaemonConfig{
+		Layout:         layout,
+		Binary:         binary,
+		Wrapper:        sharing.PrivateShmWrapper(layout.ShmDir()),
+		VisibleDevices: shareable,
+	})
+	return sharing.NewManager(layout, daemon, &sharing.NVMLComputeModeSetter{}, shareable), nil
+}
+
+func allowsMultiple(dev resourceapi.Device) bool {
+	return dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations
+}
+
+func serveMetrics(ctx context.Context, addr string, m *Metrics) error {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdownCtx)
+	}()
+	klog.FromContext(ctx).Info("Serving metrics", "address", listener.Addr().String(), "path", "/metrics")
+	if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving metrics: %w", err)
+	}
+	return nil
+}
