@@ -38,5 +38,6 @@ func newRootCommand() *cobra.Command {
 	root.PersistentFlags().AddGoFlagSet(klogFlags)
 
 	root.AddCommand(newSlicesCommand())
+	root.AddCommand(newRunCommand())
 	return root
 }
