@@ -73,11 +73,11 @@ type AllocationView struct {
 	// sub-request).
 	Request string `json:"request"`
 	// ShareID is set for a share of a shareable card.
-	ShareID string `json:"shareID,omitempty"`
+	ShareID string `json:"shareID"`
 	// Whole is true when the claim holds the entire card.
 	Whole bool `json:"whole"`
 	// AdminAccess results observe a card without using it.
-	AdminAccess    bool  `json:"adminAccess,omitempty"`
+	AdminAccess    bool  `json:"adminAccess"`
 	MemoryBytes    int64 `json:"memoryBytes"`
 	ComputePercent int64 `json:"computePercent"`
 	// Pods are the pods the claim is reserved for, "namespace/name".
