@@ -29,6 +29,16 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 	if err != nil {
 		return nil, fmt.Errorf("building CDI spec for claim %s: driver files: %w", edits.Claim.UID, err)
 	}
+	// Hardware edits must not override the claim's variables: nvcdi, for
+	// one, sets NVIDIA_VISIBLE_DEVICES=void to silence the legacy hook.
+	ours := map[string]bool{}
+	for _, d := range edits.Devices {
+		for _, kv := range d.Edits.Env {
+			key, _, _ := strings.Cut(kv, "=")
+			ours[key] = true
+		}
+	}
+	common.Env = withoutKeys(common.Env, ours)
 	spec := &cdispec.Spec{
 		Kind:           names.CDIKind,
 		ContainerEdits: common,
@@ -42,7 +52,7 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 		e.DeviceNodes = append(e.DeviceNodes, cardEdits.DeviceNodes...)
 		e.Mounts = append(e.Mounts, cardEdits.Mounts...)
 		e.Hooks = append(e.Hooks, cardEdits.Hooks...)
-		e.Env = append(e.Env, cardEdits.Env...)
+		e.Env = append(e.Env, withoutKeys(cardEdits.Env, ours)...)
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: d.Name, ContainerEdits: e})
 	}
 	// The lowest version that can express the spec, so older runtimes read it.
@@ -52,6 +62,17 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 	}
 	spec.Version = version
 	return spec, nil
+}
+
+func withoutKeys(env []string, drop map[string]bool) []string {
+	var out []string
+	for _, kv := range env {
+		key, _, _ := strings.Cut(kv, "=")
+		if !drop[key] {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // SpecStore keeps one transient spec per claim in a CDI spec directory.

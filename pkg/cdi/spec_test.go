@@ -20,11 +20,12 @@ import (
 type fakeHardware struct{ err error }
 
 func (f fakeHardware) CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error) {
-	return cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}}, f.err
+	return cdispec.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=void", "CARD_VAR=1"}, DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}}, f.err
 }
 
 func (f fakeHardware) CommonEdits() (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{
+		Env:         []string{"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib"},
 		DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}},
 		Mounts:      []*cdispec.Mount{{HostPath: "/usr/lib/libcuda.so.1", ContainerPath: "/usr/lib/libcuda.so.1", Options: []string{"ro", "bind"}}},
 	}, nil
@@ -102,6 +103,15 @@ func TestSpecRoundTrip(t *testing.T) {
 				}
 			}
 			if _, ok := hw.(fakeHardware); ok {
+				// Hardware variables are kept unless they collide with ours.
+				for _, want := range []string{"CARD_VAR=1", "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib"} {
+					if !slices.Contains(ociSpec.Process.Env, want) {
+						t.Errorf("injected env lacks hardware variable %q", want)
+					}
+				}
+				if slices.Contains(ociSpec.Process.Env, "NVIDIA_VISIBLE_DEVICES=void") {
+					t.Errorf("hardware edits overrode NVIDIA_VISIBLE_DEVICES: %q", ociSpec.Process.Env)
+				}
 				var nodes []string
 				for _, d := range ociSpec.Linux.Devices {
 					nodes = append(nodes, d.Path)

@@ -1,0 +1,140 @@
+package nvidia
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"golang.org/x/sys/unix"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+const driverVersion = "550.54.15" // what the dgxa100 mock reports
+
+// newMock returns the dgxa100 mock with the calls nvcdi needs that the
+// mock leaves unset, and the UUIDs of its cards.
+func newMock() (*dgxa100.Server, []string) {
+	m := dgxa100.New()
+	var uuids []string
+	for _, dev := range m.Devices {
+		d := dev.(*dgxa100.Device)
+		d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
+		uuids = append(uuids, d.UUID)
+	}
+	return m, uuids
+}
+
+// fakeDriverRoot lays out a driver root with libcuda and, when the process
+// may create device nodes, /dev/nvidia0, nvidiactl and nvidia-uvm.
+func fakeDriverRoot(t *testing.T) (root string, haveNodes bool) {
+	t.Helper()
+	root = t.TempDir()
+	lib := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"libcuda.so." + driverVersion, "libnvidia-ml.so." + driverVersion} {
+		if err := os.WriteFile(filepath.Join(lib, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	haveNodes = true
+	for minor, name := range map[uint32]string{0: "nvidia0", 255: "nvidiactl", 254: "nvidia-uvm"} {
+		err := unix.Mknod(filepath.Join(root, "dev", name), unix.S_IFCHR|0o666, int(unix.Mkdev(195, minor)))
+		if errors.Is(err, unix.EPERM) {
+			haveNodes = false // unprivileged: nvcdi must then find no nodes
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, haveNodes
+}
+
+func TestCardAndCommonEdits(t *testing.T) {
+	m, uuids := newMock()
+	root, haveNodes := fakeDriverRoot(t)
+	h, err := New(context.Background(), Options{DriverRoot: root, DevRoot: root, CDIHookPath: "/usr/bin/nvidia-cdi-hook", NVML: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	card, err := h.CardEdits(gpu.GPU{Index: 0, UUID: uuids[0]})
+	if err != nil {
+		t.Fatalf("CardEdits: %v", err)
+	}
+	var nodes []string
+	for _, n := range card.DeviceNodes {
+		nodes = append(nodes, n.Path+"<-"+strings.TrimPrefix(n.HostPath, root))
+	}
+	if haveNodes {
+		if want := []string{"/dev/nvidia0<-/dev/nvidia0"}; !slices.Equal(nodes, want) {
+			t.Errorf("card device nodes = %q, want %q", nodes, want)
+		}
+	} else if len(nodes) != 0 {
+		t.Errorf("device nodes found without any on disk: %q", nodes)
+	}
+
+	common, err := h.CommonEdits()
+	if err != nil {
+		t.Fatalf("CommonEdits: %v", err)
+	}
+	var mounts []string
+	for _, mnt := range common.Mounts {
+		mounts = append(mounts, mnt.ContainerPath)
+	}
+	if !slices.Contains(mounts, "/usr/lib/x86_64-linux-gnu/libcuda.so."+driverVersion) {
+		t.Errorf("common mounts lack libcuda: %q", mounts)
+	}
+	var ctlNodes []string
+	for _, n := range common.DeviceNodes {
+		ctlNodes = append(ctlNodes, n.Path)
+	}
+	if haveNodes && (!slices.Contains(ctlNodes, "/dev/nvidiactl") || !slices.Contains(ctlNodes, "/dev/nvidia-uvm")) {
+		t.Errorf("common device nodes = %q, want nvidiactl and nvidia-uvm", ctlNodes)
+	}
+
+	// Results are cached and handed out as copies.
+	card.DeviceNodes = append(card.DeviceNodes[:0], nil)
+	again, err := h.CardEdits(gpu.GPU{Index: 0, UUID: uuids[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.DeviceNodes) != len(nodes) || (len(nodes) > 0 && again.DeviceNodes[0] == nil) {
+		t.Error("changing returned edits changed the cache")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	m, _ := newMock()
+	root := t.TempDir() // no libcuda
+	h, err := New(context.Background(), Options{DriverRoot: root, DevRoot: root, NVML: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.CommonEdits(); err == nil || !strings.Contains(err.Error(), "discovering driver files") ||
+		!strings.Contains(err.Error(), "libcuda.so."+driverVersion) {
+		t.Errorf("CommonEdits without a driver: %v", err)
+	}
+	if _, err := h.CardEdits(gpu.GPU{Index: 3}); err == nil || err.Error() != "card 3 has no UUID" {
+		t.Errorf("CardEdits without UUID: %v", err)
+	}
+	if _, err := h.CardEdits(gpu.GPU{Index: 9, UUID: "GPU-unknown"}); err == nil ||
+		!strings.HasPrefix(err.Error(), "discovering device nodes of GPU-unknown: ") {
+		t.Errorf("CardEdits of an unknown card: %v", err)
+	}
+	if err := h.Warm(nil); err == nil {
+		t.Error("Warm succeeded without a driver")
+	}
+}
