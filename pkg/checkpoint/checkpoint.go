@@ -25,6 +25,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 )
 
@@ -74,38 +76,28 @@ type Device struct {
 	CDIDeviceIDs   []string `json:"cdiDeviceIDs,omitempty"`
 	MemoryBytes    int64    `json:"memoryBytes,omitempty"`
 	ComputePercent int64    `json:"computePercent,omitempty"`
+	// AdminAccess records the result's adminAccess flag: such a result
+	// does not hold the card exclusively.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 	// MPSPipeDir is the MPS daemon pipe directory the share was given.
 	MPSPipeDir string `json:"mpsPipeDir,omitempty"`
 	// Config is the resolved config the device was prepared with.
-	Config *v1alpha1.GpuConfig `json:"-"`
+	Config *v1alpha1.GpuConfig `json:"config,omitempty"`
 }
 
-// deviceJSON is Device on disk; the config is raw so that it is decoded
-// leniently (a downgraded plugin ignores fields it does not know).
+// deviceJSON reads Device with the config kept raw, so that it is decoded
+// leniently: a downgraded plugin ignores config fields it does not know.
 type deviceJSON struct {
 	deviceFields
 	Config json.RawMessage `json:"config,omitempty"`
 }
 
+// deviceFields is Device without its methods, to avoid recursion.
 type deviceFields Device
 
-// MarshalJSON writes the config with apiVersion and kind, so it can always
-// be decoded again.
-func (d Device) MarshalJSON() ([]byte, error) {
-	out := deviceJSON{deviceFields: deviceFields(d)}
-	if d.Config != nil {
-		cfg := d.Config.DeepCopy()
-		cfg.APIVersion, cfg.Kind = v1alpha1.APIVersion, v1alpha1.Kind
-		raw, err := json.Marshal(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("encoding config of device %s: %w", d.Device, err)
-		}
-		out.Config = raw
-	}
-	return json.Marshal(out)
-}
-
 // UnmarshalJSON decodes the embedded config with v1alpha1.DecodeLenient.
+// (Marshalling uses the default encoder: a custom MarshalJSON makes
+// encoding/json re-scan every device, which dominated Save.)
 func (d *Device) UnmarshalJSON(data []byte) error {
 	var in deviceJSON
 	if err := json.Unmarshal(data, &in); err != nil {
@@ -113,13 +105,29 @@ func (d *Device) UnmarshalJSON(data []byte) error {
 	}
 	*d = Device(in.deviceFields)
 	d.Config = nil
-	if raw := bytes.TrimSpace(in.Config); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
-		cfg, err := v1alpha1.DecodeLenient(raw)
-		if err != nil {
+	raw := bytes.TrimSpace(in.Config)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	var meta metav1.TypeMeta
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return fmt.Errorf("config of device %s: %w", d.Device, err)
+	}
+	if meta.APIVersion == "" && meta.Kind == "" {
+		// Saved from a config that was never normalized; it is still ours.
+		cfg := &v1alpha1.GpuConfig{}
+		if err := json.Unmarshal(raw, cfg); err != nil {
 			return fmt.Errorf("config of device %s: %w", d.Device, err)
 		}
+		cfg.APIVersion, cfg.Kind = v1alpha1.APIVersion, v1alpha1.Kind
 		d.Config = cfg
+		return nil
 	}
+	cfg, err := v1alpha1.DecodeLenient(raw)
+	if err != nil {
+		return fmt.Errorf("config of device %s: %w", d.Device, err)
+	}
+	d.Config = cfg
 	return nil
 }
 

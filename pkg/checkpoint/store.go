@@ -213,10 +213,12 @@ func (s *Store) Save(cp *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("saving checkpoint %s: encoding: %w", s.path, err)
 	}
-	file, err := json.Marshal(envelope{Version: Version, Checksum: checksum(data), Data: data})
-	if err != nil {
-		return fmt.Errorf("saving checkpoint %s: encoding: %w", s.path, err)
-	}
+	// Assembled by hand: json.Marshal would re-compact data, which costs
+	// more than encoding it did.
+	file := make([]byte, 0, len(data)+128)
+	file = fmt.Appendf(file, `{"version":%q,"checksum":%q,"data":`, Version, checksum(data))
+	file = append(file, data...)
+	file = append(file, '}', '\n')
 	if err := writeAtomic(s.path, file); err != nil {
 		return fmt.Errorf("saving checkpoint %s: %w", s.path, err)
 	}

@@ -41,7 +41,7 @@ func sample() *Checkpoint {
 		MemoryBytes:  20 << 30, ComputePercent: 40, MPSPipeDir: "/run/mps/pipe", Config: cfg,
 	}}}
 	cp.Claims["uid-b"] = Claim{State: PrepareStarted, Namespace: "ml", Name: "eval", Devices: []Device{{
-		Request: "gpu", Device: "gpu-0", GPUUUID: "GPU-0",
+		Request: "gpu", Device: "gpu-0", GPUUUID: "GPU-0", AdminAccess: true,
 		CDIDeviceIDs: []string{"k8s.gpu.tangram.dev/claim=uid-b-gpu-0"},
 	}}}
 	return cp
@@ -352,20 +352,42 @@ func TestDeepCopyIsIndependent(t *testing.T) {
 }
 
 // BenchmarkSave measures one checkpoint write including both fsyncs, with
-// 100 prepared claims in the file.
+// 1 and 100 prepared claims in the file.
 func BenchmarkSave(b *testing.B) {
-	boot := boot1
+	for _, claims := range []int{1, 100} {
+		b.Run(fmt.Sprintf("claims=%d", claims), func(b *testing.B) {
+			s := NewStore(filepath.Join(b.TempDir(), "checkpoint.json"),
+				WithBootID(func() (string, error) { return boot1, nil }))
+			cp := New()
+			base := sample().Claims["uid-a"]
+			for i := range claims {
+				cp.Claims[fmt.Sprintf("claim-%03d", i)] = base
+			}
+			for b.Loop() {
+				if err := s.Save(cp); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoad measures reading and verifying a file with 100 claims.
+func BenchmarkLoad(b *testing.B) {
 	s := NewStore(filepath.Join(b.TempDir(), "checkpoint.json"),
-		WithBootID(func() (string, error) { return boot, nil }))
+		WithBootID(func() (string, error) { return boot1, nil }))
 	cp := New()
 	base := sample().Claims["uid-a"]
 	for i := range 100 {
 		cp.Claims[fmt.Sprintf("claim-%03d", i)] = base
 	}
-	b.ResetTimer()
+	if err := s.Save(cp); err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		if err := s.Save(cp); err != nil {
-			b.Fatal(err)
+		res, err := s.Load()
+		if err != nil || res.Corrupt != nil || len(res.Checkpoint.Claims) != 100 {
+			b.Fatalf("Load: %v %+v", err, res)
 		}
 	}
 }
