@@ -122,6 +122,10 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	health := &Health{Checks: map[string]HealthCheck{}}
 	var helper *kubeletplugin.Helper
 	if opts.KubeClient != nil {
+		// The kubelet creates the registry directory; ours may be new.
+		if err := os.MkdirAll(opts.PluginDir, 0o750); err != nil {
+			return fmt.Errorf("creating plugin directory: %w", err)
+		}
 		helper, err = kubeletplugin.Start(ctx, driver,
 			kubeletplugin.DriverName(names.DriverName),
 			kubeletplugin.KubeClient(opts.KubeClient),
