@@ -291,3 +291,65 @@ func BenchmarkAllocateShareDGX(b *testing.B) {
 		}
 	}
 }
+
+// TestDocumentedSelectors runs the CEL expressions of
+// docs/resourceslices.md through the allocator.
+func TestDocumentedSelectors(t *testing.T) {
+	tests := []struct {
+		profile  string
+		selector string
+		want     []string // nil: nothing matches
+	}{
+		{"dgx-h100", `device.attributes["gpu.tangram.dev"].productName.startsWith("NVIDIA H100")`, []string{"gpu-0"}},
+		{"pcie-l4", `device.attributes["gpu.tangram.dev"].productName.startsWith("NVIDIA H100")`, nil},
+		{"dgx-h100", `device.attributes["gpu.tangram.dev"].cudaComputeCapability.isGreaterThan(semver("8.9.0"))`, []string{"gpu-0"}},
+		{"pcie-l4", `device.attributes["gpu.tangram.dev"].cudaComputeCapability.isGreaterThan(semver("8.9.0"))`, nil},
+		{"pcie-l4", `device.attributes["gpu.tangram.dev"].driverVersion.isGreaterThan(semver("550.0.0"))`, []string{"gpu-0"}},
+		{"pcie-l4", `device.capacity["gpu.tangram.dev"].memory.compareTo(quantity("40Gi")) >= 0`, nil},
+		{"pcie-a100-pairs", `device.capacity["gpu.tangram.dev"].memory.compareTo(quantity("40Gi")) >= 0`, []string{"gpu-0"}},
+		{"pcie-l4", `device.attributes["resource.kubernetes.io"].numaNode == 1`, []string{"gpu-2"}},
+		{"pcie-l4", `device.attributes["resource.kubernetes.io"].pciBusID == "0000:21:00.0"`, []string{"gpu-1"}},
+		{"pcie-l4", `device.attributes["gpu.tangram.dev"].nvlinkPeers > 0`, nil},
+		{"pcie-a100-pairs", `device.attributes["gpu.tangram.dev"].nvlinkPeers > 0`, []string{"gpu-0"}},
+		{"dgx-h100", `device.attributes["gpu.tangram.dev"].uuid == "` + gpu.FakeGPUUUID(nodeName, 5) + `"`, []string{"gpu-5"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.profile+" "+tc.selector, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			node := publishedNode(t, tc.profile, true)
+			result, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, tc.selector)))
+			if tc.want == nil {
+				if !errors.Is(err, allocation.ErrUnschedulable) {
+					t.Fatalf("want no match, got %v, %v", allocation.Devices(result), err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := allocation.Devices(result); !cmp.Equal(tc.want, got) {
+				t.Errorf("want %v, got %v", tc.want, got)
+			}
+		})
+	}
+}
+
+func TestNodeLabelAttributeSelectors(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	gpus := []gpu.GPU{{Index: 0, MemoryBytes: 1 << 30}}
+	res, err := slices.DriverResources(gpus, slices.Options{NodeName: nodeName, Sharing: true,
+		NodeLabels:          map[string]string{"topology.kubernetes.io/zone": "eu-1a", "rack": "r7"},
+		NodeLabelAttributes: []string{"topology.kubernetes.io/zone", "rack"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: allocation.DeviceClasses()}
+	for _, sel := range []string{`device.attributes["topology.kubernetes.io"].zone == "eu-1a"`, `device.attributes["gpu.tangram.dev"].rack == "r7"`} {
+		if _, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, sel))); err != nil {
+			t.Errorf("%s: %v", sel, err)
+		}
+	}
+	if _, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["topology.kubernetes.io"].zone == "us-1a"`))); !errors.Is(err, allocation.ErrUnschedulable) {
+		t.Errorf("want no match for another zone, got %v", err)
+	}
+}
