@@ -202,3 +202,19 @@ func TestClaimRequestsFitAloneNotTogether(t *testing.T) {
 		t.Errorf("got fitsOn %v reasons %q, want %q", d.FitsOn, d.Reasons, want)
 	}
 }
+
+func TestListNodes(t *testing.T) {
+	tests := []struct {
+		nodes []string
+		want  string
+	}{
+		{[]string{"a"}, "a"},
+		{[]string{"a", "b", "c"}, "a, b, c"},
+		{[]string{"a", "b", "c", "d", "e"}, "a, b, c and 2 more"},
+	}
+	for _, tc := range tests {
+		if got := listNodes(tc.nodes); got != tc.want {
+			t.Errorf("listNodes(%v) = %q, want %q", tc.nodes, got, tc.want)
+		}
+	}
+}

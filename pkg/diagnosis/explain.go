@@ -103,7 +103,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 			topNodes = append(topNodes, b.node)
 		}
 	}
-	where := strings.Join(topNodes, ", ")
+	where := listNodes(topNodes)
 	if attr == "" {
 		a.problem = fmt.Sprintf("needs %d %s on one node: the most any node has free is %d (%s)", want, cardWord(r, want), top, where)
 		return a
@@ -336,4 +336,14 @@ func deviceName(d *clusterview.DeviceState) string {
 		return d.Node + "/" + d.Device.Name
 	}
 	return d.Pool + "/" + d.Device.Name
+}
+
+// listNodes names up to three nodes and counts the rest, so a message
+// stays one line on a large cluster.
+func listNodes(nodes []string) string {
+	const shown = 3
+	if len(nodes) <= shown {
+		return strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(nodes[:shown], ", "), len(nodes)-shown)
 }
