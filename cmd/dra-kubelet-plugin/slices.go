@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -84,9 +85,9 @@ func newSlicesCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts.Sysfs = source.Sysfs()
-
 			ctx := cmd.Context()
+			opts.Sysfs = source.Sysfs()
+			opts.Logger = klog.FromContext(ctx)
 			src, done, err := source.Open(ctx)
 			if err != nil {
 				return err

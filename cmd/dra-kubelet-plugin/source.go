@@ -27,7 +27,7 @@ type gpuSourceFlags struct {
 func (f *gpuSourceFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.NodeName, "node-name", "", "name of this node (default: $NODE_NAME)")
 	flags.StringVar(&f.FakeProfile, "fake-profile", "", fmt.Sprintf("use fake GPUs from a built-in profile (%v) instead of NVML", gpu.BuiltinProfileNames()))
-	flags.StringVar(&f.FakeProfileFile, "fake-profile-file", "", "use fake GPUs from a profile file (see docs/) instead of NVML")
+	flags.StringVar(&f.FakeProfileFile, "fake-profile-file", "", "use fake GPUs from a profile file (format: docs/fake-gpus.md) instead of NVML")
 }
 
 // Complete fills defaults from the environment and checks the combination.
