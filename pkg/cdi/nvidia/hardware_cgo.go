@@ -1,14 +1,5 @@
-// Package nvidia implements cdi.HardwareEdits for real NVIDIA GPUs with
-// NVIDIA's own CDI generator (github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi,
-// NVML mode): the card's device nodes per device, and the control devices,
-// driver libraries, binaries and nvidia-cdi-hook calls once per spec.
-//
-// Results are cached per card UUID and computed once for the common edits:
-// discovery walks the driver root and initialises NVML, which is far slower
-// than a prepare should be. Call Warm at start-up to pay that cost early.
-//
-// This path has not run on a real GPU in this repository's CI; it is unit
-// tested against go-nvml's dgxa100 mock with a fake device root.
+//go:build cgo
+
 package nvidia
 
 import (
@@ -24,21 +15,6 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
-// Options say where the driver lives as seen from the plugin's container.
-type Options struct {
-	// DriverRoot is the root of the driver installation, "/" for a driver
-	// installed on the host, "/run/nvidia/driver" for the GPU operator's
-	// driver container (mounted into the plugin at the same path).
-	DriverRoot string
-	// DevRoot is where /dev of the host is found; defaults to DriverRoot.
-	DevRoot string
-	// CDIHookPath is the host path of nvidia-cdi-hook, called by the
-	// runtime to create symlinks and update the ld cache in the container.
-	CDIHookPath string
-	// NVML replaces the real library, for tests.
-	NVML nvml.Interface
-}
-
 // Hardware is a cdi.HardwareEdits backed by nvcdi.
 type Hardware struct {
 	lib nvcdi.Interface
@@ -50,6 +26,11 @@ type Hardware struct {
 
 // New creates the generator; it does not touch NVML or the disk yet.
 func New(ctx context.Context, opts Options) (*Hardware, error) {
+	return newWithNVML(ctx, opts, nil)
+}
+
+// newWithNVML is New with a given NVML library (a mock in tests).
+func newWithNVML(ctx context.Context, opts Options, lib nvml.Interface) (*Hardware, error) {
 	nvcdiOpts := []nvcdi.Option{
 		nvcdi.WithMode(nvcdi.ModeNvml),
 		nvcdi.WithLogger(klogAdapter{klog.FromContext(ctx).WithName("nvcdi")}),
@@ -63,14 +44,14 @@ func New(ctx context.Context, opts Options) (*Hardware, error) {
 	if opts.CDIHookPath != "" {
 		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNVIDIACDIHookPath(opts.CDIHookPath))
 	}
-	if opts.NVML != nil {
-		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNvmlLib(opts.NVML))
+	if lib != nil {
+		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNvmlLib(lib))
 	}
-	lib, err := nvcdi.New(nvcdiOpts...)
+	gen, err := nvcdi.New(nvcdiOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("creating NVIDIA CDI generator: %w", err)
 	}
-	return &Hardware{lib: lib, cards: map[string]cdispec.ContainerEdits{}}, nil
+	return &Hardware{lib: gen, cards: map[string]cdispec.ContainerEdits{}}, nil
 }
 
 // Warm computes the common edits and those of the given cards now.

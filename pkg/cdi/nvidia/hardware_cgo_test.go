@@ -1,3 +1,5 @@
+//go:build cgo
+
 package nvidia
 
 import (
@@ -65,7 +67,7 @@ func fakeDriverRoot(t *testing.T) (root string, haveNodes bool) {
 func TestCardAndCommonEdits(t *testing.T) {
 	m, uuids := newMock()
 	root, haveNodes := fakeDriverRoot(t)
-	h, err := New(context.Background(), Options{DriverRoot: root, DevRoot: root, CDIHookPath: "/usr/bin/nvidia-cdi-hook", NVML: m})
+	h, err := newWithNVML(context.Background(), Options{DriverRoot: root, DevRoot: root, CDIHookPath: "/usr/bin/nvidia-cdi-hook"}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestCardAndCommonEdits(t *testing.T) {
 func TestErrors(t *testing.T) {
 	m, _ := newMock()
 	root := t.TempDir() // no libcuda
-	h, err := New(context.Background(), Options{DriverRoot: root, DevRoot: root, NVML: m})
+	h, err := newWithNVML(context.Background(), Options{DriverRoot: root, DevRoot: root}, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,32 @@
+// Package nvidia implements cdi.HardwareEdits for real NVIDIA GPUs with
+// NVIDIA's own CDI generator (github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi,
+// NVML mode): the card's device nodes per device, and the control devices,
+// driver libraries, binaries and nvidia-cdi-hook calls once per spec.
+//
+// Results are cached per card UUID and computed once for the common edits:
+// discovery walks the driver root and initialises NVML, which is far slower
+// than a prepare should be. Call Warm at start-up to pay that cost early.
+//
+// This path has not run on a real GPU in this repository's CI; it is unit
+// tested against go-nvml's dgxa100 mock with a fake device root. nvcdi loads
+// NVML through cgo; a binary built with CGO_ENABLED=0 gets ErrUnavailable
+// from New and must use cdi.NoHardware.
+package nvidia
+
+import "errors"
+
+// ErrUnavailable is returned by New in binaries built without cgo.
+var ErrUnavailable = errors.New("NVIDIA CDI generation needs cgo (NVML); this binary was built without it")
+
+// Options say where the driver lives as seen from the plugin's container.
+type Options struct {
+	// DriverRoot is the root of the driver installation, "/" for a driver
+	// installed on the host, "/run/nvidia/driver" for the GPU operator's
+	// driver container (mounted into the plugin at the same path).
+	DriverRoot string
+	// DevRoot is where /dev of the host is found; defaults to DriverRoot.
+	DevRoot string
+	// CDIHookPath is the host path of nvidia-cdi-hook, called by the
+	// runtime to create symlinks and update the ld cache in the container.
+	CDIHookPath string
+}
