@@ -334,7 +334,7 @@ func TestDevicesErrors(t *testing.T) {
 }
 
 func TestDevicesSortsByIndex(t *testing.T) {
-	devs, err := Devices([]gpu.GPU{{Index: 2}, {Index: 0}, {Index: 1}}, Options{NodeName: "n"})
+	devs, err := Devices([]gpu.GPU{{Index: 2}, {Index: 0}, {Index: 1}}, Options{NodeName: "n", Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
 	if err != nil {
 		t.Fatal(err)
 	}
