@@ -7,7 +7,8 @@
 //     resolved GpuConfig per request, the CDI device names and the
 //     environment and mounts each device carries.
 //   - HardwareEdits: device nodes and driver files of real cards, added by
-//     BuildSpec. NoHardware is used with fake GPUs.
+//     BuildSpec. NoHardware is used with fake GPUs; package pkg/cdi/nvidia
+//     generates them for real cards with NVIDIA's nvcdi.
 //   - SpecStore: writes, reads, removes and lists our transient specs (one
 //     file per claim) under a CDI root, with the CDI library's own writer.
 //

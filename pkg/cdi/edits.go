@@ -128,7 +128,28 @@ type card struct {
 	backend  v1alpha1.SharingBackend
 	memBytes int64 // sum over shares; the card's memory when whole
 	compute  int64 // sum of requested compute over shares
-	cap      int32 // active-thread cap for MPS; 0 means none
+	// defaultCap is the config's defaultActiveThreadPercentage, 0 if unset.
+	defaultCap int32
+	// percent is the compute share shown to the workload (100 = no limit);
+	// threadCap is the MPS active-thread cap, 0 for none. Set by finish.
+	percent   int32
+	threadCap int32
+}
+
+// finish derives percent and threadCap: requested compute wins, then the
+// config's default cap (MPS only), else the whole card.
+func (c *card) finish() {
+	c.percent, c.threadCap = fullComputePercent, 0
+	switch {
+	case c.whole:
+	case c.compute > 0:
+		c.percent = int32(min(c.compute, fullComputePercent))
+		if c.backend == v1alpha1.BackendMPS {
+			c.threadCap = c.percent
+		}
+	case c.backend == v1alpha1.BackendMPS && c.defaultCap > 0:
+		c.percent, c.threadCap = c.defaultCap, c.defaultCap
+	}
 }
 
 // ComputeClaimEdits derives the CDI devices and container edits of a claim.
@@ -188,6 +209,9 @@ func aggregate(results []Result) ([]*card, string, error) {
 			c.memBytes = r.GPU.MemoryBytes
 			continue
 		}
+		if c.whole {
+			continue // see below: a whole card has no share limits
+		}
 		mem, compute, err := consumed(r)
 		if err != nil {
 			return nil, "", err
@@ -213,7 +237,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 			}
 			pipeDir = r.MPSPipeDir
 			if mps := cfg.Sharing.MPS; mps != nil && mps.DefaultActiveThreadPercentage != nil {
-				c.cap = *mps.DefaultActiveThreadPercentage
+				c.defaultCap = *mps.DefaultActiveThreadPercentage
 			}
 		}
 	}
@@ -221,15 +245,9 @@ func aggregate(results []Result) ([]*card, string, error) {
 		if c.whole {
 			// A whole card next to a share of itself cannot be allocated;
 			// if it is, the card is exclusive and no share limits apply.
-			c.backend, c.compute, c.cap = "", 0, 0
-			continue
+			c.backend, c.compute = "", 0
 		}
-		if c.compute > 0 {
-			c.cap = int32(min(c.compute, fullComputePercent))
-		}
-		if c.backend != v1alpha1.BackendMPS {
-			c.cap = 0
-		}
+		c.finish()
 	}
 	return cards, pipeDir, nil
 }
@@ -262,14 +280,7 @@ func claimWideEdits(claim Claim, cards []*card, pipeDir string) cdispec.Containe
 		uuids = append(uuids, c.uuid)
 		devices = append(devices, c.device)
 		memMiB = append(memMiB, strconv.FormatInt(c.memBytes/mib, 10))
-		pct := int32(fullComputePercent)
-		if c.cap > 0 {
-			pct = c.cap
-		}
-		if !c.whole && c.backend != v1alpha1.BackendMPS && c.compute > 0 {
-			pct = int32(min(c.compute, fullComputePercent)) // accounted, not enforced
-		}
-		compute = append(compute, strconv.Itoa(int(pct)))
+		compute = append(compute, strconv.Itoa(int(c.percent)))
 		switch {
 		case c.whole:
 			backends = append(backends, sharingModeExclusive)
@@ -278,8 +289,8 @@ func claimWideEdits(claim Claim, cards []*card, pipeDir string) cdispec.Containe
 		}
 		if !c.whole && c.backend == v1alpha1.BackendMPS {
 			memLimits = append(memLimits, fmt.Sprintf("%s=%dM", c.uuid, c.memBytes/mib))
-			if c.cap > 0 {
-				threadCap = min(threadCap, c.cap)
+			if c.threadCap > 0 {
+				threadCap = min(threadCap, c.threadCap)
 			}
 		}
 	}
