@@ -241,13 +241,18 @@ func aggregate(results []Result) ([]*card, string, error) {
 			}
 		}
 	}
+	anyMPS := false
 	for _, c := range cards {
 		if c.whole {
 			// A whole card next to a share of itself cannot be allocated;
 			// if it is, the card is exclusive and no share limits apply.
 			c.backend, c.compute = "", 0
 		}
+		anyMPS = anyMPS || c.backend == v1alpha1.BackendMPS
 		c.finish()
+	}
+	if !anyMPS {
+		pipeDir = ""
 	}
 	return cards, pipeDir, nil
 }

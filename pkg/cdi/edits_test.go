@@ -179,10 +179,10 @@ func TestComputeClaimEdits(t *testing.T) {
 		{
 			name: "a whole card and a share of the same card: the card stays whole",
 			results: []Result{
-				whole("gpu-0", testGPU(0, uuid0)),
 				share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "50", nil),
+				whole("gpu-0", testGPU(0, uuid0)),
 			},
-			wantNames: []string{uid + "-gpu-0", uid + "-gpu-0-" + share1},
+			wantNames: []string{uid + "-gpu-0-" + share1, uid + "-gpu-0"},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0}, claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-0", "TANGRAM_GPU_UUIDS="+uuid0, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
 				"TANGRAM_GPU_COMPUTE_PERCENT=100", "TANGRAM_SHARING_BACKEND=exclusive")...),
