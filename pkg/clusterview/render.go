@@ -62,20 +62,27 @@ func WriteStatus(w io.Writer, v *View, st Style) error {
 		}
 		b.WriteByte('\n')
 	}
-	fmt.Fprintf(&b, "%s  %d nodes, %s\n", st.Paint(Bold, "CLUSTER"), len(v.Nodes), totalsLine(v.Totals))
+	fmt.Fprintf(&b, "%s  %d %s, %s\n", st.Paint(Bold, "CLUSTER"), len(v.Nodes), plural(len(v.Nodes), "node"), totalsLine(v.Totals))
 	if len(v.Pending) > 0 {
 		refs := make([]string, len(v.Pending))
 		for i, p := range v.Pending {
 			refs[i] = p.String()
 		}
-		fmt.Fprintf(&b, "%s  %d claims not allocated: %s (see kubectl tangram describe claim/NAME -n NAMESPACE)\n",
-			st.Paint(Yellow, "PENDING"), len(v.Pending), strings.Join(refs, ", "))
+		fmt.Fprintf(&b, "%s  %d %s not allocated: %s (see kubectl tangram describe claim/NAME -n NAMESPACE)\n",
+			st.Paint(Yellow, "PENDING"), len(v.Pending), plural(len(v.Pending), "claim"), strings.Join(refs, ", "))
 	}
 	for _, warn := range v.Warnings {
 		fmt.Fprintf(&b, "%s  %s\n", st.Paint(Red, "WARNING"), warn)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 func header(names ...string) []Cell {
@@ -87,8 +94,8 @@ func header(names ...string) []Cell {
 }
 
 func totalsLine(t Totals) string {
-	return fmt.Sprintf("%d cards: %d free, %d partly used, %d full; memory %s used of %s",
-		t.Cards, t.Free, t.Partial, t.Full, FormatBytes(t.MemoryUsedBytes), FormatBytes(t.MemoryBytes))
+	return fmt.Sprintf("%d %s: %d free, %d partly used, %d full; memory %s used of %s",
+		t.Cards, plural(t.Cards, "card"), t.Free, t.Partial, t.Full, FormatBytes(t.MemoryUsedBytes), FormatBytes(t.MemoryBytes))
 }
 
 // addCardRows writes one row per allocation of the card (one row when it
@@ -125,7 +132,7 @@ func addCardRows(t *Table, c CardView) {
 		if i > 0 {
 			row = make([]Cell, len(first))
 		}
-		pods := strings.Join(a.Pods, ",")
+		pods := strings.Join(append(append([]string{}, a.Pods...), a.OtherConsumers...), ",")
 		if pods == "" {
 			pods = "(not reserved)"
 		}

@@ -82,6 +82,9 @@ type AllocationView struct {
 	ComputePercent int64 `json:"computePercent"`
 	// Pods are the pods the claim is reserved for, "namespace/name".
 	Pods []string `json:"pods"`
+	// OtherConsumers are other objects the claim is reserved for, such as
+	// the PodGroup of a gang: "podgroups.scheduling.k8s.io/namespace/name".
+	OtherConsumers []string `json:"otherConsumers"`
 }
 
 // ClaimRef names a claim.
@@ -180,8 +183,8 @@ func cardView(ds *DeviceState) CardView {
 			Request:     a.Result.Request,
 			Whole:       a.Whole,
 			AdminAccess: ptr.Deref(a.Result.AdminAccess, false),
-			Pods:        reservedPods(a.Claim),
 		}
+		av.Pods, av.OtherConsumers = Consumers(a.Claim)
 		if a.Result.ShareID != nil {
 			av.ShareID = string(*a.Result.ShareID)
 		}
@@ -221,16 +224,24 @@ func claimRef(c *resourceapi.ResourceClaim) ClaimRef {
 	return ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
 }
 
-// reservedPods lists the pods a claim is reserved for, sorted.
-func reservedPods(c *resourceapi.ResourceClaim) []string {
-	pods := []string{}
+// Consumers lists what a claim is reserved for: pods as "namespace/name",
+// anything else (a gang's PodGroup) as "resource.group/namespace/name".
+// Both are sorted.
+func Consumers(c *resourceapi.ResourceClaim) (pods, others []string) {
+	pods, others = []string{}, []string{}
 	for _, r := range c.Status.ReservedFor {
-		if r.APIGroup == "" && r.Resource == "pods" {
+		switch {
+		case r.APIGroup == "" && r.Resource == "pods":
 			pods = append(pods, c.Namespace+"/"+r.Name)
+		case r.APIGroup == "":
+			others = append(others, r.Resource+"/"+c.Namespace+"/"+r.Name)
+		default:
+			others = append(others, r.Resource+"."+r.APIGroup+"/"+c.Namespace+"/"+r.Name)
 		}
 	}
 	sort.Strings(pods)
-	return pods
+	sort.Strings(others)
+	return pods, others
 }
 
 // pendingClaims lists unallocated claims that ask for one of our device

@@ -53,6 +53,10 @@ func TestBuildCards(t *testing.T) {
 		// Whole-card-only node: results without share IDs.
 		{"a100-a", "gpu-2", clusterview.CardFull, 40 * gi, 100, 1, true, 40 * gi, []string{"lab/solo-pod"}},
 		{"dgx-b", "gpu-0", clusterview.CardPartial, 30 * gi, 50, 1, false, 30 * gi, []string{"serve/infer-c-pod"}},
+		// A gang member's claim on two NVLink-connected cards.
+		{"dgx-b", "gpu-2", clusterview.CardFull, 80 * gi, 100, 1, true, 80 * gi, []string{"ml/trainer-0-pod"}},
+		// Reserved for the gang's PodGroup, not a pod.
+		{"dgx-b", "gpu-5", clusterview.CardFull, 80 * gi, 100, 1, true, 80 * gi, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.node+"/"+tc.device, func(t *testing.T) {
@@ -68,12 +72,15 @@ func TestBuildCards(t *testing.T) {
 			if a.Whole != tc.firstWhole || a.MemoryBytes != tc.firstMem || strings.Join(a.Pods, ",") != strings.Join(tc.firstPods, ",") {
 				t.Errorf("first allocation %+v, want whole %v mem %d pods %v", a, tc.firstWhole, tc.firstMem, tc.firstPods)
 			}
+			if tc.firstPods == nil && strings.Join(a.OtherConsumers, ",") != "podgroups.scheduling.k8s.io/ml/trainer" {
+				t.Errorf("consumers %v, want the gang's PodGroup", a.OtherConsumers)
+			}
 			if !a.Whole && a.ShareID == "" {
 				t.Errorf("share without share ID: %+v", a)
 			}
 		})
 	}
-	want := clusterview.Totals{Cards: 24, Free: 14, Partial: 2, Full: 8, MemoryBytes: 1600 * gi, MemoryUsedBytes: 600 * gi}
+	want := clusterview.Totals{Cards: 24, Free: 9, Partial: 2, Full: 13, MemoryBytes: 1600 * gi, MemoryUsedBytes: 1000 * gi}
 	if v.Totals != want {
 		t.Errorf("cluster totals %+v, want %+v", v.Totals, want)
 	}

@@ -90,7 +90,7 @@ func TestCommands(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{args: []string{"status", "--node", "dgx-b"}, want: []string{"NODE dgx-b", "serve/infer-c (30 GiB, 50%)", "CLUSTER  1 nodes"}},
+		{args: []string{"status", "--node", "dgx-b"}, want: []string{"NODE dgx-b", "serve/infer-c (30 GiB, 50%)", "CLUSTER  1 node,"}},
 		{args: []string{"status", "--node", "nope"}, want: []string{`node "nope" publishes no gpu.tangram.dev devices`}, wantErr: true},
 		{args: []string{"status", "-o", "wide"}, want: []string{`unknown output format "wide"`}, wantErr: true},
 		{args: []string{"status", "--color", "sometimes"}, want: []string{`unknown --color "sometimes"`}, wantErr: true},
@@ -133,7 +133,7 @@ func TestDescribeClaimJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.State != describe.StatePending || r.Diagnosis == nil || len(r.Diagnosis.Reasons) != 1 ||
-		!strings.Contains(r.Diagnosis.Reasons[0], "the largest free NVLink domain has 7 cards (dgx-b)") {
+		!strings.Contains(r.Diagnosis.Reasons[0], "the largest free NVLink domain has 2 cards (a100-a, dgx-a, dgx-b)") {
 		t.Errorf("got %+v", r)
 	}
 }
@@ -155,7 +155,7 @@ func TestNodesForbiddenIsNotFatal(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), "", nil)
 	})
 	out, err := run(t, client, "describe", "claim/train-8x", "-n", "ml")
-	if err != nil || !strings.Contains(out, "largest free NVLink domain has 7 cards") {
+	if err != nil || !strings.Contains(out, "largest free NVLink domain has 2 cards") {
 		t.Errorf("err %v, output:\n%s", err, out)
 	}
 }

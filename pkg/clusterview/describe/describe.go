@@ -35,8 +35,11 @@ type ClaimReport struct {
 	// Nodes are the nodes its devices are on (one for node-local GPUs).
 	Nodes []string `json:"nodes"`
 	// Pods are the pods it is reserved for, "namespace/name".
-	Pods    []string      `json:"pods"`
-	Devices []DeviceGrant `json:"devices"`
+	Pods []string `json:"pods"`
+	// OtherConsumers are other objects it is reserved for (a gang's
+	// PodGroup), "resource.group/namespace/name".
+	OtherConsumers []string      `json:"otherConsumers"`
+	Devices        []DeviceGrant `json:"devices"`
 	// Diagnosis explains a pending claim.
 	Diagnosis *diagnosis.ClaimDiagnosis `json:"diagnosis,omitempty"`
 }
@@ -89,12 +92,7 @@ func DescribeClaim(ctx context.Context, snap *clusterview.Snapshot, claim *resou
 		Pods:    []string{},
 		Devices: []DeviceGrant{},
 	}
-	for _, c := range claim.Status.ReservedFor {
-		if c.APIGroup == "" && c.Resource == "pods" {
-			r.Pods = append(r.Pods, claim.Namespace+"/"+c.Name)
-		}
-	}
-	sort.Strings(r.Pods)
+	r.Pods, r.OtherConsumers = clusterview.Consumers(claim)
 	if claim.Status.Allocation == nil {
 		r.State = StatePending
 		d, err := diagnosis.Claim(ctx, snap, claim)

@@ -69,6 +69,7 @@ func TestDescribeClaimGolden(t *testing.T) {
 		{"ml", "pair", "claim-whole-only-node.golden"},
 		{"serve", "big-share", "claim-pending-too-big.golden"},
 		{"ml", "train-8x", "claim-pending-nvlink.golden"},
+		{"ml", "trainer-coordinator", "claim-podgroup.golden"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.golden, func(t *testing.T) {

@@ -46,7 +46,7 @@ func WritePod(w io.Writer, r *PodReport, st clusterview.Style) error {
 func writeClaim(b *strings.Builder, indent string, r *ClaimReport, st clusterview.Style) {
 	field(b, indent, "Claim", st.Paint(clusterview.Bold, r.Claim.String()), st)
 	field(b, indent, "Asks for", r.AsksFor, st)
-	pods := strings.Join(r.Pods, ", ")
+	pods := strings.Join(append(append([]string{}, r.Pods...), r.OtherConsumers...), ", ")
 	if pods == "" {
 		pods = "not reserved yet (a claim is reserved for its pod when the pod is scheduled)"
 	}

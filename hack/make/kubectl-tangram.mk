@@ -1,0 +1,15 @@
+# kubectl-tangram: the cluster view plugin (pkg/clusterview, pkg/diagnosis).
+# See docs/kubectl-tangram.md.
+
+.PHONY: kubectl-tangram
+kubectl-tangram: ## build bin/kubectl-tangram (static; put it on PATH to run `kubectl tangram`)
+	@mkdir -p $(BIN_DIR)
+	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN_DIR)/kubectl-tangram ./cmd/kubectl-tangram
+
+.PHONY: kubectl-tangram-golden
+kubectl-tangram-golden: ## rewrite the golden output of status/describe after an intended change
+	$(GO) test -count=1 ./pkg/clusterview/ ./pkg/clusterview/describe/ -update
+
+.PHONY: kubectl-tangram-bench
+kubectl-tangram-bench: ## benchmarks: view and diagnosis on 100 fake DGX nodes
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/clusterview/ ./pkg/diagnosis/
