@@ -1,7 +1,7 @@
 # Opaque config API, config resolution, CDI specs and the checkpoint
 # (api/, pkg/config, pkg/cdi, pkg/checkpoint).
 
-CONFIG_PKGS := ./api/... ./pkg/config/... ./pkg/cdi/... ./pkg/checkpoint/...
+CONFIG_PKGS := ./api/gpu/... ./pkg/config/... ./pkg/cdi/... ./pkg/checkpoint/...
 FUZZTIME ?= 30s
 
 .PHONY: config-fuzz
