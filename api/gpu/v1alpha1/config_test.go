@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -243,4 +245,47 @@ func FuzzDecodeGpuConfig(f *testing.F) {
 			t.Fatalf("round trip changed the config: %v -> %v", cfg, again)
 		}
 	})
+}
+
+func TestValidateOpaqueConfigFields(t *testing.T) {
+	base := field.NewPath("spec", "config").Index(0).Child("opaque", "parameters")
+	tests := []struct {
+		name string
+		raw  string
+		want []string
+	}{
+		{name: "valid", raw: `{` + header + `,"sharing":{"backend":"none"}}`},
+		{
+			name: "invalid values, paths under base",
+			raw:  `{` + header + `,"sharing":{"backend":"foo","mps":{"defaultActiveThreadPercentage":0}}}`,
+			want: []string{
+				`spec.config[0].opaque.parameters.sharing.backend: Unsupported value: "foo": supported values: "mps", "none"`,
+				`spec.config[0].opaque.parameters.sharing.mps.defaultActiveThreadPercentage: Invalid value: 0: must be between 1 and 100 (percent of the card's streaming multiprocessors)`,
+			},
+		},
+		{
+			name: "type meta",
+			raw:  `{"apiVersion":"v1"}`,
+			want: []string{
+				`spec.config[0].opaque.parameters.apiVersion: Unsupported value: "v1": supported values: "gpu.tangram.dev/v1alpha1"`,
+				`spec.config[0].opaque.parameters.kind: Required value: must be "GpuConfig"`,
+			},
+		},
+		{
+			name: "decoding error on the parameters",
+			raw:  `{` + header + `,"shareing":{}}`,
+			want: []string{`spec.config[0].opaque.parameters: Invalid value: decoding GpuConfig: strict decoding error: unknown field "shareing"`},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range ValidateOpaqueConfigFields([]byte(tc.raw), base) {
+				got = append(got, e.Error())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("errors\n got: %q\nwant: %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -78,7 +79,48 @@ func ValidateOpaqueConfig(raw []byte) error {
 	return err
 }
 
+// ValidateOpaqueConfigFields is ValidateOpaqueConfig with every problem as a
+// field error under base, the path of the parameters in the admitted object
+// (e.g. spec.devices.config[0].opaque.parameters), as API server admission
+// responses report them.
+func ValidateOpaqueConfigFields(raw []byte, base *field.Path) field.ErrorList {
+	cfg, err := decodeAt(raw, strictDecoder, base)
+	var fieldErrs fieldErrors
+	switch {
+	case errors.As(err, &fieldErrs):
+		return field.ErrorList(fieldErrs)
+	case err != nil:
+		return field.ErrorList{field.Invalid(base, field.OmitValueType{}, err.Error())}
+	}
+	cfg.Normalize()
+	return cfg.ValidateFields(base)
+}
+
+// fieldErrors is a field.ErrorList as an error, one error per line.
+type fieldErrors field.ErrorList
+
+func (e fieldErrors) Error() string {
+	lines := make([]string, len(e))
+	for i, err := range e {
+		lines[i] = err.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func asError(errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fieldErrors(errs)
+}
+
 func decode(raw []byte, decoder runtime.Decoder) (*GpuConfig, error) {
+	return decodeAt(raw, decoder, nil)
+}
+
+// decodeAt decodes raw; apiVersion and kind errors are fieldErrors with
+// paths under base (nil: relative to the GpuConfig).
+func decodeAt(raw []byte, decoder runtime.Decoder, base *field.Path) (*GpuConfig, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return nil, fmt.Errorf("parameters are empty: expected a JSON object with apiVersion %q and kind %q", APIVersion, Kind)
@@ -86,7 +128,7 @@ func decode(raw []byte, decoder runtime.Decoder) (*GpuConfig, error) {
 	if raw[0] != '{' {
 		return nil, fmt.Errorf("parameters must be a JSON object with apiVersion %q and kind %q, got %s", APIVersion, Kind, abbreviate(raw))
 	}
-	if err := checkTypeMeta(raw); err != nil {
+	if err := checkTypeMeta(raw, base); err != nil {
 		return nil, err
 	}
 	obj, _, err := decoder.Decode(raw, nil, nil)
@@ -104,7 +146,7 @@ func decode(raw []byte, decoder runtime.Decoder) (*GpuConfig, error) {
 // checkTypeMeta gives precise errors for the most common mistakes before the
 // generic serializer reports them less readably. Matching is case-sensitive,
 // like the Kubernetes API.
-func checkTypeMeta(raw []byte) error {
+func checkTypeMeta(raw []byte, base *field.Path) error {
 	var meta struct {
 		APIVersion *string `json:"apiVersion"`
 		Kind       *string `json:"kind"`
@@ -115,20 +157,25 @@ func checkTypeMeta(raw []byte) error {
 	var errs field.ErrorList
 	switch {
 	case meta.APIVersion == nil || *meta.APIVersion == "":
-		errs = append(errs, field.Required(field.NewPath("apiVersion"), fmt.Sprintf("must be %q", APIVersion)))
+		errs = append(errs, field.Required(child(base, "apiVersion"), fmt.Sprintf("must be %q", APIVersion)))
 	case *meta.APIVersion != APIVersion:
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), *meta.APIVersion, []string{APIVersion}))
+		errs = append(errs, field.NotSupported(child(base, "apiVersion"), *meta.APIVersion, []string{APIVersion}))
 	}
 	switch {
 	case meta.Kind == nil || *meta.Kind == "":
-		errs = append(errs, field.Required(field.NewPath("kind"), fmt.Sprintf("must be %q", Kind)))
+		errs = append(errs, field.Required(child(base, "kind"), fmt.Sprintf("must be %q", Kind)))
 	case *meta.Kind != Kind:
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), *meta.Kind, []string{Kind}))
+		errs = append(errs, field.NotSupported(child(base, "kind"), *meta.Kind, []string{Kind}))
 	}
-	if len(errs) > 0 {
-		return errors.Join(errorsOf(errs)...)
+	return asError(errs)
+}
+
+// child is base.Child(name), or a root path for a nil base.
+func child(base *field.Path, name string) *field.Path {
+	if base == nil {
+		return field.NewPath(name)
 	}
-	return nil
+	return base.Child(name)
 }
 
 // abbreviate keeps error messages short when users paste large documents.
@@ -138,12 +185,4 @@ func abbreviate(raw []byte) string {
 		return fmt.Sprintf("%q...", raw[:limit])
 	}
 	return fmt.Sprintf("%q", raw)
-}
-
-func errorsOf(list field.ErrorList) []error {
-	out := make([]error, len(list))
-	for i, e := range list {
-		out[i] = e
-	}
-	return out
 }

@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -30,22 +29,25 @@ func (c *GpuConfig) Normalize() {
 
 // Validate reports every invalid field, each with its path inside the
 // GpuConfig. An empty backend counts as the default, so Validate may run
-// before or after Normalize. Errors are joined, one per line.
+// before or after Normalize. Errors are reported one per line.
 func (c *GpuConfig) Validate() error {
+	return asError(c.ValidateFields(nil))
+}
+
+// ValidateFields is Validate as a field.ErrorList with paths under base
+// (nil: relative to the GpuConfig).
+func (c *GpuConfig) ValidateFields(base *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if c.APIVersion != "" && c.APIVersion != APIVersion {
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), c.APIVersion, []string{APIVersion}))
+		errs = append(errs, field.NotSupported(child(base, "apiVersion"), c.APIVersion, []string{APIVersion}))
 	}
 	if c.Kind != "" && c.Kind != Kind {
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), c.Kind, []string{Kind}))
+		errs = append(errs, field.NotSupported(child(base, "kind"), c.Kind, []string{Kind}))
 	}
 	if c.Sharing != nil {
-		errs = append(errs, c.Sharing.validate(field.NewPath("sharing"))...)
+		errs = append(errs, c.Sharing.validate(child(base, "sharing"))...)
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return errors.Join(errorsOf(errs)...)
+	return errs
 }
 
 func (s *Sharing) validate(path *field.Path) field.ErrorList {
@@ -65,7 +67,8 @@ func (s *Sharing) validate(path *field.Path) field.ErrorList {
 	}
 	if s.MPS != nil {
 		mpsPath := path.Child("mps")
-		if backend != BackendMPS {
+		// With an unsupported backend the error above says enough.
+		if backend == BackendNone {
 			errs = append(errs, field.Forbidden(mpsPath, fmt.Sprintf("only allowed when sharing.backend is %q", BackendMPS)))
 		}
 		if p := s.MPS.DefaultActiveThreadPercentage; p != nil && (*p < 1 || *p > 100) {
