@@ -8,6 +8,9 @@
 // wins as a whole (configs are not merged field by field). A request with no
 // config gets v1alpha1.Default(). Configs of other drivers are ignored.
 //
+// ValidateClaimSpec and ValidateDeviceClassSpec apply the same checks to
+// objects being admitted, with field paths, for the controller's webhook.
+//
 // Typical use in prepare:
 //
 //	resolved, err := config.Resolve(claim.Status.Allocation.Devices.Config, config.RequestNames(claim))

@@ -1,0 +1,41 @@
+package config
+
+import (
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// ValidateClaimSpec checks every gpu.tangram.dev config of a ResourceClaim
+// (or ResourceClaimTemplate) spec, with the same rules the kubelet plugin
+// applies at prepare time. Paths start at spec.devices.config; pass a
+// template's prefix (spec.spec) via base, or nil for a claim.
+func ValidateClaimSpec(spec *resourceapi.ResourceClaimSpec, base *field.Path) field.ErrorList {
+	if base == nil {
+		base = field.NewPath("spec")
+	}
+	var errs field.ErrorList
+	for i, c := range spec.Devices.Config {
+		errs = append(errs, validateOpaque(c.Opaque, base.Child("devices", "config").Index(i))...)
+	}
+	return errs
+}
+
+// ValidateDeviceClassSpec checks every gpu.tangram.dev config of a
+// DeviceClass spec. Paths start at spec.config.
+func ValidateDeviceClassSpec(spec *resourceapi.DeviceClassSpec) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range spec.Config {
+		errs = append(errs, validateOpaque(c.Opaque, field.NewPath("spec", "config").Index(i))...)
+	}
+	return errs
+}
+
+func validateOpaque(opaque *resourceapi.OpaqueDeviceConfiguration, path *field.Path) field.ErrorList {
+	if opaque == nil || opaque.Driver != names.DriverName {
+		return nil
+	}
+	return v1alpha1.ValidateOpaqueConfigFields(opaque.Parameters.Raw, path.Child("opaque", "parameters"))
+}
