@@ -228,9 +228,9 @@ func (inv *Inventory) Device(driver, pool, device string) *DeviceState {
 }
 
 // AllocatedStateOf builds what the DRA allocator must treat as taken, the
-// way kube-scheduler does: a
-// result with a share ID is a share with consumed capacity, any other result
-// holds its device exclusively; admin-access results take nothing.
+// way kube-scheduler does: a result with a share ID is a share with consumed
+// capacity, any other result holds its device exclusively, and admin-access
+// results take nothing.
 func AllocatedStateOf(claims []*resourceapi.ResourceClaim) structured.AllocatedState {
 	state := structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),

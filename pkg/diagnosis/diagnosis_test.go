@@ -95,6 +95,22 @@ func TestClaim(t *testing.T) {
 			fitsOn:  []string{"node-b"},
 		},
 		{
+			name:    "every card tainted",
+			cluster: newTestCluster().node("n1", "", false, "d0", "d0").taint("n1", "gpu.tangram.dev/xid", "79", resourceapi.DeviceTaintEffectNoSchedule),
+			claim:   fixture.Whole("default", "new", 1, false),
+			reason:  `request "gpu": every matching card has a taint the request does not tolerate: n1/gpu-0 (gpu.tangram.dev/xid=79:NoSchedule), n1/gpu-1 (gpu.tangram.dev/xid=79:NoSchedule)`,
+		},
+		{
+			name:    "tolerated taint",
+			cluster: newTestCluster().node("n1", "", false, "d0").taint("n1", "maintenance", "", resourceapi.DeviceTaintEffectNoSchedule),
+			claim: func() *resourceapi.ResourceClaim {
+				c := fixture.Whole("default", "new", 1, false)
+				c.Spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: "maintenance", Operator: resourceapi.DeviceTolerationOpExists}}
+				return c
+			}(),
+			fitsOn: []string{"n1"},
+		},
+		{
 			name:    "missing class",
 			cluster: newTestCluster().node("n1", "", false, "d0"),
 			claim:   withClass(fixture.Whole("default", "new", 1, false), "fast-gpu.example.com"),

@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/names"
@@ -44,6 +45,22 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 			r.spec.DeviceClassName, len(inv.Devices))
 		return a
 	}
+
+	var tainted []string
+	untainted := matching[:0:0]
+	for _, d := range matching {
+		if taint, ok := untoleratedTaint(r, d); ok {
+			tainted = append(tainted, deviceName(d)+" ("+taint+")")
+			continue
+		}
+		untainted = append(untainted, d)
+	}
+	if len(untainted) == 0 {
+		a.problem = fmt.Sprintf("every matching %s has a taint the request does not tolerate: %s",
+			cardWord(r, 1), listNodes(tainted))
+		return a
+	}
+	matching = untainted
 
 	usable := map[string][]*clusterview.DeviceState{}
 	var withRoom []*clusterview.DeviceState
@@ -111,6 +128,25 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 	a.problem = fmt.Sprintf("count %d with matchAttribute %s: the largest free %s has %d %s (%s)",
 		want, short(attr), groupWord(attr), top, cardWord(r, int64(top)), where)
 	return a
+}
+
+// untoleratedTaint returns the first NoSchedule or NoExecute taint of the
+// device that the request does not tolerate, as "key=value:Effect". Other
+// effects do not keep the allocator away.
+func untoleratedTaint(r exactRequest, d *clusterview.DeviceState) (string, bool) {
+	for _, t := range d.Device.Taints {
+		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
+			continue
+		}
+		tolerated := false
+		for _, tol := range r.spec.Tolerations {
+			tolerated = tolerated || resourceclaim.ToleratesTaint(tol, t)
+		}
+		if !tolerated {
+			return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect), true
+		}
+	}
+	return "", false
 }
 
 // hasRoom reports whether one more allocation of the request fits on the

@@ -80,6 +80,19 @@ func card(node string, i int, domain string, shareable bool) resourceapi.Device 
 	return d
 }
 
+// taint puts a taint on every card of a node.
+func (c *testCluster) taint(node, key, value string, effect resourceapi.DeviceTaintEffect) *testCluster {
+	for _, s := range c.snap.Slices {
+		if s.Spec.Pool.Name != node {
+			continue
+		}
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].Taints = append(s.Spec.Devices[i].Taints, resourceapi.DeviceTaint{Key: key, Value: value, Effect: effect})
+		}
+	}
+	return c
+}
+
 // whole records an allocated claim holding the given cards of a node
 // exclusively (as on a whole-card-only node).
 func (c *testCluster) whole(name, node string, devices ...string) *testCluster {
