@@ -49,6 +49,11 @@ type Driver struct {
 	mu       sync.Mutex
 	records  map[string]ClaimRecord
 	inFlight map[string]bool
+	// version counts changes to records; savedVersion is the last one
+	// stored (guarded by saveMu, which serializes saves).
+	version      uint64
+	saveMu       sync.Mutex
+	savedVersion uint64
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -78,22 +83,40 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 // failure does not affect the others.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for _, claim := range claims {
-		start := time.Now()
-		logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
-		devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim)
-		d.cfg.Metrics.observePrepare(start, err)
-		if err != nil {
-			err = fmt.Errorf("preparing claim %s/%s: %w", claim.Namespace, claim.Name, err)
-			logger.Error(err, "Prepare failed")
-			out[claim.UID] = kubeletplugin.PrepareResult{Err: err}
-			continue
-		}
-		logger.V(2).Info("Prepared", "devices", len(devices), "duration", time.Since(start))
-		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+	if len(claims) == 1 {
+		out[claims[0].UID] = d.prepareOne(ctx, claims[0])
+		d.publishGauges()
+		return out, nil
 	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	// Claims are independent; preparing them in parallel lets their
+	// checkpoint writes share fsyncs.
+	for _, claim := range claims {
+		wg.Go(func() {
+			res := d.prepareOne(ctx, claim)
+			mu.Lock()
+			out[claim.UID] = res
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 	d.publishGauges()
 	return out, nil
+}
+
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	start := time.Now()
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+	devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim)
+	d.cfg.Metrics.observePrepare(start, err)
+	if err != nil {
+		err = fmt.Errorf("preparing claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		logger.Error(err, "Prepare failed")
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	logger.V(2).Info("Prepared", "devices", len(devices), "duration", time.Since(start))
+	return kubeletplugin.PrepareResult{Devices: devices}
 }
 
 // UnprepareResourceClaims undoes Prepare; unknown claims succeed.
@@ -181,13 +204,17 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, err
 	}
 	d.records[uid] = rec
-	if err := d.saveLocked(ctx); err != nil {
+	d.inFlight[uid] = true
+	version := d.changedLocked()
+	d.mu.Unlock()
+	if err := d.persist(ctx, version); err != nil {
+		d.mu.Lock()
 		delete(d.records, uid)
+		delete(d.inFlight, uid)
+		d.changedLocked()
 		d.mu.Unlock()
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)
 	}
-	d.inFlight[uid] = true
-	d.mu.Unlock()
 
 	// Side effects, outside the lock so that a slow MPS start does not hold
 	// up whole-card claims.
@@ -195,12 +222,15 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if err == nil {
 		d.mu.Lock()
 		d.records[uid] = completed
-		err = d.saveLocked(ctx)
-		if err != nil {
+		version = d.changedLocked()
+		d.mu.Unlock()
+		if err = d.persist(ctx, version); err != nil {
+			d.mu.Lock()
 			d.records[uid] = rec
+			d.changedLocked()
+			d.mu.Unlock()
 			err = fmt.Errorf("recording the completed preparation: %w", err)
 		}
-		d.mu.Unlock()
 	}
 	if err != nil {
 		if undoErr := d.undo(ctx, rec); undoErr != nil {
@@ -255,21 +285,19 @@ func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 		}
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	delete(d.inFlight, rec.UID)
 	if len(errs) > 0 {
 		rec.Phase = PhaseStarted
 		d.records[rec.UID] = rec
-		if err := d.saveLocked(ctx); err != nil {
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
+	} else {
+		delete(d.records, rec.UID)
 	}
-	delete(d.records, rec.UID)
-	if err := d.saveLocked(ctx); err != nil {
-		return fmt.Errorf("recording the removal: %w", err)
+	version := d.changedLocked()
+	d.mu.Unlock()
+	if err := d.persist(ctx, version); err != nil {
+		errs = append(errs, fmt.Errorf("recording the removal: %w", err))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
@@ -289,8 +317,31 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	return d.undo(ctx, rec)
 }
 
-func (d *Driver) saveLocked(ctx context.Context) error {
-	return d.cfg.State.Save(ctx, maps.Clone(d.records))
+// changedLocked marks the records changed and returns the version that
+// must be persisted for the change to be durable. Call with d.mu held.
+func (d *Driver) changedLocked() uint64 {
+	d.version++
+	return d.version
+}
+
+// persist makes sure a snapshot holding every change up to version is
+// stored durably. Concurrent callers share saves (group commit): whoever
+// gets the save lock writes everything changed so far, and callers whose
+// change it covered return without writing again.
+func (d *Driver) persist(ctx context.Context, version uint64) error {
+	d.saveMu.Lock()
+	defer d.saveMu.Unlock()
+	if d.savedVersion >= version {
+		return nil
+	}
+	d.mu.Lock()
+	snapshot, current := maps.Clone(d.records), d.version
+	d.mu.Unlock()
+	if err := d.cfg.State.Save(ctx, snapshot); err != nil {
+		return err
+	}
+	d.savedVersion = current
+	return nil
 }
 
 func (d *Driver) holdingsLocked() []Holding {

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -287,4 +288,33 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+func TestPrepareBatchInParallel(t *testing.T) {
+	h := newHarness(t)
+	var claims []*resourceapi.ResourceClaim
+	for i := range 20 {
+		claims = append(claims, claimWith(fmt.Sprintf("share-%d", i), shareResult("gpu", fmt.Sprintf("gpu-%d", 1+i%3), "s", "2Gi", "")))
+	}
+	// Two claims racing for the same whole card: exactly one may win.
+	claims = append(claims, claimWith("whole-a", wholeResult("gpu", "gpu-0")), claimWith("whole-b", wholeResult("gpu", "gpu-0")))
+	res := h.prepare(claims...)
+	if len(res) != len(claims) {
+		t.Fatalf("%d results for %d claims", len(res), len(claims))
+	}
+	for i := range 20 {
+		if err := res[types.UID(fmt.Sprintf("share-%d", i))].Err; err != nil {
+			t.Errorf("share-%d: %v", i, err)
+		}
+	}
+	errA, errB := res["whole-a"].Err, res["whole-b"].Err
+	if (errA == nil) == (errB == nil) {
+		t.Errorf("whole-a error %v, whole-b error %v: exactly one must be refused", errA, errB)
+	}
+	h.assertConsistent()
+	h.restart()
+	h.assertConsistent()
+	if got := len(h.driver.Records()); got != 21 {
+		t.Errorf("%d records after restart, want 21", got)
+	}
 }

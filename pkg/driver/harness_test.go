@@ -20,7 +20,7 @@ import (
 // harness runs a Driver on temp dirs; restart() simulates a new process on
 // the same node (same files, same card compute modes, fresh memory).
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	steps  *steps
 	state  *stepState
@@ -33,7 +33,7 @@ type harness struct {
 	driver *Driver
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	for _, sub := range []string{"cdi", "state", "mps"} {
@@ -125,7 +125,8 @@ func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) (crashed str
 			crashed = sig.step
 		}
 	}()
-	_, _ = h.driver.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+	// In the calling goroutine, so that the crash can be recovered here.
+	_ = h.driver.prepareOne(context.Background(), claim)
 	return ""
 }
 
