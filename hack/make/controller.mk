@@ -1,0 +1,31 @@
+# dra-controller: GpuGang API (api/tangram), reconcilers, admission webhook,
+# metrics (pkg/controller, cmd/dra-controller). See docs/controller.md.
+
+CONTROLLER_GEN_VERSION ?= v0.23.0
+# controller-gen lives in GOPATH/bin, never in the repository.
+CONTROLLER_GEN ?= $(shell $(GO) env GOPATH)/bin/controller-gen
+CONTROLLER_CRD_DIR := deployments/helm/tangram/crds
+CONTROLLER_PKGS := ./api/tangram/... ./pkg/controller/... ./cmd/dra-controller/...
+
+$(CONTROLLER_GEN):
+	$(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+
+.PHONY: controller-generate
+controller-generate: $(CONTROLLER_GEN) ## regenerate GpuGang deepcopy and the CRD manifest in the chart's crds/
+	$(CONTROLLER_GEN) object paths=./api/tangram/...
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/tangram/... output:crd:dir=$(CONTROLLER_CRD_DIR)
+
+.PHONY: controller-verify
+controller-verify: $(CONTROLLER_GEN) ## fail if the committed GpuGang deepcopy or CRD manifest is stale
+	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
+	  cp api/tangram/v1alpha1/zz_generated.deepcopy.go $$tmp/deepcopy.before && \
+	  $(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/tangram/... output:crd:dir=$$tmp/crds && \
+	  $(CONTROLLER_GEN) object paths=./api/tangram/... && \
+	  if ! diff -u $$tmp/deepcopy.before api/tangram/v1alpha1/zz_generated.deepcopy.go; then \
+	    cp $$tmp/deepcopy.before api/tangram/v1alpha1/zz_generated.deepcopy.go; \
+	    echo "zz_generated.deepcopy.go is stale: run make controller-generate"; exit 1; fi && \
+	  if ! diff -ru $$tmp/crds $(CONTROLLER_CRD_DIR); then echo "the CRD manifest is stale: run make controller-generate"; exit 1; fi
+
+.PHONY: controller-test
+controller-test: ## unit tests of the GpuGang API, controller, webhook and metrics (race detector on)
+	$(GO) test -race -count=1 $(CONTROLLER_PKGS)
