@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -30,6 +32,9 @@ type runFlags struct {
 	Kubeconfig       string
 	Publish          bool
 	Offline          bool
+	DriverRoot       string
+	DevRoot          string
+	CDIHookPath      string
 }
 
 func newRunCommand() *cobra.Command {
@@ -68,7 +73,20 @@ func newRunCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
+			var hardware cdi.HardwareEdits = cdi.NoHardware{}
+			if !source.Fake() {
+				hw, err := nvidia.New(ctx, nvidia.Options{DriverRoot: flags.DriverRoot, DevRoot: flags.DevRoot, CDIHookPath: flags.CDIHookPath})
+				if err != nil {
+					return fmt.Errorf("setting up CDI edits for real GPUs: %w", err)
+				}
+				// Driver discovery is slow; pay for it before the first prepare.
+				if err := hw.Warm(gpus); err != nil {
+					return fmt.Errorf("discovering NVIDIA driver files for CDI (--driver-root=%s): %w", flags.DriverRoot, err)
+				}
+				hardware = hw
+			}
 			return driver.Run(ctx, driver.PluginOptions{
+				Hardware: hardware,
 				NodeName: source.NodeName,
 				GPUs:     gpus,
 				FakeGPUs: source.Fake(),
@@ -107,6 +125,9 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MetricsAddress, "metrics-address", ":9400", "address for Prometheus /metrics; empty disables")
 	f.StringVar(&flags.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)")
 	f.BoolVar(&flags.Publish, "publish", true, "publish ResourceSlices for this node's GPUs")
+	f.StringVar(&flags.DriverRoot, "driver-root", "/", "root of the NVIDIA driver installation as seen by the plugin (e.g. /run/nvidia/driver); real GPUs only")
+	f.StringVar(&flags.DevRoot, "dev-root", "", "where the host's /dev is found (default: --driver-root); real GPUs only")
+	f.StringVar(&flags.CDIHookPath, "nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", "host path of nvidia-cdi-hook, run by the container runtime; real GPUs only")
 	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 	return cmd
 }

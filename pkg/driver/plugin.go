@@ -53,7 +53,7 @@ type PluginOptions struct {
 	// Publish controls ResourceSlice publishing.
 	Publish bool
 	// Hardware adds device nodes and driver files on real GPUs; nil means
-	// none (the NVIDIA container runtime must then inject them).
+	// none (right for fake GPUs).
 	Hardware cdi.HardwareEdits
 }
 
@@ -89,10 +89,10 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 	hardware := opts.Hardware
 	if hardware == nil {
-		hardware = cdi.NoHardware{}
 		if !opts.FakeGPUs {
-			logger.Info("WARNING: no device-node/driver-file CDI edits on real GPUs; the NVIDIA container runtime must inject them from NVIDIA_VISIBLE_DEVICES")
+			return errors.New("internal error: real GPUs need hardware CDI edits")
 		}
+		hardware = cdi.NoHardware{}
 	}
 	metrics := NewMetrics()
 	cfg := Config{

@@ -1,0 +1,32 @@
+# Prepare benchmarks and the kubelet plugin's idle memory (see docs/prepare.md).
+
+# Where the benchmarks keep the checkpoint and CDI specs: fsync cost depends
+# on this file system (tmpfs makes fsync free).
+BENCH_STATE_DIR ?= /var/tmp
+# Prepares per benchmark; the percentiles need at least 100 samples.
+BENCH_PREPARES ?= 200
+# Waves of 100 concurrent claims.
+BENCH_WAVES ?= 20
+# How long the plugin idles before its RSS is read.
+BENCH_IDLE_SECONDS ?= 10
+
+.PHONY: bench bench-prepare bench-rss
+bench: bench-prepare bench-rss ## prepare latency (1 claim, 100 concurrent; fsync included) and the plugin's idle RSS
+
+bench-prepare: ## p50/p99 prepare latency through the real checkpoint (fsync) and CDI stores
+	@echo "==> prepare latency, state on $(BENCH_STATE_DIR) ($$(df --output=fstype $(BENCH_STATE_DIR) | tail -1))"
+	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkPrepareOneClaim' -benchtime $(BENCH_PREPARES)x ./pkg/driver/
+	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkPrepare100Concurrent' -benchtime $(BENCH_WAVES)x ./pkg/driver/
+
+bench-rss: ## idle RSS of the real binary: run --offline with the dgx-h100 fake profile, read /proc/<pid>/status
+	@mkdir -p $(BIN_DIR)
+	$(GO) build -o $(BIN_DIR)/dra-kubelet-plugin ./cmd/dra-kubelet-plugin
+	@dir=$$(mktemp -d); \
+	$(BIN_DIR)/dra-kubelet-plugin run --offline --node-name bench --fake-profile dgx-h100 \
+	  --cdi-root $$dir/cdi --state-dir $$dir/state --mps-root $$dir/mps \
+	  --healthz-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 >$$dir/log 2>&1 & pid=$$!; \
+	sleep $(BENCH_IDLE_SECONDS); \
+	if ! kill -0 $$pid 2>/dev/null; then echo "plugin exited early:"; cat $$dir/log; rm -rf $$dir; exit 1; fi; \
+	echo "==> idle plugin (pid $$pid) after $(BENCH_IDLE_SECONDS)s, binary on $$(df --output=fstype $(BIN_DIR) | tail -1):"; \
+	grep -E '^(VmRSS|RssAnon|RssFile|RssShmem|VmHWM)' /proc/$$pid/status; \
+	kill -TERM $$pid; wait $$pid; rm -rf $$dir
