@@ -47,10 +47,9 @@ func Diagnose(ctx context.Context, snap *clusterview.Snapshot, g *tangramv1.GpuG
 	if m.Placed > 0 {
 		parts = append(parts, fmt.Sprintf("%d of %d members placed", m.Placed, g.Spec.MinMembers()))
 	}
+	// The message already explains, when nothing fits, why one member
+	// alone does not.
 	parts = append(parts, d.Message)
-	if len(d.MemberProblem) > 0 {
-		parts = append(parts, "one member alone does not fit: "+strings.Join(d.MemberProblem, "; "))
-	}
 	problem := memberCountProblem(g, m)
 	switch {
 	case problem != "":
