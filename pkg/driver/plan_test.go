@@ -1,0 +1,148 @@
+package driver
+
+import (
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+func TestPlanClaim(t *testing.T) {
+	cards := map[string]gpu.GPU{}
+	for _, g := range testGPUs() {
+		cards["gpu-"+string(rune('0'+g.Index))] = g
+	}
+	foreign := wholeResult("nic", "eth0")
+	foreign.Driver = "net.example.com"
+	otherPool := wholeResult("gpu", "gpu-0")
+	otherPool.Pool = "node-b"
+	tooMuch := shareResult("gpu", "gpu-0", "s", "81Gi", "")
+	badCompute := shareResult("gpu", "gpu-0", "s", "1Gi", "101")
+	admin := wholeResult("gpu", "gpu-3")
+	admin.AdminAccess = ptr.To(true)
+	tests := []struct {
+		name      string
+		claim     *resourceapi.ResourceClaim
+		wantErr   string
+		wantShare []bool
+		wantAdmin []bool
+	}{
+		{name: "results of other drivers are ignored", claim: claimWith("c", foreign, wholeResult("gpu", "gpu-1")), wantShare: []bool{false}, wantAdmin: []bool{false}},
+		{name: "share and whole", claim: claimWith("c", shareResult("a", "gpu-0", "s", "1Gi", "10"), wholeResult("b", "gpu-1")), wantShare: []bool{true, false}, wantAdmin: []bool{false, false}},
+		{name: "admin access", claim: claimWith("c", admin), wantShare: []bool{false}, wantAdmin: []bool{true}},
+		{name: "another node's pool", claim: claimWith("c", otherPool), wantErr: `request "gpu": device gpu-0 is in pool "node-b", but this node's pool is "node-a"; the claim was allocated for another node`},
+		{name: "more memory than the card", claim: claimWith("c", tooMuch), wantErr: `request "gpu": consumed memory 81Gi on gpu-0 is outside 1..85899345920 bytes`},
+		{name: "compute over 100", claim: claimWith("c", badCompute), wantErr: `request "gpu": consumed compute 101 on gpu-0 is outside 0..100 percent`},
+		{name: "not allocated", claim: func() *resourceapi.ResourceClaim { c := claimWith("c"); c.Status.Allocation = nil; return c }(), wantErr: "claim default/claim-c is not allocated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := planClaim(tt.claim, testNode, cards)
+			if got := errString(err); got != tt.wantErr {
+				t.Fatalf("error %q\nwant  %q", got, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			var shares, admins []bool
+			for _, p := range plan {
+				shares = append(shares, p.Share)
+				admins = append(admins, p.AdminAccess)
+			}
+			if !equalBools(shares, tt.wantShare) || !equalBools(admins, tt.wantAdmin) {
+				t.Errorf("share flags %v admin flags %v, want %v %v", shares, admins, tt.wantShare, tt.wantAdmin)
+			}
+		})
+	}
+}
+
+func TestAdminAccessIsNotAHolder(t *testing.T) {
+	h := newHarness(t)
+	if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
+		t.Fatal(err)
+	}
+	admin := wholeResult("gpu", "gpu-3")
+	admin.AdminAccess = ptr.To(true)
+	if err := h.prepare(claimWith("monitor", admin))["monitor"].Err; err != nil {
+		t.Errorf("admin access to a card held whole was refused: %v", err)
+	}
+}
+
+func TestDecidePrepare(t *testing.T) {
+	completed := &ClaimRecord{Phase: PhaseCompleted}
+	started := &ClaimRecord{Phase: PhaseStarted}
+	tests := []struct {
+		rec      *ClaimRecord
+		inFlight bool
+		want     prepareAction
+	}{
+		{nil, false, actionPrepare},
+		{completed, false, actionReturnExisting},
+		{started, false, actionRollbackThenPrepare},
+		{completed, true, actionBusy},
+		{nil, true, actionBusy},
+	}
+	for _, tt := range tests {
+		if got := decidePrepare(tt.rec, tt.inFlight); got != tt.want {
+			t.Errorf("decidePrepare(%v, %v) = %v, want %v", tt.rec, tt.inFlight, got, tt.want)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t)
+	h.prepare(claimWith("w", wholeResult("gpu", "gpu-0")), claimWith("s", shareResult("gpu", "gpu-1", "s", "1Gi", "")),
+		claimWith("bad", wholeResult("gpu", "gpu-7")))
+	h.unprepare("w")
+	families, err := h.driver.cfg.Metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// name{label=value} -> value; histograms by sample count.
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				got[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				got[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				got[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	want := map[string]float64{
+		"tangram_kubelet_plugin_prepare_claims_total{result=success}":   2,
+		"tangram_kubelet_plugin_prepare_claims_total{result=error}":     1,
+		"tangram_kubelet_plugin_unprepare_claims_total{result=success}": 1,
+		"tangram_kubelet_plugin_prepare_duration_seconds":               3,
+		"tangram_kubelet_plugin_unprepare_duration_seconds":             1,
+		"tangram_kubelet_plugin_prepared_claims":                        1,
+		"tangram_kubelet_plugin_prepared_devices{kind=whole}":           0,
+		"tangram_kubelet_plugin_prepared_devices{kind=share}":           1,
+	}
+	for key, w := range want {
+		if g, ok := got[key]; !ok || g != w {
+			t.Errorf("%s = %v (present %v), want %v", key, g, ok, w)
+		}
+	}
+}
+
+func equalBools(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
