@@ -16,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
@@ -28,6 +29,9 @@ type Snapshot struct {
 	Pods    []*corev1.Pod
 	Classes []*resourceapi.DeviceClass
 	Nodes   []*corev1.Node
+	// Gangs are the controller's GpuGangs; empty when the CRD is not
+	// installed.
+	Gangs []*tangramv1alpha1.GpuGang
 }
 
 // Allocation is one allocation result of a claim on a device.

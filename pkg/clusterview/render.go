@@ -63,6 +63,9 @@ func WriteStatus(w io.Writer, v *View, st Style) error {
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "%s  %d %s, %s\n", st.Paint(Bold, "CLUSTER"), len(v.Nodes), plural(len(v.Nodes), "node"), totalsLine(v.Totals))
+	if len(v.Gangs) > 0 {
+		writeGangs(&b, v.Gangs, st)
+	}
 	if len(v.Pending) > 0 {
 		refs := make([]string, len(v.Pending))
 		for i, p := range v.Pending {
@@ -153,6 +156,9 @@ func wholeHeld(c CardView) bool {
 // for a share.
 func allocationText(a AllocationView) string {
 	s := a.Claim.String()
+	if a.Gang != "" {
+		s += " [gang " + a.Gang + "]"
+	}
 	switch {
 	case a.AdminAccess:
 		s += " (admin access)"
@@ -175,4 +181,36 @@ func stateColour(state string) Colour {
 	default:
 		return Red
 	}
+}
+
+// writeGangs lists the GpuGangs after the cluster totals.
+func writeGangs(b *strings.Builder, gangs []GangView, st Style) {
+	fmt.Fprintf(b, "%s\n", st.Paint(Bold, "GANGS"))
+	t := Table{Indent: "  "}
+	t.Add(header("GANG", "PHASE", "MEMBERS", "PLACED", "RUNNING", "NODES", "WHY PENDING")...)
+	for _, g := range gangs {
+		phase := g.Phase
+		if phase == "" {
+			phase = "-"
+		}
+		colour := Yellow
+		switch phase {
+		case "Running", "Scheduled":
+			colour = Green
+		case "Failed":
+			colour = Red
+		}
+		nodes := strings.Join(g.Nodes, ",")
+		if nodes == "" {
+			nodes = "-"
+		}
+		why := g.Diagnosis
+		if why == "" {
+			why = "-"
+		}
+		t.Add(Cell{Text: g.Namespace + "/" + g.Name, Colour: Cyan}, Cell{Text: phase, Colour: colour},
+			Cell{Text: strconv.Itoa(int(g.Members)), AlignRight: true}, Cell{Text: strconv.Itoa(int(g.Placed)), AlignRight: true},
+			Cell{Text: strconv.Itoa(int(g.Running)), AlignRight: true}, Cell{Text: nodes}, Cell{Text: why})
+	}
+	_ = t.Write(b, st)
 }

@@ -32,6 +32,9 @@ type View struct {
 	Totals     Totals     `json:"totals"`
 	// Pending lists claims of our device classes that are not allocated yet.
 	Pending []ClaimRef `json:"pending"`
+	// Gangs are the GpuGangs (all of them, or those with a member on the
+	// --node node).
+	Gangs []GangView `json:"gangs"`
 	// Warnings are inconsistencies worth a look, e.g. a claim allocated a
 	// device that no ResourceSlice publishes any more.
 	Warnings []string `json:"warnings"`
@@ -85,6 +88,9 @@ type AllocationView struct {
 	// OtherConsumers are other objects the claim is reserved for, such as
 	// the PodGroup of a gang: "podgroups.scheduling.k8s.io/namespace/name".
 	OtherConsumers []string `json:"otherConsumers"`
+	// Gang is the GpuGang ("namespace/name") whose member holds the claim,
+	// "" when none.
+	Gang string `json:"gang"`
 }
 
 // ClaimRef names a claim.
@@ -126,6 +132,8 @@ type Options struct {
 func Build(snap *Snapshot, opts Options) *View {
 	inv := NewInventory(snap)
 	v := &View{APIVersion: ViewAPIVersion, Nodes: []NodeView{}, Pending: []ClaimRef{}, Warnings: []string{}}
+	var claimGang map[string]string
+	v.Gangs, claimGang = gangViews(snap.Gangs, opts.Node)
 	nodeIndex := map[string]int{}
 	for _, ds := range inv.Devices {
 		if ds.Driver != names.DriverName || (opts.Node != "" && ds.Node != opts.Node) {
@@ -137,7 +145,7 @@ func Build(snap *Snapshot, opts Options) *View {
 			nodeIndex[ds.Node] = i
 			v.Nodes = append(v.Nodes, NodeView{Name: ds.Node, Cards: []CardView{}})
 		}
-		v.Nodes[i].Cards = append(v.Nodes[i].Cards, cardView(ds))
+		v.Nodes[i].Cards = append(v.Nodes[i].Cards, cardView(ds, claimGang))
 	}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
@@ -159,7 +167,7 @@ func Build(snap *Snapshot, opts Options) *View {
 	return v
 }
 
-func cardView(ds *DeviceState) CardView {
+func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 	mem := ds.Capacity(names.CapacityMemory)
 	memUsed := ds.Used(names.CapacityMemory)
 	comp := ds.Capacity(names.CapacityCompute)
@@ -185,6 +193,7 @@ func cardView(ds *DeviceState) CardView {
 			AdminAccess: ptr.Deref(a.Result.AdminAccess, false),
 		}
 		av.Pods, av.OtherConsumers = Consumers(a.Claim)
+		av.Gang = claimGang[a.Claim.Namespace+"/"+a.Claim.Name]
 		if a.Result.ShareID != nil {
 			av.ShareID = string(*a.Result.ShareID)
 		}

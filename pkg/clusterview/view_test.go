@@ -1,6 +1,7 @@
 package clusterview_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/diagnosis"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
@@ -268,5 +271,19 @@ func TestFormatting(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("case %d: got %q, want %q", i, tc.got, tc.want)
 		}
+	}
+}
+
+// The demo's pending gang carries the diagnosis pkg/diagnosis computes for
+// the demo cluster, so the golden output shows real text.
+func TestDemoGangDiagnosisIsReal(t *testing.T) {
+	c := demo(t)
+	members, claim, key := fixture.BigRunGang()
+	d, err := diagnosis.GangFeasibility(context.Background(), &c.Snap, diagnosis.Gang{Members: members, Claim: claim, TopologyKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Message != fixture.BigRunDiagnosis {
+		t.Errorf("pkg/diagnosis says\n%s\nthe fixture says\n%s", d.Message, fixture.BigRunDiagnosis)
 	}
 }

@@ -111,6 +111,9 @@ func GangFeasibility(ctx context.Context, snap *clusterview.Snapshot, g Gang) (*
 			return nil, err
 		}
 		d.MemberProblem = cd.Reasons
+		if len(cd.Reasons) > 0 {
+			d.Message += " (" + strings.Join(cd.Reasons, "; ") + ")"
+		}
 	}
 	return d, nil
 }

@@ -33,7 +33,8 @@ func TestGangFeasibility(t *testing.T) {
 				{Value: "zone-a", PerNode: map[string]int{}},
 				{Value: "zone-b", PerNode: map[string]int{}},
 			},
-			message:       "needs 2 members, each 2 whole cards in one NVLink domain, all with the same example.com/ib-zone: no node has room for even one member",
+			message: "needs 2 members, each 2 whole cards in one NVLink domain, all with the same example.com/ib-zone: no node has room for even one member" +
+				` (request "gpu": count 2 with matchAttribute nvlinkDomain: the largest free NVLink domain has 1 card (a1, b1))`,
 			memberProblem: `request "gpu": count 2 with matchAttribute nvlinkDomain: the largest free NVLink domain has 1 card (a1, b1)`,
 		},
 		{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -27,8 +28,16 @@ type options struct {
 	output     string
 	colour     string
 	out        io.Writer
-	// newClient is replaceable in tests.
-	newClient func() (kubernetes.Interface, string, error)
+	// newClients is replaceable in tests.
+	newClients func() (*clients, error)
+}
+
+// clients talk to the API server; namespace is the one to use (-n, else the
+// kubeconfig context's, else "default").
+type clients struct {
+	kube      kubernetes.Interface
+	dynamic   dynamic.Interface
+	namespace string
 }
 
 // NewCommand returns the kubectl-tangram root command writing to out.
@@ -36,11 +45,11 @@ func NewCommand(out io.Writer) *cobra.Command {
 	return newCommand(out, nil)
 }
 
-// newCommand lets tests supply the client.
-func newCommand(out io.Writer, newClient func() (kubernetes.Interface, string, error)) *cobra.Command {
-	o := &options{out: out, newClient: newClient}
-	if o.newClient == nil {
-		o.newClient = o.client
+// newCommand lets tests supply the clients.
+func newCommand(out io.Writer, newClients func() (*clients, error)) *cobra.Command {
+	o := &options{out: out, newClients: newClients}
+	if o.newClients == nil {
+		o.newClients = o.clients
 	}
 	root := &cobra.Command{
 		Use: "kubectl-tangram",
@@ -61,9 +70,8 @@ func newCommand(out io.Writer, newClient func() (kubernetes.Interface, string, e
 	return root
 }
 
-// client builds a clientset from the kubeconfig and flags, and returns the
-// namespace to use (-n, else the context's, else "default").
-func (o *options) client() (kubernetes.Interface, string, error) {
+// clients builds the clients from the kubeconfig and flags.
+func (o *options) clients() (*clients, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if o.kubeconfig != "" {
 		rules.ExplicitPath = o.kubeconfig
@@ -71,18 +79,22 @@ func (o *options) client() (kubernetes.Interface, string, error) {
 	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &o.overrides)
 	ns, _, err := cfg.Namespace()
 	if err != nil {
-		return nil, "", fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
+		return nil, fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
 	}
 	rest, err := cfg.ClientConfig()
 	if err != nil {
-		return nil, "", fmt.Errorf("loading the kubeconfig (set --kubeconfig or KUBECONFIG): %w", err)
+		return nil, fmt.Errorf("loading the kubeconfig (set --kubeconfig or KUBECONFIG): %w", err)
 	}
 	rest.UserAgent = "kubectl-tangram"
-	client, err := kubernetes.NewForConfig(rest)
+	kube, err := kubernetes.NewForConfig(rest)
 	if err != nil {
-		return nil, "", fmt.Errorf("creating the Kubernetes client: %w", err)
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
-	return client, ns, nil
+	dyn, err := dynamic.NewForConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	return &clients{kube: kube, dynamic: dyn, namespace: ns}, nil
 }
 
 // style decides on colour: only for tables, on a terminal, without NO_COLOR.
@@ -114,12 +126,15 @@ func newStatusCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, _, err := o.newClient()
+			c, err := o.newClients()
 			if err != nil {
 				return err
 			}
-			snap, err := fetch.Snapshot(cmd.Context(), client, fetch.What{})
+			snap, err := fetch.Snapshot(cmd.Context(), c.kube, fetch.What{})
 			if err != nil {
+				return err
+			}
+			if snap.Gangs, err = fetch.Gangs(cmd.Context(), c.dynamic); err != nil {
 				return err
 			}
 			v := clusterview.Build(snap, clusterview.Options{Node: node})
@@ -155,11 +170,11 @@ func newDescribeCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, ns, err := o.newClient()
+			c, err := o.newClients()
 			if err != nil {
 				return err
 			}
-			return runDescribe(cmd.Context(), o, client, st, kind, ns, name)
+			return runDescribe(cmd.Context(), o, c.kube, st, kind, c.namespace, name)
 		},
 	}
 }

@@ -9,18 +9,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/describe"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
 )
 
 // demoClient serves the demo cluster from a fake clientset.
-func demoClient(t *testing.T) (*fake.Clientset, *fixture.Cluster) {
+func demoClient(t *testing.T) (*fake.Clientset, *dynamicfake.FakeDynamicClient, *fixture.Cluster) {
 	t.Helper()
 	c, err := fixture.Demo(context.Background())
 	if err != nil {
@@ -42,20 +47,33 @@ func demoClient(t *testing.T) (*fake.Clientset, *fixture.Cluster) {
 	for _, o := range c.Snap.Pods {
 		objs = append(objs, o)
 	}
-	return fake.NewClientset(objs...), c
+	var gangs []runtime.Object
+	for _, g := range c.Snap.Gangs {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{Object: u}
+		obj.SetAPIVersion(tangramv1alpha1.SchemeGroupVersion.String())
+		obj.SetKind("GpuGang")
+		gangs = append(gangs, obj)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{tangramv1alpha1.GroupVersionResource: "GpuGangList"}, gangs...)
+	return fake.NewClientset(objs...), dyn, c
 }
 
-func run(t *testing.T, client kubernetes.Interface, args ...string) (string, error) {
+func run(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := newCommand(&out, func() (kubernetes.Interface, string, error) {
+	cmd := newCommand(&out, func() (*clients, error) {
 		ns := "default"
 		for i, a := range args {
 			if (a == "-n" || a == "--namespace") && i+1 < len(args) {
 				ns = args[i+1]
 			}
 		}
-		return client, ns, nil
+		return &clients{kube: client, dynamic: dyn, namespace: ns}, nil
 	})
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)
@@ -65,8 +83,8 @@ func run(t *testing.T, client kubernetes.Interface, args ...string) (string, err
 }
 
 func TestStatusJSONMatchesView(t *testing.T) {
-	client, c := demoClient(t)
-	out, err := run(t, client, "status", "-o", "json")
+	client, dyn, c := demoClient(t)
+	out, err := run(t, client, dyn, "status", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +101,7 @@ func TestStatusJSONMatchesView(t *testing.T) {
 }
 
 func TestCommands(t *testing.T) {
-	client, _ := demoClient(t)
+	client, dyn, _ := demoClient(t)
 	tests := []struct {
 		args []string
 		// want are substrings of the output, or of the error when wantErr.
@@ -105,7 +123,7 @@ func TestCommands(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			out, err := run(t, client, tc.args...)
+			out, err := run(t, client, dyn, tc.args...)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, wantErr %v\n%s", err, tc.wantErr, out)
 			}
@@ -123,8 +141,8 @@ func TestCommands(t *testing.T) {
 }
 
 func TestDescribeClaimJSON(t *testing.T) {
-	client, _ := demoClient(t)
-	out, err := run(t, client, "describe", "claim/train-8x", "-n", "ml", "-o", "json")
+	client, dyn, _ := demoClient(t)
+	out, err := run(t, client, dyn, "describe", "claim/train-8x", "-n", "ml", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,22 +157,22 @@ func TestDescribeClaimJSON(t *testing.T) {
 }
 
 func TestForbiddenSaysWhichRole(t *testing.T) {
-	client, _ := demoClient(t)
+	client, dyn, _ := demoClient(t)
 	client.PrependReactor("list", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("resourceclaims"), "", nil)
 	})
-	_, err := run(t, client, "status")
+	_, err := run(t, client, dyn, "status")
 	if err == nil || !strings.Contains(err.Error(), "bind the read-only ClusterRole from docs/kubectl-tangram.md") {
 		t.Errorf("got %v", err)
 	}
 }
 
 func TestNodesForbiddenIsNotFatal(t *testing.T) {
-	client, _ := demoClient(t)
+	client, dyn, _ := demoClient(t)
 	client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), "", nil)
 	})
-	out, err := run(t, client, "describe", "claim/train-8x", "-n", "ml")
+	out, err := run(t, client, dyn, "describe", "claim/train-8x", "-n", "ml")
 	if err != nil || !strings.Contains(out, "largest free NVLink domain has 2 cards") {
 		t.Errorf("err %v, output:\n%s", err, out)
 	}

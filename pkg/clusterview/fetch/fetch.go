@@ -10,9 +10,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 )
 
@@ -110,6 +113,32 @@ func list(ctx context.Context, kind string, page func(metav1.ListOptions) (strin
 			return fmt.Errorf("listing %s: %w", kind, ctx.Err())
 		}
 	}
+}
+
+// Gangs lists the GpuGangs in all namespaces. A cluster without the CRD,
+// or a user who may not read GpuGangs, gets none: gangs add to the view but
+// are not needed for it.
+func Gangs(ctx context.Context, client dynamic.Interface) ([]*tangramv1alpha1.GpuGang, error) {
+	var gangs []*tangramv1alpha1.GpuGang
+	err := list(ctx, tangramv1alpha1.Resource, func(opts metav1.ListOptions) (string, error) {
+		l, err := client.Resource(tangramv1alpha1.GroupVersionResource).Namespace(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		for i := range l.Items {
+			g := &tangramv1alpha1.GpuGang{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(l.Items[i].Object, g); err != nil {
+				return "", fmt.Errorf("decoding GpuGang %s/%s: %w", l.Items[i].GetNamespace(), l.Items[i].GetName(), err)
+			}
+			gangs = append(gangs, g)
+		}
+		return l.GetContinue(), nil
+	})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+		klog.FromContext(ctx).V(1).Info("Not showing GpuGangs", "reason", err)
+		return nil, nil
+	}
+	return gangs, err
 }
 
 // Pod reads one pod.

@@ -10,9 +10,14 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 )
 
 func TestListPages(t *testing.T) {
@@ -66,5 +71,39 @@ func TestSnapshot(t *testing.T) {
 	_, err = Snapshot(context.Background(), client, What{})
 	if err == nil || !strings.Contains(err.Error(), "does the cluster serve resource.k8s.io/v1") {
 		t.Errorf("got %v", err)
+	}
+}
+
+func TestGangs(t *testing.T) {
+	gang := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "tangram.dev/v1alpha1", "kind": "GpuGang",
+		"metadata": map[string]any{"namespace": "ml", "name": "g"},
+		"spec":     map[string]any{"members": map[string]any{"count": int64(3)}},
+		"status":   map[string]any{"phase": "Pending", "diagnosis": "no room"},
+	}}
+	listKinds := map[schema.GroupVersionResource]string{tangramv1alpha1.GroupVersionResource: "GpuGangList"}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, gang)
+	gangs, err := Gangs(context.Background(), dyn)
+	if err != nil || len(gangs) != 1 || gangs[0].Spec.Members.Count != 3 || gangs[0].Status.Diagnosis != "no room" {
+		t.Fatalf("got %+v, %v", gangs, err)
+	}
+
+	// No CRD installed, or not allowed to read: no gangs, no error.
+	for _, fail := range []error{
+		apierrors.NewNotFound(tangramv1alpha1.SchemeGroupVersion.WithResource("gpugangs").GroupResource(), ""),
+		apierrors.NewForbidden(tangramv1alpha1.SchemeGroupVersion.WithResource("gpugangs").GroupResource(), "", nil),
+	} {
+		dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds)
+		dyn.PrependReactor("list", "gpugangs", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, fail })
+		if gangs, err := Gangs(context.Background(), dyn); err != nil || gangs != nil {
+			t.Errorf("%v: got %v, %v", fail, gangs, err)
+		}
+	}
+	dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds)
+	dyn.PrependReactor("list", "gpugangs", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	if _, err := Gangs(context.Background(), dyn); err == nil {
+		t.Error("a connection error was swallowed")
 	}
 }
