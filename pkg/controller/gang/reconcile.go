@@ -200,7 +200,9 @@ func (r *Reconciler) ensureObjects(ctx context.Context, g *tangramv1.GpuGang) (t
 		return topologyNone, err
 	}
 	if _, err := ensureWithTopology(ctx, g, "Workload", WorkloadName(g),
-		func() (*schedulingapi.Workload, error) { return r.Workloads.Workloads(g.Namespace).Get(WorkloadName(g)) },
+		func() (*schedulingapi.Workload, error) {
+			return r.Workloads.Workloads(g.Namespace).Get(WorkloadName(g))
+		},
 		func(withTopology bool) (*schedulingapi.Workload, error) {
 			return r.Kube.SchedulingV1beta1().Workloads(g.Namespace).Create(ctx, DesiredWorkload(g, withTopology), metav1.CreateOptions{})
 		},
@@ -210,11 +212,15 @@ func (r *Reconciler) ensureObjects(ctx context.Context, g *tangramv1.GpuGang) (t
 		return topologyNone, err
 	}
 	return ensureWithTopology(ctx, g, "PodGroup", PodGroupName(g),
-		func() (*schedulingapi.PodGroup, error) { return r.PodGroups.PodGroups(g.Namespace).Get(PodGroupName(g)) },
+		func() (*schedulingapi.PodGroup, error) {
+			return r.PodGroups.PodGroups(g.Namespace).Get(PodGroupName(g))
+		},
 		func(withTopology bool) (*schedulingapi.PodGroup, error) {
 			return r.Kube.SchedulingV1beta1().PodGroups(g.Namespace).Create(ctx, DesiredPodGroup(g, withTopology), metav1.CreateOptions{})
 		},
-		func(pg *schedulingapi.PodGroup) bool { return hasTopology(pg.Spec.SchedulingConstraints, g.Spec.TopologyKey) })
+		func(pg *schedulingapi.PodGroup) bool {
+			return hasTopology(pg.Spec.SchedulingConstraints, g.Spec.TopologyKey)
+		})
 }
 
 func (r *Reconciler) ensureTemplate(ctx context.Context, g *tangramv1.GpuGang) error {
