@@ -99,6 +99,9 @@ func TestDescribePodGolden(t *testing.T) {
 	waiting.Spec.ResourceClaims = append(waiting.Spec.ResourceClaims,
 		corev1.PodResourceClaim{Name: "scratch", ResourceClaimTemplateName: ptr.To("scratch-gpu")})
 	c.Snap.Pods = append(c.Snap.Pods, waiting)
+	// A pod whose claim is allocated but which is not bound yet.
+	unbound := podNamed(t, &c.Snap, "lab", "notebook-pod").DeepCopy()
+	unbound.Name, unbound.Spec.NodeName, unbound.Status.Phase = "unbound", "", corev1.PodPending
 
 	tests := []struct {
 		pod    *corev1.Pod
@@ -108,6 +111,7 @@ func TestDescribePodGolden(t *testing.T) {
 		{podNamed(t, &c.Snap, "serve", "infer-b-pod"), "pod-running.golden", clusterview.FormatTable},
 		{podNamed(t, &c.Snap, "serve", "big-share-pod"), "pod-pending.golden", clusterview.FormatTable},
 		{waiting, "pod-template-missing.golden", clusterview.FormatTable},
+		{unbound, "pod-claims-allocated-not-bound.golden", clusterview.FormatTable},
 		{podNamed(t, &c.Snap, "serve", "big-share-pod"), "pod-pending.json.golden", clusterview.FormatJSON},
 	}
 	for _, tc := range tests {

@@ -30,6 +30,8 @@ func WritePod(w io.Writer, r *PodReport, st clusterview.Style) error {
 	field(&b, "", "Phase", where, st)
 	if len(r.Claims) == 0 {
 		b.WriteString("The pod uses no resource claims.\n")
+	} else if r.Node == "" && allAllocated(r) {
+		b.WriteString("All of its claims are allocated: the pod waits for something else (see kubectl describe pod).\n")
 	}
 	for _, c := range r.Claims {
 		fmt.Fprintf(&b, "\n%s %q\n", st.Paint(clusterview.Bold, "Resource claim"), c.Name)
@@ -100,6 +102,15 @@ func writeDiagnosis(b *strings.Builder, indent string, r *ClaimReport, st cluste
 	for _, reason := range d.Reasons {
 		fmt.Fprintf(b, "%s  - %s\n", indent, reason)
 	}
+}
+
+func allAllocated(r *PodReport) bool {
+	for _, c := range r.Claims {
+		if c.Report == nil || c.Report.State != StateAllocated {
+			return false
+		}
+	}
+	return true
 }
 
 func hasShare(r *ClaimReport) bool {
