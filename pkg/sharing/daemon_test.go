@@ -18,6 +18,7 @@ const fakeMPSControl = `#!/bin/sh
 dir="$CUDA_MPS_PIPE_DIRECTORY"
 if [ "$1" = "-f" ]; then
 	echo "start $CUDA_VISIBLE_DEVICES" >> "$dir/fake.log"
+	ls /dev/shm > "$dir/shm.txt"
 	echo "$$" > "$dir/fake.pid.tmp" && mv "$dir/fake.pid.tmp" "$dir/fake.pid"
 	exec sleep 100000
 fi
@@ -247,5 +248,35 @@ func TestSimulatedDaemon(t *testing.T) {
 	}
 	if sim.Running() {
 		t.Error("simulated daemon still running after the last share")
+	}
+}
+
+// TestMPSDaemonPrivateShm starts the daemon through PrivateShmWrapper, as the
+// plugin does on real GPUs, and checks that it sees <mps-root>/shm as its
+// /dev/shm. It needs root (unshare, mount), which the plugin has too.
+func TestMPSDaemonPrivateShm(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	layout := Layout{Root: root}
+	if err := os.MkdirAll(layout.ShmDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(layout.ShmDir(), "marker-from-plugin"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: fakeBinary, Wrapper: PrivateShmWrapper(layout.ShmDir())})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatalf("starting the daemon in a private mount namespace (needs root): %v", err)
+	}
+	defer d.Stop(ctx)
+	data, err := os.ReadFile(filepath.Join(layout.PipeDir(), "shm.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(data)); got != "marker-from-plugin" {
+		t.Errorf("daemon's /dev/shm holds %q, want the plugin's shm directory (marker-from-plugin)", got)
+	}
+	if _, err := os.Stat("/dev/shm/marker-from-plugin"); err == nil {
+		t.Error("the bind mount leaked into the host's /dev/shm")
 	}
 }
