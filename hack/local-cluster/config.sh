@@ -106,10 +106,14 @@ state = "$CONTAINERD_STATE"
 [grpc]
   address = "$CONTAINERD_SOCK"
 
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
 [plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "$CDI_DIR"]
   restrict_oom_score_adj = true
+  # Network namespaces under our state dir: teardown finds them there.
+  netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

@@ -32,10 +32,9 @@ stop_proc containerd 15
 # Shims and containers survive a containerd crash; find the ones that belong
 # to this cluster by its unique socket path and runc root.
 for p in /proc/[0-9]*; do
-	if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK"; then
-		info "killing leftover shim ${p#/proc/}"
-		kill -KILL "${p#/proc/}" 2>/dev/null
-	fi
+	{ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q -- "-address $CONTAINERD_SOCK " || continue
+	info "killing leftover shim ${p#/proc/}"
+	kill -KILL "${p#/proc/}" 2>/dev/null
 done
 if [ -d "$CONTAINERD_STATE/runc" ] && command -v runc >/dev/null; then
 	for root in "$CONTAINERD_STATE"/runc/*; do
