@@ -32,6 +32,29 @@ func (l Layout) LogDir() string { return filepath.Join(l.Root, "log") }
 // shared memory, so a container that only sees the pipes cannot connect.
 func (l Layout) ShmDir() string { return filepath.Join(l.Root, "shm") }
 
+// create makes the directories with the modes MPS needs: clients of any UID
+// create shared-memory segments (so shm is world-writable and sticky, like
+// /dev/shm), and a per-UID server writes its log as that user.
+func (l Layout) create() error {
+	for _, dir := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{l.PipeDir(), 0o755},
+		{l.LogDir(), 0o777 | os.ModeSticky},
+		{l.ShmDir(), 0o777 | os.ModeSticky},
+	} {
+		if err := os.MkdirAll(dir.path, 0o755); err != nil {
+			return fmt.Errorf("creating MPS directory %s: %w", dir.path, err)
+		}
+		// MkdirAll is subject to the umask and leaves existing modes alone.
+		if err := os.Chmod(dir.path, dir.mode); err != nil {
+			return fmt.Errorf("setting mode of MPS directory %s: %w", dir.path, err)
+		}
+	}
+	return nil
+}
+
 // Daemon is the node-wide MPS control daemon as the Manager sees it.
 type Daemon interface {
 	// Ensure makes sure the daemon runs (starting it if needed) and is
@@ -56,6 +79,11 @@ type MPSDaemonConfig struct {
 	// VisibleDevices are the UUIDs of the node's shareable cards; the daemon
 	// and its server see exactly these.
 	VisibleDevices []string
+	// MultiUser starts the daemon with -M, so that clients of different
+	// UIDs share one server. Without it the daemon runs one server per UID
+	// at a time, and pods running as different users wait for each other.
+	// Needs a driver whose control binary knows -M.
+	MultiUser bool
 	Commander      Commander
 	// ReadyTimeout bounds how long a start waits for the daemon to answer.
 	ReadyTimeout time.Duration
@@ -141,10 +169,8 @@ func (d *MPSDaemon) Ensure(ctx context.Context) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	for _, dir := range []string{d.cfg.Layout.PipeDir(), d.cfg.Layout.LogDir(), d.cfg.Layout.ShmDir()} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("creating MPS directory %s: %w", dir, err)
-		}
+	if err := d.cfg.Layout.create(); err != nil {
+		return err
 	}
 	var proc Process
 	if err := d.probe(ctx); err == nil {
@@ -168,6 +194,9 @@ func (d *MPSDaemon) Ensure(ctx context.Context) error {
 func (d *MPSDaemon) start(ctx context.Context) (Process, error) {
 	logger := klog.FromContext(ctx)
 	argv := append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary, "-f")
+	if d.cfg.MultiUser {
+		argv = append(argv, "-M")
+	}
 	proc, err := d.cfg.Commander.Start(ctx, argv, d.env())
 	if err != nil {
 		return nil, fmt.Errorf("starting MPS control daemon: %w", err)
@@ -228,6 +257,10 @@ func (d *MPSDaemon) supervise(ctx context.Context, proc Process, done chan struc
 				}
 				return
 			case err := <-sp.exited:
+				if d.quitting.Load() {
+					// Stop's quit arrived before the cancellation.
+					return
+				}
 				logger.Error(err, "MPS control daemon died; restarting", "pid", sp.Pid(), "backoff", backoff)
 			}
 		} else if !d.watchAdopted(ctx, logger) {
@@ -328,10 +361,8 @@ func (s *SimulatedDaemon) Ensure(ctx context.Context) error {
 	if s.run {
 		return nil
 	}
-	for _, dir := range []string{s.Layout.PipeDir(), s.Layout.LogDir(), s.Layout.ShmDir()} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("creating simulated MPS directory %s: %w", dir, err)
-		}
+	if err := s.Layout.create(); err != nil {
+		return err
 	}
 	s.run = true
 	s.starts++

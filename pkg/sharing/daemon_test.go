@@ -17,7 +17,7 @@ import (
 const fakeMPSControl = `#!/bin/sh
 dir="$CUDA_MPS_PIPE_DIRECTORY"
 if [ "$1" = "-f" ]; then
-	echo "start $CUDA_VISIBLE_DEVICES" >> "$dir/fake.log"
+	echo "start $CUDA_VISIBLE_DEVICES $2" >> "$dir/fake.log"
 	ls /dev/shm > "$dir/shm.txt"
 	echo "$$" > "$dir/fake.pid.tmp" && mv "$dir/fake.pid.tmp" "$dir/fake.pid"
 	exec sleep 100000
@@ -117,9 +117,12 @@ func TestMPSDaemonStartStop(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("fake daemon recorded no pid")
 	}
-	for _, dir := range []string{"pipe", "log", "shm"} {
-		if _, err := os.Stat(filepath.Join(root, dir)); err != nil {
+	for dir, mode := range map[string]os.FileMode{"pipe": 0o755 | os.ModeDir, "log": 0o777 | os.ModeDir | os.ModeSticky, "shm": 0o777 | os.ModeDir | os.ModeSticky} {
+		info, err := os.Stat(filepath.Join(root, dir))
+		if err != nil {
 			t.Errorf("MPS directory %s missing: %v", dir, err)
+		} else if info.Mode() != mode {
+			t.Errorf("MPS directory %s has mode %v, want %v", dir, info.Mode(), mode)
 		}
 	}
 	if err := d.Stop(ctx); err != nil {
@@ -278,5 +281,20 @@ func TestMPSDaemonPrivateShm(t *testing.T) {
 	}
 	if _, err := os.Stat("/dev/shm/marker-from-plugin"); err == nil {
 		t.Error("the bind mount leaked into the host's /dev/shm")
+	}
+}
+
+func TestMPSDaemonMultiUser(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: root}, Binary: fakeBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a -M ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
 	}
 }
