@@ -43,8 +43,10 @@ type PluginOptions struct {
 	StateDir         string
 	MPSRoot          string
 	MPSControlBinary string
-	HealthzAddress   string
-	MetricsAddress   string
+	// MPSMultiUser starts the daemon with -M (clients of any UID).
+	MPSMultiUser   bool
+	HealthzAddress string
+	MetricsAddress string
 
 	// KubeClient is nil in offline mode: no API server, so no kubelet
 	// registration and no publishing; state recovery, health and metrics
@@ -199,14 +201,12 @@ func newShares(ctx context.Context, opts PluginOptions, resources *resourceslice
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled but the MPS control binary %q was not found (%v); pass --mps-control-binary=<path> or --sharing=disabled", opts.MPSControlBinary, err)
 	}
-	if err := os.MkdirAll(layout.ShmDir(), 0o755); err != nil {
-		return nil, fmt.Errorf("creating MPS shared-memory directory: %w", err)
-	}
 	daemon := sharing.NewMPSDaemon(sharing.MPSDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
 		Wrapper:        sharing.PrivateShmWrapper(layout.ShmDir()),
 		VisibleDevices: shareable,
+		MultiUser:      opts.MPSMultiUser,
 	})
 	return sharing.NewManager(layout, daemon, &sharing.NVMLComputeModeSetter{}, shareable), nil
 }
