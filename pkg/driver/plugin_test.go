@@ -1,0 +1,91 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tangram-gpu/tangram/pkg/slices"
+)
+
+// TestRunPublishesAndShutsDown runs the long-running mode against a fake
+// API server: it reads the Node's labels, publishes ResourceSlices, serves
+// the kubelet socket, and returns cleanly when its context ends (SIGTERM).
+func TestRunPublishesAndShutsDown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, Labels: map[string]string{"topology.kubernetes.io/zone": "zone-a"}}}
+	client := fake.NewClientset(node)
+	dir := t.TempDir()
+	sockDir, err := os.MkdirTemp("", "tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	if err := os.Mkdir(filepath.Join(sockDir, "reg"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	var seenLabels map[string]string
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, PluginOptions{
+			NodeName: testNode,
+			GPUs:     testGPUs(),
+			FakeGPUs: true,
+			Sharing:  true,
+			Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
+				seenLabels = labels
+				return slices.DriverResources(testGPUs(), slices.Options{NodeName: testNode, Sharing: true})
+			},
+			CDIRoot:      filepath.Join(dir, "cdi"),
+			RegistrarDir: filepath.Join(sockDir, "reg"),
+			PluginDir:    filepath.Join(sockDir, "plugin"),
+			StateDir:     filepath.Join(dir, "state"),
+			MPSRoot:      filepath.Join(dir, "mps"),
+			KubeClient:   client,
+			Publish:      true,
+		})
+	}()
+	// Wait for the published slice (an event, not a timing assertion).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > 0 {
+			if got := len(list.Items[0].Spec.Devices); got != 4 {
+				t.Errorf("published %d devices, want 4", got)
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned before publishing: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no ResourceSlice published")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(sockDir, "plugin", "dra.sock")); err != nil {
+		t.Errorf("kubelet socket missing: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancellation: %v", err)
+	}
+	if seenLabels["topology.kubernetes.io/zone"] != "zone-a" {
+		t.Errorf("Resources got node labels %v, want the Node's", seenLabels)
+	}
+}
