@@ -84,7 +84,7 @@ type MPSDaemonConfig struct {
 	// at a time, and pods running as different users wait for each other.
 	// Needs a driver whose control binary knows -M.
 	MultiUser bool
-	Commander      Commander
+	Commander Commander
 	// ReadyTimeout bounds how long a start waits for the daemon to answer.
 	ReadyTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the delay between restarts.
