@@ -160,6 +160,11 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if err != nil {
 		return nil, err
 	}
+	if len(plan) == 0 {
+		// The kubelet only asks for claims with results of ours; nothing
+		// to write or remember otherwise.
+		return []kubeletplugin.Device{}, nil
+	}
 	configs, err := d.cfg.Configs(claim, plan)
 	if err != nil {
 		return nil, err

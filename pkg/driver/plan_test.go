@@ -146,3 +146,17 @@ func equalBools(a, b []bool) bool {
 	}
 	return true
 }
+
+func TestPrepareClaimWithoutOurDevices(t *testing.T) {
+	h := newHarness(t)
+	foreign := wholeResult("nic", "eth0")
+	foreign.Driver = "net.example.com"
+	res := h.prepare(claimWith("other", foreign))["other"]
+	if res.Err != nil || len(res.Devices) != 0 {
+		t.Errorf("result %+v, want no devices and no error", res)
+	}
+	h.assertConsistent()
+	if len(h.driver.Records()) != 0 {
+		t.Errorf("records %v, want none", h.driver.Records())
+	}
+}
