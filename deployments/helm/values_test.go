@@ -23,13 +23,16 @@ import (
 // names the offending value, instead of producing a broken DaemonSet.
 func TestSchemaRejects(t *testing.T) {
 	tests := []struct {
-		name    string
-		sets    []string
-		wantErr []string
+		name string
+		sets []string
+		// notSchema: the chart's templates refuse the values, not the schema.
+		notSchema bool
+		wantErr   []string
 	}{
 		{name: "unknown top-level key", sets: []string{"fakeGpu.profile=dgx-h100"}, wantErr: []string{"fakeGpu"}},
 		{name: "unknown profile", sets: []string{"fakeGPU.profile=dgx-h200"}, wantErr: []string{"fakeGPU", "profile"}},
-		{name: "profile and profile file together", sets: []string{"fakeGPU.profile=dgx-h100", "fakeGPU.profileFile=x: y"}, wantErr: []string{"fakeGPU"}},
+		{name: "profile and profile file together", sets: []string{"fakeGPU.profile=dgx-h100", "fakeGPU.profileFile=x: y"},
+			notSchema: true, wantErr: []string{"fakeGPU.profile and fakeGPU.profileFile are mutually exclusive"}},
 		{name: "sharing as a string", sets: []string{"sharing.enabled=yes"}, wantErr: []string{"sharing", "enabled"}},
 		{name: "verbosity out of range", sets: []string{"logVerbosity=11"}, wantErr: []string{"logVerbosity"}},
 		{name: "pull policy", sets: []string{"image.pullPolicy=Sometimes"}, wantErr: []string{"pullPolicy"}},
@@ -58,8 +61,8 @@ func TestSchemaRejects(t *testing.T) {
 				t.Fatalf("helm template %v succeeded, want a schema error; rendered %d bytes", tc.sets, len(out))
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, "values don't meet the specifications of the schema") {
-				t.Errorf("error is not a schema error: %s", msg)
+			if isSchema := strings.Contains(msg, "values don't meet the specifications of the schema"); isSchema == tc.notSchema {
+				t.Errorf("schema error = %v, want %v: %s", isSchema, !tc.notSchema, msg)
 			}
 			for _, w := range tc.wantErr {
 				if !strings.Contains(msg, w) {
@@ -122,8 +125,8 @@ func TestDeviceClasses(t *testing.T) {
 	if cfg.Sharing == nil || cfg.Sharing.Backend != v1alpha1.BackendMPS {
 		t.Errorf("shared class default config = %v, want the mps backend", cfg)
 	}
-	if noCfg := render(t, `deviceClasses.shared.defaultConfig@json={}`); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
-		t.Errorf("defaultConfig={} still attaches a config")
+	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
+		t.Errorf("defaultConfig=null still attaches a config")
 	}
 
 	profile, err := gpu.BuiltinProfile("dgx-h100")

@@ -6,6 +6,7 @@ DEMO_HELM = $(shell bash -c 'source hack/local-cluster/lib.sh >/dev/null 2>&1 &&
 .PHONY: helm-lint
 helm-lint: ## helm lint + helm template of the chart with several value sets, schema rejections, rendered-object checks
 	@hack/local-cluster/build-binaries.sh helm
+	$(GO) vet -tags helm ./deployments/helm/
 	@echo "==> chart tests with $(DEMO_HELM)"
 	HELM=$(DEMO_HELM) $(GO) test -tags helm -count=1 ./deployments/helm/
 
