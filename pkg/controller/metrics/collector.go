@@ -1,0 +1,111 @@
+// Package metrics exports the cluster-wide GPU allocation picture as
+// Prometheus gauges, computed at scrape time from the controller's
+// informer caches (pkg/clusterview), so every replica can answer.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+)
+
+const namespace = "tangram"
+
+var (
+	cardLabels = []string{"node", "device"}
+
+	memCapacity   = desc("gpu_memory_capacity_bytes", "Memory of the GPU.", cardLabels)
+	memAllocated  = desc("gpu_memory_allocated_bytes", "Memory of the GPU allocated to claims (all of it for a whole-card claim).", cardLabels)
+	compCapacity  = desc("gpu_compute_capacity_percent", "Compute capacity of the GPU in percent (100).", cardLabels)
+	compAllocated = desc("gpu_compute_allocated_percent", "Compute allocated to claims in percent (100 for a whole-card claim).", cardLabels)
+	shares        = desc("gpu_shares", "Number of shares allocated on the GPU.", cardLabels)
+	stranded      = desc("gpu_stranded_memory_bytes", "Free memory of the GPU that no pending request can use (fragmentation).", cardLabels)
+
+	nodeCards     = desc("node_gpus", "GPUs the node publishes.", []string{"node"})
+	nodeFreeCards = desc("node_gpus_free", "Whole GPUs of the node with nothing allocated.", []string{"node"})
+
+	clusterFree      = desc("cluster_free_memory_bytes", "Unallocated GPU memory in the cluster.", nil)
+	clusterStranded  = desc("cluster_stranded_memory_bytes", "Unallocated GPU memory that no pending request can use.", nil)
+	clusterFragRatio = desc("cluster_fragmentation_ratio", "Stranded free GPU memory divided by all free GPU memory (0 when nothing is free or pending).", nil)
+	pendingClaims    = desc("pending_claims", "Unallocated ResourceClaims asking for Tangram device classes.", nil)
+	scrapeErrors     = desc("allocation_scrape_error", "1 when the allocation picture could not be read at this scrape.", nil)
+)
+
+func desc(name, help string, labels []string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+}
+
+// Collector computes the allocation gauges at each scrape.
+type Collector struct {
+	Source snapshot.Source
+	Logger klog.Logger
+}
+
+// Describe sends every descriptor.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{memCapacity, memAllocated, compCapacity, compAllocated, shares, stranded,
+		nodeCards, nodeFreeCards, clusterFree, clusterStranded, clusterFragRatio, pendingClaims, scrapeErrors} {
+		ch <- d
+	}
+}
+
+// Collect reads the caches and emits the gauges.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	snap, err := c.Source.Snapshot()
+	if err != nil {
+		c.Logger.Error(err, "Reading the allocation picture for metrics")
+		ch <- prometheus.MustNewConstMetric(scrapeErrors, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(scrapeErrors, prometheus.GaugeValue, 0)
+	for _, m := range Compute(snap) {
+		ch <- m
+	}
+}
+
+// Compute turns a snapshot into metrics; pure, for tests.
+func Compute(snap *clusterview.Snapshot) []prometheus.Metric {
+	view := clusterview.Build(snap, clusterview.Options{})
+	pending := PendingShapes(snap)
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+		return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	var out []prometheus.Metric
+	var free, strandedTotal int64
+	for _, n := range view.Nodes {
+		for _, card := range n.Cards {
+			l := []string{n.Name, card.Device}
+			s := StrandedMemory(card, pending)
+			var shareCount int
+			for _, a := range card.Allocations {
+				if !a.Whole && !a.AdminAccess {
+					shareCount++
+				}
+			}
+			out = append(out,
+				gauge(memCapacity, float64(card.MemoryBytes), l...),
+				gauge(memAllocated, float64(card.MemoryUsedBytes), l...),
+				gauge(compCapacity, float64(card.ComputePercent), l...),
+				gauge(compAllocated, float64(card.ComputeUsedPercent), l...),
+				gauge(shares, float64(shareCount), l...),
+				gauge(stranded, float64(s), l...),
+			)
+			free += FreeMemory(card)
+			strandedTotal += s
+		}
+		out = append(out, gauge(nodeCards, float64(n.Totals.Cards), n.Name), gauge(nodeFreeCards, float64(n.Totals.Free), n.Name))
+	}
+	ratio := 0.0
+	if free > 0 {
+		ratio = float64(strandedTotal) / float64(free)
+	}
+	out = append(out,
+		gauge(clusterFree, float64(free)),
+		gauge(clusterStranded, float64(strandedTotal)),
+		gauge(clusterFragRatio, ratio),
+		gauge(pendingClaims, float64(len(view.Pending))),
+	)
+	return out
+}
