@@ -149,3 +149,34 @@ demo_pod_warning() {
 	done
 	return 1
 }
+
+# demo_check_slice_policy NODE: as the plugin's service account on NODE (the
+# node name its bound token would carry), a dry-run ResourceSlice for NODE is
+# admitted and one for another node is refused by the chart's policy.
+demo_check_slice_policy() {
+	local node="$1" sa="system:serviceaccount:$RELEASE_NAMESPACE:$RELEASE-kubelet-plugin" out
+	slice_for() {
+		cat <<SLICE
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata:
+  name: tangram-demo-policy-check-$1
+spec:
+  driver: $DRIVER
+  nodeName: $1
+  pool: {name: $1, generation: 1, resourceSliceCount: 1}
+  devices: []
+SLICE
+	}
+	as=(--as="$sa" --as-user-extra="authentication.kubernetes.io/node-name=$node")
+	if out="$(slice_for "$node" | K create --dry-run=server "${as[@]}" -f - 2>&1)"; then
+		pass "the plugin on $node may write $node's ResourceSlices"
+	else
+		fail "the plugin on $node may not write its own slices: $out"
+	fi
+	if out="$(slice_for "not-$node" | K create --dry-run=server "${as[@]}" -f - 2>&1)"; then
+		fail "the plugin on $node could write a slice of node not-$node"
+	else
+		pass "refused for another node: ${out#*: }"
+	fi
+}

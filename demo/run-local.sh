@@ -60,6 +60,8 @@ say "$(H list -n "$RELEASE_NAMESPACE" --filter "^$RELEASE\$" --short) installed;
 K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
 demo_wait_slices 90 || die "the kubelet plugin published no GPUs"
 say "chart ready in $(elapsed "$t")"
+say "admission policy (dry run, impersonating the plugin's service account):"
+demo_check_slice_policy "$NODE_NAME"
 
 # --- 3. scenarios -------------------------------------------------------------
 step "3/4  Demo scenarios (demo/specs)"
