@@ -21,6 +21,10 @@ bench-prepare: ## p50/p99 prepare latency through the real checkpoint (fsync) an
 bench-rss: ## idle RSS of the real binary: run --offline with the dgx-h100 fake profile, read /proc/<pid>/status
 	@mkdir -p $(BIN_DIR)
 	$(GO) build -o $(BIN_DIR)/dra-kubelet-plugin ./cmd/dra-kubelet-plugin
+	@# Drop the freshly written binary from the page cache, so it is read back
+	@# like a deployed one: pages left by the linker's writes are mapped in
+	@# large folios and inflate RssFile by ~20 MiB (see docs/prepare.md).
+	@dd if=$(BIN_DIR)/dra-kubelet-plugin iflag=nocache count=0 status=none
 	@dir=$$(mktemp -d); \
 	$(BIN_DIR)/dra-kubelet-plugin run --offline --node-name bench --fake-profile dgx-h100 \
 	  --cdi-root $$dir/cdi --state-dir $$dir/state --mps-root $$dir/mps \
