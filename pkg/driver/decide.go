@@ -143,3 +143,12 @@ func planStartup(records map[string]ClaimRecord, specUIDs []string, bootChanged 
 	}
 	return plan
 }
+
+func sortedRecordKeys(m map[string]ClaimRecord) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -69,6 +69,6 @@ type Shares interface {
 	ClientConfig() sharing.ClientConfig
 }
 
-// ClaimLister finds a claim by UID in the API server, for rebuilding state
-// from specs after a corrupt checkpoint. nil means no API server.
+// ClaimLister lists the cluster's ResourceClaims, for rebuilding state from
+// our specs after a corrupt checkpoint. nil means no API server.
 type ClaimLister func(ctx context.Context) ([]resourceapi.ResourceClaim, error)
