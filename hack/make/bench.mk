@@ -15,7 +15,7 @@ bench: bench-prepare bench-rss ## prepare latency (1 claim, 100 concurrent; fsyn
 
 bench-prepare: ## p50/p99 prepare latency through the real checkpoint (fsync) and CDI stores
 	@echo "==> prepare latency, state on $(BENCH_STATE_DIR) ($$(df --output=fstype $(BENCH_STATE_DIR) | tail -1))"
-	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkPrepareOneClaim' -benchtime $(BENCH_PREPARES)x ./pkg/driver/
+	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkDurableReplaceFloor|BenchmarkPrepareOneClaim' -benchtime $(BENCH_PREPARES)x ./pkg/driver/
 	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkPrepare100Concurrent' -benchtime $(BENCH_WAVES)x ./pkg/driver/
 
 bench-rss: ## idle RSS of the real binary: run --offline with the dgx-h100 fake profile, read /proc/<pid>/status

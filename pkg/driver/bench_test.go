@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -119,4 +120,49 @@ func BenchmarkPrepare100Concurrent(b *testing.B) {
 	if dir := os.Getenv("TMPDIR"); dir != "" {
 		b.Logf("state on %s", dir)
 	}
+}
+
+// BenchmarkDurableReplaceFloor is the reference for the numbers above: the
+// least one durable file replacement costs in $TMPDIR (write a temp file,
+// fsync it, rename it over the target, fsync the directory). A prepare does
+// two, one per checkpoint phase.
+func BenchmarkDurableReplaceFloor(b *testing.B) {
+	dir := b.TempDir()
+	target := filepath.Join(dir, "state")
+	var latencies []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := durableReplace(dir, target, []byte(`{"claims":{}}`)); err != nil {
+			b.Fatal(err)
+		}
+		latencies = append(latencies, time.Since(start))
+	}
+	reportPercentiles(b, latencies)
+}
+
+func durableReplace(dir, target string, data []byte) error {
+	f, err := os.CreateTemp(dir, "tmp-")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), target); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
