@@ -50,7 +50,9 @@ func run() error {
 	defer stop()
 	cfg := sim.Config{Policy: *policy, Seed: *seed, Arrival: *arrival}
 	if !*quiet {
-		cfg.Progress = func(done, total int) { fmt.Fprintf(os.Stderr, "%s seed %d: %d/%d tasks\n", *policy, *seed, done, total) }
+		cfg.Progress = func(done, total int) {
+			fmt.Fprintf(os.Stderr, "%s seed %d: %d/%d tasks\n", *policy, *seed, done, total)
+		}
 	}
 	res, err := sim.Run(ctx, nodes, tasks, cfg)
 	if err != nil {

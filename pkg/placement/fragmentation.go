@@ -9,6 +9,12 @@ import (
 // reference against which fragmentation is measured (Weng et al., ATC '23:
 // free GPU is a fragment for a task shape if that shape cannot use it).
 type Workload struct {
+	// cpuPerMilli and memPerMilli are the CPU (milli) and memory (MiB) the
+	// workload's GPU tasks ask per milli-GPU, on average.
+	cpuPerMilli, memPerMilli float64
+	// residue[f] is the GPU a card with f milli free is expected to leave
+	// unused if it keeps taking tasks drawn from the workload that fit it.
+	residue []float64
 	// shapes are the distinct GPU demands; types refer to them by index.
 	shapes []gpuShape
 	types  []taskType
@@ -61,6 +67,18 @@ func NewWorkload(sample []Request) *Workload {
 	for i := range w.types {
 		w.types[i].weight /= float64(len(sample))
 	}
+	var cpu, mem, gpu float64
+	for _, r := range sample {
+		if g := r.GPUMilli(); g > 0 {
+			cpu += float64(r.CPUMilli)
+			mem += float64(r.MemoryMiB)
+			gpu += float64(g)
+		}
+	}
+	if gpu > 0 {
+		w.cpuPerMilli, w.memPerMilli = cpu/gpu, mem/gpu
+	}
+	w.residue = residueTable(sample)
 	return w
 }
 
@@ -181,4 +199,64 @@ func (w *Workload) fragmentation(s nodeState, shapeBuf []int64) float64 {
 		frag += t.weight * float64(shapeBuf[t.shape])
 	}
 	return frag
+}
+
+// stranded is the free GPU (milli) of s that the node's free CPU or memory
+// cannot feed, if tasks come at the workload's average CPU and memory per
+// milli-GPU.
+func (w *Workload) stranded(s nodeState) float64 {
+	var total int64
+	for _, f := range s.free {
+		total += f
+	}
+	free := float64(total)
+	usable := free
+	if w.cpuPerMilli > 0 {
+		usable = min(usable, float64(s.cpu)/w.cpuPerMilli)
+	}
+	if w.memPerMilli > 0 {
+		usable = min(usable, float64(s.mem)/w.memPerMilli)
+	}
+	return max(free-usable, 0)
+}
+
+// residueTable computes, for every free level 0..1000 of a card (in units
+// of 10 milli), the expected residue of filling it with tasks drawn from
+// the sample's single-card GPU demands until none fits.
+func residueTable(sample []Request) []float64 {
+	const levels = 101
+	var p [levels]float64
+	for _, r := range sample {
+		switch {
+		case r.ShareMilli > 0:
+			p[(r.ShareMilli+9)/10]++
+		case r.WholeCards == 1:
+			p[100]++
+		}
+	}
+	v := make([]float64, levels)
+	for f := 1; f < levels; f++ {
+		var num, den float64
+		for d := 1; d <= f; d++ {
+			if p[d] > 0 {
+				num += p[d] * v[f-d]
+				den += p[d]
+			}
+		}
+		if den == 0 {
+			v[f] = float64(f * 10)
+		} else {
+			v[f] = num / den
+		}
+	}
+	return v
+}
+
+// expectedResidue sums the expected residue of the cards of s.
+func (w *Workload) expectedResidue(s nodeState) float64 {
+	var sum float64
+	for _, f := range s.free {
+		sum += w.residue[min(max(f, 0), 1000)/10]
+	}
+	return sum
 }

@@ -45,7 +45,7 @@ func New(name string, w *Workload) (Policy, error) {
 		if name == "fgd" {
 			return &FGD{Workload: w}, nil
 		}
-		return &Tangram{Workload: w}, nil
+		return NewTangram(w), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q; choose one of %v", name, PolicyNames)
 }

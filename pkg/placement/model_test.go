@@ -1,0 +1,186 @@
+package placement
+
+import (
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+func TestCapacityConsume(t *testing.T) {
+	mem := Capacity{Value: 16384, Default: 16384, Min: 256, Max: 16384, Step: 256, HasPolicy: true}
+	tests := []struct {
+		name   string
+		c      Capacity
+		amount *int64
+		want   int64
+		wantOK bool
+	}{
+		{"nothing named takes the default", mem, nil, 16384, true},
+		{"below min rounds to min", mem, ptr64(10), 256, true},
+		{"rounds up to the step", mem, ptr64(7474), 7680, true},
+		{"aligned stays", mem, ptr64(7680), 7680, true},
+		{"above max is refused", mem, ptr64(20000), 0, false},
+		{"no policy: exactly what is asked", Capacity{Value: 100}, ptr64(37), 37, true},
+		{"no policy, nothing named: everything", Capacity{Value: 100}, nil, 100, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.c.consume(tc.amount)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("consume = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func ptr64(v int64) *int64 { return &v }
+
+func TestShareOn(t *testing.T) {
+	nodes, _ := testCluster(t, testNodeSpec{name: "a", cpuMilli: 1000, memMiB: 1024, model: "T4", cards: 1})
+	c := &nodes[0].Cards[0]
+	tests := []struct {
+		milli       int64
+		wantCompute int64
+		wantMemMiB  int64
+	}{
+		// 16Gi * 0.46 = 7536.64Mi, rounded down to the 256Mi step.
+		{460, 46, 7424},
+		{500, 50, 8192},
+		// 0.01 of 16Gi is below the 256Mi minimum.
+		{10, 1, 256},
+		{125, 13, 2048},
+	}
+	for _, tc := range tests {
+		s := ShareOn(c, tc.milli)
+		if s.Compute != tc.wantCompute || s.Memory != tc.wantMemMiB<<20 {
+			t.Errorf("ShareOn(%d) = %d%%, %dMi; want %d%%, %dMi", tc.milli, s.Compute, s.Memory>>20, tc.wantCompute, tc.wantMemMiB)
+		}
+	}
+}
+
+func TestModelTracksShares(t *testing.T) {
+	nodes, v := testCluster(t, testNodeSpec{name: "a", cpuMilli: 8000, memMiB: 8192, model: "T4", cards: 2})
+	n := nodes[0]
+	place(t, v, n, share("s1", 1000, 460), 0)
+	place(t, v, n, share("s2", 1000, 470), 0)
+	place(t, v, n, whole("w", 1000, 1), 1)
+	if got := n.Cards[0].FreeMilli(); got != 70 {
+		t.Errorf("card 0 free = %d milli, want 70", got)
+	}
+	if got := n.Cards[1].FreeMilli(); got != 0 {
+		t.Errorf("card 1 free = %d milli, want 0 (taken whole)", got)
+	}
+	if got := n.AllocatedMilli(); got != 1930 {
+		t.Errorf("allocated = %d milli, want 1930", got)
+	}
+	if got := n.FreeCPUMilli(); got != 5000 {
+		t.Errorf("free cpu = %d, want 5000", got)
+	}
+	// 80 milli fits no card (70 left on gpu-0); 60 does.
+	if _, ok := n.Candidates(share("s3", 1000, 80), nil); ok {
+		t.Error("an 80-milli share fits, want not")
+	}
+	if cands, ok := n.Candidates(share("s3", 1000, 60), nil); !ok || len(cands) != 1 || cands[0] != 0 {
+		t.Errorf("a 60-milli share fits %v (ok=%v), want [0]", cands, ok)
+	}
+	// The allocator agrees that 80 does not fit even when pinned to gpu-0.
+	consumed, err := v.Allocate(t.Context(), n, share("s3", 1000, 80), []int{0}, true)
+	if err != nil || consumed != nil {
+		t.Errorf("allocator placed an 80-milli share on a card with 70 free: %v, %v", consumed, err)
+	}
+	// CPU is a node resource: 6 CPUs do not fit the 5 left.
+	if _, ok := n.Candidates(Request{Name: "big", CPUMilli: 6000}, nil); ok {
+		t.Error("6 CPUs fit 5 free")
+	}
+}
+
+func TestModelsRestrictCards(t *testing.T) {
+	nodes, v := testCluster(t,
+		testNodeSpec{name: "t4", cpuMilli: 8000, memMiB: 8192, model: "T4", cards: 1},
+		testNodeSpec{name: "v100", cpuMilli: 8000, memMiB: 8192, model: "V100M16", cards: 1})
+	r := Request{Name: "spec", CPUMilli: 1000, WholeCards: 1, Models: []string{"V100M16", "V100M32"}}
+	if _, ok := nodes[0].Candidates(r, nil); ok {
+		t.Error("a V100-only request fits a T4 node")
+	}
+	if _, ok := nodes[1].Candidates(r, nil); !ok {
+		t.Fatal("a V100-only request does not fit a V100M16 node")
+	}
+	// The allocator, given the productName selector, refuses the T4.
+	if consumed, err := v.Allocate(t.Context(), nodes[0], r, []int{0}, false); err != nil || consumed != nil {
+		t.Errorf("allocator placed a V100-only claim on a T4: %v, %v", consumed, err)
+	}
+	place(t, v, nodes[1], r, 0)
+}
+
+func TestClaim(t *testing.T) {
+	nodes, _ := testCluster(t, testNodeSpec{name: "a", cpuMilli: 8000, memMiB: 8192, model: "T4", cards: 4})
+	n := nodes[0]
+	tests := []struct {
+		name      string
+		r         Request
+		cards     []int
+		pin       bool
+		wantClass string
+		wantCount int64
+		wantCEL   []string
+		wantErr   string
+	}{
+		{name: "pinned share", r: share("s", 1, 500), cards: []int{2}, pin: true, wantClass: "shared-gpu.tangram.dev", wantCount: 1,
+			wantCEL: []string{`device.attributes["gpu.tangram.dev"].index in [2]`}},
+		{name: "whole cards, unpinned, with models", r: Request{Name: "w", WholeCards: 2, Models: []string{"T4"}}, cards: []int{0, 1},
+			wantClass: "gpu.tangram.dev", wantCount: 2, wantCEL: []string{`device.attributes["gpu.tangram.dev"].productName in ["T4"]`}},
+		{name: "no GPU", r: Request{Name: "cpu"}, wantErr: "asks for no GPU"},
+		{name: "wrong card count", r: whole("w", 1, 2), cards: []int{0}, wantErr: "1 cards chosen for 2 wanted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			claim, err := Claim(n, tc.r, tc.cards, tc.pin)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := claim.Spec.Devices.Requests[0].Exactly
+			if req.DeviceClassName != tc.wantClass || req.Count != tc.wantCount || req.AllocationMode != resourceapi.DeviceAllocationModeExactCount {
+				t.Errorf("request = %s count %d mode %s", req.DeviceClassName, req.Count, req.AllocationMode)
+			}
+			var cel []string
+			for _, s := range req.Selectors {
+				cel = append(cel, s.CEL.Expression)
+			}
+			if strings.Join(cel, ";") != strings.Join(tc.wantCEL, ";") {
+				t.Errorf("selectors = %q, want %q", cel, tc.wantCEL)
+			}
+			if tc.r.ShareMilli > 0 {
+				mem := req.Capacity.Requests["memory"]
+				compute := req.Capacity.Requests["compute"]
+				if mem.Value() != 8<<30 || compute.Value() != 50 {
+					t.Errorf("capacity requests = %s memory, %s compute; want 8Gi, 50", mem.String(), compute.String())
+				}
+			}
+		})
+	}
+}
+
+func TestResidueTable(t *testing.T) {
+	// Only 500-milli shares: a card with 1000 or 500 free fills exactly;
+	// 300 free stays unused; 800 free takes one share and leaves 300.
+	v := residueTable([]Request{share("s", 1, 500)})
+	for free, want := range map[int]float64{100: 0, 50: 0, 30: 300, 80: 300, 0: 0} {
+		if v[free] != want {
+			t.Errorf("residue at %d milli free = %v, want %v", free*10, v[free], want)
+		}
+	}
+	// 300 and 500 equally likely. From 500: 500 fills it, 300 leaves 200:
+	// 100. From 800: 500 leaves 300 (then filled), 300 leaves 500 (100):
+	// 50. From 600: 500 leaves 100, 300 leaves 300 (then filled): 50.
+	v = residueTable([]Request{share("a", 1, 300), share("b", 1, 500)})
+	if v[50] != 100 || v[80] != 50 || v[60] != 50 {
+		t.Errorf("residue at 500/800/600 = %v/%v/%v, want 100/50/50", v[50], v[80], v[60])
+	}
+}
