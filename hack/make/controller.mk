@@ -29,3 +29,8 @@ controller-verify: $(CONTROLLER_GEN) ## fail if the committed GpuGang deepcopy o
 .PHONY: controller-test
 controller-test: ## unit tests of the GpuGang API, controller, webhook and metrics (race detector on)
 	$(GO) test -race -count=1 $(CONTROLLER_PKGS)
+
+.PHONY: controller-realcluster
+controller-realcluster: ## the controller in-process against a real API server (TANGRAM_KUBECONFIG): CRD, gang objects, webhook, leader election
+	@test -n "$(TANGRAM_KUBECONFIG)" || { echo "set TANGRAM_KUBECONFIG to a cluster this test may write to"; exit 1; }
+	TANGRAM_KUBECONFIG=$(TANGRAM_KUBECONFIG) $(GO) test -tags realcluster -count=1 -v -run 'TestRealCluster' ./pkg/controller/app/

@@ -187,7 +187,7 @@ func setTopologyCondition(status *tangramv1.GpuGangStatus, g *tangramv1.GpuGang,
 	case topologyUnsupported:
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: tangramv1.ConditionTopologyEnforced,
 			Status: metav1.ConditionFalse, Reason: "NotSupportedByCluster", ObservedGeneration: g.Generation,
-			Message: fmt.Sprintf("the API server does not accept PodGroup topology constraints (feature gate TopologyAwareWorkloadScheduling is off), "+
+			Message: fmt.Sprintf("the API server drops or refuses PodGroup topology constraints (feature gate TopologyAwareWorkloadScheduling is off), "+
 				"so members may land in different %s domains; give member pods a nodeSelector on %s to pin them to one", g.Spec.TopologyKey, g.Spec.TopologyKey)})
 	}
 }
@@ -239,9 +239,10 @@ func (r *Reconciler) ensureTemplate(ctx context.Context, g *tangramv1.GpuGang) e
 	return nil
 }
 
-// ensureWithTopology gets or creates a Workload or PodGroup. A cluster
-// without topology-aware workload scheduling rejects the constraint (or
-// drops it); the object is then created without it and the gang says so.
+// ensureWithTopology gets or creates a Workload or PodGroup. A 1.37 API
+// server without topology-aware workload scheduling silently drops the
+// constraint (checked on a real one); should one refuse it instead, the
+// object is created without it. Either way the gang says so.
 func ensureWithTopology[T metav1.Object](ctx context.Context, g *tangramv1.GpuGang, kind, name string,
 	get func() (T, error), create func(withTopology bool) (T, error), enforced func(T) bool) (topologyState, error) {
 	obj, err := get()
