@@ -208,7 +208,11 @@ func newShares(ctx context.Context, opts PluginOptions, resources *resourceslice
 		VisibleDevices: shareable,
 		MultiUser:      opts.MPSMultiUser,
 	})
-	return sharing.NewManager(layout, daemon, &sharing.NVMLComputeModeSetter{}, shareable), nil
+	computeModes, err := sharing.NewNVMLComputeModeSetter()
+	if err != nil {
+		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
+	}
+	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
 }
 
 func allowsMultiple(dev resourceapi.Device) bool {

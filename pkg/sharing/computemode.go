@@ -2,11 +2,13 @@ package sharing
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
+
+// ErrNVMLUnavailable is returned by NewNVMLComputeModeSetter in binaries
+// built without cgo, which cannot load NVML.
+var ErrNVMLUnavailable = errors.New("setting compute modes needs NVML, which needs cgo; this binary was built without it")
 
 // ComputeMode is the subset of NVML compute modes the plugin switches between.
 type ComputeMode string
@@ -75,44 +77,4 @@ func (r *RecordingComputeModeSetter) Mode(uuid string) ComputeMode {
 		return m
 	}
 	return ComputeModeDefault
-}
-
-// NVMLComputeModeSetter sets compute modes through NVML. It needs the NVIDIA
-// driver's libnvidia-ml.so and root privileges; it has not been exercised on
-// a real GPU in this project's CI.
-type NVMLComputeModeSetter struct {
-	once    sync.Once
-	initErr error
-	mu      sync.Mutex
-}
-
-// SetComputeMode sets the card's compute mode, initialising NVML on first use.
-func (n *NVMLComputeModeSetter) SetComputeMode(_ context.Context, uuid string, mode ComputeMode) error {
-	n.once.Do(func() {
-		if ret := nvml.Init(); ret != nvml.SUCCESS {
-			n.initErr = fmt.Errorf("initialising NVML: %s", nvml.ErrorString(ret))
-		}
-	})
-	if n.initErr != nil {
-		return n.initErr
-	}
-	var nvmlMode nvml.ComputeMode
-	switch mode {
-	case ComputeModeDefault:
-		nvmlMode = nvml.COMPUTEMODE_DEFAULT
-	case ComputeModeExclusiveProcess:
-		nvmlMode = nvml.COMPUTEMODE_EXCLUSIVE_PROCESS
-	default:
-		return fmt.Errorf("setting compute mode of %s: unknown mode %q", uuid, mode)
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	device, ret := nvml.DeviceGetHandleByUUID(uuid)
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("finding card %s in NVML: %s", uuid, nvml.ErrorString(ret))
-	}
-	if ret := device.SetComputeMode(nvmlMode); ret != nvml.SUCCESS {
-		return fmt.Errorf("setting compute mode of %s to %s: %s", uuid, mode, nvml.ErrorString(ret))
-	}
-	return nil
 }
