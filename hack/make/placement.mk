@@ -1,0 +1,18 @@
+# Placement: trace simulator and the policy benchmark (docs/placement.md).
+TRACES_DIR ?= $(CURDIR)/../shared/traces/openb
+BENCH_SEEDS ?= 10
+BENCH_PARALLEL ?= 2
+
+.PHONY: tangram-sim
+tangram-sim: ## build the trace simulator into ./bin
+	@mkdir -p $(BIN_DIR)
+	$(GO) build -o $(BIN_DIR)/tangram-sim ./cmd/tangram-sim
+
+.PHONY: test-placement
+test-placement: ## unit tests of pkg/placement and pkg/trace (race detector on)
+	$(GO) test -race -count=1 ./pkg/placement/... ./pkg/trace/...
+
+.PHONY: bench-placement
+bench-placement: ## every policy x openb list x 10 seeds -> docs/placement-results.{md,png} (~15 min on 2 cores)
+	$(GO) run ./hack/bench-placement --traces $(TRACES_DIR) --seeds $(BENCH_SEEDS) --parallel $(BENCH_PARALLEL) \
+	  --markdown docs/placement-results.md --plot docs/placement-results.png
