@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -111,6 +112,12 @@ func addMPSMounts(spec *cdispec.Spec, mounts []sharing.Mount) {
 
 // Remove deletes the claim's spec.
 func (c CDISpecs) Remove(_ context.Context, claimUID string) error { return c.Store.Remove(claimUID) }
+
+// Exists reports whether the claim's spec file is there.
+func (c CDISpecs) Exists(_ context.Context, claimUID string) bool {
+	_, err := os.Stat(c.Store.Path(claimUID))
+	return err == nil
+}
 
 // List returns the claims with a spec of ours.
 func (c CDISpecs) List(context.Context) ([]string, error) { return c.Store.List() }

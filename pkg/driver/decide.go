@@ -90,14 +90,21 @@ const (
 	actionBusy
 )
 
-func decidePrepare(rec *ClaimRecord, inFlight bool) prepareAction {
+// decidePrepare: specPresent reports whether the claim's CDI spec is on
+// disk. A completed claim whose spec vanished (someone cleaned the CDI
+// directory) is prepared again in place rather than handing out IDs nothing
+// defines; its MPS accounting is idempotent, so a running daemon is not
+// disturbed.
+func decidePrepare(rec *ClaimRecord, inFlight, specPresent bool) prepareAction {
 	switch {
 	case inFlight:
 		return actionBusy
 	case rec == nil:
 		return actionPrepare
-	case rec.Phase == PhaseCompleted:
+	case rec.Phase == PhaseCompleted && specPresent:
 		return actionReturnExisting
+	case rec.Phase == PhaseCompleted:
+		return actionPrepare
 	default:
 		return actionRollbackThenPrepare
 	}

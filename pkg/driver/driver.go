@@ -185,7 +185,8 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if found {
 		oldPtr = &old
 	}
-	switch decidePrepare(oldPtr, d.inFlight[uid]) {
+	specPresent := found && old.Phase == PhaseCompleted && d.cfg.Specs.Exists(ctx, uid)
+	switch decidePrepare(oldPtr, d.inFlight[uid], specPresent) {
 	case actionBusy:
 		d.mu.Unlock()
 		return nil, fmt.Errorf("another call is preparing or unpreparing this claim; retry later")

@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"os"
+	"reflect"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -74,19 +76,21 @@ func TestDecidePrepare(t *testing.T) {
 	completed := &ClaimRecord{Phase: PhaseCompleted}
 	started := &ClaimRecord{Phase: PhaseStarted}
 	tests := []struct {
-		rec      *ClaimRecord
-		inFlight bool
-		want     prepareAction
+		rec         *ClaimRecord
+		inFlight    bool
+		specPresent bool
+		want        prepareAction
 	}{
-		{nil, false, actionPrepare},
-		{completed, false, actionReturnExisting},
-		{started, false, actionRollbackThenPrepare},
-		{completed, true, actionBusy},
-		{nil, true, actionBusy},
+		{nil, false, false, actionPrepare},
+		{completed, false, true, actionReturnExisting},
+		{completed, false, false, actionPrepare},
+		{started, false, true, actionRollbackThenPrepare},
+		{completed, true, true, actionBusy},
+		{nil, true, false, actionBusy},
 	}
 	for _, tt := range tests {
-		if got := decidePrepare(tt.rec, tt.inFlight); got != tt.want {
-			t.Errorf("decidePrepare(%v, %v) = %v, want %v", tt.rec, tt.inFlight, got, tt.want)
+		if got := decidePrepare(tt.rec, tt.inFlight, tt.specPresent); got != tt.want {
+			t.Errorf("decidePrepare(%v, %v, %v) = %v, want %v", tt.rec, tt.inFlight, tt.specPresent, got, tt.want)
 		}
 	}
 }
@@ -159,4 +163,31 @@ func TestPrepareClaimWithoutOurDevices(t *testing.T) {
 	if len(h.driver.Records()) != 0 {
 		t.Errorf("records %v, want none", h.driver.Records())
 	}
+}
+
+func TestPrepareRedoesAClaimWhoseSpecVanished(t *testing.T) {
+	h := newHarness(t)
+	claim := claimWith("c1", shareResult("gpu", "gpu-0", "s1", "1Gi", ""))
+	first := h.prepare(claim)[claim.UID]
+	if first.Err != nil {
+		t.Fatal(first.Err)
+	}
+	if err := os.Remove(h.specs.Store.Path("c1")); err != nil {
+		t.Fatal(err)
+	}
+	second := h.prepare(claim)[claim.UID]
+	if second.Err != nil {
+		t.Fatal(second.Err)
+	}
+	if !reflect.DeepEqual(first, second) {
+		t.Errorf("redone prepare returned %+v, want %+v", second, first)
+	}
+	if n := h.steps.count("spec-write"); n != 2 {
+		t.Errorf("spec written %d times, want 2", n)
+	}
+	// The share stayed accounted throughout: no release, no daemon restart.
+	if n, starts := h.steps.count("mps-release"), h.daemon.Starts(); n != 0 || starts != 1 {
+		t.Errorf("MPS released %d times and daemon started %d times, want 0 and 1", n, starts)
+	}
+	h.assertConsistent()
 }

@@ -55,6 +55,8 @@ type SpecStore interface {
 	Remove(ctx context.Context, claimUID string) error
 	// List returns the UIDs of the claims that have a spec of ours on disk.
 	List(ctx context.Context) ([]string, error)
+	// Exists reports whether the claim's spec is on disk.
+	Exists(ctx context.Context, claimUID string) bool
 }
 
 // ConfigResolver returns the effective config of each planned result
