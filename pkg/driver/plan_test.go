@@ -1,9 +1,14 @@
 package driver
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"testing"
+
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
@@ -190,4 +195,20 @@ func TestPrepareRedoesAClaimWhoseSpecVanished(t *testing.T) {
 		t.Errorf("MPS released %d times and daemon started %d times, want 0 and 1", n, starts)
 	}
 	h.assertConsistent()
+}
+
+func TestHandleError(t *testing.T) {
+	h := newHarness(t)
+	var fatal []error
+	h.driver.cfg.OnFatal = func(err error) { fatal = append(fatal, err) }
+	ctx := context.Background()
+	// What the ResourceSlice controller reports is wrapped as recoverable.
+	h.driver.HandleError(ctx, fmt.Errorf("wrapped: %w", kubeletplugin.ErrRecoverable), "publishing")
+	if len(fatal) != 0 {
+		t.Errorf("a recoverable error was fatal: %v", fatal)
+	}
+	h.driver.HandleError(ctx, errors.New("socket gone"), "DRA gRPC server failed")
+	if len(fatal) != 1 || fatal[0].Error() != "DRA gRPC server failed: socket gone" {
+		t.Errorf("fatal errors %v, want the gRPC failure", fatal)
+	}
 }
