@@ -8,9 +8,8 @@ import (
 	"reflect"
 	"testing"
 
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
