@@ -10,8 +10,10 @@ import (
 	schedulingapi "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -367,5 +369,32 @@ func TestMemberClaimForPodWithoutTemplate(t *testing.T) {
 	want := "only 1 of the 2 member pods the gang needs exist (" + podsHint(g) + "); member pod m-0 does not use ResourceClaimTemplate g-gpus, so it gets no GPUs from the gang"
 	if got := memberCountProblem(g, m); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestDevicesOf(t *testing.T) {
+	share := allocatedClaim("s", "node-1", "gpu-3")
+	r := &share.Status.Allocation.Devices.Results[0]
+	r.ShareID = ptr.To(types.UID("share-1"))
+	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+		names.CapacityMemory: mustQuantity("20Gi"), names.CapacityCompute: mustQuantity("40"),
+	}
+	other := allocatedClaim("o", "node-1", "gpu-0")
+	other.Status.Allocation.Devices.Results[0].Driver = "other.example.com"
+	tests := []struct {
+		name      string
+		claim     *resourceapi.ResourceClaim
+		withShare bool
+		want      string
+	}{
+		{"share shown for a share gang", share, true, "node-1/gpu-3 (20 GiB, 40% compute)"},
+		{"whole gang on a shareable card", share, false, "node-1/gpu-3"},
+		{"other drivers are left out", other, true, ""},
+		{"unallocated", &resourceapi.ResourceClaim{}, true, ""},
+	}
+	for _, tc := range tests {
+		if got := strings.Join(devicesOf(tc.claim, tc.withShare), ","); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -97,7 +97,9 @@ func ObserveMembers(g *tangramv1.GpuGang, pods []*corev1.Pod, claims map[string]
 		} else {
 			ms.Claim = claimNameOf(pod, entry)
 			if c := claims[ms.Claim]; c != nil {
-				ms.Devices = devicesOf(c)
+				// On shareable cards even a whole-card result has a share ID
+				// and consumes all memory; only a share's size is worth showing.
+				ms.Devices = devicesOf(c, g.Spec.GPUs.Share != nil)
 			}
 		}
 		if ms.Node != "" {
@@ -115,8 +117,8 @@ func ObserveMembers(g *tangramv1.GpuGang, pods []*corev1.Pod, claims map[string]
 }
 
 // devicesOf lists our driver's devices allocated to the claim: "pool/gpu-3",
-// or for a share "pool/gpu-3 (20 GiB, 40% compute)".
-func devicesOf(c *resourceapi.ResourceClaim) []string {
+// or with withShare "pool/gpu-3 (20 GiB, 40% compute)".
+func devicesOf(c *resourceapi.ResourceClaim, withShare bool) []string {
 	if c.Status.Allocation == nil {
 		return nil
 	}
@@ -126,7 +128,7 @@ func devicesOf(c *resourceapi.ResourceClaim) []string {
 			continue
 		}
 		s := r.Pool + "/" + r.Device
-		if r.ShareID != nil {
+		if withShare && r.ShareID != nil {
 			var parts []string
 			if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
 				parts = append(parts, clusterview.FormatBytes(q.Value()))
