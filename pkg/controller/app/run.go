@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -239,15 +238,30 @@ func webhookTLS(ctx context.Context, kube kubernetes.Interface, o Options) (*tls
 		return nil, err
 	}
 	if o.WebhookConfigName != "" {
-		// The configuration may be created after us (same Helm release), and
-		// a helm upgrade resets the caBundle, so keep putting it back.
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			if err := admission.InjectCABundle(ctx, kube, o.WebhookConfigName, sc.CABundle); err != nil {
-				klog.FromContext(ctx).Error(err, "Setting the webhook CA bundle; will retry")
-			}
-		}, time.Minute)
+		go keepCABundle(ctx, kube, o.WebhookConfigName, sc.CABundle)
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc.Cert}}, nil
+}
+
+// keepCABundle writes the CA bundle into the webhook configuration: every
+// few seconds until it first succeeds (the configuration may be created
+// after us, in the same Helm release), then every minute, because a helm
+// upgrade resets the caBundle to the chart's empty value.
+func keepCABundle(ctx context.Context, kube kubernetes.Interface, configName string, caBundle []byte) {
+	logger := klog.FromContext(ctx)
+	interval := 5 * time.Second
+	for {
+		if err := admission.InjectCABundle(ctx, kube, configName, caBundle); err != nil {
+			logger.Error(err, "Setting the webhook CA bundle; will retry", "in", interval)
+		} else {
+			interval = time.Minute
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
