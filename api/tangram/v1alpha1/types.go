@@ -16,6 +16,7 @@ import (
 // +kubebuilder:printcolumn:name="Placed",type=integer,JSONPath=`.status.placed`
 // +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.running`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Diagnosis",type=string,JSONPath=`.status.diagnosis`,priority=1
 type GpuGang struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
