@@ -92,9 +92,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, namespace, name string) (tim
 		Message: "Workload, PodGroup and ResourceClaimTemplate exist; " + podsHint(g)})
 	setTopologyCondition(status, g, topology)
 
+	if err := r.summarize(ctx, g, status); err != nil {
+		return 0, err
+	}
+	if err := r.writeStatus(ctx, g, status); err != nil {
+		return 0, err
+	}
+	if status.Phase == tangramv1.GangPending {
+		return r.PendingResync, nil
+	}
+	return 0, nil
+}
+
+// summarize fills in the members, the phase and, while pending, the
+// diagnosis.
+func (r *Reconciler) summarize(ctx context.Context, g *tangramv1.GpuGang, status *tangramv1.GpuGangStatus) error {
 	members, err := r.observeMembers(g)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	status.Members = members.Statuses
 	status.Placed, status.Running = members.Placed, members.Running
@@ -106,19 +121,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, namespace, name string) (tim
 	case tangramv1.GangPending:
 		snap, err := r.Cluster.Snapshot()
 		if err != nil {
-			return 0, fmt.Errorf("reading the cluster for the diagnosis of GpuGang %s/%s: %w", namespace, name, err)
+			return fmt.Errorf("reading the cluster for the diagnosis of GpuGang %s/%s: %w", g.Namespace, g.Name, err)
 		}
 		if status.Diagnosis, err = Diagnose(ctx, snap, g, members); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	if err := r.writeStatus(ctx, g, status); err != nil {
-		return 0, err
-	}
-	if status.Phase == tangramv1.GangPending {
-		return r.PendingResync, nil
-	}
-	return 0, nil
+	return nil
 }
 
 func (r *Reconciler) fail(status *tangramv1.GpuGangStatus, reason, message string) {
