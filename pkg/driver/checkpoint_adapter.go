@@ -65,6 +65,7 @@ func (c CheckpointState) toCheckpoint(rec ClaimRecord) checkpoint.Claim {
 			CDIDeviceIDs:   d.CDIDeviceIDs,
 			MemoryBytes:    d.MemoryBytes,
 			ComputePercent: d.ComputePercent,
+			AdminAccess:    d.AdminAccess,
 		}
 		if d.MPS {
 			dev.MPSPipeDir = c.MPSPipeDir
@@ -74,9 +75,8 @@ func (c CheckpointState) toCheckpoint(rec ClaimRecord) checkpoint.Claim {
 	return out
 }
 
-// fromCheckpoint restores a record. MPS is
-// recorded as the share's pipe directory. Admin access is not recorded by
-// pkg/checkpoint, so a restored admin-access result counts as a holder.
+// fromCheckpoint restores a record. MPS is recorded as the share's pipe
+// directory.
 func fromCheckpoint(uid, pool string, claim checkpoint.Claim) ClaimRecord {
 	rec := ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted}
 	if claim.State == checkpoint.PrepareCompleted {
@@ -94,6 +94,7 @@ func fromCheckpoint(uid, pool string, claim checkpoint.Claim) ClaimRecord {
 			CDIDeviceIDs:   d.CDIDeviceIDs,
 			MemoryBytes:    d.MemoryBytes,
 			ComputePercent: d.ComputePercent,
+			AdminAccess:    d.AdminAccess,
 		})
 	}
 	return rec

@@ -76,6 +76,25 @@ func TestAdminAccessIsNotAHolder(t *testing.T) {
 	}
 }
 
+// An admin-access result must not become a holder of its card when the
+// plugin restarts from its checkpoint.
+func TestAdminAccessSurvivesRestart(t *testing.T) {
+	h := newHarness(t)
+	admin := wholeResult("gpu", "gpu-3")
+	admin.AdminAccess = ptr.To(true)
+	if err := h.prepare(claimWith("monitor", admin))["monitor"].Err; err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	h.assertConsistent()
+	if !h.driver.Records()["monitor"].Devices[0].AdminAccess {
+		t.Fatal("restored record lost its admin access flag")
+	}
+	if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
+		t.Errorf("after a restart, a whole card was refused because of an admin-access claim: %v", err)
+	}
+}
+
 func TestDecidePrepare(t *testing.T) {
 	completed := &ClaimRecord{Phase: PhaseCompleted}
 	started := &ClaimRecord{Phase: PhaseStarted}
