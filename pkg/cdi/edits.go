@@ -57,6 +57,9 @@ type Result struct {
 	// ConsumedCapacity is the allocation's consumed capacity: "memory" in
 	// bytes and "compute" in percent.
 	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
+	// AdminAccess marks a result that monitors the card without owning any
+	// of it: it is never a share and gets no limits.
+	AdminAccess bool
 	// Config is the resolved config of Request; nil means the default.
 	Config *v1alpha1.GpuConfig
 	// MPSPipeDir is the pipe directory of the MPS daemon serving this card
@@ -88,9 +91,11 @@ type ClaimEdits struct {
 // a share ID and consumed less than all of the card's memory. A result that
 // consumed the whole card's memory (a claim that named no memory on a
 // shareable card) is a whole card: nothing else fits beside it, so it gets
-// no MPS, and whole-card work is never slowed by a daemon.
+// no MPS, and whole-card work is never slowed by a daemon. Admin access
+// (monitoring) is never a share: it consumes nothing and must see the card
+// as it is, not through an MPS client limit.
 func IsShare(r Result) bool {
-	if r.ShareID == "" {
+	if r.ShareID == "" || r.AdminAccess {
 		return false
 	}
 	mem, ok := r.ConsumedCapacity[names.CapacityMemory]

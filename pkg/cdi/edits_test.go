@@ -336,6 +336,11 @@ func TestIsShare(t *testing.T) {
 		{"all of the memory", share("gpu-0", g, share1, "80Gi", "", nil), false},
 		{"no memory recorded", Result{ShareID: share1, GPU: g}, false},
 		{"card memory unknown", share("gpu-0", gpu.GPU{UUID: uuid0}, share1, "20Gi", "", nil), true},
+		{"admin access to part of the memory", func() Result {
+			r := share("gpu-0", g, share1, "20Gi", "", nil)
+			r.AdminAccess = true
+			return r
+		}(), false},
 	}
 	for _, tc := range tests {
 		if got := IsShare(tc.r); got != tc.want {

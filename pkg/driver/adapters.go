@@ -67,6 +67,7 @@ func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
 			GPU:              d.GPU,
 			ShareID:          d.ShareID,
 			ConsumedCapacity: d.ConsumedCapacity,
+			AdminAccess:      d.AdminAccess,
 			Config:           d.Config,
 			MPSPipeDir:       pipeDir,
 		}

@@ -395,7 +395,7 @@ func newRecord(claim *resourceapi.ResourceClaim, devices []SpecDevice) ClaimReco
 			ShareID:     dev.ShareID,
 			UUID:        dev.GPU.UUID,
 			Share:       dev.Share,
-			MPS:         dev.Share && !dev.AdminAccess && usesMPS(dev),
+			MPS:         dev.Share && usesMPS(dev),
 			AdminAccess: dev.AdminAccess,
 
 			MemoryBytes:    dev.MemoryBytes,

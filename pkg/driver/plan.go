@@ -86,7 +86,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			p.ComputePercent = compute
 		}
 		// One definition of "share" for accounting and for the CDI edits.
-		p.Share = cdi.IsShare(cdi.Result{GPU: card, ShareID: p.ShareID, ConsumedCapacity: r.ConsumedCapacity})
+		p.Share = cdi.IsShare(cdi.Result{GPU: card, ShareID: p.ShareID, ConsumedCapacity: r.ConsumedCapacity, AdminAccess: p.AdminAccess})
 		out = append(out, p)
 	}
 	return out, nil

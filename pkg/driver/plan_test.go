@@ -95,6 +95,28 @@ func TestAdminAccessSurvivesRestart(t *testing.T) {
 	}
 }
 
+// Admin access to a shareable card that names a memory amount is not a
+// share: it gets the card without MPS limits and needs no MPS daemon.
+func TestAdminAccessToAShareableCard(t *testing.T) {
+	h := newHarness(t)
+	admin := shareResult("gpu", "gpu-2", "a1", "10Gi", "")
+	admin.AdminAccess = ptr.To(true)
+	if err := h.prepare(claimWith("monitor", admin))["monitor"].Err; err != nil {
+		t.Fatal(err)
+	}
+	h.assertConsistent()
+	env, mounts, err := h.specs.env("monitor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(mounts) > 0 {
+		t.Errorf("admin access got MPS edits: env %v mounts %v", env, mounts)
+	}
+	if got := env["TANGRAM_SHARING_BACKEND"]; got != "exclusive" {
+		t.Errorf("TANGRAM_SHARING_BACKEND = %q, want exclusive", got)
+	}
+}
+
 func TestDecidePrepare(t *testing.T) {
 	completed := &ClaimRecord{Phase: PhaseCompleted}
 	started := &ClaimRecord{Phase: PhaseStarted}
