@@ -6,12 +6,17 @@ package placement
 // keeps the one with the smallest growth.
 type FGD struct {
 	Workload *Workload
+	cache    scoreCache
 }
 
 func (*FGD) Name() string    { return "fgd" }
 func (*FGD) PinsCards() bool { return true }
 
 func (p *FGD) Score(n *Node, r Request, cands []int) Choice {
+	return p.cache.scoreCached(n, r, cands, func() Choice { return p.score(n, r, cands) })
+}
+
+func (p *FGD) score(n *Node, r Request, cands []int) Choice {
 	var freeBuf, afterBuf, shapeBuf [16]int64
 	before := stateOf(n, freeBuf[:0])
 	fragBefore := p.Workload.fragmentation(before, shapeBuf[:0])

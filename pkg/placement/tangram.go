@@ -20,6 +20,8 @@ type Tangram struct {
 	// Stranding, Residue and Packing weigh the three terms (milli-GPU of
 	// the term per milli-GPU of fragmentation).
 	Stranding, Residue, Packing float64
+
+	cache scoreCache
 }
 
 // NewTangram returns the policy with the weights measured best on the
@@ -32,6 +34,10 @@ func (*Tangram) Name() string    { return "tangram" }
 func (*Tangram) PinsCards() bool { return true }
 
 func (p *Tangram) Score(n *Node, r Request, cands []int) Choice {
+	return p.cache.scoreCached(n, r, cands, func() Choice { return p.score(n, r, cands) })
+}
+
+func (p *Tangram) score(n *Node, r Request, cands []int) Choice {
 	w := p.Workload
 	var freeBuf, afterBuf, shapeBuf [16]int64
 	before := stateOf(n, freeBuf[:0])

@@ -45,6 +45,9 @@ type Cluster struct {
 func BuildCluster(nodes []trace.Node) (*Cluster, error) {
 	c := &Cluster{Slices: make(map[string][]*resourceapi.ResourceSlice, len(nodes))}
 	for _, tn := range nodes {
+		if _, dup := c.Slices[tn.Name]; dup {
+			return nil, fmt.Errorf("node %s appears twice in the node list; node names must be unique", tn.Name)
+		}
 		gpus, err := cardsOf(tn)
 		if err != nil {
 			return nil, err

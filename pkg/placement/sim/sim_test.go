@@ -90,6 +90,10 @@ func TestBuildClusterErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `card model "H200" has no memory size`) {
 		t.Errorf("unknown model: error = %v", err)
 	}
+	_, err = BuildCluster([]trace.Node{{Name: "n", CPUMilli: 1, MemoryMiB: 1, GPUs: 1, Model: "T4"}, {Name: "n", CPUMilli: 1, MemoryMiB: 1, GPUs: 1, Model: "T4"}})
+	if err == nil || !strings.Contains(err.Error(), "node n appears twice") {
+		t.Errorf("duplicate node: error = %v", err)
+	}
 	_, err = BuildCluster([]trace.Node{{Name: "n", CPUMilli: 1, MemoryMiB: 1}})
 	if err == nil || !strings.Contains(err.Error(), "no GPUs") {
 		t.Errorf("no GPUs: error = %v", err)

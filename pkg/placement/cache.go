@@ -1,0 +1,96 @@
+package placement
+
+import (
+	"encoding/binary"
+	"sync"
+)
+
+// scoreCache remembers fragmentation-aware scores by (request shape, node
+// state): in a large cluster many nodes are in the same state (all empty
+// nodes of a kind, for one), and scoring is a pure function of that state,
+// so each distinct state is scored once.
+type scoreCache struct {
+	mu sync.Mutex
+	m  map[string]cachedChoice
+}
+
+type cachedChoice struct {
+	score float64
+	// For a share: the free level and model of the chosen card; the first
+	// candidate card matching both is equivalent.
+	level int64
+	model string
+}
+
+// maxCacheEntries bounds memory; the cache is simply dropped when full.
+const maxCacheEntries = 200_000
+
+// cacheKey encodes everything Score depends on.
+func cacheKey(n *Node, r Request, buf []byte) []byte {
+	buf = binary.AppendVarint(buf, r.CPUMilli)
+	buf = binary.AppendVarint(buf, r.MemoryMiB)
+	buf = binary.AppendVarint(buf, int64(r.WholeCards))
+	buf = binary.AppendVarint(buf, r.ShareMilli)
+	for _, m := range r.Models {
+		buf = append(buf, m...)
+		buf = append(buf, 0)
+	}
+	buf = append(buf, 1)
+	buf = binary.AppendVarint(buf, n.FreeCPUMilli())
+	buf = binary.AppendVarint(buf, n.FreeMemoryMiB())
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		buf = append(buf, c.Model...)
+		buf = append(buf, 0)
+		flags := byte(0)
+		if c.whole {
+			flags |= 1
+		}
+		if c.Shareable {
+			flags |= 2
+		}
+		buf = append(buf, flags)
+		buf = binary.AppendVarint(buf, c.Memory.Value)
+		buf = binary.AppendVarint(buf, c.usedMemory)
+		buf = binary.AppendVarint(buf, c.usedCompute)
+	}
+	return buf
+}
+
+// scoreCached returns score(n, r, cands) through the cache.
+func (sc *scoreCache) scoreCached(n *Node, r Request, cands []int, score func() Choice) Choice {
+	var kb [256]byte
+	key := cacheKey(n, r, kb[:0])
+	sc.mu.Lock()
+	hit, ok := sc.m[string(key)]
+	sc.mu.Unlock()
+	if ok {
+		return Choice{Score: hit.score, Cards: hit.cards(n, r, cands)}
+	}
+	c := score()
+	entry := cachedChoice{score: c.Score}
+	if r.ShareMilli > 0 && len(c.Cards) == 1 {
+		entry.level = n.Cards[c.Cards[0]].FreeMilli()
+		entry.model = n.Cards[c.Cards[0]].Model
+	}
+	sc.mu.Lock()
+	if sc.m == nil || len(sc.m) >= maxCacheEntries {
+		sc.m = make(map[string]cachedChoice)
+	}
+	sc.m[string(key)] = entry
+	sc.mu.Unlock()
+	return c
+}
+
+func (e cachedChoice) cards(n *Node, r Request, cands []int) []int {
+	if r.ShareMilli == 0 {
+		return firstFit(r, cands)
+	}
+	for _, i := range cands {
+		if n.Cards[i].FreeMilli() == e.level && n.Cards[i].Model == e.model {
+			return []int{i}
+		}
+	}
+	// Unreachable for equal states; fall back to the allocator's order.
+	return firstFit(r, cands)
+}
