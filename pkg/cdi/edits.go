@@ -57,6 +57,11 @@ type Result struct {
 	// ConsumedCapacity is the allocation's consumed capacity: "memory" in
 	// bytes and "compute" in percent.
 	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
+	// AllocatableMemoryBytes is the most memory one allocation may consume
+	// on the card: the maximum of the memory request policy published for
+	// it, i.e. the card's memory rounded down to the share step. 0 means the
+	// card's memory.
+	AllocatableMemoryBytes int64
 	// AdminAccess marks a result that monitors the card without owning any
 	// of it: it is never a share and gets no limits.
 	AdminAccess bool
@@ -88,10 +93,13 @@ type ClaimEdits struct {
 }
 
 // IsShare reports whether a result is a share that needs isolation: it has
-// a share ID and consumed less than all of the card's memory. A result that
-// consumed the whole card's memory (a claim that named no memory on a
-// shareable card) is a whole card: nothing else fits beside it, so it gets
-// no MPS, and whole-card work is never slowed by a daemon. Admin access
+// a share ID and consumed less than all of the card's allocatable memory. A
+// result that consumed all of it (a claim that named no memory on a
+// shareable card gets the policy's default, which is all of it) is a whole
+// card: nothing else fits beside it, so it gets no MPS, and whole-card work
+// is never slowed by a daemon. The allocatable memory, not the card's, is
+// the bound: a card whose memory is not a whole number of share steps
+// publishes less than its memory as the default and maximum. Admin access
 // (monitoring) is never a share: it consumes nothing and must see the card
 // as it is, not through an MPS client limit.
 func IsShare(r Result) bool {
@@ -102,7 +110,11 @@ func IsShare(r Result) bool {
 	if !ok {
 		return false
 	}
-	return r.GPU.MemoryBytes <= 0 || mem.Value() < r.GPU.MemoryBytes
+	whole := r.GPU.MemoryBytes
+	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < whole {
+		whole = r.AllocatableMemoryBytes
+	}
+	return whole <= 0 || mem.Value() < whole
 }
 
 // DeviceName is the CDI device name of a result, reduced to the characters

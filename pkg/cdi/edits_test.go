@@ -336,6 +336,16 @@ func TestIsShare(t *testing.T) {
 		{"all of the memory", share("gpu-0", g, share1, "80Gi", "", nil), false},
 		{"no memory recorded", Result{ShareID: share1, GPU: g}, false},
 		{"card memory unknown", share("gpu-0", gpu.GPU{UUID: uuid0}, share1, "20Gi", "", nil), true},
+		{"all of the allocatable memory of a card that is not a whole number of steps", func() Result {
+			r := share("gpu-0", gpu.GPU{UUID: uuid0, MemoryBytes: 81559 << 20}, share1, "81408Mi", "", nil)
+			r.AllocatableMemoryBytes = 81408 << 20
+			return r
+		}(), false},
+		{"one step less than the allocatable memory", func() Result {
+			r := share("gpu-0", gpu.GPU{UUID: uuid0, MemoryBytes: 81559 << 20}, share1, "81152Mi", "", nil)
+			r.AllocatableMemoryBytes = 81408 << 20
+			return r
+		}(), true},
 		{"admin access to part of the memory", func() Result {
 			r := share("gpu-0", g, share1, "20Gi", "", nil)
 			r.AdminAccess = true

@@ -68,8 +68,10 @@ func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
 			ShareID:          d.ShareID,
 			ConsumedCapacity: d.ConsumedCapacity,
 			AdminAccess:      d.AdminAccess,
-			Config:           d.Config,
-			MPSPipeDir:       pipeDir,
+
+			AllocatableMemoryBytes: d.AllocatableMemoryBytes,
+			Config:                 d.Config,
+			MPSPipeDir:             pipeDir,
 		}
 	}
 	claim := cdi.Claim{UID: spec.UID, Namespace: spec.Namespace, Name: spec.Name}

@@ -27,9 +27,14 @@ type Config struct {
 	// NodeName is the node and the name of its resource pool.
 	NodeName string
 	GPUs     []gpu.GPU
-	State    StateStore
-	Specs    SpecStore
-	Configs  ConfigResolver
+	// AllocatableMemory is, by device name, the most memory one allocation
+	// may consume on a shareable card: the published memory request
+	// policy's maximum. A result that consumed that much holds the whole
+	// card. Cards without an entry use their memory.
+	AllocatableMemory map[string]int64
+	State             StateStore
+	Specs             SpecStore
+	Configs           ConfigResolver
 	// Shares is the MPS accounting; nil on nodes with sharing disabled,
 	// where a share allocation is refused.
 	Shares Shares
@@ -156,7 +161,7 @@ func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
-	plan, err := planClaim(claim, d.cfg.NodeName, d.cards)
+	plan, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,9 @@ type plannedDevice struct {
 	MemoryBytes int64
 	// ComputePercent is the consumed compute of a share, 0 when none.
 	ComputePercent int64
+	// AllocatableMemoryBytes is the most memory one allocation may consume
+	// on the card (see cdi.Result); 0 for cards not published as shareable.
+	AllocatableMemoryBytes int64
 	// AdminAccess results monitor a card without owning it.
 	AdminAccess bool
 	// ConsumedCapacity is the allocation's consumed capacity, as given.
@@ -39,8 +42,9 @@ type plannedDevice struct {
 }
 
 // planClaim picks our driver's results out of the claim's allocation and
-// resolves each device name to a card of this node.
-func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]gpu.GPU) ([]plannedDevice, error) {
+// resolves each device name to a card of this node. allocatable holds the
+// published per-allocation memory maximum of shareable cards, by device.
+func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]gpu.GPU, allocatable map[string]int64) ([]plannedDevice, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
@@ -66,7 +70,8 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			MemoryBytes: card.MemoryBytes,
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
 
-			ConsumedCapacity: r.ConsumedCapacity,
+			AllocatableMemoryBytes: allocatable[r.Device],
+			ConsumedCapacity:       r.ConsumedCapacity,
 		}
 		if r.ShareID != nil {
 			p.ShareID = string(*r.ShareID)
@@ -86,7 +91,8 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			p.ComputePercent = compute
 		}
 		// One definition of "share" for accounting and for the CDI edits.
-		p.Share = cdi.IsShare(cdi.Result{GPU: card, ShareID: p.ShareID, ConsumedCapacity: r.ConsumedCapacity, AdminAccess: p.AdminAccess})
+		p.Share = cdi.IsShare(cdi.Result{GPU: card, ShareID: p.ShareID, ConsumedCapacity: r.ConsumedCapacity,
+			AllocatableMemoryBytes: p.AllocatableMemoryBytes, AdminAccess: p.AdminAccess})
 		out = append(out, p)
 	}
 	return out, nil

@@ -45,7 +45,7 @@ func TestPlanClaim(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan, err := planClaim(tt.claim, testNode, cards)
+			plan, err := planClaim(tt.claim, testNode, cards, nil)
 			if got := errString(err); got != tt.wantErr {
 				t.Fatalf("error %q\nwant  %q", got, tt.wantErr)
 			}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -78,7 +77,8 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		return fmt.Errorf("building ResourceSlices: %w", err)
 	}
 
-	shares, err := newShares(ctx, opts, resources)
+	allocatable := allocatableMemory(resources)
+	shares, err := newShares(ctx, opts, allocatable)
 	if err != nil {
 		return err
 	}
@@ -98,8 +98,9 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 	metrics := NewMetrics()
 	cfg := Config{
-		NodeName: opts.NodeName,
-		GPUs:     opts.GPUs,
+		NodeName:          opts.NodeName,
+		GPUs:              opts.GPUs,
+		AllocatableMemory: allocatable,
 		State: CheckpointState{
 			Store:      checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
 			Pool:       opts.NodeName,
@@ -172,24 +173,39 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	return nil
 }
 
-// newShares builds the MPS accounting for the cards published as
-// shareable: simulated on fake GPUs, the real daemon otherwise.
-func newShares(ctx context.Context, opts PluginOptions, resources *resourceslice.DriverResources) (*sharing.Manager, error) {
-	if !opts.Sharing {
-		return nil, nil
-	}
-	byName := map[string]gpu.GPU{}
-	for _, g := range opts.GPUs {
-		byName[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = g
-	}
-	var shareable []string
+// allocatableMemory returns, for each device published as shareable, the
+// most memory one allocation may consume on it: its memory request policy's
+// maximum (the card's memory rounded down to the share step).
+func allocatableMemory(resources *resourceslice.DriverResources) map[string]int64 {
+	out := map[string]int64{}
 	for _, pool := range resources.Pools {
 		for _, s := range pool.Slices {
 			for _, dev := range s.Devices {
-				if allowsMultiple(dev) {
-					shareable = append(shareable, byName[dev.Name].UUID)
+				if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
+					continue
+				}
+				memory := dev.Capacity[names.CapacityMemory]
+				out[dev.Name] = memory.Value.Value()
+				if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil {
+					out[dev.Name] = p.ValidRange.Max.Value()
 				}
 			}
+		}
+	}
+	return out
+}
+
+// newShares builds the MPS accounting for the cards published as
+// shareable (the keys of allocatable): simulated on fake GPUs, the real
+// daemon otherwise.
+func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]int64) (*sharing.Manager, error) {
+	if !opts.Sharing {
+		return nil, nil
+	}
+	var shareable []string
+	for _, g := range opts.GPUs {
+		if _, ok := allocatable[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)]; ok {
+			shareable = append(shareable, g.UUID)
 		}
 	}
 	layout := sharing.Layout{Root: opts.MPSRoot}
@@ -213,10 +229,6 @@ func newShares(ctx context.Context, opts PluginOptions, resources *resourceslice
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
 	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
-}
-
-func allowsMultiple(dev resourceapi.Device) bool {
-	return dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations
 }
 
 func serveMetrics(ctx context.Context, addr string, m *Metrics) error {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -87,5 +88,37 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 	}
 	if seenLabels["topology.kubernetes.io/zone"] != "zone-a" {
 		t.Errorf("Resources got node labels %v, want the Node's", seenLabels)
+	}
+}
+
+// A real card's memory is rarely a whole number of share steps (an H100
+// reports 81559 MiB); a claim that names no memory gets the published
+// default, which is less than the card's memory, and must still be
+// prepared as a whole card: no MPS limits, no share accounting.
+func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
+	card := gpu.GPU{Index: 0, UUID: "GPU-0", MemoryBytes: 81559 << 20}
+	resources, err := slices.DriverResources([]gpu.GPU{card}, slices.Options{NodeName: testNode, Sharing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocatable := allocatableMemory(resources)
+	if got, want := allocatable["gpu-0"], int64(81408<<20); got != want {
+		t.Fatalf("allocatable memory of gpu-0 = %d, want %d (81559Mi rounded down to 256Mi)", got, want)
+	}
+	cards := map[string]gpu.GPU{"gpu-0": card}
+	for _, tc := range []struct {
+		memory    string
+		wantShare bool
+	}{
+		{memory: "81408Mi", wantShare: false},
+		{memory: "81152Mi", wantShare: true},
+	} {
+		plan, err := planClaim(claimWith("c", shareResult("gpu", "gpu-0", "s1", tc.memory, "")), testNode, cards, allocatable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan[0].Share != tc.wantShare {
+			t.Errorf("consumed %s: share = %v, want %v", tc.memory, plan[0].Share, tc.wantShare)
+		}
 	}
 }

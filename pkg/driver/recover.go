@@ -120,7 +120,7 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]ClaimRecord, error) {
 		if !ok {
 			continue
 		}
-		plan, err := planClaim(claim, d.cfg.NodeName, d.cards)
+		plan, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
 		if err != nil || len(plan) == 0 {
 			logger.Info("Claim with a spec is not prepared on this node any more", "claim", klog.KObj(claim), "reason", err)
 			continue
