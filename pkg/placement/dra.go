@@ -13,6 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
 // Validator checks a placement with the DRA allocator and records it.
@@ -23,27 +24,12 @@ type Validator interface {
 	Allocate(ctx context.Context, n *Node, r Request, cards []int, pin bool) ([]Consumed, error)
 }
 
-// Features are the allocator features the simulator enables: consumable
-// capacity is what makes GPU shares possible.
-var Features = structured.Features{ConsumableCapacity: true}
+// Features are the allocator features of kube-scheduler 1.37's defaults;
+// consumable capacity is what makes GPU shares possible.
+var Features = allocation.Features137
 
-// DeviceClasses are the classes the Helm chart publishes, as the allocator
-// sees them.
-func DeviceClasses() []*resourceapi.DeviceClass {
-	driver := fmt.Sprintf("device.driver == %q", names.DriverName)
-	return []*resourceapi.DeviceClass{
-		{
-			ObjectMeta: metav1.ObjectMeta{Name: names.DeviceClassName},
-			Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{celSelector(driver)}},
-		},
-		{
-			ObjectMeta: metav1.ObjectMeta{Name: names.SharedDeviceClassName},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
-				celSelector(driver + " && device.allowMultipleAllocations == true"),
-			}},
-		},
-	}
-}
+// DeviceClasses are the classes the Helm chart publishes.
+func DeviceClasses() []*resourceapi.DeviceClass { return allocation.DeviceClasses() }
 
 type classLister []*resourceapi.DeviceClass
 

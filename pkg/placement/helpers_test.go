@@ -6,11 +6,11 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
 // testNodeSpec describes a small node for hand-checked scenarios.
@@ -24,31 +24,16 @@ type testNodeSpec struct {
 
 const testCardMemory = 16 << 30
 
-// testDevices mirrors the devices pkg/slices publishes for shareable cards.
-func testDevices(spec testNodeSpec) []resourceapi.Device {
-	step := resource.MustParse("256Mi")
-	mem := *resource.NewQuantity(testCardMemory, resource.BinarySI)
-	var devices []resourceapi.Device
-	for i := 0; i < spec.cards; i++ {
-		devices = append(devices, resourceapi.Device{
-			Name: fmt.Sprintf("gpu-%d", i),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				names.AttrUUID:        {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", spec.name, i))},
-				names.AttrIndex:       {IntValue: ptr.To(int64(i))},
-				names.AttrProductName: {StringValue: ptr.To(spec.model)},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				names.CapacityMemory: {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
-					Default:    ptr.To(mem),
-					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(step), Max: ptr.To(mem), Step: ptr.To(step)},
-				}},
-				names.CapacityCompute: {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
-					Default:    ptr.To(resource.MustParse("0")),
-					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Max: ptr.To(resource.MustParse("100")), Step: ptr.To(resource.MustParse("1"))},
-				}},
-			},
-			AllowMultipleAllocations: ptr.To(true),
-		})
+// testDevices are the devices the plugin publishes for a sharing node.
+func testDevices(t testing.TB, spec testNodeSpec) []resourceapi.Device {
+	t.Helper()
+	gpus := make([]gpu.GPU, spec.cards)
+	for i := range gpus {
+		gpus[i] = gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", spec.name, i), ProductName: spec.model, MemoryBytes: testCardMemory}
+	}
+	devices, err := slices.Devices(gpus, slices.Options{NodeName: spec.name, Sharing: true})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return devices
 }
@@ -57,16 +42,16 @@ func testDevices(spec testNodeSpec) []resourceapi.Device {
 func testCluster(t testing.TB, specs ...testNodeSpec) ([]*Node, *DRAValidator) {
 	t.Helper()
 	var nodes []*Node
-	slices := map[string][]*resourceapi.ResourceSlice{}
+	bySlice := map[string][]*resourceapi.ResourceSlice{}
 	for _, spec := range specs {
-		devices := testDevices(spec)
+		devices := testDevices(t, spec)
 		n, err := NodeFromDevices(spec.name, spec.cpuMilli, spec.memMiB, devices)
 		if err != nil {
 			t.Fatal(err)
 		}
 		nodes = append(nodes, n)
 		nodeName := spec.name
-		slices[spec.name] = []*resourceapi.ResourceSlice{{
+		bySlice[spec.name] = []*resourceapi.ResourceSlice{{
 			ObjectMeta: metav1.ObjectMeta{Name: spec.name},
 			Spec: resourceapi.ResourceSliceSpec{
 				Driver: names.DriverName, NodeName: &nodeName, Devices: devices,
@@ -74,7 +59,7 @@ func testCluster(t testing.TB, specs ...testNodeSpec) ([]*Node, *DRAValidator) {
 			},
 		}}
 	}
-	v, err := NewDRAValidator(context.Background(), slices)
+	v, err := NewDRAValidator(context.Background(), bySlice)
 	if err != nil {
 		t.Fatal(err)
 	}
