@@ -120,6 +120,8 @@ func TestDescribeClaimSpec(t *testing.T) {
 		{fixture.Whole("d", "c", 8, true), "8 whole cards in one NVLink domain"},
 		{fixture.Share("d", "c", "20Gi", 40), "a 20 GiB, 40% compute share of a card"},
 		{fixture.Share("d", "c", "7680Mi", 0), "a 7.5 GiB share of a card"},
+		{fixture.Share("d", "c", "7474Mi", 30), "a 7474 MiB, 30% compute share of a card"},
+		{fixture.Share("d", "c", "512Mi", 0), "a 512 MiB share of a card"},
 	}
 	for _, tc := range tests {
 		got := DescribeClaimSpec(tc.claim)

@@ -186,6 +186,11 @@ func short(name string) string {
 func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 	switch short(string(name)) {
 	case names.CapacityMemory:
+		// Exact MiB when GiB with one decimal would round (7474Mi is not
+		// 7.3 GiB), so the message shows what was asked or is left.
+		if v := q.Value(); v%(1<<30) != 0 && v%(1<<20) == 0 && v%(1<<29) != 0 {
+			return fmt.Sprintf("%d MiB", v>>20)
+		}
 		return clusterview.FormatBytes(q.Value())
 	case names.CapacityCompute:
 		return fmt.Sprintf("%d%% compute", q.Value())
