@@ -191,37 +191,38 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		oldPtr = &old
 	}
 	specPresent := found && old.Phase == PhaseCompleted && d.cfg.Specs.Exists(ctx, uid)
-	switch decidePrepare(oldPtr, d.inFlight[uid], specPresent) {
+	action := decidePrepare(oldPtr, d.inFlight[uid], specPresent)
+	switch action {
 	case actionBusy:
 		d.mu.Unlock()
-		return nil, fmt.Errorf("another call is preparing or unpreparing this claim; retry later")
+		return nil, errBusy
 	case actionReturnExisting:
 		d.mu.Unlock()
 		klog.FromContext(ctx).V(3).Info("Already prepared; returning the recorded devices")
 		return kubeletDevices(old), nil
-	case actionRollbackThenPrepare:
-		d.inFlight[uid] = true
-		d.mu.Unlock()
+	}
+	// The claim stays busy until this call returns, rollback included.
+	d.inFlight[uid] = true
+	d.mu.Unlock()
+	defer d.notInFlight(uid)
+	if action == actionRollbackThenPrepare {
 		klog.FromContext(ctx).Info("Rolling back a preparation that did not complete")
 		if err := d.undo(ctx, old); err != nil {
 			return nil, fmt.Errorf("rolling back an earlier incomplete preparation: %w", err)
 		}
-		d.mu.Lock()
-		delete(d.inFlight, uid)
 	}
-	// Still under d.mu: reserve the cards by recording PrepareStarted.
+	// Reserve the cards by recording PrepareStarted.
+	d.mu.Lock()
 	if err := checkOverlap(uid, rec.key(), plan, d.holdingsLocked()); err != nil {
 		d.mu.Unlock()
 		return nil, err
 	}
 	d.records[uid] = rec
-	d.inFlight[uid] = true
 	version := d.changedLocked()
 	d.mu.Unlock()
 	if err := d.persist(ctx, version); err != nil {
 		d.mu.Lock()
 		delete(d.records, uid)
-		delete(d.inFlight, uid)
 		d.changedLocked()
 		d.mu.Unlock()
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)
@@ -249,10 +250,16 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		return nil, err
 	}
+	return kubeletDevices(completed), nil
+}
+
+// errBusy tells the kubelet to retry: its calls for one claim overlapped.
+var errBusy = errors.New("another call is preparing or unpreparing this claim; retry later")
+
+func (d *Driver) notInFlight(uid string) {
 	d.mu.Lock()
 	delete(d.inFlight, uid)
 	d.mu.Unlock()
-	return kubeletDevices(completed), nil
 }
 
 // apply does the MPS accounting and writes the spec; it returns the
@@ -284,7 +291,7 @@ func (d *Driver) apply(ctx context.Context, rec ClaimRecord, devices []SpecDevic
 
 // undo removes the claim's spec and MPS accounting, then its record. The
 // record is kept (as started) if cleanup failed, so a retry or the next
-// start-up tries again.
+// start-up tries again. The caller holds the claim in flight.
 func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 	var errs []error
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
@@ -296,7 +303,6 @@ func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 		}
 	}
 	d.mu.Lock()
-	delete(d.inFlight, rec.UID)
 	if len(errs) > 0 {
 		rec.Phase = PhaseStarted
 		d.records[rec.UID] = rec
@@ -313,18 +319,21 @@ func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 
 func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	d.mu.Lock()
+	// In flight comes first: a prepare rolling back an earlier attempt has
+	// no record for a moment, yet the claim is far from unprepared.
+	if d.inFlight[uid] {
+		d.mu.Unlock()
+		return errBusy
+	}
 	rec, found := d.records[uid]
 	if !found {
 		d.mu.Unlock()
 		klog.FromContext(ctx).V(3).Info("Not prepared; nothing to do")
 		return nil
 	}
-	if d.inFlight[uid] {
-		d.mu.Unlock()
-		return fmt.Errorf("another call is preparing or unpreparing this claim; retry later")
-	}
 	d.inFlight[uid] = true
 	d.mu.Unlock()
+	defer d.notInFlight(uid)
 	return d.undo(ctx, rec)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -317,4 +318,40 @@ func TestPrepareBatchInParallel(t *testing.T) {
 	if got := len(h.driver.Records()); got != 21 {
 		t.Errorf("%d records after restart, want 21", got)
 	}
+}
+
+// While one call rolls back a claim's incomplete preparation before
+// preparing it again, the claim stays busy: an unprepare arriving in that
+// window must be told to retry, not succeed while the preparation goes on.
+func TestRollbackKeepsTheClaimBusy(t *testing.T) {
+	h := newHarness(t)
+	claim := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", ""))
+	// A previous attempt stopped half-way and could not be cleaned up.
+	h.driver.mu.Lock()
+	h.driver.records["s"] = newRecord(claim, []SpecDevice{{plannedDevice: plannedDevice{
+		Request: "gpu", Pool: testNode, Device: "gpu-1", GPU: testGPUs()[1], ShareID: "s1", Share: true, MemoryBytes: 10 << 30,
+	}}})
+	h.driver.mu.Unlock()
+
+	// Hold the prepare in the checkpoint save of its rollback.
+	inRollbackSave, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.state.beforeSave = func() {
+		once.Do(func() {
+			close(inRollbackSave)
+			<-release
+		})
+	}
+	prepared := make(chan error, 1)
+	go func() { prepared <- h.prepare(claim)["s"].Err }()
+	<-inRollbackSave
+	unprepareErr := h.unprepare("s")["s"]
+	close(release)
+	if err := <-prepared; err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if unprepareErr == nil || !strings.Contains(unprepareErr.Error(), "another call is preparing or unpreparing this claim") {
+		t.Errorf("unprepare during the rollback: error %v, want the claim to be busy", unprepareErr)
+	}
+	h.assertConsistent()
 }
