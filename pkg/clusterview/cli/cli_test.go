@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -175,5 +177,38 @@ func TestNodesForbiddenIsNotFatal(t *testing.T) {
 	out, err := run(t, client, dyn, "describe", "claim/train-8x", "-n", "ml")
 	if err != nil || !strings.Contains(out, "largest free NVLink domain has 2 cards") {
 		t.Errorf("err %v, output:\n%s", err, out)
+	}
+}
+
+func TestColourChoice(t *testing.T) {
+	file, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	tests := []struct {
+		name    string
+		colour  string
+		out     io.Writer
+		noColor bool
+		want    bool
+	}{
+		{"auto to a buffer", "auto", &bytes.Buffer{}, false, false},
+		{"auto to a file that is no terminal", "auto", file, false, false},
+		{"always", "always", &bytes.Buffer{}, false, true},
+		{"always beats NO_COLOR", "always", &bytes.Buffer{}, true, true},
+		{"never", "never", file, false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.noColor {
+				t.Setenv("NO_COLOR", "1")
+			}
+			o := &options{colour: tc.colour, out: tc.out}
+			st, err := o.style()
+			if err != nil || st.Colour != tc.want {
+				t.Errorf("colour %v, err %v; want %v", st.Colour, err, tc.want)
+			}
+		})
 	}
 }
