@@ -140,16 +140,11 @@ type Node struct {
 
 	usedCPU    int64
 	usedMemory int64
-	// version changes on every commit, so policies can cache per-node values.
-	version uint64
 }
 
 // FreeCPUMilli and FreeMemoryMiB are what is left for pods.
 func (n *Node) FreeCPUMilli() int64  { return n.CPUMilli - n.usedCPU }
 func (n *Node) FreeMemoryMiB() int64 { return n.MemoryMiB - n.usedMemory }
-
-// Version changes whenever something is committed to the node.
-func (n *Node) Version() uint64 { return n.version }
 
 // FreeMilli is the free GPU of the node in milli-GPU.
 func (n *Node) FreeMilli() int64 {
@@ -257,22 +252,20 @@ func (n *Node) Commit(r Request, consumed []Consumed) {
 	n.usedCPU += r.CPUMilli
 	n.usedMemory += r.MemoryMiB
 	for _, k := range consumed {
-		c := &n.Cards[k.Card]
-		c.usedCompute += k.Compute
-		c.usedMemory += k.Memory
-		if k.Whole {
-			c.whole = true
-			c.allocatedMilli += 1000
-		} else {
-			c.allocatedMilli += r.ShareMilli
-		}
+		n.apply(k, r.ShareMilli)
 	}
-	n.version++
 }
 
-// Clone returns an independent copy of n (for what-if evaluation).
-func (n *Node) Clone() *Node {
-	c := *n
-	c.Cards = slices.Clone(n.Cards)
-	return &c
+// apply records one card's consumption; shareMilli is the GPU it stands
+// for when it is a share.
+func (n *Node) apply(k Consumed, shareMilli int64) {
+	c := &n.Cards[k.Card]
+	c.usedCompute += k.Compute
+	c.usedMemory += k.Memory
+	if k.Whole {
+		c.whole = true
+		c.allocatedMilli += 1000
+	} else {
+		c.allocatedMilli += shareMilli
+	}
 }

@@ -1,0 +1,69 @@
+package placement
+
+import (
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+)
+
+func TestNodeFromCluster(t *testing.T) {
+	spec := testNodeSpec{name: "a", cpuMilli: 32000, memMiB: 65536, model: "T4", cards: 3}
+	nodeName := spec.name
+	slice := &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
+		Driver: "gpu.tangram.dev", NodeName: &nodeName, Devices: testDevices(t, spec),
+		Pool: resourceapi.ResourcePool{Name: spec.name, ResourceSliceCount: 1},
+	}}
+	slice.Name = "a-gpu"
+	harness := &allocation.Node{Name: spec.name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	var claims []*resourceapi.ResourceClaim
+	for _, c := range []*resourceapi.ResourceClaim{
+		allocation.Claim("whole", nil, allocation.WholeGPUs("gpu", 1)),
+		allocation.Claim("half", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))),
+		allocation.Claim("quarter", nil, allocation.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("25"))),
+	} {
+		allocated, err := harness.Allocate(t.Context(), c)
+		if err != nil {
+			t.Fatalf("allocating %s: %v", c.Name, err)
+		}
+		claims = append(claims, allocated)
+	}
+	n, err := NodeFromCluster("a", 32000, 65536, 4000, 8192, []*resourceapi.ResourceSlice{slice}, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First fit: the whole card is gpu-0, both shares land on gpu-1.
+	for i, want := range []int64{0, 250, 1000} {
+		if got := n.Cards[i].FreeMilli(); got != want {
+			t.Errorf("gpu-%d free = %d milli, want %d", i, got, want)
+		}
+	}
+	if n.FreeCPUMilli() != 28000 || n.FreeMemoryMiB() != 57344 {
+		t.Errorf("free cpu/memory = %d/%d, want 28000/57344", n.FreeCPUMilli(), n.FreeMemoryMiB())
+	}
+	if got := n.AllocatedMilli(); got != 1750 {
+		t.Errorf("allocated = %d milli, want 1750", got)
+	}
+
+	// The pending claim of the next pod becomes a request.
+	pending := allocation.Claim("next", nil, allocation.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("20")))
+	r, ok := RequestFromClaims("next", 1000, 1024, append(claims, pending), testCardMemory)
+	if !ok || r.ShareMilli != 200 || r.WholeCards != 0 {
+		t.Errorf("request = %+v (ok=%v), want a 200-milli share", r, ok)
+	}
+	memOnly := allocation.Claim("mem", nil, resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "shared-gpu.tangram.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("4Gi")}},
+	}})
+	if r, ok := RequestFromClaims("mem", 0, 0, []*resourceapi.ResourceClaim{memOnly}, testCardMemory); !ok || r.ShareMilli != 250 {
+		t.Errorf("memory-only share = %+v, want 250 milli (4Gi of 16Gi)", r)
+	}
+	if r, ok := RequestFromClaims("two", 0, 0, []*resourceapi.ResourceClaim{allocation.Claim("two", nil, allocation.WholeGPUs("gpu", 2))}, 0); !ok || r.WholeCards != 2 {
+		t.Errorf("whole cards = %+v, want 2", r)
+	}
+	if _, ok := RequestFromClaims("none", 0, 0, claims, testCardMemory); ok {
+		t.Error("only allocated claims: want no GPU request")
+	}
+}
