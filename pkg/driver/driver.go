@@ -222,7 +222,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	d.mu.Unlock()
 	if err := d.persist(ctx, version); err != nil {
 		d.mu.Lock()
-		delete(d.records, uid)
+		if action == actionPrepare && found {
+			// A completed claim being redone still holds what it held.
+			d.records[uid] = old
+		} else {
+			delete(d.records, uid)
+		}
 		d.changedLocked()
 		d.mu.Unlock()
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)

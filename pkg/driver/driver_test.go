@@ -336,11 +336,12 @@ func TestRollbackKeepsTheClaimBusy(t *testing.T) {
 	// Hold the prepare in the checkpoint save of its rollback.
 	inRollbackSave, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	h.state.beforeSave = func() {
+	h.state.beforeSave = func() error {
 		once.Do(func() {
 			close(inRollbackSave)
 			<-release
 		})
+		return nil
 	}
 	prepared := make(chan error, 1)
 	go func() { prepared <- h.prepare(claim)["s"].Err }()

@@ -54,13 +54,16 @@ type stepState struct {
 	CheckpointState
 	steps *steps
 	// beforeSave, when set, runs at the start of every Save; tests use it
-	// to hold a call at a known point. Set it only while no call runs.
-	beforeSave func()
+	// to hold a call at a known point or to fail the save. Set it only
+	// while no call runs.
+	beforeSave func() error
 }
 
 func (s *stepState) Save(ctx context.Context, records map[string]ClaimRecord) error {
 	if s.beforeSave != nil {
-		s.beforeSave()
+		if err := s.beforeSave(); err != nil {
+			return err
+		}
 	}
 	if err := s.CheckpointState.Save(ctx, records); err != nil {
 		return err

@@ -117,6 +117,29 @@ func TestAdminAccessToAShareableCard(t *testing.T) {
 	}
 }
 
+// Redoing a completed claim whose spec vanished must not forget the claim
+// when the checkpoint cannot be written: its MPS share is still held, and
+// only its record lets unprepare release it.
+func TestFailedRedoKeepsTheCompletedRecord(t *testing.T) {
+	h := newHarness(t)
+	claim := claimWith("c1", shareResult("gpu", "gpu-0", "s1", "1Gi", ""))
+	if err := h.prepare(claim)[claim.UID].Err; err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(h.specs.Store.Path("c1")); err != nil {
+		t.Fatal(err)
+	}
+	h.state.beforeSave = func() error { return errInjected }
+	if err := h.prepare(claim)[claim.UID].Err; !errors.Is(err, errInjected) {
+		t.Fatalf("prepare with a failing checkpoint: error %v, want the injected failure", err)
+	}
+	h.state.beforeSave = nil
+	if err := h.unprepare("c1")["c1"]; err != nil {
+		t.Fatal(err)
+	}
+	h.assertConsistent()
+}
+
 func TestDecidePrepare(t *testing.T) {
 	completed := &ClaimRecord{Phase: PhaseCompleted}
 	started := &ClaimRecord{Phase: PhaseStarted}
