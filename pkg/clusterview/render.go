@@ -67,12 +67,7 @@ func WriteStatus(w io.Writer, v *View, st Style) error {
 		writeGangs(&b, v.Gangs, st)
 	}
 	if len(v.Pending) > 0 {
-		refs := make([]string, len(v.Pending))
-		for i, p := range v.Pending {
-			refs[i] = p.String()
-		}
-		fmt.Fprintf(&b, "%s  %d %s not allocated: %s (see kubectl tangram describe claim/NAME -n NAMESPACE)\n",
-			st.Paint(Yellow, "PENDING"), len(v.Pending), plural(len(v.Pending), "claim"), strings.Join(refs, ", "))
+		writePending(&b, v.Pending, st)
 	}
 	for _, warn := range v.Warnings {
 		fmt.Fprintf(&b, "%s  %s\n", st.Paint(Red, "WARNING"), warn)
@@ -211,6 +206,34 @@ func writeGangs(b *strings.Builder, gangs []GangView, st Style) {
 		t.Add(Cell{Text: g.Namespace + "/" + g.Name, Colour: Cyan}, Cell{Text: phase, Colour: colour},
 			Cell{Text: strconv.Itoa(int(g.Members)), AlignRight: true}, Cell{Text: strconv.Itoa(int(g.Placed)), AlignRight: true},
 			Cell{Text: strconv.Itoa(int(g.Running)), AlignRight: true}, Cell{Text: nodes}, Cell{Text: why})
+	}
+	_ = t.Write(b, st)
+}
+
+// writePending lists the unallocated claims, with why where it is known.
+func writePending(b *strings.Builder, pending []PendingClaim, st Style) {
+	withWhy := 0
+	refs := make([]string, len(pending))
+	for i, p := range pending {
+		refs[i] = p.String()
+		if p.Why != "" {
+			withWhy++
+		}
+	}
+	hint := "(see kubectl tangram describe claim/NAME -n NAMESPACE)"
+	if withWhy == 0 {
+		fmt.Fprintf(b, "%s  %d %s not allocated: %s %s\n",
+			st.Paint(Yellow, "PENDING"), len(pending), plural(len(pending), "claim"), strings.Join(refs, ", "), hint)
+		return
+	}
+	fmt.Fprintf(b, "%s  %d %s not allocated %s\n", st.Paint(Yellow, "PENDING"), len(pending), plural(len(pending), "claim"), hint)
+	t := Table{Indent: "  "}
+	for _, p := range pending {
+		why := p.Why
+		if why == "" {
+			why = "(not diagnosed here)"
+		}
+		t.Add(Cell{Text: p.String(), Colour: Cyan}, Cell{Text: why})
 	}
 	_ = t.Write(b, st)
 }

@@ -31,7 +31,7 @@ type View struct {
 	Nodes      []NodeView `json:"nodes"`
 	Totals     Totals     `json:"totals"`
 	// Pending lists claims of our device classes that are not allocated yet.
-	Pending []ClaimRef `json:"pending"`
+	Pending []PendingClaim `json:"pending"`
 	// Gangs are the GpuGangs (all of them, or those with a member on the
 	// --node node).
 	Gangs []GangView `json:"gangs"`
@@ -100,6 +100,14 @@ type ClaimRef struct {
 	UID       string `json:"uid"`
 }
 
+// PendingClaim is an unallocated claim and, when known, why it waits.
+type PendingClaim struct {
+	ClaimRef
+	// Why is the diagnosis in one line; kubectl-tangram fills it for the
+	// first pending claims (Build leaves it empty: it is pure and cheap).
+	Why string `json:"why"`
+}
+
 // String is "namespace/name".
 func (c ClaimRef) String() string { return c.Namespace + "/" + c.Name }
 
@@ -131,7 +139,7 @@ type Options struct {
 // Build makes the view of our driver's devices from a snapshot.
 func Build(snap *Snapshot, opts Options) *View {
 	inv := NewInventory(snap)
-	v := &View{APIVersion: ViewAPIVersion, Nodes: []NodeView{}, Pending: []ClaimRef{}, Warnings: []string{}}
+	v := &View{APIVersion: ViewAPIVersion, Nodes: []NodeView{}, Pending: []PendingClaim{}, Warnings: []string{}}
 	var claimGang map[string]string
 	v.Gangs, claimGang = gangViews(snap.Gangs, opts.Node)
 	nodeIndex := map[string]int{}
@@ -255,15 +263,15 @@ func Consumers(c *resourceapi.ResourceClaim) (pods, others []string) {
 
 // pendingClaims lists unallocated claims that ask for one of our device
 // classes (directly or in a firstAvailable alternative).
-func pendingClaims(snap *Snapshot) []ClaimRef {
+func pendingClaims(snap *Snapshot) []PendingClaim {
 	ours := OurClasses(snap.Classes)
-	out := []ClaimRef{}
+	out := []PendingClaim{}
 	for _, c := range sortedClaims(snap.Claims) {
 		if c.Status.Allocation != nil || c.DeletionTimestamp != nil {
 			continue
 		}
 		if claimUsesClasses(c, ours) {
-			out = append(out, claimRef(c))
+			out = append(out, PendingClaim{ClaimRef: claimRef(c)})
 		}
 	}
 	return out

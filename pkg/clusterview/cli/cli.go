@@ -114,6 +114,7 @@ func (o *options) style() (clusterview.Style, error) {
 
 func newStatusCommand(o *options) *cobra.Command {
 	var node string
+	var explain int
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Per node and card: memory and compute used, shares, NVLink domain, claims and pods",
@@ -138,6 +139,9 @@ func newStatusCommand(o *options) *cobra.Command {
 				return err
 			}
 			v := clusterview.Build(snap, clusterview.Options{Node: node})
+			if err := describe.ExplainPending(cmd.Context(), snap, v, explain); err != nil {
+				return err
+			}
 			if node != "" && len(v.Nodes) == 0 {
 				return fmt.Errorf("node %q publishes no gpu.tangram.dev devices (check the name with kubectl get resourceslices)", node)
 			}
@@ -148,6 +152,7 @@ func newStatusCommand(o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "Show only this node")
+	cmd.Flags().IntVar(&explain, "explain-pending", 10, "Say why for at most this many pending claims (each runs the allocator over the cluster; 0 turns it off)")
 	return cmd
 }
 

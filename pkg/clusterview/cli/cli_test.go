@@ -95,10 +95,24 @@ func TestStatusJSONMatchesView(t *testing.T) {
 		t.Fatalf("status -o json is not a View: %v\n%s", err, out)
 	}
 	want := clusterview.Build(&c.Snap, clusterview.Options{})
+	if err := describe.ExplainPending(context.Background(), &c.Snap, want, 10); err != nil {
+		t.Fatal(err)
+	}
 	wantJSON, _ := json.Marshal(want)
 	gotJSON, _ := json.Marshal(got)
 	if !bytes.Equal(wantJSON, gotJSON) {
-		t.Errorf("status over the API differs from the view of the same objects\n got: %s\nwant: %s", gotJSON, wantJSON)
+		i := 0
+		for i < len(gotJSON) && i < len(wantJSON) && gotJSON[i] == wantJSON[i] {
+			i++
+		}
+		from := max(0, i-100)
+		t.Errorf("status over the API differs from the view of the same objects at byte %d\n got: ...%s\nwant: ...%s",
+			i, gotJSON[from:min(len(gotJSON), i+100)], wantJSON[from:min(len(wantJSON), i+100)])
+	}
+	for _, p := range got.Pending {
+		if p.Why == "" {
+			t.Errorf("pending claim %s has no reason", p.String())
+		}
 	}
 }
 

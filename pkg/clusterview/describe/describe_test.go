@@ -153,3 +153,27 @@ func TestDescribeClaimMissingDevice(t *testing.T) {
 		t.Errorf("got %+v", r)
 	}
 }
+
+func TestStatusWithReasonsGolden(t *testing.T) {
+	ctx := context.Background()
+	c, err := fixture.Demo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := clusterview.Build(&c.Snap, clusterview.Options{})
+	// Only the first pending claim is explained.
+	if err := ExplainPending(ctx, &c.Snap, v, 1); err != nil {
+		t.Fatal(err)
+	}
+	if v.Pending[0].Why == "" || v.Pending[1].Why != "" {
+		t.Fatalf("limit 1 explained %q and %q", v.Pending[0].Why, v.Pending[1].Why)
+	}
+	if err := ExplainPending(ctx, &c.Snap, v, 10); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := clusterview.WriteStatus(&out, v, clusterview.Style{}); err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "status-with-reasons.golden", out.Bytes())
+}
