@@ -115,3 +115,50 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 	}
 	return r, found
 }
+
+// WorkloadSample lists the GPU shapes of the allocated claims of our driver
+// on the given nodes (keyed by name, which is also the pool name): what a
+// live cluster's workload looks like, for the fragmentation-aware policies.
+func WorkloadSample(claims []*resourceapi.ResourceClaim, nodes map[string]*Node) []Request {
+	var sample []Request
+	for _, claim := range claims {
+		if claim.Status.Allocation == nil {
+			continue
+		}
+		r := Request{Name: claim.Name}
+		for _, d := range claim.Status.Allocation.Devices.Results {
+			n, ok := nodes[d.Pool]
+			if d.Driver != names.DriverName || !ok {
+				continue
+			}
+			var card *Card
+			for i := range n.Cards {
+				if n.Cards[i].Device == d.Device {
+					card = &n.Cards[i]
+				}
+			}
+			if card == nil {
+				continue
+			}
+			k := Consumed{Whole: d.ShareID == nil}
+			if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+				k.Compute = q.Value()
+			}
+			if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
+				k.Memory = q.Value()
+			}
+			if milli := card.shareMilli(k); k.Whole || milli >= 1000 {
+				r.WholeCards++
+			} else {
+				r.ShareMilli = max(r.ShareMilli, milli)
+			}
+		}
+		if r.ShareMilli > 0 && r.WholeCards > 0 {
+			r.ShareMilli = 0
+		}
+		if r.GPUMilli() > 0 {
+			sample = append(sample, r)
+		}
+	}
+	return sample
+}

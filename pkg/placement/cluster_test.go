@@ -47,6 +47,11 @@ func TestNodeFromCluster(t *testing.T) {
 		t.Errorf("allocated = %d milli, want 1750", got)
 	}
 
+	sample := WorkloadSample(claims, map[string]*Node{"a": n})
+	if len(sample) != 3 || sample[0].WholeCards != 1 || sample[1].ShareMilli != 500 || sample[2].ShareMilli != 250 {
+		t.Errorf("workload sample = %+v, want a whole card, a 500 and a 250 share", sample)
+	}
+
 	// The pending claim of the next pod becomes a request.
 	pending := allocation.Claim("next", nil, allocation.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("20")))
 	r, ok := RequestFromClaims("next", 1000, 1024, append(claims, pending), testCardMemory)
