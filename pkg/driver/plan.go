@@ -79,14 +79,16 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
 			memory := q.Value()
 			if memory <= 0 || memory > card.MemoryBytes {
-				return nil, fmt.Errorf("request %q: consumed memory %s on %s is outside 1..%d bytes", r.Request, q.String(), r.Device, card.MemoryBytes)
+				return nil, fmt.Errorf("request %q: consumed memory %s on %s is outside 1..%d bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it",
+					r.Request, q.String(), r.Device, card.MemoryBytes)
 			}
 			p.MemoryBytes = memory
 		}
 		if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
 			compute := q.Value()
 			if compute < 0 || compute > 100 {
-				return nil, fmt.Errorf("request %q: consumed compute %s on %s is outside 0..100 percent", r.Request, q.String(), r.Device)
+				return nil, fmt.Errorf("request %q: consumed compute %s on %s is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it",
+					r.Request, q.String(), r.Device)
 			}
 			p.ComputePercent = compute
 		}

@@ -39,8 +39,8 @@ func TestPlanClaim(t *testing.T) {
 		{name: "share and whole", claim: claimWith("c", shareResult("a", "gpu-0", "s", "1Gi", "10"), wholeResult("b", "gpu-1")), wantShare: []bool{true, false}, wantAdmin: []bool{false, false}},
 		{name: "admin access", claim: claimWith("c", admin), wantShare: []bool{false}, wantAdmin: []bool{true}},
 		{name: "another node's pool", claim: claimWith("c", otherPool), wantErr: `request "gpu": device gpu-0 is in pool "node-b", but this node's pool is "node-a"; the claim was allocated for another node`},
-		{name: "more memory than the card", claim: claimWith("c", tooMuch), wantErr: `request "gpu": consumed memory 81Gi on gpu-0 is outside 1..85899345920 bytes`},
-		{name: "compute over 100", claim: claimWith("c", badCompute), wantErr: `request "gpu": consumed compute 101 on gpu-0 is outside 0..100 percent`},
+		{name: "more memory than the card", claim: claimWith("c", tooMuch), wantErr: `request "gpu": consumed memory 81Gi on gpu-0 is outside 1..85899345920 bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it`},
+		{name: "compute over 100", claim: claimWith("c", badCompute), wantErr: `request "gpu": consumed compute 101 on gpu-0 is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it`},
 		{name: "not allocated", claim: func() *resourceapi.ResourceClaim { c := claimWith("c"); c.Status.Allocation = nil; return c }(), wantErr: "claim default/claim-c is not allocated"},
 	}
 	for _, tt := range tests {

@@ -45,7 +45,7 @@ func (d *Driver) recover(ctx context.Context) error {
 		d.records[rec.UID] = rec
 		if cards := rec.mpsCards(); len(cards) > 0 {
 			if d.cfg.Shares == nil {
-				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but sharing is disabled now", rec.key()))
+				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.key()))
 				continue
 			}
 			if err := d.cfg.Shares.Acquire(ctx, rec.UID, cards); err != nil {
