@@ -139,6 +139,34 @@ func togetherProblem(analyses [][]requestAnalysis) string {
 	return "each request can be met on its own, but no node can meet all of them together (" + strings.Join(parts, "; ") + ")"
 }
 
+// ClaimsTogether lists the nodes where the allocator can allocate all of
+// the given (unallocated) claims at once, as the scheduler must for a pod
+// that uses several. The claims are ignored among the snapshot's claims.
+func ClaimsTogether(ctx context.Context, snap *clusterview.Snapshot, claims []*resourceapi.ResourceClaim) ([]string, error) {
+	others := snap
+	for _, c := range claims {
+		others = withoutClaim(others, c)
+	}
+	alloc, err := others.NewAllocator(ctx, clusterview.AllocatedStateOf(others.Claims))
+	if err != nil {
+		return nil, err
+	}
+	nodes := []string{}
+	for _, node := range others.NodeObjects() {
+		results, err := alloc.Allocate(ctx, node, claims)
+		if err != nil {
+			if errors.Is(err, structured.ErrFailedAllocationOnNode) {
+				continue
+			}
+			return nil, fmt.Errorf("allocating %d claims together on node %s: %w", len(claims), node.Name, err)
+		}
+		if len(results) == len(claims) {
+			nodes = append(nodes, node.Name)
+		}
+	}
+	return nodes, nil
+}
+
 // allocatorError is a claim the allocator refuses outright (bad input).
 type allocatorError struct{ err error }
 

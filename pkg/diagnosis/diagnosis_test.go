@@ -234,3 +234,27 @@ func TestListNodes(t *testing.T) {
 		}
 	}
 }
+
+func TestClaimsTogether(t *testing.T) {
+	c := newTestCluster().node("n1", "", false, "a", "a").node("n2", "", true, "b")
+	tests := []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+		want   []string
+	}{
+		{"both whole cards fit on n1", []*resourceapi.ResourceClaim{fixture.Whole("d", "x", 1, false), fixture.Whole("d", "y", 1, false)}, []string{"n1"}},
+		{"two cards and a share need different nodes", []*resourceapi.ResourceClaim{fixture.Whole("d", "x", 2, false), fixture.Share("d", "y", "10Gi", 0)}, []string{}},
+		{"three cards fit nowhere", []*resourceapi.ResourceClaim{fixture.Whole("d", "x", 2, false), fixture.Whole("d", "y", 1, true)}, []string{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ClaimsTogether(context.Background(), &c.snap, tc.claims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -71,6 +72,10 @@ type PodReport struct {
 	Phase     string     `json:"phase"`
 	Node      string     `json:"node"`
 	Claims    []PodClaim `json:"claims"`
+	// Together, when set, says why the pod's pending claims cannot be
+	// allocated although each could be on its own: the scheduler needs one
+	// node for all of them.
+	Together string `json:"together,omitempty"`
 }
 
 // PodClaim is one entry of the pod's spec.resourceClaims.
@@ -185,7 +190,38 @@ func DescribePod(ctx context.Context, snap *clusterview.Snapshot, pod *corev1.Po
 		}
 		r.Claims = append(r.Claims, entry)
 	}
+	if err := checkTogether(ctx, snap, r); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// checkTogether fills r.Together when the pod has several pending claims
+// that each fit somewhere but not all on one node.
+func checkTogether(ctx context.Context, snap *clusterview.Snapshot, r *PodReport) error {
+	var pending []*resourceapi.ResourceClaim
+	var parts []string
+	for _, c := range r.Claims {
+		if c.Report == nil || c.Report.State != StatePending {
+			continue
+		}
+		if c.Report.Diagnosis == nil || len(c.Report.Diagnosis.FitsOn) == 0 {
+			return nil // this claim alone already explains the wait
+		}
+		pending = append(pending, findClaim(snap, c.Report.Claim.Namespace, c.Report.Claim.Name))
+		parts = append(parts, fmt.Sprintf("%q fits on %s", c.Name, strings.Join(c.Report.Diagnosis.FitsOn, ", ")))
+	}
+	if len(pending) < 2 {
+		return nil
+	}
+	nodes, err := diagnosis.ClaimsTogether(ctx, snap, pending)
+	if err != nil {
+		return fmt.Errorf("diagnosing the claims of pod %s/%s together: %w", r.Namespace, r.Name, err)
+	}
+	if len(nodes) == 0 {
+		r.Together = "each pending claim fits on its own, but no node can take all of them at once (" + strings.Join(parts, "; ") + ")"
+	}
+	return nil
 }
 
 func findClaim(snap *clusterview.Snapshot, namespace, name string) *resourceapi.ResourceClaim {

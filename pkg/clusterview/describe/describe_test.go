@@ -103,11 +103,24 @@ func TestDescribePodGolden(t *testing.T) {
 	unbound := podNamed(t, &c.Snap, "lab", "notebook-pod").DeepCopy()
 	unbound.Name, unbound.Spec.NodeName, unbound.Status.Phase = "unbound", "", corev1.PodPending
 
+	// A pod with two pending claims that each fit alone, on different
+	// nodes: three whole cards (only a100-a has that many free) and a 60Gi
+	// share (only the shareable DGX cards).
+	three := c.Pending(fixture.Whole("lab", "three", 3, false))
+	share := c.Pending(fixture.Share("lab", "big-notebook", "60Gi", 0))
+	apart := podNamed(t, &c.Snap, "lab", "three-pod").DeepCopy()
+	apart.Name = "apart"
+	apart.Spec.ResourceClaims = []corev1.PodResourceClaim{
+		{Name: "cards", ResourceClaimName: ptr.To(three.Name)},
+		{Name: "share", ResourceClaimName: ptr.To(share.Name)},
+	}
+
 	tests := []struct {
 		pod    *corev1.Pod
 		golden string
 		format string
 	}{
+		{apart, "pod-claims-not-together.golden", clusterview.FormatTable},
 		{podNamed(t, &c.Snap, "serve", "infer-b-pod"), "pod-running.golden", clusterview.FormatTable},
 		{podNamed(t, &c.Snap, "serve", "big-share-pod"), "pod-pending.golden", clusterview.FormatTable},
 		{waiting, "pod-template-missing.golden", clusterview.FormatTable},

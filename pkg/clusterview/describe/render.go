@@ -33,6 +33,9 @@ func WritePod(w io.Writer, r *PodReport, st clusterview.Style) error {
 	} else if r.Node == "" && allAllocated(r) {
 		b.WriteString("All of its claims are allocated: the pod waits for something else (see kubectl describe pod).\n")
 	}
+	if r.Together != "" {
+		field(&b, "", "Why", st.Paint(clusterview.Yellow, r.Together), st)
+	}
 	for _, c := range r.Claims {
 		fmt.Fprintf(&b, "\n%s %q\n", st.Paint(clusterview.Bold, "Resource claim"), c.Name)
 		if c.Report == nil {
