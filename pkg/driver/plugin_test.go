@@ -5,10 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
@@ -35,6 +36,12 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(sockDir, "reg"), 0o750); err != nil {
 		t.Fatal(err)
 	}
+	// Watch before Run starts, so the published slice arrives as an event.
+	slicesWatch, err := client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slicesWatch.Stop()
 	var seenLabels map[string]string
 	done := make(chan error, 1)
 	go func() {
@@ -56,28 +63,17 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 			Publish:      true,
 		})
 	}()
-	// Wait for the published slice (an event, not a timing assertion).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
+	select {
+	case ev := <-slicesWatch.ResultChan():
+		slice, ok := ev.Object.(*resourceapi.ResourceSlice)
+		if ev.Type != watch.Added || !ok {
+			t.Fatalf("first ResourceSlice event %s %T, want an added slice", ev.Type, ev.Object)
 		}
-		if len(list.Items) > 0 {
-			if got := len(list.Items[0].Spec.Devices); got != 4 {
-				t.Errorf("published %d devices, want 4", got)
-			}
-			break
+		if got := len(slice.Spec.Devices); got != 4 {
+			t.Errorf("published %d devices, want 4", got)
 		}
-		select {
-		case err := <-done:
-			t.Fatalf("Run returned before publishing: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no ResourceSlice published")
-		}
-		time.Sleep(20 * time.Millisecond)
+	case err := <-done:
+		t.Fatalf("Run returned before publishing: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(sockDir, "plugin", "dra.sock")); err != nil {
 		t.Errorf("kubelet socket missing: %v", err)
