@@ -175,15 +175,13 @@ type Inventory struct {
 	Devices []*DeviceState
 	Orphans []Orphan
 	byID    map[structured.DeviceID]*DeviceState
-	slices  []*resourceapi.ResourceSlice
 }
 
 // NewInventory indexes the snapshot's current slices and the allocation
 // results of its claims.
 func NewInventory(snap *Snapshot) *Inventory {
 	inv := &Inventory{byID: map[structured.DeviceID]*DeviceState{}}
-	inv.slices = CurrentSlices(snap.Slices)
-	for _, s := range inv.slices {
+	for _, s := range CurrentSlices(snap.Slices) {
 		for i := range s.Spec.Devices {
 			dev := &s.Spec.Devices[i]
 			node := ptr.Deref(s.Spec.NodeName, "")
@@ -222,9 +220,6 @@ func NewInventory(snap *Snapshot) *Inventory {
 	}
 	return inv
 }
-
-// Slices returns the current slices (highest generation of each pool).
-func (inv *Inventory) Slices() []*resourceapi.ResourceSlice { return inv.slices }
 
 // Device looks a device up by its allocator identity.
 func (inv *Inventory) Device(driver, pool, device string) *DeviceState {

@@ -40,7 +40,7 @@ func (d *ClaimDiagnosis) Summary() string {
 	case d.Allocated:
 		return "allocated"
 	case len(d.FitsOn) > 0:
-		return "the claim fits now on " + listNodes(d.FitsOn) +
+		return "the claim fits now on " + listFew(d.FitsOn) +
 			"; if its pod is still pending, something else rules those nodes out (node selector, taints, CPU/memory) or the scheduler has not retried yet"
 	case len(d.Reasons) == 0:
 		return "the claim fits on no node"
@@ -128,7 +128,7 @@ func togetherProblem(analyses [][]requestAnalysis) string {
 	for _, as := range analyses {
 		for _, a := range as {
 			if a.problem == "" {
-				parts = append(parts, fmt.Sprintf("%q alone fits on %s", a.req.name, listNodes(a.fitsOn)))
+				parts = append(parts, fmt.Sprintf("%q alone fits on %s", a.req.name, listFew(a.fitsOn)))
 				break
 			}
 		}

@@ -229,8 +229,8 @@ func TestListNodes(t *testing.T) {
 		{[]string{"a", "b", "c", "d", "e"}, "a, b, c and 2 more"},
 	}
 	for _, tc := range tests {
-		if got := listNodes(tc.nodes); got != tc.want {
-			t.Errorf("listNodes(%v) = %q, want %q", tc.nodes, got, tc.want)
+		if got := listFew(tc.nodes); got != tc.want {
+			t.Errorf("listFew(%v) = %q, want %q", tc.nodes, got, tc.want)
 		}
 	}
 }

@@ -57,7 +57,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 	}
 	if len(untainted) == 0 {
 		a.problem = fmt.Sprintf("every matching %s has a taint the request does not tolerate: %s",
-			cardWord(r, 1), listNodes(tainted))
+			cardWord(r, 1), listFew(tainted))
 		return a
 	}
 	matching = untainted
@@ -120,7 +120,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 			topNodes = append(topNodes, b.node)
 		}
 	}
-	where := listNodes(topNodes)
+	where := listFew(topNodes)
 	if attr == "" {
 		a.problem = fmt.Sprintf("needs %d %s on one node: the most any node has free is %d (%s)", want, cardWord(r, want), top, where)
 		return a
@@ -374,9 +374,9 @@ func deviceName(d *clusterview.DeviceState) string {
 	return d.Pool + "/" + d.Device.Name
 }
 
-// listNodes names up to three nodes and counts the rest, so a message
+// listFew names up to three items (nodes, cards) and counts the rest, so a message
 // stays one line on a large cluster.
-func listNodes(nodes []string) string {
+func listFew(nodes []string) string {
 	const shown = 3
 	if len(nodes) <= shown {
 		return strings.Join(nodes, ", ")
