@@ -374,8 +374,8 @@ func deviceName(d *clusterview.DeviceState) string {
 	return d.Pool + "/" + d.Device.Name
 }
 
-// listFew names up to three items (nodes, cards) and counts the rest, so a message
-// stays one line on a large cluster.
+// listFew names up to three items (nodes, cards) and counts the rest,
+// so a message stays one line on a large cluster.
 func listFew(nodes []string) string {
 	const shown = 3
 	if len(nodes) <= shown {
