@@ -103,6 +103,10 @@ type DroppedClaim struct {
 type LoadResult struct {
 	// Checkpoint is never nil; empty when there was no usable file.
 	Checkpoint *Checkpoint
+	// Missing is set when there was no file at all: a first start, or a
+	// restart after a corrupt file was moved aside and the state it held
+	// was not yet rebuilt and saved.
+	Missing bool
 	// Corrupt is set when the file existed but could not be used.
 	Corrupt *CorruptError
 	// PreviousBootID is the boot ID in the file when it differs from now.
@@ -128,6 +132,7 @@ func (s *Store) Load() (*LoadResult, error) {
 
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
+		res.Missing = true
 		return res, nil
 	}
 	var cp *Checkpoint

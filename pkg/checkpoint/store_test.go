@@ -54,7 +54,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Corrupt != nil || len(res.Checkpoint.Claims) != 0 || res.Checkpoint.BootID != boot1 {
+	if res.Corrupt != nil || !res.Missing || len(res.Checkpoint.Claims) != 0 || res.Checkpoint.BootID != boot1 {
 		t.Fatalf("missing file: got %+v", res)
 	}
 	want := sample()
@@ -65,7 +65,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Corrupt != nil || res.Dropped != nil {
+	if res.Corrupt != nil || res.Dropped != nil || res.Missing {
 		t.Fatalf("unexpected report: %+v", res)
 	}
 	want.BootID = boot1

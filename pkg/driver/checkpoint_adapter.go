@@ -22,7 +22,8 @@ type CheckpointState struct {
 var _ StateStore = CheckpointState{}
 
 // Load reads the checkpoint; a corrupt file (already moved aside by the
-// store) is reported as ErrCorruptCheckpoint, a reboot as bootChanged.
+// store) is reported as ErrCorruptCheckpoint, a missing one as
+// ErrNoCheckpoint, a reboot as bootChanged.
 func (c CheckpointState) Load(ctx context.Context) (map[string]ClaimRecord, bool, error) {
 	res, err := c.Store.Load()
 	if err != nil {
@@ -30,6 +31,9 @@ func (c CheckpointState) Load(ctx context.Context) (map[string]ClaimRecord, bool
 	}
 	if res.Corrupt != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, res.Corrupt)
+	}
+	if res.Missing {
+		return nil, false, fmt.Errorf("%w at %s", ErrNoCheckpoint, c.Store.Path())
 	}
 	if res.PreviousBootID != "" {
 		klog.FromContext(ctx).Info("Checkpoint is from an earlier boot", "previousBootID", res.PreviousBootID, "droppedClaims", len(res.Dropped))

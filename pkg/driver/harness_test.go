@@ -30,7 +30,9 @@ type harness struct {
 	daemon *sharing.SimulatedDaemon
 	shares stepShares
 	claims []resourceapi.ResourceClaim
-	driver *Driver
+	// listErr makes listing claims from the API server fail.
+	listErr error
+	driver  *Driver
 }
 
 func newHarness(t testing.TB) *harness {
@@ -60,6 +62,13 @@ func newHarness(t testing.TB) *harness {
 
 func (h *harness) start() {
 	h.t.Helper()
+	if err := h.tryStart(); err != nil {
+		h.t.Fatalf("starting driver: %v", err)
+	}
+}
+
+// tryStart starts a new Driver and returns New's error.
+func (h *harness) tryStart() error {
 	layout := sharing.Layout{Root: filepath.Join(h.dir, "mps")}
 	h.daemon = &sharing.SimulatedDaemon{Layout: layout}
 	var uuids []string
@@ -75,13 +84,14 @@ func (h *harness) start() {
 		Configs:  ResolveConfigs,
 		Shares:   h.shares,
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
-			return h.claims, nil
+			return h.claims, h.listErr
 		},
 	})
 	if err != nil {
-		h.t.Fatalf("starting driver: %v", err)
+		return err
 	}
 	h.driver = d
+	return nil
 }
 
 // restart starts a new Driver as a new process would; crash hooks are off.

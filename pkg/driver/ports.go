@@ -19,11 +19,16 @@ import (
 // has moved it aside and the driver rebuilds its state.
 var ErrCorruptCheckpoint = errors.New("checkpoint is corrupt or unreadable")
 
+// ErrNoCheckpoint marks a start without any checkpoint: the first one, or
+// one after a rebuild from a corrupt checkpoint did not finish.
+var ErrNoCheckpoint = errors.New("no checkpoint")
+
 // StateStore persists the claim records crash-safely.
 type StateStore interface {
 	// Load returns the records of this boot. bootChanged reports that the
 	// stored records were written during an earlier boot. A corrupt file is
-	// moved aside and reported with an error wrapping ErrCorruptCheckpoint.
+	// moved aside and reported with an error wrapping ErrCorruptCheckpoint;
+	// a missing one with ErrNoCheckpoint.
 	Load(ctx context.Context) (records map[string]ClaimRecord, bootChanged bool, err error)
 	// Save replaces the stored records atomically and durably.
 	Save(ctx context.Context, records map[string]ClaimRecord) error

@@ -28,6 +28,15 @@ func (d *Driver) recover(ctx context.Context) error {
 			return fmt.Errorf("rebuilding state after a corrupt checkpoint: %w", err)
 		}
 		bootChanged = false
+	case errors.Is(err, ErrNoCheckpoint):
+		// Nothing to rebuild on a first start. Specs of ours without a
+		// checkpoint mean an earlier rebuild was interrupted (the corrupt
+		// file is already moved aside): rebuild again rather than take the
+		// specs of running claims for orphans.
+		records, err = d.rebuild(ctx)
+		if err != nil {
+			return fmt.Errorf("rebuilding state: there is no checkpoint but there are CDI specs of ours: %w", err)
+		}
 	case err != nil:
 		return fmt.Errorf("loading checkpoint: %w", err)
 	}

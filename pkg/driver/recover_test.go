@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -106,6 +107,36 @@ func TestCorruptCheckpointIsRebuilt(t *testing.T) {
 	want := map[string]ClaimRecord{"w": before["w"], "s": before["s"]}
 	if !reflect.DeepEqual(after, want) {
 		t.Errorf("rebuilt records\n%v\nwant\n%v", after, want)
+	}
+}
+
+// The corrupt checkpoint is moved aside before the state is rebuilt; if the
+// rebuild cannot finish (API server unreachable, or the process dies), the
+// next start finds no checkpoint but our specs. It must rebuild again, not
+// take the specs of running claims for orphans and remove them.
+func TestInterruptedRebuildIsRetried(t *testing.T) {
+	h := newHarness(t)
+	whole := claimWith("w", wholeResult("gpu", "gpu-0"))
+	share := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "25"))
+	for _, c := range []*resourceapi.ResourceClaim{whole, share} {
+		if err := h.prepare(c)[c.UID].Err; err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := h.driver.Records()
+	h.claims = []resourceapi.ResourceClaim{*whole, *share}
+	if err := os.WriteFile(h.state.Store.Path(), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.listErr = errInjected
+	if err := h.tryStart(); !errors.Is(err, errInjected) {
+		t.Fatalf("start with the API server unreachable: error %v, want the injected failure", err)
+	}
+	h.listErr = nil
+	h.restart()
+	h.assertConsistent()
+	if after := h.driver.Records(); !reflect.DeepEqual(after, before) {
+		t.Errorf("records after the retried rebuild\n%v\nwant\n%v", after, before)
 	}
 }
 
