@@ -19,5 +19,5 @@ if [ -z "${KUBECONFIG:-}" ]; then
 fi
 log "running the e2e suite against $(KUBECONFIG="$KUBECONFIG" "$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null || echo "$KUBECONFIG")"
 cd "$REPO_ROOT"
-exec go test -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
+exec go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
 	--kubeconfig "$KUBECONFIG" -ginkgo.v -ginkgo.no-color "${args[@]}" "$@"

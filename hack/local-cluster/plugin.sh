@@ -28,6 +28,11 @@ slices_published() {
 	[ -n "$(K get resourceslices --field-selector "spec.nodeName=$NODE_NAME,spec.driver=gpu.tangram.dev" -o name 2>/dev/null)" ]
 }
 
+# registered_since N: the kubelet logged our registration after line N.
+registered_since() {
+	tail -n "+$(($1 + 1))" "$LOG_DIR/kubelet.log" | grep -q 'Registered DRA plugin.*driverName="gpu.tangram.dev"'
+}
+
 start() {
 	need_root
 	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: $KUBECONFIG_FILE is missing; run 'make cluster-up' first"
@@ -56,8 +61,7 @@ start() {
 		compgen -G "$KUBELET_ROOT/plugins_registry/gpu.tangram.dev*"
 	# The kubelet logs the registration (at -v=3); only lines written since
 	# this start count, an earlier registration says nothing.
-	wait_until kubelet 30 "the kubelet registered the plugin" \
-		grep -q 'Registered DRA plugin.*driverName="gpu.tangram.dev"' <(tail -n "+$((kubelet_lines + 1))" "$LOG_DIR/kubelet.log")
+	wait_until kubelet 60 "the kubelet registered the plugin" registered_since "$kubelet_lines"
 }
 
 case "${1:-}" in

@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
@@ -93,13 +93,10 @@ func createSimNode(ctx context.Context, profile string) string {
 	node, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred(), "creating API-only node %s", name)
 	// Without allocatable pods the scheduler's resource fit rejects the node.
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("512Gi"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-	}
-	node.Status.Capacity, node.Status.Allocatable = capacity, capacity
-	_, err = clientset.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	// A patch, because controllers update the new node concurrently.
+	capacity := `{"cpu":"64","memory":"512Gi","pods":"110"}`
+	_, err = clientset.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType,
+		[]byte(`{"status":{"capacity":`+capacity+`,"allocatable":`+capacity+`}}`), metav1.PatchOptions{}, "status")
 	Expect(err).NotTo(HaveOccurred(), "setting the capacity of API-only node %s", name)
 
 	p, err := gpu.BuiltinProfile(profile)

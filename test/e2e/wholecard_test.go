@@ -30,8 +30,14 @@ var _ = Describe("Whole cards", func() {
 
 			res := results(claim)
 			Expect(res).To(HaveLen(1), "claim of %s should hold exactly one device", p)
-			Expect(res[0].ShareID).To(BeNil(), "a whole card is not a share")
-			wantUUID := stringAttr(devices[res[0].Device], names.AttrUUID)
+			dev := devices[res[0].Device]
+			// On a shareable card a claim naming no capacity takes all of it.
+			if res[0].ShareID != nil {
+				Expect(res[0].ConsumedCapacity[names.CapacityMemory]).To(BeComparableTo(dev.Capacity[names.CapacityMemory].Value),
+					"a whole-card claim on a shareable card must consume all its memory")
+			}
+			Expect(report).NotTo(HaveKey("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "a whole card must not be limited by MPS")
+			wantUUID := stringAttr(dev, names.AttrUUID)
 			Expect(wantUUID).NotTo(BeEmpty(), "device %s has no uuid attribute in the ResourceSlice", res[0].Device)
 			Expect(report).To(HaveKeyWithValue("NVIDIA_VISIBLE_DEVICES", wantUUID),
 				"pod %s should see exactly the UUID of its allocated device %s", p, res[0].Device)
