@@ -140,6 +140,24 @@ func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) (crashed str
 	return ""
 }
 
+// startCrashing starts a new Driver and reports the step its recovery
+// crashed after, "" if it did not crash.
+func (h *harness) startCrashing() (crashed string) {
+	defer func() {
+		if r := recover(); r != nil {
+			sig, ok := r.(crashSignal)
+			if !ok {
+				panic(r)
+			}
+			crashed = sig.step
+		}
+	}()
+	if err := h.tryStart(); err != nil {
+		h.t.Fatal(err)
+	}
+	return ""
+}
+
 func (h *harness) unprepareCrashing(uid string) (crashed string) {
 	defer func() {
 		if r := recover(); r != nil {

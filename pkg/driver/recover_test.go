@@ -81,6 +81,32 @@ func TestCrashDuringUnprepareThenRestart(t *testing.T) {
 	}
 }
 
+// Start-up recovery has side effects too: a crash after it rolled back a
+// claim's spec but before it saved the checkpoint is recovered by the next
+// start.
+func TestCrashDuringRecoveryThenRestart(t *testing.T) {
+	h := newHarness(t)
+	share := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", ""))
+	// Saves: 1 at start-up, 2 when the claim's preparation starts.
+	h.steps.crashAt, h.steps.crashN = "save", 2
+	if got := h.prepareCrashing(share); got != "save" {
+		t.Fatalf("crashed after %q, want save", got)
+	}
+	h.steps.crashAt, h.steps.crashN = "spec-remove", h.steps.count("spec-remove")+1
+	if got := h.startCrashing(); got != "spec-remove" {
+		t.Fatalf("start-up crashed after %q, want spec-remove", got)
+	}
+	h.restart()
+	h.assertConsistent()
+	if len(h.driver.Records()) != 0 {
+		t.Errorf("records after restart: %v", h.driver.Records())
+	}
+	if err := h.prepare(share)[share.UID].Err; err != nil {
+		t.Fatal(err)
+	}
+	h.assertConsistent()
+}
+
 func TestCorruptCheckpointIsRebuilt(t *testing.T) {
 	h := newHarness(t)
 	whole := claimWith("w", wholeResult("gpu", "gpu-0"))
