@@ -70,6 +70,7 @@ func (c CheckpointState) toCheckpoint(rec ClaimRecord) checkpoint.Claim {
 			MemoryBytes:    d.MemoryBytes,
 			ComputePercent: d.ComputePercent,
 			AdminAccess:    d.AdminAccess,
+			Config:         d.Config,
 		}
 		if d.MPS {
 			dev.MPSPipeDir = c.MPSPipeDir
@@ -99,6 +100,7 @@ func fromCheckpoint(uid, pool string, claim checkpoint.Claim) ClaimRecord {
 			MemoryBytes:    d.MemoryBytes,
 			ComputePercent: d.ComputePercent,
 			AdminAccess:    d.AdminAccess,
+			Config:         d.Config,
 		})
 	}
 	return rec

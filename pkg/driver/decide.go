@@ -3,6 +3,8 @@ package driver
 import (
 	"slices"
 	"sort"
+
+	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 )
 
 // This file holds the pure decisions of prepare, unprepare and start-up:
@@ -48,6 +50,9 @@ type PreparedDevice struct {
 	ComputePercent int64
 	// CDIDeviceIDs are the fully qualified IDs given to the kubelet.
 	CDIDeviceIDs []string
+	// Config is the effective config the result was prepared with, kept
+	// for diagnosis.
+	Config *configapi.GpuConfig
 }
 
 func (r ClaimRecord) key() string { return r.Namespace + "/" + r.Name }

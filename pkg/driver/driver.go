@@ -419,6 +419,7 @@ func newRecord(claim *resourceapi.ResourceClaim, devices []SpecDevice) ClaimReco
 
 			MemoryBytes:    dev.MemoryBytes,
 			ComputePercent: dev.ComputePercent,
+			Config:         dev.Config,
 		})
 	}
 	return rec

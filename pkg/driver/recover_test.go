@@ -240,3 +240,20 @@ func TestPlanStartup(t *testing.T) {
 		})
 	}
 }
+
+// The checkpoint keeps the config each result was prepared with.
+func TestConfigSurvivesRestart(t *testing.T) {
+	h := newHarness(t)
+	claim := withConfig(claimWith("c", shareResult("gpu", "gpu-1", "s1", "10Gi", "")), resourceapi.AllocationConfigSourceClaim,
+		`{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":40}}}`)
+	if err := h.prepare(claim)[claim.UID].Err; err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	h.assertConsistent()
+	cfg := h.driver.Records()["c"].Devices[0].Config
+	if cfg == nil || cfg.Sharing == nil || cfg.Sharing.MPS == nil || cfg.Sharing.MPS.DefaultActiveThreadPercentage == nil ||
+		*cfg.Sharing.MPS.DefaultActiveThreadPercentage != 40 {
+		t.Errorf("config after restart %v, want the claim's defaultActiveThreadPercentage 40", cfg)
+	}
+}
