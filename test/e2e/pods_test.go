@@ -205,7 +205,7 @@ func waitEvent(ctx context.Context, ns, pod, reason string, contains ...string) 
 				return
 			}
 		}
-		g.Expect(list.Items).To(BeNil(), "no %s event of pod %s mentions %q; events so far:\n%s", reason, pod, contains, eventText(ctx, ns, pod))
+		g.Expect(found).NotTo(BeEmpty(), "no %s event of pod %s mentions %q; events so far:\n%s", reason, pod, contains, eventText(ctx, ns, pod))
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
 	return found
 }
