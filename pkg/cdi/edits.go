@@ -141,6 +141,7 @@ func DeviceID(name string) string {
 type card struct {
 	device   string
 	uuid     string
+	memory   int64 // the card's memory
 	whole    bool
 	backend  v1alpha1.SharingBackend
 	memBytes int64 // sum over shares; the card's memory when whole
@@ -213,7 +214,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 		}
 		c, ok := byUUID[r.GPU.UUID]
 		if !ok {
-			c = &card{device: r.Device, uuid: r.GPU.UUID}
+			c = &card{device: r.Device, uuid: r.GPU.UUID, memory: r.GPU.MemoryBytes}
 			byUUID[r.GPU.UUID] = c
 			cards = append(cards, c)
 		}
@@ -221,9 +222,13 @@ func aggregate(results []Result) ([]*card, string, error) {
 		if cfg == nil {
 			cfg = v1alpha1.Default()
 		}
+		if r.AdminAccess {
+			// Monitoring makes the card visible and sets nothing: the
+			// limits of the claim's own share of it, if any, still apply.
+			continue
+		}
 		if !IsShare(r) {
 			c.whole = true
-			c.memBytes = r.GPU.MemoryBytes
 			continue
 		}
 		if c.whole {
@@ -260,10 +265,11 @@ func aggregate(results []Result) ([]*card, string, error) {
 	}
 	anyMPS := false
 	for _, c := range cards {
-		if c.whole {
-			// A whole card next to a share of itself cannot be allocated;
-			// if it is, the card is exclusive and no share limits apply.
-			c.backend, c.compute = "", 0
+		if c.whole || c.backend == "" {
+			// Held whole, or only seen through admin access. (A whole card
+			// next to a share of itself cannot be allocated; if it is, the
+			// card is exclusive and no share limits apply.)
+			c.whole, c.memBytes, c.backend, c.compute = true, c.memory, "", 0
 		}
 		anyMPS = anyMPS || c.backend == v1alpha1.BackendMPS
 		c.finish()

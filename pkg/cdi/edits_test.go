@@ -95,6 +95,34 @@ func TestComputeClaimEdits(t *testing.T) {
 			wantMPS:    true,
 		},
 		{
+			// Admin access sees the card; it must not lift the limits of the
+			// claim's share of that same card.
+			name: "admin access next to a share of the same card keeps the share's limits",
+			results: []Result{
+				func() Result {
+					r := share("gpu-1", testGPU(1, uuid1), share2, "80Gi", "", nil)
+					r.Request, r.AdminAccess = "monitor", true
+					return r
+				}(),
+				share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "", nil),
+			},
+			wantNames: []string{uid + "-gpu-1-" + share2, uid + "-gpu-1-" + share1},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100", "TANGRAM_SHARING_BACKEND=mps"),
+				"CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+uuid1+"=20480M")...),
+			wantMounts: pipeMount,
+			wantMPS:    true,
+		},
+		{
+			name:      "admin access alone sees the whole card",
+			results:   []Result{func() Result { r := share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "", nil); r.AdminAccess = true; return r }()},
+			wantNames: []string{uid + "-gpu-1-" + share2},
+			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, claimEnv(
+				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
+				"TANGRAM_GPU_COMPUTE_PERCENT=100", "TANGRAM_SHARING_BACKEND=exclusive")...),
+		},
+		{
 			name:      "share with compute",
 			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendMPS, 0))},
 			wantNames: []string{uid + "-gpu-1-" + share1},
