@@ -115,8 +115,12 @@ func TestComputeClaimEdits(t *testing.T) {
 			wantMPS:    true,
 		},
 		{
-			name:      "admin access alone sees the whole card",
-			results:   []Result{func() Result { r := share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "", nil); r.AdminAccess = true; return r }()},
+			name: "admin access alone sees the whole card",
+			results: []Result{func() Result {
+				r := share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "", nil)
+				r.AdminAccess = true
+				return r
+			}()},
 			wantNames: []string{uid + "-gpu-1-" + share2},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
