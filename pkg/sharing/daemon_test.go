@@ -1,6 +1,7 @@
 package sharing
 
 import (
+	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -20,6 +21,8 @@ if [ "$1" = "-f" ]; then
 	echo "start $CUDA_VISIBLE_DEVICES $2" >> "$dir/fake.log"
 	ls /dev/shm > "$dir/shm.txt"
 	echo "$$" > "$dir/fake.pid.tmp" && mv "$dir/fake.pid.tmp" "$dir/fake.pid"
+	# Tests that wait for a start read the pids from this FIFO.
+	if [ -p "$dir/started" ]; then echo "$$" > "$dir/started"; fi
 	exec sleep 100000
 fi
 read cmd
@@ -88,16 +91,37 @@ func fakePid(t *testing.T, root string) int {
 	return pid
 }
 
-// eventually polls cond; it waits for an event, it does not measure time.
-func eventually(t *testing.T, what string, cond func() bool) {
+// startedPids makes every fake daemon started under root report its pid on
+// the returned channel, so a test waits for the start itself.
+func startedPids(t *testing.T, root string) <-chan int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	fifo := filepath.Join(Layout{Root: root}.PipeDir(), "started")
+	if err := os.MkdirAll(filepath.Dir(fifo), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write, so that opening does not wait for a writer and reads
+	// never see end-of-file between two starts.
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	pids := make(chan int)
+	go func() {
+		defer close(pids)
+		lines := bufio.NewScanner(f)
+		for lines.Scan() {
+			pid, err := strconv.Atoi(lines.Text())
+			if err != nil {
+				return
+			}
+			pids <- pid
+		}
+	}()
+	return pids
 }
 
 func TestMPSDaemonStartStop(t *testing.T) {
@@ -143,19 +167,32 @@ func TestMPSDaemonStartStop(t *testing.T) {
 func TestMPSDaemonRestartsAfterDeath(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
+	pids := startedPids(t, root)
 	d := newFakeDaemon(t, root)
-	if err := d.Ensure(ctx); err != nil {
+	// Ensure returns once the daemon answers, after it reported its pid;
+	// the FIFO write blocks until read, so read it alongside.
+	ensured := make(chan error, 1)
+	go func() { ensured <- d.Ensure(ctx) }()
+	first := <-pids
+	if err := <-ensured; err != nil {
 		t.Fatal(err)
 	}
-	defer d.Stop(ctx)
-	first := fakePid(t, root)
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a restarted daemon", func() bool {
-		pid := fakePid(t, root)
-		return d.Starts() == 2 && pid != 0 && pid != first && syscall.Kill(pid, 0) == nil
-	})
+	second := <-pids
+	if second == first {
+		t.Fatalf("restarted daemon has the dead one's pid %d", first)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+	if d.Starts() != 2 {
+		t.Errorf("Starts() = %d, want 2", d.Starts())
+	}
 }
 
 func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
@@ -182,9 +219,14 @@ func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
 	if err := next.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "adopted daemon to quit", func() bool { return syscall.Kill(pid, 0) != nil })
-	// Reap the child of the first MPSDaemon's exec.Cmd is not needed: its
-	// waiting goroutine does it; the process is gone either way.
+	// The fake answers quit by killing the daemon; the first MPSDaemon's
+	// waiting goroutine reaps it.
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q: the adopted daemon was not told to quit", got, want)
+	}
+	if fakePid(t, root) != 0 {
+		t.Error("the adopted daemon still has its pid file after Stop")
+	}
 }
 
 func TestMPSDaemonStartFailure(t *testing.T) {
