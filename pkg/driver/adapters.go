@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,12 +52,6 @@ var _ SpecStore = CDISpecs{}
 
 // Write computes the claim's edits and writes its spec.
 func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
-	pipeDir := ""
-	for _, env := range spec.MPS.Env {
-		if v, ok := strings.CutPrefix(env, cdi.EnvMPSPipeDirectory+"="); ok {
-			pipeDir = v
-		}
-	}
 	results := make([]cdi.Result, len(spec.Devices))
 	for i, d := range spec.Devices {
 		results[i] = cdi.Result{
@@ -71,7 +64,7 @@ func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
 
 			AllocatableMemoryBytes: d.AllocatableMemoryBytes,
 			Config:                 d.Config,
-			MPSPipeDir:             pipeDir,
+			MPSPipeDir:             spec.MPS.PipeDir,
 		}
 	}
 	claim := cdi.Claim{UID: spec.UID, Namespace: spec.Namespace, Name: spec.Name}

@@ -32,8 +32,9 @@ type Mount struct {
 
 // ClientConfig is what a share's container needs to reach the daemon.
 type ClientConfig struct {
-	// Env holds CUDA_MPS_PIPE_DIRECTORY (as seen inside the container).
-	Env []string
+	// PipeDir is the daemon's pipe directory, CUDA_MPS_PIPE_DIRECTORY in
+	// the container, where it is mounted at the same path.
+	PipeDir string
 	// Mounts holds the pipe directory and the daemon's /dev/shm.
 	Mounts []Mount
 }
@@ -69,11 +70,11 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 	return m
 }
 
-// ClientConfig returns the environment and mounts of every share's
+// ClientConfig returns the pipe directory and mounts of every share's
 // container; they are the same for all cards because the daemon is shared.
 func (m *Manager) ClientConfig() ClientConfig {
 	return ClientConfig{
-		Env: []string{"CUDA_MPS_PIPE_DIRECTORY=" + m.layout.PipeDir()},
+		PipeDir: m.layout.PipeDir(),
 		Mounts: []Mount{
 			{HostPath: m.layout.PipeDir(), ContainerPath: m.layout.PipeDir()},
 			{HostPath: m.layout.ShmDir(), ContainerPath: "/dev/shm"},

@@ -292,7 +292,7 @@ func TestManagerConcurrentShares(t *testing.T) {
 func TestClientConfigMountsPipeAndShm(t *testing.T) {
 	m := NewManager(Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &RecordingComputeModeSetter{}, nil)
 	want := ClientConfig{
-		Env: []string{"CUDA_MPS_PIPE_DIRECTORY=/run/tangram/mps/pipe"},
+		PipeDir: "/run/tangram/mps/pipe",
 		Mounts: []Mount{
 			{HostPath: "/run/tangram/mps/pipe", ContainerPath: "/run/tangram/mps/pipe"},
 			{HostPath: "/run/tangram/mps/shm", ContainerPath: "/dev/shm"},
