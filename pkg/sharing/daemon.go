@@ -108,6 +108,9 @@ type MPSDaemon struct {
 	// quitting tells the supervisor that its cancellation is a Stop (wait
 	// for the daemon to leave) rather than a Close (leave it running).
 	quitting atomic.Bool
+	// adopted is set while the supervised daemon is one a previous plugin
+	// process left running: it is not our child, so only quit stops it.
+	adopted atomic.Bool
 
 	starts atomic.Int64
 }
@@ -186,6 +189,7 @@ func (d *MPSDaemon) Ensure(ctx context.Context) error {
 	d.cancel = cancel
 	d.done = make(chan struct{})
 	d.quitting.Store(false)
+	d.adopted.Store(proc == nil)
 	go d.supervise(supCtx, proc, d.done)
 	return nil
 }
@@ -279,6 +283,7 @@ func (d *MPSDaemon) supervise(ctx context.Context, proc Process, done chan struc
 			p, err := d.start(ctx)
 			if err == nil {
 				proc = p
+				d.adopted.Store(false)
 				break
 			}
 			logger.Error(err, "Restarting MPS control daemon failed", "nextBackoff", backoff)
@@ -321,15 +326,20 @@ func (d *MPSDaemon) Stop(ctx context.Context) error {
 	}
 	d.quitting.Store(true)
 	quitErr := d.control(ctx, "quit")
-	if quitErr != nil {
-		logger.Error(quitErr, "Sending quit to the MPS control daemon failed; it will be killed")
-	}
 	d.cancel()
 	<-d.done
 	d.cancel, d.done = nil, nil
+	if quitErr != nil && d.adopted.Load() {
+		// An adopted daemon has no process handle to kill.
+		return fmt.Errorf("stopping the adopted MPS control daemon: %w", quitErr)
+	}
+	if quitErr != nil {
+		// Our child is gone either way: the supervisor waited for it or
+		// killed it, or it had died and was waiting to be restarted.
+		logger.V(2).Info("MPS control daemon did not take quit; it is stopped anyway", "err", quitErr)
+	}
 	logger.Info("MPS control daemon stopped")
-	// An adopted daemon has no process handle to kill: report a failed quit.
-	return quitErr
+	return nil
 }
 
 // Close stops supervision and leaves the daemon running.

@@ -340,3 +340,29 @@ func TestMPSDaemonMultiUser(t *testing.T) {
 		t.Errorf("fake log %q, want %q", got, want)
 	}
 }
+
+// Stopping a supervised daemon that has died (and waits for its restart)
+// succeeds: there is nothing left to quit, so the last share's unprepare
+// must not fail.
+func TestMPSDaemonStopAfterDeath(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := NewMPSDaemon(MPSDaemonConfig{
+		Layout:     Layout{Root: root},
+		Binary:     fakeBinary,
+		MinBackoff: time.Hour, // no restart during the test
+		MaxBackoff: time.Hour,
+	})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(fakePid(t, root), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Errorf("Stop after the daemon died: %v", err)
+	}
+	if d.Starts() != 1 {
+		t.Errorf("Starts() = %d, want 1", d.Starts())
+	}
+}
