@@ -356,3 +356,28 @@ func TestRollbackKeepsTheClaimBusy(t *testing.T) {
 	}
 	h.assertConsistent()
 }
+
+// Unprepare and prepare of different claims with shares of the same cards
+// run concurrently; whatever the interleaving, the MPS accounting, compute
+// modes and daemon end up matching the prepared claims.
+func TestConcurrentPrepareAndUnprepareOfShares(t *testing.T) {
+	h := newHarness(t)
+	share := func(uid, device string) *resourceapi.ResourceClaim {
+		return claimWith(uid, shareResult("gpu", device, "s-"+uid, "4Gi", ""))
+	}
+	if err := h.prepare(share("a0", "gpu-1"))["a0"].Err; err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 10; round++ {
+		prev, next := fmt.Sprintf("a%d", round-1), fmt.Sprintf("a%d", round)
+		var wg sync.WaitGroup
+		var unprepareErr, prepareErr error
+		wg.Go(func() { unprepareErr = h.unprepare(prev)[types.UID(prev)] })
+		wg.Go(func() { prepareErr = h.prepare(share(next, fmt.Sprintf("gpu-%d", 1+round%2)))[types.UID(next)].Err })
+		wg.Wait()
+		if unprepareErr != nil || prepareErr != nil {
+			t.Fatalf("round %d: unprepare %v, prepare %v", round, unprepareErr, prepareErr)
+		}
+		h.assertConsistent()
+	}
+}
