@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"maps"
 	"slices"
 	"sort"
 
@@ -136,7 +137,7 @@ func planStartup(records map[string]ClaimRecord, specUIDs []string, bootChanged 
 		hasSpec[uid] = true
 	}
 	kept := map[string]bool{}
-	for _, uid := range sortedRecordKeys(records) {
+	for _, uid := range slices.Sorted(maps.Keys(records)) {
 		rec := records[uid]
 		switch {
 		case bootChanged, rec.Phase != PhaseCompleted, !hasSpec[uid]:
@@ -154,13 +155,4 @@ func planStartup(records map[string]ClaimRecord, specUIDs []string, bootChanged 
 		}
 	}
 	return plan
-}
-
-func sortedRecordKeys(m map[string]ClaimRecord) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -371,7 +372,7 @@ func (d *Driver) persist(ctx context.Context, version uint64) error {
 
 func (d *Driver) holdingsLocked() []Holding {
 	var out []Holding
-	for _, uid := range sortedRecordKeys(d.records) {
+	for _, uid := range slices.Sorted(maps.Keys(d.records)) {
 		out = append(out, d.records[uid].holdings()...)
 	}
 	return out

@@ -123,9 +123,10 @@ func (h *harness) unprepare(uids ...string) map[types.UID]error {
 	return res
 }
 
-// prepareCrashing runs prepare and reports the step it crashed after, "" if
-// it did not crash.
-func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) (crashed string) {
+// crashing runs f and reports the step it crashed after (see steps), ""
+// if it did not crash. f runs in the calling goroutine, so that the crash
+// can be recovered here.
+func crashing(f func()) (crashed string) {
 	defer func() {
 		if r := recover(); r != nil {
 			sig, ok := r.(crashSignal)
@@ -135,41 +136,28 @@ func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) (crashed str
 			crashed = sig.step
 		}
 	}()
-	// In the calling goroutine, so that the crash can be recovered here.
-	_ = h.driver.prepareOne(context.Background(), claim)
+	f()
 	return ""
 }
 
-// startCrashing starts a new Driver and reports the step its recovery
-// crashed after, "" if it did not crash.
-func (h *harness) startCrashing() (crashed string) {
-	defer func() {
-		if r := recover(); r != nil {
-			sig, ok := r.(crashSignal)
-			if !ok {
-				panic(r)
-			}
-			crashed = sig.step
-		}
-	}()
-	if err := h.tryStart(); err != nil {
-		h.t.Fatal(err)
-	}
-	return ""
+func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) string {
+	return crashing(func() { _ = h.driver.prepareOne(context.Background(), claim) })
 }
 
-func (h *harness) unprepareCrashing(uid string) (crashed string) {
-	defer func() {
-		if r := recover(); r != nil {
-			sig, ok := r.(crashSignal)
-			if !ok {
-				panic(r)
-			}
-			crashed = sig.step
+// startCrashing starts a new Driver, as restart does, and reports the step
+// its recovery crashed after.
+func (h *harness) startCrashing() string {
+	return crashing(func() {
+		if err := h.tryStart(); err != nil {
+			h.t.Fatal(err)
 		}
-	}()
-	_, _ = h.driver.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}})
-	return ""
+	})
+}
+
+func (h *harness) unprepareCrashing(uid string) string {
+	return crashing(func() {
+		_, _ = h.driver.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}})
+	})
 }
 
 // assertConsistent checks the invariants that must hold between calls:

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -145,7 +146,7 @@ func (m *Manager) Release(ctx context.Context, claim string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
-	for _, uuid := range sortedKeys(m.claims[claim]) {
+	for _, uuid := range slices.Sorted(maps.Keys(m.claims[claim])) {
 		if len(m.holders[uuid]) == 1 {
 			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
 				errs = append(errs, fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
@@ -180,7 +181,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
-	for _, uuid := range sortedKeys(m.shareable) {
+	for _, uuid := range slices.Sorted(maps.Keys(m.shareable)) {
 		if len(m.holders[uuid]) > 0 {
 			continue
 		}
@@ -202,7 +203,7 @@ func (m *Manager) Holders() map[string][]string {
 	defer m.mu.Unlock()
 	out := map[string][]string{}
 	for uuid, claims := range m.holders {
-		out[uuid] = sortedKeys(claims)
+		out[uuid] = slices.Sorted(maps.Keys(claims))
 	}
 	return out
 }
@@ -215,15 +216,6 @@ func uniqueSorted(in []string) []string {
 	out := append([]string(nil), in...)
 	sort.Strings(out)
 	return slices.Compact(out)
-}
-
-func sortedKeys(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // PrivateShmWrapper returns the command prefix that starts the daemon in a
