@@ -1,0 +1,247 @@
+// Package packing is Tangram's kube-scheduler score plugin: it rates the
+// nodes that passed filtering with a pkg/placement policy over the DRA state
+// (ResourceSlices and allocated claims), so GPU shares are packed across
+// nodes. Filtering and the allocation itself stay with the stock DRA
+// plugin; inside the chosen node the allocator's first fit picks the card.
+package packing
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/placement"
+)
+
+// Name is the plugin name in KubeSchedulerConfiguration.
+const Name = "TangramPacking"
+
+const stateKey fwk.StateKey = Name
+
+// Args are the plugin's arguments (pluginConfig[].args).
+type Args struct {
+	// Policy is one of placement.PolicyNames; empty means "tangram".
+	Policy string `json:"policy,omitempty"`
+}
+
+// Plugin implements PreScore, Score and NormalizeScore.
+type Plugin struct {
+	handle fwk.Handle
+	policy string
+}
+
+var (
+	_ fwk.PreScorePlugin = (*Plugin)(nil)
+	_ fwk.ScorePlugin    = (*Plugin)(nil)
+)
+
+// New is the plugin factory registered with the scheduler.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args := Args{Policy: "tangram"}
+	if u, ok := obj.(*runtime.Unknown); ok && u != nil && len(u.Raw) > 0 {
+		if err := decodeArgs(u.Raw, &args); err != nil {
+			return nil, fmt.Errorf("%s args: %w", Name, err)
+		}
+	}
+	if args.Policy == "" {
+		args.Policy = "tangram"
+	}
+	if _, err := placement.New(args.Policy, placement.NewWorkload([]placement.Request{{WholeCards: 1}})); err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	return &Plugin{handle: h, policy: args.Policy}, nil
+}
+
+func (*Plugin) Name() string { return Name }
+
+// cycleState is what PreScore prepares for Score.
+type cycleState struct {
+	nodes  map[string]*placement.Node
+	claims []*resourceapi.ResourceClaim // the pod's pending claims
+	cpu    int64
+	memMiB int64
+	policy placement.Policy
+	pod    string
+}
+
+func (s *cycleState) Clone() fwk.StateData { return s }
+
+// PreScore builds the model of every filtered node once per pod and the
+// policy's workload from the claims allocated in the cluster.
+func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	logger := klog.FromContext(ctx)
+	dra := p.handle.SharedDRAManager()
+	if dra == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	podClaims, err := pendingClaims(pod, dra.ResourceClaims())
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if len(podClaims) == 0 {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	slices, err := dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("listing ResourceSlices: %w", err))
+	}
+	allClaims, err := dra.ResourceClaims().List()
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("listing ResourceClaims: %w", err))
+	}
+	slicesByNode := map[string][]*resourceapi.ResourceSlice{}
+	for _, s := range slices {
+		if s.Spec.Driver == names.DriverName && s.Spec.NodeName != nil {
+			slicesByNode[*s.Spec.NodeName] = append(slicesByNode[*s.Spec.NodeName], s)
+		}
+	}
+	claimsByPool := map[string][]*resourceapi.ResourceClaim{}
+	for _, c := range allClaims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, d := range c.Status.Allocation.Devices.Results {
+			if d.Driver == names.DriverName && !seen[d.Pool] {
+				seen[d.Pool] = true
+				claimsByPool[d.Pool] = append(claimsByPool[d.Pool], c)
+			}
+		}
+	}
+	s := &cycleState{nodes: make(map[string]*placement.Node, len(nodes)), claims: podClaims, pod: pod.Name}
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	s.cpu = requests.Cpu().MilliValue()
+	s.memMiB = requests.Memory().Value() >> 20
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil || len(slicesByNode[node.Name]) == 0 {
+			continue
+		}
+		var nodeClaims []*resourceapi.ResourceClaim
+		for _, sl := range slicesByNode[node.Name] {
+			nodeClaims = append(nodeClaims, claimsByPool[sl.Spec.Pool.Name]...)
+		}
+		n, err := placement.NodeFromCluster(node.Name,
+			ni.GetAllocatable().GetMilliCPU(), ni.GetAllocatable().GetMemory()>>20,
+			ni.GetRequested().GetMilliCPU(), ni.GetRequested().GetMemory()>>20,
+			slicesByNode[node.Name], dedup(nodeClaims))
+		if err != nil {
+			logger.V(4).Info("Node left out of GPU packing", "node", node.Name, "err", err)
+			continue
+		}
+		s.nodes[node.Name] = n
+	}
+	sample := placement.WorkloadSample(allClaims, s.nodes)
+	for _, n := range s.nodes {
+		// The pod itself is part of the workload, so the sample is never empty.
+		if r, ok := placement.RequestFromClaims(pod.Name, s.cpu, s.memMiB, podClaims, cardMemory(n)); ok {
+			sample = append(sample, r)
+			break
+		}
+	}
+	s.policy, err = placement.New(p.policy, placement.NewWorkload(sample))
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	state.Write(stateKey, s)
+	return nil
+}
+
+// Score rates one node; NormalizeScore maps the policy's scores to 0..100.
+func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return 0, nil
+	}
+	s := data.(*cycleState)
+	n, ok := s.nodes[nodeInfo.Node().Name]
+	if !ok {
+		return math.MinInt32, nil
+	}
+	r, ok := placement.RequestFromClaims(s.pod, s.cpu, s.memMiB, s.claims, cardMemory(n))
+	if !ok {
+		return math.MinInt32, nil
+	}
+	cands, fits := n.Candidates(r, nil)
+	if !fits {
+		return math.MinInt32, nil
+	}
+	c := s.policy.Score(n, r, cands)
+	return int64(math.Round(c.Score * 1000)), nil
+}
+
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore maps the scores linearly to 0..MaxNodeScore; nodes the
+// model could not rate get 0.
+func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, s := range scores {
+		if s.Score == math.MinInt32 {
+			continue
+		}
+		lo, hi = min(lo, s.Score), max(hi, s.Score)
+	}
+	for i := range scores {
+		switch {
+		case scores[i].Score == math.MinInt32:
+			scores[i].Score = 0
+		case hi == lo:
+			scores[i].Score = fwk.MaxNodeScore
+		default:
+			scores[i].Score = (scores[i].Score - lo) * fwk.MaxNodeScore / (hi - lo)
+		}
+	}
+	return nil
+}
+
+// pendingClaims returns the pod's claims that are not allocated yet.
+func pendingClaims(pod *v1.Pod, claims fwk.ResourceClaimTracker) ([]*resourceapi.ResourceClaim, error) {
+	var out []*resourceapi.ResourceClaim
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if name == nil {
+			continue
+		}
+		c, err := claims.Get(pod.Namespace, *name)
+		if err != nil {
+			// Not created yet: the DRA plugin's PreFilter waits for it.
+			continue
+		}
+		if c.Status.Allocation == nil {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func cardMemory(n *placement.Node) int64 {
+	if len(n.Cards) == 0 {
+		return 0
+	}
+	return n.Cards[0].Memory.Value
+}
+
+func dedup(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+	seen := map[*resourceapi.ResourceClaim]bool{}
+	out := claims[:0:0]
+	for _, c := range claims {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
