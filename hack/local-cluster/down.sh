@@ -11,6 +11,7 @@ quiet=""
 [ "${1:-}" = "--quiet" ] && quiet=1
 say() { [ -n "$quiet" ] || log "$@"; }
 need_root
+cluster_lock
 
 say "stopping the Tangram kubelet plugin"
 "$(dirname "${BASH_SOURCE[0]}")/plugin.sh" stop >/dev/null 2>&1
@@ -55,7 +56,7 @@ stop_proc etcd 10
 say "unmounting"
 # Deepest first, so nested mounts come off before their parents.
 findmnt -rn -o TARGET 2>/dev/null | awk -v a="$KUBELET_ROOT/" -v b="$CONTAINERD_ROOT" -v c="$CONTAINERD_STATE" '
-	index($0, a) == 1 || index($0, b) == 1 || index($0, c) == 1 || $0 ~ "^/(var/)?run/netns/cni-"' |
+	index($0, a) == 1 || $0 == substr(a, 1, length(a) - 1) || index($0, b) == 1 || index($0, c) == 1 || $0 ~ "^/(var/)?run/netns/cni-"' |
 	sort -r | while read -r m; do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || info "could not unmount $m"
 	done

@@ -10,6 +10,7 @@ args=()
 if [ -z "${KUBECONFIG:-}" ]; then
 	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: set KUBECONFIG, or run 'make cluster-up' first ($KUBECONFIG_FILE is missing)"
 	export KUBECONFIG="$KUBECONFIG_FILE"
+	cluster_lock # nobody tears the cluster down under the suite
 	plugin="$REPO_ROOT/hack/local-cluster/plugin.sh"
 	args+=(--plugin-kill-cmd "$plugin kill" --plugin-start-cmd "$plugin start" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME")
 	if ! "$KUBECTL" get deviceclass gpu.tangram.dev >/dev/null 2>&1; then

@@ -80,7 +80,7 @@ start_proc() {
 	shift
 	mkdir -p "$LOG_DIR" "$PID_DIR"
 	info "starting $name (log: $LOG_DIR/$name.log)"
-	setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+	setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null 9>&- &
 	echo $! >"$PID_DIR/$name.pid"
 	readlink -f "$1" >"$PID_DIR/$name.cmd"
 }
@@ -155,3 +155,17 @@ CONTAINERD_BIN="$(component_dir containerd "$CONTAINERD_VERSION")/bin"
 CRICTL_BIN="$(component_dir crictl "$CRICTL_VERSION")/bin"
 HELM_BIN="$(component_dir helm "$HELM_VERSION")/bin"
 KUBECTL="$KUBE_BIN/kubectl"
+
+# cluster_lock: one cluster per machine, so scripts that start, stop or test
+# it take an exclusive lock (waiting up to 45 min for another run to end).
+# Nested calls (test-e2e.sh → up.sh) see TANGRAM_CLUSTER_LOCK_HELD and go on.
+cluster_lock() {
+	[ -n "${TANGRAM_CLUSTER_LOCK_HELD:-}" ] && return 0
+	mkdir -p "$CACHE_ROOT"
+	exec 9>"$CACHE_ROOT/cluster.lock"
+	if ! flock -n 9; then
+		log "another local-cluster run holds $CACHE_ROOT/cluster.lock; waiting for it"
+		flock -w 2700 9 || die "gave up waiting for $CACHE_ROOT/cluster.lock after 45 min"
+	fi
+	export TANGRAM_CLUSTER_LOCK_HELD=1
+}

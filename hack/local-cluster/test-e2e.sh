@@ -4,6 +4,7 @@
 # Set KEEP_CLUSTER=1 to leave the cluster running for inspection.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
+cluster_lock
 
 stages=()
 stage() { # stage NAME CMD...: run and time one stage; stop at the first failure

@@ -7,6 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/config.sh"
 
 need_root
 total_start="$(now_s)"
+cluster_lock
 
 log "building or reusing cluster binaries"
 "$(dirname "${BASH_SOURCE[0]}")/build-binaries.sh"
