@@ -8,3 +8,7 @@ import (
 func metaObject(name string) v1.ObjectMeta {
 	return v1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name)}
 }
+
+func clusterObject(name string) v1.ObjectMeta {
+	return v1.ObjectMeta{Name: name, UID: types.UID(name)}
+}

@@ -65,10 +65,10 @@ func gpuNode(t *testing.T, name string) (*v1.Node, *resourceapi.ResourceSlice) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &v1.Node{ObjectMeta: metaObject(name), Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+	node := &v1.Node{ObjectMeta: clusterObject(name), Status: v1.NodeStatus{Allocatable: v1.ResourceList{
 		v1.ResourceCPU: resource.MustParse("32"), v1.ResourceMemory: resource.MustParse("128Gi"), v1.ResourcePods: resource.MustParse("110"),
 	}}}
-	slice := &resourceapi.ResourceSlice{ObjectMeta: metaObject(name + "-gpu"), Spec: resourceapi.ResourceSliceSpec{
+	slice := &resourceapi.ResourceSlice{ObjectMeta: clusterObject(name + "-gpu"), Spec: resourceapi.ResourceSliceSpec{
 		Driver: "gpu.tangram.dev", NodeName: ptr.To(name), Devices: devices,
 		Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 	}}
