@@ -26,26 +26,28 @@ mkdir -p "$IMAGE_DIR/bin"
 build_image() {
 	local ref="$1" pkg="$2" name
 	name="$(basename "$pkg")"
+	# A command with its own go.mod (a nested module) builds from its directory.
+	local dir="$REPO_ROOT" target="$pkg"
+	if [ -f "$REPO_ROOT/$pkg/go.mod" ]; then dir="$REPO_ROOT/$pkg" target=.; fi
 	info "go build $pkg (static)"
-	(cd "$REPO_ROOT" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$IMAGE_DIR/bin/$name" "$pkg") \
-		|| die "building $pkg for image $ref failed"
-	"$REPO_ROOT/hack/images/build-oci.sh" "$ref" "$IMAGE_DIR/bin/$name" "$IMAGE_DIR/$name.tar"
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$IMAGE_DIR/bin/$name" "$target") \
+		|| { printf '    go build %s failed (image %s)\n' "$pkg" "$ref" >&2; return 1; }
+	"$REPO_ROOT/hack/images/build-oci.sh" "$ref" "$IMAGE_DIR/bin/$name" "$IMAGE_DIR/$name.tar" || return 1
 	IMAGES+=("$ref=$IMAGE_DIR/$name.tar")
 }
 
 IMAGES=()
-build_image registry.k8s.io/pause:3.10 ./test/images/pause
-build_image "localhost/tangram/gpu-info:$IMAGE_TAG" ./test/images/gpu-info
+build_image registry.k8s.io/pause:3.10 ./test/images/pause || die "the sandbox image is required"
+build_image "localhost/tangram/gpu-info:$IMAGE_TAG" ./test/images/gpu-info || die "the e2e workload image is required"
 for cmd in "$REPO_ROOT"/cmd/*/; do
 	name="$(basename "$cmd")"
 	# A command directory without Go files yet is someone's work in progress.
 	compgen -G "$cmd*.go" >/dev/null || continue
 	if [ -n "$best_effort" ]; then
-		(build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name") \
-			&& IMAGES+=("localhost/tangram/$name:$IMAGE_TAG=$IMAGE_DIR/$name.tar") \
+		build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name" \
 			|| printf 'WARNING: skipping image localhost/tangram/%s:%s: ./cmd/%s does not build\n' "$name" "$IMAGE_TAG" "$name" >&2
 	else
-		build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name"
+		build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name" || die "image localhost/tangram/$name:$IMAGE_TAG failed to build"
 	fi
 done
 

@@ -157,15 +157,17 @@ HELM_BIN="$(component_dir helm "$HELM_VERSION")/bin"
 KUBECTL="$KUBE_BIN/kubectl"
 
 # cluster_lock: one cluster per machine, so scripts that start, stop or test
-# it take an exclusive lock (waiting up to 45 min for another run to end).
+# it take an exclusive host-wide lock (waiting up to 45 min for another run).
 # Nested calls (test-e2e.sh → up.sh) see TANGRAM_CLUSTER_LOCK_HELD and go on.
 cluster_lock() {
 	[ -n "${TANGRAM_CLUSTER_LOCK_HELD:-}" ] && return 0
-	mkdir -p "$CACHE_ROOT"
-	exec 9>"$CACHE_ROOT/cluster.lock"
+	# A host-wide path: the ports, /var/lib/kubelet and the bridge are
+	# host-wide too, whatever cache directory a run uses.
+	local lock=/run/tangram-local-cluster.lock
+	exec 9>"$lock"
 	if ! flock -n 9; then
-		log "another local-cluster run holds $CACHE_ROOT/cluster.lock; waiting for it"
-		flock -w 2700 9 || die "gave up waiting for $CACHE_ROOT/cluster.lock after 45 min"
+		log "another local-cluster run holds $lock; waiting for it"
+		flock -w 2700 9 || die "gave up waiting for $lock after 45 min"
 	fi
 	export TANGRAM_CLUSTER_LOCK_HELD=1
 }
