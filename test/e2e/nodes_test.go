@@ -152,4 +152,3 @@ func shellCommand(ctx context.Context, command string) *exec.Cmd {
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
-
