@@ -33,6 +33,7 @@ func run() error {
 	arrival := flag.Float64("arrival", 1.3, "GPU requested in total, as a multiple of the cluster's capacity")
 	asJSON := flag.Bool("json", false, "print one JSON object instead of text")
 	quiet := flag.Bool("quiet", false, "no progress on stderr")
+	reportFailures := flag.Bool("report-failures", false, "also report the GPU tasks that failed after 100% arrival (by class) and the free GPU left at the end (by card free level)")
 	flag.Parse()
 	if *nodesPath == "" || *podsPath == "" {
 		flag.Usage()
@@ -48,7 +49,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	cfg := sim.Config{Policy: *policy, Seed: *seed, Arrival: *arrival}
+	cfg := sim.Config{Policy: *policy, Seed: *seed, Arrival: *arrival, ReportFailures: *reportFailures}
 	if !*quiet {
 		cfg.Progress = func(done, total int) {
 			fmt.Fprintf(os.Stderr, "%s seed %d: %d/%d tasks\n", *policy, *seed, done, total)
@@ -67,5 +68,15 @@ func run() error {
 	fmt.Printf("tasks failed: %d (%d with GPU)\n", res.TasksFailed, res.GPUTasksFailed)
 	fmt.Printf("placement time per placed task: median %.3f ms, p99 %.3f ms\n", res.MedianPlaceMillis, res.P99PlaceMillis)
 	fmt.Printf("model vs allocator: %d refused, %d disagreed\n", res.AllocatorRefused, res.ModelDisagreed)
+	if *reportFailures {
+		fmt.Println("GPU tasks failed after 100% arrival, by class:")
+		for _, f := range res.Failures {
+			fmt.Printf("  %-24s %6d tasks %9d milli-GPU\n", f.Class, f.Tasks, f.Milli)
+		}
+		fmt.Println("free GPU at the end, by card free level:")
+		for _, l := range res.Leftover {
+			fmt.Printf("  %4d..%4d milli free %6d cards %9d milli-GPU\n", l.FromMilli, l.FromMilli+49, l.Cards, l.Milli)
+		}
+	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -168,19 +169,33 @@ func TestClaim(t *testing.T) {
 }
 
 func TestResidueTable(t *testing.T) {
-	// Only 500-milli shares: a card with 1000 or 500 free fills exactly;
-	// 300 free stays unused; 800 free takes one share and leaves 300.
+	// Only 500-milli shares: every offer fits if 500 is free. A card with
+	// 1000 or 500 free fills exactly; 300 free stays unused; 800 free takes
+	// one share and keeps 300.
 	v := residueTable([]Request{share("s", 1, 500)})
 	for free, want := range map[int]float64{100: 0, 50: 0, 30: 300, 80: 300, 0: 0} {
 		if v[free] != want {
-			t.Errorf("residue at %d milli free = %v, want %v", free*10, v[free], want)
+			t.Errorf("only 500s: residue at %d milli free = %v, want %v", free*10, v[free], want)
 		}
 	}
-	// 300 and 500 equally likely. From 500: 500 fills it, 300 leaves 200:
-	// 100. From 800: 500 leaves 300 (then filled), 300 leaves 500 (100):
-	// 50. From 600: 500 leaves 100, 300 leaves 300 (then filled): 50.
-	v = residueTable([]Request{share("a", 1, 300), share("b", 1, 500)})
-	if v[50] != 100 || v[80] != 50 || v[60] != 50 {
-		t.Errorf("residue at 500/800/600 = %v/%v/%v, want 100/50/50", v[50], v[80], v[60])
+	// One 200 share among four GPU tasks (the others ask two whole cards,
+	// which never fit one card): a card with 200 free is filled only if one
+	// of its residueHorizon offers is the 200, so 200*0.75^horizon stays
+	// unused on average; 100 free never fills. An unbounded lookahead would
+	// call the 200 level filled.
+	rare := []Request{share("s", 1, 200), whole("w1", 1, 2), whole("w2", 1, 2), whole("w3", 1, 2)}
+	v = residueTable(rare)
+	want := 200 * math.Pow(0.75, residueHorizon)
+	if math.Abs(v[20]-want) > 1e-9 {
+		t.Errorf("rare 200s: residue at 200 free = %v, want %v", v[20], want)
+	}
+	if v[10] != 100 {
+		t.Errorf("rare 200s: residue at 100 free = %v, want 100", v[10])
+	}
+	// The same level is as good as filled when its task is common: with 200
+	// and 800 shares equally likely, half the offers fit 200 free.
+	common := residueTable([]Request{share("a", 1, 200), share("b", 1, 800)})
+	if want := 200 * math.Pow(0.5, residueHorizon); math.Abs(common[20]-want) > 1e-12 {
+		t.Errorf("common 200s: residue at 200 free = %v, want %v", common[20], want)
 	}
 }

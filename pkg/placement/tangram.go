@@ -6,10 +6,11 @@ package placement
 //   - Stranding: free GPU a node's remaining CPU or memory cannot feed, at
 //     the workload's average CPU and memory per milli-GPU. FGD only asks
 //     whether the next single task fits; this sees GPUs stranded by many.
-//   - Residue lookahead: the expected GPU a card leaves unused if it keeps
-//     taking tasks drawn from the workload (a small dynamic program over
-//     the card's free level), so shares go where the rest of the card is
-//     likely to be filled.
+//   - Residue lookahead: the expected GPU a card leaves unused after it is
+//     offered a limited number of further tasks drawn from the workload (a
+//     small dynamic program over the card's free level), so shares go where
+//     the rest of the card is likely to be filled by tasks that are common,
+//     not merely possible.
 //   - Packing: a small preference for the node with less free GPU left,
 //     which breaks FGD's many ties towards keeping whole nodes free.
 //
@@ -27,7 +28,7 @@ type Tangram struct {
 // NewTangram returns the policy with the weights measured best on the
 // openb traces (docs/placement.md).
 func NewTangram(w *Workload) *Tangram {
-	return &Tangram{Workload: w, Stranding: 1, Residue: 0.3, Packing: 0.01}
+	return &Tangram{Workload: w, Stranding: 1, Residue: 0.6, Packing: 0.01}
 }
 
 func (*Tangram) Name() string    { return "tangram" }

@@ -17,6 +17,8 @@ type Config struct {
 	Arrival float64
 	// Progress, when set, is called every so many tasks.
 	Progress func(done, total int)
+	// ReportFailures fills Result.Failures and Result.Leftover.
+	ReportFailures bool
 }
 
 // Point is one step of the allocation curve.
@@ -43,6 +45,11 @@ type Result struct {
 	AllocatorRefused int     `json:"allocatorRefused"`
 	ModelDisagreed   int     `json:"modelDisagreed"`
 	Curve            []Point `json:"curve"`
+	// Failures are the GPU tasks that found no node after 100% arrival, by
+	// class; Leftover is the free GPU at the end by card free level. Both
+	// only with Config.ReportFailures.
+	Failures []FailureClass `json:"failures,omitempty"`
+	Leftover []FreeLevel    `json:"leftover,omitempty"`
 }
 
 // Run replays tasks (the whole list, arranged per the published protocol)
@@ -66,6 +73,7 @@ func Run(ctx context.Context, nodes []trace.Node, tasks []trace.Task, cfg Config
 	nextPoint := 0
 	ratio := func() float64 { return float64(allocated) * 100 / capacity }
 	durations := make([]time.Duration, 0, len(arrival))
+	failures := failureTally{}
 	for i, r := range Requests(arrival) {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("replay interrupted after %d of %d tasks: %w", i, len(arrival), err)
@@ -90,6 +98,9 @@ func Run(ctx context.Context, nodes []trace.Node, tasks []trace.Task, cfg Config
 			if r.GPUMilli() > 0 {
 				res.GPUTasksFailed++
 			}
+			if cfg.ReportFailures && r.GPUMilli() > 0 && float64(arrived) > capacity {
+				failures.add(r)
+			}
 		}
 		if cfg.Progress != nil && (i+1)%1000 == 0 {
 			cfg.Progress(i+1, len(arrival))
@@ -104,6 +115,10 @@ func Run(ctx context.Context, nodes []trace.Node, tasks []trace.Task, cfg Config
 		}
 	}
 	res.AllocationRatio130 = ratio()
+	if cfg.ReportFailures {
+		res.Failures = failures.classes()
+		res.Leftover = leftover(cluster.Nodes)
+	}
 	res.AllocatorRefused = sched.Stats.Refused
 	res.ModelDisagreed = sched.Stats.Disagreed
 	if len(durations) > 0 {

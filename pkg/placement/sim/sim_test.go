@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,5 +106,47 @@ func TestRunUnknownPolicy(t *testing.T) {
 	_, err := Run(context.Background(), nodes, tasks, Config{Policy: "random", Seed: 1, Arrival: 1.3})
 	if err == nil || !strings.Contains(err.Error(), `unknown policy "random"`) {
 		t.Errorf("error = %v", err)
+	}
+}
+
+// TestReportFailures: one T4 and only 810 shares. The first takes the card
+// and leaves 190; the second arrives after 100% (1620 of 1000 milli asked)
+// and finds no card.
+func TestReportFailures(t *testing.T) {
+	nodes := []trace.Node{{Name: "n", CPUMilli: 64000, MemoryMiB: 65536, GPUs: 1, Model: "T4"}}
+	tasks := []trace.Task{{Name: "s", CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 1, GPUMilli: 810}}
+	for _, report := range []bool{false, true} {
+		res, err := Run(context.Background(), nodes, tasks, Config{Policy: "tangram", Seed: 1, Arrival: 1.3, ReportFailures: report})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Tasks != 2 || res.GPUTasksFailed != 1 || res.AllocationRatio130 != 81 {
+			t.Errorf("report=%v: %d tasks, %d failed, ratio %v; want 2, 1, 81", report, res.Tasks, res.GPUTasksFailed, res.AllocationRatio130)
+		}
+		var wantFailures []FailureClass
+		var wantLeftover []FreeLevel
+		if report {
+			wantFailures = []FailureClass{{Class: "share 810", Tasks: 1, Milli: 810}}
+			wantLeftover = []FreeLevel{{FromMilli: 150, Cards: 1, Milli: 190}}
+		}
+		if !slices.Equal(res.Failures, wantFailures) || !slices.Equal(res.Leftover, wantLeftover) {
+			t.Errorf("report=%v: failures %v, leftover %v; want %v, %v", report, res.Failures, res.Leftover, wantFailures, wantLeftover)
+		}
+	}
+}
+
+func TestFailureClasses(t *testing.T) {
+	tally := failureTally{}
+	tally.add(placement.Request{WholeCards: 1})
+	tally.add(placement.Request{WholeCards: 8, Models: []string{"V100M16", "V100M32"}})
+	tally.add(placement.Request{ShareMilli: 470})
+	tally.add(placement.Request{ShareMilli: 470})
+	want := []FailureClass{
+		{Class: "8 whole on V100M16|V100M32", Tasks: 1, Milli: 8000},
+		{Class: "1 whole", Tasks: 1, Milli: 1000},
+		{Class: "share 470", Tasks: 2, Milli: 940},
+	}
+	if got := tally.classes(); !slices.Equal(got, want) {
+		t.Errorf("classes = %v, want %v", got, want)
 	}
 }
