@@ -13,6 +13,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 set +o errexit # scenarios report their own failures; fatal steps use die
 
 need_root
+# One cluster per machine: hold the harness's lock for the whole demo, so an
+# e2e run does not tear the cluster down under it (and waits its turn).
+cluster_lock
 PROFILE="${DEMO_PROFILE:-dgx-h100}"
 APISERVER_PORT=6443 # hack/local-cluster/config.sh
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
