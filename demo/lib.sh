@@ -115,9 +115,10 @@ demo_show_pods() {
 				done
 		done
 		if [ "$phase" = "Running" ]; then
+			# The variables that say what the container got; gpu-info prints more.
 			K -n "$DEMO_NAMESPACE" logs "$pod" 2>/dev/null |
-				grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_MPS_[A-Z_]+|TANGRAM_[A-Z_]+)=' |
-				sed "s/^/     ${DIM}in the container: /; s/\$/${R}/"
+				grep -E '^(NVIDIA_VISIBLE_DEVICES|CUDA_MPS_PINNED_DEVICE_MEM_LIMIT|CUDA_MPS_ACTIVE_THREAD_PERCENTAGE|TANGRAM_SHARING_BACKEND)=' |
+				sed "s/^/     ${DIM}container sees /; s/\$/${R}/"
 		fi
 	done
 }
@@ -177,6 +178,6 @@ SLICE
 	if out="$(slice_for "not-$node" | K create --dry-run=server "${as[@]}" -f - 2>&1)"; then
 		fail "the plugin on $node could write a slice of node not-$node"
 	else
-		pass "refused for another node: ${out#*: }"
+		pass "refused for another node: ${out##*denied request: }"
 	fi
 }

@@ -166,7 +166,8 @@ if [ -d "$REPO_ROOT/cmd/kubectl-tangram" ] && compgen -G "$REPO_ROOT/cmd/kubectl
 	ln -sf "$KUBECTL" "$TANGRAM_BIN_DIR/kubectl"
 	(cd "$REPO_ROOT" && go build -o "$TANGRAM_BIN_DIR/kubectl-tangram" ./cmd/kubectl-tangram) ||
 		die "building kubectl-tangram failed"
-	PATH="$TANGRAM_BIN_DIR:$PATH" kubectl --kubeconfig "$KUBECONFIG_FILE" tangram status ||
+	# kubectl passes no flags to plugins placed before the plugin's name.
+	PATH="$TANGRAM_BIN_DIR:$PATH" KUBECONFIG="$KUBECONFIG_FILE" kubectl tangram status ||
 		fail "kubectl tangram status failed"
 else
 	say "kubectl-tangram is not built yet; the claims instead:"
