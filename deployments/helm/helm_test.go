@@ -155,7 +155,7 @@ func TestLint(t *testing.T) {
 	}{
 		{name: "defaults (real GPUs)"},
 		{name: "demo", sets: []string{"fakeGPU.profile=dgx-h100", "image.pullPolicy=Never"}},
-		{name: "whole cards only, controller on", sets: []string{"sharing.enabled=false", "controller.enabled=true", "controller.replicas=2"}},
+		{name: "whole cards only, controller and webhook on", sets: []string{"sharing.enabled=false", "controller.enabled=true", "controller.replicas=2", "controller.webhook.enabled=true"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -288,4 +288,21 @@ func TestController(t *testing.T) {
 			objs.get(t, "Role", "tangram-controller-leader-election")
 		})
 	}
+
+	// The webhook flags must name the Service and configuration the chart
+	// renders, or the controller serves a certificate nobody asks for.
+	objs := render(t, "controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.port=9555")
+	dep := objs.get(t, "Deployment", "tangram-controller").(*appsv1.Deployment)
+	flags := flagValues(dep.Spec.Template.Spec.Containers[0].Args)
+	svc := objs.get(t, "Service", flags["webhook-service"]).(*corev1.Service)
+	if svc.Spec.Ports[0].TargetPort.IntValue() != 9555 || flags["webhook-address"] != ":9555" {
+		t.Errorf("webhook listens on %q but the Service targets %v", flags["webhook-address"], svc.Spec.Ports[0].TargetPort)
+	}
+	vwc := objs.get(t, "ValidatingWebhookConfiguration", flags["webhook-config-name"]).(*admissionv1.ValidatingWebhookConfiguration)
+	if ref := vwc.Webhooks[0].ClientConfig.Service; ref == nil || ref.Name != svc.Name || ref.Namespace != namespace {
+		t.Errorf("webhook configuration points at %+v, want Service %s/%s", ref, namespace, svc.Name)
+	}
+	if flags["webhook-namespace"] != namespace || flags["webhook-secret"] != "tangram-controller-webhook-tls" {
+		t.Errorf("webhook flags = %v", flags)
+	}
 }
