@@ -28,6 +28,7 @@ unit: ## unit tests with the race detector
 	$(GO) test -race -count=1 ./...
 
 .PHONY: test
-test: verify unit ## everything CI runs
+test: ## everything CI runs: verify, unit (race), chart, scheduler plugin, then the e2e suite on a local 1.37 cluster
+	@hack/test-all.sh
 
 -include hack/make/*.mk

@@ -22,5 +22,3 @@ demo: ## local 1.37 cluster + helm install with fake H100s + every demo scenario
 .PHONY: kind-demo
 kind-demo: ## the same demo on a kind cluster (needs Docker, kind, kubectl, helm and internet; see docs/demo.md)
 	@demo/kind-up.sh
-
-test: helm-lint
