@@ -12,8 +12,7 @@ stage() { # stage NAME CMD...: run and time one stage; stop at the first failure
 	shift
 	start="$(now_s)"
 	log "stage $name"
-	"$@"
-	rc=$?
+	"$@" && rc=0 || rc=$?
 	stages+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
 	return $rc
 }
@@ -36,6 +35,8 @@ finish() {
 }
 trap finish EXIT
 
+# Compiling the suite first fails fast on a broken test before any cluster work.
+stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
 stage cluster-up "$HERE/up.sh"
 stage plugin-start "$HERE/plugin.sh" start
 stage e2e "$HERE/e2e.sh"

@@ -34,5 +34,4 @@ e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the loc
 
 .PHONY: test-e2e
 test-e2e: ## cluster up, kubelet plugin, e2e suite, cluster down, with stage durations
-	$(GO) vet -tags e2e ./test/e2e/
 	$(LOCAL_CLUSTER)/test-e2e.sh
