@@ -31,19 +31,6 @@ var Features = allocation.Features137
 // DeviceClasses are the classes the Helm chart publishes.
 func DeviceClasses() []*resourceapi.DeviceClass { return allocation.DeviceClasses() }
 
-type classLister []*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	for _, c := range l {
-		if c.Name == name {
-			return c, nil
-		}
-	}
-	return nil, fmt.Errorf("device class %q not found", name)
-}
-
 // DRAValidator runs the real structured allocator, one node at a time, with
 // that node's ResourceSlices and the state of every claim allocated on it.
 type DRAValidator struct {
@@ -58,7 +45,7 @@ type draNode struct {
 
 // NewDRAValidator prepares an allocator per node from its slices.
 func NewDRAValidator(ctx context.Context, slicesByNode map[string][]*resourceapi.ResourceSlice) (*DRAValidator, error) {
-	classes := classLister(DeviceClasses())
+	classes := allocation.ClassLister(DeviceClasses())
 	celCache := cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true})
 	v := &DRAValidator{nodes: make(map[string]*draNode, len(slicesByNode))}
 	for name, slices := range slicesByNode {

@@ -76,7 +76,7 @@ func (n *Node) Try(ctx context.Context, claim *resourceapi.ResourceClaim) (*reso
 	}
 	celCache := cel.NewCache(100, cel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
 	allocator, err := structured.NewAllocator(ctx, features, AllocatedState(n.Allocated, features.ConsumableCapacity),
-		classLister(n.Classes), n.Slices, celCache)
+		ClassLister(n.Classes), n.Slices, celCache)
 	if err != nil {
 		return nil, fmt.Errorf("creating allocator for node %s: %w", n.Name, err)
 	}
@@ -126,11 +126,13 @@ func AllocatedState(claims []*resourceapi.ResourceClaim, consumableCapacity bool
 	return state
 }
 
-type classLister []*resourceapi.DeviceClass
+// ClassLister serves a fixed list of DeviceClasses to the structured
+// allocator, which asks for them through a lister interface.
+type ClassLister []*resourceapi.DeviceClass
 
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
+func (l ClassLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
 
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+func (l ClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	for _, c := range l {
 		if c.Name == name {
 			return c, nil
