@@ -22,3 +22,7 @@ demo: ## local 1.37 cluster + helm install with fake H100s + every demo scenario
 .PHONY: kind-demo
 kind-demo: ## the same demo on a kind cluster (needs Docker, kind, kubectl, helm and internet; see docs/demo.md)
 	@demo/kind-up.sh
+
+.PHONY: test-demo
+test-demo: ## make demo as a test: install through the Helm chart, check every scenario, then tear the cluster down
+	@rc=0; demo/run-local.sh || rc=$$?; hack/local-cluster/down.sh || true; exit $$rc

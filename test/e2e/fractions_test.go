@@ -65,5 +65,8 @@ var _ = Describe("Memory fractions", func() {
 		Expect(res[0].Device).NotTo(Equal(card), "the 30Gi share does not fit next to 4 × 20Gi on an 80Gi card")
 		uuid := stringAttr(devices[res[0].Device], names.AttrUUID)
 		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt.Sprintf("%s=%dM", uuid, 30*1024)))
+
+		// The cluster-wide view must tell the same story as the claims.
+		expectStatusJSONAgreesWithClaims(ctx)
 	}, SpecTimeout(8*time.Minute))
 })
