@@ -55,3 +55,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tangram.kubeletRegistrarDir" -}}
 {{- printf "%s/plugins_registry" (.Values.kubeletPlugin.hostPaths.kubeletRoot | trimSuffix "/") -}}
 {{- end -}}
+
+{{- define "tangram.scheduler.fullname" -}}
+{{- printf "%s-scheduler" (include "tangram.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
