@@ -161,6 +161,14 @@ func TestSchedulerDeployment(t *testing.T) {
 			wantFlags:    map[string]string{"v": "4"},
 			wantProfile:  "tangram", wantPolicy: "tangram", wantWeight: 5, wantElect: false,
 		},
+		{
+			name:         "quiet scheduler, verbose driver",
+			sets:         []string{"scheduler.enabled=true", "scheduler.logVerbosity=0", "logVerbosity=6"},
+			wantImage:    "localhost/tangram/tangram-scheduler:dev",
+			wantReplicas: 1,
+			wantFlags:    map[string]string{"v": "0"},
+			wantProfile:  "tangram", wantPolicy: "tangram", wantWeight: 5, wantElect: true,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
