@@ -1,0 +1,86 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// webhookNamespaceLabel opts a namespace into the GpuConfig webhook as
+// hack/local-cluster/controller.sh registers it (the "Bad input" scenario
+// needs a bad config to get past admission, so it is not cluster-wide there).
+const webhookNamespaceLabel = "tangram.dev/gpuconfig-webhook"
+
+var _ = Describe("Admission", func() {
+	It("refuses a claim and a template with a bad GpuConfig at create time, naming the field", func(ctx SpecContext) {
+		scenario("admission: a GpuConfig with sharing.backend: foo is refused by the webhook when created; a good one is accepted")
+		ns := newNamespace(ctx)
+		patch := []byte(`{"metadata":{"labels":{"` + webhookNamespaceLabel + `":"enabled"}}}`)
+		_, err := clientset.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred(), "labelling namespace %s for the webhook", ns)
+
+		bad := `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"foo"}}`
+		good := `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
+
+		// The API server matches namespaceSelector against its own namespace
+		// cache, which sees the new label a moment later: wait (with dry-run
+		// creates, which store nothing) until the webhook applies here.
+		Eventually(func() error {
+			_, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, configuredClaim("label-probe", bad),
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(HaveOccurred(),
+			"the webhook never applied to namespace %s after labelling it %s=enabled", ns, webhookNamespaceLabel)
+
+		By("a ResourceClaim with sharing.backend: foo")
+		_, err = clientset.ResourceV1().ResourceClaims(ns).Create(ctx, configuredClaim("bad-config", bad), metav1.CreateOptions{})
+		expectRefused(err, "spec.devices.config[0].opaque.parameters")
+		_, err = clientset.ResourceV1().ResourceClaims(ns).Get(ctx, "bad-config", metav1.GetOptions{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused claim exists after all (err %v)", err)
+
+		By("a ResourceClaimTemplate with the same config")
+		_, err = clientset.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourceapi.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "bad-template"},
+			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: configuredClaim("", bad).Spec},
+		}, metav1.CreateOptions{})
+		expectRefused(err, "spec.spec.devices.config[0].opaque.parameters")
+
+		By("a valid GpuConfig passes")
+		_, err = clientset.ResourceV1().ResourceClaims(ns).Create(ctx, configuredClaim("good-config", good), metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "a claim with sharing.backend: none was refused")
+	}, SpecTimeout(5*time.Minute))
+})
+
+// configuredClaim asks for one whole card with a gpu.tangram.dev opaque config.
+func configuredClaim(name, parameters string) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: names.DeviceClassName}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: names.DriverName, Parameters: runtime.RawExtension{Raw: []byte(parameters)}},
+			}}},
+		}},
+	}
+}
+
+// expectRefused checks that the webhook, not something else, refused the
+// object, with the field path of the config entry and the bad field in it.
+func expectRefused(err error, configPath string) {
+	GinkgoWriter.Printf("  refused: %v\n", err)
+	Expect(err).To(HaveOccurred(), "the object with sharing.backend: foo was accepted (is the GpuConfig webhook registered?)")
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "refusal is not 422 Invalid: %v", err)
+	Expect(err.Error()).To(ContainSubstring(`admission webhook "gpuconfig.tangram.dev" denied the request`))
+	Expect(err.Error()).To(ContainSubstring(configPath))
+	Expect(err.Error()).To(ContainSubstring(`sharing.backend: Unsupported value: "foo"`))
+}

@@ -1,0 +1,138 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/names"
+)
+
+// The GpuGang scenario needs the dra-controller (hack/local-cluster/controller.sh
+// runs it on the local cluster; the Helm chart with controller.enabled elsewhere).
+var _ = Describe("GpuGang", func() {
+	It("places 3 members × 2 NVLink cards and reports each member's node and devices", func(ctx SpecContext) {
+		scenario("GpuGang: 3 members × 2 whole cards in one NVLink domain reach Running; status lists every member's node and devices")
+		ns := newNamespace(ctx)
+		Expect(len(nodeDevices(ctx, gpuNode))).To(BeNumerically(">=", 6), "node %s needs at least six GPUs", gpuNode)
+		gangs := gangClient().Namespace(ns)
+
+		gang := &tangramv1alpha1.GpuGang{
+			TypeMeta:   metav1.TypeMeta{APIVersion: tangramv1alpha1.SchemeGroupVersion.String(), Kind: tangramv1alpha1.Kind},
+			ObjectMeta: metav1.ObjectMeta{Name: "train"},
+			Spec: tangramv1alpha1.GpuGangSpec{
+				Members: tangramv1alpha1.GangMembers{Count: 3, MinCount: ptr.To[int32](3)},
+				GPUs:    tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: 2, SameNVLinkDomain: true}},
+			},
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gang)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = gangs.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "creating GpuGang %s/train (is the GpuGang CRD installed?)", ns)
+
+		By("the controller creates the claim template, Workload and PodGroup")
+		var status tangramv1alpha1.GpuGangStatus
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "train")
+			g.Expect(status.ResourceClaimTemplateName).NotTo(BeEmpty(), "gang status has no claim template yet (is the dra-controller running?): %+v", status)
+			g.Expect(status.PodGroupName).NotTo(BeEmpty(), "gang status has no PodGroup yet: %+v", status)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		GinkgoWriter.Printf("  gang objects: PodGroup %s, ResourceClaimTemplate %s\n", status.PodGroupName, status.ResourceClaimTemplateName)
+		_, err = clientset.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, status.ResourceClaimTemplateName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "claim template %s named in the gang's status", status.ResourceClaimTemplateName)
+		_, err = clientset.SchedulingV1beta1().Workloads(ns).Get(ctx, "train", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "Workload train the gang owns")
+
+		members := []string{"train-0", "train-1", "train-2"}
+		for _, m := range members {
+			pod := gpuPod(ns, m, status.ResourceClaimTemplateName)
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(status.PodGroupName)}
+			createPod(ctx, pod)
+		}
+		for _, m := range members {
+			waitRunning(ctx, ns, m)
+		}
+
+		By("the gang reaches Running with every member placed")
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "train")
+			g.Expect(status.Phase).To(Equal(tangramv1alpha1.GangRunning), "gang phase; diagnosis %q", status.Diagnosis)
+			g.Expect(status.Placed).To(BeEquivalentTo(3))
+			g.Expect(status.Running).To(BeEquivalentTo(3))
+			g.Expect(status.Members).To(HaveLen(3))
+			for _, ms := range status.Members {
+				g.Expect(ms.Devices).To(HaveLen(2), "member %s devices", ms.Pod)
+			}
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+
+		devices := nodeDevices(ctx, gpuNode)
+		owner := map[string]string{}
+		for _, ms := range status.Members {
+			GinkgoWriter.Printf("  member %s: node %s, phase %s, claim %s, devices %v\n", ms.Pod, ms.Node, ms.PodPhase, ms.Claim, ms.Devices)
+			Expect(members).To(ContainElement(ms.Pod))
+			Expect(ms.Node).To(Equal(gpuNode), "member %s node", ms.Pod)
+			Expect(ms.PodPhase).To(Equal(string(corev1.PodRunning)), "member %s pod phase", ms.Pod)
+			// The status must say what the scheduler really allocated.
+			claim := allocatedClaim(ctx, ns, ms.Pod)
+			Expect(ms.Claim).To(Equal(claim.Name), "member %s claim", ms.Pod)
+			var allocated []string
+			for _, r := range results(claim) {
+				allocated = append(allocated, r.Pool+"/"+r.Device)
+			}
+			Expect(ms.Devices).To(ConsistOf(allocated), "member %s devices in status vs its claim's allocation", ms.Pod)
+			domains := map[string]bool{}
+			for _, d := range ms.Devices {
+				Expect(owner).NotTo(HaveKey(d), "members %s and %s share %s", owner[d], ms.Pod, d)
+				owner[d] = ms.Pod
+				device := d[strings.LastIndex(d, "/")+1:]
+				Expect(devices).To(HaveKey(device), "device %s of member %s is not on %s", d, ms.Pod, gpuNode)
+				domains[stringAttr(devices[device], names.AttrNVLinkDomain)] = true
+			}
+			Expect(domains).NotTo(HaveKey(""), "member %s got a card without an NVLink domain", ms.Pod)
+			Expect(domains).To(HaveLen(1), "member %s got cards of different NVLink domains: %v", ms.Pod, domains)
+		}
+		Expect(owner).To(HaveLen(6))
+
+		By("deleting the gang removes the Workload and the claim template it created")
+		Expect(gangs.Delete(ctx, "train", metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func(g Gomega) {
+			_, err := clientset.SchedulingV1beta1().Workloads(ns).Get(ctx, "train", metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "Workload train still exists (err %v)", err)
+			_, err = clientset.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, status.ResourceClaimTemplateName, metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "template %s still exists (err %v)", status.ResourceClaimTemplateName, err)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+	}, SpecTimeout(8*time.Minute))
+})
+
+// gangClient is a dynamic client for GpuGangs: the controller has no
+// generated clientset for its one CRD.
+func gangClient() dynamic.NamespaceableResourceInterface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	Expect(err).NotTo(HaveOccurred(), "loading kubeconfig %s", *kubeconfig)
+	client, err := dynamic.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	return client.Resource(tangramv1alpha1.GroupVersionResource)
+}
+
+func getGangStatus(ctx context.Context, g Gomega, ns, name string) tangramv1alpha1.GpuGangStatus {
+	u, err := gangClient().Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "getting GpuGang %s/%s", ns, name)
+	var gang tangramv1alpha1.GpuGang
+	g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &gang)).To(Succeed(), fmt.Sprintf("decoding GpuGang %s/%s", ns, name))
+	return gang.Status
+}
