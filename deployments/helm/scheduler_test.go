@@ -127,6 +127,8 @@ func TestSchedulerDeployment(t *testing.T) {
 		wantElect      bool
 		wantSelector   map[string]string
 		wantToleration string
+		wantHostNet    bool
+		wantEnv        map[string]string
 	}{
 		{
 			name:         "defaults",
@@ -145,13 +147,17 @@ func TestSchedulerDeployment(t *testing.T) {
 				"scheduler.extraArgs={--kube-api-qps=100}",
 				"scheduler.nodeSelector.node-role\\.kubernetes\\.io/control-plane=",
 				"scheduler.tolerations[0].key=node-role.kubernetes.io/control-plane",
-				"scheduler.tolerations[0].operator=Exists"},
+				"scheduler.tolerations[0].operator=Exists",
+				"scheduler.hostNetwork=true",
+				"scheduler.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "scheduler.extraEnv[0].value=127.0.0.1"},
 			wantImage:    "registry.example:5000/tangram/scheduler:v3",
 			wantReplicas: 2,
 			wantFlags:    map[string]string{"v": "5", "secure-port": "10300", "kube-api-qps": "100"},
 			wantProfile:  "gpu-packer", wantPolicy: "fgd", wantWeight: 20, wantElect: true,
 			wantSelector:   map[string]string{"node-role.kubernetes.io/control-plane": ""},
 			wantToleration: "node-role.kubernetes.io/control-plane",
+			wantHostNet:    true,
+			wantEnv:        map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1"},
 		},
 		{
 			name:         "one replica without leader election, global verbosity",
@@ -239,6 +245,17 @@ func TestSchedulerDeployment(t *testing.T) {
 			}
 			if tc.wantToleration != "" && (len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != tc.wantToleration) {
 				t.Errorf("tolerations = %+v, want %s", pod.Tolerations, tc.wantToleration)
+			}
+			// A host-network pod resolves cluster names only with this DNS policy.
+			if pod.HostNetwork != tc.wantHostNet || (tc.wantHostNet && pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet) {
+				t.Errorf("hostNetwork = %v dnsPolicy = %q, want hostNetwork %v", pod.HostNetwork, pod.DNSPolicy, tc.wantHostNet)
+			}
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			if !maps.Equal(env, tc.wantEnv) {
+				t.Errorf("env = %v, want %v", env, tc.wantEnv)
 			}
 		})
 	}
@@ -328,6 +345,8 @@ func TestSchedulerSchemaRejects(t *testing.T) {
 		{name: "repository with a tag", sets: []string{"scheduler.image.repository=foo/bar:v1"}, wantErr: []string{"repository"}},
 		{name: "secure port", sets: []string{"scheduler.securePort=0"}, wantErr: []string{"securePort"}},
 		{name: "extra arg that is not a flag", sets: []string{"scheduler.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
+		{name: "hostNetwork as a string", sets: []string{"scheduler.hostNetwork=yes"}, wantErr: []string{"hostNetwork"}},
+		{name: "env without a name", sets: []string{"scheduler.extraEnv[0].value=x"}, wantErr: []string{"extraEnv"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
