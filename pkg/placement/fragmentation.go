@@ -18,6 +18,9 @@ type Workload struct {
 	// shapes are the distinct GPU demands; types refer to them by index.
 	shapes []gpuShape
 	types  []taskType
+	// typical are the task types FGD measures against, built the way its
+	// reference implementation builds them (typical.go).
+	typical []typicalPod
 }
 
 type gpuShape struct {
@@ -79,6 +82,12 @@ func NewWorkload(sample []Request) *Workload {
 		w.cpuPerMilli, w.memPerMilli = cpu/gpu, mem/gpu
 	}
 	w.residue = residueTable(sample)
+	w.typical = typicalPods(sample, fgdTypicalCoverage, func(r Request) int {
+		if r.GPUMilli() == 0 {
+			return -1
+		}
+		return shapeIndex[shapeKey(r)]
+	}, w.shapes)
 	return w
 }
 

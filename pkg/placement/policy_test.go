@@ -59,6 +59,23 @@ func TestPoliciesOnSmallClusters(t *testing.T) {
 		return nodes
 	}
 	cpuWorkload := NewWorkload([]Request{whole("w", 2000, 1), {Name: "cpu", CPUMilli: 4000, MemoryMiB: 1024}})
+	// Workload: three 100-milli shares for each 700 share.
+	smallAndLarge := NewWorkload([]Request{share("s1", 1000, 100), share("s2", 1000, 100), share("s3", 1000, 100), share("l", 1000, 700)})
+	// Scenario "nearly equal": node a has one fresh card, node b one card
+	// with 650 free.
+	nearlyEqual := func(t *testing.T) []*Node {
+		nodes, v := testCluster(t,
+			testNodeSpec{name: "a", cpuMilli: 32000, memMiB: 65536, model: "T4", cards: 1},
+			testNodeSpec{name: "b", cpuMilli: 32000, memMiB: 65536, model: "T4", cards: 1})
+		place(t, v, nodes[1], share("old", 1000, 350), 0)
+		return nodes
+	}
+	// Scenario "two cards": one node, gpu-0 fresh, gpu-1 with 650 free.
+	twoCards := func(t *testing.T) []*Node {
+		nodes, v := testCluster(t, testNodeSpec{name: "a", cpuMilli: 32000, memMiB: 65536, model: "T4", cards: 2})
+		place(t, v, nodes[0], share("old", 1000, 350), 1)
+		return nodes
+	}
 
 	tests := []struct {
 		name      string
@@ -99,6 +116,15 @@ func TestPoliciesOnSmallClusters(t *testing.T) {
 		// longer be fed with CPU, and takes b.
 		{"fgd blind to stranding", &FGD{Workload: cpuWorkload}, cpuPoor, Request{Name: "cpu", CPUMilli: 4000, MemoryMiB: 1024}, "tie", nil},
 		{"tangram avoids stranding", NewTangram(cpuWorkload), cpuPoor, Request{Name: "cpu", CPUMilli: 4000, MemoryMiB: 1024}, "b", nil},
+		// A 100 share: on a the fresh card keeps 900 free, which every type
+		// fits (drop 0, score 50). On b, 650 -> 550 free shrinks what the
+		// 700 type (weight 1/4) cannot use by 100: drop 25, sigmoid 0.506,
+		// also 50. FGD's integer score ties them; tangram sees the drop.
+		{"fgd integer score ties small drops", &FGD{Workload: smallAndLarge}, nearlyEqual, share("new", 1000, 100), "tie", nil},
+		{"tangram separates small drops", NewTangram(smallAndLarge), nearlyEqual, share("new", 1000, 100), "b", []int{0}},
+		// The same inside one node: both cards score 50, FGD keeps the
+		// first card in device order.
+		{"fgd first card among equal scores", &FGD{Workload: smallAndLarge}, twoCards, share("new", 1000, 100), "a", []int{0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +136,70 @@ func TestPoliciesOnSmallClusters(t *testing.T) {
 				t.Errorf("cards = %v, want %v", gotCards, tc.wantCards)
 			}
 		})
+	}
+}
+
+func TestFGDScore(t *testing.T) {
+	// floor(100 * sigmoid(drop/1000)): 50 for drops in [0, 40), 49 just
+	// below 0; sigmoid(0.25) = 0.562, sigmoid(-0.25) = 0.438, sigmoid(1) =
+	// 0.731, sigmoid(-6) = 0.0025.
+	for _, tc := range []struct {
+		drop float64
+		want float64
+	}{{0, 50}, {25, 50}, {39, 50}, {41, 51}, {-1, 49}, {250, 56}, {-250, 43}, {1000, 73}, {-6000, 0}} {
+		if got := fgdScore(tc.drop); got != tc.want {
+			t.Errorf("fgdScore(%v) = %v, want %v", tc.drop, got, tc.want)
+		}
+	}
+}
+
+func TestTypicalPods(t *testing.T) {
+	withMem := func(r Request, mem int64) Request { r.MemoryMiB = mem; return r }
+	var sample []Request
+	for range 6 {
+		sample = append(sample, share("s", 2000, 500))
+	}
+	// Same CPU and GPU, other memory: the same type.
+	sample = append(sample, withMem(share("s", 2000, 500), 4096), withMem(share("s", 2000, 500), 8192))
+	sample = append(sample, whole("w", 2000, 1), Request{Name: "cpu", CPUMilli: 4000, MemoryMiB: 1024})
+	w := NewWorkload(sample)
+	type typ struct {
+		cpu    int64
+		gpu    bool
+		weight float64
+	}
+	for _, tc := range []struct {
+		coverage float64
+		want     []typ
+	}{
+		// Everything: 8, 1 and 1 of 10.
+		{1, []typ{{2000, true, 0.8}, {4000, false, 0.1}, {2000, true, 0.1}}},
+		// The share type alone covers 80%.
+		{0.8, []typ{{2000, true, 1}}},
+		// 85% needs a second type; of the two singletons the one with more
+		// CPU comes first. Weights renormalised over the 9 tasks kept.
+		{0.85, []typ{{2000, true, 8.0 / 9}, {4000, false, 1.0 / 9}}},
+	} {
+		// NewWorkload numbers shapes as they first appear: 0 the share, 1
+		// the whole card.
+		got := typicalPods(sample, tc.coverage, func(r Request) int {
+			switch {
+			case r.ShareMilli > 0:
+				return 0
+			case r.WholeCards > 0:
+				return 1
+			}
+			return -1
+		}, w.shapes)
+		var gotT []typ
+		for _, p := range got {
+			gotT = append(gotT, typ{p.cpu, p.shape >= 0, p.weight})
+		}
+		if !slices.EqualFunc(gotT, tc.want, func(a, b typ) bool {
+			return a.cpu == b.cpu && a.gpu == b.gpu && abs(a.weight-b.weight) < 1e-9
+		}) {
+			t.Errorf("coverage %v: types %+v, want %+v", tc.coverage, gotT, tc.want)
+		}
 	}
 }
 
