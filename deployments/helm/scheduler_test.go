@@ -246,6 +246,10 @@ func TestSchedulerDeployment(t *testing.T) {
 			if tc.wantToleration != "" && (len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != tc.wantToleration) {
 				t.Errorf("tolerations = %+v, want %s", pod.Tolerations, tc.wantToleration)
 			}
+			// On the host network the old replica holds the port: no surge.
+			if ru := dep.Spec.Strategy.RollingUpdate; tc.wantHostNet && (ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0) {
+				t.Errorf("strategy %+v: a host-network scheduler must not surge", dep.Spec.Strategy)
+			}
 			// A host-network pod resolves cluster names only with this DNS policy.
 			if pod.HostNetwork != tc.wantHostNet || (tc.wantHostNet && pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet) {
 				t.Errorf("hostNetwork = %v dnsPolicy = %q, want hostNetwork %v", pod.HostNetwork, pod.DNSPolicy, tc.wantHostNet)

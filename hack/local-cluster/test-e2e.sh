@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole end-to-end run CI does: cluster up, plugin, controller, e2e suite, cluster
+# The whole end-to-end run CI does: cluster up, plugin, controller, tangram-scheduler, e2e suite, cluster
 # down (always, also after a failure), printing how long each stage took.
 # Set KEEP_CLUSTER=1 to leave the cluster running for inspection.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -40,4 +40,5 @@ stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
 stage cluster-up "$HERE/up.sh"
 stage plugin-start "$HERE/plugin.sh" start
 stage controller-start "$HERE/controller.sh" start
+stage scheduler-start "$HERE/scheduler.sh" start
 stage e2e "$HERE/e2e.sh"

@@ -22,13 +22,14 @@ import (
 // Flags. Every default fits the local cluster of hack/local-cluster; point
 // them elsewhere to run the suite against any cluster with Tangram installed.
 var (
-	kubeconfig     = flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster under test (default $KUBECONFIG)")
-	workloadImage  = flag.String("image", "localhost/tangram/gpu-info:dev", "image of the workload that prints what it got (test/images/gpu-info)")
-	gpuNodeFlag    = flag.String("gpu-node", "", "node whose kubelet runs the Tangram plugin and the test pods (default: the first such node)")
-	simProfile     = flag.String("sim-profile", "pcie-a100-pairs", "fake GPU profile of the API-only node the suite adds for scheduling-only scenarios")
-	pluginKillCmd  = flag.String("plugin-kill-cmd", "", "shell command that kills the kubelet plugin on the GPU node without letting it clean up")
-	pluginStartCmd = flag.String("plugin-start-cmd", "", "shell command that starts the kubelet plugin again and returns once it serves")
-	cdiDir         = flag.String("cdi-dir", "", "the GPU node's CDI spec directory, when the suite runs on that node (enables the CDI spec checks)")
+	kubeconfig       = flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster under test (default $KUBECONFIG)")
+	workloadImage    = flag.String("image", "localhost/tangram/gpu-info:dev", "image of the workload that prints what it got (test/images/gpu-info)")
+	gpuNodeFlag      = flag.String("gpu-node", "", "node whose kubelet runs the Tangram plugin and the test pods (default: the first such node)")
+	simProfile       = flag.String("sim-profile", "pcie-a100-pairs", "fake GPU profile of the API-only node the suite adds for scheduling-only scenarios")
+	pluginKillCmd    = flag.String("plugin-kill-cmd", "", "shell command that kills the kubelet plugin on the GPU node without letting it clean up")
+	pluginStartCmd   = flag.String("plugin-start-cmd", "", "shell command that starts the kubelet plugin again and returns once it serves")
+	cdiDir           = flag.String("cdi-dir", "", "the GPU node's CDI spec directory, when the suite runs on that node (enables the CDI spec checks)")
+	tangramScheduler = flag.String("tangram-scheduler", "tangram", "schedulerName of the running tangram-scheduler (Helm value scheduler.schedulerName) the packing scenario compares with the default scheduler")
 )
 
 // Shared state, set up once for the whole suite.
@@ -59,7 +60,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 
 	gpuNode = findGPUNode(ctx)
-	simNode = createSimNode(ctx, *simProfile)
+	simNode = createSimNode(ctx, "tangram-sim-"+*simProfile, *simProfile, false)
 	DeferCleanup(deleteSimNode, simNode)
 
 	GinkgoWriter.Printf("\nNodes under test:\n")

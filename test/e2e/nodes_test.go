@@ -72,12 +72,12 @@ func stringAttr(d resourceapi.Device, name string) string {
 	return ""
 }
 
-// createSimNode adds a Node object without a kubelet and publishes the
-// ResourceSlices a plugin with the given fake profile would publish for it,
-// computed by the same code the plugin uses (pkg/gpu, pkg/slices). The
-// scheduler allocates from it like from any node; pods bound there never run.
-func createSimNode(ctx context.Context, profile string) string {
-	name := "tangram-sim-" + profile
+// createSimNode adds a Node object named name without a kubelet and
+// publishes the ResourceSlices a plugin with the given fake profile (and
+// sharing on or off) would publish for it, computed by the same code the
+// plugin uses (pkg/gpu, pkg/slices). The scheduler allocates from it like
+// from any node; pods bound there never run.
+func createSimNode(ctx context.Context, name, profile string, sharing bool) string {
 	// A node left behind by an interrupted run would carry stale slices.
 	deleteSimNode(ctx, name)
 
@@ -103,7 +103,7 @@ func createSimNode(ctx context.Context, profile string) string {
 	Expect(err).NotTo(HaveOccurred(), "fake profile %s", profile)
 	gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
 	Expect(err).NotTo(HaveOccurred(), "fake GPUs of profile %s", profile)
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: false})
+	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: sharing})
 	Expect(err).NotTo(HaveOccurred(), "ResourceSlice devices of profile %s", profile)
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{
@@ -145,6 +145,35 @@ func deleteSimNode(ctx context.Context, name string) {
 func onSimNode(pod *corev1.Pod) {
 	pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: simNode}
 	pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+}
+
+// onAnyOf lets the scheduler choose among the named nodes only, API-only
+// ones included (their taints are tolerated).
+func onAnyOf(pod *corev1.Pod, nodes ...string) {
+	pod.Spec.NodeSelector = nil
+	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: nodes,
+			}}}},
+		},
+	}}
+	pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+}
+
+// forceDeletePodsOn removes the namespace's pods bound to an API-only node at
+// once: no kubelet will ever confirm their termination.
+func forceDeletePodsOn(ctx context.Context, ns, node string) {
+	pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	Expect(err).NotTo(HaveOccurred(), "listing pods of %s on node %s", ns, node)
+	for _, p := range pods.Items {
+		err := clientset.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if !apierrors.IsNotFound(err) {
+			Expect(err).NotTo(HaveOccurred(), "force-deleting pod %s/%s on API-only node %s", ns, p.Name, node)
+		}
+	}
 }
 
 func shellCommand(ctx context.Context, command string) *exec.Cmd {

@@ -36,7 +36,7 @@ func newNamespace(ctx context.Context) string {
 	Expect(err).NotTo(HaveOccurred(), "creating a namespace")
 	name := ns.Name
 	DeferCleanup(func(ctx SpecContext) {
-		forceDeleteSimPods(ctx, name)
+		forceDeletePodsOn(ctx, name, simNode)
 		Expect(clientset.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
 		Eventually(func() bool {
 			_, err := clientset.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
@@ -50,21 +50,6 @@ func newNamespace(ctx context.Context) string {
 	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "service account default in %s", name)
 	GinkgoWriter.Printf("  namespace %s\n", name)
 	return name
-}
-
-// forceDeleteSimPods removes pods bound to the API-only node at once: no
-// kubelet will ever confirm their termination.
-func forceDeleteSimPods(ctx context.Context, ns string) {
-	pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", simNode).String(),
-	})
-	Expect(err).NotTo(HaveOccurred())
-	for _, p := range pods.Items {
-		err := clientset.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-		if !apierrors.IsNotFound(err) {
-			Expect(err).NotTo(HaveOccurred(), "force-deleting pod %s on API-only node", p.Name)
-		}
-	}
 }
 
 // createTemplate creates a ResourceClaimTemplate with one request.
