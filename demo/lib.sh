@@ -69,6 +69,41 @@ demo_wait_slices() {
 	return 1
 }
 
+# demo_add_api_only_node NODE PROFILE PLUGIN_BINARY: a Node object without a
+# kubelet, with ample CPU and memory, tainted tangram.dev/demo-api-only so
+# only pods that accept it go there, and the ResourceSlices Tangram's plugin
+# would publish for fake PROFILE on it (`dra-kubelet-plugin slices`). The
+# scheduler places pods there; nothing ever starts them. A node of that name
+# left by an earlier demo is replaced.
+demo_add_api_only_node() {
+	local node="$1" profile="$2" plugin="$3" capacity='{"cpu":"64","memory":"512Gi","pods":"110"}'
+	K delete node "$node" --ignore-not-found --wait=true >/dev/null || return 1
+	K delete resourceslices --field-selector "spec.nodeName=$node" --ignore-not-found >/dev/null || return 1
+	K create -f - >/dev/null <<NODE || return 1
+apiVersion: v1
+kind: Node
+metadata:
+  name: $node
+  labels:
+    kubernetes.io/hostname: $node
+    tangram.dev/demo: api-only
+spec:
+  taints:
+    - key: tangram.dev/demo-api-only
+      value: "true"
+      effect: NoSchedule
+NODE
+	K patch node "$node" --subresource=status --type=merge \
+		-p "{\"status\":{\"capacity\":$capacity,\"allocatable\":$capacity}}" >/dev/null || return 1
+	"$plugin" slices --node-name "$node" --fake-profile "$profile" -o yaml | K create -f - >/dev/null
+}
+
+# demo_remove_api_only_node NODE: the node and its ResourceSlices.
+demo_remove_api_only_node() {
+	K delete node "$1" --ignore-not-found --wait=true >/dev/null
+	K delete resourceslices --field-selector "spec.nodeName=$1" --ignore-not-found >/dev/null
+}
+
 # demo_describe_spec FILE: the spec's leading comment, as prose.
 demo_describe_spec() {
 	awk '/^#/ { sub(/^# ?/, ""); print "   " $0; next } { exit }' "$1"

@@ -18,11 +18,16 @@ need_root
 cluster_lock
 PROFILE="${DEMO_PROFILE:-dgx-h100}"
 APISERVER_PORT=6443 # hack/local-cluster/config.sh
+# tangram-scheduler runs on the host network next to the default scheduler,
+# which has 10259.
+SCHEDULER_PORT=10359
+EXTRA_NODE=demo-gpu-node-2
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 H() { "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 TANGRAM_BIN_DIR="$CLUSTER_DIR/bin"
 total_start="$(now_s)"
 DEMO_FAILURES=0
+shares_card=""
 
 cluster_healthy() {
 	[ -f "$KUBECONFIG_FILE" ] && K get --raw /readyz >/dev/null 2>&1 &&
@@ -45,21 +50,26 @@ say "cluster ready in $(elapsed "$t")"
 step "2/4  helm install tangram (fake GPU profile $PROFILE)"
 t="$(now_s)"
 H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
-# The API server listens on loopback only, so the plugin pod uses the host's
-# network and talks to 127.0.0.1. The plugin's state lives under the cluster
+# The API server listens on loopback only, so the plugin and scheduler pods use
+# the host's network and talk to 127.0.0.1. tangram-scheduler (the GPU packing
+# scheduler) is enabled for the packing scenarios. The plugin's state lives under the cluster
 # directory so that `make cluster-down` removes it with the cluster.
 demo_install_chart \
 	--set "fakeGPU.profile=$PROFILE" \
 	--set kubeletPlugin.hostNetwork=true \
 	--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]" \
 	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state" \
-	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps" ||
+	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps" \
+	--set scheduler.enabled=true \
+	--set scheduler.hostNetwork=true \
+	--set "scheduler.securePort=$SCHEDULER_PORT" \
+	--set-json "scheduler.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]" ||
 	{
 		K -n "$RELEASE_NAMESPACE" get pods -o wide >&2
 		K -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2
 		die "installing the chart failed"
 	}
-say "$(H list -n "$RELEASE_NAMESPACE" --filter "^$RELEASE\$" --short) installed; plugin pods:"
+say "$(H list -n "$RELEASE_NAMESPACE" --filter "^$RELEASE\$" --short) installed; its pods:"
 K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
 demo_wait_slices 90 || die "the kubelet plugin published no GPUs"
 say "chart ready in $(elapsed "$t")"
@@ -102,6 +112,7 @@ if demo_wait_pods memory-shares 120; then
 	cards="$(devices_of memory-shares | sort -u)"
 	whole="$(devices_of whole-card)"
 	if [ "$(wc -l <<<"$cards")" -eq 1 ] && [ "$cards" != "$whole" ]; then
+		shares_card="$cards"
 		pass "all three shares on ${cards#*/}; the other cards stay whole"
 	else
 		fail "shares landed on: $(echo $cards) (want one card other than $whole)"
@@ -157,6 +168,70 @@ else
 	fail "no warning event for bad-config within 90s"
 	K -n "$DEMO_NAMESPACE" describe pod bad-config | tail -n 15
 fi
+step "A second GPU node joins: $EXTRA_NODE (API only)"
+say "a Node object without a kubelet: eight free 80 GiB H100s (fake $PROFILE), 64 CPUs, 512 GiB;"
+say "the scheduler can place pods there, nothing ever starts them"
+mkdir -p "$TANGRAM_BIN_DIR"
+if (cd "$REPO_ROOT" && go build -o "$TANGRAM_BIN_DIR/dra-kubelet-plugin" ./cmd/dra-kubelet-plugin) &&
+	demo_add_api_only_node "$EXTRA_NODE" "$PROFILE" "$TANGRAM_BIN_DIR/dra-kubelet-plugin"; then
+	say "node $EXTRA_NODE publishes $(K get resourceslices --field-selector "spec.nodeName=$EXTRA_NODE,spec.driver=$DRIVER" \
+		-o go-template='{{range .items}}{{range .spec.devices}}{{.name}} {{end}}{{end}}')"
+	extra_node_ok=1
+else
+	fail "could not add the API-only node $EXTRA_NODE"
+	extra_node_ok=""
+fi
+
+node_of() { # node_of POD TIMEOUT: the pod's node once it is bound
+	local i node
+	for ((i = 0; i < $2; i++)); do
+		node="$(K -n "$DEMO_NAMESPACE" get pod "$1" -o jsonpath='{.spec.nodeName}' 2>/dev/null)"
+		[ -n "$node" ] && { echo "$node"; return 0; }
+		sleep 1
+	done
+	return 1
+}
+
+if [ -n "$extra_node_ok" ]; then
+	scenario "$SPEC_DIR/06-packing-stock.yaml" packing-stock "Packing across nodes, part 1: the stock kube-scheduler"
+	if stock_node="$(node_of next-share-stock 90)"; then
+		demo_show_pods packing-stock
+		if [ "$stock_node" = "$EXTRA_NODE" ]; then
+			pass "default-scheduler bound it to $EXTRA_NODE: a fresh card broken on the empty node"
+		else
+			fail "default-scheduler bound it to $stock_node, not to the empty node $EXTRA_NODE"
+		fi
+	else
+		demo_show_pods packing-stock
+		fail "next-share-stock was not scheduled within 90s"
+	fi
+	# It never starts on an API-only node: remove it at once, then wait until
+	# its claim (and with it the share) is gone, so both schedulers face the
+	# same cluster.
+	stock_claim="$(K -n "$DEMO_NAMESPACE" get pod next-share-stock -o jsonpath='{.status.resourceClaimStatuses[0].resourceClaimName}' 2>/dev/null)"
+	K -n "$DEMO_NAMESPACE" delete pod next-share-stock --grace-period=0 --force --wait=true >/dev/null 2>&1
+	if [ -n "$stock_claim" ] && ! K -n "$DEMO_NAMESPACE" wait --for=delete "resourceclaim/$stock_claim" --timeout=90s >/dev/null 2>&1; then
+		fail "the claim $stock_claim of the deleted pod was not removed within 90s"
+	fi
+	say "removed next-share-stock; its share on $EXTRA_NODE is free again"
+
+	scenario "$SPEC_DIR/07-packing-tangram.yaml" packing-tangram "Packing across nodes, part 2: tangram-scheduler"
+	if demo_wait_pods packing-tangram 120; then
+		demo_show_pods packing-tangram
+		card="$(devices_of packing-tangram)"
+		by="$(K -n "$DEMO_NAMESPACE" get events --field-selector involvedObject.name=next-share-tangram,reason=Scheduled \
+			-o jsonpath='{.items[0].reportingComponent}{.items[0].source.component}' 2>/dev/null)"
+		if [ "$(node_of next-share-tangram 1)" = "$NODE_NAME" ] && [ -n "$shares_card" ] && [ "$card" = "$shares_card" ]; then
+			pass "${by:-tangram} packed it onto ${card#*/} next to share-a/b/c (now full); $EXTRA_NODE stays whole"
+		else
+			fail "tangram-scheduler put it on ${card:-nothing} (node $(node_of next-share-tangram 1)), want ${shares_card:-the card of share-a/b/c} on $NODE_NAME"
+		fi
+	else
+		demo_show_pods packing-tangram
+		K -n "$RELEASE_NAMESPACE" logs "deployment/$RELEASE-scheduler" --tail=20 2>/dev/null | sed 's/^/     /'
+		fail "next-share-tangram did not become Ready"
+	fi
+fi
 say "scenarios done in $(elapsed "$t")"
 
 # --- 4. cluster view ----------------------------------------------------------
@@ -184,6 +259,8 @@ cat <<EOF
      kubectl tangram status                           # who holds which card
      kubectl tangram describe pod/bad-config -n $DEMO_NAMESPACE
      kubectl -n $RELEASE_NAMESPACE logs ds/$RELEASE-kubelet-plugin
+     kubectl -n $RELEASE_NAMESPACE logs deploy/$RELEASE-scheduler   # tangram-scheduler
+     kubectl delete node $EXTRA_NODE                    # the API-only node
    Try your own: edit a spec in demo/specs and kubectl apply -f it.
    Tear down:
      kubectl delete namespace $DEMO_NAMESPACE   # the demo pods only

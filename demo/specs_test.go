@@ -97,6 +97,8 @@ func TestSpecs(t *testing.T) {
 		// wantConfigErr is the GpuConfig error the plugin must report ("" = valid).
 		wantConfigErr string
 		wantPodGroup  string
+		// wantScheduler is every pod's spec.schedulerName ("" = the default scheduler).
+		wantScheduler string
 	}{
 		{file: "01-whole-card.yaml", wantDevices: map[string]int64{"whole-card": 1}},
 		{file: "02-memory-shares.yaml", wantDevices: map[string]int64{"share-a": 1, "share-b": 1, "share-c": 1}},
@@ -107,6 +109,9 @@ func TestSpecs(t *testing.T) {
 			wantDevices:   map[string]int64{"bad-config": 1},
 			wantConfigErr: `sharing.backend: Unsupported value: "vcuda": supported values: "mps", "none"`,
 		},
+		{file: "06-packing-stock.yaml", wantDevices: map[string]int64{"next-share-stock": 1}},
+		// The chart's default scheduler.schedulerName.
+		{file: "07-packing-tangram.yaml", wantDevices: map[string]int64{"next-share-tangram": 1}, wantScheduler: "tangram"},
 	}
 	seen := map[string]bool{"00-namespace.yaml": true}
 	for _, tc := range tests {
@@ -116,6 +121,9 @@ func TestSpecs(t *testing.T) {
 			gotDevices := map[string]int64{}
 			for _, pod := range spec.pods {
 				gotDevices[pod.Name] = checkPod(t, pod, spec)
+				if pod.Spec.SchedulerName != tc.wantScheduler {
+					t.Errorf("pod %s: schedulerName %q, want %q", pod.Name, pod.Spec.SchedulerName, tc.wantScheduler)
+				}
 				if tc.wantPodGroup != "" {
 					checkGangMember(t, pod, spec, tc.wantPodGroup)
 				}
