@@ -5,12 +5,12 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
 // AllocatorFeatures are the DRA features Tangram relies on, as enabled in a
@@ -33,20 +33,7 @@ var celCache = cel.NewCache(100, cel.Features{EnableConsumableCapacity: true})
 func CELCache() *cel.Cache { return celCache }
 
 // ClassLister serves DeviceClasses from a snapshot to the allocator.
-type ClassLister []*resourceapi.DeviceClass
-
-// List returns every class.
-func (l ClassLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
-
-// Get returns a class by name, or a NotFound error.
-func (l ClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	for _, c := range l {
-		if c.Name == name {
-			return c, nil
-		}
-	}
-	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
-}
+type ClassLister = allocation.ClassLister
 
 // NewAllocator returns the kube-scheduler's DRA allocator over the
 // snapshot's current slices, treating state as already taken.

@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -130,13 +131,15 @@ func AllocatedState(claims []*resourceapi.ResourceClaim, consumableCapacity bool
 // allocator, which asks for them through a lister interface.
 type ClassLister []*resourceapi.DeviceClass
 
+// List returns every class.
 func (l ClassLister) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
 
+// Get returns a class by name, or a NotFound error as a lister would.
 func (l ClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	for _, c := range l {
 		if c.Name == name {
 			return c, nil
 		}
 	}
-	return nil, fmt.Errorf("DeviceClass %q not found", name)
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
 }
