@@ -119,6 +119,68 @@ var _ = Describe("GpuGang", func() {
 	}, SpecTimeout(8*time.Minute))
 })
 
+var _ = Describe("GpuGang that does not fit", func() {
+	It("keeps every member pending and says in its status how much room the cluster has", func(ctx SpecContext) {
+		scenario("GpuGang: 3 members × 4 cards in one NVLink domain, room for only 2: no member binds, the status says why")
+		ns := newNamespace(ctx)
+		// dgx-h100: 8 cards in one NVLink domain, so room for exactly two
+		// members of 4; the API-only pcie-a100-pairs node has NVLink pairs
+		// only and room for none.
+		Expect(nodeDevices(ctx, gpuNode)).To(HaveLen(8), "node %s must publish exactly 8 GPUs (fake profile dgx-h100)", gpuNode)
+		gangs := gangClient().Namespace(ns)
+		gang := &tangramv1alpha1.GpuGang{
+			TypeMeta:   metav1.TypeMeta{APIVersion: tangramv1alpha1.SchemeGroupVersion.String(), Kind: tangramv1alpha1.Kind},
+			ObjectMeta: metav1.ObjectMeta{Name: "big"},
+			Spec: tangramv1alpha1.GpuGangSpec{
+				Members: tangramv1alpha1.GangMembers{Count: 3, MinCount: ptr.To[int32](3)},
+				GPUs:    tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: 4, SameNVLinkDomain: true}},
+			},
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gang)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = gangs.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "creating GpuGang %s/big", ns)
+		var status tangramv1alpha1.GpuGangStatus
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "big")
+			g.Expect(status.PodGroupName).NotTo(BeEmpty(), "gang status has no PodGroup yet (is the dra-controller running?): %+v", status)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		members := []string{"big-0", "big-1", "big-2"}
+		for _, m := range members {
+			pod := gpuPod(ns, m, status.ResourceClaimTemplateName)
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(status.PodGroupName)}
+			createPod(ctx, pod)
+		}
+
+		By("the status explains, in plain words, that the cluster has room for 2 of the 3 members")
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "big")
+			g.Expect(status.Phase).To(Equal(tangramv1alpha1.GangPending))
+			g.Expect(status.Diagnosis).To(And(
+				ContainSubstring("needs 3 members, each 4 whole cards in one NVLink domain"),
+				ContainSubstring("room for 2 members (1 node)"),
+				// Once the controller has seen all three member pods.
+				Not(ContainSubstring("member pods the gang needs exist")),
+			), "gang diagnosis")
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		GinkgoWriter.Printf("  gang big: phase %s, placed %d; diagnosis: %s\n", status.Phase, status.Placed, status.Diagnosis)
+
+		By("all or nothing: no member binds and no claim is allocated")
+		Consistently(func(g Gomega) {
+			for _, m := range members {
+				g.Expect(getPod(ctx, ns, m).Spec.NodeName).To(BeEmpty(), "member %s was bound although the gang cannot be placed", m)
+			}
+			list, err := clientset.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, c := range list.Items {
+				g.Expect(c.Status.Allocation).To(BeNil(), "claim %s is allocated", c.Name)
+			}
+			g.Expect(getGangStatus(ctx, g, ns, "big").Placed).To(BeZero())
+		}).WithContext(ctx).WithTimeout(15 * time.Second).WithPolling(time.Second).Should(Succeed())
+		GinkgoWriter.Printf("  after 15 s: no member bound, no claim allocated\n")
+	}, SpecTimeout(5*time.Minute))
+})
+
 // gangClient is a dynamic client for GpuGangs: the controller has no
 // generated clientset for its one CRD.
 func gangClient() dynamic.NamespaceableResourceInterface {
