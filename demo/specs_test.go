@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/controller/gang"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
@@ -38,6 +40,7 @@ type specFile struct {
 	pods      []*corev1.Pod
 	templates map[string]*resourceapi.ResourceClaimTemplate
 	podGroups map[string]*schedulingv1beta1.PodGroup
+	gangs     map[string]*tangramv1alpha1.GpuGang
 	other     []runtime.Object
 }
 
@@ -47,10 +50,11 @@ func loadSpec(t *testing.T, path string) specFile {
 	if err != nil {
 		t.Fatalf("reading %s: %v", path, err)
 	}
-	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	decoder := serializer.NewCodecFactory(demoScheme(t), serializer.EnableStrict).UniversalDeserializer()
 	spec := specFile{
 		templates: map[string]*resourceapi.ResourceClaimTemplate{},
 		podGroups: map[string]*schedulingv1beta1.PodGroup{},
+		gangs:     map[string]*tangramv1alpha1.GpuGang{},
 	}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
@@ -75,10 +79,16 @@ func loadSpec(t *testing.T, path string) specFile {
 			spec.templates[o.Name] = o
 		case *schedulingv1beta1.PodGroup:
 			spec.podGroups[o.Name] = o
+		case *tangramv1alpha1.GpuGang:
+			spec.gangs[o.Name] = o
+			// The controller creates the gang's claim template; its members
+			// name it, so it counts as part of the file.
+			tmpl := gang.DesiredTemplate(o)
+			spec.templates[tmpl.Name] = tmpl
 		case *corev1.Namespace:
 			spec.other = append(spec.other, o)
 		default:
-			t.Fatalf("%s: document %d is a %s; the demo uses only Namespaces, Pods, ResourceClaimTemplates and PodGroups", path, i, gvk)
+			t.Fatalf("%s: document %d is a %s; the demo uses only Namespaces, Pods, ResourceClaimTemplates, PodGroups and GpuGangs", path, i, gvk)
 		}
 		if o, ok := obj.(interface{ GetNamespace() string }); ok {
 			if _, isNS := obj.(*corev1.Namespace); !isNS && o.GetNamespace() != demoNamespace {
@@ -87,6 +97,18 @@ func loadSpec(t *testing.T, path string) specFile {
 		}
 	}
 	return spec
+}
+
+// demoScheme knows the Kubernetes types and Tangram's GpuGang.
+func demoScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{scheme.AddToScheme, tangramv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatalf("building the scheme: %v", err)
+		}
+	}
+	return s
 }
 
 func TestSpecs(t *testing.T) {
@@ -99,6 +121,8 @@ func TestSpecs(t *testing.T) {
 		wantPodGroup  string
 		// wantScheduler is every pod's spec.schedulerName ("" = the default scheduler).
 		wantScheduler string
+		// wantGpuGang: every pod is a member of this GpuGang of the same file.
+		wantGpuGang string
 	}{
 		{file: "01-whole-card.yaml", wantDevices: map[string]int64{"whole-card": 1}},
 		{file: "02-memory-shares.yaml", wantDevices: map[string]int64{"share-a": 1, "share-b": 1, "share-c": 1}},
@@ -112,6 +136,7 @@ func TestSpecs(t *testing.T) {
 		{file: "06-packing-stock.yaml", wantDevices: map[string]int64{"next-share-stock": 1}},
 		// The chart's default scheduler.schedulerName.
 		{file: "07-packing-tangram.yaml", wantDevices: map[string]int64{"next-share-tangram": 1}, wantScheduler: "tangram"},
+		{file: "08-gpugang.yaml", wantDevices: map[string]int64{"finetune-0": 2, "finetune-1": 2}, wantGpuGang: "finetune"},
 	}
 	seen := map[string]bool{"00-namespace.yaml": true}
 	for _, tc := range tests {
@@ -126,6 +151,9 @@ func TestSpecs(t *testing.T) {
 				}
 				if tc.wantPodGroup != "" {
 					checkGangMember(t, pod, spec, tc.wantPodGroup)
+				}
+				if tc.wantGpuGang != "" {
+					checkGpuGangMember(t, pod, spec, tc.wantGpuGang)
 				}
 			}
 			if !equalCounts(gotDevices, tc.wantDevices) {
@@ -216,6 +244,24 @@ func checkGangMember(t *testing.T, pod *corev1.Pod, spec specFile, group string)
 	}
 	if _, ok := spec.podGroups[group]; !ok {
 		t.Errorf("PodGroup %q is not in the same file as its members", group)
+	}
+}
+
+// checkGpuGangMember verifies the pod names the PodGroup the GpuGang's
+// controller creates, and that the gang has as many members as the file has
+// pods.
+func checkGpuGangMember(t *testing.T, pod *corev1.Pod, spec specFile, name string) {
+	t.Helper()
+	g, ok := spec.gangs[name]
+	if !ok {
+		t.Fatalf("GpuGang %q is not in the same file as its members", name)
+	}
+	sg := pod.Spec.SchedulingGroup
+	if sg == nil || sg.PodGroupName == nil || *sg.PodGroupName != gang.PodGroupName(g) {
+		t.Errorf("pod %s does not name PodGroup %q of GpuGang %s", pod.Name, gang.PodGroupName(g), name)
+	}
+	if int(g.Spec.Members.Count) != len(spec.pods) {
+		t.Errorf("GpuGang %s has %d members but the file has %d pods", name, g.Spec.Members.Count, len(spec.pods))
 	}
 }
 

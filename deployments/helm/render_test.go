@@ -289,6 +289,56 @@ func TestController(t *testing.T) {
 		})
 	}
 
+	// Host network (clusters whose pods reach the API server only there):
+	// its own metrics port keeps it off a host-network plugin's.
+	netTests := []struct {
+		name        string
+		sets        []string
+		wantHostNet bool
+		wantMetrics string
+		wantEnv     map[string]string
+	}{
+		{name: "defaults", wantMetrics: "9400"},
+		{
+			name: "host network, own metrics port, API server on loopback",
+			sets: []string{"controller.hostNetwork=true", "controller.metricsPort=9401",
+				"controller.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "controller.extraEnv[0].value=127.0.0.1"},
+			wantHostNet: true, wantMetrics: "9401",
+			wantEnv: map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1"},
+		},
+		{name: "global metrics port", sets: []string{"metrics.port=9500"}, wantMetrics: "9500"},
+	}
+	for _, tc := range netTests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, append([]string{"controller.enabled=true"}, tc.sets...)...)
+			pod := objs.get(t, "Deployment", "tangram-controller").(*appsv1.Deployment).Spec.Template
+			c := pod.Spec.Containers[0]
+			if pod.Spec.HostNetwork != tc.wantHostNet || (tc.wantHostNet && pod.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet) {
+				t.Errorf("hostNetwork = %v dnsPolicy = %q, want hostNetwork %v", pod.Spec.HostNetwork, pod.Spec.DNSPolicy, tc.wantHostNet)
+			}
+			var port string
+			for _, p := range c.Ports {
+				if p.Name == "metrics" {
+					port = strconv.Itoa(int(p.ContainerPort))
+				}
+			}
+			if got := flagValues(c.Args)["metrics-address"]; got != ":"+tc.wantMetrics || port != tc.wantMetrics ||
+				pod.Annotations["prometheus.io/port"] != tc.wantMetrics {
+				t.Errorf("metrics on %q, container port %q, scrape annotation %q; want %s everywhere",
+					got, port, pod.Annotations["prometheus.io/port"], tc.wantMetrics)
+			}
+			for name, value := range tc.wantEnv {
+				found := false
+				for _, e := range c.Env {
+					found = found || (e.Name == name && e.Value == value)
+				}
+				if !found {
+					t.Errorf("env %s=%s missing from %+v", name, value, c.Env)
+				}
+			}
+		})
+	}
+
 	// The webhook flags must name the Service and configuration the chart
 	// renders, or the controller serves a certificate nobody asks for.
 	objs := render(t, "controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.port=9555")

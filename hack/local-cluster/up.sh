@@ -42,10 +42,13 @@ wait_until etcd 60 "etcd is healthy" curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PO
 log "starting kube-apiserver $KUBE_VERSION"
 # --endpoint-reconciler-type=none: the API server refuses to advertise a
 # loopback address in the kubernetes Service otherwise.
+# --enable-aggregator-routing: there is no kube-proxy, so Service IPs lead
+# nowhere; with this the API server calls admission webhooks (the chart's
+# GpuConfig webhook) at their Service's endpoints, the pods themselves.
 start_proc kube-apiserver "$KUBE_BIN/kube-apiserver" \
 	--etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
 	--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-	--endpoint-reconciler-type=none \
+	--endpoint-reconciler-type=none --enable-aggregator-routing=true \
 	--tls-cert-file="$CLUSTER_DIR/pki/apiserver.crt" --tls-private-key-file="$CLUSTER_DIR/pki/apiserver.key" \
 	--client-ca-file="$CLUSTER_DIR/pki/ca.crt" --token-auth-file="$CLUSTER_DIR/pki/tokens.csv" \
 	--kubelet-client-certificate="$CLUSTER_DIR/pki/apiserver-kubelet-client.crt" \
