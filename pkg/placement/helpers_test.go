@@ -20,6 +20,8 @@ type testNodeSpec struct {
 	memMiB   int64
 	model    string
 	cards    int
+	// cardMemory is each card's memory in bytes; 0 means testCardMemory.
+	cardMemory int64
 }
 
 const testCardMemory = 16 << 30
@@ -27,9 +29,13 @@ const testCardMemory = 16 << 30
 // testDevices are the devices the plugin publishes for a sharing node.
 func testDevices(t testing.TB, spec testNodeSpec) []resourceapi.Device {
 	t.Helper()
+	mem := spec.cardMemory
+	if mem == 0 {
+		mem = testCardMemory
+	}
 	gpus := make([]gpu.GPU, spec.cards)
 	for i := range gpus {
-		gpus[i] = gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", spec.name, i), ProductName: spec.model, MemoryBytes: testCardMemory}
+		gpus[i] = gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", spec.name, i), ProductName: spec.model, MemoryBytes: mem}
 	}
 	devices, err := slices.Devices(gpus, slices.Options{NodeName: spec.name, Sharing: true})
 	if err != nil {

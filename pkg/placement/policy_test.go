@@ -77,6 +77,19 @@ func TestPoliciesOnSmallClusters(t *testing.T) {
 		return nodes
 	}
 
+	// Scenario "second share" (the e2e packing test and the demo): two
+	// identical nodes with two 80Gi cards; a has one 20Gi share (250 milli)
+	// on gpu-0, b is empty. The workload is what the scheduler plugin
+	// samples: the allocated claim (no CPU or memory known) and the pod.
+	secondShare := func(t *testing.T) []*Node {
+		nodes, v := testCluster(t,
+			testNodeSpec{name: "a", cpuMilli: 32000, memMiB: 131072, model: "A100", cards: 2, cardMemory: 80 << 30},
+			testNodeSpec{name: "b", cpuMilli: 32000, memMiB: 131072, model: "A100", cards: 2, cardMemory: 80 << 30})
+		place(t, v, nodes[0], share("running", 4000, 250), 0)
+		return nodes
+	}
+	shares20Gi := NewWorkload([]Request{{Name: "running", ShareMilli: 250}, share("incoming", 4000, 250)})
+
 	tests := []struct {
 		name      string
 		policy    Policy
@@ -125,6 +138,15 @@ func TestPoliciesOnSmallClusters(t *testing.T) {
 		// The same inside one node: both cards score 50, FGD keeps the
 		// first card in device order.
 		{"fgd first card among equal scores", &FGD{Workload: smallAndLarge}, twoCards, share("new", 1000, 100), "a", []int{0}},
+		// A second 20Gi share: every card keeps a multiple of 250 free, which
+		// the only share type fills exactly, so fragmentation, residue and
+		// stranding (8 CPUs per 1000 milli; 24 or 28 CPUs stay) do not change
+		// anywhere: the gradients are equal (0). FGD ties the nodes (score
+		// 50); tangram's packing must prefer a (500 milli left against 750),
+		// and inside a the card that already holds the share (750 -> 500)
+		// over the fresh one.
+		{"fgd ties the second 20Gi share", &FGD{Workload: shares20Gi}, secondShare, share("incoming", 4000, 250), "tie", nil},
+		{"tangram packs the second 20Gi share", NewTangram(shares20Gi), secondShare, share("incoming", 4000, 250), "a", []int{0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
