@@ -316,6 +316,11 @@ func TestController(t *testing.T) {
 			if pod.Spec.HostNetwork != tc.wantHostNet || (tc.wantHostNet && pod.Spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet) {
 				t.Errorf("hostNetwork = %v dnsPolicy = %q, want hostNetwork %v", pod.Spec.HostNetwork, pod.Spec.DNSPolicy, tc.wantHostNet)
 			}
+			// On the host network the old replica holds the ports: no surge.
+			dep := objs.get(t, "Deployment", "tangram-controller").(*appsv1.Deployment)
+			if ru := dep.Spec.Strategy.RollingUpdate; tc.wantHostNet && (ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0) {
+				t.Errorf("strategy %+v: a host-network controller must not surge", dep.Spec.Strategy)
+			}
 			var port string
 			for _, p := range c.Ports {
 				if p.Name == "metrics" {
