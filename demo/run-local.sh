@@ -174,9 +174,9 @@ if out="$(K apply -f "$MISTAKE" 2>&1)"; then
 else
 	say "kubectl apply says:"
 	grep -v ' created$\| unchanged$\| configured$' <<<"$out" | fold -s -w 100 | sed "s/^/     ${BAD}/; s/\$/${R}/"
-	K delete -f "$MISTAKE" --ignore-not-found --wait=false >/dev/null 2>&1
 	# The API server does not read opaque parameters: only the webhook says
-	# "invalid gpu.tangram.dev config".
+	# "invalid gpu.tangram.dev config". Checked before the cleanup below,
+	# which would delete a template that got through.
 	if grep -q 'invalid gpu.tangram.dev config' <<<"$out" &&
 		grep -q 'sharing.backend: Unsupported value: "vcuda"' <<<"$out" &&
 		! K -n "$DEMO_NAMESPACE" get resourceclaimtemplate gpu-10gi-bad-backend >/dev/null 2>&1; then
@@ -184,6 +184,7 @@ else
 	else
 		fail "the refusal does not come from the GpuConfig webhook or does not name sharing.backend"
 	fi
+	K delete -f "$MISTAKE" --ignore-not-found --wait=false >/dev/null 2>&1
 fi
 step "A second GPU node joins: $EXTRA_NODE (API only)"
 say "a Node object without a kubelet: eight free 80 GiB H100s (fake $PROFILE), 64 CPUs, 512 GiB;"
