@@ -42,7 +42,17 @@ step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
 t="$(now_s)"
 if [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
 	say "reusing the running cluster (DEMO_REUSE_CLUSTER=1)"
+	# What an e2e run (KEEP_CLUSTER=1) leaves would clash with the chart's
+	# plugin, controller and scheduler: the host-process plugin and
+	# controller hold the same host ports, and scheduler.sh's objects have
+	# the chart's names but no Helm owner, so helm would refuse to install.
 	"$REPO_ROOT/hack/local-cluster/plugin.sh" stop >/dev/null 2>&1
+	"$REPO_ROOT/hack/local-cluster/controller.sh" stop >/dev/null 2>&1
+	if K -n "$RELEASE_NAMESPACE" get deployment "$RELEASE-scheduler" >/dev/null 2>&1 &&
+		[ -z "$(K -n "$RELEASE_NAMESPACE" get deployment "$RELEASE-scheduler" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]; then
+		say "removing the tangram-scheduler that hack/local-cluster/scheduler.sh deployed"
+		"$REPO_ROOT/hack/local-cluster/scheduler.sh" stop >/dev/null 2>&1
+	fi
 	"$REPO_ROOT/hack/images/build-images.sh" --import || die "building or importing images failed"
 else
 	make -C "$REPO_ROOT" --no-print-directory cluster-up || die "make cluster-up failed (logs: $LOG_DIR)"
