@@ -313,7 +313,8 @@ cat <<EOF
      kubectl -n $RELEASE_NAMESPACE logs ds/$RELEASE-kubelet-plugin
      kubectl -n $RELEASE_NAMESPACE logs deploy/$RELEASE-scheduler   # tangram-scheduler
      kubectl -n $RELEASE_NAMESPACE logs deploy/$RELEASE-controller  # dra-controller
-     kubectl delete node $EXTRA_NODE                    # the API-only node
+     kubectl delete node $EXTRA_NODE                    # the API-only node, then its slices:
+     kubectl delete resourceslices --field-selector spec.nodeName=$EXTRA_NODE
    Try your own: edit a spec in demo/specs and kubectl apply -f it.
    Tear down:
      kubectl delete namespace $DEMO_NAMESPACE   # the demo pods only
