@@ -187,16 +187,9 @@ func (s nodeState) shapeFragment(g *gpuShape, total int64) int64 {
 // the workload could not use: all of it for a task whose CPU or memory does
 // not fit or that needs no GPU, otherwise the cards too small for it.
 func (w *Workload) fragmentation(s nodeState, shapeBuf []int64) float64 {
-	var total int64
-	for _, f := range s.free {
-		total += f
-	}
+	total, shapeBuf := w.shapeFragments(s, shapeBuf)
 	if total == 0 {
 		return 0
-	}
-	shapeBuf = shapeBuf[:0]
-	for i := range w.shapes {
-		shapeBuf = append(shapeBuf, s.shapeFragment(&w.shapes[i], total))
 	}
 	var frag float64
 	for i := range w.types {
@@ -208,6 +201,24 @@ func (w *Workload) fragmentation(s nodeState, shapeBuf []int64) float64 {
 		frag += t.weight * float64(shapeBuf[t.shape])
 	}
 	return frag
+}
+
+// shapeFragments returns the free GPU (milli) of s and, per GPU shape of
+// the workload, the part of it a task of that shape could not use (buf is
+// reused); with nothing free the list is empty.
+func (w *Workload) shapeFragments(s nodeState, buf []int64) (int64, []int64) {
+	var total int64
+	for _, f := range s.free {
+		total += f
+	}
+	buf = buf[:0]
+	if total == 0 {
+		return 0, buf
+	}
+	for i := range w.shapes {
+		buf = append(buf, s.shapeFragment(&w.shapes[i], total))
+	}
+	return total, buf
 }
 
 // stranded is the free GPU (milli) of s that the node's free CPU or memory

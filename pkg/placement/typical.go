@@ -113,16 +113,9 @@ func (g gpuShape) cards() int {
 // the node's free CPU or its cards; otherwise the free GPU of the cards too
 // small for it. Weighted by the pods' frequencies.
 func (w *Workload) typicalFragmentation(s nodeState, shapeBuf []int64) float64 {
-	var total int64
-	for _, f := range s.free {
-		total += f
-	}
+	total, shapeBuf := w.shapeFragments(s, shapeBuf)
 	if total == 0 {
 		return 0
-	}
-	shapeBuf = shapeBuf[:0]
-	for i := range w.shapes {
-		shapeBuf = append(shapeBuf, s.shapeFragment(&w.shapes[i], total))
 	}
 	var frag float64
 	for _, t := range w.typical {
