@@ -57,7 +57,8 @@ start() {
 	local manifest
 	manifest="$(render)" || die "helm template of the chart's scheduler failed"
 	log "deploying tangram-scheduler from the chart (schedulerName tangram, policy $POLICY, host port $SECURE_PORT)"
-	K create namespace "$NAMESPACE" --dry-run=client -o yaml | K apply -f - >/dev/null
+	K create namespace "$NAMESPACE" --dry-run=client -o yaml | K apply -f - >/dev/null ||
+		die "creating namespace $NAMESPACE failed (is the API server up? 'make cluster-up' starts it)"
 	K apply -f - <<<"$manifest" >&2 || die "applying the chart's scheduler objects failed"
 	if ! K -n "$NAMESPACE" rollout status "deployment/$DEPLOYMENT" --timeout=180s >&2; then
 		diagnose
