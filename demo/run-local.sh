@@ -99,6 +99,10 @@ step "3/4  Demo scenarios (demo/specs)"
 t="$(now_s)"
 if K get namespace "$DEMO_NAMESPACE" >/dev/null 2>&1; then
 	say "removing the previous demo namespace"
+	# A pod an interrupted demo left bound to the API-only node would hold
+	# the namespace deletion forever: no kubelet ever confirms it is gone.
+	K -n "$DEMO_NAMESPACE" delete pods --field-selector "spec.nodeName=$EXTRA_NODE" \
+		--grace-period=0 --force --ignore-not-found >/dev/null 2>&1
 	K delete namespace "$DEMO_NAMESPACE" --wait --timeout=180s >/dev/null || die "could not delete namespace $DEMO_NAMESPACE"
 fi
 K apply -f "$SPEC_DIR/00-namespace.yaml" >/dev/null || die "creating namespace $DEMO_NAMESPACE failed"
