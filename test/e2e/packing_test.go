@@ -34,7 +34,11 @@ var _ = Describe("Packing across nodes with tangram-scheduler", func() {
 		createTemplate(ctx, ns, "share-20gi", memoryShare("20Gi"))
 		devices := nodeDevices(ctx, gpuNode)
 
+		// The first share also takes a tenth of the GPU node's CPU and
+		// memory, so the stock scheduler's spreading scores (whole numbers
+		// 0..100) tell the two nodes apart on a host of any size.
 		first := sharePod(ns, "first-share")
+		first.Spec.Containers[0].Resources.Requests = tenthOf(ctx, gpuNode)
 		createPod(ctx, first)
 		waitRunning(ctx, ns, first.Name)
 		firstClaim := allocatedClaim(ctx, ns, first.Name)
@@ -91,6 +95,17 @@ func sharePod(ns, name string) *corev1.Pod {
 		corev1.ResourceMemory: resource.MustParse("64Mi"),
 	}
 	return pod
+}
+
+// tenthOf is a tenth of the node's allocatable CPU and memory.
+func tenthOf(ctx context.Context, node string) corev1.ResourceList {
+	n, err := clientset.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred(), "getting node %s", node)
+	cpu, mem := n.Status.Allocatable[corev1.ResourceCPU], n.Status.Allocatable[corev1.ResourceMemory]
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(cpu.MilliValue()/10, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(mem.Value()/10, resource.BinarySI),
+	}
 }
 
 // boundNode waits until the pod is bound and returns its node.
