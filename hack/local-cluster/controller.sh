@@ -31,8 +31,9 @@ build() {
 }
 
 # webhook_config prints the ValidatingWebhookConfiguration; the controller
-# fills in caBundle. The match condition is the chart's: only objects with a
-# gpu.tangram.dev config are sent.
+# fills in caBundle. The match conditions are the chart's (release tangram):
+# only objects with a gpu.tangram.dev config are sent, the chart's own
+# DeviceClasses are not.
 webhook_config() {
 	local ours="exists(c, c.?opaque.?driver.orValue('') == 'gpu.tangram.dev')"
 	cat <<YAML
@@ -58,6 +59,11 @@ webhooks:
         operations: ["CREATE", "UPDATE"]
         resources: ["resourceclaims", "resourceclaimtemplates", "deviceclasses"]
     matchConditions:
+      - name: not-this-release-deviceclass
+        expression: >-
+          !(request.resource.resource == 'deviceclasses' &&
+          object.metadata.?labels[?'app.kubernetes.io/instance'].orValue('') == "tangram" &&
+          object.metadata.?labels[?'app.kubernetes.io/name'].orValue('') == "tangram")
       - name: has-gpu-tangram-dev-config
         expression: >-
           request.resource.resource == 'deviceclasses' ?

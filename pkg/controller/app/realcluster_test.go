@@ -208,10 +208,15 @@ func webhookConfig(name, ns string, port int) *admissionregv1.ValidatingWebhookC
 				Rule: admissionregv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"*"},
 					Resources: []string{"resourceclaims", "resourceclaimtemplates", "deviceclasses"}},
 			}},
-			// The chart's expression, verbatim.
-			MatchConditions: []admissionregv1.MatchCondition{{Name: "has-gpu-tangram-dev-config", Expression: "request.resource.resource == 'deviceclasses' ? " +
-				"object.spec.?config.orValue([])." + has + " : request.resource.resource == 'resourceclaimtemplates' ? " +
-				"object.spec.spec.?devices.?config.orValue([])." + has + " : object.spec.?devices.?config.orValue([])." + has}},
+			// The chart's expressions, verbatim (release "tangram").
+			MatchConditions: []admissionregv1.MatchCondition{
+				{Name: "not-this-release-deviceclass", Expression: "!(request.resource.resource == 'deviceclasses' && " +
+					"object.metadata.?labels[?'app.kubernetes.io/instance'].orValue('') == \"tangram\" && " +
+					"object.metadata.?labels[?'app.kubernetes.io/name'].orValue('') == \"tangram\")"},
+				{Name: "has-gpu-tangram-dev-config", Expression: "request.resource.resource == 'deviceclasses' ? " +
+					"object.spec.?config.orValue([])." + has + " : request.resource.resource == 'resourceclaimtemplates' ? " +
+					"object.spec.spec.?devices.?config.orValue([])." + has + " : object.spec.?devices.?config.orValue([])." + has},
+			},
 		}},
 	}
 }
