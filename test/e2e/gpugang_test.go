@@ -31,19 +31,7 @@ var _ = Describe("GpuGang", func() {
 		ns := newNamespace(ctx)
 		Expect(len(nodeDevices(ctx, gpuNode))).To(BeNumerically(">=", 6), "node %s needs at least six GPUs", gpuNode)
 		gangs := gangClient().Namespace(ns)
-
-		gang := &tangramv1alpha1.GpuGang{
-			TypeMeta:   metav1.TypeMeta{APIVersion: tangramv1alpha1.SchemeGroupVersion.String(), Kind: tangramv1alpha1.Kind},
-			ObjectMeta: metav1.ObjectMeta{Name: "train"},
-			Spec: tangramv1alpha1.GpuGangSpec{
-				Members: tangramv1alpha1.GangMembers{Count: 3, MinCount: ptr.To[int32](3)},
-				GPUs:    tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: 2, SameNVLinkDomain: true}},
-			},
-		}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gang)
-		Expect(err).NotTo(HaveOccurred())
-		_, err = gangs.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred(), "creating GpuGang %s/train (is the GpuGang CRD installed?)", ns)
+		createNVLinkGang(ctx, ns, "train", 3, 2)
 
 		By("the controller creates the claim template, Workload and PodGroup")
 		var status tangramv1alpha1.GpuGangStatus
@@ -53,7 +41,7 @@ var _ = Describe("GpuGang", func() {
 			g.Expect(status.PodGroupName).NotTo(BeEmpty(), "gang status has no PodGroup yet: %+v", status)
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
 		GinkgoWriter.Printf("  gang objects: PodGroup %s, ResourceClaimTemplate %s\n", status.PodGroupName, status.ResourceClaimTemplateName)
-		_, err = clientset.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, status.ResourceClaimTemplateName, metav1.GetOptions{})
+		_, err := clientset.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, status.ResourceClaimTemplateName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "claim template %s named in the gang's status", status.ResourceClaimTemplateName)
 		_, err = clientset.SchedulingV1beta1().Workloads(ns).Get(ctx, "train", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred(), "Workload train the gang owns")
@@ -127,19 +115,7 @@ var _ = Describe("GpuGang that does not fit", func() {
 		// members of 4; the API-only pcie-a100-pairs node has NVLink pairs
 		// only and room for none.
 		Expect(nodeDevices(ctx, gpuNode)).To(HaveLen(8), "node %s must publish exactly 8 GPUs (fake profile dgx-h100)", gpuNode)
-		gangs := gangClient().Namespace(ns)
-		gang := &tangramv1alpha1.GpuGang{
-			TypeMeta:   metav1.TypeMeta{APIVersion: tangramv1alpha1.SchemeGroupVersion.String(), Kind: tangramv1alpha1.Kind},
-			ObjectMeta: metav1.ObjectMeta{Name: "big"},
-			Spec: tangramv1alpha1.GpuGangSpec{
-				Members: tangramv1alpha1.GangMembers{Count: 3, MinCount: ptr.To[int32](3)},
-				GPUs:    tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: 4, SameNVLinkDomain: true}},
-			},
-		}
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gang)
-		Expect(err).NotTo(HaveOccurred())
-		_, err = gangs.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred(), "creating GpuGang %s/big", ns)
+		createNVLinkGang(ctx, ns, "big", 3, 4)
 		var status tangramv1alpha1.GpuGangStatus
 		Eventually(func(g Gomega) {
 			status = getGangStatus(ctx, g, ns, "big")
@@ -180,6 +156,23 @@ var _ = Describe("GpuGang that does not fit", func() {
 		GinkgoWriter.Printf("  after 15 s: no member bound, no claim allocated\n")
 	}, SpecTimeout(5*time.Minute))
 })
+
+// createNVLinkGang creates a GpuGang of members pods (all needed at once),
+// each with cards whole cards in one NVLink domain.
+func createNVLinkGang(ctx context.Context, ns, name string, members, cards int32) {
+	gang := &tangramv1alpha1.GpuGang{
+		TypeMeta:   metav1.TypeMeta{APIVersion: tangramv1alpha1.SchemeGroupVersion.String(), Kind: tangramv1alpha1.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: tangramv1alpha1.GpuGangSpec{
+			Members: tangramv1alpha1.GangMembers{Count: members, MinCount: ptr.To(members)},
+			GPUs:    tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: cards, SameNVLinkDomain: true}},
+		},
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gang)
+	Expect(err).NotTo(HaveOccurred())
+	_, err = gangClient().Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred(), "creating GpuGang %s/%s (is the GpuGang CRD installed?)", ns, name)
+}
 
 // gangClient is a dynamic client for GpuGangs: the controller has no
 // generated clientset for its one CRD.
