@@ -39,5 +39,6 @@ func newRootCommand() *cobra.Command {
 
 	root.AddCommand(newSlicesCommand())
 	root.AddCommand(newRunCommand())
+	root.AddCommand(newMPSDaemonCommand())
 	return root
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,6 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -28,6 +30,11 @@ type runFlags struct {
 	MPSRoot          string
 	MPSControlBinary string
 	MPSMultiUser     bool
+	MPSDaemon        string
+	MPSDaemonImage   string
+	MPSDaemonPull    string
+	MPSDaemonPrefix  string
+	MPSDaemonDriver  string
 	HealthzAddress   string
 	MetricsAddress   string
 	Kubeconfig       string
@@ -58,6 +65,10 @@ func newRunCommand() *cobra.Command {
 			}
 			// Validate the model flags before touching the node.
 			if _, err := model.Options(source.NodeName, nil); err != nil {
+				return err
+			}
+			mpsPod, err := flags.mpsDaemonPod(source.Fake())
+			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -107,6 +118,8 @@ func newRunCommand() *cobra.Command {
 				MPSRoot:          flags.MPSRoot,
 				MPSControlBinary: flags.MPSControlBinary,
 				MPSMultiUser:     flags.MPSMultiUser,
+				MPSDaemonMode:    flags.MPSDaemon,
+				MPSDaemonPod:     mpsPod,
 				HealthzAddress:   flags.HealthzAddress,
 				MetricsAddress:   flags.MetricsAddress,
 				KubeClient:       client,
@@ -124,6 +137,11 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "nvidia-cuda-mps-control", "MPS control binary (name in $PATH or path); unused with fake GPUs")
 	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the MPS daemon with -M so that pods running as different users share it at once (needs a driver whose nvidia-cuda-mps-control has -M)")
+	f.StringVar(&flags.MPSDaemon, "mps-daemon", driver.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
+	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")
+	f.StringVar(&flags.MPSDaemonPull, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "image pull policy of the MPS daemon pod")
+	f.StringVar(&flags.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in $POD_NAMESPACE")
+	f.StringVar(&flags.MPSDaemonDriver, "mps-daemon-driver-root", "/", "host path of the NVIDIA driver root, mounted read-only at /driver-root in the MPS daemon pod; real GPUs only")
 	f.StringVar(&flags.HealthzAddress, "healthz-address", ":51515", "address for gRPC health (grpc.health.v1) and HTTP /healthz; empty disables")
 	f.StringVar(&flags.MetricsAddress, "metrics-address", ":9400", "address for Prometheus /metrics; empty disables")
 	f.StringVar(&flags.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)")
@@ -133,6 +151,46 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.CDIHookPath, "nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", "host path of nvidia-cdi-hook, run by the container runtime; real GPUs only")
 	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 	return cmd
+}
+
+// mpsDaemonPodCommand runs the daemon in the plugin's image (the chart's
+// command is the same binary).
+var mpsDaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
+
+// mpsDaemonPod checks the --mps-daemon flags and returns the pod settings
+// that do not depend on the node's cards (the driver fills those in).
+func (f *runFlags) mpsDaemonPod(fake bool) (sharing.MPSDaemonPodConfig, error) {
+	switch f.MPSDaemon {
+	case driver.MPSDaemonProcess:
+		return sharing.MPSDaemonPodConfig{}, nil
+	case driver.MPSDaemonPod:
+	default:
+		return sharing.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", f.MPSDaemon, driver.MPSDaemonProcess, driver.MPSDaemonPod)
+	}
+	namespace := os.Getenv("POD_NAMESPACE")
+	switch {
+	case f.MPSDaemonImage == "":
+		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
+	case namespace == "":
+		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs $POD_NAMESPACE (the namespace the daemon pod is created in; the chart sets it from the downward API)")
+	}
+	pull := corev1.PullPolicy(f.MPSDaemonPull)
+	switch pull {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return sharing.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", f.MPSDaemonPull)
+	}
+	cfg := sharing.MPSDaemonPodConfig{
+		Prefix:          f.MPSDaemonPrefix,
+		Namespace:       namespace,
+		Image:           f.MPSDaemonImage,
+		ImagePullPolicy: pull,
+		Command:         mpsDaemonPodCommand,
+	}
+	if !fake {
+		cfg.DriverRoot = f.MPSDaemonDriver
+	}
+	return cfg, nil
 }
 
 // kubeClient returns nil in offline mode.

@@ -43,7 +43,15 @@ type PluginOptions struct {
 	MPSRoot          string
 	MPSControlBinary string
 	// MPSMultiUser starts the daemon with -M (clients of any UID).
-	MPSMultiUser   bool
+	MPSMultiUser bool
+	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
+	// (a child of the plugin; the default) or MPSDaemonPod (a pod of its
+	// own, which outlives the plugin's pod).
+	MPSDaemonMode string
+	// MPSDaemonPod is the daemon pod's configuration in pod mode; the
+	// node, MPS layout, cards, control binary, -M and simulation are filled
+	// in from the options above.
+	MPSDaemonPod   sharing.MPSDaemonPodConfig
 	HealthzAddress string
 	MetricsAddress string
 
@@ -209,6 +217,13 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 		}
 	}
 	layout := sharing.Layout{Root: opts.MPSRoot}
+	switch opts.MPSDaemonMode {
+	case "", MPSDaemonProcess:
+	case MPSDaemonPod:
+		return newPodShares(ctx, opts, layout, shareable)
+	default:
+		return nil, fmt.Errorf("unknown MPS daemon mode %q: want %q or %q", opts.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
+	}
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", opts.MPSRoot)
 		return sharing.NewManager(layout, &sharing.SimulatedDaemon{Layout: layout}, &sharing.RecordingComputeModeSetter{}, shareable), nil
@@ -228,6 +243,45 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
+	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
+}
+
+// MPS daemon modes (--mps-daemon).
+const (
+	MPSDaemonProcess = "process"
+	MPSDaemonPod     = "pod"
+)
+
+// newPodShares runs the node's daemon in a pod of its own: a stand-in
+// daemon on fake GPUs, nvidia-cuda-mps-control on real ones.
+func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout, shareable []string) (*sharing.Manager, error) {
+	if opts.KubeClient == nil {
+		return nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
+	}
+	podCfg := opts.MPSDaemonPod
+	podCfg.NodeName = opts.NodeName
+	podCfg.Layout = layout
+	podCfg.VisibleDevices = shareable
+	podCfg.Simulate = opts.FakeGPUs
+	podCfg.MultiUser = opts.MPSMultiUser
+	podCfg.ControlBinary = opts.MPSControlBinary
+	if opts.FakeGPUs {
+		// The stand-in needs no driver.
+		podCfg.DriverRoot = ""
+	}
+	daemon, err := sharing.NewPodDaemon(sharing.PodDaemonConfig{Client: opts.KubeClient, Pod: podCfg})
+	if err != nil {
+		return nil, fmt.Errorf("configuring the MPS daemon pod: %w", err)
+	}
+	if opts.FakeGPUs {
+		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
+		return sharing.NewManager(layout, daemon, &sharing.RecordingComputeModeSetter{}, shareable), nil
+	}
+	computeModes, err := sharing.NewNVMLComputeModeSetter()
+	if err != nil {
+		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
+	}
+	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
 	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
 }
 

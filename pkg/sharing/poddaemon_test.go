@@ -1,0 +1,539 @@
+package sharing
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func basePodConfig(root string) MPSDaemonPodConfig {
+	return MPSDaemonPodConfig{
+		Prefix:          "tangram",
+		Namespace:       "tangram-system",
+		NodeName:        "node-1",
+		NodeUID:         "node-uid-1",
+		Image:           "registry.example/tangram/dra-kubelet-plugin:v1",
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"/dra-kubelet-plugin", "mps-daemon"},
+		Layout:          Layout{Root: root},
+		VisibleDevices:  []string{"GPU-a", "GPU-b"},
+		ControlBinary:   "nvidia-cuda-mps-control",
+	}
+}
+
+func envOf(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+func mountsOf(pod *corev1.Pod) map[string]string {
+	hostPaths := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	out := map[string]string{}
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		out[m.MountPath] = hostPaths[m.Name]
+	}
+	return out
+}
+
+func TestBuildMPSDaemonPod(t *testing.T) {
+	long := strings.Repeat("n", 250)
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*MPSDaemonPodConfig)
+		wantErr string
+		check   func(t *testing.T, pod *corev1.Pod)
+	}{
+		{
+			name: "real GPUs, multi-user, driver root",
+			mutate: func(c *MPSDaemonPodConfig) {
+				c.MultiUser = true
+				c.DriverRoot = "/run/nvidia/driver"
+			},
+			check: func(t *testing.T, pod *corev1.Pod) {
+				c := pod.Spec.Containers[0]
+				if got, want := strings.Join(c.Command, " "), "/dra-kubelet-plugin mps-daemon --mps-control-binary=nvidia-cuda-mps-control --mps-multi-user"; got != want {
+					t.Errorf("command %q, want %q", got, want)
+				}
+				if got := mountsOf(pod)["/driver-root"]; got != "/run/nvidia/driver" {
+					t.Errorf("/driver-root from %q, want the host driver root", got)
+				}
+				if envOf(c)["NVIDIA_DRIVER_ROOT"] != "/driver-root" {
+					t.Errorf("NVIDIA_DRIVER_ROOT not set: %v", c.Env)
+				}
+			},
+		},
+		{
+			name:   "simulated: no driver root, stand-in flag only",
+			mutate: func(c *MPSDaemonPodConfig) { c.Simulate = true; c.MultiUser = true },
+			check: func(t *testing.T, pod *corev1.Pod) {
+				c := pod.Spec.Containers[0]
+				if got, want := strings.Join(c.Command, " "), "/dra-kubelet-plugin mps-daemon --simulate"; got != want {
+					t.Errorf("command %q, want %q", got, want)
+				}
+				if _, ok := mountsOf(pod)["/driver-root"]; ok {
+					t.Error("a simulated daemon must not mount a driver root")
+				}
+			},
+		},
+		{
+			name: "common shape",
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if pod.Name != "tangram-mps-node-1" || pod.Namespace != "tangram-system" {
+					t.Errorf("pod %s/%s, want tangram-system/tangram-mps-node-1", pod.Namespace, pod.Name)
+				}
+				s := pod.Spec
+				if s.NodeName != "node-1" || s.SchedulerName != "" {
+					t.Errorf("nodeName %q schedulerName %q: want pinned to node-1 without a scheduler", s.NodeName, s.SchedulerName)
+				}
+				if len(s.Tolerations) != 1 || s.Tolerations[0].Operator != corev1.TolerationOpExists || s.Tolerations[0].Key != "" {
+					t.Errorf("tolerations %v, want tolerate-all", s.Tolerations)
+				}
+				if s.PriorityClassName != "system-node-critical" || s.RestartPolicy != corev1.RestartPolicyAlways {
+					t.Errorf("priority %q restart %q", s.PriorityClassName, s.RestartPolicy)
+				}
+				c := s.Containers[0]
+				if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+					t.Error("container not privileged")
+				}
+				if c.Image != "registry.example/tangram/dra-kubelet-plugin:v1" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+					t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
+				}
+				want := map[string]string{"/r/pipe": "/r/pipe", "/r/log": "/r/log", "/dev/shm": "/r/shm"}
+				got := mountsOf(pod)
+				for path, host := range want {
+					if got[path] != host {
+						t.Errorf("mount %s from %q, want host path %q (all mounts %v)", path, got[path], host, got)
+					}
+				}
+				env := envOf(c)
+				if env["CUDA_MPS_PIPE_DIRECTORY"] != "/r/pipe" || env["CUDA_MPS_LOG_DIRECTORY"] != "/r/log" || env["CUDA_VISIBLE_DEVICES"] != "GPU-a,GPU-b" {
+					t.Errorf("MPS environment %v", env)
+				}
+				if len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].Kind != "Node" || pod.OwnerReferences[0].Name != "node-1" ||
+					pod.OwnerReferences[0].UID != "node-uid-1" || pod.OwnerReferences[0].BlockOwnerDeletion != nil {
+					t.Errorf("owner references %+v, want the Node without blockOwnerDeletion", pod.OwnerReferences)
+				}
+				if pod.Labels[LabelComponent] != MPSDaemonComponent || pod.Labels[LabelNode] != "node-1" {
+					t.Errorf("labels %v", pod.Labels)
+				}
+			},
+		},
+		{
+			name:   "long node name is cut to a valid, distinct name",
+			mutate: func(c *MPSDaemonPodConfig) { c.NodeName = long },
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if len(pod.Name) > 253 || !strings.HasPrefix(pod.Name, "tangram-mps-nnn") {
+					t.Errorf("name %q (%d characters)", pod.Name, len(pod.Name))
+				}
+				if other := MPSDaemonPodName("tangram", long+"x"); other == pod.Name {
+					t.Error("two long node names give the same pod name")
+				}
+				if v := pod.Labels[LabelNode]; len(v) > 63 {
+					t.Errorf("node label %q longer than 63", v)
+				}
+			},
+		},
+		{name: "no image", mutate: func(c *MPSDaemonPodConfig) { c.Image = "" }, wantErr: "image are required"},
+		{name: "no command", mutate: func(c *MPSDaemonPodConfig) { c.Command = nil }, wantErr: "command is required"},
+		{name: "no MPS root", mutate: func(c *MPSDaemonPodConfig) { c.Layout.Root = "" }, wantErr: "MPS root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := basePodConfig("/r")
+			if tc.mutate != nil {
+				tc.mutate(&cfg)
+			}
+			pod, err := BuildMPSDaemonPod(cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, pod)
+		})
+	}
+}
+
+// shortRoot returns a short MPS root: unix socket paths are limited to
+// 108 bytes, and t.TempDir's names are long.
+func shortRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// fakeKubelet runs a simulated daemon for every daemon pod created through
+// the fake clientset, as the kubelet would start its container, and stops
+// it when the pod is deleted.
+type fakeKubelet struct {
+	t       *testing.T
+	pipeDir string
+	mu      sync.Mutex
+	stop    func()
+	done    chan struct{}
+	starts  int
+}
+
+func (k *fakeKubelet) start() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	k.stop, k.done = cancel, done
+	k.starts++
+	go func() {
+		defer close(done)
+		if err := RunSimulatedControlDaemon(ctx, k.pipeDir); err != nil {
+			k.t.Errorf("simulated daemon: %v", err)
+		}
+	}()
+}
+
+func (k *fakeKubelet) kill() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.stop != nil {
+		k.stop()
+		<-k.done
+		k.stop = nil
+	}
+}
+
+func newFakeCluster(t *testing.T, root string, runDaemon bool) (*fake.Clientset, *fakeKubelet) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "node-uid-1"}})
+	k := &fakeKubelet{t: t, pipeDir: Layout{Root: root}.PipeDir()}
+	t.Cleanup(k.kill)
+	if runDaemon {
+		client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			k.start()
+			return false, nil, nil
+		})
+		client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			k.kill()
+			return false, nil, nil
+		})
+	}
+	return client, k
+}
+
+func newTestPodDaemon(t *testing.T, client *fake.Clientset, root string) *PodDaemon {
+	t.Helper()
+	cfg := basePodConfig(root)
+	cfg.NodeUID = "" // read from the Node
+	cfg.Simulate = true
+	d, err := NewPodDaemon(PodDaemonConfig{Client: client, Pod: cfg, StartTimeout: 3 * time.Second, StopTimeout: 300 * time.Millisecond, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func verbs(actions []k8stesting.Action) []string {
+	var out []string
+	for _, a := range actions {
+		out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	return out
+}
+
+func TestPodDaemonLifecycle(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, kubelet := newFakeCluster(t, root, true)
+	d := newTestPodDaemon(t, client, root)
+
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods("tangram-system").Get(ctx, "tangram-mps-node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the daemon pod was not created: %v", err)
+	}
+	if pod.OwnerReferences[0].UID != "node-uid-1" {
+		t.Errorf("owner %+v, want the Node's UID read from the API", pod.OwnerReferences)
+	}
+	for _, dir := range []string{"shm", "log"} {
+		fi, err := os.Stat(filepath.Join(root, dir))
+		if err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+			t.Errorf("%s: %v %v, want a sticky world-writable directory made by the plugin", dir, fi.Mode(), err)
+		}
+	}
+
+	// A second share: the daemon answers, so no API call is made.
+	client.ClearActions()
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := verbs(client.Actions()); len(a) != 0 {
+		t.Errorf("a second Ensure called the API: %v", a)
+	}
+
+	// The plugin restarts: a new PodDaemon adopts the running pod.
+	d.Close()
+	d2 := newTestPodDaemon(t, client, root)
+	client.ClearActions()
+	if err := d2.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := verbs(client.Actions()); len(a) != 1 || a[0] != "get pods" {
+		t.Errorf("adopting made API calls %v, want one get", a)
+	}
+	if kubelet.starts != 1 {
+		t.Errorf("daemon started %d times, want 1 (adopted, not recreated)", kubelet.starts)
+	}
+
+	// No share left: the pod is deleted; a second Stop asks nothing.
+	if err := d2.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("tangram-system").Get(ctx, "tangram-mps-node-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod still there after Stop: %v", err)
+	}
+	client.ClearActions()
+	if err := d2.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := verbs(client.Actions()); len(a) != 0 {
+		t.Errorf("Stop of a stopped daemon called the API: %v", a)
+	}
+
+	// The next share creates a new pod.
+	if err := d2.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if kubelet.starts != 2 {
+		t.Errorf("daemon started %d times, want 2", kubelet.starts)
+	}
+}
+
+func TestPodDaemonStopWithoutPod(t *testing.T) {
+	root := shortRoot(t)
+	client, _ := newFakeCluster(t, root, true)
+	d := newTestPodDaemon(t, client, root)
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop without a pod: %v", err)
+	}
+}
+
+func TestPodDaemonReplacesFailedPod(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, kubelet := newFakeCluster(t, root, true)
+	old, err := BuildMPSDaemonPod(basePodConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.UID = "old-uid"
+	old.Status.Phase = corev1.PodFailed
+	old.Status.Reason = "Evicted"
+	if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubelet.kill() // the evicted pod's daemon is gone
+	d := newTestPodDaemon(t, client, root)
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.UID == "old-uid" || pod.Status.Phase == corev1.PodFailed {
+		t.Errorf("the failed pod was adopted (uid %s, phase %s), want it replaced", pod.UID, pod.Status.Phase)
+	}
+}
+
+func TestPodDaemonStartTimeoutNamesPod(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, _ := newFakeCluster(t, root, false)
+	// The kubelet cannot pull the image: no daemon ever answers.
+	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		pod := action.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name:  mpsDaemonContainer,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}},
+		}}
+		return false, nil, nil
+	})
+	d := newTestPodDaemon(t, client, root)
+	d.cfg.StartTimeout = 200 * time.Millisecond
+	err := d.Ensure(ctx)
+	if err == nil {
+		t.Fatal("Ensure succeeded without a daemon")
+	}
+	for _, want := range []string{"tangram-system/tangram-mps-node-1", "phase Pending", "ImagePullBackOff", "control"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestPodDaemonStopTimeout(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, _ := newFakeCluster(t, root, true)
+	d := newTestPodDaemon(t, client, root)
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A pod that a finalizer (or a dead kubelet) keeps: delete is accepted
+	// but the pod stays.
+	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, nil
+	})
+	err := d.Stop(ctx)
+	if err == nil || !strings.Contains(err.Error(), "tangram-mps-node-1 still exists") {
+		t.Fatalf("Stop: %v, want a timeout naming the pod", err)
+	}
+	// Not marked absent: the next Stop tries again.
+	client.ClearActions()
+	_ = d.Stop(ctx)
+	if a := verbs(client.Actions()); len(a) == 0 || a[0] != "delete pods" {
+		t.Errorf("retried Stop made %v, want a delete", a)
+	}
+}
+
+func TestRunSimulatedControlDaemon(t *testing.T) {
+	root := shortRoot(t)
+	layout := Layout{Root: root}
+	if err := os.MkdirAll(layout.PipeDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A socket left by a previous container must not stop a new one.
+	stale, err := net.Listen("unix", layout.ControlSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	if _, err := net.Dial("unix", layout.ControlSocket()); err == nil {
+		t.Fatal("a stale socket answers")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunSimulatedControlDaemon(ctx, layout.PipeDir()) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn, err := net.Dial("unix", layout.ControlSocket())
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the simulated daemon does not answer: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(layout.ControlSocket()); !os.IsNotExist(err) {
+		t.Errorf("control socket left behind after stop: %v", err)
+	}
+}
+
+func TestRunControlDaemon(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		binary   string
+		cancel   bool
+		wantErr  string
+		wantQuit bool
+	}{
+		{name: "pod deleted: quit sent, clean exit", binary: fakeBinary, cancel: true, wantQuit: true},
+		{name: "daemon cannot start: the container fails", binary: failingBinary, wantErr: "exited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := shortRoot(t)
+			layout := Layout{Root: root}
+			if err := layout.create(); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
+			t.Setenv("CUDA_VISIBLE_DEVICES", "GPU-a")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				done <- RunControlDaemon(ctx, ControlDaemonConfig{Binary: tc.binary, MultiUser: true, QuitTimeout: 5 * time.Second})
+			}()
+			if tc.cancel {
+				pidFile := filepath.Join(layout.PipeDir(), "fake.pid")
+				for i := 0; ; i++ {
+					if _, err := os.Stat(pidFile); err == nil {
+						break
+					}
+					if i > 500 {
+						t.Fatal("the daemon did not start")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				cancel()
+			}
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("RunControlDaemon did not return")
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := strings.Join(fakeLog(t, root), " ")
+			if !strings.Contains(log, "start GPU-a -M") {
+				t.Errorf("fake log %q: want a start with -M and the pod's CUDA_VISIBLE_DEVICES", log)
+			}
+			if tc.wantQuit != strings.Contains(log, "quit") {
+				t.Errorf("fake log %q: quit sent = %v, want %v", log, !tc.wantQuit, tc.wantQuit)
+			}
+		})
+	}
+}
+
+func TestPipeDirFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{{"/run/tangram/mps/pipe", true}, {"", false}, {"relative/pipe", false}} {
+		t.Setenv("CUDA_MPS_PIPE_DIRECTORY", tc.value)
+		if _, err := PipeDirFromEnv(); (err == nil) != tc.ok {
+			t.Errorf("%q: error %v, want ok=%v", tc.value, err, tc.ok)
+		}
+	}
+}
