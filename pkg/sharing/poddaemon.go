@@ -50,6 +50,8 @@ type MPSDaemonPodConfig struct {
 	NodeUID         string
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets name secrets of Namespace, as the plugin's pod has.
+	ImagePullSecrets []string
 	// Command runs the daemon in the image, e.g.
 	// ["/dra-kubelet-plugin", "mps-daemon"]; flags are appended.
 	Command []string
@@ -171,6 +173,9 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 			}},
 			Volumes: volumes,
 		},
+	}
+	for _, name := range cfg.ImagePullSecrets {
+		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
 	}
 	if cfg.NodeUID != "" {
 		// No blockOwnerDeletion: that would need update on nodes/finalizers.

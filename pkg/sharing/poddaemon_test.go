@@ -68,6 +68,7 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 			mutate: func(c *MPSDaemonPodConfig) {
 				c.MultiUser = true
 				c.DriverRoot = "/run/nvidia/driver"
+				c.ImagePullSecrets = []string{"regcred"}
 			},
 			check: func(t *testing.T, pod *corev1.Pod) {
 				c := pod.Spec.Containers[0]
@@ -76,6 +77,9 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 				}
 				if got := mountsOf(pod)["/driver-root"]; got != "/run/nvidia/driver" {
 					t.Errorf("/driver-root from %q, want the host driver root", got)
+				}
+				if ps := pod.Spec.ImagePullSecrets; len(ps) != 1 || ps[0].Name != "regcred" {
+					t.Errorf("image pull secrets %v, want regcred", ps)
 				}
 				if envOf(c)["NVIDIA_DRIVER_ROOT"] != "/driver-root" {
 					t.Errorf("NVIDIA_DRIVER_ROOT not set: %v", c.Env)

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestMPSDaemonPodFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		flags      runFlags
+		namespace  string
+		fake       bool
+		wantErr    string
+		wantDriver string
+		wantImage  string
+	}{
+		{name: "process mode needs nothing", flags: runFlags{MPSDaemon: "process"}},
+		{name: "unknown mode", flags: runFlags{MPSDaemon: "daemonset"}, wantErr: "want process or pod"},
+		{name: "pod mode without image", flags: runFlags{MPSDaemon: "pod", MPSDaemonPull: "IfNotPresent"}, namespace: "ns", wantErr: "--mps-daemon-image"},
+		{name: "pod mode without namespace", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "IfNotPresent"}, wantErr: "POD_NAMESPACE"},
+		{name: "bad pull policy", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Sometimes"}, namespace: "ns", wantErr: "pull-policy"},
+		{
+			name:      "real GPUs: driver root passed on",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/run/nvidia/driver"},
+			namespace: "ns", wantDriver: "/run/nvidia/driver", wantImage: "img:v1",
+		},
+		{
+			name:      "fake GPUs: no driver root",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/"},
+			namespace: "ns", fake: true, wantImage: "img:v1",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", tc.namespace)
+			cfg, err := tc.flags.mpsDaemonPod(tc.fake)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Image != tc.wantImage || cfg.DriverRoot != tc.wantDriver {
+				t.Errorf("image %q driver root %q, want %q %q", cfg.Image, cfg.DriverRoot, tc.wantImage, tc.wantDriver)
+			}
+			if tc.wantImage != "" {
+				if cfg.Namespace != tc.namespace || cfg.Prefix != "rel" || cfg.ImagePullPolicy != corev1.PullPolicy(tc.flags.MPSDaemonPull) ||
+					strings.Join(cfg.Command, " ") != "/dra-kubelet-plugin mps-daemon" {
+					t.Errorf("pod config %+v", cfg)
+				}
+			}
+		})
+	}
+}
