@@ -144,6 +144,55 @@ else
 	fail "share pods did not become Ready"
 fi
 
+# The node's MPS daemon runs in a pod of its own (kubeletPlugin.mps.daemon=pod),
+# so replacing the plugin's pod must leave it, and the shares, alone.
+step "The plugin's pod is replaced; the MPS daemon pod and the shares stay"
+MPS_POD="$RELEASE-mps-$NODE_NAME"
+pod_field() { K -n "$1" get pod "$2" -o jsonpath="$3" 2>/dev/null; }
+share_restarts() { for p in share-a share-b share-c; do printf '%s=%s/%s ' "$p" "$(pod_field "$DEMO_NAMESPACE" "$p" '{.status.phase}')" "$(pod_field "$DEMO_NAMESPACE" "$p" '{.status.containerStatuses[0].restartCount}')"; done; }
+for ((i = 0; i < 60; i++)); do [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" = Running ] && break; sleep 1; done
+mps_uid="$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.metadata.uid}')"
+if [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" != Running ]; then
+	K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
+	fail "MPS daemon pod $MPS_POD is not Running"
+else
+	say "MPS daemon pod $MPS_POD (uid $mps_uid); its log: $(K -n "$RELEASE_NAMESPACE" logs "$MPS_POD" --tail=1 2>/dev/null | sed 's/^[^]]*] //' | cut -c1-100)"
+	shares_before="$(share_restarts)"
+	old_plugin="$(K -n "$RELEASE_NAMESPACE" get pods -l app.kubernetes.io/component=kubelet-plugin -o jsonpath='{.items[*].metadata.name}')"
+	say "deleting the plugin pod $old_plugin; shares before: $shares_before"
+	K -n "$RELEASE_NAMESPACE" delete pod -l app.kubernetes.io/component=kubelet-plugin --wait=true --timeout=90s >/dev/null ||
+		fail "deleting the plugin pod did not finish within 90s"
+	new_plugin=""
+	for ((i = 0; i < 120; i++)); do
+		new_plugin="$(K -n "$RELEASE_NAMESPACE" get pods -l app.kubernetes.io/component=kubelet-plugin \
+			-o jsonpath='{range .items[?(@.status.containerStatuses[0].ready==true)]}{.metadata.name}{end}' 2>/dev/null)"
+		[ -n "$new_plugin" ] && [ "$new_plugin" != "$old_plugin" ] && break
+		new_plugin=""
+		sleep 1
+	done
+	# The new plugin replays its checkpoint: the shares are accounted again
+	# and the daemon pod is adopted, not recreated.
+	adopted=""
+	for ((i = 0; i < 30; i++)); do
+		[ -n "$new_plugin" ] && K -n "$RELEASE_NAMESPACE" logs "$new_plugin" 2>/dev/null | grep -q 'Adopting the MPS daemon pod' && { adopted=1; break; }
+		sleep 1
+	done
+	mps_now="$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.metadata.uid}')/$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')/$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.containerStatuses[0].restartCount}')"
+	shares_after="$(share_restarts)"
+	say "new plugin pod ${new_plugin:-(none Ready)}; MPS pod uid/phase/restarts $mps_now; shares after: $shares_after"
+	if [ -z "$new_plugin" ]; then
+		fail "the DaemonSet brought no Ready plugin pod within 120s"
+	elif [ "$mps_now" != "$mps_uid/Running/0" ]; then
+		fail "MPS daemon pod changed: $mps_now, want $mps_uid/Running/0"
+	elif [ "$shares_after" != "$shares_before" ] || [[ "$shares_after" != *"share-c=Running/"* ]]; then
+		fail "share pods changed: before $shares_before, after $shares_after"
+	elif [ -z "$adopted" ]; then
+		fail "the new plugin pod did not log that it adopted $MPS_POD"
+	else
+		pass "$new_plugin adopted $MPS_POD (same uid, 0 restarts); share-a/b/c kept running, no restarts"
+	fi
+fi
+
 scenario "$SPEC_DIR/03-nvlink-pair.yaml" nvlink-pair "NVLink pair in one claim"
 if demo_wait_pods nvlink-pair 120; then
 	demo_show_pods nvlink-pair

@@ -54,8 +54,12 @@ func TestPluginDaemonSet(t *testing.T) {
 				"kubelet-plugin-dir":    "/var/lib/kubelet/plugins/gpu.tangram.dev",
 				"state-dir":             "/var/lib/tangram", "mps-root": "/run/tangram/mps",
 				"healthz-address": ":51515", "metrics-address": ":9400", "v": "2",
+				// The MPS daemon runs in a pod of its own from the plugin's image.
+				"mps-daemon": "pod", "mps-daemon-image": "localhost/tangram/dra-kubelet-plugin:dev",
+				"mps-daemon-image-pull-policy": "IfNotPresent", "mps-daemon-pod-prefix": "tangram",
+				"mps-daemon-driver-root": "/",
 			},
-			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes"},
+			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
@@ -70,10 +74,30 @@ func TestPluginDaemonSet(t *testing.T) {
 				"metrics-address":       "",
 				"kubelet-plugin-dir":    "/data/kubelet/plugins/gpu.tangram.dev",
 				"kubelet-registrar-dir": "/data/kubelet/plugins_registry",
+				"mps-daemon-image":      "registry.example:5000/tangram/plugin:v9",
 			},
-			noFlags:   []string{"fake-profile-file"},
+			// Fake GPUs: the stand-in daemon needs no driver.
+			noFlags:   []string{"fake-profile-file", "mps-daemon-driver-root"},
 			wantImage: "registry.example:5000/tangram/plugin:v9",
 			wantFake:  true,
+		},
+		{
+			name:      "MPS daemon as a child process",
+			sets:      []string{"kubeletPlugin.mps.daemon=process"},
+			wantFlags: map[string]string{"mps-daemon": "process"},
+			noFlags: []string{"mps-daemon-image", "mps-daemon-image-pull-policy", "mps-daemon-pod-prefix",
+				"mps-daemon-driver-root", "mps-daemon-image-pull-secrets"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name: "MPS daemon pod: driver root, pull policy and secrets",
+			sets: []string{"driverRoot=/run/nvidia/driver", "image.pullPolicy=Always",
+				"imagePullSecrets[0].name=regcred", "imagePullSecrets[1].name=mirror"},
+			wantFlags: map[string]string{
+				"mps-daemon": "pod", "mps-daemon-driver-root": "/run/nvidia/driver",
+				"mps-daemon-image-pull-policy": "Always", "mps-daemon-image-pull-secrets": "regcred,mirror",
+			},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
 			name:      "custom fake profile file",
@@ -225,6 +249,51 @@ func TestRBAC(t *testing.T) {
 	binding := objs.get(t, "ClusterRoleBinding", pluginName).(*rbacv1.ClusterRoleBinding)
 	if len(binding.Subjects) != 1 || binding.Subjects[0].Name != pluginName || binding.Subjects[0].Namespace != namespace {
 		t.Errorf("plugin binding subjects = %+v, want the plugin service account in %s", binding.Subjects, namespace)
+	}
+}
+
+// TestPluginMPSDaemonRBAC: the plugin may manage pods only in the release
+// namespace (a Role), and only when it runs the MPS daemon as a pod.
+func TestPluginMPSDaemonRBAC(t *testing.T) {
+	const roleName = pluginName + "-mps-daemon"
+	for _, tc := range []struct {
+		name     string
+		sets     []string
+		wantRole bool
+	}{
+		{name: "default: daemon pod", wantRole: true},
+		{name: "daemon as a child process", sets: []string{"kubeletPlugin.mps.daemon=process"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.sets...)
+			if got := objs.has("Role", roleName); got != tc.wantRole {
+				t.Fatalf("Role %s rendered = %v, want %v", roleName, got, tc.wantRole)
+			}
+			if got := objs.has("RoleBinding", roleName); got != tc.wantRole {
+				t.Fatalf("RoleBinding %s rendered = %v, want %v", roleName, got, tc.wantRole)
+			}
+			if !tc.wantRole {
+				return
+			}
+			role := objs.get(t, "Role", roleName).(*rbacv1.Role)
+			if role.Namespace != namespace {
+				t.Errorf("Role namespace %q, want the release namespace %q", role.Namespace, namespace)
+			}
+			if len(role.Rules) != 1 {
+				t.Fatalf("Role rules %+v, want one rule on pods", role.Rules)
+			}
+			r := role.Rules[0]
+			verbs := slices.Sorted(slices.Values(r.Verbs))
+			if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
+				!slices.Equal(verbs, []string{"create", "delete", "get", "list", "watch"}) {
+				t.Errorf("Role rule %+v, want get/list/watch/create/delete on core pods only", r)
+			}
+			binding := objs.get(t, "RoleBinding", roleName).(*rbacv1.RoleBinding)
+			if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != roleName || len(binding.Subjects) != 1 ||
+				binding.Subjects[0].Name != pluginName || binding.Subjects[0].Namespace != namespace {
+				t.Errorf("RoleBinding %+v, want the plugin's service account bound to %s", binding, roleName)
+			}
+		})
 	}
 }
 
