@@ -345,6 +345,7 @@ func (d *PodDaemon) create(ctx context.Context) error {
 // waitAnswering polls the control socket until it answers, the start
 // timeout passes, or ctx ends; the error names the pod and its status.
 func (d *PodDaemon) waitAnswering(ctx context.Context) error {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
 	defer cancel()
 	ticker := time.NewTicker(d.cfg.PollInterval)
@@ -360,8 +361,10 @@ func (d *PodDaemon) waitAnswering(ctx context.Context) error {
 			// The status is read with a fresh context: ours has expired.
 			statusCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			return fmt.Errorf("MPS daemon pod %s/%s did not answer on %s within %s (%v): %s",
-				d.cfg.Pod.Namespace, d.Name(), d.cfg.Pod.Layout.ControlSocket(), d.cfg.StartTimeout, err, d.describe(statusCtx))
+			// The caller's deadline (the kubelet's) may come before ours.
+			return fmt.Errorf("MPS daemon pod %s/%s did not answer on %s after %s (limit %s, %v; last error: %v): %s",
+				d.cfg.Pod.Namespace, d.Name(), d.cfg.Pod.Layout.ControlSocket(), time.Since(start).Round(time.Millisecond),
+				d.cfg.StartTimeout, ctx.Err(), err, d.describe(statusCtx))
 		case <-ticker.C:
 		}
 	}
