@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,6 +17,92 @@ import (
 // scores.
 func NodeFromCluster(name string, cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB int64,
 	nodeSlices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) (*Node, error) {
+	cards, err := CardsFromSlices(name, nodeSlices)
+	if err != nil {
+		return nil, err
+	}
+	return cards.Node(cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB, AllocationsOf(claims))
+}
+
+// Allocation is what an allocated claim holds of our driver's devices, read
+// once from its status: the models of every node and the workload sample
+// are built from it for every pod the scheduler plugin scores, and an
+// allocation does not change while the claim exists.
+type Allocation struct {
+	// Namespace and Name identify the claim, for error messages.
+	Namespace, Name string
+	Devices         []AllocatedDevice
+}
+
+// AllocatedDevice is one device result of our driver.
+type AllocatedDevice struct {
+	Pool, Device string
+	// Share is set for a result with a share ID (consumable capacity).
+	Share bool
+	// Memory (bytes) and Compute (percent) are the consumed capacity.
+	Memory, Compute int64
+}
+
+// AllocationOf reads a claim's results of our driver; ok is false for a
+// claim that is not allocated or holds none of our devices.
+func AllocationOf(claim *resourceapi.ResourceClaim) (Allocation, bool) {
+	if claim.Status.Allocation == nil {
+		return Allocation{}, false
+	}
+	a := Allocation{Namespace: claim.Namespace, Name: claim.Name}
+	for _, d := range claim.Status.Allocation.Devices.Results {
+		if d.Driver != names.DriverName {
+			continue
+		}
+		ad := AllocatedDevice{Pool: d.Pool, Device: d.Device, Share: d.ShareID != nil}
+		if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+			ad.Compute = q.Value()
+		}
+		if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
+			ad.Memory = q.Value()
+		}
+		a.Devices = append(a.Devices, ad)
+	}
+	return a, len(a.Devices) > 0
+}
+
+// AllocationsOf reads every allocated claim that holds our devices.
+func AllocationsOf(claims []*resourceapi.ResourceClaim) []Allocation {
+	var out []Allocation
+	for _, c := range claims {
+		if a, ok := AllocationOf(c); ok {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// consumed is what a device result takes of card c.
+func (c *Card) consumed(i int, d AllocatedDevice) Consumed {
+	k := Consumed{Card: i, Whole: !d.Share, Memory: d.Memory, Compute: d.Compute}
+	// A claim naming no capacity takes all memory: the whole card.
+	if c.Memory.HasPolicy && k.Memory >= c.Memory.Default {
+		k.Whole = true
+	}
+	return k
+}
+
+// NodeCards is the part of a live node's model that comes from its
+// ResourceSlices alone: its cards before any claim. Reading the devices'
+// attributes and capacities is most of NodeFromCluster's cost while slices
+// rarely change, so a caller that models the same nodes for every pod (the
+// scheduler plugin) keeps a NodeCards per node and only applies the claims
+// again. It is never modified after CardsFromSlices.
+type NodeCards struct {
+	name     string
+	cards    []Card
+	pools    map[string]bool
+	byDevice map[string]int
+}
+
+// CardsFromSlices reads the node's ResourceSlices of our driver, in the
+// allocator's device order (slices sorted by name).
+func CardsFromSlices(name string, nodeSlices []*resourceapi.ResourceSlice) (*NodeCards, error) {
 	var ours []*resourceapi.ResourceSlice
 	pools := map[string]bool{}
 	for _, s := range nodeSlices {
@@ -29,39 +116,34 @@ func NodeFromCluster(name string, cpuMilli, memoryMiB, usedCPUMilli, usedMemoryM
 	for _, s := range ours {
 		devices = append(devices, s.Spec.Devices...)
 	}
-	n, err := NodeFromDevices(name, cpuMilli, memoryMiB, devices)
+	n, err := NodeFromDevices(name, 0, 0, devices)
 	if err != nil {
 		return nil, err
 	}
-	n.usedCPU, n.usedMemory = usedCPUMilli, usedMemoryMiB
 	byDevice := make(map[string]int, len(n.Cards))
 	for i := range n.Cards {
 		byDevice[n.Cards[i].Device] = i
 	}
-	for _, claim := range claims {
-		if claim.Status.Allocation == nil {
-			continue
-		}
-		for _, d := range claim.Status.Allocation.Devices.Results {
-			if d.Driver != names.DriverName || !pools[d.Pool] {
+	return &NodeCards{name: name, cards: n.Cards, pools: pools, byDevice: byDevice}, nil
+}
+
+// Node returns a new model of the node with the given CPU and memory
+// (allocatable and already requested) and every allocation on its devices
+// applied.
+func (nc *NodeCards) Node(cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB int64, allocations []Allocation) (*Node, error) {
+	n := &Node{Name: nc.name, CPUMilli: cpuMilli, MemoryMiB: memoryMiB, Cards: slices.Clone(nc.cards),
+		usedCPU: usedCPUMilli, usedMemory: usedMemoryMiB}
+	for _, a := range allocations {
+		for _, d := range a.Devices {
+			if !nc.pools[d.Pool] {
 				continue
 			}
-			i, ok := byDevice[d.Device]
+			i, ok := nc.byDevice[d.Device]
 			if !ok {
-				return nil, fmt.Errorf("claim %s/%s holds device %s, which node %s does not publish", claim.Namespace, claim.Name, d.Device, name)
+				return nil, fmt.Errorf("claim %s/%s holds device %s, which node %s does not publish", a.Namespace, a.Name, d.Device, nc.name)
 			}
 			c := &n.Cards[i]
-			k := Consumed{Card: i, Whole: d.ShareID == nil}
-			if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
-				k.Compute = q.Value()
-			}
-			if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
-				k.Memory = q.Value()
-			}
-			// A claim naming no capacity takes all memory: the whole card.
-			if c.Memory.HasPolicy && k.Memory >= c.Memory.Default {
-				k.Whole = true
-			}
+			k := c.consumed(i, d)
 			n.apply(k, c.shareMilli(k))
 		}
 	}
@@ -120,33 +202,25 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 // on the given nodes (keyed by name, which is also the pool name): what a
 // live cluster's workload looks like, for the fragmentation-aware policies.
 func WorkloadSample(claims []*resourceapi.ResourceClaim, nodes map[string]*Node) []Request {
+	return WorkloadSampleOf(AllocationsOf(claims), nodes)
+}
+
+// WorkloadSampleOf is WorkloadSample over allocations already read.
+func WorkloadSampleOf(allocations []Allocation, nodes map[string]*Node) []Request {
 	var sample []Request
-	for _, claim := range claims {
-		if claim.Status.Allocation == nil {
-			continue
-		}
-		r := Request{Name: claim.Name}
-		for _, d := range claim.Status.Allocation.Devices.Results {
+	for _, a := range allocations {
+		r := Request{Name: a.Name}
+		for _, d := range a.Devices {
 			n, ok := nodes[d.Pool]
-			if d.Driver != names.DriverName || !ok {
+			if !ok {
 				continue
 			}
-			var card *Card
-			for i := range n.Cards {
-				if n.Cards[i].Device == d.Device {
-					card = &n.Cards[i]
-				}
-			}
-			if card == nil {
+			i := n.cardIndex(d.Device)
+			if i < 0 {
 				continue
 			}
-			k := Consumed{Whole: d.ShareID == nil}
-			if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
-				k.Compute = q.Value()
-			}
-			if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
-				k.Memory = q.Value()
-			}
+			card := &n.Cards[i]
+			k := Consumed{Whole: !d.Share, Memory: d.Memory, Compute: d.Compute}
 			if milli := card.shareMilli(k); k.Whole || milli >= 1000 {
 				r.WholeCards++
 			} else {
@@ -161,4 +235,14 @@ func WorkloadSample(claims []*resourceapi.ResourceClaim, nodes map[string]*Node)
 		}
 	}
 	return sample
+}
+
+// cardIndex is the index of the card named device, or -1.
+func (n *Node) cardIndex(device string) int {
+	for i := range n.Cards {
+		if n.Cards[i].Device == device {
+			return i
+		}
+	}
+	return -1
 }

@@ -47,6 +47,33 @@ func TestNodeFromCluster(t *testing.T) {
 		t.Errorf("allocated = %d milli, want 1750", got)
 	}
 
+	// Kept NodeCards give the same model, and models built from them never
+	// share state: consumption applied to one does not show in the next.
+	cards, err := CardsFromSlices("a", []*resourceapi.ResourceSlice{slice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		claims   []*resourceapi.ResourceClaim
+		wantFree []int64
+	}{
+		{name: "all claims", claims: claims, wantFree: []int64{0, 250, 1000}},
+		{name: "no claim", wantFree: []int64{1000, 1000, 1000}},
+		{name: "only the whole card", claims: claims[:1], wantFree: []int64{0, 1000, 1000}},
+		{name: "all claims again", claims: claims, wantFree: []int64{0, 250, 1000}},
+	} {
+		m, err := cards.Node(32000, 65536, 4000, 8192, AllocationsOf(tc.claims))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for i, want := range tc.wantFree {
+			if got := m.Cards[i].FreeMilli(); got != want {
+				t.Errorf("%s: gpu-%d free = %d milli, want %d", tc.name, i, got, want)
+			}
+		}
+	}
+
 	sample := WorkloadSample(claims, map[string]*Node{"a": n})
 	if len(sample) != 3 || sample[0].WholeCards != 1 || sample[1].ShareMilli != 500 || sample[2].ShareMilli != 250 {
 		t.Errorf("workload sample = %+v, want a whole card, a 500 and a 250 share", sample)

@@ -9,10 +9,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
@@ -37,6 +41,68 @@ type Args struct {
 type Plugin struct {
 	handle fwk.Handle
 	policy string
+
+	// cards keeps each node's cards as read from its ResourceSlices, so a
+	// scheduling cycle only applies the claims again (most of a node
+	// model's cost, and slices change rarely).
+	cardsMu sync.Mutex
+	cards   map[string]cachedCards
+
+	// allocs keeps each allocated claim's results, read once per
+	// resourceVersion.
+	allocMu sync.Mutex
+	allocs  map[types.UID]cachedAllocation
+}
+
+type cachedAllocation struct {
+	resourceVersion string
+	allocation      placement.Allocation
+	// ours is false for a claim that holds none of our devices.
+	ours bool
+}
+
+// cachedCards is a node's cards and the slices (UID and resourceVersion)
+// they were read from.
+type cachedCards struct {
+	key   string
+	cards *placement.NodeCards
+}
+
+// nodeCards returns the node's cards, reading its slices again only when
+// they changed. It also forgets nodes that no longer publish slices.
+func (p *Plugin) nodeCards(node string, nodeSlices []*resourceapi.ResourceSlice) (*placement.NodeCards, error) {
+	var key strings.Builder
+	for _, s := range nodeSlices {
+		key.WriteString(string(s.UID))
+		key.WriteByte('/')
+		key.WriteString(s.ResourceVersion)
+		key.WriteByte(';')
+	}
+	p.cardsMu.Lock()
+	defer p.cardsMu.Unlock()
+	if c, ok := p.cards[node]; ok && c.key == key.String() {
+		return c.cards, nil
+	}
+	cards, err := placement.CardsFromSlices(node, nodeSlices)
+	if err != nil {
+		return nil, err
+	}
+	if p.cards == nil {
+		p.cards = map[string]cachedCards{}
+	}
+	p.cards[node] = cachedCards{key: key.String(), cards: cards}
+	return cards, nil
+}
+
+// forgetNodesWithout drops cached cards of nodes that publish no slices.
+func (p *Plugin) forgetNodesWithout(slicesByNode map[string][]*resourceapi.ResourceSlice) {
+	p.cardsMu.Lock()
+	defer p.cardsMu.Unlock()
+	for node := range p.cards {
+		if len(slicesByNode[node]) == 0 {
+			delete(p.cards, node)
+		}
+	}
 }
 
 var (
@@ -104,19 +170,17 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 			slicesByNode[*s.Spec.NodeName] = append(slicesByNode[*s.Spec.NodeName], s)
 		}
 	}
-	claimsByPool := map[string][]*resourceapi.ResourceClaim{}
-	for _, c := range allClaims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		seen := map[string]bool{}
-		for _, d := range c.Status.Allocation.Devices.Results {
-			if d.Driver == names.DriverName && !seen[d.Pool] {
-				seen[d.Pool] = true
-				claimsByPool[d.Pool] = append(claimsByPool[d.Pool], c)
+	allocations := p.allocations(allClaims)
+	// Which allocations touch each pool, once per pool.
+	allocsByPool := map[string][]int{}
+	for i, a := range allocations {
+		for j, d := range a.Devices {
+			if !poolSeenBefore(a.Devices[:j], d.Pool) {
+				allocsByPool[d.Pool] = append(allocsByPool[d.Pool], i)
 			}
 		}
 	}
+	p.forgetNodesWithout(slicesByNode)
 	s := &cycleState{nodes: make(map[string]*placement.Node, len(nodes)), claims: podClaims, pod: pod.Name}
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	s.cpu = requests.Cpu().MilliValue()
@@ -126,21 +190,23 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		if node == nil || len(slicesByNode[node.Name]) == 0 {
 			continue
 		}
-		var nodeClaims []*resourceapi.ResourceClaim
-		for _, sl := range slicesByNode[node.Name] {
-			nodeClaims = append(nodeClaims, claimsByPool[sl.Spec.Pool.Name]...)
+		nodeAllocations := onNode(allocations, allocsByPool, slicesByNode[node.Name])
+		cards, err := p.nodeCards(node.Name, slicesByNode[node.Name])
+		if err != nil {
+			logger.V(4).Info("Node left out of GPU packing", "node", node.Name, "err", err)
+			continue
 		}
-		n, err := placement.NodeFromCluster(node.Name,
+		n, err := cards.Node(
 			ni.GetAllocatable().GetMilliCPU(), ni.GetAllocatable().GetMemory()>>20,
 			ni.GetRequested().GetMilliCPU(), ni.GetRequested().GetMemory()>>20,
-			slicesByNode[node.Name], dedup(nodeClaims))
+			nodeAllocations)
 		if err != nil {
 			logger.V(4).Info("Node left out of GPU packing", "node", node.Name, "err", err)
 			continue
 		}
 		s.nodes[node.Name] = n
 	}
-	sample := placement.WorkloadSample(allClaims, s.nodes)
+	sample := placement.WorkloadSampleOf(allocations, s.nodes)
 	for _, n := range s.nodes {
 		// The pod itself is part of the workload, so the sample is never empty.
 		if r, ok := placement.RequestFromClaims(pod.Name, s.cpu, s.memMiB, podClaims, cardMemory(n)); ok {
@@ -154,6 +220,78 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	}
 	state.Write(stateKey, s)
 	return nil
+}
+
+// poolSeenBefore says whether one of the earlier devices is in pool.
+func poolSeenBefore(earlier []placement.AllocatedDevice, pool string) bool {
+	for _, d := range earlier {
+		if d.Pool == pool {
+			return true
+		}
+	}
+	return false
+}
+
+// onNode picks the allocations that touch the pools of a node's slices,
+// each once (a claim may hold devices of two pools of one node).
+func onNode(allocations []placement.Allocation, allocsByPool map[string][]int, nodeSlices []*resourceapi.ResourceSlice) []placement.Allocation {
+	var idx []int
+	pools := 0
+	for i, sl := range nodeSlices {
+		pool := sl.Spec.Pool.Name
+		if slices.ContainsFunc(nodeSlices[:i], func(o *resourceapi.ResourceSlice) bool { return o.Spec.Pool.Name == pool }) {
+			continue
+		}
+		pools++
+		idx = append(idx, allocsByPool[pool]...)
+	}
+	if pools > 1 {
+		slices.Sort(idx)
+		idx = slices.Compact(idx)
+	}
+	out := make([]placement.Allocation, len(idx))
+	for i, j := range idx {
+		out[i] = allocations[j]
+	}
+	return out
+}
+
+// allocations reads our driver's results of every allocated claim, parsing
+// a claim's status only when it is new or changed (an allocation does not
+// change while the claim exists), and forgets claims that are gone.
+func (p *Plugin) allocations(claims []*resourceapi.ResourceClaim) []placement.Allocation {
+	p.allocMu.Lock()
+	defer p.allocMu.Unlock()
+	if p.allocs == nil {
+		p.allocs = map[types.UID]cachedAllocation{}
+	}
+	var out []placement.Allocation
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		cached, ok := p.allocs[c.UID]
+		if !ok || cached.resourceVersion != c.ResourceVersion {
+			cached.allocation, cached.ours = placement.AllocationOf(c)
+			cached.resourceVersion = c.ResourceVersion
+			p.allocs[c.UID] = cached
+		}
+		if cached.ours {
+			out = append(out, cached.allocation)
+		}
+	}
+	if len(p.allocs) > len(claims) {
+		present := make(map[types.UID]bool, len(claims))
+		for _, c := range claims {
+			present[c.UID] = true
+		}
+		for uid := range p.allocs {
+			if !present[uid] {
+				delete(p.allocs, uid)
+			}
+		}
+	}
+	return out
 }
 
 // Score rates one node; NormalizeScore maps the policy's scores to 0..100.
@@ -232,16 +370,4 @@ func cardMemory(n *placement.Node) int64 {
 		return 0
 	}
 	return n.Cards[0].Memory.Value
-}
-
-func dedup(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
-	seen := map[*resourceapi.ResourceClaim]bool{}
-	out := claims[:0:0]
-	for _, c := range claims {
-		if !seen[c] {
-			seen[c] = true
-			out = append(out, c)
-		}
-	}
-	return out
 }
