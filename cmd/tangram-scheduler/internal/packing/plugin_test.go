@@ -188,3 +188,57 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 		t.Errorf("status = %v, want Skip", st)
 	}
 }
+
+// TestCachesFollowObjectChanges: the plugin keeps a node's cards and a
+// claim's parsed allocation between pods; a new resourceVersion must be
+// read again and a deleted claim forgotten.
+func TestCachesFollowObjectChanges(t *testing.T) {
+	ctx := context.Background()
+	_, slice := gpuNode(t, "a")
+	slice.ResourceVersion = "1"
+	p := &Plugin{}
+
+	first, err := p.nodeCards("a", []*resourceapi.ResourceSlice{slice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := p.nodeCards("a", []*resourceapi.ResourceSlice{slice})
+	if again != first {
+		t.Error("same slice, same resourceVersion: the cards should come from the cache")
+	}
+	shrunk := slice.DeepCopy()
+	shrunk.ResourceVersion = "2"
+	shrunk.Spec.Devices = shrunk.Spec.Devices[:1]
+	updated, err := p.nodeCards("a", []*resourceapi.ResourceSlice{shrunk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := updated.Node(0, 0, 0, 0, nil); len(n.Cards) != 1 {
+		t.Errorf("after the slice changed the node has %d cards, want 1", len(n.Cards))
+	}
+	p.forgetNodesWithout(map[string][]*resourceapi.ResourceSlice{})
+	if len(p.cards) != 0 {
+		t.Errorf("a node without slices is still cached: %v", p.cards)
+	}
+
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	claim, err := harness.Allocate(ctx, allocation.Claim("c", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.ResourceVersion = "1"
+	got := p.allocations([]*resourceapi.ResourceClaim{claim})
+	if len(got) != 1 || got[0].Devices[0].Memory != 8<<30 {
+		t.Fatalf("allocations = %+v, want one 8Gi share", got)
+	}
+	// A changed claim (here: a different consumption) is read again.
+	changed := claim.DeepCopy()
+	changed.ResourceVersion = "2"
+	changed.Status.Allocation.Devices.Results[0].ConsumedCapacity["memory"] = resource.MustParse("4Gi")
+	if got := p.allocations([]*resourceapi.ResourceClaim{changed}); len(got) != 1 || got[0].Devices[0].Memory != 4<<30 {
+		t.Errorf("after the claim changed: %+v, want one 4Gi share", got)
+	}
+	if got := p.allocations(nil); len(got) != 0 || len(p.allocs) != 0 {
+		t.Errorf("deleted claim still cached: %v / %v", got, p.allocs)
+	}
+}
