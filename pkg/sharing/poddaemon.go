@@ -282,6 +282,9 @@ func (d *PodDaemon) Ensure(ctx context.Context) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(d.cfg.Pod.Namespace, d.Name()))
+	// From here a pod may be created even if this call fails: forget what
+	// was known, so that the next Stop asks the API server.
+	d.known, d.absent = false, false
 	// The plugin, not the pod, creates the directories: hostPath would
 	// create them 0755, and shm and log must be world-writable and sticky.
 	if err := d.cfg.Pod.Layout.create(); err != nil {

@@ -541,3 +541,30 @@ func TestPipeDirFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// A Stop records that no pod exists; a later Ensure that creates a pod and
+// then fails (the daemon never answers, or the kubelet's deadline passes)
+// must not leave that record behind, or the next Stop would skip the delete
+// and the pod would run with no share to serve.
+func TestPodDaemonStopAfterFailedEnsureDeletesPod(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, _ := newFakeCluster(t, root, false) // no kubelet: nothing ever answers
+	d := newTestPodDaemon(t, client, root)
+	d.cfg.StartTimeout = 50 * time.Millisecond
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ensure(ctx); err == nil {
+		t.Fatal("Ensure succeeded without a daemon")
+	}
+	if _, err := client.CoreV1().Pods("tangram-system").Get(ctx, d.Name(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the failed Ensure created no pod: %v", err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("tangram-system").Get(ctx, d.Name(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod left running after the last share's Stop: %v", err)
+	}
+}
