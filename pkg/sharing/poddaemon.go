@@ -296,10 +296,12 @@ func (d *PodDaemon) Ensure(ctx context.Context) error {
 		pod = nil
 	case err != nil:
 		return fmt.Errorf("reading MPS daemon pod %s/%s: %w", d.cfg.Pod.Namespace, d.Name(), err)
-	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded ||
+		pod.Spec.NodeName != d.cfg.Pod.NodeName:
 		// A pod on its way out (or one the kubelet gave up on, e.g.
-		// evicted) cannot be adopted: replace it.
-		logger.Info("Replacing the MPS daemon pod", "phase", pod.Status.Phase, "deleting", pod.DeletionTimestamp != nil)
+		// evicted) cannot be adopted, nor one bound to another node (its
+		// daemon is not on this node's socket): replace it.
+		logger.Info("Replacing the MPS daemon pod", "phase", pod.Status.Phase, "deleting", pod.DeletionTimestamp != nil, "podNode", pod.Spec.NodeName)
 		if err := d.deleteAndWait(ctx, string(pod.UID)); err != nil {
 			return err
 		}

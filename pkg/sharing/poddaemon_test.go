@@ -568,3 +568,33 @@ func TestPodDaemonStopAfterFailedEnsureDeletesPod(t *testing.T) {
 		t.Errorf("pod left running after the last share's Stop: %v", err)
 	}
 }
+
+// A pod of the daemon's name bound to another node cannot serve this node's
+// control socket: it is replaced, not adopted and waited for.
+func TestPodDaemonReplacesPodOnAnotherNode(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, kubelet := newFakeCluster(t, root, true)
+	other, err := BuildMPSDaemonPod(basePodConfig(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.UID = "other-node-uid"
+	other.Spec.NodeName = "node-2"
+	other.Status.Phase = corev1.PodRunning
+	if _, err := client.CoreV1().Pods(other.Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubelet.kill() // its daemon runs on node-2, not here
+	d := newTestPodDaemon(t, client, root)
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatalf("Ensure with a pod on another node: %v", err)
+	}
+	pod, err := client.CoreV1().Pods(other.Namespace).Get(ctx, other.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.UID == "other-node-uid" || pod.Spec.NodeName != "node-1" {
+		t.Errorf("pod uid %s on %q, want a new pod on node-1", pod.UID, pod.Spec.NodeName)
+	}
+}
