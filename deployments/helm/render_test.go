@@ -253,7 +253,8 @@ func TestRBAC(t *testing.T) {
 }
 
 // TestPluginMPSDaemonRBAC: the plugin may manage pods only in the release
-// namespace (a Role), and only when it runs the MPS daemon as a pod.
+// namespace (a Role), only get/create/delete (what PodDaemon calls), and
+// only when it runs the MPS daemon as a pod for shares.
 func TestPluginMPSDaemonRBAC(t *testing.T) {
 	const roleName = pluginName + "-mps-daemon"
 	for _, tc := range []struct {
@@ -263,6 +264,7 @@ func TestPluginMPSDaemonRBAC(t *testing.T) {
 	}{
 		{name: "default: daemon pod", wantRole: true},
 		{name: "daemon as a child process", sets: []string{"kubeletPlugin.mps.daemon=process"}},
+		{name: "sharing disabled: no daemon at all", sets: []string{"sharing.enabled=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := render(t, tc.sets...)
@@ -285,8 +287,8 @@ func TestPluginMPSDaemonRBAC(t *testing.T) {
 			r := role.Rules[0]
 			verbs := slices.Sorted(slices.Values(r.Verbs))
 			if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"pods"}) ||
-				!slices.Equal(verbs, []string{"create", "delete", "get", "list", "watch"}) {
-				t.Errorf("Role rule %+v, want get/list/watch/create/delete on core pods only", r)
+				!slices.Equal(verbs, []string{"create", "delete", "get"}) {
+				t.Errorf("Role rule %+v, want get/create/delete on core pods only", r)
 			}
 			binding := objs.get(t, "RoleBinding", roleName).(*rbacv1.RoleBinding)
 			if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != roleName || len(binding.Subjects) != 1 ||
