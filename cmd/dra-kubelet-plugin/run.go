@@ -36,6 +36,7 @@ type runFlags struct {
 	MPSDaemonPrefix  string
 	MPSDaemonDriver  string
 	MPSDaemonSecrets []string
+	MPSDaemonPrio    string
 	HealthzAddress   string
 	MetricsAddress   string
 	Kubeconfig       string
@@ -143,6 +144,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSDaemonPull, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "image pull policy of the MPS daemon pod")
 	f.StringVar(&flags.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in $POD_NAMESPACE")
 	f.StringSliceVar(&flags.MPSDaemonSecrets, "mps-daemon-image-pull-secrets", nil, "image pull secrets (names in $POD_NAMESPACE) of the MPS daemon pod")
+	f.StringVar(&flags.MPSDaemonPrio, "mps-daemon-priority-class", "system-node-critical", "priority class of the MPS daemon pod; empty for none (the chart passes kubeletPlugin.priorityClassName)")
 	f.StringVar(&flags.MPSDaemonDriver, "mps-daemon-driver-root", "/", "host path of the NVIDIA driver root, mounted read-only at /driver-root in the MPS daemon pod; real GPUs only")
 	f.StringVar(&flags.HealthzAddress, "healthz-address", ":51515", "address for gRPC health (grpc.health.v1) and HTTP /healthz; empty disables")
 	f.StringVar(&flags.MetricsAddress, "metrics-address", ":9400", "address for Prometheus /metrics; empty disables")
@@ -183,12 +185,13 @@ func (f *runFlags) mpsDaemonPod(fake bool) (sharing.MPSDaemonPodConfig, error) {
 		return sharing.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", f.MPSDaemonPull)
 	}
 	cfg := sharing.MPSDaemonPodConfig{
-		Prefix:           f.MPSDaemonPrefix,
-		Namespace:        namespace,
-		Image:            f.MPSDaemonImage,
-		ImagePullPolicy:  pull,
-		ImagePullSecrets: f.MPSDaemonSecrets,
-		Command:          mpsDaemonPodCommand,
+		Prefix:            f.MPSDaemonPrefix,
+		Namespace:         namespace,
+		Image:             f.MPSDaemonImage,
+		ImagePullPolicy:   pull,
+		ImagePullSecrets:  f.MPSDaemonSecrets,
+		Command:           mpsDaemonPodCommand,
+		PriorityClassName: f.MPSDaemonPrio,
 	}
 	if !fake {
 		cfg.DriverRoot = f.MPSDaemonDriver

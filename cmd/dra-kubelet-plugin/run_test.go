@@ -16,6 +16,7 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 		wantErr    string
 		wantDriver string
 		wantImage  string
+		wantPrio   string
 	}{
 		{name: "process mode needs nothing", flags: runFlags{MPSDaemon: "process"}},
 		{name: "unknown mode", flags: runFlags{MPSDaemon: "daemonset"}, wantErr: "want process or pod"},
@@ -24,12 +25,17 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 		{name: "bad pull policy", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Sometimes"}, namespace: "ns", wantErr: "pull-policy"},
 		{
 			name:      "real GPUs: driver root passed on",
-			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/run/nvidia/driver"},
-			namespace: "ns", wantDriver: "/run/nvidia/driver", wantImage: "img:v1",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/run/nvidia/driver", MPSDaemonPrio: "system-node-critical"},
+			namespace: "ns", wantDriver: "/run/nvidia/driver", wantImage: "img:v1", wantPrio: "system-node-critical",
 		},
 		{
 			name:      "fake GPUs: no driver root",
 			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/"},
+			namespace: "ns", fake: true, wantImage: "img:v1",
+		},
+		{
+			name:      "no priority class",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonPrio: ""},
 			namespace: "ns", fake: true, wantImage: "img:v1",
 		},
 	} {
@@ -54,6 +60,30 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 					t.Errorf("pod config %+v", cfg)
 				}
 			}
+			if cfg.PriorityClassName != tc.wantPrio {
+				t.Errorf("priority class %q, want %q", cfg.PriorityClassName, tc.wantPrio)
+			}
 		})
+	}
+}
+
+// The flag defaults to system-node-critical; the chart may pass it empty
+// (kubeletPlugin.priorityClassName: "") for a pod without a priority class.
+func TestMPSDaemonPriorityClassFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{args: nil, want: "system-node-critical"},
+		{args: []string{"--mps-daemon-priority-class="}, want: ""},
+		{args: []string{"--mps-daemon-priority-class=gpu-infra"}, want: "gpu-infra"},
+	} {
+		f := newRunCommand().Flags()
+		if err := f.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got, err := f.GetString("mps-daemon-priority-class"); err != nil || got != tc.want {
+			t.Errorf("%v: --mps-daemon-priority-class %q (%v), want %q", tc.args, got, err, tc.want)
+		}
 	}
 }

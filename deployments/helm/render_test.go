@@ -57,7 +57,7 @@ func TestPluginDaemonSet(t *testing.T) {
 				// The MPS daemon runs in a pod of its own from the plugin's image.
 				"mps-daemon": "pod", "mps-daemon-image": "localhost/tangram/dra-kubelet-plugin:dev",
 				"mps-daemon-image-pull-policy": "IfNotPresent", "mps-daemon-pod-prefix": "tangram",
-				"mps-daemon-driver-root": "/",
+				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
 			},
 			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
@@ -86,7 +86,7 @@ func TestPluginDaemonSet(t *testing.T) {
 			sets:      []string{"kubeletPlugin.mps.daemon=process"},
 			wantFlags: map[string]string{"mps-daemon": "process"},
 			noFlags: []string{"mps-daemon-image", "mps-daemon-image-pull-policy", "mps-daemon-pod-prefix",
-				"mps-daemon-driver-root", "mps-daemon-image-pull-secrets"},
+				"mps-daemon-driver-root", "mps-daemon-image-pull-secrets", "mps-daemon-priority-class"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
@@ -97,6 +97,20 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon": "pod", "mps-daemon-driver-root": "/run/nvidia/driver",
 				"mps-daemon-image-pull-policy": "Always", "mps-daemon-image-pull-secrets": "regcred,mirror",
 			},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			// An empty priority class is passed on as none for the daemon
+			// pod too, not left to the flag's default.
+			name:      "MPS daemon pod: no priority class",
+			sets:      []string{"kubeletPlugin.priorityClassName="},
+			wantFlags: map[string]string{"mps-daemon": "pod", "mps-daemon-priority-class": ""},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name:      "MPS daemon pod: the plugin's priority class",
+			sets:      []string{"kubeletPlugin.priorityClassName=gpu-infra"},
+			wantFlags: map[string]string{"mps-daemon-priority-class": "gpu-infra"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{

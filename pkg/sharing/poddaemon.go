@@ -66,7 +66,9 @@ type MPSDaemonPodConfig struct {
 	// DriverRoot is the host's NVIDIA driver root, mounted read-only at
 	// /driver-root like the plugin has it; empty for none (fake GPUs).
 	DriverRoot string
-	// PriorityClassName defaults to system-node-critical.
+	// PriorityClassName of the pod, e.g. system-node-critical; empty for
+	// none (the plugin's flag has the default, so the chart can pass its
+	// own value, empty included).
 	PriorityClassName string
 }
 
@@ -106,10 +108,6 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 		if cfg.MultiUser {
 			args = append(args, "--mps-multi-user")
 		}
-	}
-	priority := cfg.PriorityClassName
-	if priority == "" {
-		priority = "system-node-critical"
 	}
 	hostDir := corev1.HostPathDirectoryOrCreate
 	volumes := []corev1.Volume{
@@ -151,7 +149,7 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 		Spec: corev1.PodSpec{
 			NodeName:                     cfg.NodeName,
 			RestartPolicy:                corev1.RestartPolicyAlways,
-			PriorityClassName:            priority,
+			PriorityClassName:            cfg.PriorityClassName,
 			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),

@@ -30,6 +30,8 @@ func basePodConfig(root string) MPSDaemonPodConfig {
 		Layout:          Layout{Root: root},
 		VisibleDevices:  []string{"GPU-a", "GPU-b"},
 		ControlBinary:   "nvidia-cuda-mps-control",
+		// What the plugin's flag defaults to.
+		PriorityClassName: "system-node-critical",
 	}
 }
 
@@ -154,6 +156,24 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 				}
 				if v := pod.Labels[LabelNode]; len(v) > 63 {
 					t.Errorf("node label %q longer than 63", v)
+				}
+			},
+		},
+		{
+			name:   "no priority class",
+			mutate: func(c *MPSDaemonPodConfig) { c.PriorityClassName = "" },
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if p := pod.Spec.PriorityClassName; p != "" {
+					t.Errorf("priority class %q, want none", p)
+				}
+			},
+		},
+		{
+			name:   "custom priority class",
+			mutate: func(c *MPSDaemonPodConfig) { c.PriorityClassName = "gpu-infra" },
+			check: func(t *testing.T, pod *corev1.Pod) {
+				if p := pod.Spec.PriorityClassName; p != "gpu-infra" {
+					t.Errorf("priority class %q, want gpu-infra", p)
 				}
 			},
 		},
