@@ -53,6 +53,18 @@ type Manager struct {
 	holders map[string]map[string]bool
 	// claims maps a claim UID to the cards it holds shares on.
 	claims map[string]map[string]bool
+	// settled is set by Reconcile, once the checkpoint's shares are
+	// re-acquired: from then on no holder means no share uses the daemon.
+	// Before, the first re-acquired share has no holder yet while the
+	// others already run.
+	settled bool
+}
+
+// UnusedEnsurer is a Daemon that can be told that no share uses it, so it
+// may replace a running daemon that differs from the one it would start
+// instead of adopting it.
+type UnusedEnsurer interface {
+	EnsureUnused(ctx context.Context) error
 }
 
 // NewManager returns a manager for the given shareable cards (UUIDs).
@@ -116,7 +128,11 @@ func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) err
 		switched = append(switched, uuid)
 	}
 	if len(cards) > 0 {
-		if err := m.daemon.Ensure(ctx); err != nil {
+		ensure := m.daemon.Ensure
+		if u, ok := m.daemon.(UnusedEnsurer); ok && m.settled && len(m.holders) == 0 {
+			ensure = u.EnsureUnused
+		}
+		if err := ensure(ctx); err != nil {
 			undo()
 			return fmt.Errorf("starting the node's MPS daemon for claim %s: %w", claim, err)
 		}
@@ -180,6 +196,7 @@ func (m *Manager) Release(ctx context.Context, claim string) error {
 func (m *Manager) Reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.settled = true
 	var errs []error
 	for _, uuid := range slices.Sorted(maps.Keys(m.shareable)) {
 		if len(m.holders[uuid]) > 0 {

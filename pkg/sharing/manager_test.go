@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -338,5 +339,74 @@ func TestManagerReconcile(t *testing.T) {
 	}
 	if daemon.running {
 		t.Error("reconcile with no share left the daemon running")
+	}
+}
+
+// unusedAwareDaemon records whether the Manager told it that no share uses
+// the daemon.
+type unusedAwareDaemon struct {
+	countingDaemon
+	calls []string
+}
+
+func (d *unusedAwareDaemon) Ensure(ctx context.Context) error {
+	d.calls = append(d.calls, "in use")
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func (d *unusedAwareDaemon) EnsureUnused(ctx context.Context) error {
+	d.calls = append(d.calls, "unused")
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func TestManagerTellsDaemonWhenUnused(t *testing.T) {
+	cards := []string{"GPU-a", "GPU-b"}
+	for _, tc := range []struct {
+		name string
+		// steps: "reconcile", "+claim card" (acquire), "-claim" (release).
+		steps []string
+		want  []string
+	}{
+		{
+			// Replaying the checkpoint: the first share has no holder yet
+			// but the others run and may use the daemon.
+			name:  "before Reconcile every share may be in use",
+			steps: []string{"+c1 GPU-a", "+c2 GPU-b", "reconcile"},
+			want:  []string{"in use", "in use"},
+		},
+		{
+			name:  "after Reconcile the node's first share finds it unused",
+			steps: []string{"reconcile", "+c1 GPU-a", "+c2 GPU-a", "+c3 GPU-b"},
+			want:  []string{"unused", "in use", "in use"},
+		},
+		{
+			name:  "unused again once the last share left",
+			steps: []string{"reconcile", "+c1 GPU-a", "+c2 GPU-b", "-c1", "+c3 GPU-a", "-c2", "-c3", "+c4 GPU-b"},
+			want:  []string{"unused", "in use", "in use", "unused"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			daemon := &unusedAwareDaemon{}
+			m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, cards)
+			for _, s := range tc.steps {
+				var err error
+				switch {
+				case s == "reconcile":
+					err = m.Reconcile(ctx)
+				case s[0] == '+':
+					claim, card, _ := strings.Cut(s[1:], " ")
+					err = m.Acquire(ctx, claim, []string{card})
+				case s[0] == '-':
+					err = m.Release(ctx, s[1:])
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			if !reflect.DeepEqual(daemon.calls, tc.want) {
+				t.Errorf("Ensure calls %v, want %v", daemon.calls, tc.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -221,6 +222,9 @@ type PodDaemon struct {
 	// adopted); absent once it has seen no pod. Both unset: unknown, e.g.
 	// right after start-up.
 	known, absent bool
+	// differs is set while the known pod is an adopted one whose spec
+	// differs from ours: EnsureUnused replaces it.
+	differs bool
 }
 
 // NewPodDaemon checks the configuration and fills in defaults.
@@ -272,23 +276,35 @@ func (d *PodDaemon) answers() error {
 }
 
 // Ensure creates the daemon pod, or adopts the one a previous plugin
-// process created, and waits until the daemon answers.
-func (d *PodDaemon) Ensure(ctx context.Context) error {
+// process created, and waits until the daemon answers. A running pod whose
+// spec differs from ours (older image, other cards, -M) is adopted all the
+// same, with a warning: shares may be using its daemon.
+func (d *PodDaemon) Ensure(ctx context.Context) error { return d.ensure(ctx, false) }
+
+// EnsureUnused is Ensure for a caller that knows no share uses the daemon
+// now: a pod whose spec differs from ours is then replaced, not adopted.
+func (d *PodDaemon) EnsureUnused(ctx context.Context) error { return d.ensure(ctx, true) }
+
+func (d *PodDaemon) ensure(ctx context.Context, unused bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.known && d.answers() == nil {
+	if d.known && !(unused && d.differs) && d.answers() == nil {
 		return nil
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(d.cfg.Pod.Namespace, d.Name()))
 	// From here a pod may be created even if this call fails: forget what
 	// was known, so that the next Stop asks the API server.
-	d.known, d.absent = false, false
+	d.known, d.absent, d.differs = false, false, false
 	// The plugin, not the pod, creates the directories: hostPath would
 	// create them 0755, and shm and log must be world-writable and sticky.
 	if err := d.cfg.Pod.Layout.create(); err != nil {
 		return err
 	}
 	pod, err := d.pods().Get(ctx, d.Name(), metav1.GetOptions{})
+	var diffs []podDiff
+	if err == nil {
+		diffs = d.diff(pod)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		pod = nil
@@ -304,6 +320,19 @@ func (d *PodDaemon) Ensure(ctx context.Context) error {
 			return err
 		}
 		pod = nil
+	case len(diffs) > 0 && unused:
+		// No share to disturb: bring the daemon in line with this plugin.
+		logger.Info("Replacing the MPS daemon pod: its spec differs from this plugin's and no share uses it", diffKeysAndValues(diffs)...)
+		if err := d.deleteAndWait(ctx, string(pod.UID)); err != nil {
+			return err
+		}
+		pod = nil
+	case len(diffs) > 0:
+		// Replacing it would kill the MPS server of running shares; it is
+		// replaced once the node's last share is gone.
+		logger.Info("Warning: adopting an MPS daemon pod whose spec differs from this plugin's; it stays until no share uses it",
+			append([]any{"uid", pod.UID}, diffKeysAndValues(diffs)...)...)
+		d.differs = true
 	default:
 		logger.Info("Adopting the MPS daemon pod already running", "uid", pod.UID, "image", pod.Spec.Containers[0].Image)
 	}
@@ -317,6 +346,56 @@ func (d *PodDaemon) Ensure(ctx context.Context) error {
 	}
 	d.known, d.absent = true, false
 	return nil
+}
+
+// podDiff is one setting in which a running daemon pod differs from the
+// one this plugin would create.
+type podDiff struct{ name, have, want string }
+
+// diff compares the settings that change what the daemon serves: its
+// image, the cards it sees and whether it accepts clients of any user.
+func (d *PodDaemon) diff(have *corev1.Pod) []podDiff {
+	want, err := BuildMPSDaemonPod(d.cfg.Pod)
+	if err != nil {
+		// NewPodDaemon built it once already.
+		return nil
+	}
+	settings := func(pod *corev1.Pod) (image, devices, multiUser string) {
+		for _, c := range pod.Spec.Containers {
+			if c.Name != mpsDaemonContainer {
+				continue
+			}
+			return c.Image, envOf(c)["CUDA_VISIBLE_DEVICES"], fmt.Sprint(slices.Contains(c.Command, "--mps-multi-user"))
+		}
+		return "<no " + mpsDaemonContainer + " container>", "", ""
+	}
+	hi, hd, hm := settings(have)
+	wi, wd, wm := settings(want)
+	var out []podDiff
+	for _, f := range []podDiff{{"image", hi, wi}, {"visibleDevices", hd, wd}, {"multiUser", hm, wm}} {
+		if f.have != f.want {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// diffKeysAndValues logs each difference as <name>Pod (the running pod's
+// value) and <name>Plugin (what this plugin would create).
+func diffKeysAndValues(diffs []podDiff) []any {
+	var kv []any
+	for _, f := range diffs {
+		kv = append(kv, f.name+"Pod", f.have, f.name+"Plugin", f.want)
+	}
+	return kv
+}
+
+func envOf(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		out[e.Name] = e.Value
+	}
+	return out
 }
 
 func (d *PodDaemon) create(ctx context.Context) error {
@@ -415,7 +494,7 @@ func (d *PodDaemon) Stop(ctx context.Context) error {
 	if err := d.deleteAndWait(ctx, ""); err != nil {
 		return err
 	}
-	d.known, d.absent = false, true
+	d.known, d.absent, d.differs = false, true, false
 	return nil
 }
 

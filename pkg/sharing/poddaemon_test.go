@@ -5,17 +5,20 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 )
 
 func basePodConfig(root string) MPSDaemonPodConfig {
@@ -33,14 +36,6 @@ func basePodConfig(root string) MPSDaemonPodConfig {
 		// What the plugin's flag defaults to.
 		PriorityClassName: "system-node-critical",
 	}
-}
-
-func envOf(c corev1.Container) map[string]string {
-	out := map[string]string{}
-	for _, e := range c.Env {
-		out[e.Name] = e.Value
-	}
-	return out
 }
 
 func mountsOf(pod *corev1.Pod) map[string]string {
@@ -616,5 +611,180 @@ func TestPodDaemonReplacesPodOnAnotherNode(t *testing.T) {
 	}
 	if pod.UID == "other-node-uid" || pod.Spec.NodeName != "node-1" {
 		t.Errorf("pod uid %s on %q, want a new pod on node-1", pod.UID, pod.Spec.NodeName)
+	}
+}
+
+// logBuffer collects what the code under test logs through its context.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) context() context.Context {
+	return klog.NewContext(context.Background(), funcr.New(func(prefix, args string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.buf.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{}))
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A running pod whose spec differs from ours is adopted while shares may use
+// it (replacing it would kill their MPS server), with a warning naming both
+// values; when the Manager says no share uses it, it is replaced.
+func TestPodDaemonDifferingPod(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		mutate      func(*corev1.Pod)
+		unused      bool
+		wantReplace bool
+		// wantLog must all appear in the log; wantNoLog must not.
+		wantLog   []string
+		wantNoLog []string
+	}{
+		{
+			name:      "older image, shares may run: adopted with a warning",
+			mutate:    func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0" },
+			wantLog:   []string{"Warning: adopting", `"imagePod"="registry.example/tangram/dra-kubelet-plugin:v0"`, `"imagePlugin"="registry.example/tangram/dra-kubelet-plugin:v1"`},
+			wantNoLog: []string{"visibleDevicesPod", "multiUserPod"},
+		},
+		{
+			name: "other cards, shares may run: adopted with a warning",
+			mutate: func(p *corev1.Pod) {
+				setEnv(&p.Spec.Containers[0], "CUDA_VISIBLE_DEVICES", "GPU-a")
+			},
+			wantLog: []string{"Warning: adopting", `"visibleDevicesPod"="GPU-a"`, `"visibleDevicesPlugin"="GPU-a,GPU-b"`},
+		},
+		{
+			name:        "older image, no share: replaced",
+			mutate:      func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0" },
+			unused:      true,
+			wantReplace: true,
+			wantLog:     []string{"Replacing the MPS daemon pod: its spec differs", `"imagePod"="registry.example/tangram/dra-kubelet-plugin:v0"`},
+			wantNoLog:   []string{"Warning"},
+		},
+		{
+			name: "multi-user flag differs, no share: replaced",
+			mutate: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command, "--mps-multi-user")
+			},
+			unused:      true,
+			wantReplace: true,
+			wantLog:     []string{`"multiUserPod"="true"`, `"multiUserPlugin"="false"`},
+		},
+		{
+			name:      "same spec, no share: adopted, no warning",
+			unused:    true,
+			wantLog:   []string{"Adopting the MPS daemon pod already running"},
+			wantNoLog: []string{"Warning", "Replacing"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs logBuffer
+			ctx := logs.context()
+			root := shortRoot(t)
+			client, kubelet := newFakeCluster(t, root, true)
+			d := newTestPodDaemon(t, client, root)
+			old, err := BuildMPSDaemonPod(d.cfg.Pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old.UID = "old-uid"
+			old.Status.Phase = corev1.PodRunning
+			if tc.mutate != nil {
+				tc.mutate(old)
+			}
+			// Created as an earlier plugin did: the fake kubelet starts its daemon.
+			if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			ensure := d.Ensure
+			if tc.unused {
+				ensure = d.EnsureUnused
+			}
+			if err := ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			pod, err := client.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if replaced := pod.UID != "old-uid"; replaced != tc.wantReplace {
+				t.Errorf("pod replaced = %v (uid %s), want %v", replaced, pod.UID, tc.wantReplace)
+			}
+			wantStarts := 1
+			if tc.wantReplace {
+				wantStarts = 2
+				if want, _ := BuildMPSDaemonPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec.Containers[0], want.Spec.Containers[0]) {
+					t.Errorf("replacement container %+v, want %+v", pod.Spec.Containers[0], want.Spec.Containers[0])
+				}
+			}
+			if kubelet.starts != wantStarts {
+				t.Errorf("daemon started %d times, want %d", kubelet.starts, wantStarts)
+			}
+			log := logs.String()
+			for _, want := range tc.wantLog {
+				if !strings.Contains(log, want) {
+					t.Errorf("log does not contain %q:\n%s", want, log)
+				}
+			}
+			for _, unwanted := range tc.wantNoLog {
+				if strings.Contains(log, unwanted) {
+					t.Errorf("log contains %q:\n%s", unwanted, log)
+				}
+			}
+		})
+	}
+}
+
+// An adopted pod that differs stays known while shares use it; once the
+// Manager says none does, the next Ensure replaces it without waiting for
+// the daemon to stop answering.
+func TestPodDaemonReplacesAdoptedDifferingPodWhenUnused(t *testing.T) {
+	ctx := context.Background()
+	root := shortRoot(t)
+	client, kubelet := newFakeCluster(t, root, true)
+	d := newTestPodDaemon(t, client, root)
+	old, err := BuildMPSDaemonPod(d.cfg.Pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.UID = "old-uid"
+	old.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0"
+	if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client.ClearActions()
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := verbs(client.Actions()); len(a) != 0 {
+		t.Errorf("Ensure of an adopted daemon in use called the API: %v", a)
+	}
+	if err := d.EnsureUnused(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.UID == "old-uid" || pod.Spec.Containers[0].Image != d.cfg.Pod.Image || kubelet.starts != 2 {
+		t.Errorf("pod uid %s image %s starts %d, want a new pod of our image", pod.UID, pod.Spec.Containers[0].Image, kubelet.starts)
+	}
+}
+
+func setEnv(c *corev1.Container, name, value string) {
+	for i := range c.Env {
+		if c.Env[i].Name == name {
+			c.Env[i].Value = value
+		}
 	}
 }
