@@ -425,18 +425,33 @@ func (d *PodDaemon) create(ctx context.Context) error {
 }
 
 // waitAnswering polls the control socket until it answers, the start
-// timeout passes, or ctx ends; the error names the pod and its status.
+// timeout passes, ctx ends, or the pod's status shows it cannot start; the
+// error names the pod and its status.
 func (d *PodDaemon) waitAnswering(ctx context.Context) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.StartTimeout)
 	defer cancel()
 	ticker := time.NewTicker(d.cfg.PollInterval)
 	defer ticker.Stop()
+	// The socket is cheap to try; the pod's status costs an API call, so it
+	// is read less often.
+	statusEvery := 4 * d.cfg.PollInterval
+	var lastStatus time.Time
 	for {
 		err := d.answers()
 		if err == nil {
 			klog.FromContext(ctx).V(2).Info("MPS daemon answers", "pod", klog.KRef(d.cfg.Pod.Namespace, d.Name()), "socket", d.cfg.Pod.Layout.ControlSocket())
 			return nil
+		}
+		if time.Since(lastStatus) >= statusEvery {
+			lastStatus = time.Now()
+			// A read error is not fatal: the socket may still answer.
+			if pod, getErr := d.pods().Get(ctx, d.Name(), metav1.GetOptions{}); getErr == nil {
+				if why := cannotStart(pod); why != "" {
+					return fmt.Errorf("MPS daemon pod %s/%s cannot start (%s), gave up after %s without waiting for the daemon on %s: %s",
+						d.cfg.Pod.Namespace, d.Name(), why, time.Since(start).Round(time.Millisecond), d.cfg.Pod.Layout.ControlSocket(), d.summarize(pod))
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -452,13 +467,52 @@ func (d *PodDaemon) waitAnswering(ctx context.Context) error {
 	}
 }
 
+// fatalWaitingReasons are container waiting reasons that need someone to
+// fix the image, its name, a secret or a config map: waiting longer only
+// delays the error the kubelet retries with. ContainerCreating and
+// CrashLoopBackOff are not here: the first passes, and a crash loop may be
+// a daemon that starts on a later attempt.
+var fatalWaitingReasons = map[string]bool{
+	"ErrImagePull":               true,
+	"ImagePullBackOff":           true,
+	"CreateContainerConfigError": true,
+	"InvalidImageName":           true,
+}
+
+// cannotStart says why the pod's daemon cannot come up without someone's
+// help, or "" when it may still.
+func cannotStart(pod *corev1.Pod) string {
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		// Failed with a reason (OutOfcpu, NodeAffinity, Evicted...) is
+		// also how the kubelet rejects a pod at admission.
+		if pod.Status.Reason != "" {
+			return fmt.Sprintf("phase %s: %s", pod.Status.Phase, pod.Status.Reason)
+		}
+		return "phase " + string(pod.Status.Phase)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && fatalWaitingReasons[w.Reason] {
+			return fmt.Sprintf("container %s: %s", cs.Name, w.Reason)
+		}
+	}
+	return ""
+}
+
 // describe summarises the pod's status for an error message.
 func (d *PodDaemon) describe(ctx context.Context) string {
 	pod, err := d.pods().Get(ctx, d.Name(), metav1.GetOptions{})
 	if err != nil {
 		return fmt.Sprintf("reading the pod: %v", err)
 	}
+	return d.summarize(pod)
+}
+
+func (d *PodDaemon) summarize(pod *corev1.Pod) string {
 	parts := []string{"phase " + string(pod.Status.Phase)}
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		parts = append(parts, fmt.Sprintf("reason %s %s", pod.Status.Reason, pod.Status.Message))
+	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
 			parts = append(parts, fmt.Sprintf("not scheduled: %s %s", c.Reason, c.Message))

@@ -389,30 +389,79 @@ func TestPodDaemonReplacesFailedPod(t *testing.T) {
 	}
 }
 
-func TestPodDaemonStartTimeoutNamesPod(t *testing.T) {
-	ctx := context.Background()
-	root := shortRoot(t)
-	client, _ := newFakeCluster(t, root, false)
-	// The kubelet cannot pull the image: no daemon ever answers.
-	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		pod := action.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
-		pod.Status.Phase = corev1.PodPending
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+// While waiting for the daemon, a pod that cannot start without someone's
+// help (failed, rejected by the kubelet, an image that cannot be pulled, a
+// missing secret) ends the wait at once with its status; a pod that may
+// still start is waited for until the start timeout.
+func TestPodDaemonStartFailures(t *testing.T) {
+	waiting := func(reason, message string) corev1.PodStatus {
+		return corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 			Name:  mpsDaemonContainer,
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}},
-		}}
-		return false, nil, nil
-	})
-	d := newTestPodDaemon(t, client, root)
-	d.cfg.StartTimeout = 200 * time.Millisecond
-	err := d.Ensure(ctx)
-	if err == nil {
-		t.Fatal("Ensure succeeded without a daemon")
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+		}}}
 	}
-	for _, want := range []string{"tangram-system/tangram-mps-node-1", "phase Pending", "ImagePullBackOff", "control"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
+	for _, tc := range []struct {
+		name     string
+		status   corev1.PodStatus
+		wantFast bool
+		wantErr  []string
+	}{
+		{name: "image pull back-off", status: waiting("ImagePullBackOff", "not found"), wantFast: true,
+			wantErr: []string{"cannot start", "container mps-control-daemon: ImagePullBackOff", "phase Pending", "not found"}},
+		{name: "image pull error", status: waiting("ErrImagePull", "unauthorized"), wantFast: true,
+			wantErr: []string{"ErrImagePull", "unauthorized"}},
+		{name: "missing secret or config map", status: waiting("CreateContainerConfigError", `secret "x" not found`), wantFast: true,
+			wantErr: []string{"CreateContainerConfigError"}},
+		{name: "invalid image name", status: waiting("InvalidImageName", "bad"), wantFast: true,
+			wantErr: []string{"InvalidImageName"}},
+		{
+			name:     "rejected by the kubelet at admission",
+			status:   corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu", Message: "Node didn't have enough resource: cpu"},
+			wantFast: true,
+			wantErr:  []string{"phase Failed: OutOfcpu", "Node didn't have enough resource: cpu"},
+		},
+		{name: "failed without a reason", status: corev1.PodStatus{Phase: corev1.PodFailed}, wantFast: true,
+			wantErr: []string{"cannot start (phase Failed)"}},
+		{name: "container still being created: wait", status: waiting("ContainerCreating", ""),
+			wantErr: []string{"did not answer", "phase Pending", "ContainerCreating", "control"}},
+		{name: "crash loop: wait, it may start on a later attempt", status: waiting("CrashLoopBackOff", "back-off 10s"),
+			wantErr: []string{"did not answer", "CrashLoopBackOff"}},
+		{name: "not yet seen by the kubelet: wait", status: corev1.PodStatus{},
+			wantErr: []string{"did not answer"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			root := shortRoot(t)
+			client, _ := newFakeCluster(t, root, false) // no daemon ever answers
+			client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				pod := action.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+				pod.Status = *tc.status.DeepCopy()
+				return false, nil, nil
+			})
+			d := newTestPodDaemon(t, client, root)
+			limit := 300 * time.Millisecond
+			if tc.wantFast {
+				limit = 30 * time.Second
+			}
+			d.cfg.StartTimeout = limit
+			start := time.Now()
+			err := d.Ensure(ctx)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("Ensure succeeded without a daemon")
+			}
+			for _, want := range append(tc.wantErr, "tangram-system/tangram-mps-node-1") {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+			if tc.wantFast && took > 5*time.Second {
+				t.Errorf("gave up after %s, want at once (limit %s)", took, limit)
+			}
+			if !tc.wantFast && took < limit {
+				t.Errorf("gave up after %s, before the limit %s, on a pod that may still start", took, limit)
+			}
+		})
 	}
 }
 
