@@ -147,14 +147,20 @@ fi
 # The node's MPS daemon runs in a pod of its own (kubeletPlugin.mps.daemon=pod),
 # so replacing the plugin's pod must leave it, and the shares, alone.
 step "The plugin's pod is replaced; the MPS daemon pod and the shares stay"
-MPS_POD="$RELEASE-mps-$NODE_NAME"
+# Found by the labels the plugin sets on it (its name is <fullname>-mps-<node>).
+MPS_SELECTOR="app.kubernetes.io/component=mps-daemon,gpu.tangram.dev/node=$NODE_NAME"
 pod_field() { K -n "$1" get pod "$2" -o jsonpath="$3" 2>/dev/null; }
 share_restarts() { for p in share-a share-b share-c; do printf '%s=%s/%s ' "$p" "$(pod_field "$DEMO_NAMESPACE" "$p" '{.status.phase}')" "$(pod_field "$DEMO_NAMESPACE" "$p" '{.status.containerStatuses[0].restartCount}')"; done; }
-for ((i = 0; i < 60; i++)); do [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" = Running ] && break; sleep 1; done
+MPS_POD=""
+for ((i = 0; i < 60; i++)); do
+	MPS_POD="$(K -n "$RELEASE_NAMESPACE" get pods -l "$MPS_SELECTOR" -o jsonpath='{.items[*].metadata.name}' 2>/dev/null)"
+	[ -n "$MPS_POD" ] && [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" = Running ] && break
+	sleep 1
+done
 mps_uid="$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.metadata.uid}')"
-if [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" != Running ]; then
+if [ -z "$MPS_POD" ] || [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" != Running ]; then
 	K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
-	fail "MPS daemon pod $MPS_POD is not Running"
+	fail "MPS daemon pod ${MPS_POD:-(none labelled $MPS_SELECTOR)} is not Running"
 else
 	say "MPS daemon pod $MPS_POD (uid $mps_uid); its log: $(K -n "$RELEASE_NAMESPACE" logs "$MPS_POD" --tail=1 2>/dev/null | sed 's/^[^]]*] //' | cut -c1-100)"
 	shares_before="$(share_restarts)"
