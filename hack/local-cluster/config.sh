@@ -6,7 +6,9 @@ ETCD_CLIENT_PORT=12379
 ETCD_PEER_PORT=12380
 APISERVER_PORT=6443
 APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
-FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true"
+# Workload-aware scheduling (beta) for PodGroup gangs, and its topology
+# constraint (alpha) for GpuGangs with a topologyKey.
+FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
 PAUSE_IMAGE="registry.k8s.io/pause:3.10"
 
 # node_ip: the address the kubelet reports and serves on.

@@ -12,9 +12,11 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -157,15 +159,112 @@ var _ = Describe("GpuGang that does not fit", func() {
 	}, SpecTimeout(5*time.Minute))
 })
 
+var _ = Describe("GpuGang in one topology domain", func() {
+	It("keeps a gang that fits only across two zones pending, and places it across them without topologyKey", func(ctx SpecContext) {
+		scenario("GpuGang: 5 members × 2 NVLink cards; zone-a (" + gpuNode + ") and zone-b (" + simNode + ") have room for 4 each")
+		const zoneKey = "e2e.tangram.dev/zone"
+		// Two zones with room for four members each: the GPU node (8 cards
+		// in one NVLink domain) and the API-only node (4 NVLink pairs).
+		labelZone(ctx, gpuNode, zoneKey, "zone-a")
+		labelZone(ctx, simNode, zoneKey, "zone-b")
+		ns := newNamespace(ctx)
+		members := []string{"wide-0", "wide-1", "wide-2", "wide-3", "wide-4"}
+		createMembers := func(gang string) {
+			for _, m := range members {
+				pod := gpuPod(ns, m, gang+"-gpus")
+				pod.Spec.NodeSelector = nil
+				pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+				pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(gang)}
+				createPod(ctx, pod)
+			}
+		}
+
+		By("with topologyKey: no zone has room for five, so none binds")
+		createNVLinkGangIn(ctx, ns, "wide", 5, 2, zoneKey)
+		var status tangramv1alpha1.GpuGangStatus
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "wide")
+			g.Expect(meta.IsStatusConditionTrue(status.Conditions, tangramv1alpha1.ConditionTopologyEnforced)).To(BeTrue(),
+				"the PodGroup must carry the topology constraint (TopologyAwareWorkloadScheduling on): %+v", status.Conditions)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		createMembers("wide")
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "wide")
+			g.Expect(status.Diagnosis).To(And(ContainSubstring("zone-a has room for 4 members"), ContainSubstring("zone-b for 4"),
+				Not(ContainSubstring("member pods the gang needs exist"))), "gang diagnosis once the controller has seen all five members")
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		GinkgoWriter.Printf("  gang wide: TopologyEnforced, phase %s; diagnosis: %s\n", status.Phase, status.Diagnosis)
+		Consistently(func(g Gomega) {
+			for _, m := range members {
+				g.Expect(getPod(ctx, ns, m).Spec.NodeName).To(BeEmpty(), "member %s was bound although no zone has room for the gang", m)
+			}
+		}).WithContext(ctx).WithTimeout(20 * time.Second).WithPolling(time.Second).Should(Succeed())
+		GinkgoWriter.Printf("  after 20 s: no member bound\n")
+
+		By("the same gang without topologyKey spans both zones")
+		Expect(gangClient().Namespace(ns).Delete(ctx, "wide", metav1.DeleteOptions{})).To(Succeed())
+		for _, m := range members {
+			Expect(clientset.CoreV1().Pods(ns).Delete(ctx, m, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			list, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(list.Items).To(BeEmpty())
+			_, err = clientset.SchedulingV1beta1().PodGroups(ns).Get(ctx, "wide", metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "PodGroup wide still exists")
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		createNVLinkGangIn(ctx, ns, "wide", 5, 2, "")
+		Eventually(func(g Gomega) {
+			status = getGangStatus(ctx, g, ns, "wide")
+			g.Expect(status.PodGroupName).NotTo(BeEmpty())
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		createMembers("wide")
+		nodes := map[string]int{}
+		Eventually(func(g Gomega) {
+			nodes = map[string]int{}
+			for _, m := range members {
+				node := getPod(ctx, ns, m).Spec.NodeName
+				g.Expect(node).NotTo(BeEmpty(), "member %s is not bound yet", m)
+				nodes[node]++
+			}
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		GinkgoWriter.Printf("  without topologyKey all five bind: %v\n", nodes)
+		Expect(nodes).To(HaveLen(2), "five members of two cards need both zones")
+	}, SpecTimeout(8*time.Minute))
+})
+
+// labelZone sets a node label for the spec and removes it afterwards.
+func labelZone(ctx context.Context, node, key, value string) {
+	patch := func(v string) []byte {
+		if v == "" {
+			return []byte(`{"metadata":{"labels":{"` + key + `":null}}}`)
+		}
+		return []byte(`{"metadata":{"labels":{"` + key + `":"` + v + `"}}}`)
+	}
+	_, err := clientset.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch(value), metav1.PatchOptions{})
+	Expect(err).NotTo(HaveOccurred(), "labelling node %s %s=%s", node, key, value)
+	DeferCleanup(func(ctx SpecContext) {
+		_, err := clientset.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch(""), metav1.PatchOptions{})
+		Expect(err).NotTo(HaveOccurred(), "removing label %s of node %s", key, node)
+	})
+}
+
 // createNVLinkGang creates a GpuGang of members pods (all needed at once),
 // each with cards whole cards in one NVLink domain.
 func createNVLinkGang(ctx context.Context, ns, name string, members, cards int32) {
+	createNVLinkGangIn(ctx, ns, name, members, cards, "")
+}
+
+// createNVLinkGangIn is createNVLinkGang with all members on nodes that
+// share the value of the node label topologyKey ("" for none).
+func createNVLinkGangIn(ctx context.Context, ns, name string, members, cards int32, topologyKey string) {
 	gang := &tangramv1alpha1.GpuGang{
 		TypeMeta:   metav1.TypeMeta{APIVersion: tangramv1alpha1.SchemeGroupVersion.String(), Kind: tangramv1alpha1.Kind},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: tangramv1alpha1.GpuGangSpec{
-			Members: tangramv1alpha1.GangMembers{Count: members, MinCount: ptr.To(members)},
-			GPUs:    tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: cards, SameNVLinkDomain: true}},
+			Members:     tangramv1alpha1.GangMembers{Count: members, MinCount: ptr.To(members)},
+			GPUs:        tangramv1alpha1.MemberGPUs{Whole: &tangramv1alpha1.WholeGPUs{Count: cards, SameNVLinkDomain: true}},
+			TopologyKey: topologyKey,
 		},
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(gang)
