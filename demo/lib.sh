@@ -104,6 +104,42 @@ demo_remove_api_only_node() {
 	K delete resourceslices --field-selector "spec.nodeName=$1" --ignore-not-found >/dev/null
 }
 
+# demo_apply_pods_one_by_one FILE TIMEOUT: the objects without a demo label
+# (templates) first, then each Pod of FILE in order, waiting up to TIMEOUT
+# seconds until it is scheduled before creating the next. Pods applied
+# together race in the scheduler: the DRA plugin may allocate a share before
+# the previous pod's share is counted, and the shares land on two cards.
+demo_apply_pods_one_by_one() {
+	local file="$1" timeout="$2" docs doc name i
+	K apply -f "$file" -l '!demo' >/dev/null || return 1
+	docs="$(mktemp -d)"
+	awk -v dir="$docs" 'BEGIN { n = 0 } /^---$/ { n++; next } { print > (dir "/" sprintf("%03d", n) ".yaml") }' "$file"
+	for doc in "$docs"/*.yaml; do
+		grep -q '^kind: Pod$' "$doc" || continue
+		name="$(awk '/^metadata:/ { m = 1; next } m && /^  name:/ { print $2; exit }' "$doc")"
+		K apply -f "$doc" >/dev/null || { rm -rf "$docs"; return 1; }
+		for ((i = 0; i < timeout; i++)); do
+			[ -n "$(K -n "$DEMO_NAMESPACE" get pod "$name" -o jsonpath='{.spec.nodeName}' 2>/dev/null)" ] && break
+			sleep 1
+		done
+	done
+	rm -rf "$docs"
+}
+
+# demo_apply_gang_then_members FILE LABEL GANG: the GpuGang (and anything
+# else without a demo label) first; its members only once the controller has
+# created the PodGroup they name, so the scheduler never sees a member of a
+# group that does not exist yet (it would park it as unschedulable).
+demo_apply_gang_then_members() {
+	local file="$1" label="$2" gang="$3" i
+	K apply -f "$file" -l '!demo' >/dev/null || return 1
+	for ((i = 0; i < 60; i++)); do
+		[ -n "$(K -n "$DEMO_NAMESPACE" get gpugang "$gang" -o jsonpath='{.status.podGroupName}' 2>/dev/null)" ] && break
+		sleep 1
+	done
+	K apply -f "$file" -l "demo=$label" >/dev/null
+}
+
 # demo_describe_spec FILE: the spec's leading comment, as prose.
 demo_describe_spec() {
 	awk '/^#/ { sub(/^# ?/, ""); print "   " $0; next } { exit }' "$1"

@@ -107,11 +107,16 @@ if K get namespace "$DEMO_NAMESPACE" >/dev/null 2>&1; then
 fi
 K apply -f "$SPEC_DIR/00-namespace.yaml" >/dev/null || die "creating namespace $DEMO_NAMESPACE failed"
 
-# scenario FILE LABEL TITLE: print the spec's story, apply it.
+# scenario FILE LABEL TITLE [one-by-one|gang-first GANG]: print the spec's
+# story, apply it (all at once unless asked otherwise, see demo/lib.sh).
 scenario() {
 	step "$3  ($(basename "$1"))"
 	demo_describe_spec "$1"
-	K apply -f "$1" >/dev/null || { fail "kubectl apply -f $1 failed"; return 1; }
+	case "${4:-}" in
+	one-by-one) demo_apply_pods_one_by_one "$1" 60 ;;
+	gang-first) demo_apply_gang_then_members "$1" "$2" "$5" ;;
+	*) K apply -f "$1" >/dev/null ;;
+	esac || { fail "kubectl apply -f $1 failed"; return 1; }
 }
 
 devices_of() { demo_claim_devices "$1" | awk '{print $2}' | sort; }
@@ -128,7 +133,7 @@ else
 	fail "whole-card pod did not become Ready"
 fi
 
-scenario "$SPEC_DIR/02-memory-shares.yaml" memory-shares "Memory fractions packed onto one card"
+scenario "$SPEC_DIR/02-memory-shares.yaml" memory-shares "Memory fractions packed onto one card" one-by-one
 if demo_wait_pods memory-shares 120; then
 	demo_show_pods memory-shares
 	cards="$(devices_of memory-shares | sort -u)"
@@ -323,7 +328,7 @@ step "The gang of 04 finishes (the demo deletes it): four cards are free for the
 K delete -f "$SPEC_DIR/04-podgroup-gang.yaml" --wait=true --timeout=90s >/dev/null 2>&1 ||
 	fail "deleting the gang of 04 did not finish within 90s"
 
-scenario "$SPEC_DIR/08-gpugang.yaml" gpugang "GpuGang: a gang in one object, run by the controller"
+scenario "$SPEC_DIR/08-gpugang.yaml" gpugang "GpuGang: a gang in one object, run by the controller" gang-first finetune
 gang_phase() { K -n "$DEMO_NAMESPACE" get gpugang finetune -o jsonpath='{.status.phase}' 2>/dev/null; }
 if demo_wait_pods gpugang 180; then
 	for ((i = 0; i < 30; i++)); do [ "$(gang_phase)" = Running ] && break; sleep 1; done
