@@ -182,18 +182,28 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 				tc.mutate(&cfg)
 			}
 			pod, err := BuildMPSDaemonPod(cfg)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-				}
+			if checkError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			tc.check(t, pod)
 		})
 	}
+}
+
+// checkError fails t unless err contains wantErr, or is nil when wantErr is
+// empty. It reports whether an error was wanted: the case is then done.
+func checkError(t *testing.T, err error, wantErr string) bool {
+	t.Helper()
+	if wantErr == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("error %v, want one containing %q", err, wantErr)
+	}
+	return true
 }
 
 // shortRoot returns a short MPS root: unix socket paths are limited to
@@ -274,6 +284,15 @@ func newTestPodDaemon(t *testing.T, client *fake.Clientset, root string) *PodDae
 	return d
 }
 
+// newPodDaemonOnFakeCluster returns a fake cluster, its fake kubelet (which
+// runs a daemon for each pod created if runDaemon) and a PodDaemon on it.
+func newPodDaemonOnFakeCluster(t *testing.T, runDaemon bool) (*fake.Clientset, *fakeKubelet, *PodDaemon) {
+	t.Helper()
+	root := shortRoot(t)
+	client, kubelet := newFakeCluster(t, root, runDaemon)
+	return client, kubelet, newTestPodDaemon(t, client, root)
+}
+
 func verbs(actions []k8stesting.Action) []string {
 	var out []string
 	for _, a := range actions {
@@ -282,11 +301,23 @@ func verbs(actions []k8stesting.Action) []string {
 	return out
 }
 
+// noAPICalls runs call, which must succeed without calling the API: what
+// names it in the failure.
+func noAPICalls(t *testing.T, client *fake.Clientset, what string, call func() error) {
+	t.Helper()
+	client.ClearActions()
+	if err := call(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if a := verbs(client.Actions()); len(a) != 0 {
+		t.Errorf("%s called the API: %v", what, a)
+	}
+}
+
 func TestPodDaemonLifecycle(t *testing.T) {
 	ctx := context.Background()
-	root := shortRoot(t)
-	client, kubelet := newFakeCluster(t, root, true)
-	d := newTestPodDaemon(t, client, root)
+	client, kubelet, d := newPodDaemonOnFakeCluster(t, true)
+	root := d.cfg.Pod.Layout.Root
 
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
@@ -306,13 +337,7 @@ func TestPodDaemonLifecycle(t *testing.T) {
 	}
 
 	// A second share: the daemon answers, so no API call is made.
-	client.ClearActions()
-	if err := d.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if a := verbs(client.Actions()); len(a) != 0 {
-		t.Errorf("a second Ensure called the API: %v", a)
-	}
+	noAPICalls(t, client, "a second Ensure", func() error { return d.Ensure(ctx) })
 
 	// The plugin restarts: a new PodDaemon adopts the running pod.
 	d.Close()
@@ -335,13 +360,7 @@ func TestPodDaemonLifecycle(t *testing.T) {
 	if _, err := client.CoreV1().Pods("tangram-system").Get(ctx, "tangram-mps-node-1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod still there after Stop: %v", err)
 	}
-	client.ClearActions()
-	if err := d2.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if a := verbs(client.Actions()); len(a) != 0 {
-		t.Errorf("Stop of a stopped daemon called the API: %v", a)
-	}
+	noAPICalls(t, client, "Stop of a stopped daemon", func() error { return d2.Stop(ctx) })
 
 	// The next share creates a new pod.
 	if err := d2.Ensure(ctx); err != nil {
@@ -353,39 +372,9 @@ func TestPodDaemonLifecycle(t *testing.T) {
 }
 
 func TestPodDaemonStopWithoutPod(t *testing.T) {
-	root := shortRoot(t)
-	client, _ := newFakeCluster(t, root, true)
-	d := newTestPodDaemon(t, client, root)
+	_, _, d := newPodDaemonOnFakeCluster(t, true)
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop without a pod: %v", err)
-	}
-}
-
-func TestPodDaemonReplacesFailedPod(t *testing.T) {
-	ctx := context.Background()
-	root := shortRoot(t)
-	client, kubelet := newFakeCluster(t, root, true)
-	old, err := BuildMPSDaemonPod(basePodConfig(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.UID = "old-uid"
-	old.Status.Phase = corev1.PodFailed
-	old.Status.Reason = "Evicted"
-	if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubelet.kill() // the evicted pod's daemon is gone
-	d := newTestPodDaemon(t, client, root)
-	if err := d.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	pod, err := client.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.UID == "old-uid" || pod.Status.Phase == corev1.PodFailed {
-		t.Errorf("the failed pod was adopted (uid %s, phase %s), want it replaced", pod.UID, pod.Status.Phase)
 	}
 }
 
@@ -431,14 +420,12 @@ func TestPodDaemonStartFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			root := shortRoot(t)
-			client, _ := newFakeCluster(t, root, false) // no daemon ever answers
+			client, _, d := newPodDaemonOnFakeCluster(t, false) // no daemon ever answers
 			client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 				pod := action.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
 				pod.Status = *tc.status.DeepCopy()
 				return false, nil, nil
 			})
-			d := newTestPodDaemon(t, client, root)
 			limit := 300 * time.Millisecond
 			if tc.wantFast {
 				limit = 30 * time.Second
@@ -467,9 +454,7 @@ func TestPodDaemonStartFailures(t *testing.T) {
 
 func TestPodDaemonStopTimeout(t *testing.T) {
 	ctx := context.Background()
-	root := shortRoot(t)
-	client, _ := newFakeCluster(t, root, true)
-	d := newTestPodDaemon(t, client, root)
+	client, _, d := newPodDaemonOnFakeCluster(t, true)
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -574,14 +559,8 @@ func TestRunControlDaemon(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("RunControlDaemon did not return")
 			}
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if checkError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			log := strings.Join(fakeLog(t, root), " ")
 			if !strings.Contains(log, "start GPU-a -M") {
@@ -612,9 +591,7 @@ func TestPipeDirFromEnv(t *testing.T) {
 // and the pod would run with no share to serve.
 func TestPodDaemonStopAfterFailedEnsureDeletesPod(t *testing.T) {
 	ctx := context.Background()
-	root := shortRoot(t)
-	client, _ := newFakeCluster(t, root, false) // no kubelet: nothing ever answers
-	d := newTestPodDaemon(t, client, root)
+	client, _, d := newPodDaemonOnFakeCluster(t, false) // no kubelet: nothing ever answers
 	d.cfg.StartTimeout = 50 * time.Millisecond
 	if err := d.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -630,36 +607,6 @@ func TestPodDaemonStopAfterFailedEnsureDeletesPod(t *testing.T) {
 	}
 	if _, err := client.CoreV1().Pods("tangram-system").Get(ctx, d.Name(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod left running after the last share's Stop: %v", err)
-	}
-}
-
-// A pod of the daemon's name bound to another node cannot serve this node's
-// control socket: it is replaced, not adopted and waited for.
-func TestPodDaemonReplacesPodOnAnotherNode(t *testing.T) {
-	ctx := context.Background()
-	root := shortRoot(t)
-	client, kubelet := newFakeCluster(t, root, true)
-	other, err := BuildMPSDaemonPod(basePodConfig(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	other.UID = "other-node-uid"
-	other.Spec.NodeName = "node-2"
-	other.Status.Phase = corev1.PodRunning
-	if _, err := client.CoreV1().Pods(other.Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kubelet.kill() // its daemon runs on node-2, not here
-	d := newTestPodDaemon(t, client, root)
-	if err := d.Ensure(ctx); err != nil {
-		t.Fatalf("Ensure with a pod on another node: %v", err)
-	}
-	pod, err := client.CoreV1().Pods(other.Namespace).Get(ctx, other.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.UID == "other-node-uid" || pod.Spec.NodeName != "node-1" {
-		t.Errorf("pod uid %s on %q, want a new pod on node-1", pod.UID, pod.Spec.NodeName)
 	}
 }
 
@@ -683,39 +630,82 @@ func (b *logBuffer) String() string {
 	return b.buf.String()
 }
 
-// A running pod whose spec differs from ours is adopted while shares may use
-// it (replacing it would kill their MPS server), with a warning naming both
-// values; when the Manager says no share uses it, it is replaced.
-func TestPodDaemonDifferingPod(t *testing.T) {
+// createOldPod creates the pod d would create, changed by mutate, under the
+// UID old-uid, as an earlier plugin (or another node's) would have: the
+// fake kubelet starts its daemon.
+func createOldPod(ctx context.Context, t *testing.T, client *fake.Clientset, d *PodDaemon, mutate func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	old, err := BuildMPSDaemonPod(d.cfg.Pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.UID = "old-uid"
+	if mutate != nil {
+		mutate(old)
+	}
+	if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return old
+}
+
+// A pod of the daemon's name found at Ensure is adopted when it can serve
+// this node's control socket. One that cannot (failed, or bound to another
+// node) is replaced. One whose spec differs from ours is adopted while
+// shares may use it (replacing it would kill their MPS server), with a
+// warning naming both values; when the Manager says no share uses it, it is
+// replaced.
+func TestPodDaemonExistingPod(t *testing.T) {
+	olderImage := func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0" }
 	for _, tc := range []struct {
-		name        string
-		mutate      func(*corev1.Pod)
+		name string
+		// mutate sets up the existing pod, a running copy of ours unless
+		// changed; daemonGone says its daemon does not answer here.
+		mutate     func(*corev1.Pod)
+		daemonGone bool
+		// unused calls EnsureUnused: the Manager knows no share uses the daemon.
 		unused      bool
 		wantReplace bool
+		wantWarning bool
 		// wantLog must all appear in the log; wantNoLog must not.
 		wantLog   []string
 		wantNoLog []string
 	}{
 		{
-			name:      "older image, shares may run: adopted with a warning",
-			mutate:    func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0" },
-			wantLog:   []string{"Warning: adopting", `"imagePod"="registry.example/tangram/dra-kubelet-plugin:v0"`, `"imagePlugin"="registry.example/tangram/dra-kubelet-plugin:v1"`},
-			wantNoLog: []string{"visibleDevicesPod", "multiUserPod"},
+			name: "failed (evicted), shares may run: replaced",
+			mutate: func(p *corev1.Pod) {
+				p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted"
+			},
+			daemonGone:  true,
+			wantReplace: true,
+			wantLog:     []string{`"phase"="Failed"`},
 		},
 		{
-			name: "other cards, shares may run: adopted with a warning",
-			mutate: func(p *corev1.Pod) {
-				setEnv(&p.Spec.Containers[0], "CUDA_VISIBLE_DEVICES", "GPU-a")
-			},
-			wantLog: []string{"Warning: adopting", `"visibleDevicesPod"="GPU-a"`, `"visibleDevicesPlugin"="GPU-a,GPU-b"`},
+			name:        "bound to another node, shares may run: replaced",
+			mutate:      func(p *corev1.Pod) { p.Spec.NodeName = "node-2" },
+			daemonGone:  true,
+			wantReplace: true,
+			wantLog:     []string{`"podNode"="node-2"`},
+		},
+		{
+			name:        "older image, shares may run: adopted with a warning",
+			mutate:      olderImage,
+			wantWarning: true,
+			wantLog:     []string{`"imagePod"="registry.example/tangram/dra-kubelet-plugin:v0"`, `"imagePlugin"="registry.example/tangram/dra-kubelet-plugin:v1"`},
+			wantNoLog:   []string{"visibleDevicesPod", "multiUserPod"},
+		},
+		{
+			name:        "other cards, shares may run: adopted with a warning",
+			mutate:      func(p *corev1.Pod) { setEnv(&p.Spec.Containers[0], "CUDA_VISIBLE_DEVICES", "GPU-a") },
+			wantWarning: true,
+			wantLog:     []string{`"visibleDevicesPod"="GPU-a"`, `"visibleDevicesPlugin"="GPU-a,GPU-b"`},
 		},
 		{
 			name:        "older image, no share: replaced",
-			mutate:      func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0" },
+			mutate:      olderImage,
 			unused:      true,
 			wantReplace: true,
 			wantLog:     []string{"Replacing the MPS daemon pod: its spec differs", `"imagePod"="registry.example/tangram/dra-kubelet-plugin:v0"`},
-			wantNoLog:   []string{"Warning"},
 		},
 		{
 			name: "multi-user flag differs, no share: replaced",
@@ -727,30 +717,23 @@ func TestPodDaemonDifferingPod(t *testing.T) {
 			wantLog:     []string{`"multiUserPod"="true"`, `"multiUserPlugin"="false"`},
 		},
 		{
-			name:      "same spec, no share: adopted, no warning",
-			unused:    true,
-			wantLog:   []string{"Adopting the MPS daemon pod already running"},
-			wantNoLog: []string{"Warning", "Replacing"},
+			name:    "same spec, no share: adopted, no warning",
+			unused:  true,
+			wantLog: []string{"Adopting the MPS daemon pod already running"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs logBuffer
 			ctx := logs.context()
-			root := shortRoot(t)
-			client, kubelet := newFakeCluster(t, root, true)
-			d := newTestPodDaemon(t, client, root)
-			old, err := BuildMPSDaemonPod(d.cfg.Pod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			old.UID = "old-uid"
-			old.Status.Phase = corev1.PodRunning
-			if tc.mutate != nil {
-				tc.mutate(old)
-			}
-			// Created as an earlier plugin did: the fake kubelet starts its daemon.
-			if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+			client, kubelet, d := newPodDaemonOnFakeCluster(t, true)
+			old := createOldPod(ctx, t, client, d, func(p *corev1.Pod) {
+				p.Status.Phase = corev1.PodRunning
+				if tc.mutate != nil {
+					tc.mutate(p)
+				}
+			})
+			if tc.daemonGone {
+				kubelet.kill()
 			}
 			ensure := d.Ensure
 			if tc.unused {
@@ -763,20 +746,27 @@ func TestPodDaemonDifferingPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if replaced := pod.UID != "old-uid"; replaced != tc.wantReplace {
+			replaced := pod.UID != "old-uid"
+			if replaced != tc.wantReplace {
 				t.Errorf("pod replaced = %v (uid %s), want %v", replaced, pod.UID, tc.wantReplace)
 			}
 			wantStarts := 1
 			if tc.wantReplace {
 				wantStarts = 2
-				if want, _ := BuildMPSDaemonPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec.Containers[0], want.Spec.Containers[0]) {
-					t.Errorf("replacement container %+v, want %+v", pod.Spec.Containers[0], want.Spec.Containers[0])
+				if want, _ := BuildMPSDaemonPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec, want.Spec) || pod.Status.Phase != "" {
+					t.Errorf("replacement spec %+v phase %q, want a new pod of spec %+v", pod.Spec, pod.Status.Phase, want.Spec)
 				}
 			}
 			if kubelet.starts != wantStarts {
 				t.Errorf("daemon started %d times, want %d", kubelet.starts, wantStarts)
 			}
 			log := logs.String()
+			if got := strings.Contains(log, "Replacing the MPS daemon pod"); got != tc.wantReplace {
+				t.Errorf("log says replacing = %v, want %v:\n%s", got, tc.wantReplace, log)
+			}
+			if got := strings.Contains(log, "Warning: adopting"); got != tc.wantWarning {
+				t.Errorf("log warns of adopting = %v, want %v:\n%s", got, tc.wantWarning, log)
+			}
 			for _, want := range tc.wantLog {
 				if !strings.Contains(log, want) {
 					t.Errorf("log does not contain %q:\n%s", want, log)
@@ -796,28 +786,14 @@ func TestPodDaemonDifferingPod(t *testing.T) {
 // the daemon to stop answering.
 func TestPodDaemonReplacesAdoptedDifferingPodWhenUnused(t *testing.T) {
 	ctx := context.Background()
-	root := shortRoot(t)
-	client, kubelet := newFakeCluster(t, root, true)
-	d := newTestPodDaemon(t, client, root)
-	old, err := BuildMPSDaemonPod(d.cfg.Pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.UID = "old-uid"
-	old.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0"
-	if _, err := client.CoreV1().Pods(old.Namespace).Create(ctx, old, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	client, kubelet, d := newPodDaemonOnFakeCluster(t, true)
+	old := createOldPod(ctx, t, client, d, func(p *corev1.Pod) {
+		p.Spec.Containers[0].Image = "registry.example/tangram/dra-kubelet-plugin:v0"
+	})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	client.ClearActions()
-	if err := d.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if a := verbs(client.Actions()); len(a) != 0 {
-		t.Errorf("Ensure of an adopted daemon in use called the API: %v", a)
-	}
+	noAPICalls(t, client, "Ensure of an adopted daemon in use", func() error { return d.Ensure(ctx) })
 	if err := d.EnsureUnused(ctx); err != nil {
 		t.Fatal(err)
 	}
