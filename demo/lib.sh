@@ -104,13 +104,25 @@ demo_remove_api_only_node() {
 	K delete resourceslices --field-selector "spec.nodeName=$1" --ignore-not-found >/dev/null
 }
 
+# demo_pod_node POD TIMEOUT: print the pod's node once it is bound (polling
+# up to TIMEOUT seconds); fails when it is not bound by then.
+demo_pod_node() {
+	local i node
+	for ((i = 0; i < $2; i++)); do
+		node="$(K -n "$DEMO_NAMESPACE" get pod "$1" -o jsonpath='{.spec.nodeName}' 2>/dev/null)"
+		[ -n "$node" ] && { echo "$node"; return 0; }
+		sleep 1
+	done
+	return 1
+}
+
 # demo_apply_pods_one_by_one FILE TIMEOUT: the objects without a demo label
 # (templates) first, then each Pod of FILE in order, waiting up to TIMEOUT
 # seconds until it is scheduled before creating the next. Pods applied
 # together race in the scheduler: the DRA plugin may allocate a share before
 # the previous pod's share is counted, and the shares land on two cards.
 demo_apply_pods_one_by_one() {
-	local file="$1" timeout="$2" docs doc name i
+	local file="$1" timeout="$2" docs doc name
 	K apply -f "$file" -l '!demo' >/dev/null || return 1
 	docs="$(mktemp -d)"
 	awk -v dir="$docs" 'BEGIN { n = 0 } /^---$/ { n++; next } { print > (dir "/" sprintf("%03d", n) ".yaml") }' "$file"
@@ -118,10 +130,7 @@ demo_apply_pods_one_by_one() {
 		grep -q '^kind: Pod$' "$doc" || continue
 		name="$(awk '/^metadata:/ { m = 1; next } m && /^  name:/ { print $2; exit }' "$doc")"
 		K apply -f "$doc" >/dev/null || { rm -rf "$docs"; return 1; }
-		for ((i = 0; i < timeout; i++)); do
-			[ -n "$(K -n "$DEMO_NAMESPACE" get pod "$name" -o jsonpath='{.spec.nodeName}' 2>/dev/null)" ] && break
-			sleep 1
-		done
+		demo_pod_node "$name" "$timeout" >/dev/null
 	done
 	rm -rf "$docs"
 }

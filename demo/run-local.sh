@@ -17,10 +17,6 @@ need_root
 # e2e run does not tear the cluster down under it (and waits its turn).
 cluster_lock
 PROFILE="${DEMO_PROFILE:-dgx-h100}"
-APISERVER_PORT=6443 # hack/local-cluster/config.sh
-# The API server listens on loopback only: pods on the host network reach it
-# at 127.0.0.1.
-LOOPBACK_API_ENV="[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]"
 # tangram-scheduler runs on the host network next to the default scheduler,
 # which has 10259.
 SCHEDULER_PORT=10359
@@ -274,19 +270,10 @@ else
 	extra_node_ok=""
 fi
 
-node_of() { # node_of POD TIMEOUT: the pod's node once it is bound
-	local i node
-	for ((i = 0; i < $2; i++)); do
-		node="$(K -n "$DEMO_NAMESPACE" get pod "$1" -o jsonpath='{.spec.nodeName}' 2>/dev/null)"
-		[ -n "$node" ] && { echo "$node"; return 0; }
-		sleep 1
-	done
-	return 1
-}
 
 if [ -n "$extra_node_ok" ]; then
 	scenario "$SPEC_DIR/06-packing-stock.yaml" packing-stock "Packing across nodes, part 1: the stock kube-scheduler"
-	if stock_node="$(node_of next-share-stock 90)"; then
+	if stock_node="$(demo_pod_node next-share-stock 90)"; then
 		demo_show_pods packing-stock
 		if [ "$stock_node" = "$EXTRA_NODE" ]; then
 			pass "default-scheduler bound it to $EXTRA_NODE: a fresh card broken on the empty node"
@@ -313,10 +300,10 @@ if [ -n "$extra_node_ok" ]; then
 		card="$(devices_of packing-tangram)"
 		by="$(K -n "$DEMO_NAMESPACE" get events --field-selector involvedObject.name=next-share-tangram,reason=Scheduled \
 			-o jsonpath='{.items[0].reportingComponent}{.items[0].source.component}' 2>/dev/null)"
-		if [ "$(node_of next-share-tangram 1)" = "$NODE_NAME" ] && [ -n "$shares_card" ] && [ "$card" = "$shares_card" ]; then
+		if [ "$(demo_pod_node next-share-tangram 1)" = "$NODE_NAME" ] && [ -n "$shares_card" ] && [ "$card" = "$shares_card" ]; then
 			pass "${by:-tangram} packed it onto ${card#*/} next to share-a/b/c; $EXTRA_NODE stays whole"
 		else
-			fail "tangram-scheduler put it on ${card:-nothing} (node $(node_of next-share-tangram 1)), want ${shares_card:-the card of share-a/b/c} on $NODE_NAME"
+			fail "tangram-scheduler put it on ${card:-nothing} (node $(demo_pod_node next-share-tangram 1)), want ${shares_card:-the card of share-a/b/c} on $NODE_NAME"
 		fi
 	else
 		demo_show_pods packing-tangram

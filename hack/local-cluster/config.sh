@@ -4,7 +4,6 @@
 
 ETCD_CLIENT_PORT=12379
 ETCD_PEER_PORT=12380
-APISERVER_PORT=6443
 APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
 # Workload-aware scheduling (beta) for PodGroup gangs, and its topology
 # constraint (alpha) for GpuGangs with a topologyKey.

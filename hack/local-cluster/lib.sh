@@ -24,6 +24,11 @@ PID_DIR="$CLUSTER_DIR/pids"
 KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
 NODE_NAME="${TANGRAM_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
 
+# The API server listens on loopback only (no kube-proxy either): pods that
+# talk to it run on the host network with this environment.
+APISERVER_PORT=6443
+LOOPBACK_API_ENV="[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]"
+
 # Host paths the kubelet plugin and containerd share.
 CDI_DIR=/var/run/cdi
 KUBELET_ROOT=/var/lib/kubelet

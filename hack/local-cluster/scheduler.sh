@@ -19,7 +19,6 @@ DEPLOYMENT="$RELEASE-scheduler"
 IMAGE=localhost/tangram/tangram-scheduler:dev
 SECURE_PORT="${TANGRAM_SCHEDULER_PORT:-10359}"
 POLICY="${TANGRAM_SCHEDULER_POLICY:-tangram}"
-APISERVER_PORT=6443 # config.sh
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 # render prints the chart's scheduler objects. The API server listens on
@@ -30,7 +29,7 @@ render() {
 		--set scheduler.hostNetwork=true \
 		--set "scheduler.securePort=$SECURE_PORT" \
 		--set "scheduler.policy=$POLICY" \
-		--set-json "scheduler.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]" \
+		--set-json "scheduler.extraEnv=$LOOPBACK_API_ENV" \
 		--show-only templates/scheduler.yaml --show-only templates/scheduler-rbac.yaml
 }
 
