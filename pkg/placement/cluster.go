@@ -198,15 +198,11 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 	return r, found
 }
 
-// WorkloadSample lists the GPU shapes of the allocated claims of our driver
-// on the given nodes (keyed by name, which is also the pool name): what a
-// live cluster's workload looks like, for the fragmentation-aware policies.
-func WorkloadSample(claims []*resourceapi.ResourceClaim, nodes map[string]*Node) []Request {
-	return WorkloadSampleOf(AllocationsOf(claims), nodes)
-}
-
-// WorkloadSampleOf is WorkloadSample over allocations already read.
-func WorkloadSampleOf(allocations []Allocation, nodes map[string]*Node) []Request {
+// WorkloadSample lists the GPU shapes of the allocations (of our driver's
+// devices) on the given nodes (keyed by name, which is also the pool name):
+// what a live cluster's workload looks like, for the fragmentation-aware
+// policies.
+func WorkloadSample(allocations []Allocation, nodes map[string]*Node) []Request {
 	var sample []Request
 	for _, a := range allocations {
 		r := Request{Name: a.Name}

@@ -74,7 +74,7 @@ func TestNodeFromCluster(t *testing.T) {
 		}
 	}
 
-	sample := WorkloadSample(claims, map[string]*Node{"a": n})
+	sample := WorkloadSample(AllocationsOf(claims), map[string]*Node{"a": n})
 	if len(sample) != 3 || sample[0].WholeCards != 1 || sample[1].ShareMilli != 500 || sample[2].ShareMilli != 250 {
 		t.Errorf("workload sample = %+v, want a whole card, a 500 and a 250 share", sample)
 	}

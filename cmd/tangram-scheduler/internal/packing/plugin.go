@@ -206,7 +206,7 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		}
 		s.nodes[node.Name] = n
 	}
-	sample := placement.WorkloadSampleOf(allocations, s.nodes)
+	sample := placement.WorkloadSample(allocations, s.nodes)
 	for _, n := range s.nodes {
 		// The pod itself is part of the workload, so the sample is never empty.
 		if r, ok := placement.RequestFromClaims(pod.Name, s.cpu, s.memMiB, podClaims, cardMemory(n)); ok {
