@@ -44,7 +44,7 @@ minor="$(K version -o json | sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | tail -n
 
 step "images (hack/images → kind load image-archive)"
 IMAGE_DIR="${TANGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tangram}/images"
-"$REPO_ROOT/hack/images/build-images.sh"
+"$REPO_ROOT/hack/images/build-images.sh" --allow-unpinned-base
 for archive in "$IMAGE_DIR"/dra-kubelet-plugin.tar "$IMAGE_DIR"/dra-controller.tar "$IMAGE_DIR"/gpu-info.tar; do
 	[ -f "$archive" ] || continue
 	say "kind load image-archive $(basename "$archive")"

@@ -49,7 +49,7 @@ if [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
 		say "removing the tangram-scheduler that hack/local-cluster/scheduler.sh deployed"
 		"$REPO_ROOT/hack/local-cluster/scheduler.sh" stop >/dev/null 2>&1
 	fi
-	"$REPO_ROOT/hack/images/build-images.sh" --import || die "building or importing images failed"
+	"$REPO_ROOT/hack/images/build-images.sh" --import --allow-unpinned-base || die "building or importing images failed"
 else
 	make -C "$REPO_ROOT" --no-print-directory cluster-up || die "make cluster-up failed (logs: $LOG_DIR)"
 fi

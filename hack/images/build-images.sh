@@ -1,55 +1,187 @@
 #!/usr/bin/env bash
-# Builds the local cluster's images from this repository's static binaries
-# and, with --import, loads them into the cluster's containerd.
-#   build-images.sh [--import] [--cmds-best-effort]
-# --cmds-best-effort: a ./cmd/* binary that does not build is reported and
-# skipped instead of failing the run (cluster-up only needs the test images).
-# Images:
-#   registry.k8s.io/pause:3.10             sandbox image (test/images/pause)
-#   localhost/tangram/gpu-info:dev         e2e workload (test/images/gpu-info)
-#   localhost/tangram/<command>:dev        every ./cmd/<command> that exists
+# Builds every image the chart and the tests use as reproducible OCI archives
+# (same sources, Go release and pinned Debian packages -> same digest), with
+# no Docker and no registry, and with --import loads them into the local
+# cluster's containerd. `make images` and every stage of the Dockerfile run
+# this script, so the two cannot build different images.
+#   build-images.sh [--import] [--cmds-best-effort] [--allow-unpinned-base]
+#                   [--out DIR] [--only NAME]... [--export-rootfs DIR] [--list]
+# --cmds-best-effort  an image of ./cmd/* that does not build is reported and
+#                     skipped instead of failing the run (cluster-up needs only
+#                     the test images and the plugin)
+# --allow-unpinned-base  take Debian's current packages for the glibc base when
+#                     the pinned ones are gone (debian-base.sh), with a warning
+# --out DIR           where the archives go (default ~/.cache/tangram/images)
+# --only NAME         build only this image (repeatable)
+# --export-rootfs DIR also leave each image's file system in DIR/NAME (the
+#                     Dockerfile copies it into its final stages)
+# --list              print "NAME REF ENTRYPOINT BASE PATH=..." for every image
+# Images (NAME REF SOURCE BASE):
+IMAGE_TAG="${IMAGE_TAG:-dev}"
+IMAGE_TABLE="
+pause              registry.k8s.io/pause:3.10                      ./test/images/pause      static
+gpu-info           localhost/tangram/gpu-info:$IMAGE_TAG           ./test/images/gpu-info   static
+dra-kubelet-plugin localhost/tangram/dra-kubelet-plugin:$IMAGE_TAG ./cmd/dra-kubelet-plugin glibc
+dra-controller     localhost/tangram/dra-controller:$IMAGE_TAG     ./cmd/dra-controller     static
+tangram-scheduler  localhost/tangram/tangram-scheduler:$IMAGE_TAG  ./cmd/tangram-scheduler  static
+"
+# static: a CGO_ENABLED=0 binary alone in the image. glibc: a cgo binary
+# (NVML is reached through go-nvml's dlopen) on libc6 and its dependencies
+# from debian-base.lock.
 source "$(dirname "${BASH_SOURCE[0]}")/../local-cluster/lib.sh"
 
 IMAGE_DIR="$CACHE_ROOT/images"
-IMAGE_TAG="${IMAGE_TAG:-dev}"
-do_import="" best_effort=""
-for arg in "$@"; do
-	case "$arg" in
+do_import="" best_effort="" allow_unpinned="" export_rootfs="" list_only="" only=()
+while [ $# -gt 0 ]; do
+	case "$1" in
 	--import) do_import=1 ;;
 	--cmds-best-effort) best_effort=1 ;;
-	*) die "unknown argument $arg (usage: build-images.sh [--import] [--cmds-best-effort])" ;;
+	--allow-unpinned-base) allow_unpinned=1 ;;
+	--list) list_only=1 ;;
+	--out | --only | --export-rootfs)
+		[ $# -ge 2 ] || die "$1 needs a value"
+		case "$1" in
+		--out) IMAGE_DIR="$2" ;;
+		--only) only+=("$2") ;;
+		--export-rootfs) export_rootfs="$2" ;;
+		esac
+		shift
+		;;
+	*) die "unknown argument $1 (usage: build-images.sh [--import] [--cmds-best-effort] [--allow-unpinned-base] [--out DIR] [--only NAME]... [--export-rootfs DIR] [--list])" ;;
 	esac
+	shift
 done
 
-mkdir -p "$IMAGE_DIR/bin"
-# build_image REF GO_PACKAGE
+# path_env BASE: the PATH of an image on that base.
+path_env() {
+	case "$1" in
+	static) echo "PATH=/" ;;
+	glibc) echo "PATH=/usr/local/bin:/usr/bin:/bin:/" ;;
+	*) die "unknown image base $1" ;;
+	esac
+}
+
+# Every image's entrypoint is its program at the root, /NAME.
+if [ -n "$list_only" ]; then
+	while read -r name ref _ base; do
+		[ -n "$name" ] && printf '%s %s /%s %s %s\n' "$name" "$ref" "$name" "$base" "$(path_env "$base")"
+	done <<<"$IMAGE_TABLE"
+	exit 0
+fi
+for want in "${only[@]}"; do
+	grep -qE "^$want " <<<"$IMAGE_TABLE" || die "--only $want: no such image (build-images.sh --list names them)"
+done
+wanted() {
+	[ "${#only[@]}" -eq 0 ] && return 0
+	local w
+	for w in "${only[@]}"; do [ "$w" = "$1" ] && return 0; done
+	return 1
+}
+
+# Every time inside an image is the last commit's, unless the caller says.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+	SOURCE_DATE_EPOCH="$(git -C "$REPO_ROOT" log -1 --format=%ct 2>/dev/null || echo 0)"
+fi
+export SOURCE_DATE_EPOCH
+# -trimpath and an empty build ID keep paths and random IDs out of binaries.
+GO_FLAGS=(-trimpath -buildvcs=false -ldflags "-s -w -buildid=")
+# go-nvml's cgo prolog calls functions NVML marks deprecated; the warnings are noise.
+export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$IMAGE_DIR"
+info "go build ./hack/images/ocibuild"
+(cd "$REPO_ROOT" && go build -o "$work/ocibuild" ./hack/images/ocibuild) || die "building hack/images/ocibuild failed"
+
+# glibc_base: assemble the Debian base into $base_rootfs, once per run.
+base_rootfs=""
+glibc_base() {
+	[ -z "$base_rootfs" ] || return 0
+	local flags=()
+	[ -z "$allow_unpinned" ] || flags+=(--allow-unpinned)
+	"$REPO_ROOT/hack/images/debian-base.sh" "${flags[@]}" "$work/debian-base" || return 1
+	base_rootfs="$work/debian-base"
+}
+
+# smoke_test_glibc ROOTFS NAME: run the cgo program against the image's own
+# loader and libc (no chroot needed), with fake GPUs and with NVML, so a
+# missing library or a glibc older than the build machine's fails here and
+# not on a GPU node.
+smoke_test_glibc() {
+	local base="$1" app="$2" name="$3" out
+	local run=("$base/lib64/ld-linux-x86-64.so.2" --library-path "$base/lib/x86_64-linux-gnu:$base/usr/lib/x86_64-linux-gnu" "$app/$name")
+	out="$("${run[@]}" slices --fake-profile dgx-h100 --node-name smoke-test -o json 2>&1)" \
+		|| { printf '%s\n' "$out" >&2; return 1; }
+	grep -q '"gpu-7"' <<<"$out" || { printf 'no gpu-7 in:\n%s\n' "$out" >&2; return 1; }
+	# Without a fake profile the cgo build reaches NVML: it lists the cards
+	# on a GPU machine, or fails to initialise it without libnvidia-ml.so.1;
+	# a CGO_ENABLED=0 build would say "unavailable" instead.
+	out="$("${run[@]}" slices --node-name smoke-test 2>&1)" && return 0
+	grep -q "initialising NVML" <<<"$out" || { printf 'want an NVML initialisation error, got:\n%s\n' "$out" >&2; return 1; }
+}
+
+# build_image NAME REF PACKAGE BASE
 build_image() {
-	local ref="$1" pkg="$2" name
-	name="$(basename "$pkg")"
+	local name="$1" ref="$2" pkg="$3" base="$4"
 	# A command with its own go.mod (a nested module) builds from its directory.
 	local dir="$REPO_ROOT" target="$pkg"
 	if [ -f "$REPO_ROOT/$pkg/go.mod" ]; then dir="$REPO_ROOT/$pkg" target=.; fi
-	info "go build $pkg (static)"
-	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$IMAGE_DIR/bin/$name" "$target") \
+	local app="$work/$name/app" cgo=0 tags=() layers=() env_path
+	env_path="$(path_env "$base")"
+	mkdir -p "$app/etc" "$app/tmp"
+	chmod 1777 "$app/tmp"
+	# Enough of /etc for the runtime to resolve the root user.
+	echo "root:x:0:0:root:/:/nonexistent" >"$app/etc/passwd"
+	echo "root:x:0:" >"$app/etc/group"
+	case "$base" in
+	static) ;;
+	glibc)
+		cgo=1
+		# Pure-Go DNS and user lookups: the image has no NSS modules.
+		tags=(-tags netgo,osusergo)
+		glibc_base || { printf '    assembling the glibc base failed (image %s)\n' "$ref" >&2; return 1; }
+		layers+=(--layer "$base_rootfs=debian bookworm: $(awk '!/^#/ && NF {printf "%s%s=%s", sep, $1, $2; sep=" "}' "$REPO_ROOT/hack/images/debian-base.lock")")
+		;;
+	esac
+	info "go build $pkg (CGO_ENABLED=$cgo)"
+	(cd "$dir" && CGO_ENABLED=$cgo go build "${GO_FLAGS[@]}" "${tags[@]}" -o "$app/$name" "$target") \
 		|| { printf '    go build %s failed (image %s)\n' "$pkg" "$ref" >&2; return 1; }
-	"$REPO_ROOT/hack/images/build-oci.sh" "$ref" "$IMAGE_DIR/bin/$name" "$IMAGE_DIR/$name.tar" || return 1
+	if [ "$base" = glibc ]; then
+		smoke_test_glibc "$base_rootfs" "$app" "$name" \
+			|| { printf '    %s does not run on its glibc base (image %s)\n' "$pkg" "$ref" >&2; return 1; }
+	fi
+	layers+=(--layer "$app=go build $pkg")
+	local digest
+	digest="$("$work/ocibuild" --ref "$ref" --out "$IMAGE_DIR/$name.tar" --entrypoint "/$name" --env "$env_path" \
+		--label "org.opencontainers.image.title=$name" \
+		--label "org.opencontainers.image.source=https://github.com/tangram-gpu/tangram" \
+		"${layers[@]}")" || { printf '    writing the archive of %s failed\n' "$ref" >&2; return 1; }
+	if [ -n "$export_rootfs" ]; then
+		rm -rf "${export_rootfs:?}/$name"
+		mkdir -p "$export_rootfs/$name"
+		[ "$base" != glibc ] || cp -a "$base_rootfs/." "$export_rootfs/$name/"
+		cp -a "$app/." "$export_rootfs/$name/"
+	fi
+	printf '    image %s → %s (%s, %s)\n' "$ref" "$IMAGE_DIR/$name.tar" "$digest" "$(du -h "$IMAGE_DIR/$name.tar" | cut -f1)" >&2
 	IMAGES+=("$ref=$IMAGE_DIR/$name.tar")
 }
 
 IMAGES=()
-build_image registry.k8s.io/pause:3.10 ./test/images/pause || die "the sandbox image is required"
-build_image "localhost/tangram/gpu-info:$IMAGE_TAG" ./test/images/gpu-info || die "the e2e workload image is required"
-for cmd in "$REPO_ROOT"/cmd/*/; do
-	name="$(basename "$cmd")"
-	# A command directory without Go files yet is someone's work in progress.
-	compgen -G "$cmd*.go" >/dev/null || continue
-	if [ -n "$best_effort" ]; then
-		build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name" \
-			|| printf 'WARNING: skipping image localhost/tangram/%s:%s: ./cmd/%s does not build\n' "$name" "$IMAGE_TAG" "$name" >&2
-	else
-		build_image "localhost/tangram/$name:$IMAGE_TAG" "./cmd/$name" || die "image localhost/tangram/$name:$IMAGE_TAG failed to build"
-	fi
-done
+while read -r name ref pkg base; do
+	[ -n "$name" ] && wanted "$name" || continue
+	case "$pkg" in
+	./cmd/*)
+		if [ -n "$best_effort" ]; then
+			build_image "$name" "$ref" "$pkg" "$base" \
+				|| printf 'WARNING: skipping image %s: %s does not build\n' "$ref" "$pkg" >&2
+		else
+			build_image "$name" "$ref" "$pkg" "$base" || die "image $ref failed to build"
+		fi
+		;;
+	*) build_image "$name" "$ref" "$pkg" "$base" || die "image $ref is required (sandbox or e2e workload)" ;;
+	esac
+done <<<"$IMAGE_TABLE"
 
 if [ -n "$do_import" ]; then
 	for entry in "${IMAGES[@]}"; do

@@ -50,7 +50,7 @@ start() {
 	[ -x "$HELM_BIN/helm" ] || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
 	if ! image_present; then
 		log "image $IMAGE is not in the cluster's containerd; building and importing the images"
-		"$REPO_ROOT/hack/images/build-images.sh" --import || die "building the images failed"
+		"$REPO_ROOT/hack/images/build-images.sh" --import --allow-unpinned-base || die "building the images failed"
 		image_present || die "image $IMAGE is still missing after hack/images/build-images.sh --import"
 	fi
 	local manifest

@@ -92,7 +92,7 @@ CTR() { "$CONTAINERD_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
 wait_until containerd 60 "containerd is serving" CTR version
 
 log "building and importing images"
-"$REPO_ROOT/hack/images/build-images.sh" --import --cmds-best-effort
+"$REPO_ROOT/hack/images/build-images.sh" --import --cmds-best-effort --allow-unpinned-base
 
 log "starting kubelet $KUBE_VERSION"
 mkdir -p "$KUBELET_ROOT"

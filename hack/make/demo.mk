@@ -11,9 +11,13 @@ helm-lint: ## helm lint + helm template of the chart with several value sets, sc
 	HELM=$(DEMO_HELM) $(GO) test -tags helm -count=1 ./deployments/helm/
 
 .PHONY: images
-images: ## build OCI image archives of our static binaries (+ the gpu-info workload) into the cache; no registry needed
+images: ## build the chart's images (cgo kubelet plugin on glibc, static others) + test images as reproducible OCI archives; no Docker or registry
 	@hack/images/build-images.sh
-	@echo "archives: ctr -n k8s.io images import <archive>, or kind load image-archive <archive>"
+	@echo "archives: ctr -n k8s.io images import <archive>, kind load image-archive <archive>, or push them (docs/install.md#images)"
+
+.PHONY: images-reproducible
+images-reproducible: ## build every image twice (another directory and umask) and fail unless the digests match
+	@hack/images/check-reproducible.sh
 
 .PHONY: demo
 demo: ## local 1.37 cluster + helm install with fake H100s + every demo scenario, summarised (root; see docs/demo.md)
