@@ -10,3 +10,7 @@ gpu-nocgo: ## build and test pkg/gpu with CGO_ENABLED=0, as release images are b
 .PHONY: gpu-bench
 gpu-bench: ## benchmarks of profile parsing and the NVML reader (mock)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/gpu/...
+
+.PHONY: gpu-acceptance
+gpu-acceptance: ## on a real GPU node with the chart installed: plugin slices vs nvidia-smi, a pod per claim shape, a report (docs/nvml.md); fails at once without a GPU
+	@hack/gpu-acceptance/run.sh
