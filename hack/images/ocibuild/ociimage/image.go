@@ -64,7 +64,9 @@ func Build(spec Spec) (v1.Image, error) {
 		}
 		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 			return io.NopCloser(bytes.NewReader(data)), nil
-		}, tarball.WithMediaType(types.OCILayer))
+			// Keep the gzip stream: the digest and the archive would
+			// otherwise each compress the layer again.
+		}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
 		if err != nil {
 			return nil, fmt.Errorf("making a layer of %s: %w", l.Dir, err)
 		}
