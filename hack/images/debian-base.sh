@@ -5,6 +5,7 @@
 # sha256, cached under ~/.cache/tangram/debs and unpacked with dpkg-deb.
 #   debian-base.sh [--allow-unpinned] ROOTFS_DIR
 #   debian-base.sh --update-lock
+# TANGRAM_BASE_LOCK names another lock file (tests).
 # ROOTFS_DIR gets the packages' files (copyright notices kept, other docs
 # dropped) and /var/lib/dpkg/status.d/<package>, so image scanners see which
 # glibc the image carries. --allow-unpinned: when a pinned version is no
@@ -12,7 +13,7 @@
 # not the one the lock describes). --update-lock pins the current versions.
 source "$(dirname "${BASH_SOURCE[0]}")/../local-cluster/lib.sh"
 
-LOCK_FILE="$REPO_ROOT/hack/images/debian-base.lock"
+LOCK_FILE="${TANGRAM_BASE_LOCK:-$REPO_ROOT/hack/images/debian-base.lock}"
 DEB_CACHE="$CACHE_ROOT/debs"
 
 # apt_lists_refreshed: run `apt-get update` at most once per run.
@@ -60,8 +61,10 @@ update_lock() {
 fetch() {
 	local name="$1" version="$2" sum="$3" allow_unpinned="$4" cached="$DEB_CACHE/$3.deb"
 	if [ -f "$cached" ]; then
-		echo "$cached"
-		return
+		# A cached file is trusted only if it still is what the lock pins.
+		[ "$(sha256sum "$cached" | cut -d' ' -f1)" = "$sum" ] && { echo "$cached"; return; }
+		printf 'WARNING: %s in the cache does not match its sha256; downloading it again\n' "$cached" >&2
+		rm -f "$cached"
 	fi
 	command -v apt-get >/dev/null || die "$name $version is not in $DEB_CACHE and there is no apt-get to download it"
 	local tmp got
