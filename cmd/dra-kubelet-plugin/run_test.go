@@ -29,6 +29,16 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 			namespace: "ns", wantDriver: "/run/nvidia/driver", wantImage: "img:v1", wantPrio: "system-node-critical",
 		},
 		{
+			name:      "real GPUs: host driver root by default",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", HostDriverRoot: "/var/lib/mock-driver", MPSDaemonPrio: "p"},
+			namespace: "ns", wantDriver: "/var/lib/mock-driver", wantImage: "img:v1", wantPrio: "p",
+		},
+		{
+			name:      "real GPUs: --driver-root when nothing else is set",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel"},
+			namespace: "ns", wantDriver: "/", wantImage: "img:v1",
+		},
+		{
 			name:      "fake GPUs: no driver root",
 			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/"},
 			namespace: "ns", fake: true, wantImage: "img:v1",
@@ -41,7 +51,7 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("POD_NAMESPACE", tc.namespace)
-			cfg, err := tc.flags.mpsDaemonPod(tc.fake)
+			cfg, err := tc.flags.mpsDaemonPod(tc.fake, "/")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)

@@ -4,3 +4,7 @@
 .PHONY: mock-nvml
 mock-nvml: ## build the mock libnvidia-ml.so.1 (profile: TANGRAM_MOCK_NVML_PROFILE, default dgx-h100); prints its path last
 	@hack/mock-nvml/build.sh
+
+.PHONY: nvidia-cdi-hook
+nvidia-cdi-hook: ## build nvidia-cdi-hook from the NVIDIA container toolkit in go.mod (cached); prints its path last
+	@hack/nvidia-cdi-hook/build.sh

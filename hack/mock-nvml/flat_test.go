@@ -1,6 +1,8 @@
 package mocknvml
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -93,5 +95,37 @@ func TestCSourceQuotes(t *testing.T) {
 	want := "const char tangram_mock_builtin_devices[] = \"a \\\"b\\\"\\\\\\n\"\n  \"\";\n"
 	if !strings.Contains(got, want) || !strings.Contains(got, `tangram_mock_default_state_dir[] = "/s";`) {
 		t.Errorf("CSource:\n%s", got)
+	}
+}
+
+func TestWriteSysfsResolvesToPCIeRoots(t *testing.T) {
+	p, err := gpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := t.TempDir()
+	if err := WriteSysfs(sys, p); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: re-creating a driver root over an old one works.
+	if err := WriteSysfs(sys, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ bus, root string }{{"0000:1b:00.0", "pci0000:1a"}, {"0000:df:00.0", "pci0000:de"}} {
+		target, err := os.Readlink(filepath.Join(sys, "bus/pci/devices", tt.bus))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "../../../devices/" + tt.root + "/" + strings.TrimPrefix(tt.root, "pci") + ":00.0/" + tt.bus
+		if target != want {
+			t.Errorf("%s -> %s, want %s", tt.bus, target, want)
+		}
+		numa, err := os.ReadFile(filepath.Join(sys, "bus/pci/devices", tt.bus, "numa_node"))
+		if err != nil || len(numa) == 0 {
+			t.Errorf("numa_node of %s: %q, %v", tt.bus, numa, err)
+		}
+	}
+	if _, err := PCIeRoot("0000:00:01.0"); err == nil {
+		t.Error("a card on bus 00 got a root port before it")
 	}
 }

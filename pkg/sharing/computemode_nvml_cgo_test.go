@@ -5,10 +5,14 @@ package sharing
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
 func TestNVMLComputeModeSetter(t *testing.T) {
@@ -48,5 +52,43 @@ func TestNVMLComputeModeSetter(t *testing.T) {
 		if got := errString(err); got != tt.wantErr {
 			t.Errorf("SetComputeMode(%s, %s) error %q, want %q", tt.uuid, tt.mode, got, tt.wantErr)
 		}
+	}
+}
+
+// TestNVMLComputeModeSetterOnMockLibrary goes through go-nvml and the C mock
+// libnvidia-ml.so.1, as the plugin does on a mock driver root: the mode
+// switch reaches the library's call log.
+func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := mocknvml.State{Dir: t.TempDir()}
+	t.Setenv(mocknvml.EnvStateDir, state.Dir)
+	t.Setenv(mocknvml.EnvDevicesFile, "") // the built-in dgx-h100 on node mock-node
+	setter, err := NewNVMLComputeModeSetter(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go-nvml words errors with the loaded library's nvmlErrorString until
+	// NVML is shut down; the dgxa100 test above wants its own wording.
+	t.Cleanup(func() { _ = setter.(*NVMLComputeModeSetter).Lib.Shutdown() })
+	uuid := gpu.FakeGPUUUID("mock-node", 2)
+	ctx := context.Background()
+	if err := setter.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
+		t.Fatal(err)
+	}
+	if err := setter.SetComputeMode(ctx, "GPU-unknown", ComputeModeDefault); err == nil || !strings.Contains(err.Error(), "finding card GPU-unknown in NVML: Not Found") {
+		t.Errorf("unknown card: %v, want NVML's Not Found", err)
+	}
+	calls, err := state.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0].String() != "nvmlDeviceSetComputeMode index=2 uuid="+uuid+" mode=EXCLUSIVE_PROCESS" {
+		t.Errorf("calls.log: %v", calls)
+	}
+	if _, err := NewNVMLComputeModeSetter(""); err == nil {
+		t.Error("a setter without library path was created")
 	}
 }

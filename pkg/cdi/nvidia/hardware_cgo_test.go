@@ -140,3 +140,48 @@ func TestErrors(t *testing.T) {
 		t.Error("Warm succeeded without a driver")
 	}
 }
+
+// In the chart's pod the driver root is mounted at /driver-root; the spec
+// the host's runtime reads must name the host's paths.
+func TestHostDriverRoot(t *testing.T) {
+	m, uuids := newMock()
+	root, haveNodes := fakeDriverRoot(t)
+	const host = "/run/nvidia/driver"
+	h, err := newWithNVML(context.Background(), Options{DriverRoot: root, HostDriverRoot: host,
+		CDIHookPath: filepath.Join(root, "usr/bin/nvidia-cdi-hook")}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card, err := h.CardEdits(gpu.GPU{Index: 0, UUID: uuids[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if haveNodes {
+		if len(card.DeviceNodes) != 1 || card.DeviceNodes[0].HostPath != host+"/dev/nvidia0" || card.DeviceNodes[0].Path != "/dev/nvidia0" {
+			t.Errorf("card device nodes %+v, want /dev/nvidia0 from %s/dev/nvidia0", card.DeviceNodes, host)
+		}
+	}
+	common, err := h.CommonEdits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := "/usr/lib/x86_64-linux-gnu/libcuda.so." + driverVersion
+	found := false
+	for _, mnt := range common.Mounts {
+		if strings.HasPrefix(mnt.HostPath, root) {
+			t.Errorf("mount %s keeps the plugin's driver root", mnt.HostPath)
+		}
+		found = found || (mnt.ContainerPath == lib && mnt.HostPath == host+lib)
+	}
+	if !found {
+		t.Errorf("no mount of %s from %s%s in %+v", lib, host, lib, common.Mounts)
+	}
+	for _, hook := range common.Hooks {
+		if hook.Path != host+"/usr/bin/nvidia-cdi-hook" {
+			t.Errorf("hook %s, want %s/usr/bin/nvidia-cdi-hook", hook.Path, host)
+		}
+	}
+	if len(common.Hooks) == 0 {
+		t.Error("no nvidia-cdi-hook hooks")
+	}
+}

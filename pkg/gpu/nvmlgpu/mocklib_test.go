@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
@@ -77,7 +76,7 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 			t.Setenv(mocknvml.EnvStateDir, t.TempDir())
 
 			ctx := context.Background()
-			src, done, err := open(ctx, nvml.New(nvml.WithLibraryPath(lib)))
+			src, done, err := Open(ctx, lib)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,6 @@ import (
 
 // Open reports ErrNVMLUnavailable: go-nvml needs cgo to load NVML. The
 // returned cleanup function is a no-op, so callers can defer it either way.
-func Open(ctx context.Context) (gpu.Source, func(), error) {
+func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
 	return nil, func() {}, ErrNVMLUnavailable
 }

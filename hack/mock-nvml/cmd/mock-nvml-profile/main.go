@@ -1,7 +1,8 @@
 // Command mock-nvml-profile converts a fake-GPU profile (a built-in name or
 // a YAML file, docs/fake-gpus.md) into the device table of the mock
 // libnvidia-ml.so.1: the flat file TANGRAM_MOCK_NVML_DEVICES_FILE names, or
-// (-format c) the C source the build compiles in as the default.
+// (-format c) the C source the build compiles in as the default; with
+// -sysfs it also writes a mock /sys with the cards' PCI devices.
 package main
 
 import (
@@ -29,6 +30,7 @@ func run(args []string) error {
 	format := fs.String("format", "flat", "flat (for TANGRAM_MOCK_NVML_DEVICES_FILE) or c (the library's built-in table)")
 	stateDir := fs.String("c-state-dir", "/var/lib/tangram/mock-nvml", "with -format c: the library's default state directory")
 	out := fs.String("o", "", "output file (default: standard output)")
+	sysfs := fs.String("sysfs", "", "also lay out the cards' PCI devices under this directory (a mock /sys)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,6 +41,11 @@ func run(args []string) error {
 	devices, err := mocknvml.Flatten(p, *node)
 	if err != nil {
 		return err
+	}
+	if *sysfs != "" {
+		if err := mocknvml.WriteSysfs(*sysfs, p); err != nil {
+			return err
+		}
 	}
 	var data []byte
 	switch *format {
