@@ -88,5 +88,7 @@ rm -rf --one-file-system "$CLUSTER_DIR/etcd-data" "$CONTAINERD_ROOT" "$CONTAINER
 rm -rf --one-file-system "$KUBELET_ROOT" 2>/dev/null || info "could not remove all of $KUBELET_ROOT"
 rm -f "$CDI_DIR"/k8s.gpu.tangram.dev-* "$CDI_DIR"/tangram-e2e-*.json "$CDI_DIR"/tangram-e2e-*.yaml 2>/dev/null
 rm -f "$KUBECONFIG_FILE"
+# The mock driver root (TANGRAM_MOCK_DRIVER_ROOT=1), only if create.sh made it.
+[ -f "$MOCK_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT" ] && rm -rf --one-file-system "$MOCK_DRIVER_ROOT"
 say "cluster is down (logs kept in $LOG_DIR)"
 exit 0

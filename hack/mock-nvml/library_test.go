@@ -52,7 +52,7 @@ func serve(t *testing.T, p *gpu.Profile) (nvml.Interface, mocknvml.State) {
 	if err := os.WriteFile(file, devices, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	state := mocknvml.State{Dir: filepath.Join(dir, "state")}
+	state := mocknvml.State{Dir: filepath.Join(dir, "state", "nested")} // created with its parents
 	t.Setenv(mocknvml.EnvDevicesFile, file)
 	t.Setenv(mocknvml.EnvStateDir, state.Dir)
 	lib := nvml.New(nvml.WithLibraryPath(libraryPath))

@@ -255,9 +255,25 @@ static int state_path(char *out, size_t size, const char *name) {
     return snprintf(out, size, "%s/%s", state_dir, name) < (int)size ? 0 : -1;
 }
 
+/* mkdir_p creates dir and its parents, like mkdir -p. */
+static int mkdir_p(const char *dir) {
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -1;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 static int ensure_state_dir(void) {
     char path[4200];
-    if (mkdir(state_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir_p(state_dir) != 0) {
         complain("creating state directory %s: %s", state_dir, strerror(errno));
         return -1;
     }
