@@ -8,7 +8,8 @@
 // than a prepare should be. Call Warm at start-up to pay that cost early.
 //
 // This path has not run on a real GPU in this repository's CI; it is unit
-// tested against go-nvml's dgxa100 mock with a fake device root. nvcdi loads
+// tested against go-nvml's dgxa100 mock with a fake device root and against
+// the C mock libnvidia-ml.so.1 (hack/mock-nvml). nvcdi loads
 // NVML through cgo; a binary built with CGO_ENABLED=0 gets ErrUnavailable
 // from New and must use cdi.NoHardware.
 package nvidia
