@@ -72,6 +72,10 @@ func (f *gpuSourceFlags) Open(ctx context.Context) (gpu.Source, func(), error) {
 		}
 		return gpu.NewFakeSource(f.NodeName, p), func() {}, nil
 	default:
+		if !nvmlgpu.Available() {
+			// Say so before looking for a library this binary cannot load.
+			return nil, nil, fmt.Errorf("opening NVML (on a machine without GPUs pass --fake-profile): %w", nvmlgpu.ErrNVMLUnavailable)
+		}
 		lib, err := driverroot.Root{Path: f.DriverRoot}.NVMLLibraryPath()
 		if err != nil {
 			return nil, nil, fmt.Errorf("opening NVML (on a machine without GPUs pass --fake-profile): %w", err)

@@ -12,6 +12,9 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
+// Available reports whether this build can load NVML (cgo builds can).
+func Available() bool { return true }
+
 // Open loads and initialises the NVML library at libraryPath (the driver
 // root's libnvidia-ml.so.1, see pkg/driverroot) and returns a Source on it,
 // plus a function that shuts NVML down; call it when done with the Source.

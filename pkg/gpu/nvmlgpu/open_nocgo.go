@@ -8,6 +8,9 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
+// Available reports whether this build can load NVML: not without cgo.
+func Available() bool { return false }
+
 // Open reports ErrNVMLUnavailable: go-nvml needs cgo to load NVML. The
 // returned cleanup function is a no-op, so callers can defer it either way.
 func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
