@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -11,9 +14,10 @@ import (
 // CUDA_MPS_LOG_DIRECTORY and CUDA_VISIBLE_DEVICES.
 func newMPSDaemonCommand() *cobra.Command {
 	var (
-		binary    string
-		multiUser bool
-		simulate  bool
+		binary     string
+		driverRoot string
+		multiUser  bool
+		simulate   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mps-daemon",
@@ -32,11 +36,19 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 				}
 				return sharing.RunSimulatedControlDaemon(ctx, pipeDir)
 			}
+			if binary == "" {
+				found, err := driverroot.Root{Path: driverRoot}.Executable(driverroot.MPSControl)
+				if err != nil {
+					return fmt.Errorf("the MPS daemon pod runs the driver's nvidia-cuda-mps-control: %w; or pass --mps-control-binary", err)
+				}
+				binary = found
+			}
 			return sharing.RunControlDaemon(ctx, sharing.ControlDaemonConfig{Binary: binary, MultiUser: multiUser})
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&binary, "mps-control-binary", "nvidia-cuda-mps-control", "MPS control binary (name in $PATH or path)")
+	f.StringVar(&binary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root")
+	f.StringVar(&driverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation (default: $NVIDIA_DRIVER_ROOT, which the plugin sets to the pod's /driver-root mount, else /)")
 	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon with -M")
 	f.BoolVar(&simulate, "simulate", false, "fake GPUs: listen on the control socket instead of running MPS")
 	return cmd

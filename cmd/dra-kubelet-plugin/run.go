@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/driver"
+	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -42,7 +44,7 @@ type runFlags struct {
 	Kubeconfig       string
 	Publish          bool
 	Offline          bool
-	DriverRoot       string
+	HostDriverRoot   string
 	DevRoot          string
 	CDIHookPath      string
 }
@@ -69,7 +71,7 @@ func newRunCommand() *cobra.Command {
 			if _, err := model.Options(source.NodeName, nil); err != nil {
 				return err
 			}
-			mpsPod, err := flags.mpsDaemonPod(source.Fake())
+			mpsPod, err := flags.mpsDaemonPod(source.Fake(), source.DriverRoot)
 			if err != nil {
 				return err
 			}
@@ -88,14 +90,24 @@ func newRunCommand() *cobra.Command {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
 			var hardware cdi.HardwareEdits = cdi.NoHardware{}
+			root := flags.driverRoot(source)
+			var nvmlLibrary string
 			if !source.Fake() {
-				hw, err := nvidia.New(ctx, nvidia.Options{DriverRoot: flags.DriverRoot, DevRoot: flags.DevRoot, CDIHookPath: flags.CDIHookPath})
+				if nvmlLibrary, err = root.NVMLLibraryPath(); err != nil {
+					return err
+				}
+				hook, err := flags.cdiHookPath(root)
+				if err != nil {
+					return err
+				}
+				hw, err := nvidia.New(ctx, nvidia.Options{DriverRoot: root.Path, HostDriverRoot: root.HostPath, DevRoot: flags.DevRoot,
+					CDIHookPath: hook, NVMLLibrary: nvmlLibrary})
 				if err != nil {
 					return fmt.Errorf("setting up CDI edits for real GPUs: %w", err)
 				}
 				// Driver discovery is slow; pay for it before the first prepare.
 				if err := hw.Warm(gpus); err != nil {
-					return fmt.Errorf("discovering NVIDIA driver files for CDI (--driver-root=%s): %w", flags.DriverRoot, err)
+					return fmt.Errorf("discovering NVIDIA driver files for CDI (--driver-root=%s): %w", root.Path, err)
 				}
 				hardware = hw
 			}
@@ -119,6 +131,8 @@ func newRunCommand() *cobra.Command {
 				StateDir:         flags.StateDir,
 				MPSRoot:          flags.MPSRoot,
 				MPSControlBinary: flags.MPSControlBinary,
+				DriverRoot:       root,
+				NVMLLibrary:      nvmlLibrary,
 				MPSMultiUser:     flags.MPSMultiUser,
 				MPSDaemonMode:    flags.MPSDaemon,
 				MPSDaemonPod:     mpsPod,
@@ -137,7 +151,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+names.DriverName, "directory of the plugin's DRA socket")
 	f.StringVar(&flags.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
-	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "nvidia-cuda-mps-control", "MPS control binary (name in $PATH or path); unused with fake GPUs")
+	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
 	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the MPS daemon with -M so that pods running as different users share it at once (needs a driver whose nvidia-cuda-mps-control has -M)")
 	f.StringVar(&flags.MPSDaemon, "mps-daemon", driver.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
 	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")
@@ -145,14 +159,14 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in $POD_NAMESPACE")
 	f.StringSliceVar(&flags.MPSDaemonSecrets, "mps-daemon-image-pull-secrets", nil, "image pull secrets (names in $POD_NAMESPACE) of the MPS daemon pod")
 	f.StringVar(&flags.MPSDaemonPrio, "mps-daemon-priority-class", "system-node-critical", "priority class of the MPS daemon pod; empty for none (the chart passes kubeletPlugin.priorityClassName)")
-	f.StringVar(&flags.MPSDaemonDriver, "mps-daemon-driver-root", "/", "host path of the NVIDIA driver root, mounted read-only at /driver-root in the MPS daemon pod; real GPUs only")
+	f.StringVar(&flags.MPSDaemonDriver, "mps-daemon-driver-root", "", "host path of the NVIDIA driver root, mounted read-only at /driver-root in the MPS daemon pod (default: --host-driver-root); real GPUs only")
 	f.StringVar(&flags.HealthzAddress, "healthz-address", ":51515", "address for gRPC health (grpc.health.v1) and HTTP /healthz; empty disables")
 	f.StringVar(&flags.MetricsAddress, "metrics-address", ":9400", "address for Prometheus /metrics; empty disables")
 	f.StringVar(&flags.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)")
 	f.BoolVar(&flags.Publish, "publish", true, "publish ResourceSlices for this node's GPUs")
-	f.StringVar(&flags.DriverRoot, "driver-root", "/", "root of the NVIDIA driver installation as seen by the plugin (e.g. /run/nvidia/driver); real GPUs only")
+	f.StringVar(&flags.HostDriverRoot, "host-driver-root", "", "the same driver root as the host sees it (chart: driverRoot, e.g. /run/nvidia/driver), written into CDI specs; default: --driver-root; real GPUs only")
 	f.StringVar(&flags.DevRoot, "dev-root", "", "where the host's /dev is found (default: --driver-root); real GPUs only")
-	f.StringVar(&flags.CDIHookPath, "nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook", "host path of nvidia-cdi-hook, run by the container runtime; real GPUs only")
+	f.StringVar(&flags.CDIHookPath, "nvidia-cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the container runtime (default: nvidia-cdi-hook under --driver-root, as the host sees it); real GPUs only")
 	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 	return cmd
 }
@@ -161,9 +175,29 @@ func newRunCommand() *cobra.Command {
 // command is the same binary).
 var mpsDaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
 
+// driverRoot is the driver root as the plugin and as the host see it.
+func (f *runFlags) driverRoot(source gpuSourceFlags) driverroot.Root {
+	return driverroot.Root{Path: source.DriverRoot, HostPath: cmp.Or(f.HostDriverRoot, source.DriverRoot)}
+}
+
+// cdiHookPath is --nvidia-cdi-hook-path, or else nvidia-cdi-hook under the
+// driver root (a path nvcdi rewrites to the host's view with the rest).
+func (f *runFlags) cdiHookPath(root driverroot.Root) (string, error) {
+	if f.CDIHookPath != "" {
+		return f.CDIHookPath, nil
+	}
+	hook, err := root.Executable(driverroot.NVIDIACDIHook)
+	if err != nil {
+		return "", fmt.Errorf("CDI specs for real GPUs call nvidia-cdi-hook: %w; or pass --nvidia-cdi-hook-path=<host path> (make nvidia-cdi-hook builds one)", err)
+	}
+	return hook, nil
+}
+
 // mpsDaemonPod checks the --mps-daemon flags and returns the pod settings
 // that do not depend on the node's cards (the driver fills those in).
-func (f *runFlags) mpsDaemonPod(fake bool) (sharing.MPSDaemonPodConfig, error) {
+// driverRoot is --driver-root: the daemon pod's default host driver root
+// when neither --mps-daemon-driver-root nor --host-driver-root is set.
+func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (sharing.MPSDaemonPodConfig, error) {
 	switch f.MPSDaemon {
 	case driver.MPSDaemonProcess:
 		return sharing.MPSDaemonPodConfig{}, nil
@@ -194,7 +228,7 @@ func (f *runFlags) mpsDaemonPod(fake bool) (sharing.MPSDaemonPodConfig, error) {
 		PriorityClassName: f.MPSDaemonPrio,
 	}
 	if !fake {
-		cfg.DriverRoot = f.MPSDaemonDriver
+		cfg.DriverRoot = cmp.Or(f.MPSDaemonDriver, f.HostDriverRoot, driverRoot)
 	}
 	return cfg, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,6 +30,16 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 			namespace: "ns", wantDriver: "/run/nvidia/driver", wantImage: "img:v1", wantPrio: "system-node-critical",
 		},
 		{
+			name:      "real GPUs: host driver root by default",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", HostDriverRoot: "/var/lib/mock-driver", MPSDaemonPrio: "p"},
+			namespace: "ns", wantDriver: "/var/lib/mock-driver", wantImage: "img:v1", wantPrio: "p",
+		},
+		{
+			name:      "real GPUs: --driver-root when nothing else is set",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel"},
+			namespace: "ns", wantDriver: "/", wantImage: "img:v1",
+		},
+		{
 			name:      "fake GPUs: no driver root",
 			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/"},
 			namespace: "ns", fake: true, wantImage: "img:v1",
@@ -41,7 +52,7 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("POD_NAMESPACE", tc.namespace)
-			cfg, err := tc.flags.mpsDaemonPod(tc.fake)
+			cfg, err := tc.flags.mpsDaemonPod(tc.fake, "/")
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -85,5 +96,23 @@ func TestMPSDaemonPriorityClassFlag(t *testing.T) {
 		if got, err := f.GetString("mps-daemon-priority-class"); err != nil || got != tc.want {
 			t.Errorf("%v: --mps-daemon-priority-class %q (%v), want %q", tc.args, got, err, tc.want)
 		}
+	}
+}
+
+// The daemon pod finds the driver's nvidia-cuda-mps-control under the
+// driver root it has mounted, and says where it looked when it is missing.
+func TestMPSDaemonCommandFindsControlBinary(t *testing.T) {
+	root := t.TempDir()
+	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", filepath.Join(t.TempDir(), "pipe"))
+	_, err := runCommand(t, "mps-daemon", "--driver-root", root)
+	for _, want := range []string{"nvidia-cuda-mps-control not found under the NVIDIA driver root " + root, filepath.Join(root, "usr/bin/nvidia-cuda-mps-control"), "--mps-control-binary"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	t.Setenv("NVIDIA_DRIVER_ROOT", "/driver-root")
+	f := newMPSDaemonCommand().Flags()
+	if got, _ := f.GetString("driver-root"); got != "/driver-root" {
+		t.Errorf("--driver-root defaults to %q, want $NVIDIA_DRIVER_ROOT", got)
 	}
 }

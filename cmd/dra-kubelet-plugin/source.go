@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
+	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 )
@@ -21,6 +23,10 @@ type gpuSourceFlags struct {
 	NodeName        string
 	FakeProfile     string
 	FakeProfileFile string
+	// DriverRoot is where NVML and the driver's programs are looked up.
+	DriverRoot string
+	// SysfsRoot is the /sys the PCIe roots of real cards are read from.
+	SysfsRoot string
 }
 
 // AddFlags registers --node-name, --fake-profile and --fake-profile-file.
@@ -28,6 +34,8 @@ func (f *gpuSourceFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.NodeName, "node-name", "", "name of this node (default: $NODE_NAME)")
 	flags.StringVar(&f.FakeProfile, "fake-profile", "", fmt.Sprintf("use fake GPUs from a built-in profile (%v) instead of NVML", gpu.BuiltinProfileNames()))
 	flags.StringVar(&f.FakeProfileFile, "fake-profile-file", "", "use fake GPUs from a profile file (format: docs/fake-gpus.md) instead of NVML")
+	flags.StringVar(&f.DriverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation as this process sees it (default: $NVIDIA_DRIVER_ROOT, else /); NVML, nvidia-cuda-mps-control and nvidia-cdi-hook are looked up in its standard directories; real GPUs only")
+	flags.StringVar(&f.SysfsRoot, "sysfs-root", deviceattribute.SysfsRoot, "the /sys the PCIe roots of real cards are read from (e.g. a mock driver root's sys); real GPUs only")
 }
 
 // Complete fills defaults from the environment and checks the combination.
@@ -64,7 +72,15 @@ func (f *gpuSourceFlags) Open(ctx context.Context) (gpu.Source, func(), error) {
 		}
 		return gpu.NewFakeSource(f.NodeName, p), func() {}, nil
 	default:
-		src, closeNVML, err := nvmlgpu.Open(ctx)
+		if !nvmlgpu.Available() {
+			// Say so before looking for a library this binary cannot load.
+			return nil, nil, fmt.Errorf("opening NVML (on a machine without GPUs pass --fake-profile): %w", nvmlgpu.ErrNVMLUnavailable)
+		}
+		lib, err := driverroot.Root{Path: f.DriverRoot}.NVMLLibraryPath()
+		if err != nil {
+			return nil, nil, fmt.Errorf("opening NVML (on a machine without GPUs pass --fake-profile): %w", err)
+		}
+		src, closeNVML, err := nvmlgpu.Open(ctx, lib)
 		if err != nil {
 			return nil, nil, fmt.Errorf("opening NVML (on a machine without GPUs pass --fake-profile): %w", err)
 		}
@@ -72,13 +88,14 @@ func (f *gpuSourceFlags) Open(ctx context.Context) (gpu.Source, func(), error) {
 	}
 }
 
-// Sysfs is the host's /sys for resolving PCIe roots of real cards; nil for
-// fake cards, whose made-up bus IDs must not be looked up on the host.
+// Sysfs is the host's /sys (--sysfs-root) for resolving PCIe roots of real
+// cards; nil for fake cards, whose made-up bus IDs must not be looked up on
+// the host.
 func (f *gpuSourceFlags) Sysfs() fs.ReadLinkFS {
 	if f.Fake() {
 		return nil
 	}
-	if sysfs, ok := os.DirFS(deviceattribute.SysfsRoot).(fs.ReadLinkFS); ok {
+	if sysfs, ok := os.DirFS(cmp.Or(f.SysfsRoot, deviceattribute.SysfsRoot)).(fs.ReadLinkFS); ok {
 		return sysfs
 	}
 	return nil

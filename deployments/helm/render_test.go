@@ -58,8 +58,10 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon": "pod", "mps-daemon-image": "localhost/tangram/dra-kubelet-plugin:dev",
 				"mps-daemon-image-pull-policy": "IfNotPresent", "mps-daemon-pod-prefix": "tangram",
 				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
+				// NVML and the driver's programs come from the mount.
+				"driver-root": "/driver-root", "host-driver-root": "/",
 			},
-			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets"},
+			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets", "sysfs-root"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
@@ -77,7 +79,7 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon-image":      "registry.example:5000/tangram/plugin:v9",
 			},
 			// Fake GPUs: the stand-in daemon needs no driver.
-			noFlags:   []string{"fake-profile-file", "mps-daemon-driver-root"},
+			noFlags:   []string{"fake-profile-file", "mps-daemon-driver-root", "driver-root", "host-driver-root", "sysfs-root"},
 			wantImage: "registry.example:5000/tangram/plugin:v9",
 			wantFake:  true,
 		},
@@ -95,6 +97,7 @@ func TestPluginDaemonSet(t *testing.T) {
 				"imagePullSecrets[0].name=regcred", "imagePullSecrets[1].name=mirror"},
 			wantFlags: map[string]string{
 				"mps-daemon": "pod", "mps-daemon-driver-root": "/run/nvidia/driver",
+				"driver-root": "/driver-root", "host-driver-root": "/run/nvidia/driver",
 				"mps-daemon-image-pull-policy": "Always", "mps-daemon-image-pull-secrets": "regcred,mirror",
 			},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
@@ -111,6 +114,12 @@ func TestPluginDaemonSet(t *testing.T) {
 			name:      "MPS daemon pod: the plugin's priority class",
 			sets:      []string{"kubeletPlugin.priorityClassName=gpu-infra"},
 			wantFlags: map[string]string{"mps-daemon-priority-class": "gpu-infra"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name:      "mock driver root: sysfs inside it",
+			sets:      []string{"driverRoot=/var/lib/tangram-mock-driver", "kubeletPlugin.sysfsRoot=/driver-root/sys"},
+			wantFlags: map[string]string{"driver-root": "/driver-root", "host-driver-root": "/var/lib/tangram-mock-driver", "sysfs-root": "/driver-root/sys"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{

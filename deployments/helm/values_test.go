@@ -38,6 +38,7 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "pull policy", sets: []string{"image.pullPolicy=Sometimes"}, wantErr: []string{"pullPolicy"}},
 		{name: "repository with a tag", sets: []string{"kubeletPlugin.image.repository=foo/bar:v1"}, wantErr: []string{"repository"}},
 		{name: "relative host path", sets: []string{"kubeletPlugin.hostPaths.cdiRoot=var/run/cdi"}, wantErr: []string{"cdiRoot"}},
+		{name: "relative sysfs root", sets: []string{"kubeletPlugin.sysfsRoot=driver-root/sys"}, wantErr: []string{"sysfsRoot"}},
 		{name: "maxUnavailable zero", sets: []string{"kubeletPlugin.updateStrategy.maxUnavailable=0"}, wantErr: []string{"maxUnavailable"}},
 		{name: "bad node label key", sets: []string{"nodeLabelAttributes={not a label}"}, wantErr: []string{"nodeLabelAttributes"}},
 		{name: "metrics port", sets: []string{"metrics.port=70000"}, wantErr: []string{"port"}},

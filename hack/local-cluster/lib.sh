@@ -19,6 +19,9 @@ HELM_VERSION="${HELM_VERSION:-v4.3.1}"
 
 # Runtime state of the running cluster (not versioned: one cluster per machine).
 CLUSTER_DIR="${TANGRAM_CLUSTER_DIR:-$CACHE_ROOT/cluster}"
+# The mock NVIDIA driver root up.sh creates with TANGRAM_MOCK_DRIVER_ROOT=1
+# (hack/mock-driver-root, docs/nvml.md); the chart's driverRoot for it.
+MOCK_DRIVER_ROOT="${TANGRAM_MOCK_DRIVER_ROOT_DIR:-/var/lib/tangram-mock-driver}"
 LOG_DIR="$CLUSTER_DIR/logs"
 PID_DIR="$CLUSTER_DIR/pids"
 KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"

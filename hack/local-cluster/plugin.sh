@@ -7,6 +7,9 @@
 #   TANGRAM_FAKE_PROFILE   fake GPU profile of the real node (default dgx-h100)
 #   TANGRAM_SHARING        enabled|disabled (default enabled)
 #   TANGRAM_PLUGIN_VERBOSITY  klog -v (default 4)
+#   TANGRAM_MOCK_DRIVER_ROOT=1  real-GPU path instead of a fake profile: NVML
+#                          and the driver from the mock driver root up.sh made
+#                          ($MOCK_DRIVER_ROOT, docs/nvml.md)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 NAME=tangram-plugin
@@ -44,10 +47,17 @@ start() {
 	mkdir -p "$PLUGIN_STATE/state" "$PLUGIN_STATE/mps" "$CDI_DIR"
 	local kubelet_lines
 	kubelet_lines="$(wc -l <"$LOG_DIR/kubelet.log" 2>/dev/null || echo 0)"
-	log "starting the Tangram kubelet plugin on $NODE_NAME (fake profile $PROFILE, sharing $SHARING)"
+	local gpus=(--fake-profile "$PROFILE") what="fake profile $PROFILE"
+	if [ "${TANGRAM_MOCK_DRIVER_ROOT:-}" = 1 ]; then
+		[ -f "$MOCK_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT" ] ||
+			die "no mock driver root at $MOCK_DRIVER_ROOT: start the cluster with TANGRAM_MOCK_DRIVER_ROOT=1 make cluster-up"
+		gpus=(--driver-root "$MOCK_DRIVER_ROOT" --sysfs-root "$MOCK_DRIVER_ROOT/sys")
+		what="NVML from the mock driver root $MOCK_DRIVER_ROOT"
+	fi
+	log "starting the Tangram kubelet plugin on $NODE_NAME ($what, sharing $SHARING)"
 	start_proc "$NAME" "$PLUGIN_BIN" run \
 		--node-name "$NODE_NAME" \
-		--fake-profile "$PROFILE" \
+		"${gpus[@]}" \
 		--sharing "$SHARING" \
 		--cdi-root "$CDI_DIR" \
 		--kubelet-registrar-dir "$KUBELET_ROOT/plugins_registry" \

@@ -17,6 +17,10 @@ log "cleaning up any previous cluster"
 
 mkdir -p "$CLUSTER_DIR" "$LOG_DIR" "$PID_DIR"
 rm -f "$LOG_DIR"/*.log
+if [ "${TANGRAM_MOCK_DRIVER_ROOT:-}" = 1 ]; then
+	log "creating the mock NVIDIA driver root $MOCK_DRIVER_ROOT (profile ${TANGRAM_MOCK_NVML_PROFILE:-dgx-h100}, node $NODE_NAME)"
+	TANGRAM_MOCK_NVML_NODE_NAME="$NODE_NAME" "$(dirname "${BASH_SOURCE[0]}")/../mock-driver-root/create.sh" "$MOCK_DRIVER_ROOT" >/dev/null
+fi
 IP="$(node_ip)"
 log "writing credentials and configuration to $CLUSTER_DIR (node $NODE_NAME, $IP)"
 write_pki "$IP"

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
@@ -77,6 +80,49 @@ func TestNewSharesDaemonMode(t *testing.T) {
 			}
 			if !slices.Equal(deleted, want) {
 				t.Errorf("pods deleted at reconcile: %v, want %v", deleted, want)
+			}
+		})
+	}
+}
+
+func TestMPSControlBinary(t *testing.T) {
+	withBinary := t.TempDir()
+	bin := filepath.Join(withBinary, "usr/bin", driverroot.MPSControl)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir()
+	for _, tt := range []struct {
+		name    string
+		opts    PluginOptions
+		want    string
+		wantErr []string
+	}{
+		{name: "under the driver root", opts: PluginOptions{DriverRoot: driverroot.Root{Path: withBinary}}, want: bin},
+		{name: "missing under the driver root", opts: PluginOptions{DriverRoot: driverroot.Root{Path: empty}},
+			wantErr: []string{"MPS control binary is missing", filepath.Join(empty, "usr/bin", driverroot.MPSControl), "--mps-control-binary", "--sharing=disabled"}},
+		{name: "explicit path wins", opts: PluginOptions{DriverRoot: driverroot.Root{Path: empty}, MPSControlBinary: bin}, want: bin},
+		{name: "explicit name not in PATH", opts: PluginOptions{MPSControlBinary: "no-such-mps-control"},
+			wantErr: []string{`"no-such-mps-control" was not found`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := mpsControlBinary(tt.opts)
+			if len(tt.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("got %s, want an error", got)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("got %q, %v; want %q", got, err, tt.want)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
@@ -36,12 +37,19 @@ type PluginOptions struct {
 	// Sharing enables MPS shares (--sharing=enabled).
 	Sharing bool
 
-	CDIRoot          string
-	RegistrarDir     string
-	PluginDir        string
-	StateDir         string
-	MPSRoot          string
+	CDIRoot      string
+	RegistrarDir string
+	PluginDir    string
+	StateDir     string
+	MPSRoot      string
+	// MPSControlBinary is nvidia-cuda-mps-control as a name in $PATH or a
+	// path; empty means the one under DriverRoot (real GPUs).
 	MPSControlBinary string
+	// DriverRoot is the NVIDIA driver installation (real GPUs).
+	DriverRoot driverroot.Root
+	// NVMLLibrary is libnvidia-ml.so.1 under DriverRoot, for compute modes
+	// (real GPUs).
+	NVMLLibrary string
 	// MPSMultiUser starts the daemon with -M (clients of any UID).
 	MPSMultiUser bool
 	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
@@ -228,9 +236,9 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", opts.MPSRoot)
 		return sharing.NewManager(layout, &sharing.SimulatedDaemon{Layout: layout}, &sharing.RecordingComputeModeSetter{}, shareable), nil
 	}
-	binary, err := exec.LookPath(opts.MPSControlBinary)
+	binary, err := mpsControlBinary(opts)
 	if err != nil {
-		return nil, fmt.Errorf("sharing is enabled but the MPS control binary %q was not found (%v); pass --mps-control-binary=<path> or --sharing=disabled", opts.MPSControlBinary, err)
+		return nil, err
 	}
 	daemon := sharing.NewMPSDaemon(sharing.MPSDaemonConfig{
 		Layout:         layout,
@@ -239,11 +247,28 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 		VisibleDevices: shareable,
 		MultiUser:      opts.MPSMultiUser,
 	})
-	computeModes, err := sharing.NewNVMLComputeModeSetter()
+	computeModes, err := sharing.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
 	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
+}
+
+// mpsControlBinary finds nvidia-cuda-mps-control: under the driver root
+// unless a name or path was given.
+func mpsControlBinary(opts PluginOptions) (string, error) {
+	if opts.MPSControlBinary == "" {
+		binary, err := opts.DriverRoot.Executable(driverroot.MPSControl)
+		if err != nil {
+			return "", fmt.Errorf("sharing is enabled but the MPS control binary is missing: %w; or pass --mps-control-binary=<path>, or --sharing=disabled", err)
+		}
+		return binary, nil
+	}
+	binary, err := exec.LookPath(opts.MPSControlBinary)
+	if err != nil {
+		return "", fmt.Errorf("sharing is enabled but the MPS control binary %q was not found (%v); pass --mps-control-binary=<path>, leave it empty to use the driver root's, or pass --sharing=disabled", opts.MPSControlBinary, err)
+	}
+	return binary, nil
 }
 
 // MPS daemon modes (--mps-daemon).
@@ -277,7 +302,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
 		return sharing.NewManager(layout, daemon, &sharing.RecordingComputeModeSetter{}, shareable), nil
 	}
-	computeModes, err := sharing.NewNVMLComputeModeSetter()
+	computeModes, err := sharing.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}

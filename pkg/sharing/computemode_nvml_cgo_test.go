@@ -5,10 +5,14 @@ package sharing
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
 func TestNVMLComputeModeSetter(t *testing.T) {
@@ -48,5 +52,95 @@ func TestNVMLComputeModeSetter(t *testing.T) {
 		if got := errString(err); got != tt.wantErr {
 			t.Errorf("SetComputeMode(%s, %s) error %q, want %q", tt.uuid, tt.mode, got, tt.wantErr)
 		}
+	}
+}
+
+// TestNVMLComputeModeSetterOnMockLibrary goes through go-nvml and the C mock
+// libnvidia-ml.so.1, as the plugin does on a mock driver root: the mode
+// switch reaches the library's call log.
+func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := mocknvml.State{Dir: t.TempDir()}
+	t.Setenv(mocknvml.EnvStateDir, state.Dir)
+	t.Setenv(mocknvml.EnvDevicesFile, "") // the built-in dgx-h100 on node mock-node
+	setter, err := NewNVMLComputeModeSetter(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// go-nvml words errors with the loaded library's nvmlErrorString until
+	// NVML is shut down; the dgxa100 test above wants its own wording.
+	t.Cleanup(func() { _ = setter.(*NVMLComputeModeSetter).Lib.Shutdown() })
+	uuid := gpu.FakeGPUUUID("mock-node", 2)
+	ctx := context.Background()
+	if err := setter.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
+		t.Fatal(err)
+	}
+	if err := setter.SetComputeMode(ctx, "GPU-unknown", ComputeModeDefault); err == nil || !strings.Contains(err.Error(), "finding card GPU-unknown in NVML: Not Found") {
+		t.Errorf("unknown card: %v, want NVML's Not Found", err)
+	}
+	calls, err := state.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0].String() != "nvmlDeviceSetComputeMode index=2 uuid="+uuid+" mode=EXCLUSIVE_PROCESS" {
+		t.Errorf("calls.log: %v", calls)
+	}
+	if _, err := NewNVMLComputeModeSetter(""); err == nil {
+		t.Error("a setter without library path was created")
+	}
+}
+
+// TestManagerOnMockDriver is a share's life on a GPU node, with the driver
+// replaced by its mocks: the C NVML library records the compute modes and the
+// stand-in nvidia-cuda-mps-control, run by MPSDaemon, records the commands.
+func TestManagerOnMockDriver(t *testing.T) {
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := mocknvml.State{Dir: t.TempDir()}
+	t.Setenv(mocknvml.EnvStateDir, state.Dir)
+	t.Setenv(mocknvml.EnvDevicesFile, "") // the built-in dgx-h100 of node mock-node
+	setter, err := NewNVMLComputeModeSetter(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = setter.(*NVMLComputeModeSetter).Lib.Shutdown() })
+	layout := Layout{Root: shortRoot(t)}
+	card1, card2 := gpu.FakeGPUUUID("mock-node", 1), gpu.FakeGPUUUID("mock-node", 2)
+	daemon := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{card1, card2}})
+	m := NewManager(layout, daemon, setter, []string{card1, card2})
+	ctx := context.Background()
+
+	if err := m.Acquire(ctx, "claim-a", []string{card2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, "claim-a"); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := state.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range calls {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"nvmlDeviceSetComputeMode index=2 uuid=" + card2 + " mode=EXCLUSIVE_PROCESS",
+		"nvmlDeviceSetComputeMode index=2 uuid=" + card2 + " mode=DEFAULT",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("calls.log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	commands, err := StandInCommands(layout.LogDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(commands) < 2 || commands[0] != "get_server_list" || commands[len(commands)-1] != "quit" {
+		t.Errorf("the MPS daemon got %q, want readiness probes and a final quit", commands)
 	}
 }

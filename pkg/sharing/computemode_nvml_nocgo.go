@@ -4,6 +4,6 @@ package sharing
 
 // NewNVMLComputeModeSetter reports ErrNVMLUnavailable: NVML is loaded
 // through cgo.
-func NewNVMLComputeModeSetter() (ComputeModeSetter, error) {
+func NewNVMLComputeModeSetter(libraryPath string) (ComputeModeSetter, error) {
 	return nil, ErrNVMLUnavailable
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -40,11 +41,30 @@ esac
 
 // Scripts are written once before any test forks, to avoid ETXTBSY from a
 // write-open file descriptor inherited by a concurrently forked child.
-var fakeBinary, failingBinary string
+var fakeBinary, failingBinary, standInBinary string
+
+// standInEnv makes this test binary run as the stand-in
+// nvidia-cuda-mps-control (StandInMain), so that the client code is tested
+// against it as a separate process without building another program.
+const standInEnv = "TANGRAM_TEST_RUN_STANDIN_MPS_CONTROL"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(standInEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := StandInMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	dir, err := os.MkdirTemp("", "fake-mps")
 	if err != nil {
+		panic(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	standInBinary = filepath.Join(dir, "standin-mps-control")
+	if err := os.WriteFile(standInBinary, []byte("#!/bin/sh\n"+standInEnv+"=1 exec '"+self+"' \"$@\"\n"), 0o755); err != nil {
 		panic(err)
 	}
 	fakeBinary = filepath.Join(dir, "nvidia-cuda-mps-control")

@@ -2,10 +2,7 @@ package sharing
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -88,46 +85,19 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 }
 
 // RunSimulatedControlDaemon stands in for the control daemon on nodes with
-// fake GPUs: it listens on the control socket of pipeDir, so that the
-// plugin's readiness check and an e2e test can observe a daemon, and
-// serves nothing (every connection is closed at once). It never runs a
-// server and enforces nothing.
+// fake GPUs: the stand-in daemon (RunStandInControlDaemon) on the control
+// socket of pipeDir, logging to the layout's log directory, so that the
+// plugin's readiness check and an e2e test can observe a daemon and the
+// commands it got. It never runs a server and enforces nothing.
 func RunSimulatedControlDaemon(ctx context.Context, pipeDir string) error {
-	logger := klog.FromContext(ctx)
-	layout := Layout{Root: filepath.Dir(pipeDir)}
 	if filepath.Base(pipeDir) != "pipe" {
 		return fmt.Errorf("simulated MPS daemon: pipe directory %s does not end in /pipe", pipeDir)
 	}
-	if err := os.MkdirAll(pipeDir, 0o755); err != nil {
-		return fmt.Errorf("creating MPS pipe directory %s: %w", pipeDir, err)
+	layout := Layout{Root: filepath.Dir(pipeDir)}
+	logDir := layout.LogDir()
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		logDir = "" // a read-only root: serve without the log
 	}
-	socket := layout.ControlSocket()
-	// A socket left by an earlier run (the container was restarted) would
-	// make Listen fail; only this process may own it.
-	if fi, err := os.Lstat(socket); err == nil && fi.Mode().Type() == fs.ModeSocket {
-		if err := os.Remove(socket); err != nil {
-			return fmt.Errorf("removing stale control socket %s: %w", socket, err)
-		}
-	}
-	listener, err := net.Listen("unix", socket)
-	if err != nil {
-		return fmt.Errorf("simulated MPS daemon: listening on %s: %w", socket, err)
-	}
-	logger.Info("SIMULATED MPS control daemon (fake GPUs): listening on the control socket; no MPS server runs and nothing is enforced", "socket", socket)
-	go func() {
-		<-ctx.Done()
-		_ = listener.Close()
-	}()
-	for {
-		conn, err := listener.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				logger.Info("SIMULATED MPS control daemon stopped", "socket", socket)
-				return nil
-			}
-			return fmt.Errorf("simulated MPS daemon: accepting on %s: %w", socket, err)
-		}
-		logger.V(4).Info("SIMULATED MPS control daemon: connection closed at once")
-		_ = conn.Close()
-	}
+	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", layout.ControlSocket())
+	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir})
 }

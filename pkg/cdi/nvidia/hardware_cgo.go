@@ -3,12 +3,16 @@
 package nvidia
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
+	transformroot "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -18,6 +22,9 @@ import (
 // Hardware is a cdi.HardwareEdits backed by nvcdi.
 type Hardware struct {
 	lib nvcdi.Interface
+	// toHost rewrites paths under the plugin's view of the driver root to
+	// the host's; nil when both are the same.
+	toHost transform.Transformer
 
 	mu     sync.Mutex
 	common *cdispec.ContainerEdits
@@ -44,6 +51,9 @@ func newWithNVML(ctx context.Context, opts Options, lib nvml.Interface) (*Hardwa
 	if opts.CDIHookPath != "" {
 		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNVIDIACDIHookPath(opts.CDIHookPath))
 	}
+	if lib == nil && opts.NVMLLibrary != "" {
+		lib = nvml.New(nvml.WithLibraryPath(opts.NVMLLibrary))
+	}
 	if lib != nil {
 		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNvmlLib(lib))
 	}
@@ -51,7 +61,38 @@ func newWithNVML(ctx context.Context, opts Options, lib nvml.Interface) (*Hardwa
 	if err != nil {
 		return nil, fmt.Errorf("creating NVIDIA CDI generator: %w", err)
 	}
-	return &Hardware{lib: gen, cards: map[string]cdispec.ContainerEdits{}}, nil
+	return &Hardware{lib: gen, toHost: hostTransformer(opts), cards: map[string]cdispec.ContainerEdits{}}, nil
+}
+
+// hostTransformer rewrites the plugin's driver root to the host's, and its
+// dev root too when that lives inside the driver root.
+func hostTransformer(opts Options) transform.Transformer {
+	root := cmp.Or(opts.DriverRoot, "/")
+	host := cmp.Or(opts.HostDriverRoot, root)
+	if filepath.Clean(root) == filepath.Clean(host) {
+		return nil
+	}
+	dev, hostDev := cmp.Or(opts.DevRoot, root), host
+	if filepath.Clean(dev) != filepath.Clean(root) {
+		hostDev = dev // a dev root of its own is taken to be a host path
+	}
+	return transformroot.NewDriverTransformer(
+		transformroot.WithDriverRoot(root), transformroot.WithTargetDriverRoot(host),
+		transformroot.WithDevRoot(dev), transformroot.WithTargetDevRoot(hostDev))
+}
+
+// forHost rewrites the edits' host paths in place (called once per result,
+// before it is cached).
+func (h *Hardware) forHost(e *cdispec.ContainerEdits) error {
+	if h.toHost == nil {
+		return nil
+	}
+	spec := &cdispec.Spec{ContainerEdits: *e}
+	if err := h.toHost.Transform(spec); err != nil {
+		return fmt.Errorf("rewriting driver paths for the host: %w", err)
+	}
+	*e = spec.ContainerEdits
+	return nil
 }
 
 // Warm computes the common edits and those of the given cards now.
@@ -84,8 +125,12 @@ func (h *Hardware) CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error) {
 	if len(devices) != 1 {
 		return cdispec.ContainerEdits{}, fmt.Errorf("discovering device nodes of %s: got %d devices, want 1", g.UUID, len(devices))
 	}
-	h.cards[g.UUID] = devices[0].ContainerEdits
-	return copyEdits(devices[0].ContainerEdits), nil
+	edits := devices[0].ContainerEdits
+	if err := h.forHost(&edits); err != nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("device nodes of %s: %w", g.UUID, err)
+	}
+	h.cards[g.UUID] = edits
+	return copyEdits(edits), nil
 }
 
 // CommonEdits implements cdi.HardwareEdits.
@@ -97,10 +142,14 @@ func (h *Hardware) CommonEdits() (cdispec.ContainerEdits, error) {
 		if err != nil {
 			return cdispec.ContainerEdits{}, fmt.Errorf("discovering driver files: %w", err)
 		}
-		h.common = edits.ContainerEdits
-		if h.common == nil {
-			h.common = &cdispec.ContainerEdits{}
+		common := edits.ContainerEdits
+		if common == nil {
+			common = &cdispec.ContainerEdits{}
 		}
+		if err := h.forHost(common); err != nil {
+			return cdispec.ContainerEdits{}, fmt.Errorf("driver files: %w", err)
+		}
+		h.common = common
 	}
 	return copyEdits(*h.common), nil
 }

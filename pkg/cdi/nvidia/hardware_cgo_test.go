@@ -5,6 +5,7 @@ package nvidia
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"golang.org/x/sys/unix"
 
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
@@ -138,5 +140,119 @@ func TestErrors(t *testing.T) {
 	}
 	if err := h.Warm(nil); err == nil {
 		t.Error("Warm succeeded without a driver")
+	}
+}
+
+// In the chart's pod the driver root is mounted at /driver-root; the spec
+// the host's runtime reads must name the host's paths.
+func TestHostDriverRoot(t *testing.T) {
+	m, uuids := newMock()
+	root, haveNodes := fakeDriverRoot(t)
+	const host = "/run/nvidia/driver"
+	h, err := newWithNVML(context.Background(), Options{DriverRoot: root, HostDriverRoot: host,
+		CDIHookPath: filepath.Join(root, "usr/bin/nvidia-cdi-hook")}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card, err := h.CardEdits(gpu.GPU{Index: 0, UUID: uuids[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if haveNodes {
+		if len(card.DeviceNodes) != 1 || card.DeviceNodes[0].HostPath != host+"/dev/nvidia0" || card.DeviceNodes[0].Path != "/dev/nvidia0" {
+			t.Errorf("card device nodes %+v, want /dev/nvidia0 from %s/dev/nvidia0", card.DeviceNodes, host)
+		}
+	}
+	common, err := h.CommonEdits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := "/usr/lib/x86_64-linux-gnu/libcuda.so." + driverVersion
+	found := false
+	for _, mnt := range common.Mounts {
+		if strings.HasPrefix(mnt.HostPath, root) {
+			t.Errorf("mount %s keeps the plugin's driver root", mnt.HostPath)
+		}
+		found = found || (mnt.ContainerPath == lib && mnt.HostPath == host+lib)
+	}
+	if !found {
+		t.Errorf("no mount of %s from %s%s in %+v", lib, host, lib, common.Mounts)
+	}
+	for _, hook := range common.Hooks {
+		if hook.Path != host+"/usr/bin/nvidia-cdi-hook" {
+			t.Errorf("hook %s, want %s/usr/bin/nvidia-cdi-hook", hook.Path, host)
+		}
+	}
+	if len(common.Hooks) == 0 {
+		t.Error("no nvidia-cdi-hook hooks")
+	}
+}
+
+// TestMockNVMLLibrary runs nvcdi on the C mock libnvidia-ml.so.1 (loaded
+// from the driver root by path, as the plugin does) instead of a go-nvml
+// mock: every card of the built-in dgx-h100 gets its device node and the
+// driver's libraries are found by the version NVML reports.
+func TestMockNVMLLibrary(t *testing.T) {
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(mocknvml.EnvDevicesFile, "")
+	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+	const version = "580.95.05" // the built-in profile's driver
+	root := t.TempDir()
+	lib64 := filepath.Join(root, "usr/lib64")
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(lib64, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(lib, filepath.Join(lib64, "libnvidia-ml.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lib64, "libcuda.so."+version), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	haveNodes := true
+	for minor := uint32(0); minor < 8; minor++ {
+		err := unix.Mknod(filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", minor)), unix.S_IFCHR|0o666, int(unix.Mkdev(195, minor)))
+		if errors.Is(err, unix.EPERM) {
+			haveNodes = false
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := New(context.Background(), Options{DriverRoot: root, NVMLLibrary: filepath.Join(lib64, "libnvidia-ml.so.1"),
+		CDIHookPath: "/usr/bin/nvidia-cdi-hook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gpus []gpu.GPU
+	for i := 0; i < 8; i++ {
+		gpus = append(gpus, gpu.GPU{Index: i, UUID: gpu.FakeGPUUUID("mock-node", i)})
+	}
+	if err := h.Warm(gpus); err != nil {
+		t.Fatal(err)
+	}
+	card, err := h.CardEdits(gpus[5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if haveNodes && (len(card.DeviceNodes) != 1 || card.DeviceNodes[0].Path != "/dev/nvidia5") {
+		t.Errorf("card 5 device nodes %+v, want /dev/nvidia5", card.DeviceNodes)
+	}
+	common, err := h.CommonEdits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range common.Mounts {
+		found = found || m.ContainerPath == "/usr/lib64/libcuda.so."+version
+	}
+	if !found {
+		t.Errorf("common edits lack libcuda.so.%s: %+v", version, common.Mounts)
 	}
 }

@@ -8,7 +8,8 @@
 // than a prepare should be. Call Warm at start-up to pay that cost early.
 //
 // This path has not run on a real GPU in this repository's CI; it is unit
-// tested against go-nvml's dgxa100 mock with a fake device root. nvcdi loads
+// tested against go-nvml's dgxa100 mock with a fake device root and against
+// the C mock libnvidia-ml.so.1 (hack/mock-nvml). nvcdi loads
 // NVML through cgo; a binary built with CGO_ENABLED=0 gets ErrUnavailable
 // from New and must use cdi.NoHardware.
 package nvidia
@@ -20,13 +21,22 @@ var ErrUnavailable = errors.New("NVIDIA CDI generation needs cgo (NVML); this bi
 
 // Options say where the driver lives as seen from the plugin's container.
 type Options struct {
-	// DriverRoot is the root of the driver installation, "/" for a driver
-	// installed on the host, "/run/nvidia/driver" for the GPU operator's
-	// driver container (mounted into the plugin at the same path).
+	// DriverRoot is the root of the driver installation as the plugin sees
+	// it: "/" for a driver installed on the host and a plugin on the host,
+	// /driver-root in the chart's pod.
 	DriverRoot string
+	// HostDriverRoot is the same root as the host (the container runtime)
+	// sees it, e.g. /run/nvidia/driver for the GPU operator's driver; the
+	// spec's host paths are rewritten from DriverRoot to it. Empty means
+	// the same as DriverRoot.
+	HostDriverRoot string
 	// DevRoot is where /dev of the host is found; defaults to DriverRoot.
 	DevRoot string
-	// CDIHookPath is the host path of nvidia-cdi-hook, called by the
-	// runtime to create symlinks and update the ld cache in the container.
+	// CDIHookPath is nvidia-cdi-hook, called by the runtime to create
+	// symlinks and update the ld cache in the container: a path under
+	// DriverRoot (rewritten like every other path) or a host path.
 	CDIHookPath string
+	// NVMLLibrary is libnvidia-ml.so.1 under DriverRoot; empty means
+	// go-nvml's default (the dynamic linker's search path).
+	NVMLLibrary string
 }

@@ -12,17 +12,26 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
-// Open loads and initialises the host's NVML library (libnvidia-ml.so.1)
-// and returns a Source on it, plus a function that shuts NVML down; call it
-// when done with the Source.
-func Open(ctx context.Context) (gpu.Source, func(), error) {
-	return open(ctx, nvml.New())
+// Available reports whether this build can load NVML (cgo builds can).
+func Available() bool { return true }
+
+// Open loads and initialises the NVML library at libraryPath (the driver
+// root's libnvidia-ml.so.1, see pkg/driverroot) and returns a Source on it,
+// plus a function that shuts NVML down; call it when done with the Source.
+func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
+	if libraryPath == "" {
+		return nil, func() {}, fmt.Errorf("opening NVML: no library path (internal error: resolve it under the driver root)")
+	}
+	return open(ctx, nvml.New(nvml.WithLibraryPath(libraryPath)), libraryPath)
 }
 
 // open is Open on a given library, so that tests can pass a mock.
-func open(ctx context.Context, lib nvml.Interface) (gpu.Source, func(), error) {
+func open(ctx context.Context, lib nvml.Interface, libraryPath string) (gpu.Source, func(), error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, func() {}, fmt.Errorf("initialising NVML (is the NVIDIA driver installed and libnvidia-ml.so.1 on the library path?): %w", ret)
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, func() {}, fmt.Errorf("loading NVML from %s: %w (is it the driver's libnvidia-ml.so.1, for this machine's architecture?)", libraryPath, ret)
+		}
+		return nil, func() {}, fmt.Errorf("initialising NVML from %s (is the NVIDIA kernel driver loaded?): %w", libraryPath, ret)
 	}
 	logger := klog.FromContext(ctx)
 	shutdown := func() {

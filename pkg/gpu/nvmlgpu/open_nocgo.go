@@ -8,8 +8,11 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
+// Available reports whether this build can load NVML: not without cgo.
+func Available() bool { return false }
+
 // Open reports ErrNVMLUnavailable: go-nvml needs cgo to load NVML. The
 // returned cleanup function is a no-op, so callers can defer it either way.
-func Open(ctx context.Context) (gpu.Source, func(), error) {
+func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
 	return nil, func() {}, ErrNVMLUnavailable
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestOpenWithoutCgo(t *testing.T) {
-	src, cleanup, err := Open(context.Background())
+	src, cleanup, err := Open(context.Background(), "/usr/lib64/libnvidia-ml.so.1")
 	if src != nil || !errors.Is(err, ErrNVMLUnavailable) {
 		t.Fatalf("Open() = %v, %v; want nil, ErrNVMLUnavailable", src, err)
 	}

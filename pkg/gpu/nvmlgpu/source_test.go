@@ -432,21 +432,35 @@ func TestGPUsCountFails(t *testing.T) {
 }
 
 func TestOpen(t *testing.T) {
-	t.Run("init fails", func(t *testing.T) {
-		s := newDGXH100()
-		s.initRet = nvml.ERROR_LIBRARY_NOT_FOUND
-		src, cleanup, err := open(context.Background(), s.server())
-		const want = "initialising NVML (is the NVIDIA driver installed and libnvidia-ml.so.1 on the library path?): ERROR_LIBRARY_NOT_FOUND"
-		if src != nil || err == nil || err.Error() != want {
-			t.Fatalf("open() = %v, %v; want nil, %q", src, err, want)
+	for _, tt := range []struct {
+		ret  nvml.Return
+		want string
+	}{
+		{nvml.ERROR_LIBRARY_NOT_FOUND, "loading NVML from /dr/usr/lib64/libnvidia-ml.so.1: ERROR_LIBRARY_NOT_FOUND (is it the driver's libnvidia-ml.so.1, for this machine's architecture?)"},
+		{nvml.ERROR_DRIVER_NOT_LOADED, "initialising NVML from /dr/usr/lib64/libnvidia-ml.so.1 (is the NVIDIA kernel driver loaded?): ERROR_DRIVER_NOT_LOADED"},
+	} {
+		t.Run("init fails "+tt.ret.String(), func(t *testing.T) {
+			s := newDGXH100()
+			s.initRet = tt.ret
+			src, cleanup, err := open(context.Background(), s.server(), "/dr/usr/lib64/libnvidia-ml.so.1")
+			if src != nil || err == nil || err.Error() != tt.want {
+				t.Fatalf("open() = %v, %v; want nil, %q", src, err, tt.want)
+			}
+			cleanup() // safe to call
+		})
+	}
+	t.Run("no library path", func(t *testing.T) {
+		if _, cleanup, err := Open(context.Background(), ""); err == nil {
+			t.Error("Open with no library path succeeded")
+		} else {
+			cleanup()
 		}
-		cleanup() // safe to call
 	})
 	t.Run("init succeeds, cleanup shuts down", func(t *testing.T) {
 		s := newDGXH100()
 		calls := 0
 		s.shutdownCalls = &calls
-		src, cleanup, err := open(context.Background(), s.server())
+		src, cleanup, err := open(context.Background(), s.server(), "lib")
 		if err != nil {
 			t.Fatalf("open: %v", err)
 		}

@@ -1,0 +1,149 @@
+package mocknvml
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// Environment variables the library reads when NVML is initialised.
+const (
+	// EnvDevicesFile names a devices file (Flatten's output) to serve
+	// instead of the table built in.
+	EnvDevicesFile = "TANGRAM_MOCK_NVML_DEVICES_FILE"
+	// EnvStateDir names the state directory (calls.log, events, compute
+	// modes) instead of the one built in.
+	EnvStateDir = "TANGRAM_MOCK_NVML_STATE_DIR"
+)
+
+// Build compiles the library into outDir with hack/mock-nvml/build.sh and
+// returns its path; an empty outDir means the build's cache directory
+// (~/.cache/tangram/mock-nvml/<hash of the inputs>), reused while the
+// inputs stay the same. It needs gcc and the go command.
+func Build(outDir string) (string, error) {
+	_, self, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("building the mock NVML library: cannot locate hack/mock-nvml")
+	}
+	script := filepath.Join(filepath.Dir(self), "build.sh")
+	cmd := exec.Command(script)
+	cmd.Env = os.Environ()
+	if outDir != "" {
+		cmd.Env = append(cmd.Env, "MOCK_NVML_OUT="+outDir)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			stderr = exitErr.Stderr
+		}
+		return "", fmt.Errorf("building the mock NVML library with %s: %w\n%s", script, err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// State is the library's state directory, as tests see it.
+type State struct {
+	Dir string
+}
+
+// TriggerXID makes the card with NVML index index report an XID critical
+// error to every event set registered for it.
+func (s State) TriggerXID(index int, xid uint64) error {
+	return s.appendEvent(fmt.Sprintf("xid %d %d\n", index, xid))
+}
+
+// LoseGPU makes waits on event sets registered for the card answer
+// NVML_ERROR_GPU_IS_LOST, as when a card falls off the bus.
+func (s State) LoseGPU(index int) error {
+	return s.appendEvent(fmt.Sprintf("gpu-lost %d\n", index))
+}
+
+// EventsFile is where the library reads events from.
+func (s State) EventsFile() string { return filepath.Join(s.Dir, "events") }
+
+// CallsFile is where the library logs mutating calls.
+func (s State) CallsFile() string { return filepath.Join(s.Dir, "calls.log") }
+
+func (s State) appendEvent(line string) error {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating mock NVML state directory: %w", err)
+	}
+	f, err := os.OpenFile(s.EventsFile(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening mock NVML events file: %w", err)
+	}
+	// One write per line: the library never sees half a line as complete.
+	if _, err := f.WriteString(line); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing mock NVML event: %w", err)
+	}
+	return f.Close()
+}
+
+// Call is one line of calls.log: the NVML function and its arguments.
+type Call struct {
+	Function string
+	Args     map[string]string
+}
+
+func (c Call) String() string {
+	var b strings.Builder
+	b.WriteString(c.Function)
+	for _, k := range []string{"index", "uuid", "mode"} {
+		if v, ok := c.Args[k]; ok {
+			fmt.Fprintf(&b, " %s=%s", k, v)
+		}
+	}
+	return b.String()
+}
+
+// Calls reads the mutating calls logged so far, oldest first; none when
+// the log does not exist yet.
+func (s State) Calls() ([]Call, error) {
+	f, err := os.Open(s.CallsFile())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading mock NVML call log: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	return ParseCalls(f)
+}
+
+// ParseCalls parses calls.log lines: "<function> key=value ...".
+func ParseCalls(r io.Reader) ([]Call, error) {
+	var calls []Call
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		c := Call{Function: fields[0], Args: map[string]string{}}
+		for _, f := range fields[1:] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				return nil, fmt.Errorf("mock NVML call log line %d: %q is not key=value", line, f)
+			}
+			c.Args[k] = v
+		}
+		calls = append(calls, c)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading mock NVML call log: %w", err)
+	}
+	return calls, nil
+}

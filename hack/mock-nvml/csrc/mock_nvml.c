@@ -1,0 +1,825 @@
+/*
+ * A mock libnvidia-ml.so.1 for running Tangram's real-GPU code path on a
+ * machine without GPUs. See docs/nvml.md ("The mock NVML library").
+ *
+ * It serves a device table in a flat text format (written by
+ * hack/mock-nvml/cmd/mock-nvml-profile from a fake-GPU profile), keeps
+ * compute modes across processes in its state directory, appends every
+ * mutating call to <state>/calls.log, and delivers events that tests append
+ * to <state>/events. Every other NVML entry point is a weak stub
+ * (stubs.c, generated from go-nvml's nvml.h) answering
+ * NVML_ERROR_NOT_SUPPORTED.
+ *
+ * Environment:
+ *   TANGRAM_MOCK_NVML_DEVICES_FILE  flat device table (default: built in)
+ *   TANGRAM_MOCK_NVML_STATE_DIR     state directory (default: built in)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NVML_NO_UNVERSIONED_FUNC_DEFS 1
+#include "nvml.h"
+
+/* Written by the build from the profile it was given. */
+extern const char tangram_mock_builtin_devices[];
+extern const char tangram_mock_default_state_dir[];
+
+#define MAX_GPUS 64
+#define MAX_LINE 512
+
+struct nvmlDevice_st {
+    unsigned int index;
+    unsigned int minor;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* 00000000:1B:00.0 */
+    unsigned int domain, bus, dev;
+    unsigned long long memory;
+    int numa;             /* -1: NOT_SUPPORTED */
+    int arch;             /* -1: NOT_SUPPORTED */
+    int brand;            /* -1: NOT_SUPPORTED */
+    int cc_major, cc_minor; /* cc_major -1: NOT_SUPPORTED */
+    int nlinks;           /* 0: no NVLink (NOT_SUPPORTED) */
+    char link_remote[NVML_NVLINK_MAX_LINKS][NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+    int has_fabric;
+    unsigned char fabric_cluster[NVML_GPU_FABRIC_UUID_LEN];
+    unsigned int fabric_clique;
+};
+
+struct nvmlEventSet_st {
+    unsigned long long mask[MAX_GPUS];
+    off_t offset; /* how far into the events file this set has read */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int init_count;
+static struct nvmlDevice_st gpus[MAX_GPUS];
+static unsigned int ngpus;
+static char driver_version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+static int cuda_driver_version = -1;
+static char state_dir[4096];
+
+static void complain(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tangram mock NVML: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int parse_bus_id(const char *s, unsigned int *domain, unsigned int *bus, unsigned int *dev) {
+    unsigned int fn;
+    return sscanf(s, "%x:%x:%x.%x", domain, bus, dev, &fn) == 4 ? 0 : -1;
+}
+
+static struct nvmlDevice_st *gpu_by_index(unsigned int index) {
+    for (unsigned int i = 0; i < ngpus; i++)
+        if (gpus[i].index == index)
+            return &gpus[i];
+    return NULL;
+}
+
+/* parse_line reads one line of the flat format; 0 on success. */
+static int parse_line(char *line, int lineno) {
+    char kind[32];
+    int n = 0;
+    if (line[0] == '#' || line[0] == '\0')
+        return 0;
+    if (sscanf(line, "%31s %n", kind, &n) != 1)
+        return 0;
+    char *rest = line + n;
+    if (strcmp(kind, "tangram-mock-nvml") == 0) {
+        if (strcmp(rest, "1") != 0) {
+            complain("line %d: unknown format version %s (rebuild the library and the devices file together)", lineno, rest);
+            return -1;
+        }
+        return 0;
+    }
+    if (strcmp(kind, "driver") == 0) {
+        char v[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+        if (sscanf(rest, "%79s %d", v, &cuda_driver_version) != 2) {
+            complain("line %d: want 'driver <version|-> <cuda version|-1>'", lineno);
+            return -1;
+        }
+        snprintf(driver_version, sizeof driver_version, "%s", strcmp(v, "-") == 0 ? "" : v);
+        return 0;
+    }
+    if (strcmp(kind, "gpu") == 0) {
+        struct nvmlDevice_st g;
+        memset(&g, 0, sizeof g);
+        char bus[64], uuid[128];
+        if (ngpus == MAX_GPUS) {
+            complain("line %d: more than %d GPUs", lineno, MAX_GPUS);
+            return -1;
+        }
+        if (sscanf(rest, "%u %u %127s %63s %llu %d %d %d %d %d", &g.index, &g.minor, uuid, bus, &g.memory,
+                   &g.numa, &g.arch, &g.brand, &g.cc_major, &g.cc_minor) != 10 ||
+            parse_bus_id(bus, &g.domain, &g.bus, &g.dev) != 0 || strlen(uuid) >= sizeof g.uuid ||
+            strlen(bus) >= sizeof g.bus_id) {
+            complain("line %d: want 'gpu <index> <minor> <uuid> <bus id> <memory> <numa> <arch> <brand> <cc major> <cc minor>'", lineno);
+            return -1;
+        }
+        strcpy(g.uuid, uuid);
+        strcpy(g.bus_id, bus);
+        gpus[ngpus++] = g;
+        return 0;
+    }
+    if (strcmp(kind, "name") != 0 && strcmp(kind, "nvlink") != 0 && strcmp(kind, "fabric") != 0) {
+        complain("line %d: unknown line kind %s", lineno, kind);
+        return -1;
+    }
+    unsigned int index;
+    if (sscanf(rest, "%u %n", &index, &n) != 1) {
+        complain("line %d: %s needs a GPU index", lineno, kind);
+        return -1;
+    }
+    struct nvmlDevice_st *g = gpu_by_index(index);
+    if (g == NULL) {
+        complain("line %d: %s of GPU %u, which has no gpu line before it", lineno, kind, index);
+        return -1;
+    }
+    rest += n;
+    if (strcmp(kind, "name") == 0) {
+        snprintf(g->name, sizeof g->name, "%s", rest);
+        return 0;
+    }
+    if (strcmp(kind, "nvlink") == 0) {
+        char remote[64];
+        unsigned int d, b, v;
+        if (g->nlinks == NVML_NVLINK_MAX_LINKS || sscanf(rest, "%63s", remote) != 1 ||
+            parse_bus_id(remote, &d, &b, &v) != 0 || strlen(remote) >= sizeof g->link_remote[0]) {
+            complain("line %d: want 'nvlink <index> <remote bus id>', at most %d per GPU", lineno, NVML_NVLINK_MAX_LINKS);
+            return -1;
+        }
+        strcpy(g->link_remote[g->nlinks++], remote);
+        return 0;
+    }
+    if (strcmp(kind, "fabric") == 0) {
+        char hex[64];
+        if (sscanf(rest, "%63s %u", hex, &g->fabric_clique) != 2 || strlen(hex) != 2 * NVML_GPU_FABRIC_UUID_LEN) {
+            complain("line %d: want 'fabric <index> <32 hex digits> <clique id>'", lineno);
+            return -1;
+        }
+        for (int i = 0; i < NVML_GPU_FABRIC_UUID_LEN; i++) {
+            unsigned int byte;
+            if (sscanf(hex + 2 * i, "%2x", &byte) != 1) {
+                complain("line %d: fabric cluster UUID is not hex", lineno);
+                return -1;
+            }
+            g->fabric_cluster[i] = (unsigned char)byte;
+        }
+        g->has_fabric = 1;
+        return 0;
+    }
+    complain("line %d: unknown line kind %s", lineno, kind);
+    return -1;
+}
+
+static int parse_devices(const char *text) {
+    char line[MAX_LINE];
+    int lineno = 0;
+    ngpus = 0;
+    driver_version[0] = '\0';
+    cuda_driver_version = -1;
+    while (*text) {
+        size_t len = strcspn(text, "\n");
+        lineno++;
+        if (len >= sizeof line) {
+            complain("line %d is too long", lineno);
+            return -1;
+        }
+        memcpy(line, text, len);
+        line[len] = '\0';
+        text += len + (text[len] == '\n');
+        if (parse_line(line, lineno) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (cap - len - 1 == 0) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+static int load(void) {
+    const char *path = getenv("TANGRAM_MOCK_NVML_DEVICES_FILE");
+    const char *dir = getenv("TANGRAM_MOCK_NVML_STATE_DIR");
+    snprintf(state_dir, sizeof state_dir, "%s", dir && *dir ? dir : tangram_mock_default_state_dir);
+    if (path == NULL || *path == '\0')
+        return parse_devices(tangram_mock_builtin_devices);
+    char *text = read_file(path);
+    if (text == NULL) {
+        complain("reading TANGRAM_MOCK_NVML_DEVICES_FILE=%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = parse_devices(text);
+    free(text);
+    return rc;
+}
+
+/* ---- state directory: calls.log, events, compute modes ---- */
+
+static int state_path(char *out, size_t size, const char *name) {
+    return snprintf(out, size, "%s/%s", state_dir, name) < (int)size ? 0 : -1;
+}
+
+/* mkdir_p creates dir and its parents, like mkdir -p. */
+static int mkdir_p(const char *dir) {
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -1;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int ensure_state_dir(void) {
+    char path[4200];
+    if (mkdir_p(state_dir) != 0) {
+        complain("creating state directory %s: %s", state_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/compute-mode", state_dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        complain("creating %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* log_call appends one line in a single write, so that lines of several
+ * processes never interleave. A call that cannot be logged fails: a test
+ * must never miss a mutation. */
+static nvmlReturn_t log_call(const char *fmt, ...) {
+    char path[4200], line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0 || n >= (int)sizeof line - 1)
+        return NVML_ERROR_UNKNOWN;
+    line[n++] = '\n';
+    if (ensure_state_dir() != 0 || state_path(path, sizeof path, "calls.log") != 0)
+        return NVML_ERROR_UNKNOWN;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        complain("opening %s: %s", path, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
+    }
+    ssize_t w = write(fd, line, n);
+    close(fd);
+    return w == n ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+static const char *compute_mode_name(nvmlComputeMode_t mode) {
+    switch (mode) {
+    case NVML_COMPUTEMODE_DEFAULT: return "DEFAULT";
+    case NVML_COMPUTEMODE_EXCLUSIVE_THREAD: return "EXCLUSIVE_THREAD";
+    case NVML_COMPUTEMODE_PROHIBITED: return "PROHIBITED";
+    case NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: return "EXCLUSIVE_PROCESS";
+    default: return NULL;
+    }
+}
+
+/* ---- lifecycle ---- */
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    nvmlReturn_t ret = NVML_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (init_count == 0 && load() != 0)
+        ret = NVML_ERROR_UNKNOWN;
+    if (ret == NVML_SUCCESS)
+        init_count++;
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    nvmlReturn_t ret = NVML_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (init_count == 0)
+        ret = NVML_ERROR_UNINITIALIZED;
+    else
+        init_count--;
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+static int ready(void) {
+    pthread_mutex_lock(&lock);
+    int ok = init_count > 0;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+/* device checks a handle: it must point into the table. */
+static nvmlReturn_t device(nvmlDevice_t d) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (d.handle == NULL || d.handle < gpus || d.handle >= gpus + ngpus)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    default: return "Unknown Error";
+    }
+}
+
+/* ---- system ---- */
+
+static nvmlReturn_t copy_string(char *dst, unsigned int length, const char *src) {
+    if (dst == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(dst, src);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (driver_version[0] == '\0')
+        return NVML_ERROR_NOT_SUPPORTED;
+    return copy_string(version, length, driver_version);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, "13.580.95.05-tangram-mock");
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (v == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (cuda_driver_version < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *v = cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return nvmlSystemGetCudaDriverVersion_v2(v); }
+
+/* ---- device lookup ---- */
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (count == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = ngpus;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *d) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (d == NULL || gpu_by_index(index) == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    d->handle = gpu_by_index(index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *d) { return nvmlDeviceGetHandleByIndex_v2(index, d); }
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (uuid == NULL || d == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < ngpus; i++)
+        if (strcmp(gpus[i].uuid, uuid) == 0) {
+            d->handle = &gpus[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *busId, nvmlDevice_t *d) {
+    unsigned int domain, bus, dev;
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (busId == NULL || d == NULL || parse_bus_id(busId, &domain, &bus, &dev) != 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < ngpus; i++)
+        if (gpus[i].domain == domain && gpus[i].bus == bus && gpus[i].dev == dev) {
+            d->handle = &gpus[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *busId, nvmlDevice_t *d) { return nvmlDeviceGetHandleByPciBusId_v2(busId, d); }
+
+/* ---- device attributes ---- */
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || index == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    *index = d.handle->index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || minor == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    *minor = d.handle->minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) {
+    nvmlReturn_t ret = device(d);
+    return ret != NVML_SUCCESS ? ret : copy_string(uuid, length, d.handle->uuid);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (d.handle->name[0] == '\0')
+        return NVML_ERROR_NOT_SUPPORTED;
+    return copy_string(name, length, d.handle->name);
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t d, nvmlBrandType_t *brand) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || brand == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    if (d.handle->brand < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *brand = (nvmlBrandType_t)d.handle->brand;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, nvmlDeviceArchitecture_t *arch) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || arch == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    if (d.handle->arch < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *arch = (nvmlDeviceArchitecture_t)d.handle->arch;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || major == NULL || minor == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    if (d.handle->cc_major < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *major = d.handle->cc_major;
+    *minor = d.handle->cc_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || m == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    m->total = d.handle->memory;
+    m->free = d.handle->memory;
+    m->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || m == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    m->total = d.handle->memory;
+    m->free = d.handle->memory;
+    m->used = 0;
+    m->reserved = 0;
+    return NVML_SUCCESS;
+}
+
+static void fill_pci(const char *bus_id, nvmlPciInfo_t *p) {
+    unsigned int domain = 0, bus = 0, dev = 0;
+    parse_bus_id(bus_id, &domain, &bus, &dev);
+    memset(p, 0, sizeof *p);
+    snprintf(p->busId, sizeof p->busId, "%s", bus_id);
+    snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%04X:%02X:%02X.0", domain & 0xffff, bus, dev);
+    p->domain = domain;
+    p->bus = bus;
+    p->device = dev;
+    p->pciDeviceId = 0x233010de; /* H100 SXM5; only the vendor half (NVIDIA) matters */
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || p == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    fill_pci(d.handle->bus_id, p);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || node == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    if (d.handle->numa < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *node = (unsigned int)d.handle->numa;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *isMig) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || isMig == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    *isMig = 0;
+    return NVML_SUCCESS;
+}
+
+/* NVLink: links 0..nlinks-1 are active; a card with none has no NVLink
+ * (NOT_SUPPORTED), and a link past the last is INVALID_ARGUMENT, as on
+ * real cards. */
+static nvmlReturn_t link_of(nvmlDevice_t d, unsigned int link) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (d.handle->nlinks == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= (unsigned int)d.handle->nlinks)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEnableState_t *active) {
+    nvmlReturn_t ret = link_of(d, link);
+    if (ret != NVML_SUCCESS || active == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    *active = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *p) {
+    nvmlReturn_t ret = link_of(d, link);
+    if (ret != NVML_SUCCESS || p == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    fill_pci(d.handle->link_remote[link], p);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *p) {
+    return nvmlDeviceGetNvLinkRemotePciInfo_v2(d, link, p);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *info) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || info == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    if (!d.handle->has_fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memcpy(info->clusterUuid, d.handle->fabric_cluster, sizeof info->clusterUuid);
+    info->status = NVML_SUCCESS;
+    info->cliqueId = d.handle->fabric_clique;
+    info->state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    return NVML_SUCCESS;
+}
+
+/* ---- compute mode: kept in <state>/compute-mode/<uuid>, so that every
+ * process loading the library (the plugin, a restarted plugin, nvidia-smi
+ * stand-ins) sees the same mode, as with a real driver. ---- */
+
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, nvmlComputeMode_t *mode) {
+    char path[4400];
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || mode == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    *mode = NVML_COMPUTEMODE_DEFAULT;
+    snprintf(path, sizeof path, "%s/compute-mode/%s", state_dir, d.handle->uuid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NVML_SUCCESS;
+    int m;
+    if (fscanf(f, "%d", &m) == 1 && compute_mode_name((nvmlComputeMode_t)m) != NULL)
+        *mode = (nvmlComputeMode_t)m;
+    fclose(f);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, nvmlComputeMode_t mode) {
+    char path[4400], tmp[4500];
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    const char *name = compute_mode_name(mode);
+    if (name == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    ret = log_call("nvmlDeviceSetComputeMode index=%u uuid=%s mode=%s", d.handle->index, d.handle->uuid, name);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    snprintf(path, sizeof path, "%s/compute-mode/%s", state_dir, d.handle->uuid);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) {
+        complain("writing %s: %s", tmp, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
+    }
+    fprintf(f, "%d\n", (int)mode);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        complain("saving compute mode in %s: %s", path, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- events: tests append lines to <state>/events:
+ *   xid <index> <xid>     an XID critical error on the card
+ *   gpu-lost <index>      the card fell off the bus: the wait answers
+ *                         NVML_ERROR_GPU_IS_LOST
+ * A set sees only lines appended after it was created. ---- */
+
+#define SUPPORTED_EVENTS (nvmlEventTypeXidCriticalError | nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError)
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || types == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    *types = SUPPORTED_EVENTS;
+    return NVML_SUCCESS;
+}
+
+static off_t events_size(void) {
+    char path[4200];
+    struct stat st;
+    if (state_path(path, sizeof path, "events") != 0 || stat(path, &st) != 0)
+        return 0;
+    return st.st_size;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlEventSet_st *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NVML_ERROR_MEMORY;
+    s->offset = events_size();
+    set->handle = s;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (set.handle == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~(unsigned long long)SUPPORTED_EVENTS)
+        return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&lock);
+    set.handle->mask[d.handle - gpus] |= types;
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+
+/* next_event reads complete lines after the set's offset and returns the
+ * first one for a registered card: SUCCESS (data filled), GPU_IS_LOST, or
+ * TIMEOUT when there is none yet. */
+static nvmlReturn_t next_event(nvmlEventSet_t set, nvmlEventData_t *data) {
+    char path[4200], line[MAX_LINE];
+    if (state_path(path, sizeof path, "events") != 0)
+        return NVML_ERROR_UNKNOWN;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NVML_ERROR_TIMEOUT;
+    nvmlReturn_t ret = NVML_ERROR_TIMEOUT;
+    if (fseeko(f, set.handle->offset, SEEK_SET) != 0) {
+        fclose(f);
+        return NVML_ERROR_TIMEOUT;
+    }
+    while (ret == NVML_ERROR_TIMEOUT && fgets(line, sizeof line, f) != NULL) {
+        size_t len = strlen(line);
+        if (len == 0 || line[len - 1] != '\n')
+            break; /* a line still being written */
+        set.handle->offset += len;
+        char kind[16];
+        unsigned int index;
+        unsigned long long xid = 0;
+        int n = sscanf(line, "%15s %u %llu", kind, &index, &xid);
+        struct nvmlDevice_st *g = n >= 2 ? gpu_by_index(index) : NULL;
+        if (g == NULL) {
+            complain("events: ignoring line %.*s", (int)len - 1, line);
+            continue;
+        }
+        unsigned long long mask = set.handle->mask[g - gpus];
+        if (strcmp(kind, "xid") == 0 && n == 3 && (mask & nvmlEventTypeXidCriticalError)) {
+            memset(data, 0, sizeof *data);
+            data->device.handle = g;
+            data->eventType = nvmlEventTypeXidCriticalError;
+            data->eventData = xid;
+            data->gpuInstanceId = 0xFFFFFFFF;
+            data->computeInstanceId = 0xFFFFFFFF;
+            ret = NVML_SUCCESS;
+        } else if (strcmp(kind, "gpu-lost") == 0 && mask != 0) {
+            memset(data, 0, sizeof *data);
+            data->device.handle = g;
+            ret = NVML_ERROR_GPU_IS_LOST;
+        } else if (strcmp(kind, "xid") != 0 && strcmp(kind, "gpu-lost") != 0) {
+            complain("events: ignoring unknown event %s", kind);
+        }
+    }
+    fclose(f);
+    return ret;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (set.handle == NULL || data == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec start, now, pause = {0, 10 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        nvmlReturn_t ret = next_event(set, data);
+        pthread_mutex_unlock(&lock);
+        if (ret != NVML_ERROR_TIMEOUT)
+            return ret;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long elapsed = (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (elapsed >= timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        nanosleep(&pause, NULL);
+    }
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (!ready())
+        return NVML_ERROR_UNINITIALIZED;
+    if (set.handle == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    free(set.handle);
+    return NVML_SUCCESS;
+}

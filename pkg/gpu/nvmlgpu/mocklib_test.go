@@ -1,0 +1,111 @@
+//go:build cgo
+
+package nvmlgpu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/slices"
+)
+
+var (
+	mockLibraryOnce sync.Once
+	mockLibrary     string
+	mockLibraryErr  error
+)
+
+// mockLibraryPath builds the C mock libnvidia-ml.so.1 once per test binary
+// (cached across runs by its build script).
+func mockLibraryPath(t *testing.T) string {
+	t.Helper()
+	mockLibraryOnce.Do(func() { mockLibrary, mockLibraryErr = mocknvml.Build("") })
+	if mockLibraryErr != nil {
+		t.Fatal(mockLibraryErr)
+	}
+	return mockLibrary
+}
+
+// fabricProfile has what the built-in profiles lack: fabric cliques, a card
+// without NUMA node, a card whose minor differs from its index, no NVLink.
+const fabricProfile = `
+name: fabric
+defaults: {productName: NVIDIA GB200, memory: 186Gi, architecture: blackwell, cudaComputeCapability: "10.0"}
+gpus:
+- {index: 0, pciBusID: "0008:01:00.0", numaNode: 0, fabricCliqueID: "11111111-2222-3333-4444-555555555555/7"}
+- {index: 1, minor: 4, pciBusID: "0009:01:00.0", fabricCliqueID: "11111111-2222-3333-4444-555555555555/7"}
+`
+
+// TestSourceOverMockLibraryMatchesFakeProfile reads each profile through
+// the real path (go-nvml loading the C mock, then this package's Source)
+// and through the fake source, and wants the same cards and the same
+// ResourceSlice devices: attributes, capacities, NVLink domains, NUMA.
+func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
+	const node = "gpu-node-1"
+	fabric, err := gpu.ParseProfile([]byte(fabricProfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles := map[string]*gpu.Profile{"fabric": fabric}
+	for _, name := range []string{"dgx-h100", "pcie-a100-pairs", "pcie-l4"} {
+		p, err := gpu.BuiltinProfile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		profiles[name] = p
+	}
+	lib := mockLibraryPath(t)
+	for name, p := range profiles {
+		t.Run(name, func(t *testing.T) {
+			devices, err := mocknvml.Flatten(p, node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "devices")
+			if err := os.WriteFile(file, devices, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(mocknvml.EnvDevicesFile, file)
+			t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+
+			ctx := context.Background()
+			src, done, err := Open(ctx, lib)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer done()
+			got, err := src.GPUs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := gpu.NewFakeSource(node, p).GPUs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("cards through NVML differ from the fake profile (-fake +nvml):\n%s", diff)
+			}
+			for _, sharing := range []bool{false, true} {
+				opts := slices.Options{NodeName: node, Sharing: sharing}
+				gotRes, err := slices.DriverResources(got, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantRes, err := slices.DriverResources(want, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(wantRes, gotRes); diff != "" {
+					t.Errorf("sharing=%v: ResourceSlices differ (-fake +nvml):\n%s", sharing, diff)
+				}
+			}
+		})
+	}
+}
