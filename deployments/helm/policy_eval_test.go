@@ -249,7 +249,7 @@ func TestSlicePolicyDecisions(t *testing.T) {
 	slice := func(node, driver, pool string) *resourceapi.ResourceSlice {
 		return &resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: "s-" + node},
-			Spec: resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 1}, NodeName: ptr.To(node)},
+			Spec:       resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 1}, NodeName: ptr.To(node)},
 		}
 	}
 	own := slice("node-a", "gpu.tangram.dev", "node-a")
