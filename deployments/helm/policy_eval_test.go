@@ -288,3 +288,40 @@ func TestSlicePolicyDecisions(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerSecretPolicyDecisions: the controller may create only its
+// webhook certificate Secret, which RBAC cannot say.
+func TestControllerSecretPolicyDecisions(t *testing.T) {
+	const name = "tangram-controller-webhook-secret-only"
+	objs := render(t, "controller.enabled=true", "controller.webhook.enabled=true")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", name).(*admissionv1.ValidatingAdmissionPolicy))
+	controller := &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":tangram-controller"}
+	secret := func(ns, name string) request {
+		return request{user: controller, op: admission.Create, namespace: ns, gvk: corev1.SchemeGroupVersion.WithKind("Secret"),
+			gvr: corev1.SchemeGroupVersion.WithResource("secrets"), object: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+	}
+	for _, tc := range []struct {
+		name string
+		req  request
+		want string
+	}{
+		{name: "its certificate Secret", req: secret(namespace, "tangram-controller-webhook-tls")},
+		{name: "another Secret", req: secret(namespace, "registry-credentials"), want: "may create only its webhook certificate Secret"},
+		{name: "in another namespace", req: secret("kube-system", "tangram-controller-webhook-tls"), want: "may create only its webhook certificate Secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("denial %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+	for _, sets := range [][]string{{"controller.enabled=true"}, {"controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.certManager.enabled=true"}} {
+		if render(t, sets...).has("ValidatingAdmissionPolicy", name) {
+			t.Errorf("%v: the Secret policy is rendered although the controller creates no Secret", sets)
+		}
+	}
+}
