@@ -150,20 +150,22 @@ fi
 step "The plugin's pod is replaced; the MPS daemon pod and the shares stay"
 # Found by the labels the plugin sets on it (its name is <fullname>-mps-<node>).
 MPS_SELECTOR="app.kubernetes.io/component=mps-daemon,gpu.tangram.dev/node=$NODE_NAME"
+# The daemon pods have a namespace of their own (kubeletPlugin.mps.namespace).
+MPS_NAMESPACE="$RELEASE_NAMESPACE-mps"
 pod_field() { K -n "$1" get pod "$2" -o jsonpath="$3" 2>/dev/null; }
 share_restarts() { for p in share-a share-b share-c; do printf '%s=%s/%s ' "$p" "$(pod_field "$DEMO_NAMESPACE" "$p" '{.status.phase}')" "$(pod_field "$DEMO_NAMESPACE" "$p" '{.status.containerStatuses[0].restartCount}')"; done; }
 MPS_POD=""
 for ((i = 0; i < 60; i++)); do
-	MPS_POD="$(K -n "$RELEASE_NAMESPACE" get pods -l "$MPS_SELECTOR" -o jsonpath='{.items[*].metadata.name}' 2>/dev/null)"
-	[ -n "$MPS_POD" ] && [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" = Running ] && break
+	MPS_POD="$(K -n "$MPS_NAMESPACE" get pods -l "$MPS_SELECTOR" -o jsonpath='{.items[*].metadata.name}' 2>/dev/null)"
+	[ -n "$MPS_POD" ] && [ "$(pod_field "$MPS_NAMESPACE" "$MPS_POD" '{.status.phase}')" = Running ] && break
 	sleep 1
 done
-mps_uid="$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.metadata.uid}')"
-if [ -z "$MPS_POD" ] || [ "$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')" != Running ]; then
-	K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
+mps_uid="$(pod_field "$MPS_NAMESPACE" "$MPS_POD" '{.metadata.uid}')"
+if [ -z "$MPS_POD" ] || [ "$(pod_field "$MPS_NAMESPACE" "$MPS_POD" '{.status.phase}')" != Running ]; then
+	K -n "$MPS_NAMESPACE" get pods -o wide | sed 's/^/     /'
 	fail "MPS daemon pod ${MPS_POD:-(none labelled $MPS_SELECTOR)} is not Running"
 else
-	say "MPS daemon pod $MPS_POD (uid $mps_uid); its log: $(K -n "$RELEASE_NAMESPACE" logs "$MPS_POD" --tail=1 2>/dev/null | sed 's/^[^]]*] //' | cut -c1-100)"
+	say "MPS daemon pod $MPS_POD (uid $mps_uid); its log: $(K -n "$MPS_NAMESPACE" logs "$MPS_POD" --tail=1 2>/dev/null | sed 's/^[^]]*] //' | cut -c1-100)"
 	shares_before="$(share_restarts)"
 	old_plugin="$(K -n "$RELEASE_NAMESPACE" get pods -l app.kubernetes.io/component=kubelet-plugin -o jsonpath='{.items[*].metadata.name}')"
 	say "deleting the plugin pod $old_plugin; shares before: $shares_before"
@@ -184,7 +186,7 @@ else
 		[ -n "$new_plugin" ] && K -n "$RELEASE_NAMESPACE" logs "$new_plugin" 2>/dev/null | grep -q 'Adopting the MPS daemon pod' && { adopted=1; break; }
 		sleep 1
 	done
-	mps_now="$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.metadata.uid}')/$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.phase}')/$(pod_field "$RELEASE_NAMESPACE" "$MPS_POD" '{.status.containerStatuses[0].restartCount}')"
+	mps_now="$(pod_field "$MPS_NAMESPACE" "$MPS_POD" '{.metadata.uid}')/$(pod_field "$MPS_NAMESPACE" "$MPS_POD" '{.status.phase}')/$(pod_field "$MPS_NAMESPACE" "$MPS_POD" '{.status.containerStatuses[0].restartCount}')"
 	shares_after="$(share_restarts)"
 	say "new plugin pod ${new_plugin:-(none Ready)}; MPS pod uid/phase/restarts $mps_now; shares after: $shares_after"
 	if [ -z "$new_plugin" ]; then

@@ -36,17 +36,19 @@ type runFlags struct {
 	MPSDaemonImage   string
 	MPSDaemonPull    string
 	MPSDaemonPrefix  string
-	MPSDaemonDriver  string
-	MPSDaemonSecrets []string
-	MPSDaemonPrio    string
-	HealthzAddress   string
-	MetricsAddress   string
-	Kubeconfig       string
-	Publish          bool
-	Offline          bool
-	HostDriverRoot   string
-	DevRoot          string
-	CDIHookPath      string
+	// MPSDaemonNamespace is where the daemon pod lives; empty: $POD_NAMESPACE.
+	MPSDaemonNamespace string
+	MPSDaemonDriver    string
+	MPSDaemonSecrets   []string
+	MPSDaemonPrio      string
+	HealthzAddress     string
+	MetricsAddress     string
+	Kubeconfig         string
+	Publish            bool
+	Offline            bool
+	HostDriverRoot     string
+	DevRoot            string
+	CDIHookPath        string
 }
 
 func newRunCommand() *cobra.Command {
@@ -156,8 +158,9 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSDaemon, "mps-daemon", driver.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
 	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")
 	f.StringVar(&flags.MPSDaemonPull, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "image pull policy of the MPS daemon pod")
-	f.StringVar(&flags.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in $POD_NAMESPACE")
-	f.StringSliceVar(&flags.MPSDaemonSecrets, "mps-daemon-image-pull-secrets", nil, "image pull secrets (names in $POD_NAMESPACE) of the MPS daemon pod")
+	f.StringVar(&flags.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in --mps-daemon-namespace")
+	f.StringVar(&flags.MPSDaemonNamespace, "mps-daemon-namespace", "", "namespace of the MPS daemon pod (default: $POD_NAMESPACE); the chart gives the daemon pods a namespace of their own, so the plugin needs no rights where the controller and scheduler live")
+	f.StringSliceVar(&flags.MPSDaemonSecrets, "mps-daemon-image-pull-secrets", nil, "image pull secrets (names in --mps-daemon-namespace) of the MPS daemon pod")
 	f.StringVar(&flags.MPSDaemonPrio, "mps-daemon-priority-class", "system-node-critical", "priority class of the MPS daemon pod; empty for none (the chart passes kubeletPlugin.priorityClassName)")
 	f.StringVar(&flags.MPSDaemonDriver, "mps-daemon-driver-root", "", "host path of the NVIDIA driver root, mounted read-only at /driver-root in the MPS daemon pod (default: --host-driver-root); real GPUs only")
 	f.StringVar(&flags.HealthzAddress, "healthz-address", ":51515", "address for gRPC health (grpc.health.v1) and HTTP /healthz; empty disables")
@@ -205,12 +208,15 @@ func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (sharing.MPSDaemon
 	default:
 		return sharing.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", f.MPSDaemon, driver.MPSDaemonProcess, driver.MPSDaemonPod)
 	}
-	namespace := os.Getenv("POD_NAMESPACE")
+	namespace := f.MPSDaemonNamespace
+	if namespace == "" {
+		namespace = os.Getenv("POD_NAMESPACE")
+	}
 	switch {
 	case f.MPSDaemonImage == "":
 		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
 	case namespace == "":
-		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs $POD_NAMESPACE (the namespace the daemon pod is created in; the chart sets it from the downward API)")
+		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
 	}
 	pull := corev1.PullPolicy(f.MPSDaemonPull)
 	switch pull {

@@ -18,11 +18,18 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 		wantDriver string
 		wantImage  string
 		wantPrio   string
+		// wantNamespace defaults to namespace ($POD_NAMESPACE).
+		wantNamespace string
 	}{
 		{name: "process mode needs nothing", flags: runFlags{MPSDaemon: "process"}},
 		{name: "unknown mode", flags: runFlags{MPSDaemon: "daemonset"}, wantErr: "want process or pod"},
 		{name: "pod mode without image", flags: runFlags{MPSDaemon: "pod", MPSDaemonPull: "IfNotPresent"}, namespace: "ns", wantErr: "--mps-daemon-image"},
 		{name: "pod mode without namespace", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "IfNotPresent"}, wantErr: "POD_NAMESPACE"},
+		{
+			name:      "namespace of its own beats the plugin's",
+			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonNamespace: "ns-mps"},
+			namespace: "ns", fake: true, wantImage: "img:v1", wantNamespace: "ns-mps",
+		},
 		{name: "bad pull policy", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Sometimes"}, namespace: "ns", wantErr: "pull-policy"},
 		{
 			name:      "real GPUs: driver root passed on",
@@ -66,7 +73,11 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 				t.Errorf("image %q driver root %q, want %q %q", cfg.Image, cfg.DriverRoot, tc.wantImage, tc.wantDriver)
 			}
 			if tc.wantImage != "" {
-				if cfg.Namespace != tc.namespace || cfg.Prefix != "rel" || cfg.ImagePullPolicy != corev1.PullPolicy(tc.flags.MPSDaemonPull) ||
+				wantNamespace := tc.wantNamespace
+				if wantNamespace == "" {
+					wantNamespace = tc.namespace
+				}
+				if cfg.Namespace != wantNamespace || cfg.Prefix != "rel" || cfg.ImagePullPolicy != corev1.PullPolicy(tc.flags.MPSDaemonPull) ||
 					strings.Join(cfg.Command, " ") != "/dra-kubelet-plugin mps-daemon" {
 					t.Errorf("pod config %+v", cfg)
 				}

@@ -21,10 +21,13 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -122,6 +125,14 @@ func render(t *testing.T, sets ...string) objects {
 			continue
 		}
 		obj, gvk, err := decoder.Decode(doc, nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			// Kinds of other projects (cert-manager's Certificate and
+			// Issuer): no Go types here, so checked as plain maps.
+			u := &unstructured.Unstructured{}
+			if err = yaml.UnmarshalStrict(doc, &u.Object); err == nil {
+				obj, gvk = u, ptr.To(u.GroupVersionKind())
+			}
+		}
 		if err != nil {
 			t.Fatalf("rendered object does not decode strictly: %v\n%s", err, doc)
 		}
@@ -155,6 +166,7 @@ func TestLint(t *testing.T) {
 	}{
 		{name: "defaults (real GPUs)"},
 		{name: "demo", sets: []string{"fakeGPU.profile=dgx-h100", "image.pullPolicy=Never"}},
+		{name: "webhook certificate from cert-manager, scheduler on", sets: []string{"controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.certManager.enabled=true", "scheduler.enabled=true"}},
 		{name: "whole cards only, controller and webhook on", sets: []string{"sharing.enabled=false", "controller.enabled=true", "controller.replicas=2", "controller.webhook.enabled=true"}},
 	}
 	for _, tc := range tests {

@@ -275,9 +275,10 @@ func TestRBAC(t *testing.T) {
 	}
 }
 
-// TestPluginMPSDaemonRBAC: the plugin may manage pods only in the release
-// namespace (a Role), only get/create/delete (what PodDaemon calls), and
-// only when it runs the MPS daemon as a pod for shares.
+// TestPluginMPSDaemonRBAC: the plugin may manage pods only in the MPS
+// namespace (a Role there; none in the release namespace), only
+// get/create/delete (what PodDaemon calls), and only when it runs the MPS
+// daemon as a pod for shares.
 func TestPluginMPSDaemonRBAC(t *testing.T) {
 	const roleName = pluginName + "-mps-daemon"
 	for _, tc := range []struct {
@@ -301,8 +302,8 @@ func TestPluginMPSDaemonRBAC(t *testing.T) {
 				return
 			}
 			role := objs.get(t, "Role", roleName).(*rbacv1.Role)
-			if role.Namespace != namespace {
-				t.Errorf("Role namespace %q, want the release namespace %q", role.Namespace, namespace)
+			if role.Namespace != namespace+"-mps" {
+				t.Errorf("Role namespace %q, want the MPS namespace %q", role.Namespace, namespace+"-mps")
 			}
 			if len(role.Rules) != 1 {
 				t.Fatalf("Role rules %+v, want one rule on pods", role.Rules)
@@ -341,8 +342,15 @@ func TestAdmissionPolicy(t *testing.T) {
 	for _, v := range vap.Spec.Validations {
 		exprs = append(exprs, v.Expression)
 	}
-	if !slices.Contains(exprs, "variables.userNodeName == variables.objectNodeName") {
-		t.Errorf("validations %v do not compare the token's node with the slice's node", exprs)
+	for _, want := range []string{
+		"variables.userNodeName == variables.objectNodeName",
+		"request.operation != 'UPDATE' || oldObject.spec.?nodeName.orValue('') == variables.userNodeName",
+		`variables.slice.spec.driver == "gpu.tangram.dev"`,
+		"variables.slice.spec.pool.name == variables.userNodeName",
+	} {
+		if !slices.Contains(exprs, want) {
+			t.Errorf("validations %v lack %s", exprs, want)
+		}
 	}
 	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", vap.Name).(*admissionv1.ValidatingAdmissionPolicyBinding)
 	if binding.Spec.PolicyName != vap.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {

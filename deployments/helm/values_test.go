@@ -43,6 +43,12 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "bad node label key", sets: []string{"nodeLabelAttributes={not a label}"}, wantErr: []string{"nodeLabelAttributes"}},
 		{name: "metrics port", sets: []string{"metrics.port=70000"}, wantErr: []string{"port"}},
 		{name: "controller replicas", sets: []string{"controller.replicas=0"}, wantErr: []string{"replicas"}},
+		{name: "MPS namespace not a DNS label", sets: []string{"kubeletPlugin.mps.namespace.name=GPU_MPS"}, wantErr: []string{"namespace", "name"}},
+		{name: "MPS namespace is the release namespace", sets: []string{"kubeletPlugin.mps.namespace.name=" + namespace},
+			notSchema: true, wantErr: []string{"must not be the release namespace"}},
+		{name: "webhook certificate validity in days", sets: []string{"controller.webhook.certValidity=90d"}, wantErr: []string{"certValidity"}},
+		{name: "cert-manager issuer kind", sets: []string{"controller.webhook.certManager.issuerRef.kind=Vault"}, wantErr: []string{"kind"}},
+		{name: "network policy switch as a string", sets: []string{"networkPolicy.enabled=maybe"}, wantErr: []string{"networkPolicy"}},
 		{name: "extra arg that is not a flag", sets: []string{"kubeletPlugin.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
 		{
 			name:    "default GpuConfig with an unknown backend",

@@ -29,6 +29,7 @@ var (
 	pluginKillCmd    = flag.String("plugin-kill-cmd", "", "shell command that kills the kubelet plugin on the GPU node without letting it clean up")
 	pluginStartCmd   = flag.String("plugin-start-cmd", "", "shell command that starts the kubelet plugin again and returns once it serves")
 	cdiDir           = flag.String("cdi-dir", "", "the GPU node's CDI spec directory, when the suite runs on that node (enables the CDI spec checks)")
+	helmBinary       = flag.String("helm", "helm", "helm binary that renders the chart's RBAC and admission policies for the privilege scenario")
 	tangramScheduler = flag.String("tangram-scheduler", "tangram", "schedulerName of the running tangram-scheduler (Helm value scheduler.schedulerName) the packing scenario compares with the default scheduler")
 )
 

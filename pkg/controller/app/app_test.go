@@ -27,6 +27,8 @@ func TestOptionsFlagsAndValidate(t *testing.T) {
 			err: "leader election needs retry period (2s) < renew deadline (20s) < lease duration (15s)\n--workers is 0; it must be at least 1"},
 		{name: "self-managed webhook certificate needs a namespace", args: []string{"--webhook-address=:9443"}, env: map[string]string{"POD_NAMESPACE": ""},
 			err: "a self-managed webhook certificate needs --webhook-namespace or $POD_NAMESPACE (or pass --webhook-cert-dir)"},
+		{name: "webhook certificate validity too short", args: []string{"--webhook-address=:9443", "--webhook-namespace=tangram", "--webhook-cert-validity=30m"},
+			err: "--webhook-cert-validity is 30m0s; it must be at least 1h (renewal stages a new CA 10m0s before serving its certificate)"},
 		{name: "webhook with cert dir", args: []string{"--webhook-address=:9443", "--webhook-cert-dir=/certs"}, env: map[string]string{"POD_NAMESPACE": ""}},
 	}
 	for _, tc := range tests {

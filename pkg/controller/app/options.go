@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/tangram-gpu/tangram/pkg/controller/admission"
 )
 
 // Options are the controller's settings, one flag each.
@@ -38,6 +40,9 @@ type Options struct {
 	WebhookService    string
 	WebhookNamespace  string
 	WebhookConfigName string
+	// WebhookCertValidity is how long each self-managed certificate (and
+	// its CA) is valid; it is renewed when a third is left.
+	WebhookCertValidity time.Duration
 }
 
 // AddFlags registers the flags; defaults match the Helm chart.
@@ -61,6 +66,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.WebhookService, "webhook-service", "tangram-controller-webhook", "Service in front of the webhook, for the certificate's names")
 	f.StringVar(&o.WebhookNamespace, "webhook-namespace", "", "namespace of the webhook Secret and Service (default: $POD_NAMESPACE)")
 	f.StringVar(&o.WebhookConfigName, "webhook-config-name", "", "ValidatingWebhookConfiguration whose caBundle the controller sets; empty leaves it alone")
+	f.DurationVar(&o.WebhookCertValidity, "webhook-cert-validity", admission.DefaultCertValidity, "validity of each self-managed webhook certificate and its CA; renewed while running when a third is left")
 }
 
 // Complete fills defaults from the pod's environment (downward API).
@@ -100,6 +106,10 @@ func (o *Options) Validate() error {
 	}
 	if o.WebhookAddress != "" && o.WebhookCertDir == "" && o.WebhookNamespace == "" {
 		errs = append(errs, errors.New("a self-managed webhook certificate needs --webhook-namespace or $POD_NAMESPACE (or pass --webhook-cert-dir)"))
+	}
+	if o.WebhookAddress != "" && o.WebhookCertDir == "" && o.WebhookCertValidity < time.Hour {
+		errs = append(errs, fmt.Errorf("--webhook-cert-validity is %v; it must be at least 1h (renewal stages a new CA %v before serving its certificate)",
+			o.WebhookCertValidity, admission.DefaultCertStageFor))
 	}
 	return errors.Join(errs...)
 }

@@ -217,7 +217,8 @@ func serve(ctx context.Context, errs chan<- error, name, addr string, handler ht
 
 // webhookTLS loads the certificate from --webhook-cert-dir (reread on each
 // handshake so rotated files are picked up), or keeps a self-signed one in
-// a Secret and writes its CA into the webhook configuration.
+// a Secret shared by all replicas, renews it while running and writes its
+// CA bundle into the webhook configuration (admission.CertRotator).
 func webhookTLS(ctx context.Context, kube kubernetes.Interface, o Options) (*tls.Config, error) {
 	if o.WebhookCertDir != "" {
 		certFile, keyFile := filepath.Join(o.WebhookCertDir, "tls.crt"), filepath.Join(o.WebhookCertDir, "tls.key")
@@ -232,36 +233,20 @@ func webhookTLS(ctx context.Context, kube kubernetes.Interface, o Options) (*tls
 			return &c, nil
 		}}, nil
 	}
-	sc, err := admission.EnsureServingCert(ctx, kube, admission.CertSecret{
-		Namespace: o.WebhookNamespace, Name: o.WebhookSecret, Service: o.WebhookService}, time.Now())
-	if err != nil {
+	rotator := &admission.CertRotator{
+		Kube:       kube,
+		Secret:     admission.CertSecret{Namespace: o.WebhookNamespace, Name: o.WebhookSecret, Service: o.WebhookService},
+		ConfigName: o.WebhookConfigName,
+		Validity:   o.WebhookCertValidity,
+	}
+	// The first certificate must be there before the server starts; the
+	// caBundle may wait (the configuration may be created after us, in the
+	// same Helm release), Run retries it.
+	if _, err := rotator.SyncCert(ctx); err != nil {
 		return nil, err
 	}
-	if o.WebhookConfigName != "" {
-		go keepCABundle(ctx, kube, o.WebhookConfigName, sc.CABundle)
-	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{sc.Cert}}, nil
-}
-
-// keepCABundle writes the CA bundle into the webhook configuration: every
-// few seconds until it first succeeds (the configuration may be created
-// after us, in the same Helm release), then every minute, because a helm
-// upgrade resets the caBundle to the chart's empty value.
-func keepCABundle(ctx context.Context, kube kubernetes.Interface, configName string, caBundle []byte) {
-	logger := klog.FromContext(ctx)
-	interval := 5 * time.Second
-	for {
-		if err := admission.InjectCABundle(ctx, kube, configName, caBundle); err != nil {
-			logger.Error(err, "Setting the webhook CA bundle; will retry", "in", interval)
-		} else {
-			interval = time.Minute
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-	}
+	go rotator.Run(ctx)
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: rotator.GetCertificate}, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -59,3 +59,27 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "tangram.scheduler.fullname" -}}
 {{- printf "%s-scheduler" (include "tangram.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* Whether the kubelet plugin runs the MPS daemon as a pod of its own. */}}
+{{- define "tangram.mpsDaemonPod" -}}
+{{- if and .Values.sharing.enabled (eq .Values.kubeletPlugin.mps.daemon "pod") }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The namespace of the MPS daemon pods: one of their own, so that the kubelet
+plugin, which must create them, has no rights where the controller, the
+scheduler and the webhook key live.
+*/}}
+{{- define "tangram.mpsNamespace" -}}
+{{- default (printf "%s-mps" .Release.Namespace) .Values.kubeletPlugin.mps.namespace.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The username of the kubelet plugin's service account, as admission sees it. */}}
+{{- define "tangram.kubeletPlugin.username" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tangram.kubeletPlugin.fullname" .) -}}
+{{- end -}}
+
+{{/* Whether cert-manager issues the webhook's certificate. */}}
+{{- define "tangram.webhookCertManager" -}}
+{{- if and .Values.controller.webhook.enabled .Values.controller.webhook.certManager.enabled }}true{{ end -}}
+{{- end -}}

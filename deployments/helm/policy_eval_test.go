@@ -1,0 +1,327 @@
+//go:build helm
+
+package helm
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+)
+
+// compilePolicy compiles a rendered ValidatingAdmissionPolicy with the API
+// server's own CEL environment and validator (k8s.io/apiserver), as its
+// admission plugin does, so that the chart's policies are evaluated here on
+// concrete requests without a cluster. The e2e privilege scenario runs the
+// same policies in a real API server.
+func compilePolicy(t *testing.T, vap *admissionv1.ValidatingAdmissionPolicy) validating.Validator {
+	t.Helper()
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuthz := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	var variables []plugincel.NamedExpressionAccessor
+	for _, v := range vap.Spec.Variables {
+		variables = append(variables, &validating.Variable{Name: v.Name, Expression: v.Expression})
+	}
+	compiler.CompileAndStoreVariables(variables, withAuthz, environment.StoredExpressions)
+	var conditions []plugincel.ExpressionAccessor
+	for i := range vap.Spec.MatchConditions {
+		conditions = append(conditions, (*matchconditions.MatchCondition)(&vap.Spec.MatchConditions[i]))
+	}
+	matcher := matchconditions.NewMatcher(compiler.CompileCondition(conditions, withAuthz, environment.StoredExpressions),
+		vap.Spec.FailurePolicy, "policy", "validate", vap.Name)
+	var validations, messages []plugincel.ExpressionAccessor
+	for _, v := range vap.Spec.Validations {
+		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
+		if v.MessageExpression != "" {
+			messages = append(messages, &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression})
+		} else {
+			messages = append(messages, nil)
+		}
+	}
+	return validating.NewValidator(
+		compiler.CompileCondition(validations, withAuthz, environment.StoredExpressions),
+		matcher,
+		compiler.CompileCondition(nil, withAuthz, environment.StoredExpressions),
+		compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions),
+		vap.Spec.FailurePolicy, nil)
+}
+
+// request is one API request as admission sees it.
+type request struct {
+	user        user.Info
+	op          admission.Operation
+	namespace   string
+	subresource string
+	object, old runtime.Object
+	gvk         schema.GroupVersionKind
+	gvr         schema.GroupVersionResource
+}
+
+// denied evaluates the policy on req and returns the denial's message, or
+// "" when the request is admitted. An evaluation error counts as a denial
+// (failurePolicy Fail) and carries its message.
+func denied(t *testing.T, v validating.Validator, req request) string {
+	t.Helper()
+	name := ""
+	for _, o := range []runtime.Object{req.object, req.old} {
+		if m, ok := o.(metav1.Object); ok && o != nil && m.GetName() != "" {
+			name = m.GetName()
+		}
+	}
+	attrs := admission.NewAttributesRecord(req.object, req.old, req.gvk, req.namespace, name, req.gvr, req.subresource, req.op, nil, false, req.user)
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: req.gvk, VersionedObject: admission.NewLazyObject(req.object), VersionedOldObject: admission.NewLazyObject(req.old)}
+	result := v.Validate(context.Background(), req.gvr, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	var msgs []string
+	for _, d := range result.Decisions {
+		if d.Action == validating.ActionDeny {
+			msgs = append(msgs, d.Message)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func pluginUser(node string) user.Info {
+	info := &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":" + pluginName}
+	if node != "" {
+		info.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+	}
+	return info
+}
+
+var (
+	podGVK   = corev1.SchemeGroupVersion.WithKind("Pod")
+	podGVR   = corev1.SchemeGroupVersion.WithResource("pods")
+	sliceGVK = resourceapi.SchemeGroupVersion.WithKind("ResourceSlice")
+	sliceGVR = resourceapi.SchemeGroupVersion.WithResource("resourceslices")
+)
+
+// TestMPSDaemonPodPolicyDecisions evaluates the rendered pod policy on the
+// daemon pod the plugin builds (admitted) and on each escalation (denied).
+func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
+	for _, variant := range []struct {
+		name string
+		sets []string
+		fake bool
+	}{
+		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}},
+		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			objs := render(t, variant.sets...)
+			_, c := daemonSet(t, objs)
+			flags := flagValues(c.Args)
+			policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", mpsPolicyName).(*admissionv1.ValidatingAdmissionPolicy))
+			mpsNS := flags["mps-daemon-namespace"]
+			// The pod exactly as the plugin builds it from the chart's flags.
+			daemon := func(node string) *corev1.Pod {
+				cfg := sharing.MPSDaemonPodConfig{
+					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
+					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
+					Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: sharing.Layout{Root: flags["mps-root"]},
+					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
+					DriverRoot: flags["mps-daemon-driver-root"],
+				}
+				pod, err := sharing.BuildMPSDaemonPod(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// What the API server's defaulting and the ServiceAccount
+				// admission plugin add before validating admission.
+				pod.Spec.ServiceAccountName = "default"
+				return pod
+			}
+			changed := func(change func(*corev1.Pod)) *corev1.Pod {
+				pod := daemon("node-a")
+				change(pod)
+				return pod
+			}
+			create := func(pod *corev1.Pod) request {
+				return request{user: pluginUser("node-a"), op: admission.Create, namespace: pod.Namespace, object: pod, gvk: podGVK, gvr: podGVR}
+			}
+			for _, tc := range []struct {
+				name string
+				req  request
+				// want is part of the denial message; "" means admitted.
+				want string
+			}{
+				{name: "its own daemon pod", req: create(daemon("node-a"))},
+				{name: "deleting its own daemon pod", req: request{user: pluginUser("node-a"), op: admission.Delete, namespace: mpsNS, old: daemon("node-a"), gvk: podGVK, gvr: podGVR}},
+				{name: "another user is not this policy's business", req: request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Create, namespace: namespace,
+					object: changed(func(p *corev1.Pod) { p.Spec.NodeName = "control-plane" }), gvk: podGVK, gvr: podGVR}},
+				{name: "no node in the token", req: request{user: pluginUser(""), op: admission.Create, namespace: mpsNS, object: daemon("node-a"), gvk: podGVK, gvr: podGVR},
+					want: "no node name in the service account token"},
+				{name: "on another node", req: create(daemon("control-plane")), want: "may only run its MPS daemon pod on its own node, not on 'control-plane'"},
+				{name: "in the release namespace", req: create(changed(func(p *corev1.Pod) { p.Namespace = namespace })),
+					want: "may only create and delete MPS daemon pods in namespace " + mpsNS},
+				{name: "another name", req: create(changed(func(p *corev1.Pod) { p.Name = "miner" })), want: "may only manage pods named"},
+				{name: "another image", req: create(changed(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil:latest" })),
+					want: "runs `/dra-kubelet-plugin mps-daemon` from the plugin's image"},
+				{name: "a shell", req: create(changed(func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh", "-c", "nsenter -t 1 sh"} })),
+					want: "runs `/dra-kubelet-plugin mps-daemon`"},
+				{name: "extra arguments", req: create(changed(func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"--evil"} })),
+					want: "runs `/dra-kubelet-plugin mps-daemon`"},
+				{name: "a second container", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "x", Image: "evil"})
+				})), want: "exactly one container"},
+				{name: "an init container", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.InitContainers = []corev1.Container{{Name: "x", Image: "evil"}}
+				})), want: "exactly one container"},
+				{name: "the controller's service account", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.ServiceAccountName = "tangram-controller"
+				})), want: "default service account with no token mounted"},
+				{name: "a mounted token", req: create(changed(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil })),
+					want: "default service account with no token mounted"},
+				{name: "the webhook key", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "key", VolumeSource: corev1.VolumeSource{
+						Secret: &corev1.SecretVolumeSource{SecretName: "tangram-controller-webhook-tls"}}})
+				})), want: "may mount only the host paths"},
+				{name: "the host's root as another volume", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+				})), want: "may mount only the host paths"},
+				{name: "a secret in the environment", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "K", ValueFrom: &corev1.EnvVarSource{
+						SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}})
+				})), want: "takes nothing from secrets"},
+				{name: "the node's network", req: create(changed(func(p *corev1.Pod) { p.Spec.HostNetwork = true })), want: "does not share the node's network"},
+				{name: "the node's PIDs", req: create(changed(func(p *corev1.Pod) { p.Spec.HostPID = true })), want: "does not share the node's network, PID"},
+				{name: "another priority class", req: create(changed(func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-cluster-critical" })),
+					want: "only the chart's image pull secrets and priority class"},
+				{name: "owned by something else", req: create(changed(func(p *corev1.Pod) {
+					p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "control-plane", UID: "x"}}
+				})), want: "owned only by its own Node"},
+				{name: "an update", req: request{user: pluginUser("node-a"), op: admission.Update, namespace: mpsNS, object: daemon("node-a"), old: daemon("node-a"), gvk: podGVK, gvr: podGVR},
+					want: "may only create and delete MPS daemon pods"},
+				{name: "exec", req: request{user: pluginUser("node-a"), op: admission.Connect, namespace: mpsNS, subresource: "exec",
+					object: &corev1.PodExecOptions{Command: []string{"sh"}}, gvk: corev1.SchemeGroupVersion.WithKind("PodExecOptions"), gvr: podGVR},
+					want: "may only create and delete MPS daemon pods"},
+				{name: "deleting another node's daemon pod", req: request{user: pluginUser("node-a"), op: admission.Delete, namespace: mpsNS, old: daemon("node-b"), gvk: podGVK, gvr: podGVR},
+					want: "on its own node, not on 'node-b'"},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					got := denied(t, policy, tc.req)
+					switch {
+					case tc.want == "" && got != "":
+						t.Errorf("denied: %s", got)
+					case tc.want != "" && !strings.Contains(got, tc.want):
+						t.Errorf("denial %q, want one containing %q", got, tc.want)
+					}
+				})
+			}
+			if !variant.fake {
+				// The driver root may only be the read-only volume driver-root.
+				writable := changed(func(p *corev1.Pod) {
+					for i := range p.Spec.Containers[0].VolumeMounts {
+						p.Spec.Containers[0].VolumeMounts[i].ReadOnly = false
+					}
+				})
+				if got := denied(t, policy, create(writable)); !strings.Contains(got, "mounts the driver root read-only") {
+					t.Errorf("a writable driver root: denial %q", got)
+				}
+			}
+		})
+	}
+}
+
+// TestSlicePolicyDecisions evaluates the rendered ResourceSlice policy.
+func TestSlicePolicyDecisions(t *testing.T) {
+	objs := render(t)
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", pluginName+"-own-node-slices").(*admissionv1.ValidatingAdmissionPolicy))
+	slice := func(node, driver, pool string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: "s-" + node},
+			Spec:       resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 1}, NodeName: ptr.To(node)},
+		}
+	}
+	own := slice("node-a", "gpu.tangram.dev", "node-a")
+	req := func(op admission.Operation, obj, old *resourceapi.ResourceSlice) request {
+		r := request{user: pluginUser("node-a"), op: op, gvk: sliceGVK, gvr: sliceGVR}
+		if obj != nil {
+			r.object = obj
+		}
+		if old != nil {
+			r.old = old
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		req  request
+		want string
+	}{
+		{name: "its own slice", req: req(admission.Create, own, nil)},
+		{name: "updating its own slice", req: req(admission.Update, own, own)},
+		{name: "deleting its own slice", req: req(admission.Delete, nil, own)},
+		{name: "another node's", req: req(admission.Create, slice("node-b", "gpu.tangram.dev", "node-b"), nil), want: "may only write ResourceSlices of its own node"},
+		{name: "another driver's", req: req(admission.Create, slice("node-a", "gpu.nvidia.com", "node-a"), nil), want: "may only write ResourceSlices of driver gpu.tangram.dev"},
+		{name: "another pool", req: req(admission.Create, slice("node-a", "gpu.tangram.dev", "cluster-pool"), nil), want: "of the pool named after its node"},
+		{name: "taking over another node's slice", req: req(admission.Update, own, slice("node-b", "gpu.tangram.dev", "node-b")), want: "may not take over the ResourceSlice of node 'node-b'"},
+		{name: "deleting another node's", req: req(admission.Delete, nil, slice("node-b", "gpu.tangram.dev", "node-b")), want: "of its own node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("denial %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestControllerSecretPolicyDecisions: the controller may create only its
+// webhook certificate Secret, which RBAC cannot say.
+func TestControllerSecretPolicyDecisions(t *testing.T) {
+	const name = "tangram-controller-webhook-secret-only"
+	objs := render(t, "controller.enabled=true", "controller.webhook.enabled=true")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", name).(*admissionv1.ValidatingAdmissionPolicy))
+	controller := &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":tangram-controller"}
+	secret := func(ns, name string) request {
+		return request{user: controller, op: admission.Create, namespace: ns, gvk: corev1.SchemeGroupVersion.WithKind("Secret"),
+			gvr: corev1.SchemeGroupVersion.WithResource("secrets"), object: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}}
+	}
+	for _, tc := range []struct {
+		name string
+		req  request
+		want string
+	}{
+		{name: "its certificate Secret", req: secret(namespace, "tangram-controller-webhook-tls")},
+		{name: "another Secret", req: secret(namespace, "registry-credentials"), want: "may create only its webhook certificate Secret"},
+		{name: "in another namespace", req: secret("kube-system", "tangram-controller-webhook-tls"), want: "may create only its webhook certificate Secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("denial %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+	for _, sets := range [][]string{{"controller.enabled=true"}, {"controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.certManager.enabled=true"}} {
+		if render(t, sets...).has("ValidatingAdmissionPolicy", name) {
+			t.Errorf("%v: the Secret policy is rendered although the controller creates no Secret", sets)
+		}
+	}
+}
