@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
@@ -440,6 +441,23 @@ func kubeletDevices(rec ClaimRecord) []kubeletplugin.Device {
 			kd.ShareID = &shareID
 		}
 		out = append(out, kd)
+	}
+	// A claim of several requests has a claim-wide CDI device (see
+	// cdi.ComputeClaimEdits). It comes last, so its lists win in a
+	// container that names the whole claim, and it is tied to a request
+	// name no request can have, so containers naming requests never get it.
+	requests := make([]string, len(rec.Devices))
+	for i, dev := range rec.Devices {
+		requests[i] = dev.Request
+	}
+	if len(rec.Devices) > 0 && cdi.NeedsClaimWideDevice(requests) {
+		last := rec.Devices[len(rec.Devices)-1]
+		out = append(out, kubeletplugin.Device{
+			Requests:     []string{cdi.ClaimWideRequest},
+			PoolName:     last.Pool,
+			DeviceName:   last.Device,
+			CDIDeviceIDs: []string{cdi.DeviceID(cdi.ClaimWideDeviceName(rec.UID))},
+		})
 	}
 	return out
 }

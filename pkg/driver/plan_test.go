@@ -101,11 +101,12 @@ func TestAdminAccessToAShareableCard(t *testing.T) {
 	h := newHarness(t)
 	admin := shareResult("gpu", "gpu-2", "a1", "10Gi", "")
 	admin.AdminAccess = ptr.To(true)
-	if err := h.prepare(claimWith("monitor", admin))["monitor"].Err; err != nil {
-		t.Fatal(err)
+	res := h.prepare(claimWith("monitor", admin))["monitor"]
+	if res.Err != nil {
+		t.Fatal(res.Err)
 	}
 	h.assertConsistent()
-	env, mounts, err := h.specs.env("monitor")
+	env, mounts, err := h.specs.env(cdiIDs(res))
 	if err != nil {
 		t.Fatal(err)
 	}
