@@ -42,7 +42,13 @@ type Config struct {
 	Shares Shares
 	// ListClaims is used only to rebuild state after a corrupt checkpoint.
 	ListClaims ClaimLister
-	Metrics    *Metrics
+	// ClaimStatus, if set, receives each prepared claim's device data
+	// (ResourceClaim.status.devices); nil writes none.
+	ClaimStatus ClaimStatusWriter
+	// SimulatedMPS reports that MPS shares are simulated (fake GPUs), so
+	// the device status says they are not enforced.
+	SimulatedMPS bool
+	Metrics      *Metrics
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
@@ -257,6 +263,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		return nil, err
 	}
+	d.writeStatus(ctx, completed)
 	return kubeletDevices(completed), nil
 }
 
@@ -341,7 +348,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	d.inFlight[uid] = true
 	d.mu.Unlock()
 	defer d.notInFlight(uid)
-	return d.undo(ctx, rec)
+	if err := d.undo(ctx, rec); err != nil {
+		return err
+	}
+	d.clearStatus(ctx, rec)
+	return nil
 }
 
 // changedLocked marks the records changed and returns the version that
