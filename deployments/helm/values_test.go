@@ -42,6 +42,7 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "bad node label key", sets: []string{"nodeLabelAttributes={not a label}"}, wantErr: []string{"nodeLabelAttributes"}},
 		{name: "metrics port", sets: []string{"metrics.port=70000"}, wantErr: []string{"port"}},
 		{name: "controller replicas", sets: []string{"controller.replicas=0"}, wantErr: []string{"replicas"}},
+		{name: "extended resource without a domain", sets: []string{"deviceClasses.gpu.extendedResourceName=gpu"}, wantErr: []string{"extendedResourceName"}},
 		{name: "extra arg that is not a flag", sets: []string{"kubeletPlugin.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
 		{
 			name:    "default GpuConfig with an unknown backend",
@@ -124,6 +125,16 @@ func TestDeviceClasses(t *testing.T) {
 	}
 	if cfg.Sharing == nil || cfg.Sharing.Backend != v1alpha1.BackendMPS {
 		t.Errorf("shared class default config = %v, want the mps backend", cfg)
+	}
+	if whole.Spec.ExtendedResourceName != nil {
+		t.Errorf("%s serves extended resource %q by default; it must be opt-in", whole.Name, *whole.Spec.ExtendedResourceName)
+	}
+	ext := render(t, "deviceClasses.gpu.extendedResourceName=nvidia.com/gpu")
+	if got := ext.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got == nil || *got != "nvidia.com/gpu" {
+		t.Errorf("extendedResourceName=nvidia.com/gpu: class serves %v, want nvidia.com/gpu", got)
+	}
+	if got := ext.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
+		t.Errorf("the shared class serves extended resource %q; shares cannot be sized by an extended resource", *got)
 	}
 	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
 		t.Errorf("defaultConfig=null still attaches a config")
