@@ -43,7 +43,11 @@ var _ = Describe("DRA API features", func() {
 			pod.Spec.Containers = append(pod.Spec.Containers, ctr)
 		}
 		createPod(ctx, pod)
-		waitRunning(ctx, ns, pod.Name)
+		// Several containers: their reports are read one by one below.
+		Eventually(func(g Gomega) {
+			p := getPod(ctx, ns, pod.Name)
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", pod.Name, p.Status.Phase, eventText(ctx, ns, pod.Name))
+		}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(pollEvery).Should(Succeed())
 		claim := allocatedClaim(ctx, ns, pod.Name)
 		describeAllocation(pod.Name, claim)
 		devices := nodeDevices(ctx, gpuNode)
