@@ -168,7 +168,7 @@ var _ = Describe("DRA API features", func() {
 		Expect(report).To(HaveKeyWithValue("TANGRAM_SHARING_BACKEND", "exclusive,exclusive"))
 	}, SpecTimeout(6*time.Minute))
 
-	It("allocationMode All gives every card of the node", func(ctx SpecContext) {
+	It("allocationMode All gives every card matching the selector", func(ctx SpecContext) {
 		scenario("allocationMode: All")
 		ns := newNamespace(ctx)
 		all := wholeGPUs(0)
