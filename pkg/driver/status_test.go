@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
@@ -171,5 +172,39 @@ func TestAPIClaimStatus(t *testing.T) {
 	}
 	if err := w.SetDevices(ctx, "ml", "gone", ours); err != nil {
 		t.Errorf("a deleted claim: %v, want no error", err)
+	}
+}
+
+// The kubelet gets the claim-wide CDI device last, tied to a request name no
+// request can have, and only for claims of several requests.
+func TestKubeletDevicesClaimWideEntry(t *testing.T) {
+	dev := func(request, device string) PreparedDevice {
+		return PreparedDevice{Request: request, Pool: testNode, Device: device, CDIDeviceIDs: []string{"k8s.gpu.tangram.dev/claim=u-" + device}}
+	}
+	tests := []struct {
+		name     string
+		devices  []PreparedDevice
+		wantLast []string // Requests of the last entry
+		wantLen  int
+	}{
+		{name: "one request", devices: []PreparedDevice{dev("gpus", "gpu-0"), dev("gpus", "gpu-1")}, wantLast: []string{"gpus"}, wantLen: 2},
+		{name: "two requests", devices: []PreparedDevice{dev("left", "gpu-0"), dev("right", "gpu-1")}, wantLast: []string{cdi.ClaimWideRequest}, wantLen: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := kubeletDevices(ClaimRecord{UID: "u", Devices: tt.devices})
+			if len(got) != tt.wantLen {
+				t.Fatalf("%d entries, want %d: %+v", len(got), tt.wantLen, got)
+			}
+			last := got[len(got)-1]
+			if !reflect.DeepEqual(last.Requests, tt.wantLast) {
+				t.Errorf("last entry requests = %v, want %v", last.Requests, tt.wantLast)
+			}
+			if tt.wantLen == 3 {
+				if want := []string{"k8s.gpu.tangram.dev/claim=u-claim"}; !reflect.DeepEqual(last.CDIDeviceIDs, want) || last.PoolName != testNode || last.DeviceName != "gpu-1" {
+					t.Errorf("claim-wide entry = %+v, want IDs %v on %s/gpu-1", last, want, testNode)
+				}
+			}
+		})
 	}
 }
