@@ -191,6 +191,53 @@ var _ = Describe("DRA API features", func() {
 	}, SpecTimeout(6*time.Minute))
 })
 
+var _ = Describe("DRA API features: DeviceTaintRule", func() {
+	It("a NoSchedule DeviceTaintRule on a shared card keeps new shares off it while its share keeps running", func(ctx SpecContext) {
+		scenario("DeviceTaintRule NoSchedule on the card of a running share")
+		ns := newNamespace(ctx)
+		createTemplate(ctx, ns, "share", memoryShare("20Gi"))
+		createPod(ctx, gpuPod(ns, "first", "share"))
+		waitRunning(ctx, ns, "first")
+		first := results(allocatedClaim(ctx, ns, "first"))
+		Expect(first).To(HaveLen(1))
+		card := first[0].Device
+		rule := &resourceapi.DeviceTaintRule{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "tangram-e2e-"},
+			Spec: resourceapi.DeviceTaintRuleSpec{
+				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(names.DriverName), Pool: ptr.To(first[0].Pool), Device: ptr.To(card)},
+				Taint:          resourceapi.DeviceTaint{Key: "e2e.tangram.dev/maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+			},
+		}
+		created, err := clientset.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(clientset.ResourceV1().DeviceTaintRules().Delete(ctx, created.Name, metav1.DeleteOptions{})).To(Succeed())
+		})
+		GinkgoWriter.Printf("  DeviceTaintRule %s: NoSchedule on %s\n", created.Name, card)
+		// Without the taint the packing puts the second share beside the
+		// first. The scheduler learns of the rule through an informer, so a
+		// share created at once may still land there: then it is deleted
+		// and tried again, a few times.
+		var got string
+		for attempt := range 3 {
+			name := fmt.Sprintf("second-%d", attempt)
+			createPod(ctx, gpuPod(ns, name, "share"))
+			waitRunning(ctx, ns, name)
+			second := results(allocatedClaim(ctx, ns, name))
+			Expect(second).To(HaveLen(1))
+			got = second[0].Device
+			if got != card {
+				break
+			}
+			GinkgoWriter.Printf("  %s landed on %s before the scheduler saw the rule; retrying\n", name, card)
+			deletePodAndWait(ctx, ns, name)
+		}
+		Expect(got).NotTo(Equal(card), "new shares keep landing on the tainted card")
+		Expect(getPod(ctx, ns, "first").Status.Phase).To(Equal(corev1.PodRunning), "NoSchedule must not evict the running share")
+		Expect(restarts(ctx, ns, "first")).To(BeZero())
+	}, SpecTimeout(6*time.Minute))
+})
+
 // containerReport waits for one container's gpu-info report.
 func containerReport(ctx context.Context, ns, pod, container string) map[string]string {
 	var report map[string]string
