@@ -229,9 +229,11 @@ func TestRBAC(t *testing.T) {
 	objs := render(t, "controller.enabled=true")
 	plugin := objs.get(t, "ClusterRole", pluginName).(*rbacv1.ClusterRole)
 	want := map[string][]string{
-		"/nodes":                         {"get"},
-		"resource.k8s.io/resourceclaims": {"get", "list", "watch"},
-		"resource.k8s.io/resourceslices": {"create", "delete", "get", "list", "update", "watch"},
+		"/nodes":                                {"get"},
+		"resource.k8s.io/resourceclaims":        {"get", "list", "watch"},
+		"resource.k8s.io/resourceclaims/status": {"patch"},
+		"resource.k8s.io/resourceclaims/driver": {"associated-node:patch"},
+		"resource.k8s.io/resourceslices":        {"create", "delete", "get", "list", "update", "watch"},
 	}
 	got := map[string][]string{}
 	for _, r := range plugin.Rules {
@@ -245,6 +247,11 @@ func TestRBAC(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("plugin ClusterRole grants %v, want exactly %v", got, want)
+	}
+	for _, r := range plugin.Rules {
+		if slices.Contains(r.Resources, "resourceclaims/driver") && !slices.Equal(r.ResourceNames, []string{"gpu.tangram.dev"}) {
+			t.Errorf("status.devices rights reach drivers %v, want only gpu.tangram.dev", r.ResourceNames)
+		}
 	}
 	for k, v := range want {
 		if !slices.Equal(got[k], v) {

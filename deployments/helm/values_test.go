@@ -49,6 +49,7 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "webhook certificate validity in days", sets: []string{"controller.webhook.certValidity=90d"}, wantErr: []string{"certValidity"}},
 		{name: "cert-manager issuer kind", sets: []string{"controller.webhook.certManager.issuerRef.kind=Vault"}, wantErr: []string{"kind"}},
 		{name: "network policy switch as a string", sets: []string{"networkPolicy.enabled=maybe"}, wantErr: []string{"networkPolicy"}},
+		{name: "extended resource without a domain", sets: []string{"deviceClasses.gpu.extendedResourceName=gpu"}, wantErr: []string{"extendedResourceName"}},
 		{name: "extra arg that is not a flag", sets: []string{"kubeletPlugin.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
 		{
 			name:    "default GpuConfig with an unknown backend",
@@ -131,6 +132,16 @@ func TestDeviceClasses(t *testing.T) {
 	}
 	if cfg.Sharing == nil || cfg.Sharing.Backend != v1alpha1.BackendMPS {
 		t.Errorf("shared class default config = %v, want the mps backend", cfg)
+	}
+	if whole.Spec.ExtendedResourceName != nil {
+		t.Errorf("%s serves extended resource %q by default; it must be opt-in", whole.Name, *whole.Spec.ExtendedResourceName)
+	}
+	ext := render(t, "deviceClasses.gpu.extendedResourceName=nvidia.com/gpu")
+	if got := ext.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got == nil || *got != "nvidia.com/gpu" {
+		t.Errorf("extendedResourceName=nvidia.com/gpu: class serves %v, want nvidia.com/gpu", got)
+	}
+	if got := ext.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
+		t.Errorf("the shared class serves extended resource %q; shares cannot be sized by an extended resource", *got)
 	}
 	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
 		t.Errorf("defaultConfig=null still attaches a config")

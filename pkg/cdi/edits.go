@@ -3,6 +3,7 @@ package cdi
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,17 +20,20 @@ import (
 // Environment variables set in containers. The CUDA_MPS_* and
 // NVIDIA_VISIBLE_DEVICES names are defined by NVIDIA; TANGRAM_* are ours.
 const (
-	EnvVisibleDevices      = "NVIDIA_VISIBLE_DEVICES"
-	EnvMPSPipeDirectory    = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSPinnedMemLimit   = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	EnvMPSActiveThreadPct  = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvClaim               = "TANGRAM_CLAIM"
-	EnvClaimUID            = "TANGRAM_CLAIM_UID"
-	EnvGPUDevices          = "TANGRAM_GPU_DEVICES"
-	EnvGPUUUIDs            = "TANGRAM_GPU_UUIDS"
-	EnvGPUMemoryLimitMiB   = "TANGRAM_GPU_MEMORY_LIMIT_MIB"
-	EnvGPUComputePercent   = "TANGRAM_GPU_COMPUTE_PERCENT"
-	EnvGPUSharingBackend   = "TANGRAM_SHARING_BACKEND"
+	EnvVisibleDevices     = "NVIDIA_VISIBLE_DEVICES"
+	EnvMPSPipeDirectory   = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSPinnedMemLimit  = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSActiveThreadPct = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvClaim              = "TANGRAM_CLAIM"
+	EnvClaimUID           = "TANGRAM_CLAIM_UID"
+	EnvGPUDevices         = "TANGRAM_GPU_DEVICES"
+	EnvGPUUUIDs           = "TANGRAM_GPU_UUIDS"
+	EnvGPUMemoryLimitMiB  = "TANGRAM_GPU_MEMORY_LIMIT_MIB"
+	EnvGPUComputePercent  = "TANGRAM_GPU_COMPUTE_PERCENT"
+	EnvGPUSharingBackend  = "TANGRAM_SHARING_BACKEND"
+	// EnvGPUPrefix starts the per-card variables TANGRAM_GPU_<index>_UUID,
+	// _MEMORY_LIMIT_MIB, _COMPUTE_PERCENT and _SHARING_BACKEND.
+	EnvGPUPrefix           = "TANGRAM_GPU_"
 	sharingModeExclusive   = "exclusive"
 	mib                    = 1 << 20
 	fullComputePercent     = 100
@@ -80,14 +84,21 @@ type DeviceEdits struct {
 	Name string
 	// ID is the fully qualified CDI device ID returned to the kubelet.
 	ID string
-	// Edits holds the claim-wide environment and mounts.
+	// Edits holds the environment and mounts of the device.
 	Edits cdispec.ContainerEdits
+	// MPS reports whether the device's card is an MPS share, so the
+	// device carries the MPS client settings.
+	MPS bool
 }
 
 // ClaimEdits is everything ComputeClaimEdits derives for one claim.
 type ClaimEdits struct {
 	Claim   Claim
 	Devices []DeviceEdits
+	// ClaimWide, set when the claim's results come from several requests,
+	// is the device that gives a container naming the whole claim the
+	// claim's lists; see ComputeClaimEdits.
+	ClaimWide *DeviceEdits
 	// MPS reports whether the claim's containers connect to an MPS daemon.
 	MPS bool
 }
@@ -139,6 +150,7 @@ func DeviceID(name string) string {
 
 // card aggregates the results of one physical card within a claim.
 type card struct {
+	index    int
 	device   string
 	uuid     string
 	memory   int64 // the card's memory
@@ -170,8 +182,54 @@ func (c *card) finish() {
 	}
 }
 
+// ClaimWideRequest is the request name the plugin gives the kubelet for a
+// claim's claim-wide CDI device (see ComputeClaimEdits). It contains a dot,
+// so it is never the name of a request (a DNS label): the kubelet injects
+// the device only into containers that name the claim without a request.
+const ClaimWideRequest = "tangram.whole-claim"
+
+// ClaimWideDeviceName is the CDI device name of a claim's claim-wide device.
+func ClaimWideDeviceName(claimUID string) string {
+	return DeviceName(claimUID, "claim", "")
+}
+
+// NeedsClaimWideDevice reports whether results of these requests need a
+// claim-wide device: only when they come from more than one request, since
+// with one request the request's view is the claim's.
+func NeedsClaimWideDevice(requests []string) bool {
+	for _, r := range requests {
+		if BaseRequest(r) != BaseRequest(requests[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// BaseRequest is the request a result belongs to for the kubelet: a
+// subrequest "req/sub" counts as "req".
+func BaseRequest(request string) string {
+	base, _, _ := strings.Cut(request, "/")
+	return base
+}
+
 // ComputeClaimEdits derives the CDI devices and container edits of a claim.
 // It is pure: same input, same output, no I/O.
+//
+// The kubelet injects into a container the CDI devices of the requests it
+// names, and the runtime merges their environment key by key, the last
+// device injected winning. The environment is therefore built so that any
+// set of injected devices composes to the right view:
+//   - per-card variables (TANGRAM_GPU_<index>_*) have keys of their own, so
+//     a container gets exactly those of the cards it was given;
+//   - list variables (NVIDIA_VISIBLE_DEVICES, TANGRAM_GPU_UUIDS, ...) carry,
+//     on every device of a request, that request's cards; a container that
+//     names the claim without a request additionally gets the claim-wide
+//     device (ClaimEdits.ClaimWide), returned to the kubelet last, whose
+//     lists cover the whole claim;
+//   - MPS variables and mounts are carried only by devices of MPS-shared
+//     cards; their values are claim-wide (a limit for a card the container
+//     cannot see is moot, and the thread cap is the smallest of the claim),
+//     so whichever such device comes last, the result is the same.
 func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
 	if claim.UID == "" {
 		return nil, fmt.Errorf("computing CDI edits: claim %s/%s has no UID", claim.Namespace, claim.Name)
@@ -183,7 +241,21 @@ func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
 	if err != nil {
 		return nil, fmt.Errorf("computing CDI edits for claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
-	edits := claimWideEdits(claim, cards, pipeDir)
+	byUUID := map[string]*card{}
+	for _, c := range cards {
+		byUUID[c.uuid] = c
+	}
+	requestCards := map[string][]*card{}
+	var requests []string
+	for _, r := range results {
+		base := BaseRequest(r.Request)
+		requests = append(requests, r.Request)
+		c := byUUID[r.GPU.UUID]
+		if !slices.Contains(requestCards[base], c) {
+			requestCards[base] = append(requestCards[base], c)
+		}
+	}
+	mps := mpsEdits(cards, pipeDir)
 
 	out := &ClaimEdits{Claim: claim, MPS: pipeDir != ""}
 	seen := map[string]bool{}
@@ -197,7 +269,25 @@ func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
 				claim.Namespace, claim.Name, r.Device, r.ShareID)
 		}
 		seen[name] = true
-		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: DeviceID(name), Edits: copyEdits(edits)})
+		c := byUUID[r.GPU.UUID]
+		edits := cdispec.ContainerEdits{Env: listEnv(claim, requestCards[BaseRequest(r.Request)])}
+		edits.Env = append(edits.Env, cardEnv(c)...)
+		usesMPS := !c.whole && c.backend == v1alpha1.BackendMPS
+		if usesMPS {
+			edits.Env = append(edits.Env, mps.Env...)
+			edits.Mounts = mps.Mounts
+		}
+		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: DeviceID(name), Edits: copyEdits(edits), MPS: usesMPS})
+	}
+	if NeedsClaimWideDevice(requests) {
+		name := ClaimWideDeviceName(claim.UID)
+		if seen[name] {
+			return nil, fmt.Errorf("computing CDI edits for claim %s/%s: the claim-wide device name %s clashes with a device", claim.Namespace, claim.Name, name)
+		}
+		// Only the lists: the cards' own devices, injected before it, bring
+		// the per-card variables, the MPS settings and the device nodes.
+		edits := cdispec.ContainerEdits{Env: listEnv(claim, cards)}
+		out.ClaimWide = &DeviceEdits{Name: name, ID: DeviceID(name), Edits: edits}
 	}
 	return out, nil
 }
@@ -214,7 +304,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 		}
 		c, ok := byUUID[r.GPU.UUID]
 		if !ok {
-			c = &card{device: r.Device, uuid: r.GPU.UUID, memory: r.GPU.MemoryBytes}
+			c = &card{index: r.GPU.Index, device: r.Device, uuid: r.GPU.UUID, memory: r.GPU.MemoryBytes}
 			byUUID[r.GPU.UUID] = c
 			cards = append(cards, c)
 		}
@@ -299,31 +389,18 @@ func consumed(r Result) (int64, int64, error) {
 	return mem, compute, nil
 }
 
-// claimWideEdits builds the environment and mounts every device of the
-// claim carries.
-func claimWideEdits(claim Claim, cards []*card, pipeDir string) cdispec.ContainerEdits {
-	var uuids, devices, memMiB, compute, backends, memLimits []string
-	threadCap := int32(math.MaxInt32)
+// listEnv builds the claim's identity and the list variables over cards.
+func listEnv(claim Claim, cards []*card) []string {
+	var uuids, devices, memMiB, compute, backends []string
 	for _, c := range cards {
 		uuids = append(uuids, c.uuid)
 		devices = append(devices, c.device)
 		memMiB = append(memMiB, strconv.FormatInt(c.memBytes/mib, 10))
 		compute = append(compute, strconv.Itoa(int(c.percent)))
-		switch {
-		case c.whole:
-			backends = append(backends, sharingModeExclusive)
-		default:
-			backends = append(backends, string(c.backend))
-		}
-		if !c.whole && c.backend == v1alpha1.BackendMPS {
-			memLimits = append(memLimits, fmt.Sprintf("%s=%dM", c.uuid, c.memBytes/mib))
-			if c.threadCap > 0 {
-				threadCap = min(threadCap, c.threadCap)
-			}
-		}
+		backends = append(backends, c.backendName())
 	}
 	joined := func(s []string) string { return strings.Join(s, ",") }
-	env := []string{
+	return []string{
 		EnvVisibleDevices + "=" + joined(uuids),
 		EnvClaim + "=" + claim.Namespace + "/" + claim.Name,
 		EnvClaimUID + "=" + claim.UID,
@@ -333,21 +410,56 @@ func claimWideEdits(claim Claim, cards []*card, pipeDir string) cdispec.Containe
 		EnvGPUComputePercent + "=" + joined(compute),
 		EnvGPUSharingBackend + "=" + joined(backends),
 	}
-	var edits cdispec.ContainerEdits
-	if pipeDir != "" {
-		env = append(env,
-			EnvMPSPipeDirectory+"="+pipeDir,
-			EnvMPSPinnedMemLimit+"="+joined(memLimits))
-		if threadCap != math.MaxInt32 {
-			env = append(env, EnvMPSActiveThreadPct+"="+strconv.Itoa(int(threadCap)))
-		}
-		edits.Mounts = []*cdispec.Mount{{
-			HostPath:      pipeDir,
-			ContainerPath: pipeDir,
-			Options:       []string{"rbind", "rw", "nosuid", "nodev"},
-		}}
+}
+
+// cardEnv builds the variables of one card, keyed by its index so that the
+// variables of several cards never overwrite each other.
+func cardEnv(c *card) []string {
+	prefix := fmt.Sprintf("%s%d_", EnvGPUPrefix, c.index)
+	return []string{
+		prefix + "UUID=" + c.uuid,
+		prefix + "MEMORY_LIMIT_MIB=" + strconv.FormatInt(c.memBytes/mib, 10),
+		prefix + "COMPUTE_PERCENT=" + strconv.Itoa(int(c.percent)),
+		prefix + "SHARING_BACKEND=" + c.backendName(),
 	}
-	edits.Env = env
+}
+
+func (c *card) backendName() string {
+	if c.whole {
+		return sharingModeExclusive
+	}
+	return string(c.backend)
+}
+
+// mpsEdits builds the MPS client settings of the claim: the same on every
+// device of an MPS-shared card. Empty when the claim has no MPS share.
+func mpsEdits(cards []*card, pipeDir string) cdispec.ContainerEdits {
+	var edits cdispec.ContainerEdits
+	if pipeDir == "" {
+		return edits
+	}
+	var memLimits []string
+	threadCap := int32(math.MaxInt32)
+	for _, c := range cards {
+		if !c.whole && c.backend == v1alpha1.BackendMPS {
+			memLimits = append(memLimits, fmt.Sprintf("%s=%dM", c.uuid, c.memBytes/mib))
+			if c.threadCap > 0 {
+				threadCap = min(threadCap, c.threadCap)
+			}
+		}
+	}
+	edits.Env = []string{
+		EnvMPSPipeDirectory + "=" + pipeDir,
+		EnvMPSPinnedMemLimit + "=" + strings.Join(memLimits, ","),
+	}
+	if threadCap != math.MaxInt32 {
+		edits.Env = append(edits.Env, EnvMPSActiveThreadPct+"="+strconv.Itoa(int(threadCap)))
+	}
+	edits.Mounts = []*cdispec.Mount{{
+		HostPath:      pipeDir,
+		ContainerPath: pipeDir,
+		Options:       []string{"rbind", "rw", "nosuid", "nodev"},
+	}}
 	return edits
 }
 

@@ -2,6 +2,7 @@ package cdi
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -249,19 +250,62 @@ func TestComputeClaimEdits(t *testing.T) {
 				if want := "k8s.gpu.tangram.dev/claim=" + d.Name; d.ID != want {
 					t.Errorf("ID = %q, want %q", d.ID, want)
 				}
-				// Every device of the claim carries the same claim-wide edits.
-				if !reflect.DeepEqual(d.Edits.Env, tc.wantEnv) {
-					t.Errorf("device %s env\n got: %q\nwant: %q", d.Name, d.Edits.Env, tc.wantEnv)
-				}
-				if !reflect.DeepEqual(d.Edits.Mounts, tc.wantMounts) {
-					t.Errorf("device %s mounts = %+v, want %+v", d.Name, d.Edits.Mounts, tc.wantMounts)
-				}
+			}
+			// What a container naming the whole claim gets.
+			env, mounts := wholeClaimView(got)
+			if !reflect.DeepEqual(withoutCardEnv(env), tc.wantEnv) {
+				t.Errorf("env\n got: %q\nwant: %q", env, tc.wantEnv)
+			}
+			if !reflect.DeepEqual(mounts, tc.wantMounts) {
+				t.Errorf("mounts = %+v, want %+v", mounts, tc.wantMounts)
 			}
 			if !reflect.DeepEqual(gotNames, tc.wantNames) {
 				t.Errorf("device names = %q, want %q", gotNames, tc.wantNames)
 			}
 		})
 	}
+}
+
+// wholeClaimView merges the edits of every device of the claim, the
+// claim-wide one last, as the runtime does for a container that names the
+// claim without a request: variables by key, the last device winning, and
+// mounts by container path.
+func wholeClaimView(e *ClaimEdits) ([]string, []*cdispec.Mount) {
+	devices := e.Devices
+	if e.ClaimWide != nil {
+		devices = append(slices.Clone(devices), *e.ClaimWide)
+	}
+	var env []string
+	var mounts []*cdispec.Mount
+	for _, d := range devices {
+		for _, kv := range d.Edits.Env {
+			key, _, _ := strings.Cut(kv, "=")
+			if i := slices.IndexFunc(env, func(have string) bool { return strings.HasPrefix(have, key+"=") }); i >= 0 {
+				env[i] = kv
+			} else {
+				env = append(env, kv)
+			}
+		}
+		for _, m := range d.Edits.Mounts {
+			if !slices.ContainsFunc(mounts, func(have *cdispec.Mount) bool { return have.ContainerPath == m.ContainerPath }) {
+				mounts = append(mounts, m)
+			}
+		}
+	}
+	return env, mounts
+}
+
+// withoutCardEnv drops the per-card variables TANGRAM_GPU_<index>_*.
+func withoutCardEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		rest, ok := strings.CutPrefix(kv, EnvGPUPrefix)
+		if ok && rest != "" && rest[0] >= '0' && rest[0] <= '9' {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 func TestComputeClaimEditsErrors(t *testing.T) {

@@ -19,7 +19,9 @@ const specExt = ".json"
 
 // BuildSpec assembles the transient CDI spec of a claim: the devices from
 // ComputeClaimEdits (in the same order as results, which it was computed
-// from) plus the hardware edits of their cards.
+// from) plus the hardware edits of their cards, and the claim-wide device
+// if there is one (it needs no hardware edits: a container given it also
+// gets every other device of the claim).
 func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.Spec, error) {
 	if len(edits.Devices) != len(results) {
 		return nil, fmt.Errorf("building CDI spec for claim %s: %d devices computed for %d results",
@@ -54,6 +56,9 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 		e.Hooks = append(e.Hooks, cardEdits.Hooks...)
 		e.Env = append(e.Env, withoutKeys(cardEdits.Env, ours)...)
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: d.Name, ContainerEdits: e})
+	}
+	if cw := edits.ClaimWide; cw != nil {
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: cw.Name, ContainerEdits: copyEdits(cw.Edits)})
 	}
 	// The lowest version that can express the spec, so older runtimes read it.
 	version, err := cdispec.MinimumRequiredVersion(spec)

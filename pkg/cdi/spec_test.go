@@ -88,7 +88,9 @@ func TestSpecRoundTrip(t *testing.T) {
 				t.Fatalf("cache: %v", err)
 			}
 			ociSpec := &oci.Spec{Process: &oci.Process{}}
-			ids := []string{edits.Devices[0].ID, edits.Devices[1].ID}
+			// A container naming the whole claim: every device, then the
+			// claim-wide one (the claim has two requests).
+			ids := []string{edits.Devices[0].ID, edits.Devices[1].ID, edits.ClaimWide.ID}
 			if unresolved, err := cache.InjectDevices(ociSpec, ids...); err != nil {
 				t.Fatalf("InjectDevices: unresolved %v: %v", unresolved, err)
 			}

@@ -77,7 +77,7 @@ func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
 		return nil, err
 	}
 	if edits.MPS {
-		addMPSMounts(cdiSpec, spec.MPS.Mounts)
+		addMPSMounts(cdiSpec, edits, spec.MPS.Mounts)
 	}
 	if err := c.Store.Write(spec.UID, cdiSpec); err != nil {
 		return nil, err
@@ -90,9 +90,18 @@ func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
 }
 
 // addMPSMounts adds the MPS client mounts pkg/cdi does not add itself (the
-// daemon's /dev/shm) to every device of the spec.
-func addMPSMounts(spec *cdispec.Spec, mounts []sharing.Mount) {
+// daemon's /dev/shm) to the devices of MPS-shared cards, which carry the
+// other MPS settings: a container given only whole cards keeps its own
+// /dev/shm.
+func addMPSMounts(spec *cdispec.Spec, edits *cdi.ClaimEdits, mounts []sharing.Mount) {
+	mpsDevices := map[string]bool{}
+	for _, d := range edits.Devices {
+		mpsDevices[d.Name] = d.MPS
+	}
 	for i := range spec.Devices {
+		if !mpsDevices[spec.Devices[i].Name] {
+			continue
+		}
 		edits := &spec.Devices[i].ContainerEdits
 		for _, m := range mounts {
 			if slices.ContainsFunc(edits.Mounts, func(have *cdispec.Mount) bool { return have.ContainerPath == m.ContainerPath }) {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
@@ -41,7 +42,13 @@ type Config struct {
 	Shares Shares
 	// ListClaims is used only to rebuild state after a corrupt checkpoint.
 	ListClaims ClaimLister
-	Metrics    *Metrics
+	// ClaimStatus, if set, receives each prepared claim's device data
+	// (ResourceClaim.status.devices); nil writes none.
+	ClaimStatus ClaimStatusWriter
+	// SimulatedMPS reports that MPS shares are simulated (fake GPUs), so
+	// the device status says they are not enforced.
+	SimulatedMPS bool
+	Metrics      *Metrics
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
@@ -256,6 +263,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		}
 		return nil, err
 	}
+	d.writeStatus(ctx, completed)
 	return kubeletDevices(completed), nil
 }
 
@@ -340,7 +348,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	d.inFlight[uid] = true
 	d.mu.Unlock()
 	defer d.notInFlight(uid)
-	return d.undo(ctx, rec)
+	if err := d.undo(ctx, rec); err != nil {
+		return err
+	}
+	d.clearStatus(ctx, rec)
+	return nil
 }
 
 // changedLocked marks the records changed and returns the version that
@@ -440,6 +452,23 @@ func kubeletDevices(rec ClaimRecord) []kubeletplugin.Device {
 			kd.ShareID = &shareID
 		}
 		out = append(out, kd)
+	}
+	// A claim of several requests has a claim-wide CDI device (see
+	// cdi.ComputeClaimEdits). It comes last, so its lists win in a
+	// container that names the whole claim, and it is tied to a request
+	// name no request can have, so containers naming requests never get it.
+	requests := make([]string, len(rec.Devices))
+	for i, dev := range rec.Devices {
+		requests[i] = dev.Request
+	}
+	if len(rec.Devices) > 0 && cdi.NeedsClaimWideDevice(requests) {
+		last := rec.Devices[len(rec.Devices)-1]
+		out = append(out, kubeletplugin.Device{
+			Requests:     []string{cdi.ClaimWideRequest},
+			PoolName:     last.Pool,
+			DeviceName:   last.Device,
+			CDIDeviceIDs: []string{cdi.DeviceID(cdi.ClaimWideDeviceName(rec.UID))},
+		})
 	}
 	return out
 }

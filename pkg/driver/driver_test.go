@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -65,7 +66,7 @@ func TestPrepareShapes(t *testing.T) {
 			claim: claimWith("c5", wholeResult("big", "gpu-0"),
 				shareResult("small", "gpu-1", "s4", "10Gi", ""), shareResult("small", "gpu-2", "s5", "10Gi", "")),
 			wantIDs: []string{"k8s.gpu.tangram.dev/claim=c5-gpu-0", "k8s.gpu.tangram.dev/claim=c5-gpu-1-s4",
-				"k8s.gpu.tangram.dev/claim=c5-gpu-2-s5"},
+				"k8s.gpu.tangram.dev/claim=c5-gpu-2-s5", "k8s.gpu.tangram.dev/claim=c5-claim"},
 			wantHolders:  map[string][]string{"GPU-1": {"c5"}, "GPU-2": {"c5"}},
 			wantBackends: "exclusive,mps,mps", wantMemLimit: "GPU-1=10240M,GPU-2=10240M",
 		},
@@ -91,7 +92,7 @@ func TestPrepareShapes(t *testing.T) {
 			if got := h.shares.Holders(); !reflect.DeepEqual(got, tt.wantHolders) {
 				t.Errorf("MPS holders %v, want %v", got, tt.wantHolders)
 			}
-			env, mounts, err := h.specs.env(string(tt.claim.UID))
+			env, mounts, err := h.specs.env(cdiIDs(res))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,6 +115,9 @@ func TestPrepareShapes(t *testing.T) {
 					t.Errorf("CUDA_MPS_PIPE_DIRECTORY=%q, want %q", got, want)
 				}
 			}
+			// The runtime orders mounts by path; the order carries no meaning.
+			slices.Sort(mounts)
+			slices.Sort(wantMounts)
 			if !reflect.DeepEqual(mounts, wantMounts) {
 				t.Errorf("mounts %v, want %v", mounts, wantMounts)
 			}

@@ -13,6 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
@@ -101,20 +104,26 @@ func (s *stepSpecs) Remove(ctx context.Context, uid string) error {
 
 func (s *stepSpecs) dir() string { return s.Store.Dir() }
 
-// env returns the environment of the first device of the claim's spec.
-func (s *stepSpecs) env(uid string) (map[string]string, []string, error) {
-	spec, err := s.Store.Read(uid)
+// env returns the environment and mounts a container gets when the runtime
+// injects the given CDI devices (in the kubelet's order) from the claim's
+// spec, merged as containerd does, through the CDI library.
+func (s *stepSpecs) env(ids []string) (map[string]string, []string, error) {
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(s.Store.Dir()), cdiapi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, nil, err
 	}
+	ociSpec := &oci.Spec{Process: &oci.Process{}}
+	if unresolved, err := cache.InjectDevices(ociSpec, ids...); err != nil {
+		return nil, nil, fmt.Errorf("injecting %v (unresolved %v): %w", ids, unresolved, err)
+	}
 	env := map[string]string{}
 	var mounts []string
-	for _, kv := range spec.Devices[0].ContainerEdits.Env {
+	for _, kv := range ociSpec.Process.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	for _, m := range spec.Devices[0].ContainerEdits.Mounts {
-		mounts = append(mounts, m.HostPath+":"+m.ContainerPath)
+	for _, m := range ociSpec.Mounts {
+		mounts = append(mounts, m.Source+":"+m.Destination)
 	}
 	return env, mounts, nil
 }

@@ -78,11 +78,20 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 		}
 		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
 			memory := q.Value()
-			if memory <= 0 || memory > card.MemoryBytes {
+			switch {
+			case memory == 0 && p.AdminAccess:
+				// Monitoring asks for no memory so that it fits beside
+				// the card's holders; it sees the card as it is.
+			case memory == 0:
+				return nil, fmt.Errorf("request %q: consumed no memory on %s; memory 0 is only for admin access (monitoring), ask for at least one memory step (e.g. 256Mi) or no memory for a whole card, then recreate the claim",
+					r.Request, r.Device)
+			case memory < 0 || memory > card.MemoryBytes:
 				return nil, fmt.Errorf("request %q: consumed memory %s on %s is outside 1..%d bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it",
 					r.Request, q.String(), r.Device, card.MemoryBytes)
 			}
-			p.MemoryBytes = memory
+			if memory > 0 {
+				p.MemoryBytes = memory
+			}
 		}
 		if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
 			compute := q.Value()

@@ -28,6 +28,9 @@ func TestPlanClaim(t *testing.T) {
 	badCompute := shareResult("gpu", "gpu-0", "s", "1Gi", "101")
 	admin := wholeResult("gpu", "gpu-3")
 	admin.AdminAccess = ptr.To(true)
+	adminNoMemory := shareResult("monitor", "gpu-0", "m", "0", "")
+	adminNoMemory.AdminAccess = ptr.To(true)
+	noMemory := shareResult("gpu", "gpu-0", "s", "0", "")
 	tests := []struct {
 		name      string
 		claim     *resourceapi.ResourceClaim
@@ -38,6 +41,8 @@ func TestPlanClaim(t *testing.T) {
 		{name: "results of other drivers are ignored", claim: claimWith("c", foreign, wholeResult("gpu", "gpu-1")), wantShare: []bool{false}, wantAdmin: []bool{false}},
 		{name: "share and whole", claim: claimWith("c", shareResult("a", "gpu-0", "s", "1Gi", "10"), wholeResult("b", "gpu-1")), wantShare: []bool{true, false}, wantAdmin: []bool{false, false}},
 		{name: "admin access", claim: claimWith("c", admin), wantShare: []bool{false}, wantAdmin: []bool{true}},
+		{name: "admin access asking for no memory", claim: claimWith("c", adminNoMemory), wantShare: []bool{false}, wantAdmin: []bool{true}},
+		{name: "no memory without admin access", claim: claimWith("c", noMemory), wantErr: `request "gpu": consumed no memory on gpu-0; memory 0 is only for admin access (monitoring), ask for at least one memory step (e.g. 256Mi) or no memory for a whole card, then recreate the claim`},
 		{name: "another node's pool", claim: claimWith("c", otherPool), wantErr: `request "gpu": device gpu-0 is in pool "node-b", but this node's pool is "node-a"; the claim was allocated for another node`},
 		{name: "more memory than the card", claim: claimWith("c", tooMuch), wantErr: `request "gpu": consumed memory 81Gi on gpu-0 is outside 1..85899345920 bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it`},
 		{name: "compute over 100", claim: claimWith("c", badCompute), wantErr: `request "gpu": consumed compute 101 on gpu-0 is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it`},
@@ -101,11 +106,12 @@ func TestAdminAccessToAShareableCard(t *testing.T) {
 	h := newHarness(t)
 	admin := shareResult("gpu", "gpu-2", "a1", "10Gi", "")
 	admin.AdminAccess = ptr.To(true)
-	if err := h.prepare(claimWith("monitor", admin))["monitor"].Err; err != nil {
-		t.Fatal(err)
+	res := h.prepare(claimWith("monitor", admin))["monitor"]
+	if res.Err != nil {
+		t.Fatal(res.Err)
 	}
 	h.assertConsistent()
-	env, mounts, err := h.specs.env("monitor")
+	env, mounts, err := h.specs.env(cdiIDs(res))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +121,52 @@ func TestAdminAccessToAShareableCard(t *testing.T) {
 	if got := env["TANGRAM_SHARING_BACKEND"]; got != "exclusive" {
 		t.Errorf("TANGRAM_SHARING_BACKEND = %q, want exclusive", got)
 	}
+}
+
+// Admin access (memory 0, as the published policy allows) to a card held
+// whole and to one held in MPS shares is prepared beside the holders: no MPS
+// accounting, no limits, and the holders' records stay as they were.
+func TestAdminAccessOnBusyCards(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []*resourceapi.ResourceClaim{
+		claimWith("holder", wholeResult("gpu", "gpu-0")),
+		claimWith("tenant", shareResult("gpu", "gpu-1", "s1", "40Gi", "50")),
+	} {
+		if err := h.prepare(c)[c.UID].Err; err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := h.driver.Records()
+	acquires := h.steps.count("mps-acquire")
+	for _, device := range []string{"gpu-0", "gpu-1"} {
+		admin := shareResult("monitor", device, "m-"+device, "0", "")
+		admin.AdminAccess = ptr.To(true)
+		claim := claimWith("monitor-"+device, admin)
+		res := h.prepare(claim)[claim.UID]
+		if res.Err != nil {
+			t.Fatalf("admin access to busy %s: %v", device, res.Err)
+		}
+		env, mounts, err := h.specs.env(cdiIDs(res))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(mounts) > 0 {
+			t.Errorf("admin access to %s got MPS edits: env %v mounts %v", device, env, mounts)
+		}
+		if got := env["TANGRAM_SHARING_BACKEND"]; got != "exclusive" {
+			t.Errorf("admin access to %s: TANGRAM_SHARING_BACKEND = %q, want exclusive (no limits)", device, got)
+		}
+	}
+	if got := h.steps.count("mps-acquire"); got != acquires {
+		t.Errorf("admin access touched MPS: %d acquires, want %d", got, acquires)
+	}
+	after := h.driver.Records()
+	for uid, rec := range before {
+		if !reflect.DeepEqual(after[uid], rec) {
+			t.Errorf("holder %s changed:\n got %+v\nwant %+v", uid, after[uid], rec)
+		}
+	}
+	h.assertConsistent()
 }
 
 // Redoing a completed claim whose spec vanished must not forget the claim

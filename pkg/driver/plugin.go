@@ -132,7 +132,9 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 	if opts.KubeClient != nil {
 		cfg.ListClaims = APIClaimLister(opts.KubeClient)
+		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
 	}
+	cfg.SimulatedMPS = opts.FakeGPUs
 	driver, err := New(ctx, cfg)
 	if err != nil {
 		return err

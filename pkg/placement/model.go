@@ -118,7 +118,7 @@ type Share struct {
 
 // ShareOn is what a share of milli asks of card c: compute in percent
 // (rounded up), and the same fraction of the card's memory rounded DOWN to
-// the memory step (at least the minimum) so that memory never runs out
+// the memory step (at least one step) so that memory never runs out
 // before compute does and shares pack like the trace's milli-GPU.
 func ShareOn(c *Card, milli int64) Share {
 	s := Share{Compute: (milli*max(c.Compute.Value, 0) + 999) / 1000}
@@ -126,7 +126,13 @@ func ShareOn(c *Card, milli int64) Share {
 	if c.Memory.HasPolicy && c.Memory.Step > 0 && mem > c.Memory.Min {
 		mem = c.Memory.Min + (mem-c.Memory.Min)/c.Memory.Step*c.Memory.Step
 	}
-	s.Memory = max(mem, c.Memory.Min)
+	smallest := c.Memory.Min
+	if c.Memory.HasPolicy {
+		// The published range starts at 0 for admin access only; a
+		// workload's share is at least one step (the plugin refuses 0).
+		smallest = max(smallest, c.Memory.Step)
+	}
+	s.Memory = max(mem, smallest)
 	return s
 }
 

@@ -174,12 +174,18 @@ func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, ste
 	// The API requires max and default to be a whole number of steps from
 	// min; a card whose memory is not a multiple of the step keeps the
 	// remainder unallocatable (it is smaller than the smallest share).
+	//
+	// The range starts at 0, not at one step, for monitoring: the 1.37
+	// allocator checks capacity also for admin-access requests on devices
+	// that allow multiple allocations, so an admin claim asks for memory 0
+	// to fit beside a card's holders. The plugin refuses a non-admin result
+	// that consumed no memory (see driver.planClaim).
 	usable := memoryBytes - memoryBytes%step
 	memory := dev.Capacity[names.CapacityMemory]
 	memory.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: resource.NewQuantity(usable, resource.BinarySI),
 		ValidRange: &resourceapi.CapacityRequestPolicyRange{
-			Min:  resource.NewQuantity(step, resource.BinarySI),
+			Min:  resource.NewQuantity(0, resource.BinarySI),
 			Max:  resource.NewQuantity(usable, resource.BinarySI),
 			Step: resource.NewQuantity(step, resource.BinarySI),
 		},

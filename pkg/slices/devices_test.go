@@ -69,7 +69,7 @@ func expectedDevice(c card, sharing bool) resourceapi.Device {
 		mem := resource.MustParse(c.memory)
 		d.Capacity["memory"] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    &mem,
-			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("256Mi")), Max: &mem, Step: ptr.To(resource.MustParse("256Mi"))},
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Max: &mem, Step: ptr.To(resource.MustParse("256Mi"))},
 		}}
 		d.Capacity["compute"] = resourceapi.DeviceCapacity{Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    ptr.To(resource.MustParse("0")),
@@ -260,8 +260,9 @@ func TestDevicesOddValues(t *testing.T) {
 			gpu:  gpu.GPU{Index: 0, MemoryBytes: 24 << 30},
 			opts: Options{Sharing: true, MemoryStep: resource.MustParse("1Gi")},
 			check: func(t *testing.T, d resourceapi.Device) {
-				if r := d.Capacity["memory"].RequestPolicy.ValidRange; r.Step.Value() != 1<<30 || r.Min.Value() != 1<<30 {
-					t.Errorf("want step and min 1Gi, got %s and %s", r.Step, r.Min)
+				// Min is 0 so that admin access (monitoring) fits beside holders.
+				if r := d.Capacity["memory"].RequestPolicy.ValidRange; r.Step.Value() != 1<<30 || r.Min.Value() != 0 {
+					t.Errorf("want step 1Gi and min 0, got %s and %s", r.Step, r.Min)
 				}
 			},
 		},

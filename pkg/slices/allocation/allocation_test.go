@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
@@ -351,5 +352,56 @@ func TestNodeLabelAttributeSelectors(t *testing.T) {
 	}
 	if _, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["topology.kubernetes.io"].zone == "us-1a"`))); !errors.Is(err, allocation.ErrUnschedulable) {
 		t.Errorf("want no match for another zone, got %v", err)
+	}
+}
+
+// A monitoring claim (admin access, memory 0) reaches a card held whole and
+// one held in shares, on nodes that share and nodes that do not, and takes
+// nothing from the holders: a further share still fits.
+func TestAdminAccessOnBusyCards(t *testing.T) {
+	onCard := func(i int) string { return fmt.Sprintf(`device.attributes["gpu.tangram.dev"].index == %d`, i) }
+	admin := func(name string, card int) *resourceapi.ResourceClaim {
+		return allocation.Claim(name, nil, allocation.AdminGPU("monitor", onCard(card)))
+	}
+	for _, sharing := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sharing=%v", sharing), func(t *testing.T) {
+			ctx := context.Background()
+			n := publishedNode(t, "dgx-h100", sharing)
+			if _, err := n.Allocate(ctx, whole("holder")); err != nil {
+				t.Fatal(err)
+			}
+			if sharing {
+				for _, name := range []string{"s1", "s2"} {
+					if _, err := n.Allocate(ctx, share(name, q("40Gi"), q("50"))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			cards := []int{0}
+			if sharing {
+				cards = append(cards, 1) // gpu-1 is full: 2 × 40Gi, 100 % compute
+			}
+			for _, card := range cards {
+				claim, err := n.Allocate(ctx, admin(fmt.Sprintf("admin-%d", card), card))
+				if err != nil {
+					t.Fatalf("admin access to busy gpu-%d: %v", card, err)
+				}
+				r := claim.Status.Allocation.Devices.Results[0]
+				if want := fmt.Sprintf("gpu-%d", card); r.Device != want || !ptr.Deref(r.AdminAccess, false) {
+					t.Errorf("admin result = %s (adminAccess %v), want %s with admin access", r.Device, ptr.Deref(r.AdminAccess, false), want)
+				}
+				if mem, ok := r.ConsumedCapacity["memory"]; ok && !mem.IsZero() {
+					t.Errorf("admin access consumed memory %s, want none", mem.String())
+				}
+			}
+			if sharing {
+				// The admin claim took nothing: a share still fits on gpu-2,
+				// and a non-admin claim cannot land on the full gpu-1.
+				got, err := n.Allocate(ctx, allocation.Claim("after", nil, allocation.SharedGPU("gpu", q("40Gi"), q("50"), onCard(1))))
+				if err == nil {
+					t.Errorf("a share landed on the full gpu-1: %v", allocation.Devices(got.Status.Allocation))
+				}
+			}
+		})
 	}
 }

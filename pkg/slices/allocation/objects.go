@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
@@ -95,4 +96,14 @@ func Devices(result *resourceapi.AllocationResult) []string {
 		out = append(out, r.Device)
 	}
 	return out
+}
+
+// AdminGPU is a monitoring request: admin access to one card of class
+// gpu.tangram.dev matching the selectors, asking for no memory, so it fits
+// beside whatever holds the card (see slices.Devices).
+func AdminGPU(name string, selectors ...string) resourceapi.DeviceRequest {
+	r := request(name, names.DeviceClassName, 1,
+		map[resourceapi.QualifiedName]resource.Quantity{names.CapacityMemory: resource.MustParse("0")}, selectors)
+	r.Exactly.AdminAccess = ptr.To(true)
+	return r
 }
