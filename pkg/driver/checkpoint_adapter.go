@@ -29,6 +29,9 @@ func (c CheckpointState) Load(ctx context.Context) (map[string]ClaimRecord, bool
 	if err != nil {
 		return nil, false, err
 	}
+	for _, path := range res.RemovedCorrupt {
+		klog.FromContext(ctx).Info("Removed an old moved-aside checkpoint", "path", path)
+	}
 	if res.Corrupt != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, res.Corrupt)
 	}

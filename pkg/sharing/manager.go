@@ -547,6 +547,14 @@ func (m *Manager) work(ctx context.Context) {
 	defer close(m.done)
 	logger := klog.FromContext(ctx)
 	backoff := m.timing.RetryMin
+	// Nothing to do until asked: the caller that started the worker may
+	// not have recorded its share yet, and an empty accounting would
+	// read as "stop the daemon".
+	select {
+	case <-ctx.Done():
+		return
+	case <-m.kick:
+	}
 	for {
 		m.mu.Lock()
 		m.kicked = false
