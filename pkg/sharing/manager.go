@@ -241,6 +241,9 @@ func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) err
 		m.restoreModesLocked(ctx, switched)
 		m.wantUntil = time.Now().Add(m.timing.Linger)
 		m.kickWorker()
+		if errors.Is(err, errStillStarting) {
+			err = nil
+		}
 		return &DaemonNotReadyError{Claim: claim, Cause: err}
 	}
 	for _, uuid := range cards {
@@ -566,6 +569,8 @@ func (m *Manager) work(ctx context.Context) {
 			act = "ensure"
 		case !want && !m.stopped:
 			act = "stop"
+			// From now on a share must not count on the daemon.
+			m.ready = false
 		}
 		m.verify = false
 		unused := m.settled && !m.inUseLocked()

@@ -438,3 +438,98 @@ func TestManagerTellsDaemonWhenUnused(t *testing.T) {
 		})
 	}
 }
+
+// blockingDaemon blocks in Ensure and Stop until released.
+type blockingDaemon struct {
+	countingDaemon
+	ensureGate, stopGate chan struct{}
+}
+
+func (d *blockingDaemon) Ensure(ctx context.Context) error {
+	select {
+	case <-d.ensureGate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func (d *blockingDaemon) Stop(ctx context.Context) error {
+	select {
+	case <-d.stopGate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.countingDaemon.Stop(ctx)
+}
+
+// While the daemon starts or stops, for however long, the Manager's lock
+// is free: every call returns (a share with a retryable error), none waits
+// for the daemon.
+func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
+	ctx := context.Background()
+	daemon := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
+		WithTiming(Timing{ReadyWait: 10 * time.Millisecond, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond}))
+	defer m.Close()
+	returns := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not return while the daemon was blocked", what)
+		}
+	}
+	var notReady *DaemonNotReadyError
+	returns("a share while the daemon starts", func() {
+		if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); !errors.As(err, &notReady) || notReady.Cause != nil {
+			t.Errorf("Acquire while starting: %v, want a DaemonNotReadyError without cause", err)
+		}
+	})
+	returns("Holders, Status, Release and another share", func() {
+		_ = m.Holders()
+		if st := m.Status(); !st.Wanted || st.Ready {
+			t.Errorf("status while starting %+v, want wanted and not ready", st)
+		}
+		if err := m.Release(ctx, "c0"); err != nil {
+			t.Error(err)
+		}
+		if err := m.Acquire(ctx, "c2", []string{"GPU-b"}); !errors.As(err, &notReady) {
+			t.Errorf("second Acquire while starting: %v", err)
+		}
+	})
+	close(daemon.ensureGate)
+	deadline := time.Now().Add(20 * time.Second)
+	for m.Acquire(ctx, "c1", []string{"GPU-a"}) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("share still refused after the daemon started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	returns("the last share's release while the daemon stops", func() {
+		if err := m.Release(ctx, "c1"); err != nil {
+			t.Error(err)
+		}
+	})
+	// Once the worker has begun stopping the daemon, shares must not count
+	// on it.
+	for m.Status().Ready {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never began to stop the daemon")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	returns("a share while the daemon stops", func() {
+		if err := m.Acquire(ctx, "c3", []string{"GPU-a"}); !errors.As(err, &notReady) {
+			t.Errorf("Acquire while stopping: %v, want a DaemonNotReadyError", err)
+		}
+	})
+	close(daemon.stopGate)
+	// The refused share keeps the daemon wanted: it is started again.
+	waitIdle(t, m)
+	if st := m.Status(); !st.Wanted || !st.Ready {
+		t.Errorf("status after the stop %+v, want the daemon running again for the refused share", st)
+	}
+}
