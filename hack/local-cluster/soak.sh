@@ -8,8 +8,12 @@
 # Settings (environment):
 #   SOAK_SECONDS      how long waves are created (default 300)
 #   SOAK_KILLS        plugin kills to inject, at least (default 10)
-#   SOAK_WAVE_WHOLE   whole-card pods per wave (default 2)
-#   SOAK_WAVE_SHARES  10Gi share pods per wave (default 6)
+#   SOAK_MIN_CLAIMS   claims to create, at least (default 200)
+#   SOAK_WAVE_WHOLE   whole-card pods per wave (default 1)
+#   SOAK_WAVE_SHARES  10Gi share pods per wave (default 8)
+# Up to three waves hold cards at once (one terminating, one running, one
+# starting): with the defaults 3 whole cards and 3 cards of shares, within
+# the 8 of the dgx-h100 profile.
 #   KEEP_CLUSTER=1    leave the cluster running afterwards
 # Prints: claims prepared, faults injected, minutes, problems (must be 0).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -18,8 +22,11 @@ cluster_lock
 
 SOAK_SECONDS="${SOAK_SECONDS:-300}"
 SOAK_KILLS="${SOAK_KILLS:-10}"
-WAVE_WHOLE="${SOAK_WAVE_WHOLE:-2}"
-WAVE_SHARES="${SOAK_WAVE_SHARES:-6}"
+MIN_CLAIMS="${SOAK_MIN_CLAIMS:-200}"
+WAVE_WHOLE="${SOAK_WAVE_WHOLE:-1}"
+WAVE_SHARES="${SOAK_WAVE_SHARES:-8}"
+# The stage must stay within 10 minutes of churn whatever the machine.
+MAX_SECONDS=540
 NS=tangram-soak
 CHECKPOINT="$CLUSTER_DIR/plugin/state/checkpoint.json"
 WORK="$(mktemp -d)"
@@ -56,7 +63,8 @@ metadata:
   labels: {soak: "yes"}
 spec:
   terminationGracePeriodSeconds: 0
-  nodeName: $NODE_NAME
+  # Not nodeName: the scheduler must allocate the claim.
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   tolerations: [{operator: Exists}]
   containers:
   - name: c
@@ -164,7 +172,7 @@ stage_start="$(now_s)"
 K get deviceclass gpu.tangram.dev >/dev/null 2>&1 || K apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2
 K create namespace "$NS" >/dev/null
 templates | K apply -f - >/dev/null
-log "soak: waves of $WAVE_WHOLE whole-card and $WAVE_SHARES share pods for ${SOAK_SECONDS}s, plugin killed at least $SOAK_KILLS times, API server restarted once"
+log "soak: waves of $WAVE_WHOLE whole-card and $WAVE_SHARES share pods for ${SOAK_SECONDS}s and at least $MIN_CLAIMS claims, plugin killed at least $SOAK_KILLS times, API server restarted once"
 
 : >"$WORK/faults"
 : >"$WORK/ran"
@@ -172,7 +180,8 @@ inject_faults &
 injector_pid=$!
 soak_start="$(now_s)"
 wave=0 created=0
-while [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill "$WORK/faults")" -lt "$SOAK_KILLS" ]; do
+while { [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill "$WORK/faults")" -lt "$SOAK_KILLS" ] ||
+	[ "$created" -lt "$MIN_CLAIMS" ]; } && [ $(($(now_s) - soak_start)) -lt "$MAX_SECONDS" ]; do
 	wave=$((wave + 1))
 	{
 		for ((i = 0; i < WAVE_WHOLE; i++)); do pod "w$wave-whole-$i" whole; done
@@ -211,6 +220,9 @@ ran="$(awk '{s += $1} END {print s + 0}' "$WORK/ran")"
 # The last wave was counted twice (before and at the audit).
 ran=$((ran - WAVE_WHOLE - WAVE_SHARES))
 [ "$ran" -eq "$created" ] || problem "$created pods created, $ran ran"
+[ "$created" -ge "$MIN_CLAIMS" ] || problem "only $created claims in ${MAX_SECONDS}s, want at least $MIN_CLAIMS"
+[ "$(grep -c kill "$WORK/faults" || true)" -ge "$SOAK_KILLS" ] || problem "only $(grep -c kill "$WORK/faults" || true) plugin kills, want $SOAK_KILLS"
+grep -q api "$WORK/faults" || problem "the API server was not restarted"
 log "soak figures"
 info "claims prepared: $created (pods that ran: $ran, waves: $wave)"
 info "faults injected: $faults ($(grep -c kill "$WORK/faults" || true) plugin kills, $(grep -c api "$WORK/faults" || true) API server restart)"
