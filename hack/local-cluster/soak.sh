@@ -41,7 +41,10 @@ problem() {
 finish() {
 	local rc=$?
 	set +o errexit
-	[ -n "${injector_pid:-}" ] && kill "$injector_pid" 2>/dev/null && wait "$injector_pid" 2>/dev/null
+	if [ -n "${injector_pid:-}" ]; then
+		touch "$WORK/stop"
+		wait "$injector_pid"
+	fi
 	if [ -n "${KEEP_CLUSTER:-}" ]; then
 		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
 	else
@@ -110,8 +113,11 @@ EOF
 inject_faults() {
 	local kills=0 api_done=0 start pid args
 	start="$(now_s)"
-	while :; do
+	# Ends between faults when asked (the stop file): never with the plugin
+	# half-started.
+	while [ ! -e "$WORK/stop" ]; do
 		sleep "$((8 + RANDOM % 14))"
+		[ -e "$WORK/stop" ] && break
 		if [ "$api_done" = 0 ] && [ $(($(now_s) - start)) -ge $((SOAK_SECONDS / 2)) ]; then
 			pid="$(proc_pid kube-apiserver)"
 			# Started again with exactly the arguments up.sh gave it.
@@ -195,7 +201,8 @@ while { [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill 
 	# overlap, and the kills hit both.
 	[ "$wave" -gt 1 ] && K -n "$NS" delete pods -l "wave=$((wave - 1))" --wait=false >/dev/null 2>&1
 done
-kill "$injector_pid" 2>/dev/null && wait "$injector_pid" 2>/dev/null
+touch "$WORK/stop"
+wait "$injector_pid" || true
 injector_pid=""
 soak_end="$(now_s)"
 "$HERE/plugin.sh" status >/dev/null 2>&1 || "$HERE/plugin.sh" start
