@@ -18,6 +18,7 @@
 # Prints: claims prepared, faults injected, minutes, problems (must be 0).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
+source "$HERE/config.sh" # PAUSE_IMAGE
 cluster_lock
 
 SOAK_SECONDS="${SOAK_SECONDS:-300}"
