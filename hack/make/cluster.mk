@@ -32,6 +32,10 @@ e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the loc
 	$(GO) vet -tags e2e ./test/e2e/
 	$(LOCAL_CLUSTER)/e2e.sh $(E2E_ARGS)
 
+.PHONY: test-soak
+test-soak: ## cluster up, kubelet plugin, churn-and-crash soak (SOAK_SECONDS, default 300) with audit, cluster down
+	$(LOCAL_CLUSTER)/soak.sh
+
 .PHONY: test-e2e
 test-e2e: ## cluster up, kubelet plugin, e2e suite, cluster down, with stage durations
 	$(LOCAL_CLUSTER)/test-e2e.sh

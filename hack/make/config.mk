@@ -8,6 +8,11 @@ FUZZTIME ?= 30s
 config-fuzz: ## fuzz the GpuConfig decoder for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeGpuConfig$$' -fuzztime $(FUZZTIME) ./api/gpu/v1alpha1/
 
+.PHONY: checkpoint-fuzz
+checkpoint-fuzz: ## fuzz checkpoint loading for FUZZTIME each: whole files, then claim payloads behind a valid checksum
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/checkpoint/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadClaims$$' -fuzztime $(FUZZTIME) ./pkg/checkpoint/
+
 .PHONY: config-nocgo
 config-nocgo: ## vet and test config/CDI/checkpoint packages with CGO_ENABLED=0 (nvcdi falls back)
 	CGO_ENABLED=0 $(GO) vet $(CONFIG_PKGS)

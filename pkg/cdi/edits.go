@@ -125,7 +125,9 @@ func IsShare(r Result) bool {
 	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < whole {
 		whole = r.AllocatableMemoryBytes
 	}
-	return whole <= 0 || mem.Value() < whole
+	// Compared as quantities: a value beyond int64 must not wrap into a
+	// small share (consumed refuses it).
+	return whole <= 0 || mem.Cmp(*resource.NewQuantity(whole, resource.BinarySI)) < 0
 }
 
 // DeviceName is the CDI device name of a result, reduced to the characters
@@ -317,6 +319,13 @@ func aggregate(results []Result) ([]*card, string, error) {
 			// limits of the claim's own share of it, if any, still apply.
 			continue
 		}
+		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
+			// IsShare compares exactly, so a value beyond int64 would
+			// count as the whole card: refuse it instead.
+			if _, err := Int64Value(q); err != nil {
+				return nil, "", fmt.Errorf("device %s (request %q) consumed memory %s: %w", r.Device, r.Request, q.String(), err)
+			}
+		}
 		if !IsShare(r) {
 			c.whole = true
 			continue
@@ -373,14 +382,20 @@ func aggregate(results []Result) ([]*card, string, error) {
 // consumed reads a share's memory (bytes) and compute (percent).
 func consumed(r Result) (int64, int64, error) {
 	q := r.ConsumedCapacity[names.CapacityMemory]
-	mem := q.Value()
+	mem, err := Int64Value(q)
+	if err != nil {
+		return 0, 0, fmt.Errorf("device %s (request %q) consumed memory %s: %w", r.Device, r.Request, q.String(), err)
+	}
 	if mem < mib {
 		return 0, 0, fmt.Errorf("share of device %s (request %q) consumed %s memory; a share needs at least 1Mi",
 			r.Device, r.Request, q.String())
 	}
 	var compute int64
 	if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
-		compute = q.Value()
+		compute, err = Int64Value(q)
+		if err != nil {
+			return 0, 0, fmt.Errorf("device %s (request %q) consumed compute %s: %w", r.Device, r.Request, q.String(), err)
+		}
 		if compute < 0 || compute > fullComputePercent {
 			return 0, 0, fmt.Errorf("share of device %s (request %q) consumed compute %s; expected a percentage 0..100",
 				r.Device, r.Request, q.String())

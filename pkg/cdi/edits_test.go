@@ -371,6 +371,18 @@ func TestComputeClaimEditsErrors(t *testing.T) {
 			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") consumed 1Ki memory; a share needs at least 1Mi`,
 		},
 		{
+			name:    "memory beyond 64 bits ((2^64+1) Gi in bytes would wrap to 1 Gi)",
+			claim:   testClaim,
+			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "19807040628566084399459729408", "", nil)},
+			wantErr: `computing CDI edits for claim ml/train: device gpu-1 (request "shared") consumed memory 19807040628566084399459729408: beyond the largest number this plugin handles (9223372036854775807); the allocation is wrong, delete and recreate the claim`,
+		},
+		{
+			name:    "compute beyond 64 bits (2^64+50 would wrap to 50)",
+			claim:   testClaim,
+			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "18446744073709551666", nil)},
+			wantErr: `computing CDI edits for claim ml/train: device gpu-1 (request "shared") consumed compute 18446744073709551666: beyond the largest number this plugin handles (9223372036854775807); the allocation is wrong, delete and recreate the claim`,
+		},
+		{
 			name:    "same share twice",
 			claim:   testClaim,
 			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil), share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil)},

@@ -57,10 +57,13 @@ func New() *Checkpoint {
 
 // Claim is one prepared (or being prepared) claim.
 type Claim struct {
-	State     State    `json:"state"`
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Devices   []Device `json:"devices,omitempty"`
+	State     State  `json:"state"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Allocation is a digest of the allocation the claim was prepared
+	// for: a claim allocated again differently keeps its UID.
+	Allocation string   `json:"allocation,omitempty"`
+	Devices    []Device `json:"devices,omitempty"`
 }
 
 // Device is one prepared device result of a claim.

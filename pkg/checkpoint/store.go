@@ -27,11 +27,25 @@ type envelope struct {
 	Data     json.RawMessage `json:"data"`
 }
 
+// Moved-aside checkpoints kept for diagnosis: at most DefaultMaxCorruptKept,
+// none older than DefaultCorruptMaxAge (a crash-looping plugin with a
+// corrupting disk must not fill it).
+const (
+	DefaultMaxCorruptKept = 5
+	DefaultCorruptMaxAge  = 7 * 24 * time.Hour
+	// movedAsideTimeFormat stamps moved-aside files; it sorts by time.
+	movedAsideTimeFormat = "20060102T150405.000000000Z"
+	movedAsideInfix      = ".corrupt-"
+)
+
 // Store loads and saves one checkpoint file. Save is safe for concurrent use.
 type Store struct {
 	path   string
 	bootID func() (string, error)
 	now    func() time.Time
+	// maxCorruptKept and corruptMaxAge bound the moved-aside files.
+	maxCorruptKept int
+	corruptMaxAge  time.Duration
 
 	mu sync.Mutex
 }
@@ -42,13 +56,20 @@ type Option func(*Store)
 // WithBootID replaces reading BootIDPath, for tests.
 func WithBootID(f func() (string, error)) Option { return func(s *Store) { s.bootID = f } }
 
-// WithClock replaces time.Now for the name of moved-aside files.
+// WithClock replaces time.Now for the name and age of moved-aside files.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithCorruptRetention replaces how many moved-aside files are kept, and
+// for how long.
+func WithCorruptRetention(keep int, maxAge time.Duration) Option {
+	return func(s *Store) { s.maxCorruptKept, s.corruptMaxAge = keep, maxAge }
+}
 
 // NewStore keeps the checkpoint at path, e.g.
 // /var/lib/kubelet/plugins/gpu.tangram.dev/checkpoint.json.
 func NewStore(path string, opts ...Option) *Store {
-	s := &Store{path: path, bootID: ReadBootID, now: time.Now}
+	s := &Store{path: path, bootID: ReadBootID, now: time.Now,
+		maxCorruptKept: DefaultMaxCorruptKept, corruptMaxAge: DefaultCorruptMaxAge}
 	for _, o := range opts {
 		o(s)
 	}
@@ -113,6 +134,9 @@ type LoadResult struct {
 	PreviousBootID string
 	// Dropped lists the claims dropped because of a reboot, sorted by UID.
 	Dropped []DroppedClaim
+	// RemovedCorrupt lists moved-aside files of earlier loads removed
+	// because there were too many or they were too old.
+	RemovedCorrupt []string
 }
 
 // Load reads the checkpoint. A missing file gives an empty checkpoint. Bad
@@ -129,6 +153,7 @@ func (s *Store) Load() (*LoadResult, error) {
 	}
 	res := &LoadResult{Checkpoint: New()}
 	res.Checkpoint.BootID = bootID
+	defer func() { res.RemovedCorrupt = s.pruneMovedAside() }()
 
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -190,7 +215,7 @@ func checksum(data []byte) string {
 
 func (s *Store) moveAside(cause error) *CorruptError {
 	ce := &CorruptError{Path: s.path, Err: cause}
-	target := fmt.Sprintf("%s.corrupt-%s", s.path, s.now().UTC().Format("20060102T150405.000000000Z"))
+	target := s.path + movedAsideInfix + s.now().UTC().Format(movedAsideTimeFormat)
 	if err := os.Rename(s.path, target); err != nil {
 		ce.MoveErr = err
 		return ce
@@ -276,6 +301,37 @@ func syncDir(dir string) error {
 	}
 	defer func() { _ = d.Close() }()
 	return d.Sync()
+}
+
+// pruneMovedAside removes moved-aside files beyond the newest
+// maxCorruptKept and those older than corruptMaxAge, judged by the time in
+// their name. Files whose name does not parse are not ours and stay.
+func (s *Store) pruneMovedAside() []string {
+	matches, _ := filepath.Glob(s.path + movedAsideInfix + "*")
+	type moved struct {
+		path string
+		at   time.Time
+	}
+	var files []moved
+	for _, m := range matches {
+		at, err := time.Parse(movedAsideTimeFormat, strings.TrimPrefix(m, s.path+movedAsideInfix))
+		if err == nil {
+			files = append(files, moved{m, at})
+		}
+	}
+	// Newest first.
+	sort.Slice(files, func(i, j int) bool { return files[i].at.After(files[j].at) })
+	var removed []string
+	now := s.now()
+	for i, f := range files {
+		if i < s.maxCorruptKept && now.Sub(f.at) <= s.corruptMaxAge {
+			continue
+		}
+		if err := os.Remove(f.path); err == nil {
+			removed = append(removed, f.path)
+		}
+	}
+	return removed
 }
 
 // removeStaleTemps deletes temporary files a crashed Save left behind.

@@ -29,6 +29,9 @@ func (c CheckpointState) Load(ctx context.Context) (map[string]ClaimRecord, bool
 	if err != nil {
 		return nil, false, err
 	}
+	for _, path := range res.RemovedCorrupt {
+		klog.FromContext(ctx).Info("Removed an old moved-aside checkpoint", "path", path)
+	}
 	if res.Corrupt != nil {
 		return nil, false, fmt.Errorf("%w: %v", ErrCorruptCheckpoint, res.Corrupt)
 	}
@@ -55,7 +58,7 @@ func (c CheckpointState) Save(_ context.Context, records map[string]ClaimRecord)
 }
 
 func (c CheckpointState) toCheckpoint(rec ClaimRecord) checkpoint.Claim {
-	out := checkpoint.Claim{Namespace: rec.Namespace, Name: rec.Name, State: checkpoint.PrepareStarted}
+	out := checkpoint.Claim{Namespace: rec.Namespace, Name: rec.Name, State: checkpoint.PrepareStarted, Allocation: rec.Allocation}
 	if rec.Phase == PhaseCompleted {
 		out.State = checkpoint.PrepareCompleted
 	}
@@ -83,7 +86,7 @@ func (c CheckpointState) toCheckpoint(rec ClaimRecord) checkpoint.Claim {
 // fromCheckpoint restores a record. MPS is recorded as the share's pipe
 // directory.
 func fromCheckpoint(uid, pool string, claim checkpoint.Claim) ClaimRecord {
-	rec := ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted}
+	rec := ClaimRecord{UID: uid, Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted, Allocation: claim.Allocation}
 	if claim.State == checkpoint.PrepareCompleted {
 		rec.Phase = PhaseCompleted
 	}

@@ -29,7 +29,10 @@ type ClaimRecord struct {
 	Namespace string
 	Name      string
 	Phase     Phase
-	Devices   []PreparedDevice
+	// Allocation is the digest of the allocation the claim was prepared
+	// for (allocationDigest); empty in records of older plugins.
+	Allocation string
+	Devices    []PreparedDevice
 }
 
 // PreparedDevice is one allocation result as prepared.
@@ -97,16 +100,21 @@ const (
 )
 
 // decidePrepare: specPresent reports whether the claim's CDI spec is on
-// disk. A completed claim whose spec vanished (someone cleaned the CDI
-// directory) is prepared again in place rather than handing out IDs nothing
-// defines; its MPS accounting is idempotent, so a running daemon is not
-// disturbed.
-func decidePrepare(rec *ClaimRecord, inFlight, specPresent bool) prepareAction {
+// disk, sameAllocation whether the record was prepared for the allocation
+// now asked for. A completed claim whose spec vanished (someone cleaned the
+// CDI directory) is prepared again in place rather than handing out IDs
+// nothing defines; its MPS accounting is idempotent, so a running daemon is
+// not disturbed. A record of another allocation of the same claim UID (the
+// claim was deallocated and allocated again while the plugin missed the
+// unprepare) is stale: it is undone and the new allocation prepared.
+func decidePrepare(rec *ClaimRecord, inFlight, specPresent, sameAllocation bool) prepareAction {
 	switch {
 	case inFlight:
 		return actionBusy
 	case rec == nil:
 		return actionPrepare
+	case !sameAllocation:
+		return actionRollbackThenPrepare
 	case rec.Phase == PhaseCompleted && specPresent:
 		return actionReturnExisting
 	case rec.Phase == PhaseCompleted:
@@ -155,4 +163,24 @@ func planStartup(records map[string]ClaimRecord, specUIDs []string, bootChanged 
 		}
 	}
 	return plan
+}
+
+// sameAllocation reports whether a record was prepared for the allocation
+// of want (a record just built from the claim). Records of older plugins
+// have no digest; their devices are compared instead.
+func sameAllocation(have, want ClaimRecord) bool {
+	if have.Allocation != "" && want.Allocation != "" {
+		return have.Allocation == want.Allocation
+	}
+	if len(have.Devices) != len(want.Devices) {
+		return false
+	}
+	for i, h := range have.Devices {
+		w := want.Devices[i]
+		if h.Request != w.Request || h.Device != w.Device || h.ShareID != w.ShareID || h.Share != w.Share ||
+			h.AdminAccess != w.AdminAccess || h.MemoryBytes != w.MemoryBytes || h.ComputePercent != w.ComputePercent {
+			return false
+		}
+	}
+	return true
 }

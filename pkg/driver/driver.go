@@ -199,7 +199,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		oldPtr = &old
 	}
 	specPresent := found && old.Phase == PhaseCompleted && d.cfg.Specs.Exists(ctx, uid)
-	action := decidePrepare(oldPtr, d.inFlight[uid], specPresent)
+	action := decidePrepare(oldPtr, d.inFlight[uid], specPresent, found && sameAllocation(old, rec))
 	switch action {
 	case actionBusy:
 		d.mu.Unlock()
@@ -214,7 +214,11 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	d.mu.Unlock()
 	defer d.notInFlight(uid)
 	if action == actionRollbackThenPrepare {
-		klog.FromContext(ctx).Info("Rolling back a preparation that did not complete")
+		if old.Phase == PhaseCompleted {
+			klog.FromContext(ctx).Info("Undoing the preparation of an earlier allocation of this claim", "oldAllocation", old.Allocation, "newAllocation", rec.Allocation)
+		} else {
+			klog.FromContext(ctx).Info("Rolling back a preparation that did not complete")
+		}
 		if err := d.undo(ctx, old); err != nil {
 			return nil, fmt.Errorf("rolling back an earlier incomplete preparation: %w", err)
 		}
@@ -418,7 +422,8 @@ func (d *Driver) publishGauges() {
 }
 
 func newRecord(claim *resourceapi.ResourceClaim, devices []SpecDevice) ClaimRecord {
-	rec := ClaimRecord{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted}
+	rec := ClaimRecord{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted,
+		Allocation: allocationDigest(claim)}
 	for _, dev := range devices {
 		rec.Devices = append(rec.Devices, PreparedDevice{
 			Request:     dev.Request,

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -383,5 +384,84 @@ func TestConcurrentPrepareAndUnprepareOfShares(t *testing.T) {
 			t.Fatalf("round %d: unprepare %v, prepare %v", round, unprepareErr, prepareErr)
 		}
 		h.assertConsistent()
+	}
+}
+
+// A claim UID prepared once and then allocated again differently (the
+// claim was deallocated and reallocated while the plugin missed the
+// unprepare) must be prepared for its new allocation, not answered with the
+// devices of the old one; the old one's spec and MPS shares are released.
+// Also across a restart, where the record comes from the checkpoint.
+func TestPrepareWithAnotherAllocationOfTheSameUID(t *testing.T) {
+	tests := []struct {
+		name    string
+		first   *resourceapi.ResourceClaim
+		second  *resourceapi.ResourceClaim
+		restart bool
+	}{
+		{
+			name:   "share moved to another card",
+			first:  claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+			second: claimWith("c1", shareResult("gpu", "gpu-1", "s2", "10Gi", "")),
+		},
+		{
+			name:   "share became a whole card",
+			first:  claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+			second: claimWith("c1", wholeResult("gpu", "gpu-2")),
+		},
+		{
+			name:    "same share ID, other memory, after a restart",
+			first:   claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+			second:  claimWith("c1", shareResult("gpu", "gpu-0", "s1", "20Gi", "")),
+			restart: true,
+		},
+		{
+			name:   "same card, other config",
+			first:  claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
+			second: withConfig(claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")), resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.prepare(tt.first)["c1"].Err; err != nil {
+				t.Fatal(err)
+			}
+			if tt.restart {
+				h.restart()
+			}
+			got := h.prepare(tt.second)["c1"]
+			if got.Err != nil {
+				t.Fatal(got.Err)
+			}
+			fresh := newHarness(t)
+			want := fresh.prepare(tt.second)["c1"]
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("re-prepare with a new allocation returned %+v, want what a first prepare of it returns, %+v", got, want)
+			}
+			gotSpec, err := h.specs.Store.Read("c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSpec, err := fresh.specs.Store.Read("c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The harnesses differ only in their directories.
+			gotJSON, _ := json.Marshal(gotSpec.Devices)
+			wantJSON, _ := json.Marshal(wantSpec.Devices)
+			if got, want := string(gotJSON), strings.ReplaceAll(string(wantJSON), fresh.dir, h.dir); got != want {
+				t.Errorf("spec devices\n%s\nwant those of the new allocation\n%s", got, want)
+			}
+			h.assertConsistent()
+			// The same allocation again is idempotent.
+			writes := h.steps.count("spec-write")
+			if again := h.prepare(tt.second)["c1"]; !reflect.DeepEqual(again, want) {
+				t.Errorf("third prepare returned %+v, want %+v", again, want)
+			}
+			if n := h.steps.count("spec-write"); n != writes {
+				t.Errorf("the same allocation again wrote the spec %d more times", n-writes)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,7 +33,11 @@ type harness struct {
 	claims []resourceapi.ResourceClaim
 	// listErr makes listing claims from the API server fail.
 	listErr error
-	driver  *Driver
+	// wrapDaemon, when set, wraps the simulated daemon of each start
+	// (e.g. to make it slow or failing); timing replaces the Manager's.
+	wrapDaemon func(*sharing.SimulatedDaemon) sharing.Daemon
+	timing     sharing.Timing
+	driver     *Driver
 }
 
 func newHarness(t testing.TB) *harness {
@@ -56,6 +61,11 @@ func newHarness(t testing.TB) *harness {
 		t.Fatal(err)
 	}
 	h.specs = &stepSpecs{CDISpecs: CDISpecs{Store: store, Hardware: cdi.NoHardware{}}, steps: h.steps}
+	t.Cleanup(func() {
+		if h.shares.Manager != nil {
+			h.shares.Close()
+		}
+	})
 	h.start()
 	return h
 }
@@ -75,7 +85,15 @@ func (h *harness) tryStart() error {
 	for _, g := range testGPUs() {
 		uuids = append(uuids, g.UUID)
 	}
-	h.shares = stepShares{Manager: sharing.NewManager(layout, h.daemon, h.modes, uuids), steps: h.steps}
+	if h.shares.Manager != nil {
+		// The previous process's worker dies with it.
+		h.shares.Close()
+	}
+	var daemon sharing.Daemon = h.daemon
+	if h.wrapDaemon != nil {
+		daemon = h.wrapDaemon(h.daemon)
+	}
+	h.shares = stepShares{Manager: sharing.NewManager(layout, daemon, h.modes, uuids, sharing.WithTiming(h.timing)), steps: h.steps}
 	d, err := New(context.Background(), Config{
 		NodeName: testNode,
 		GPUs:     testGPUs(),
@@ -200,6 +218,12 @@ func (h *harness) assertConsistent() {
 		if got := h.modes.Mode(g.UUID); got != want {
 			h.t.Errorf("card %s compute mode %s, want %s", g.UUID, got, want)
 		}
+	}
+	// The daemon is started and stopped in the background.
+	waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.shares.WaitIdle(waitCtx); err != nil {
+		h.t.Fatal(err)
 	}
 	if h.daemon.Running() != (len(wantHolders) > 0) {
 		h.t.Errorf("MPS daemon running %v with %d shared cards", h.daemon.Running(), len(wantHolders))

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -30,6 +32,22 @@ type Health struct {
 	Checks map[string]HealthCheck
 	// Timeout bounds one probe.
 	Timeout time.Duration
+	// Details are reported in the /healthz body, by name, without failing
+	// the probe: states the plugin retries by itself (e.g. the MPS
+	// daemon), where restarting the plugin would help nothing. A detail
+	// returns "" when there is nothing to say.
+	Details map[string]func() string
+}
+
+// details returns "name: detail" lines of the non-empty details, sorted.
+func (h *Health) details() string {
+	var lines []string
+	for _, name := range slices.Sorted(maps.Keys(h.Details)) {
+		if d := h.Details[name](); d != "" {
+			lines = append(lines, name+": "+d+"\n")
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 // run runs every check and joins the failures, naming each.
@@ -70,10 +88,10 @@ func (h *Health) Check(ctx context.Context, req *grpc_health_v1.HealthCheckReque
 // ServeHTTP answers /healthz with 200 "ok" or 503 and the failures.
 func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.run(r.Context()); err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		http.Error(w, err.Error()+"\n"+h.details(), http.StatusServiceUnavailable)
 		return
 	}
-	_, _ = w.Write([]byte("ok\n"))
+	_, _ = w.Write([]byte("ok\n" + h.details()))
 }
 
 // Serve listens on addr and serves gRPC health (HTTP/2 cleartext) and

@@ -4,7 +4,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // Metrics are the plugin's Prometheus metrics. Each Driver gets its own
@@ -95,4 +97,30 @@ func result(err error) string {
 		return resultError
 	}
 	return resultSuccess
+}
+
+// RegisterMPSStatus exports the MPS daemon's status, read at scrape time:
+// whether shares want the daemon, whether it answers, and how many daemon
+// operations (start, adopt, stop, compute-mode restores) failed.
+func (m *Metrics) RegisterMPSStatus(status func() sharing.Status) {
+	boolValue := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tangram_kubelet_plugin_mps_daemon_wanted",
+			Help: "1 while shares hold cards (or one waits) and the node's MPS daemon should run.",
+		}, func() float64 { return boolValue(status().Wanted) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tangram_kubelet_plugin_mps_daemon_ready",
+			Help: "1 when the node's MPS daemon answered the plugin's last start or check.",
+		}, func() float64 { return boolValue(status().Ready) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tangram_kubelet_plugin_mps_failures_total",
+			Help: "Failed MPS daemon starts, adoptions, stops and compute-mode restores (each is retried with back-off).",
+		}, func() float64 { return float64(status().Failures) }),
+	)
 }

@@ -1,12 +1,14 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -65,7 +67,14 @@ func TestNewSharesDaemonMode(t *testing.T) {
 			}
 			// With no share, start-up reconciliation stops the daemon: in
 			// pod mode that deletes the daemon pod through the API.
+			defer m.Close()
 			if err := m.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// It does so in the background.
+			waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := m.WaitIdle(waitCtx); err != nil {
 				t.Fatal(err)
 			}
 			var deleted []string

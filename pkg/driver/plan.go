@@ -1,6 +1,9 @@
 package driver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -77,7 +80,10 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			p.ShareID = string(*r.ShareID)
 		}
 		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
-			memory := q.Value()
+			memory, err := cdi.Int64Value(q)
+			if err != nil {
+				return nil, fmt.Errorf("request %q: consumed memory %s on %s: %w", r.Request, q.String(), r.Device, err)
+			}
 			switch {
 			case memory == 0 && p.AdminAccess:
 				// Monitoring asks for no memory so that it fits beside
@@ -94,7 +100,10 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			}
 		}
 		if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
-			compute := q.Value()
+			compute, err := cdi.Int64Value(q)
+			if err != nil {
+				return nil, fmt.Errorf("request %q: consumed compute %s on %s: %w", r.Request, q.String(), r.Device, err)
+			}
 			if compute < 0 || compute > 100 {
 				return nil, fmt.Errorf("request %q: consumed compute %s on %s is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it",
 					r.Request, q.String(), r.Device)
@@ -166,4 +175,45 @@ func usesMPS(dev SpecDevice) bool {
 		return configapi.DefaultBackend == configapi.BackendMPS
 	}
 	return dev.Config.Sharing.Backend == configapi.BackendMPS
+}
+
+// allocationDigest fingerprints what of the claim's allocation concerns
+// this driver: its results (device, share, consumed capacity, admin access)
+// and the opaque configs for it. Prepare is idempotent for a claim UID and
+// this digest together: a claim deallocated and allocated again keeps its
+// UID, and must not be answered with what was prepared for the old
+// allocation.
+func allocationDigest(claim *resourceapi.ResourceClaim) string {
+	if claim.Status.Allocation == nil {
+		return ""
+	}
+	type config struct {
+		Source     resourceapi.AllocationConfigSource
+		Requests   []string
+		Parameters json.RawMessage
+	}
+	var in struct {
+		Results []resourceapi.DeviceRequestAllocationResult
+		Configs []config
+	}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == names.DriverName {
+			in.Results = append(in.Results, r)
+		}
+	}
+	for _, c := range claim.Status.Allocation.Devices.Config {
+		if c.Opaque != nil && c.Opaque.Driver == names.DriverName {
+			in.Configs = append(in.Configs, config{Source: c.Source, Requests: c.Requests, Parameters: c.Opaque.Parameters.Raw})
+		}
+	}
+	// Quantities marshal canonically and map keys sorted, so equal
+	// allocations give equal bytes.
+	raw, err := json.Marshal(in)
+	if err != nil {
+		// Not reachable with these types; an empty digest compares the
+		// recorded devices instead.
+		return ""
+	}
+	sum := sha256.Sum256(raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

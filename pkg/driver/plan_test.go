@@ -26,6 +26,12 @@ func TestPlanClaim(t *testing.T) {
 	otherPool.Pool = "node-b"
 	tooMuch := shareResult("gpu", "gpu-0", "s", "81Gi", "")
 	badCompute := shareResult("gpu", "gpu-0", "s", "1Gi", "101")
+	// (2^64+1) Gi in bytes: Quantity.Value() wraps it to 1 Gi. (Written
+	// "18446744073709551617Gi" it is clamped to 2^63-1 when parsed.)
+	hugeMemory := shareResult("gpu", "gpu-0", "s", "19807040628566084399459729408", "")
+	// 2^64+50: Quantity.Value() wraps it to 50.
+	hugeCompute := shareResult("gpu", "gpu-0", "s", "1Gi", "18446744073709551666")
+	negativeMemory := shareResult("gpu", "gpu-0", "s", "-1Gi", "")
 	admin := wholeResult("gpu", "gpu-3")
 	admin.AdminAccess = ptr.To(true)
 	adminNoMemory := shareResult("monitor", "gpu-0", "m", "0", "")
@@ -45,6 +51,9 @@ func TestPlanClaim(t *testing.T) {
 		{name: "no memory without admin access", claim: claimWith("c", noMemory), wantErr: `request "gpu": consumed no memory on gpu-0; memory 0 is only for admin access (monitoring), ask for at least one memory step (e.g. 256Mi) or no memory for a whole card, then recreate the claim`},
 		{name: "another node's pool", claim: claimWith("c", otherPool), wantErr: `request "gpu": device gpu-0 is in pool "node-b", but this node's pool is "node-a"; the claim was allocated for another node`},
 		{name: "more memory than the card", claim: claimWith("c", tooMuch), wantErr: `request "gpu": consumed memory 81Gi on gpu-0 is outside 1..85899345920 bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it`},
+		{name: "memory beyond 64 bits", claim: claimWith("c", hugeMemory), wantErr: `request "gpu": consumed memory 19807040628566084399459729408 on gpu-0: beyond the largest number this plugin handles (9223372036854775807); the allocation is wrong, delete and recreate the claim`},
+		{name: "negative memory", claim: claimWith("c", negativeMemory), wantErr: `request "gpu": consumed memory -1Gi on gpu-0 is outside 1..85899345920 bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it`},
+		{name: "compute beyond 64 bits", claim: claimWith("c", hugeCompute), wantErr: `request "gpu": consumed compute 18446744073709551666 on gpu-0: beyond the largest number this plugin handles (9223372036854775807); the allocation is wrong, delete and recreate the claim`},
 		{name: "compute over 100", claim: claimWith("c", badCompute), wantErr: `request "gpu": consumed compute 101 on gpu-0 is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it`},
 		{name: "not allocated", claim: func() *resourceapi.ResourceClaim { c := claimWith("c"); c.Status.Allocation = nil; return c }(), wantErr: "claim default/claim-c is not allocated"},
 	}
@@ -196,21 +205,24 @@ func TestDecidePrepare(t *testing.T) {
 	completed := &ClaimRecord{Phase: PhaseCompleted}
 	started := &ClaimRecord{Phase: PhaseStarted}
 	tests := []struct {
-		rec         *ClaimRecord
-		inFlight    bool
-		specPresent bool
-		want        prepareAction
+		rec            *ClaimRecord
+		inFlight       bool
+		specPresent    bool
+		sameAllocation bool
+		want           prepareAction
 	}{
-		{nil, false, false, actionPrepare},
-		{completed, false, true, actionReturnExisting},
-		{completed, false, false, actionPrepare},
-		{started, false, true, actionRollbackThenPrepare},
-		{completed, true, true, actionBusy},
-		{nil, true, false, actionBusy},
+		{nil, false, false, false, actionPrepare},
+		{completed, false, true, true, actionReturnExisting},
+		{completed, false, false, true, actionPrepare},
+		{started, false, true, true, actionRollbackThenPrepare},
+		{completed, true, true, true, actionBusy},
+		{completed, false, true, false, actionRollbackThenPrepare},
+		{completed, true, true, false, actionBusy},
+		{nil, true, false, false, actionBusy},
 	}
 	for _, tt := range tests {
-		if got := decidePrepare(tt.rec, tt.inFlight, tt.specPresent); got != tt.want {
-			t.Errorf("decidePrepare(%v, %v, %v) = %v, want %v", tt.rec, tt.inFlight, tt.specPresent, got, tt.want)
+		if got := decidePrepare(tt.rec, tt.inFlight, tt.specPresent, tt.sameAllocation); got != tt.want {
+			t.Errorf("decidePrepare(%v, inFlight %v, spec %v, same allocation %v) = %v, want %v", tt.rec, tt.inFlight, tt.specPresent, tt.sameAllocation, got, tt.want)
 		}
 	}
 }
@@ -325,5 +337,36 @@ func TestHandleError(t *testing.T) {
 	h.driver.HandleError(ctx, errors.New("socket gone"), "DRA gRPC server failed")
 	if len(fatal) != 1 || fatal[0].Error() != "DRA gRPC server failed: socket gone" {
 		t.Errorf("fatal errors %v, want the gRPC failure", fatal)
+	}
+}
+
+// Records written by a plugin without allocation digests are compared by
+// their devices.
+func TestSameAllocation(t *testing.T) {
+	dev := PreparedDevice{Request: "gpu", Device: "gpu-0", ShareID: "s1", Share: true, MemoryBytes: 10 << 30, ComputePercent: 20}
+	other := func(f func(*PreparedDevice)) ClaimRecord {
+		d := dev
+		f(&d)
+		return ClaimRecord{Devices: []PreparedDevice{d}}
+	}
+	legacy := ClaimRecord{Devices: []PreparedDevice{dev}}
+	tests := []struct {
+		name       string
+		have, want ClaimRecord
+		same       bool
+	}{
+		{"equal digests", ClaimRecord{Allocation: "a"}, ClaimRecord{Allocation: "a"}, true},
+		{"different digests, same devices", ClaimRecord{Allocation: "a", Devices: legacy.Devices}, ClaimRecord{Allocation: "b", Devices: legacy.Devices}, false},
+		{"legacy record, same devices", legacy, ClaimRecord{Allocation: "b", Devices: legacy.Devices}, true},
+		{"legacy record, other card", legacy, other(func(d *PreparedDevice) { d.Device = "gpu-1" }), false},
+		{"legacy record, other share", legacy, other(func(d *PreparedDevice) { d.ShareID = "s2" }), false},
+		{"legacy record, other memory", legacy, other(func(d *PreparedDevice) { d.MemoryBytes = 20 << 30 }), false},
+		{"legacy record, other compute", legacy, other(func(d *PreparedDevice) { d.ComputePercent = 30 }), false},
+		{"legacy record, more devices", legacy, ClaimRecord{Devices: []PreparedDevice{dev, dev}}, false},
+	}
+	for _, tt := range tests {
+		if got := sameAllocation(tt.have, tt.want); got != tt.same {
+			t.Errorf("%s: sameAllocation = %v, want %v", tt.name, got, tt.same)
+		}
 	}
 }

@@ -140,7 +140,13 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		return err
 	}
 
-	health := &Health{Checks: map[string]HealthCheck{}}
+	health := &Health{Checks: map[string]HealthCheck{}, Details: map[string]func() string{}}
+	if shares != nil {
+		// Reported, never failing the probe: the worker retries the daemon
+		// by itself, and a restarted plugin would find it no better.
+		health.Details["mps"] = func() string { return shares.Status().String() }
+		metrics.RegisterMPSStatus(shares.Status)
+	}
 	var helper *kubeletplugin.Helper
 	if opts.KubeClient != nil {
 		// The kubelet creates the registry directory; ours may be new.

@@ -68,9 +68,16 @@ type SpecStore interface {
 // (class configs, then claim configs; later wins), in order.
 type ConfigResolver func(claim *resourceapi.ResourceClaim, plan []plannedDevice) ([]*configapi.GpuConfig, error)
 
-// Shares is the MPS accounting the driver needs.
+// Shares is the MPS accounting the driver needs. None of its calls waits
+// long on the MPS daemon (see sharing.Manager).
 type Shares interface {
+	// Acquire accounts a new share; an error wrapping
+	// *sharing.DaemonNotReadyError means the daemon is not ready yet and
+	// the kubelet should retry.
 	Acquire(ctx context.Context, claimUID string, cards []string) error
+	// Restore accounts, at start-up, a share that may be running; it never
+	// fails, so nothing a running share uses is torn down.
+	Restore(ctx context.Context, claimUID string, cards []string)
 	Release(ctx context.Context, claimUID string) error
 	Reconcile(ctx context.Context) error
 	ClientConfig() sharing.ClientConfig

@@ -14,7 +14,8 @@ import (
 //     CDI specs and the API server's claims;
 //   - after a reboot every record is dropped;
 //   - claims only "started" are rolled back;
-//   - completed claims get their MPS accounting replayed;
+//   - completed claims get their MPS accounting replayed (never failing,
+//     never waiting: the daemon is adopted in the background);
 //   - specs of ours that no record owns are removed;
 //   - an MPS daemon nobody needs any more is stopped.
 func (d *Driver) recover(ctx context.Context) error {
@@ -57,9 +58,9 @@ func (d *Driver) recover(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.key()))
 				continue
 			}
-			if err := d.cfg.Shares.Acquire(ctx, rec.UID, cards); err != nil {
-				errs = append(errs, fmt.Errorf("restoring MPS shares of claim %s: %w", rec.key(), err))
-			}
+			// Accounted unconditionally and without waiting for the
+			// daemon: the claim's containers may be running on it.
+			d.cfg.Shares.Restore(ctx, rec.UID, cards)
 		}
 	}
 	for _, rec := range plan.Rollback {

@@ -286,6 +286,7 @@ func TestManagerWithFakeBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitIdle(t, m)
 	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
 		t.Errorf("fake log %q, want %q", got, want)
 	}
@@ -311,6 +312,7 @@ func TestSimulatedDaemon(t *testing.T) {
 	if err := m.Release(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
+	waitIdle(t, m)
 	if sim.Running() {
 		t.Error("simulated daemon still running after the last share")
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // countingDaemon records Ensure/Stop calls and whether the daemon "runs".
@@ -166,6 +167,7 @@ func TestManagerAccounting(t *testing.T) {
 			daemon := &countingDaemon{}
 			modes := &RecordingComputeModeSetter{}
 			m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+			defer m.Close()
 			for i, s := range tt.steps {
 				var err error
 				if s.acquire != "" {
@@ -176,6 +178,7 @@ func TestManagerAccounting(t *testing.T) {
 				if gotErr := errString(err); gotErr != s.wantErr {
 					t.Fatalf("step %d: error %q, want %q", i, gotErr, s.wantErr)
 				}
+				waitIdle(t, m)
 			}
 			if daemon.starts != tt.wantStarts || daemon.stops != tt.wantStops || daemon.running != tt.wantRunning {
 				t.Errorf("daemon starts/stops/running = %d/%d/%v, want %d/%d/%v",
@@ -218,9 +221,14 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		modes := &RecordingComputeModeSetter{}
 		daemon := &countingDaemon{ensureErr: errors.New("binary not found")}
 		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		defer m.Close()
 		err := m.Acquire(ctx, "c1", []string{"GPU-a"})
-		if want := "starting the node's MPS daemon for claim c1: binary not found"; errString(err) != want {
+		if want := "starting the node's MPS daemon for claim c1: binary not found; retrying in the background, the kubelet retries this prepare"; errString(err) != want {
 			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		var notReady *DaemonNotReadyError
+		if !errors.As(err, &notReady) {
+			t.Errorf("error %T is not a *DaemonNotReadyError", err)
 		}
 		if modes.Mode("GPU-a") != ComputeModeDefault || len(m.Holders()) != 0 {
 			t.Errorf("after failure: GPU-a mode %s, holders %v", modes.Mode("GPU-a"), m.Holders())
@@ -251,6 +259,7 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		if err := m.Release(ctx, "c1"); err != nil {
 			t.Fatal(err)
 		}
+		waitIdle(t, m)
 		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.running || len(m.Holders()) != 0 {
 			t.Errorf("after retry: mode %s, daemon running %v, holders %v", modes.Mode("GPU-a"), daemon.running, m.Holders())
 		}
@@ -279,6 +288,7 @@ func TestManagerConcurrentShares(t *testing.T) {
 		wg.Go(func() { errs <- m.Release(ctx, fmt.Sprintf("c%d", i)) })
 	}
 	wg.Wait()
+	waitIdle(t, m)
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -304,6 +314,16 @@ func TestClientConfigMountsPipeAndShm(t *testing.T) {
 	}
 }
 
+// waitIdle waits until the Manager's worker is done with the daemon.
+func waitIdle(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func errString(err error) string {
 	if err == nil {
 		return ""
@@ -325,6 +345,7 @@ func TestManagerReconcile(t *testing.T) {
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitIdle(t, m)
 	got := []ComputeMode{modes.Mode("GPU-a"), modes.Mode("GPU-b"), modes.Mode("GPU-c")}
 	want := []ComputeMode{ComputeModeExclusiveProcess, ComputeModeDefault, ComputeModeDefault}
 	if !reflect.DeepEqual(got, want) || !daemon.running {
@@ -333,10 +354,16 @@ func TestManagerReconcile(t *testing.T) {
 	if err := m.Release(ctx, "kept"); err != nil {
 		t.Fatal(err)
 	}
+	waitIdle(t, m)
+	daemon.mu.Lock()
 	daemon.running = true // a daemon left by an earlier process
+	daemon.mu.Unlock()
+	// A new process: nothing stopped yet.
+	m = NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitIdle(t, m)
 	if daemon.running {
 		t.Error("reconcile with no share left the daemon running")
 	}
@@ -403,10 +430,106 @@ func TestManagerTellsDaemonWhenUnused(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", s, err)
 				}
+				waitIdle(t, m)
 			}
 			if !reflect.DeepEqual(daemon.calls, tc.want) {
 				t.Errorf("Ensure calls %v, want %v", daemon.calls, tc.want)
 			}
 		})
+	}
+}
+
+// blockingDaemon blocks in Ensure and Stop until released.
+type blockingDaemon struct {
+	countingDaemon
+	ensureGate, stopGate chan struct{}
+}
+
+func (d *blockingDaemon) Ensure(ctx context.Context) error {
+	select {
+	case <-d.ensureGate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func (d *blockingDaemon) Stop(ctx context.Context) error {
+	select {
+	case <-d.stopGate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.countingDaemon.Stop(ctx)
+}
+
+// While the daemon starts or stops, for however long, the Manager's lock
+// is free: every call returns (a share with a retryable error), none waits
+// for the daemon.
+func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
+	ctx := context.Background()
+	daemon := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
+		WithTiming(Timing{ReadyWait: 10 * time.Millisecond, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond}))
+	defer m.Close()
+	returns := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not return while the daemon was blocked", what)
+		}
+	}
+	var notReady *DaemonNotReadyError
+	returns("a share while the daemon starts", func() {
+		if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); !errors.As(err, &notReady) || notReady.Cause != nil {
+			t.Errorf("Acquire while starting: %v, want a DaemonNotReadyError without cause", err)
+		}
+	})
+	returns("Holders, Status, Release and another share", func() {
+		_ = m.Holders()
+		if st := m.Status(); !st.Wanted || st.Ready {
+			t.Errorf("status while starting %+v, want wanted and not ready", st)
+		}
+		if err := m.Release(ctx, "c0"); err != nil {
+			t.Error(err)
+		}
+		if err := m.Acquire(ctx, "c2", []string{"GPU-b"}); !errors.As(err, &notReady) {
+			t.Errorf("second Acquire while starting: %v", err)
+		}
+	})
+	close(daemon.ensureGate)
+	deadline := time.Now().Add(20 * time.Second)
+	for m.Acquire(ctx, "c1", []string{"GPU-a"}) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("share still refused after the daemon started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	returns("the last share's release while the daemon stops", func() {
+		if err := m.Release(ctx, "c1"); err != nil {
+			t.Error(err)
+		}
+	})
+	// Once the worker has begun stopping the daemon, shares must not count
+	// on it.
+	for m.Status().Ready {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never began to stop the daemon")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	returns("a share while the daemon stops", func() {
+		if err := m.Acquire(ctx, "c3", []string{"GPU-a"}); !errors.As(err, &notReady) {
+			t.Errorf("Acquire while stopping: %v, want a DaemonNotReadyError", err)
+		}
+	})
+	close(daemon.stopGate)
+	// The refused share keeps the daemon wanted: it is started again.
+	waitIdle(t, m)
+	if st := m.Status(); !st.Wanted || !st.Ready {
+		t.Errorf("status after the stop %+v, want the daemon running again for the refused share", st)
 	}
 }

@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Churn-and-crash soak of the kubelet plugin on the local cluster: waves of
+# pods with whole cards and memory shares are created and deleted for
+# SOAK_SECONDS while the plugin is killed (SIGKILL) at random moments and
+# the API server is restarted once; then an independent audit compares
+# what the plugin keeps on disk with what the API server holds.
+#   soak.sh            cluster up, plugin, soak, audit, cluster down
+# Settings (environment):
+#   SOAK_SECONDS      how long waves are created (default 300)
+#   SOAK_KILLS        plugin kills to inject, at least (default 10)
+#   SOAK_MIN_CLAIMS   claims to create, at least (default 200)
+#   SOAK_WAVE_WHOLE   whole-card pods per wave (default 1)
+#   SOAK_WAVE_SHARES  10Gi share pods per wave (default 8)
+# Up to three waves hold cards at once (one terminating, one running, one
+# starting): with the defaults 3 whole cards and 3 cards of shares, within
+# the 8 of the dgx-h100 profile.
+#   KEEP_CLUSTER=1    leave the cluster running afterwards
+# Prints: claims prepared, faults injected, minutes, problems (must be 0).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+HERE="$(dirname "${BASH_SOURCE[0]}")"
+source "$HERE/config.sh" # PAUSE_IMAGE
+cluster_lock
+
+SOAK_SECONDS="${SOAK_SECONDS:-300}"
+SOAK_KILLS="${SOAK_KILLS:-10}"
+MIN_CLAIMS="${SOAK_MIN_CLAIMS:-200}"
+WAVE_WHOLE="${SOAK_WAVE_WHOLE:-1}"
+WAVE_SHARES="${SOAK_WAVE_SHARES:-8}"
+# The stage must stay within 10 minutes of churn whatever the machine.
+MAX_SECONDS=540
+NS=tangram-soak
+CHECKPOINT="$CLUSTER_DIR/plugin/state/checkpoint.json"
+WORK="$(mktemp -d)"
+K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+problems=0
+problem() {
+	problems=$((problems + 1))
+	printf 'PROBLEM: %s\n' "$*" >&2
+}
+
+finish() {
+	local rc=$?
+	set +o errexit
+	if [ -n "${injector_pid:-}" ]; then
+		touch "$WORK/stop"
+		wait "$injector_pid"
+	fi
+	if [ -n "${KEEP_CLUSTER:-}" ]; then
+		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
+	else
+		"$HERE/down.sh"
+	fi
+	rm -rf "$WORK"
+	exit $rc
+}
+trap finish EXIT
+
+# pod NAME KIND: a pause pod with its own claim from template KIND.
+pod() {
+	cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  namespace: $NS
+  labels: {soak: "yes"}
+spec:
+  terminationGracePeriodSeconds: 0
+  # Not nodeName: the scheduler must allocate the claim.
+  nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
+  tolerations: [{operator: Exists}]
+  containers:
+  - name: c
+    image: $PAUSE_IMAGE
+    imagePullPolicy: IfNotPresent
+    resources:
+      claims: [{name: gpu}]
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: $2
+---
+EOF
+}
+
+templates() {
+	cat <<EOF
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: whole, namespace: $NS}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.tangram.dev}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: share, namespace: $NS}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: shared-gpu.tangram.dev
+          capacity: {requests: {memory: 10Gi}}
+EOF
+}
+
+# The fault injector: SIGKILL the plugin at random moments (restarting it
+# after a random pause), and restart the API server once, half-way.
+inject_faults() {
+	local kills=0 api_done=0 start pid args
+	start="$(now_s)"
+	# Ends between faults when asked (the stop file): never with the plugin
+	# half-started.
+	while [ ! -e "$WORK/stop" ]; do
+		sleep "$((8 + RANDOM % 14))"
+		[ -e "$WORK/stop" ] && break
+		if [ "$api_done" = 0 ] && [ $(($(now_s) - start)) -ge $((SOAK_SECONDS / 2)) ]; then
+			pid="$(proc_pid kube-apiserver)"
+			# Started again with exactly the arguments up.sh gave it.
+			mapfile -d '' args <"/proc/$pid/cmdline"
+			log "FAULT: restarting kube-apiserver"
+			stop_proc kube-apiserver 30 || true
+			start_proc kube-apiserver "${args[@]}" || true
+			wait_until kube-apiserver 180 "kube-apiserver is ready again" K get --raw /readyz || true
+			echo api >>"$WORK/faults"
+			api_done=1
+			continue
+		fi
+		log "FAULT: killing the plugin (kill $((kills + 1)))"
+		"$HERE/plugin.sh" kill || true
+		echo kill >>"$WORK/faults"
+		kills=$((kills + 1))
+		sleep "$((RANDOM % 3))"
+		"$HERE/plugin.sh" start >/dev/null 2>&1 || "$HERE/plugin.sh" start || true
+	done
+}
+
+# wait_running WAVE: every pod of the wave runs; the others are problems.
+wait_running() {
+	local wave="$1" i phases notrunning
+	for ((i = 0; i < 240; i++)); do
+		phases="$(K -n "$NS" get pods -l "wave=$wave" -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' 2>/dev/null || true)"
+		notrunning="$(grep -v '=Running$' <<<"$phases" | grep . || true)"
+		if [ -n "$phases" ] && [ -z "$notrunning" ]; then
+			grep -c . <<<"$phases" >>"$WORK/ran"
+			return 0
+		fi
+		sleep 1
+	done
+	while read -r p; do problem "wave $wave: pod ${p%%=*} did not run in 240s (phase ${p#*=})"; done <<<"$notrunning"
+	grep -c '=Running$' <<<"$phases" >>"$WORK/ran" || true
+}
+
+# audit: what the plugin keeps must match the API server (soak-audit.py).
+# Deleted pods are unprepared a little after they vanish, so a mismatch
+# counts only if it is still there after 60 s.
+audit() {
+	local i
+	for ((i = 0; i < 60; i++)); do
+		if K get resourceclaims -A -o json >"$WORK/claims.json" 2>/dev/null &&
+			K get resourceslices -o json >"$WORK/slices.json" 2>/dev/null &&
+			python3 "$HERE/soak-audit.py" "$CHECKPOINT" "$CDI_DIR" "$NODE_NAME" "$WORK/claims.json" "$WORK/slices.json" >"$WORK/audit"; then
+			[ -s "$WORK/audit" ] || { info "audit: checkpoint, CDI specs and API server agree; no card over capacity"; return 0; }
+		fi
+		sleep 1
+	done
+	while read -r line; do problem "$line"; done <"$WORK/audit"
+	[ -s "$WORK/audit" ] || problem "audit could not run (API server or soak-audit.py failed)"
+}
+
+stage_start="$(now_s)"
+"$HERE/up.sh"
+"$HERE/plugin.sh" start
+K get deviceclass gpu.tangram.dev >/dev/null 2>&1 || K apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2
+K create namespace "$NS" >/dev/null
+templates | K apply -f - >/dev/null
+log "soak: waves of $WAVE_WHOLE whole-card and $WAVE_SHARES share pods for ${SOAK_SECONDS}s and at least $MIN_CLAIMS claims, plugin killed at least $SOAK_KILLS times, API server restarted once"
+
+: >"$WORK/faults"
+: >"$WORK/ran"
+inject_faults &
+injector_pid=$!
+soak_start="$(now_s)"
+wave=0 created=0
+while { [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill "$WORK/faults")" -lt "$SOAK_KILLS" ] ||
+	[ "$created" -lt "$MIN_CLAIMS" ]; } && [ $(($(now_s) - soak_start)) -lt "$MAX_SECONDS" ]; do
+	wave=$((wave + 1))
+	{
+		for ((i = 0; i < WAVE_WHOLE; i++)); do pod "w$wave-whole-$i" whole; done
+		for ((i = 0; i < WAVE_SHARES; i++)); do pod "w$wave-share-$i" share; done
+	} | sed "s/soak: \"yes\"/soak: \"yes\", wave: \"$wave\"/" >"$WORK/wave.yaml"
+	# The API server may be restarting: retry the create.
+	for ((i = 0; i < 60; i++)); do K apply -f "$WORK/wave.yaml" >/dev/null 2>&1 && break; sleep 2; done
+	created=$((created + WAVE_WHOLE + WAVE_SHARES))
+	wait_running "$wave"
+	# The previous wave goes while this one runs: prepares and unprepares
+	# overlap, and the kills hit both.
+	[ "$wave" -gt 1 ] && K -n "$NS" delete pods -l "wave=$((wave - 1))" --wait=false >/dev/null 2>&1
+done
+touch "$WORK/stop"
+wait "$injector_pid" || true
+injector_pid=""
+soak_end="$(now_s)"
+"$HERE/plugin.sh" status >/dev/null 2>&1 || "$HERE/plugin.sh" start
+
+# Audit 1, with the last wave running: the checkpoint and the CDI specs hold
+# exactly the prepared claims, no card is over capacity or shared with a
+# whole-card claim.
+for ((i = 0; i < 120; i++)); do
+	[ "$(K -n "$NS" get pods -o name | grep -c .)" -le $((WAVE_WHOLE + WAVE_SHARES)) ] && break
+	sleep 1
+done
+wait_running "$wave"
+# The pods of the last wave run, so their claims are prepared: the audit
+# needs no settling time for them, only for the deleted ones (above).
+audit
+# Audit 2, after the last wave: nothing left behind.
+K delete namespace "$NS" --wait=true --timeout=300s >/dev/null || problem "namespace $NS not deleted in 300s"
+audit
+
+faults="$(grep -c . "$WORK/faults" || true)"
+ran="$(awk '{s += $1} END {print s + 0}' "$WORK/ran")"
+# The last wave was counted twice (before and at the audit).
+ran=$((ran - WAVE_WHOLE - WAVE_SHARES))
+[ "$ran" -eq "$created" ] || problem "$created pods created, $ran ran"
+[ "$created" -ge "$MIN_CLAIMS" ] || problem "only $created claims in ${MAX_SECONDS}s, want at least $MIN_CLAIMS"
+[ "$(grep -c kill "$WORK/faults" || true)" -ge "$SOAK_KILLS" ] || problem "only $(grep -c kill "$WORK/faults" || true) plugin kills, want $SOAK_KILLS"
+grep -q api "$WORK/faults" || problem "the API server was not restarted"
+log "soak figures"
+info "claims prepared: $created (pods that ran: $ran, waves: $wave)"
+info "faults injected: $faults ($(grep -c kill "$WORK/faults" || true) plugin kills, $(grep -c api "$WORK/faults" || true) API server restart)"
+info "minutes: $(awk -v s=$((soak_end - soak_start)) 'BEGIN {printf "%.1f", s / 60}') of churn, $(awk -v s=$(($(now_s) - stage_start)) 'BEGIN {printf "%.1f", s / 60}') in all"
+info "problems: $problems"
+[ "$problems" -eq 0 ] || die "soak found $problems problems"
+log "soak passed"
