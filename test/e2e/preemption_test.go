@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,10 +32,11 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 			lowPods[i] = fmt.Sprintf("low-%d", i)
 			createPod(ctx, priorityPod(ns, lowPods[i], "whole-gpu", low, ""))
 		}
-		cardOf := map[string]string{}
+		cardOf, claimOf := map[string]string{}, map[string]string{}
 		for _, name := range lowPods {
 			waitRunning(ctx, ns, name)
-			cardOf[name] = results(allocatedClaim(ctx, ns, name))[0].Device
+			claim := allocatedClaim(ctx, ns, name)
+			cardOf[name], claimOf[name] = results(claim)[0].Device, claim.Name
 		}
 		GinkgoWriter.Printf("  %d low-priority pods (PriorityClass %s) hold all %d cards\n", cards, low, cards)
 
@@ -62,7 +64,7 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 			before := runningOf(ctx, ns, lowPods)
 			start := time.Now()
 			createPod(ctx, priorityPod(ns, tc.name, tc.template, high, *tangramScheduler))
-			running := waitRunningSince(ctx, ns, tc.name, start)
+			tl := watchPreemption(ctx, ns, tc.name, before, claimOf, start)
 			after := runningOf(ctx, ns, lowPods)
 			Expect(after).To(HaveLen(len(before)-1), "%s must evict exactly one low-priority pod; events:\n%s", tc.name, eventText(ctx, ns, tc.name))
 			var victim string
@@ -75,8 +77,9 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 			Expect(scheduledBy(ctx, ns, tc.name)).To(Equal(*tangramScheduler))
 			device := results(allocatedClaim(ctx, ns, tc.name))[0].Device
 			Expect(device).To(Equal(cardOf[victim]), "%s should run on the card its victim %s held", tc.name, victim)
-			GinkgoWriter.Printf("  %s (%s): evicted %s, runs on %s/%s; creation to Running %s\n",
-				tc.name, tc.template, victim, gpuNode, device, running.Round(100*time.Millisecond))
+			GinkgoWriter.Printf("  %s (%s): evicted %s, runs on %s/%s\n", tc.name, tc.template, victim, gpuNode, device)
+			GinkgoWriter.Printf("    after creation: victim terminating %s, victim gone %s, its claim gone %s, bound %s, Running %s\n",
+				tl.evicted, tl.victimGone, tl.claimGone, tl.bound, tl.running)
 		}
 	}, SpecTimeout(6*time.Minute))
 })
@@ -118,14 +121,51 @@ func runningOf(ctx context.Context, ns string, names []string) []string {
 	return out
 }
 
-// waitRunningSince waits until the pod runs, polling quickly, and returns
-// how long after start it was first seen running.
-func waitRunningSince(ctx context.Context, ns, name string, start time.Time) time.Duration {
-	var took time.Duration
+// timeline is when, after the preemptor's creation, each step of a
+// preemption was first seen (polling every 100 ms).
+type timeline struct {
+	evicted, victimGone, claimGone, bound, running time.Duration
+}
+
+// watchPreemption polls until the preemptor runs and records when a pod of
+// candidates started terminating, when it and its claim were gone and when
+// the preemptor was bound and running.
+func watchPreemption(ctx context.Context, ns, name string, candidates []string, claimOf map[string]string, start time.Time) timeline {
+	var tl timeline
+	var victim string
+	since := func(d *time.Duration) {
+		if *d == 0 {
+			*d = time.Since(start).Round(100 * time.Millisecond)
+		}
+	}
 	Eventually(func(g Gomega) {
+		for _, c := range candidates {
+			if victim != "" && c != victim {
+				continue
+			}
+			p, err := clientset.CoreV1().Pods(ns).Get(ctx, c, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				victim = c
+				since(&tl.evicted)
+				since(&tl.victimGone)
+			case err == nil && p.DeletionTimestamp != nil:
+				victim = c
+				since(&tl.evicted)
+			}
+		}
+		if victim != "" && tl.claimGone == 0 {
+			c, err := clientset.ResourceV1().ResourceClaims(ns).Get(ctx, claimOf[victim], metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && c.Status.Allocation == nil) {
+				since(&tl.claimGone)
+			}
+		}
 		pod := getPod(ctx, ns, name)
+		if pod.Spec.NodeName != "" {
+			since(&tl.bound)
+		}
 		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
-		took = time.Since(start)
-	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	return took
+		since(&tl.running)
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+	return tl
 }
