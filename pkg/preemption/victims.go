@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
@@ -146,6 +147,8 @@ type search struct {
 	budgets []budget
 	runs    int
 	model   *scoreModel
+	// celCache keeps the selectors compiled across the allocator runs.
+	celCache *cel.Cache
 }
 
 type freeableClaim struct {
@@ -159,7 +162,7 @@ type budget struct {
 }
 
 func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*resourceapi.ResourceClaim, pdbs []*policyv1.PodDisruptionBudget) (*search, error) {
-	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims}
+	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims, celCache: allocation.NewCELCache(allocation.Features137)}
 	running := map[types.UID]*v1.Pod{}
 	for _, p := range node.Pods {
 		if p.DeletionTimestamp == nil {
@@ -340,7 +343,7 @@ func (s *search) remaining(set []int) []*resourceapi.ResourceClaim {
 // as the scheduler's DRA plugin does, with the candidates in set gone.
 func (s *search) fits(set []int) (bool, error) {
 	s.runs++
-	n := &allocation.Node{Name: s.node.Name, Slices: s.node.Slices, Classes: s.node.Classes, Allocated: s.remaining(set)}
+	n := &allocation.Node{Name: s.node.Name, Slices: s.node.Slices, Classes: s.node.Classes, Allocated: s.remaining(set), CELCache: s.celCache}
 	for _, c := range s.claims {
 		if _, err := n.Allocate(s.ctx, c); err != nil {
 			if errors.Is(err, allocation.ErrUnschedulable) {

@@ -280,7 +280,7 @@ func TestSelectVictims(t *testing.T) {
 
 // buildNode publishes a dgx-h100 node with shareable cards and allocates
 // the claims with the real allocator, each pinned to its card.
-func buildNode(ctx context.Context, t *testing.T, pods []testPod, claims []testClaim) preemption.Node {
+func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testClaim) preemption.Node {
 	t.Helper()
 	profile, err := gpu.BuiltinProfile("dgx-h100")
 	if err != nil {
