@@ -98,13 +98,19 @@ func createPriorityClass(ctx context.Context, name string, value int32) string {
 	return name
 }
 
-// priorityPod is a gpu-info pod of the PriorityClass that stops at once
-// when evicted; an empty schedulerName means the default scheduler.
+// priorityPod is a gpu-info pod of the PriorityClass that is killed a
+// second after it is evicted; an empty schedulerName means the default
+// scheduler. Not 0: with no grace period the API server deletes an evicted
+// pod before the kubelet has stopped it and released its devices, so its
+// claim is freed and the preemptor bound while the card is still prepared
+// for the victim (the kubelet plugin then refuses the preemptor's claim until
+// the kubelet has unprepared the victim's, and the kubelet retries with
+// backoff; the first run of this scenario measured 80 s to Running that way).
 func priorityPod(ns, name, template, class, schedulerName string) *corev1.Pod {
 	pod := gpuPod(ns, name, template)
 	pod.Spec.PriorityClassName = class
 	pod.Spec.SchedulerName = schedulerName
-	grace := int64(0)
+	grace := int64(1)
 	pod.Spec.TerminationGracePeriodSeconds = &grace
 	return pod
 }
