@@ -78,8 +78,8 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 			device := results(allocatedClaim(ctx, ns, tc.name))[0].Device
 			Expect(device).To(Equal(cardOf[victim]), "%s should run on the card its victim %s held", tc.name, victim)
 			GinkgoWriter.Printf("  %s (%s): evicted %s, runs on %s/%s\n", tc.name, tc.template, victim, gpuNode, device)
-			GinkgoWriter.Printf("    after creation: victim terminating %s, victim gone %s, its claim gone %s, bound %s, Running %s\n",
-				tl.evicted, tl.victimGone, tl.claimGone, tl.bound, tl.running)
+			GinkgoWriter.Printf("    after creation: victim terminating %s, victim stopped %s, its claim gone %s, bound %s, Running %s\n",
+				tl.evicted, tl.victimStopped, tl.claimGone, tl.bound, tl.running)
 		}
 	}, SpecTimeout(6*time.Minute))
 })
@@ -105,7 +105,8 @@ func createPriorityClass(ctx context.Context, name string, value int32) string {
 // claim is freed and the preemptor bound while the card is still prepared
 // for the victim (the kubelet plugin then refuses the preemptor's claim until
 // the kubelet has unprepared the victim's, and the kubelet retries with
-// backoff; the first run of this scenario measured 80 s to Running that way).
+// backoff; the first run of this scenario measured 80 s to Running that way,
+// against about a second with a grace period).
 func priorityPod(ns, name, template, class, schedulerName string) *corev1.Pod {
 	pod := gpuPod(ns, name, template)
 	pod.Spec.PriorityClassName = class
@@ -130,12 +131,13 @@ func runningOf(ctx context.Context, ns string, names []string) []string {
 // timeline is when, after the preemptor's creation, each step of a
 // preemption was first seen (polling every 100 ms).
 type timeline struct {
-	evicted, victimGone, claimGone, bound, running time.Duration
+	evicted, victimStopped, claimGone, bound, running time.Duration
 }
 
 // watchPreemption polls until the preemptor runs and records when a pod of
-// candidates started terminating, when it and its claim were gone and when
-// the preemptor was bound and running.
+// candidates started terminating, when it had stopped (a terminal phase, or
+// gone), when its claim was gone and when the preemptor was bound and
+// running.
 func watchPreemption(ctx context.Context, ns, name string, candidates []string, claimOf map[string]string, start time.Time) timeline {
 	var tl timeline
 	var victim string
@@ -154,10 +156,13 @@ func watchPreemption(ctx context.Context, ns, name string, candidates []string, 
 			case apierrors.IsNotFound(err):
 				victim = c
 				since(&tl.evicted)
-				since(&tl.victimGone)
+				since(&tl.victimStopped)
 			case err == nil && p.DeletionTimestamp != nil:
 				victim = c
 				since(&tl.evicted)
+				if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+					since(&tl.victimStopped)
+				}
 			}
 		}
 		if victim != "" && tl.claimGone == 0 {
