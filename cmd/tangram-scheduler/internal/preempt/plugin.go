@@ -136,6 +136,11 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(best.decision.Victims))
 	for _, victim := range best.decision.Victims {
 		if err := p.evict(ctx, pod, victim, best.node); err != nil {
+			if apierrors.IsTooManyRequests(err) {
+				// A PodDisruptionBudget changed since the lister saw it: not
+				// an error, the pod is retried with the budget in view.
+				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
+			}
 			return nil, fwk.AsStatus(err)
 		}
 	}
