@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -85,13 +86,16 @@ func loadSpec(t *testing.T, path string) specFile {
 			// name it, so it counts as part of the file.
 			tmpl := gang.DesiredTemplate(o)
 			spec.templates[tmpl.Name] = tmpl
-		case *corev1.Namespace:
+		case *corev1.Namespace, *schedulingv1.PriorityClass:
 			spec.other = append(spec.other, o)
 		default:
-			t.Fatalf("%s: document %d is a %s; the demo uses only Namespaces, Pods, ResourceClaimTemplates, PodGroups and GpuGangs", path, i, gvk)
+			t.Fatalf("%s: document %d is a %s; the demo uses only Namespaces, PriorityClasses, Pods, ResourceClaimTemplates, PodGroups and GpuGangs", path, i, gvk)
 		}
 		if o, ok := obj.(interface{ GetNamespace() string }); ok {
-			if _, isNS := obj.(*corev1.Namespace); !isNS && o.GetNamespace() != demoNamespace {
+			if clusterScoped(obj) {
+				continue
+			}
+			if o.GetNamespace() != demoNamespace {
 				t.Errorf("%s: document %d is in namespace %q, want %q", path, i, o.GetNamespace(), demoNamespace)
 			}
 		}
@@ -111,6 +115,15 @@ func demoScheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
+// clusterScoped objects have no namespace.
+func clusterScoped(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *corev1.Namespace, *schedulingv1.PriorityClass:
+		return true
+	}
+	return false
+}
+
 func TestSpecs(t *testing.T) {
 	tests := []struct {
 		file string
@@ -123,6 +136,8 @@ func TestSpecs(t *testing.T) {
 		wantScheduler string
 		// wantGpuGang: every pod is a member of this GpuGang of the same file.
 		wantGpuGang string
+		// wantPriorityClass is every pod's spec.priorityClassName.
+		wantPriorityClass string
 	}{
 		{file: "01-whole-card.yaml", wantDevices: map[string]int64{"whole-card": 1}},
 		{file: "02-memory-shares.yaml", wantDevices: map[string]int64{"share-a": 1, "share-b": 1, "share-c": 1}},
@@ -137,6 +152,11 @@ func TestSpecs(t *testing.T) {
 		// The chart's default scheduler.schedulerName.
 		{file: "07-packing-tangram.yaml", wantDevices: map[string]int64{"next-share-tangram": 1}, wantScheduler: "tangram"},
 		{file: "08-gpugang.yaml", wantDevices: map[string]int64{"finetune-0": 2, "finetune-1": 2}, wantGpuGang: "finetune"},
+		{file: "09-preemption-fill.yaml", wantDevices: map[string]int64{
+			"low-0": 1, "low-1": 1, "low-2": 1, "low-3": 1, "low-4": 1, "low-5": 1, "low-6": 1, "low-7": 1,
+		}, wantPriorityClass: "tangram-demo-low"},
+		{file: "10-preemption-high.yaml", wantDevices: map[string]int64{"urgent": 1}, wantScheduler: "tangram",
+			wantPriorityClass: "tangram-demo-high"},
 	}
 	seen := map[string]bool{"00-namespace.yaml": true}
 	for _, tc := range tests {
@@ -146,6 +166,9 @@ func TestSpecs(t *testing.T) {
 			gotDevices := map[string]int64{}
 			for _, pod := range spec.pods {
 				gotDevices[pod.Name] = checkPod(t, pod, spec)
+				if pod.Spec.PriorityClassName != tc.wantPriorityClass {
+					t.Errorf("pod %s: priorityClassName %q, want %q", pod.Name, pod.Spec.PriorityClassName, tc.wantPriorityClass)
+				}
 				if pod.Spec.SchedulerName != tc.wantScheduler {
 					t.Errorf("pod %s: schedulerName %q, want %q", pod.Name, pod.Spec.SchedulerName, tc.wantScheduler)
 				}

@@ -33,8 +33,9 @@ type schedulerConfig struct {
 	Profiles []struct {
 		SchedulerName string `json:"schedulerName"`
 		Plugins       struct {
-			PreScore pluginSet `json:"preScore"`
-			Score    pluginSet `json:"score"`
+			PreScore   pluginSet `json:"preScore"`
+			Score      pluginSet `json:"score"`
+			PostFilter pluginSet `json:"postFilter"`
 		} `json:"plugins"`
 		PluginConfig []struct {
 			Name string `json:"name"`
@@ -129,6 +130,8 @@ func TestSchedulerDeployment(t *testing.T) {
 		wantToleration string
 		wantHostNet    bool
 		wantEnv        map[string]string
+		// wantNoPreemption: TangramPreemption is off and its RBAC absent.
+		wantNoPreemption bool
 	}{
 		{
 			name:         "defaults",
@@ -149,15 +152,17 @@ func TestSchedulerDeployment(t *testing.T) {
 				"scheduler.tolerations[0].key=node-role.kubernetes.io/control-plane",
 				"scheduler.tolerations[0].operator=Exists",
 				"scheduler.hostNetwork=true",
-				"scheduler.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "scheduler.extraEnv[0].value=127.0.0.1"},
+				"scheduler.extraEnv[0].name=KUBERNETES_SERVICE_HOST", "scheduler.extraEnv[0].value=127.0.0.1",
+				"scheduler.preemption=false"},
 			wantImage:    "registry.example:5000/tangram/scheduler:v3",
 			wantReplicas: 2,
 			wantFlags:    map[string]string{"v": "5", "secure-port": "10300", "kube-api-qps": "100"},
 			wantProfile:  "gpu-packer", wantPolicy: "fgd", wantWeight: 20, wantElect: true,
-			wantSelector:   map[string]string{"node-role.kubernetes.io/control-plane": ""},
-			wantToleration: "node-role.kubernetes.io/control-plane",
-			wantHostNet:    true,
-			wantEnv:        map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1"},
+			wantSelector:     map[string]string{"node-role.kubernetes.io/control-plane": ""},
+			wantToleration:   "node-role.kubernetes.io/control-plane",
+			wantHostNet:      true,
+			wantEnv:          map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1"},
+			wantNoPreemption: true,
 		},
 		{
 			name:         "one replica without leader election, global verbosity",
@@ -224,6 +229,15 @@ func TestSchedulerDeployment(t *testing.T) {
 			}
 			if on, w := prof.Plugins.Score.weightOf("TangramPacking"); !on || w != tc.wantWeight {
 				t.Errorf("TangramPacking in score: enabled %v weight %d, want weight %d", on, w, tc.wantWeight)
+			}
+			// GPU preemption runs after the stock DefaultPreemption (enabled
+			// by default, so not listed), and only with its RBAC.
+			on, _ := prof.Plugins.PostFilter.weightOf("TangramPreemption")
+			_, hasRole := objs["ClusterRole"][schedulerName+"-preemption"]
+			_, hasBinding := objs["ClusterRoleBinding"][schedulerName+"-preemption"]
+			if on == tc.wantNoPreemption || hasRole == tc.wantNoPreemption || hasBinding == tc.wantNoPreemption {
+				t.Errorf("TangramPreemption in postFilter %v, its ClusterRole %v and binding %v; want all %v",
+					on, hasRole, hasBinding, !tc.wantNoPreemption)
 			}
 			if len(prof.PluginConfig) != 1 || prof.PluginConfig[0].Name != "TangramPacking" || prof.PluginConfig[0].Args.Policy != tc.wantPolicy {
 				t.Errorf("pluginConfig = %+v, want TangramPacking with policy %s", prof.PluginConfig, tc.wantPolicy)
@@ -318,6 +332,18 @@ func TestSchedulerRBAC(t *testing.T) {
 		}
 	}
 
+	// Preemption evicts, and may do nothing else beyond the stock roles.
+	pre := objs.get(t, "ClusterRole", schedulerName+"-preemption").(*rbacv1.ClusterRole)
+	if !allows(pre.Rules, "", "pods/eviction", "", "create") {
+		t.Errorf("scheduler may not create pods/eviction: %+v", pre.Rules)
+	}
+	if len(pre.Rules) != 1 || len(pre.Rules[0].Verbs) != 1 || len(pre.Rules[0].Resources) != 1 {
+		t.Errorf("preemption ClusterRole grants more than creating evictions: %+v", pre.Rules)
+	}
+	if b := objs.get(t, "ClusterRoleBinding", schedulerName+"-preemption").(*rbacv1.ClusterRoleBinding); b.RoleRef.Name != pre.Name || !subjectOK(b.Subjects) {
+		t.Errorf("preemption binding = %+v %+v", b.RoleRef, b.Subjects)
+	}
+
 	// Delegated authentication of the secure port.
 	auth := objs.get(t, "RoleBinding", schedulerName+"-auth-reader").(*rbacv1.RoleBinding)
 	if auth.Namespace != "kube-system" || auth.RoleRef.Kind != "Role" ||
@@ -349,6 +375,7 @@ func TestSchedulerSchemaRejects(t *testing.T) {
 		{name: "repository with a tag", sets: []string{"scheduler.image.repository=foo/bar:v1"}, wantErr: []string{"repository"}},
 		{name: "secure port", sets: []string{"scheduler.securePort=0"}, wantErr: []string{"securePort"}},
 		{name: "extra arg that is not a flag", sets: []string{"scheduler.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
+		{name: "preemption as a string", sets: []string{"scheduler.preemption=yes"}, wantErr: []string{"preemption"}},
 		{name: "hostNetwork as a string", sets: []string{"scheduler.hostNetwork=yes"}, wantErr: []string{"hostNetwork"}},
 		{name: "env without a name", sets: []string{"scheduler.extraEnv[0].value=x"}, wantErr: []string{"extraEnv"}},
 	}

@@ -20,10 +20,10 @@ bench-placement: ## every policy x openb list x 10 seeds -> docs/placement-resul
 # tangram-scheduler is a nested module (k8s.io/kubernetes stays out of the
 # driver's module); its build is heavy.
 .PHONY: tangram-scheduler
-tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking plugin into ./bin (nested module)
+tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and TangramPreemption plugins into ./bin (nested module)
 	@mkdir -p $(BIN_DIR)
 	cd cmd/tangram-scheduler && $(GO) build -o $(BIN_DIR)/tangram-scheduler .
 
 .PHONY: test-tangram-scheduler
-test-tangram-scheduler: ## tests of the scheduler plugin (nested module, race detector on)
+test-tangram-scheduler: ## tests of the scheduler plugins (nested module, race detector on)
 	cd cmd/tangram-scheduler && $(GO) vet ./... && $(GO) test -race -count=1 ./...

@@ -51,6 +51,17 @@ type Node struct {
 	// Allocated holds claims with status.allocation set; Allocate appends
 	// to it.
 	Allocated []*resourceapi.ResourceClaim
+	// CELCache keeps compiled CEL selectors across calls; nil means a new
+	// cache per call. Compiling dominates a call on a small node, so
+	// callers that run the allocator many times (preemption) share one.
+	// It must have been made with the same CEL features Try would use.
+	CELCache *cel.Cache
+}
+
+// NewCELCache returns a CEL cache for Node.CELCache with the features the
+// allocator uses under features.
+func NewCELCache(features structured.Features) *cel.Cache {
+	return cel.NewCache(100, cel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
 }
 
 // Allocate runs the allocator for one claim against the node's slices and
@@ -75,7 +86,10 @@ func (n *Node) Try(ctx context.Context, claim *resourceapi.ResourceClaim) (*reso
 	if n.Features != nil {
 		features = *n.Features
 	}
-	celCache := cel.NewCache(100, cel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
+	celCache := n.CELCache
+	if celCache == nil {
+		celCache = NewCELCache(features)
+	}
 	allocator, err := structured.NewAllocator(ctx, features, AllocatedState(n.Allocated, features.ConsumableCapacity),
 		ClassLister(n.Classes), n.Slices, celCache)
 	if err != nil {

@@ -1,0 +1,295 @@
+// Package preempt is Tangram's kube-scheduler PostFilter plugin: priority
+// preemption for pods whose ResourceClaims cannot be allocated. The stock
+// DefaultPreemption cannot help such pods in Kubernetes 1.37 (its DRA filter
+// does not see pods removed in its simulation); this plugin simulates
+// removing lower-priority pods' claims and runs the real allocator
+// (pkg/preemption), then nominates the node and evicts the victims through
+// the Eviction API, so PodDisruptionBudgets are enforced by the API server
+// as well. The preemptor binds once the resourceclaim controller has
+// deallocated the victims' claims.
+package preempt
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tangram-gpu/tangram/pkg/preemption"
+)
+
+// Name is the plugin name in KubeSchedulerConfiguration.
+const Name = "TangramPreemption"
+
+// draPlugin is the name of the stock DRA filter whose rejections this
+// plugin can resolve.
+const draPlugin = "DynamicResources"
+
+// Plugin implements PostFilter.
+type Plugin struct {
+	handle fwk.Handle
+	pdbs   policylisters.PodDisruptionBudgetLister
+}
+
+var _ fwk.PostFilterPlugin = (*Plugin)(nil)
+
+// New is the plugin factory registered with the scheduler. It takes no
+// arguments.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	if u, ok := obj.(*runtime.Unknown); ok && u != nil && len(u.Raw) > 0 {
+		var none struct{}
+		if err := yaml.UnmarshalStrict(u.Raw, &none); err != nil {
+			return nil, fmt.Errorf("%s takes no args (remove its pluginConfig entry): %w", Name, err)
+		}
+	}
+	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}, nil
+}
+
+func (*Plugin) Name() string { return Name }
+
+// PostFilter looks for a node where evicting lower-priority pods lets the
+// pod's claims be allocated, nominates the best one and evicts its victims.
+func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
+	ctx = klog.NewContext(ctx, logger)
+	if !preemption.MayPreempt(pod) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod's preemptionPolicy is Never")
+	}
+	dra := p.handle.SharedDRAManager()
+	if dra == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no DRA state")
+	}
+	claims, allocated, err := podClaims(pod, dra.ResourceClaims())
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if len(claims) == 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod has no pending ResourceClaims")
+	}
+	if allocated {
+		// An allocated claim ties the pod to its node; evicting for the
+		// rest is left to a later version.
+		return nil, fwk.NewStatus(fwk.Unschedulable, "some of the pod's ResourceClaims are allocated already")
+	}
+	// The DRA filter rejects a node whose devices are taken as
+	// UnschedulableAndUnresolvable, since the stock preemption cannot free
+	// devices; both codes are looked at.
+	var nodeInfos []fwk.NodeInfo
+	for _, code := range []fwk.Code{fwk.Unschedulable, fwk.UnschedulableAndUnresolvable} {
+		nis, err := statuses.NodesForStatusCode(p.handle.SnapshotSharedLister().NodeInfos(), code)
+		if err != nil {
+			return nil, fwk.AsStatus(fmt.Errorf("listing the nodes that rejected the pod: %w", err))
+		}
+		nodeInfos = append(nodeInfos, nis...)
+	}
+	// Only nodes whose first failing filter was DRA's: another filter's
+	// verdict (CPU, affinity, taints) is not something freeing devices fixes.
+	nodeInfos = slices.DeleteFunc(nodeInfos, func(ni fwk.NodeInfo) bool {
+		return ni.Node() == nil || statuses.Get(ni.Node().Name).Plugin() != draPlugin
+	})
+	if len(nodeInfos) == 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no node rejected the pod only for its ResourceClaims")
+	}
+	state, err := p.readState(dra)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	pdbs, err := p.pdbs.List(labels.Everything())
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err))
+	}
+	var best *candidate
+	var reasons []string
+	for _, ni := range nodeInfos {
+		node := state.node(ni)
+		d, err := preemption.SelectVictims(ctx, node, pod, claims, pdbs, preemption.Limits{})
+		if err != nil {
+			return nil, fwk.AsStatus(err)
+		}
+		if !d.Fits {
+			logger.V(5).Info("Preemption cannot help on node", "node", node.Name, "reason", d.Reason)
+			reasons = append(reasons, d.Reason)
+			continue
+		}
+		c := &candidate{node: node.Name, decision: d}
+		if best == nil || better(c, best) {
+			best = c
+		}
+	}
+	if best == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "preemption cannot make room for the pod's claims: "+summarize(reasons))
+	}
+	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(best.decision.Victims))
+	for _, victim := range best.decision.Victims {
+		if err := p.evict(ctx, pod, victim, best.node); err != nil {
+			if apierrors.IsTooManyRequests(err) {
+				// A PodDisruptionBudget changed since the lister saw it: not
+				// an error, the pod is retried with the budget in view.
+				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
+			}
+			return nil, fwk.AsStatus(err)
+		}
+	}
+	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: best.node, NominatingMode: fwk.ModeOverride}},
+		fwk.NewStatus(fwk.Success)
+}
+
+type candidate struct {
+	node     string
+	decision preemption.Decision
+}
+
+// better orders nodes as the stock preemption does, by their victims:
+// fewer, then a lower highest priority, then a lower sum of priorities;
+// then by the placement score after eviction and by name for determinism.
+func better(a, b *candidate) bool {
+	if c := cmp.Compare(len(a.decision.Victims), len(b.decision.Victims)); c != 0 {
+		return c < 0
+	}
+	ha, sa := priorities(a.decision.Victims)
+	hb, sb := priorities(b.decision.Victims)
+	if ha != hb {
+		return ha < hb
+	}
+	if sa != sb {
+		return sa < sb
+	}
+	if a.decision.Score != b.decision.Score {
+		return a.decision.Score > b.decision.Score
+	}
+	return a.node < b.node
+}
+
+func priorities(pods []*v1.Pod) (highest int32, sum int64) {
+	highest = -1 << 31
+	for _, p := range pods {
+		highest = max(highest, preemption.PodPriority(p))
+		sum += int64(preemption.PodPriority(p))
+	}
+	return highest, sum
+}
+
+// summarize lists the distinct reasons, for the pod's event.
+func summarize(reasons []string) string {
+	slices.Sort(reasons)
+	reasons = slices.Compact(reasons)
+	return strings.Join(reasons, "; ")
+}
+
+// evict asks the API server to evict victim, so its PodDisruptionBudgets
+// are checked once more; a victim already gone is fine.
+func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string) error {
+	eviction := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: victim.Name, Namespace: victim.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &victim.UID}},
+	}
+	err := p.handle.ClientSet().PolicyV1().Evictions(victim.Namespace).Evict(ctx, eviction)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("evicting pod %s/%s to make room for %s/%s on node %s: %w", victim.Namespace, victim.Name, preemptor.Namespace, preemptor.Name, node, err)
+	}
+	if r := p.handle.EventRecorder(); r != nil {
+		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting",
+			"Preempted by pod %s on node %s to free GPU devices", preemptor.UID, node)
+	}
+	return nil
+}
+
+// clusterState is the DRA state read once per PostFilter call.
+type clusterState struct {
+	slicesByNode map[string][]*resourceapi.ResourceSlice
+	classes      []*resourceapi.DeviceClass
+	claims       []*resourceapi.ResourceClaim
+}
+
+func (p *Plugin) readState(dra fwk.SharedDRAManager) (*clusterState, error) {
+	all, err := dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	classes, err := dra.DeviceClasses().List()
+	if err != nil {
+		return nil, fmt.Errorf("listing DeviceClasses: %w", err)
+	}
+	claims, err := dra.ResourceClaims().List()
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	s := &clusterState{slicesByNode: map[string][]*resourceapi.ResourceSlice{}, classes: classes}
+	for _, sl := range all {
+		if sl.Spec.NodeName != nil {
+			s.slicesByNode[*sl.Spec.NodeName] = append(s.slicesByNode[*sl.Spec.NodeName], sl)
+		}
+	}
+	for _, c := range claims {
+		if c.Status.Allocation != nil {
+			s.claims = append(s.claims, c)
+		}
+	}
+	return s, nil
+}
+
+// node is what preemption needs of one node: its own slices (devices
+// shared between nodes are out of scope), its pods and the allocated claims
+// holding devices of its pools.
+func (s *clusterState) node(ni fwk.NodeInfo) preemption.Node {
+	name := ni.Node().Name
+	n := preemption.Node{Name: name, Slices: s.slicesByNode[name], Classes: s.classes}
+	type pool struct{ driver, name string }
+	pools := map[pool]bool{}
+	for _, sl := range n.Slices {
+		pools[pool{sl.Spec.Driver, sl.Spec.Pool.Name}] = true
+	}
+	for _, c := range s.claims {
+		if slices.ContainsFunc(c.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool {
+			return pools[pool{r.Driver, r.Pool}]
+		}) {
+			n.Claims = append(n.Claims, c)
+		}
+	}
+	for _, pi := range ni.GetPods() {
+		n.Pods = append(n.Pods, pi.GetPod())
+	}
+	return n
+}
+
+// podClaims returns the pod's claims that are not allocated yet and
+// whether some are. A claim not created yet is reported by the DRA plugin's
+// PreFilter, so there is nothing to preempt for.
+func podClaims(pod *v1.Pod, claims fwk.ResourceClaimTracker) (pending []*resourceapi.ResourceClaim, allocated bool, err error) {
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil {
+			return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if name == nil {
+			continue
+		}
+		c, err := claims.Get(pod.Namespace, *name)
+		if err != nil {
+			return nil, false, nil
+		}
+		if c.Status.Allocation == nil {
+			pending = append(pending, c)
+		} else {
+			allocated = true
+		}
+	}
+	return pending, allocated, nil
+}

@@ -1,0 +1,116 @@
+package preempt
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/preemption"
+)
+
+func TestNewRefusesArgs(t *testing.T) {
+	for _, raw := range []string{`policy: tangram`, `{"victims": 3}`} {
+		t.Run(raw, func(t *testing.T) {
+			_, err := New(context.Background(), &runtime.Unknown{Raw: []byte(raw)}, nil)
+			if err == nil || !strings.Contains(err.Error(), "takes no args") {
+				t.Errorf("New(%q) = %v, want an error saying it takes no args", raw, err)
+			}
+		})
+	}
+}
+
+func TestBetterNode(t *testing.T) {
+	victims := func(priorities ...int32) []*v1.Pod {
+		var out []*v1.Pod
+		for _, p := range priorities {
+			out = append(out, &v1.Pod{Spec: v1.PodSpec{Priority: ptr.To(p)}})
+		}
+		return out
+	}
+	cand := func(node string, score float64, priorities ...int32) *candidate {
+		return &candidate{node: node, decision: preemption.Decision{Fits: true, Score: score, Victims: victims(priorities...)}}
+	}
+	for _, tc := range []struct {
+		name string
+		a, b *candidate
+	}{
+		{"fewer victims", cand("z", 0, 50), cand("a", 9, 1, 1)},
+		{"lower highest priority", cand("z", 0, 1, 4), cand("a", 9, 0, 5)},
+		{"lower sum of priorities", cand("z", 0, 1, 5), cand("a", 9, 2, 5)},
+		{"higher placement score", cand("z", 2, 5), cand("a", 1, 5)},
+		{"name breaks the last tie", cand("a", 1, 5), cand("b", 1, 5)},
+		{"no victims at all beats any", cand("z", 0), cand("a", 9, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !better(tc.a, tc.b) || better(tc.b, tc.a) {
+				t.Errorf("better(%s, %s) = %v, better(%s, %s) = %v; want true, false",
+					tc.a.node, tc.b.node, better(tc.a, tc.b), tc.b.node, tc.a.node, better(tc.b, tc.a))
+			}
+		})
+	}
+}
+
+// handleWithClient is the part of the framework handle evict uses.
+type handleWithClient struct {
+	fwk.Handle
+	client kubernetes.Interface
+}
+
+func (h handleWithClient) ClientSet() kubernetes.Interface           { return h.client }
+func (h handleWithClient) EventRecorder() events.EventRecorderLogger { return nil }
+
+func TestEvict(t *testing.T) {
+	victim := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "low", Namespace: "default", UID: "low-uid"}}
+	preemptor := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "high", Namespace: "default", UID: "high-uid"}}
+	for _, tc := range []struct {
+		name    string
+		apiErr  error
+		wantErr func(error) bool
+	}{
+		{name: "evicted"},
+		{name: "already gone", apiErr: apierrors.NewNotFound(v1.Resource("pods"), "low")},
+		{name: "replaced by a pod of the same name", apiErr: apierrors.NewConflict(v1.Resource("pods"), "low", errors.New("UID precondition"))},
+		{name: "refused by a PodDisruptionBudget", apiErr: apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0),
+			wantErr: apierrors.IsTooManyRequests},
+		{name: "API server error", apiErr: apierrors.NewInternalError(errors.New("boom")), wantErr: apierrors.IsInternalError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			var got *policyv1.Eviction
+			client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.GetSubresource() != "eviction" {
+					return false, nil, nil
+				}
+				got = action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+				return true, nil, tc.apiErr
+			})
+			p := &Plugin{handle: handleWithClient{client: client}}
+			err := p.evict(context.Background(), preemptor, victim, "node-a")
+			switch {
+			case tc.wantErr == nil && err != nil:
+				t.Errorf("evict: %v, want no error", err)
+			case tc.wantErr != nil && (err == nil || !tc.wantErr(err)):
+				t.Errorf("evict: %v, want an error of the API's kind", err)
+			case tc.wantErr != nil && !strings.Contains(err.Error(), "default/low"):
+				t.Errorf("evict: %q does not name the victim", err)
+			}
+			if got == nil || got.Name != "low" || got.DeleteOptions == nil || got.DeleteOptions.Preconditions == nil ||
+				*got.DeleteOptions.Preconditions.UID != "low-uid" {
+				t.Errorf("eviction sent: %+v, want pod default/low with its UID as precondition", got)
+			}
+		})
+	}
+}

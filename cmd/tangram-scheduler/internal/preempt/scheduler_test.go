@@ -1,0 +1,239 @@
+package preempt
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/scheduler"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/profile"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+)
+
+// TestSchedulerPreemptsForGPUs runs the real kube-scheduler 1.37 (default
+// plugins, the real DRA plugin and allocator) against a fake API server.
+// Node a's eight cards are each held by a low-priority pod; low-7 is the
+// newest and low-3 has the lowest priority. A high-priority pod asks for a
+// whole card or a 40 GiB share. The stock profile leaves it unschedulable
+// without evicting anyone; the tangram profile (DefaultPreemption, then
+// TangramPreemption) evicts exactly low-3 through the Eviction API and
+// nominates node a, and once the victim and its claim are gone (what the
+// kubelet and the resourceclaim controller do) binds the pod to a.
+func TestSchedulerPreemptsForGPUs(t *testing.T) {
+	whole := allocation.WholeGPUs("gpu", 1)
+	share := allocation.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})
+	for _, tc := range []struct {
+		name          string
+		schedulerName string
+		request       resourceapi.DeviceRequest
+		wantEvicted   []string
+		wantBound     bool
+	}{
+		{"stock scheduler, whole card", "default-scheduler", whole, nil, false},
+		{"stock scheduler, 40Gi share", "default-scheduler", share, nil, false},
+		{"tangram, whole card", "tangram", whole, []string{"low-3"}, true},
+		{"tangram, 40Gi share", "tangram", share, []string{"low-3"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := runPreemption(t, tc.schedulerName, tc.request)
+			if fmt.Sprint(got.evicted) != fmt.Sprint(tc.wantEvicted) {
+				t.Errorf("evicted %v, want %v", got.evicted, tc.wantEvicted)
+			}
+			if tc.wantBound && got.boundTo != "a" {
+				t.Errorf("the pod was bound to %q, want a", got.boundTo)
+			}
+			if !tc.wantBound && got.boundTo != "" {
+				t.Errorf("the pod was bound to %q, want it left pending", got.boundTo)
+			}
+			if tc.wantBound && got.nominated != "a" {
+				t.Errorf("the pod was nominated to %q, want a", got.nominated)
+			}
+		})
+	}
+}
+
+type outcome struct {
+	evicted   []string
+	nominated string
+	boundTo   string
+}
+
+func runPreemption(t *testing.T, schedulerName string, request resourceapi.DeviceRequest) outcome {
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(tctx, 30*time.Second)
+	defer cancel()
+
+	node, slice := eightCardNode(t, "a")
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	objects := []runtime.Object{node, slice}
+	for _, c := range allocation.DeviceClasses() {
+		objects = append(objects, c)
+	}
+	for i := range 8 {
+		name := fmt.Sprintf("low-%d", i)
+		claim, err := harness.Allocate(ctx, allocation.Claim(name, nil, allocation.WholeGPUs("gpu", 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := podWithClaim(name, name, 10)
+		if i == 3 {
+			pod.Spec.Priority = ptr.To[int32](5)
+		}
+		pod.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, i, 0, 0, time.UTC))
+		pod.Spec.NodeName = "a"
+		pod.Status.Phase = v1.PodRunning
+		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: pod.UID}}
+		objects = append(objects, claim, pod)
+	}
+	incoming := allocation.Claim("high", nil, request)
+	pod := podWithClaim("high", "high", 1000)
+	pod.Spec.SchedulerName = schedulerName
+	objects = append(objects, incoming, pod)
+
+	client := fake.NewClientset(objects...)
+	var mu sync.Mutex
+	var out outcome
+	bound := make(chan struct{})
+	failed := make(chan struct{}, 1)
+	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		switch action.GetSubresource() {
+		case "binding":
+			b := action.(k8stesting.CreateAction).GetObject().(*v1.Binding)
+			mu.Lock()
+			if out.boundTo == "" {
+				out.boundTo = b.Target.Name
+				close(bound)
+			}
+			mu.Unlock()
+			return true, b, nil
+		case "eviction":
+			victim := action.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
+			mu.Lock()
+			out.evicted = append(out.evicted, victim)
+			mu.Unlock()
+			// The kubelet stops the pod; the resourceclaim controller
+			// then frees its claim.
+			go func() {
+				_ = client.CoreV1().Pods("default").Delete(ctx, victim, metav1.DeleteOptions{})
+				_ = client.ResourceV1().ResourceClaims("default").Delete(ctx, victim, metav1.DeleteOptions{})
+			}()
+			return true, nil, nil
+		}
+		return false, nil, nil
+	})
+	// The scheduler records its verdict in the pod's status: a nominated
+	// node after preemption, PodScheduled=False when it gave up.
+	client.PrependReactor("patch", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		patch := string(action.(k8stesting.PatchAction).GetPatch())
+		mu.Lock()
+		if out.nominated == "" && strings.Contains(patch, `"nominatedNodeName":"a"`) {
+			out.nominated = "a"
+		}
+		mu.Unlock()
+		if strings.Contains(patch, `"reason":"Unschedulable"`) {
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
+		}
+		return false, nil, nil
+	})
+
+	cfg, err := latest.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tangram := cfg.Profiles[0].DeepCopy()
+	tangram.SchedulerName = "tangram"
+	tangram.Plugins.PostFilter.Enabled = append(tangram.Plugins.PostFilter.Enabled, config.Plugin{Name: Name})
+
+	informers := scheduler.NewInformerFactory(client, 0, nil)
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	defer broadcaster.Shutdown()
+	sched, err := scheduler.New(ctx, client, informers, nil, profile.NewRecorderFactory(broadcaster),
+		scheduler.WithProfiles(cfg.Profiles[0], *tangram),
+		scheduler.WithFrameworkOutOfTreeRegistry(frameworkruntime.Registry{Name: New}))
+	if err != nil {
+		t.Fatalf("creating the scheduler: %v", err)
+	}
+	informers.Start(ctx.Done())
+	informers.WaitForCacheSync(ctx.Done())
+	if err := sched.WaitForHandlersSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go sched.Run(ctx)
+
+	if schedulerName == "tangram" {
+		select {
+		case <-bound:
+		case <-ctx.Done():
+			t.Error("the pod was not bound within 30s")
+		}
+	} else {
+		// PostFilter runs before the scheduler records the failure, so
+		// anything it evicted is recorded by now.
+		select {
+		case <-failed:
+		case <-ctx.Done():
+			t.Error("the stock scheduler did not report the pod unschedulable within 30s")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return out
+}
+
+// eightCardNode is a node with eight shareable 80 GiB H100s.
+func eightCardNode(t *testing.T, name string) (*v1.Node, *resourceapi.ResourceSlice) {
+	t.Helper()
+	var gpus []gpu.GPU
+	for i := range 8 {
+		gpus = append(gpus, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), ProductName: "H100", MemoryBytes: 80 << 30})
+	}
+	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("64"), v1.ResourceMemory: resource.MustParse("512Gi"), v1.ResourcePods: resource.MustParse("110"),
+	}}}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu", UID: types.UID(name + "-gpu")}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: "gpu.tangram.dev", NodeName: ptr.To(name), Devices: devices,
+		Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
+	}}
+	return node, slice
+}
+
+func podWithClaim(name, claim string, priority int32) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name)},
+		Spec: v1.PodSpec{
+			Priority:       ptr.To(priority),
+			Containers:     []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}}}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim)}},
+		},
+	}
+}

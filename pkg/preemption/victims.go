@@ -1,0 +1,521 @@
+// Package preemption chooses which lower-priority pods to evict from a node
+// so that a pod's pending ResourceClaims can be allocated there. It works on
+// the same state the DRA allocator sees: it removes the claims the victims
+// alone hold from the node's allocated claims and runs the real structured
+// allocator (pkg/slices/allocation) for the preemptor's claims. Kubernetes
+// 1.37's own preemption cannot do this: its DRA filter does not take removed
+// pods into account, so it reports that preemption is not helpful.
+//
+// The package is pure: it reads objects and returns a decision; evicting and
+// nominating is the scheduler plugin's job.
+package preemption
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+)
+
+// Node is one node as preemption sees it.
+type Node struct {
+	Name    string
+	Slices  []*resourceapi.ResourceSlice
+	Classes []*resourceapi.DeviceClass
+	// Pods are the pods bound (or being bound) to the node.
+	Pods []*v1.Pod
+	// Claims are the allocated claims holding devices of the node.
+	Claims []*resourceapi.ResourceClaim
+}
+
+// Decision is the outcome for one node.
+type Decision struct {
+	// Fits is true when the preemptor's claims can be allocated on the node
+	// once Victims are gone. It can be true with no victims: the claims of
+	// pods that are already terminating or gone are being freed.
+	Fits    bool
+	Victims []*v1.Pod
+	// Score is the placement score (pkg/placement's tangram policy) of the
+	// preemptor on the node after the victims are gone; higher means the
+	// cards are left less fragmented.
+	Score float64
+	// Reason says why preemption cannot help on the node when Fits is
+	// false, for the pod's events.
+	Reason string
+}
+
+// Limits bounds the search. The zero value means DefaultLimits.
+type Limits struct {
+	// Simulations is how many allocator runs the exhaustive search over
+	// small victim sets may take on one node; beyond it the search falls
+	// back to reprieving candidates one at a time (which still finds a
+	// minimal set, but not always the smallest one).
+	Simulations int
+}
+
+// DefaultLimits allow every single victim and pair among ~40 candidates.
+var DefaultLimits = Limits{Simulations: 800}
+
+// PodPriority is the pod's priority; pods without one have 0, as in the
+// scheduler.
+func PodPriority(pod *v1.Pod) int32 { return ptr.Deref(pod.Spec.Priority, 0) }
+
+// MayPreempt says whether pod may evict others at all.
+func MayPreempt(pod *v1.Pod) bool {
+	return ptr.Deref(pod.Spec.PreemptionPolicy, v1.PreemptLowerPriority) != v1.PreemptNever
+}
+
+// SelectVictims finds the fewest, lowest-priority pods of node whose
+// eviction lets claims (the preemptor's pending claims) be allocated there.
+// Among equally good sets it prefers the one whose removal leaves the cards
+// least fragmented. A victim is a pod of lower priority than preemptor that
+// is not terminating and whose eviction, with the other victims', stays
+// within every PodDisruptionBudget; evicting it frees only the claims
+// reserved for victims alone, so a claim shared with a pod that stays, a
+// claim reserved for a PodGroup (or anything but pods) and admin-access
+// results are never freed.
+func SelectVictims(ctx context.Context, node Node, preemptor *v1.Pod, claims []*resourceapi.ResourceClaim,
+	pdbs []*policyv1.PodDisruptionBudget, limits Limits) (Decision, error) {
+	if limits.Simulations <= 0 {
+		limits = DefaultLimits
+	}
+	if !MayPreempt(preemptor) {
+		return Decision{Reason: "the pod's preemptionPolicy is Never"}, nil
+	}
+	s, err := newSearch(ctx, node, preemptor, claims, pdbs)
+	if err != nil {
+		return Decision{}, err
+	}
+	if fits, err := s.fits(nil); err != nil {
+		return Decision{}, err
+	} else if fits {
+		return s.decision(nil)
+	}
+	if len(s.candidates) == 0 {
+		return Decision{Reason: "no lower-priority pod on the node holds devices only it uses"}, nil
+	}
+	all := make([]int, len(s.candidates))
+	for i := range all {
+		all[i] = i
+	}
+	if fits, err := s.fits(all); err != nil {
+		return Decision{}, err
+	} else if !fits {
+		return Decision{Reason: "the claims cannot be allocated even with every lower-priority pod gone"}, nil
+	}
+	best, err := s.smallest(limits.Simulations)
+	if err != nil {
+		return Decision{}, err
+	}
+	if best == nil {
+		if best, err = s.reprieve(); err != nil {
+			return Decision{}, err
+		}
+	}
+	if best == nil {
+		return Decision{Reason: "evicting the lower-priority pods that would make room violates a PodDisruptionBudget"}, nil
+	}
+	return s.decision(best)
+}
+
+// search holds one node's simulation inputs.
+type search struct {
+	ctx       context.Context
+	node      Node
+	preemptor *v1.Pod
+	claims    []*resourceapi.ResourceClaim
+	// candidates are the possible victims, least important first.
+	candidates []*v1.Pod
+	// kept are the node's claims no eviction can free; freeable are the
+	// others with the pods (UIDs) that must all go to free them.
+	kept     []*resourceapi.ResourceClaim
+	freeable []freeableClaim
+	// budgets are the PodDisruptionBudgets covering candidates: how many
+	// more of its pods may go, and which candidates it covers.
+	budgets []budget
+	runs    int
+	model   *scoreModel
+	// celCache keeps the selectors compiled across the allocator runs.
+	celCache *cel.Cache
+}
+
+type freeableClaim struct {
+	claim *resourceapi.ResourceClaim
+	pods  []types.UID
+}
+
+type budget struct {
+	allowed int32
+	covers  []bool // by candidate index
+}
+
+func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*resourceapi.ResourceClaim, pdbs []*policyv1.PodDisruptionBudget) (*search, error) {
+	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims, celCache: allocation.NewCELCache(allocation.Features137)}
+	running := map[types.UID]*v1.Pod{}
+	for _, p := range node.Pods {
+		if p.DeletionTimestamp == nil {
+			running[p.UID] = p
+		}
+	}
+	// A claim is freeable when every consumer is a pod; consumers that are
+	// terminating or no longer on the node count as gone already.
+	holders := map[types.UID]bool{}
+	for _, c := range node.Claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		pods, ok := podConsumers(c, running)
+		if !ok || adminAccessOnly(c) {
+			s.kept = append(s.kept, c)
+			continue
+		}
+		s.freeable = append(s.freeable, freeableClaim{claim: c, pods: pods})
+		for _, uid := range pods {
+			holders[uid] = true
+		}
+	}
+	priority := PodPriority(preemptor)
+	for _, p := range running {
+		if holders[p.UID] && PodPriority(p) < priority && p.UID != preemptor.UID {
+			s.candidates = append(s.candidates, p)
+		}
+	}
+	slices.SortFunc(s.candidates, lessImportantFirst)
+	// A budget that allows no disruption protects every pod it covers:
+	// those are no candidates at all.
+	protected := map[types.UID]bool{}
+	for _, pdb := range pdbs {
+		b, err := budgetOf(pdb, s.candidates)
+		if err != nil {
+			return nil, err
+		}
+		if b != nil && b.allowed <= 0 {
+			for i, p := range s.candidates {
+				if b.covers[i] {
+					protected[p.UID] = true
+				}
+			}
+		}
+	}
+	s.candidates = slices.DeleteFunc(s.candidates, func(p *v1.Pod) bool { return protected[p.UID] })
+	for _, pdb := range pdbs {
+		b, _ := budgetOf(pdb, s.candidates) // its selector parsed above
+		if b != nil {
+			s.budgets = append(s.budgets, *b)
+		}
+	}
+	return s, nil
+}
+
+// podConsumers lists the pods a claim is reserved for that are still
+// running; ok is false when something other than a pod (e.g. a PodGroup)
+// holds it or it is reserved for nobody (a claim being allocated).
+func podConsumers(c *resourceapi.ResourceClaim, running map[types.UID]*v1.Pod) ([]types.UID, bool) {
+	if len(c.Status.ReservedFor) == 0 {
+		return nil, false
+	}
+	var pods []types.UID
+	for _, ref := range c.Status.ReservedFor {
+		if ref.APIGroup != "" || ref.Resource != "pods" {
+			return nil, false
+		}
+		if _, ok := running[ref.UID]; ok {
+			pods = append(pods, ref.UID)
+		}
+	}
+	return pods, true
+}
+
+// adminAccessOnly: admin access takes no device away from others, so
+// evicting its pod frees nothing.
+func adminAccessOnly(c *resourceapi.ResourceClaim) bool {
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if !ptr.Deref(r.AdminAccess, false) {
+			return false
+		}
+	}
+	return true
+}
+
+// budgetOf returns what pdb allows of the candidates it covers, or nil when
+// it covers none. Like the stock scheduler, a nil or empty selector covers
+// nothing and pods the budget already counts as disrupted are free to go.
+func budgetOf(pdb *policyv1.PodDisruptionBudget, candidates []*v1.Pod) (*budget, error) {
+	if pdb.Spec.Selector == nil {
+		return nil, nil
+	}
+	selector, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("reading the selector of PodDisruptionBudget %s/%s: %w", pdb.Namespace, pdb.Name, err)
+	}
+	if selector.Empty() {
+		return nil, nil
+	}
+	b := &budget{allowed: pdb.Status.DisruptionsAllowed, covers: make([]bool, len(candidates))}
+	any := false
+	for i, p := range candidates {
+		if p.Namespace != pdb.Namespace || !selector.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if _, disrupted := pdb.Status.DisruptedPods[p.Name]; disrupted {
+			continue
+		}
+		b.covers[i] = true
+		any = true
+	}
+	if !any {
+		return nil, nil
+	}
+	return b, nil
+}
+
+// lessImportantFirst orders pods by priority, then the newest first, as the
+// scheduler prefers to evict.
+func lessImportantFirst(a, b *v1.Pod) int {
+	if c := cmp.Compare(PodPriority(a), PodPriority(b)); c != 0 {
+		return c
+	}
+	if c := startTime(b).Compare(startTime(a).Time); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.UID, b.UID)
+}
+
+func startTime(p *v1.Pod) metav1.Time {
+	if p.Status.StartTime != nil {
+		return *p.Status.StartTime
+	}
+	return p.CreationTimestamp
+}
+
+// withinBudgets says whether evicting the candidates set keeps every PDB.
+func (s *search) withinBudgets(set []int) bool {
+	for _, b := range s.budgets {
+		n := int32(0)
+		for _, i := range set {
+			if b.covers[i] {
+				n++
+			}
+		}
+		if n > b.allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// remaining is the node's allocated claims once the candidates in set are
+// gone.
+func (s *search) remaining(set []int) []*resourceapi.ResourceClaim {
+	gone := make(map[types.UID]bool, len(set))
+	for _, i := range set {
+		gone[s.candidates[i].UID] = true
+	}
+	out := slices.Clone(s.kept)
+	for _, f := range s.freeable {
+		freed := true
+		for _, uid := range f.pods {
+			if !gone[uid] {
+				freed = false
+				break
+			}
+		}
+		if !freed {
+			out = append(out, f.claim)
+		}
+	}
+	return out
+}
+
+// fits runs the allocator for the preemptor's claims, one after the other
+// as the scheduler's DRA plugin does, with the candidates in set gone.
+func (s *search) fits(set []int) (bool, error) {
+	s.runs++
+	n := &allocation.Node{Name: s.node.Name, Slices: s.node.Slices, Classes: s.node.Classes, Allocated: s.remaining(set), CELCache: s.celCache}
+	for _, c := range s.claims {
+		if _, err := n.Allocate(s.ctx, c); err != nil {
+			if errors.Is(err, allocation.ErrUnschedulable) {
+				return false, nil
+			}
+			return false, fmt.Errorf("simulating preemption for pod %s/%s on node %s: %w", s.preemptor.Namespace, s.preemptor.Name, s.node.Name, err)
+		}
+	}
+	return true, nil
+}
+
+// rank orders fitting sets of equal size: the lower highest priority, then
+// the lower sum of priorities, then the higher placement score.
+type ranked struct {
+	set      []int
+	highest  int32
+	sum      int64
+	score    float64
+	hasScore bool
+}
+
+func (s *search) rank(set []int) ranked {
+	r := ranked{set: set, highest: -1 << 31}
+	for _, i := range set {
+		p := PodPriority(s.candidates[i])
+		r.highest = max(r.highest, p)
+		r.sum += int64(p)
+	}
+	return r
+}
+
+func (s *search) better(a, b ranked) bool {
+	if a.highest != b.highest {
+		return a.highest < b.highest
+	}
+	if a.sum != b.sum {
+		return a.sum < b.sum
+	}
+	return a.score > b.score
+}
+
+// smallest tries every set of one victim, then of two, ... as long as the
+// allocator runs stay within budget, and returns the best fitting set of
+// the first size that has one (nil if none was found within budget).
+func (s *search) smallest(maxRuns int) ([]int, error) {
+	n := len(s.candidates)
+	for k := 1; k <= n; k++ {
+		if s.runs+binomial(n, k) > maxRuns {
+			return nil, nil
+		}
+		var best *ranked
+		var err error
+		combinations(n, k, func(set []int) bool {
+			if !s.withinBudgets(set) {
+				return true
+			}
+			var ok bool
+			if ok, err = s.fits(set); err != nil {
+				return false
+			}
+			if !ok {
+				return true
+			}
+			r := s.rank(slices.Clone(set))
+			// The placement score is only needed to break ties.
+			if best != nil && r.highest == best.highest && r.sum == best.sum {
+				if !best.hasScore {
+					best.score, best.hasScore = s.score(best.set), true
+				}
+				r.score, r.hasScore = s.score(r.set), true
+			}
+			if best == nil || s.better(r, *best) {
+				best = &r
+			}
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+		if best != nil {
+			return best.set, nil
+		}
+	}
+	return nil, nil
+}
+
+// reprieve starts from every candidate gone and lets the most important
+// ones stay while the claims still fit, as the stock scheduler's preemption
+// does; candidates a PodDisruptionBudget covers are let stay first.
+func (s *search) reprieve() ([]int, error) {
+	order := make([]int, len(s.candidates))
+	for i := range order {
+		order[i] = len(order) - 1 - i // most important first
+	}
+	covered := func(i int) bool {
+		for _, b := range s.budgets {
+			if b.covers[i] {
+				return true
+			}
+		}
+		return false
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch ca, cb := covered(a), covered(b); {
+		case ca && !cb:
+			return -1
+		case cb && !ca:
+			return 1
+		}
+		return 0
+	})
+	set := make([]int, len(s.candidates))
+	for i := range set {
+		set[i] = i
+	}
+	for _, i := range order {
+		without := slices.DeleteFunc(slices.Clone(set), func(j int) bool { return j == i })
+		ok, err := s.fits(without)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			set = without
+		}
+	}
+	if !s.withinBudgets(set) {
+		return nil, nil
+	}
+	return set, nil
+}
+
+func (s *search) decision(set []int) (Decision, error) {
+	d := Decision{Fits: true, Score: s.score(set)}
+	for _, i := range set {
+		d.Victims = append(d.Victims, s.candidates[i])
+	}
+	return d, nil
+}
+
+// binomial is n choose k, saturating well above any budget.
+func binomial(n, k int) int {
+	r := 1
+	for i := 1; i <= k; i++ {
+		r = r * (n - k + i) / i
+		if r > 1<<30 {
+			return 1 << 30
+		}
+	}
+	return r
+}
+
+// combinations calls f with every k-subset of 0..n-1 in lexicographic order
+// until f returns false. f must not keep set.
+func combinations(n, k int, f func(set []int) bool) {
+	set := make([]int, k)
+	for i := range set {
+		set[i] = i
+	}
+	for {
+		if !f(set) {
+			return
+		}
+		i := k - 1
+		for i >= 0 && set[i] == n-k+i {
+			i--
+		}
+		if i < 0 {
+			return
+		}
+		set[i]++
+		for j := i + 1; j < k; j++ {
+			set[j] = set[j-1] + 1
+		}
+	}
+}

@@ -1,0 +1,182 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var _ = Describe("GPU preemption with tangram-scheduler", func() {
+	It("evicts one low-priority pod for a high-priority whole card and one for a 40Gi share, where the stock scheduler leaves both pending", func(ctx SpecContext) {
+		scenario("preemption: every card of " + gpuNode + " held by a low-priority pod; a high-priority whole card, then a 40Gi share, stock kube-scheduler vs " + *tangramScheduler)
+		ns := newNamespace(ctx)
+		low := createPriorityClass(ctx, ns+"-low", 100)
+		high := createPriorityClass(ctx, ns+"-high", 1000000)
+		createTemplate(ctx, ns, "whole-gpu", wholeGPUs(1))
+		createTemplate(ctx, ns, "share-40gi", memoryShare("40Gi"))
+		cards := len(nodeDevices(ctx, gpuNode))
+
+		// Fill the node: one low-priority pod per card.
+		lowPods := make([]string, cards)
+		for i := range lowPods {
+			lowPods[i] = fmt.Sprintf("low-%d", i)
+			createPod(ctx, priorityPod(ns, lowPods[i], "whole-gpu", low, ""))
+		}
+		cardOf, claimOf := map[string]string{}, map[string]string{}
+		for _, name := range lowPods {
+			waitRunning(ctx, ns, name)
+			claim := allocatedClaim(ctx, ns, name)
+			cardOf[name], claimOf[name] = results(claim)[0].Device, claim.Name
+		}
+		GinkgoWriter.Printf("  %d low-priority pods (PriorityClass %s) hold all %d cards\n", cards, low, cards)
+
+		// The stock scheduler: no preemption for DRA devices in 1.37.
+		for _, p := range []*corev1.Pod{
+			priorityPod(ns, "stock-whole", "whole-gpu", high, ""),
+			priorityPod(ns, "stock-share", "share-40gi", high, ""),
+		} {
+			createPod(ctx, p)
+			msg := waitEvent(ctx, ns, p.Name, "FailedScheduling", "cannot allocate all claims")
+			GinkgoWriter.Printf("  default-scheduler leaves %s Pending: %s\n", p.Name, msg)
+		}
+		Expect(runningOf(ctx, ns, lowPods)).To(HaveLen(cards), "the stock scheduler must not evict anyone")
+		for _, name := range []string{"stock-whole", "stock-share"} {
+			Expect(getPod(ctx, ns, name).Spec.NodeName).To(BeEmpty(), "%s was bound by the stock scheduler", name)
+			deletePodAndWait(ctx, ns, name)
+		}
+
+		// tangram-scheduler: a whole card, then a 40Gi share, each evicting
+		// exactly one low-priority pod and running on its card.
+		for _, tc := range []struct{ name, template string }{
+			{"high-whole", "whole-gpu"},
+			{"high-share", "share-40gi"},
+		} {
+			before := runningOf(ctx, ns, lowPods)
+			start := time.Now()
+			createPod(ctx, priorityPod(ns, tc.name, tc.template, high, *tangramScheduler))
+			tl := watchPreemption(ctx, ns, tc.name, before, claimOf, start)
+			after := runningOf(ctx, ns, lowPods)
+			Expect(after).To(HaveLen(len(before)-1), "%s must evict exactly one low-priority pod; events:\n%s", tc.name, eventText(ctx, ns, tc.name))
+			var victim string
+			for _, name := range before {
+				if !slices.Contains(after, name) {
+					victim = name
+				}
+			}
+			waitEvent(ctx, ns, victim, "Preempted")
+			Expect(scheduledBy(ctx, ns, tc.name)).To(Equal(*tangramScheduler))
+			device := results(allocatedClaim(ctx, ns, tc.name))[0].Device
+			Expect(device).To(Equal(cardOf[victim]), "%s should run on the card its victim %s held", tc.name, victim)
+			GinkgoWriter.Printf("  %s (%s): evicted %s, runs on %s/%s\n", tc.name, tc.template, victim, gpuNode, device)
+			GinkgoWriter.Printf("    after creation: victim terminating %s, victim stopped %s, its claim gone %s, bound %s, Running %s\n",
+				tl.evicted, tl.victimStopped, tl.claimGone, tl.bound, tl.running)
+		}
+	}, SpecTimeout(6*time.Minute))
+})
+
+// createPriorityClass creates a PriorityClass that never becomes the
+// default and is deleted after the spec.
+func createPriorityClass(ctx context.Context, name string, value int32) string {
+	_, err := clientset.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Value:      value,
+	}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred(), "creating PriorityClass %s", name)
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(clientset.SchedulingV1().PriorityClasses().Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+	})
+	return name
+}
+
+// priorityPod is a gpu-info pod of the PriorityClass that is killed a
+// second after it is evicted; an empty schedulerName means the default
+// scheduler. Not 0: with no grace period the API server deletes an evicted
+// pod before the kubelet has stopped it and released its devices, so its
+// claim is freed and the preemptor bound while the card is still prepared
+// for the victim (the kubelet plugin then refuses the preemptor's claim until
+// the kubelet has unprepared the victim's, and the kubelet retries with
+// backoff; the first run of this scenario measured 80 s to Running that way,
+// against about a second with a grace period).
+func priorityPod(ns, name, template, class, schedulerName string) *corev1.Pod {
+	pod := gpuPod(ns, name, template)
+	pod.Spec.PriorityClassName = class
+	pod.Spec.SchedulerName = schedulerName
+	grace := int64(1)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	return pod
+}
+
+// runningOf lists the pods of names that exist and are not terminating.
+func runningOf(ctx context.Context, ns string, names []string) []string {
+	var out []string
+	for _, name := range names {
+		p, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.DeletionTimestamp == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// timeline is when, after the preemptor's creation, each step of a
+// preemption was first seen (polling every 100 ms).
+type timeline struct {
+	evicted, victimStopped, claimGone, bound, running time.Duration
+}
+
+// watchPreemption polls until the preemptor runs and records when a pod of
+// candidates started terminating, when it had stopped (a terminal phase, or
+// gone), when its claim was gone and when the preemptor was bound and
+// running.
+func watchPreemption(ctx context.Context, ns, name string, candidates []string, claimOf map[string]string, start time.Time) timeline {
+	var tl timeline
+	var victim string
+	since := func(d *time.Duration) {
+		if *d == 0 {
+			*d = time.Since(start).Round(100 * time.Millisecond)
+		}
+	}
+	Eventually(func(g Gomega) {
+		for _, c := range candidates {
+			if victim != "" && c != victim {
+				continue
+			}
+			p, err := clientset.CoreV1().Pods(ns).Get(ctx, c, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				victim = c
+				since(&tl.evicted)
+				since(&tl.victimStopped)
+			case err == nil && p.DeletionTimestamp != nil:
+				victim = c
+				since(&tl.evicted)
+				if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+					since(&tl.victimStopped)
+				}
+			}
+		}
+		if victim != "" && tl.claimGone == 0 {
+			c, err := clientset.ResourceV1().ResourceClaims(ns).Get(ctx, claimOf[victim], metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && c.Status.Allocation == nil) {
+				since(&tl.claimGone)
+			}
+		}
+		pod := getPod(ctx, ns, name)
+		if pod.Spec.NodeName != "" {
+			since(&tl.bound)
+		}
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
+		since(&tl.running)
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+	return tl
+}
