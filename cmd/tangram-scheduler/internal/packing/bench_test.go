@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
@@ -79,11 +78,7 @@ func BenchmarkScoreOnePod(b *testing.B) {
 			incoming := allocation.Claim("incoming", nil, allocation.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
 			incoming.UID = "incoming"
 			dra.claims = append(dra.claims, incoming)
-			p, err := New(ctx, &runtime.Unknown{Raw: []byte("policy: tangram")}, &fakeHandle{dra: dra})
-			if err != nil {
-				b.Fatal(err)
-			}
-			plugin := p.(*Plugin)
+			plugin := newTestPlugin(b, "tangram", dra)
 			pod := podWithClaim("incoming", "4", "incoming")
 			scores := make(fwk.NodeScoreList, len(infos))
 			b.ReportAllocs()

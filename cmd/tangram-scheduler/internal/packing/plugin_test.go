@@ -9,6 +9,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -19,14 +22,51 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
-// fakeHandle serves DRA objects from memory; the scheduler framework's
-// other services are not used by the plugin.
+// fakeHandle serves DRA objects from memory, and informers of a fake
+// clientset holding the same objects; the scheduler framework's other
+// services are not used by the plugin.
 type fakeHandle struct {
 	fwk.Handle
-	dra *fakeDRA
+	dra       *fakeDRA
+	informers informers.SharedInformerFactory
 }
 
 func (h *fakeHandle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
+func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory {
+	if h.informers == nil {
+		var objects []runtime.Object
+		if h.dra != nil {
+			for _, s := range h.dra.slices {
+				objects = append(objects, s)
+			}
+			for _, c := range h.dra.claims {
+				objects = append(objects, c)
+			}
+		}
+		h.informers = informers.NewSharedInformerFactory(fake.NewClientset(objects...), 0)
+	}
+	return h.informers
+}
+
+// newTestPlugin creates the plugin over dra and waits until the informers
+// have delivered every object to it.
+func newTestPlugin(tb testing.TB, policy string, dra *fakeDRA) *Plugin {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	h := &fakeHandle{dra: dra}
+	p, err := New(ctx, &runtime.Unknown{Raw: []byte("policy: " + policy)}, h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.informers.Start(ctx.Done())
+	h.informers.WaitForCacheSync(ctx.Done())
+	plugin := p.(*Plugin)
+	if !cache.WaitForCacheSync(ctx.Done(), plugin.synced) {
+		tb.Fatal("the plugin's informer handlers did not sync")
+	}
+	return plugin
+}
 
 type fakeDRA struct {
 	fwk.SharedDRAManager
@@ -117,11 +157,7 @@ func TestSharePacksOntoUsedCard(t *testing.T) {
 	}{{"tangram", false}, {"best-fit", false}, {"fgd", true}} {
 		policy := tc.policy
 		t.Run(policy, func(t *testing.T) {
-			p, err := New(ctx, &runtime.Unknown{Raw: []byte("policy: " + policy)}, &fakeHandle{dra: dra})
-			if err != nil {
-				t.Fatal(err)
-			}
-			plugin := p.(*Plugin)
+			plugin := newTestPlugin(t, policy, dra)
 			pod := podWithClaim("incoming", "2", "incoming")
 			state := schedframework.NewCycleState()
 			if st := plugin.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
@@ -186,59 +222,5 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 	st := p.(*Plugin).PreScore(context.Background(), schedframework.NewCycleState(), pod, nil)
 	if st.Code() != fwk.Skip {
 		t.Errorf("status = %v, want Skip", st)
-	}
-}
-
-// TestCachesFollowObjectChanges: the plugin keeps a node's cards and a
-// claim's parsed allocation between pods; a new resourceVersion must be
-// read again and a deleted claim forgotten.
-func TestCachesFollowObjectChanges(t *testing.T) {
-	ctx := context.Background()
-	_, slice := gpuNode(t, "a")
-	slice.ResourceVersion = "1"
-	p := &Plugin{}
-
-	first, err := p.nodeCards("a", []*resourceapi.ResourceSlice{slice})
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, _ := p.nodeCards("a", []*resourceapi.ResourceSlice{slice})
-	if again != first {
-		t.Error("same slice, same resourceVersion: the cards should come from the cache")
-	}
-	shrunk := slice.DeepCopy()
-	shrunk.ResourceVersion = "2"
-	shrunk.Spec.Devices = shrunk.Spec.Devices[:1]
-	updated, err := p.nodeCards("a", []*resourceapi.ResourceSlice{shrunk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := updated.Node(0, 0, 0, 0, nil); len(n.Cards) != 1 {
-		t.Errorf("after the slice changed the node has %d cards, want 1", len(n.Cards))
-	}
-	p.forgetNodesWithout(map[string][]*resourceapi.ResourceSlice{})
-	if len(p.cards) != 0 {
-		t.Errorf("a node without slices is still cached: %v", p.cards)
-	}
-
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
-	claim, err := harness.Allocate(ctx, allocation.Claim("c", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim.ResourceVersion = "1"
-	got := p.allocations([]*resourceapi.ResourceClaim{claim})
-	if len(got) != 1 || got[0].Devices[0].Memory != 8<<30 {
-		t.Fatalf("allocations = %+v, want one 8Gi share", got)
-	}
-	// A changed claim (here: a different consumption) is read again.
-	changed := claim.DeepCopy()
-	changed.ResourceVersion = "2"
-	changed.Status.Allocation.Devices.Results[0].ConsumedCapacity["memory"] = resource.MustParse("4Gi")
-	if got := p.allocations([]*resourceapi.ResourceClaim{changed}); len(got) != 1 || got[0].Devices[0].Memory != 4<<30 {
-		t.Errorf("after the claim changed: %+v, want one 4Gi share", got)
-	}
-	if got := p.allocations(nil); len(got) != 0 || len(p.allocs) != 0 {
-		t.Errorf("deleted claim still cached: %v / %v", got, p.allocs)
 	}
 }
