@@ -83,6 +83,7 @@ func BenchmarkScoreOnePod(b *testing.B) {
 			scores := make(fwk.NodeScoreList, len(infos))
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU(b)
 			for b.Loop() {
 				state := schedframework.NewCycleState()
 				if st := plugin.PreScore(ctx, state, pod, infos); !st.IsSuccess() {
@@ -99,6 +100,7 @@ func BenchmarkScoreOnePod(b *testing.B) {
 					b.Fatalf("NormalizeScore: %v", st)
 				}
 			}
+			reportCPUPerOp(b, cpu)
 		})
 	}
 }

@@ -135,7 +135,6 @@ func (*Plugin) Name() string { return Name }
 
 // cycleState is what PreScore prepares for Score.
 type cycleState struct {
-	nodes map[string]*placement.Node
 	// requests is the pod's request by the memory of a node's cards (a
 	// share's size is relative to it); ok false when the claims ask for
 	// none of our GPUs there.
@@ -150,8 +149,9 @@ type podRequest struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PreScore takes the models of the filtered nodes from the state and the
-// policy for the workload on them.
+// PreScore prepares the pod's request and the policy for the workload on
+// the filtered nodes; the node models come from the state, kept up to date
+// by events, so nothing here is per node but a look-up.
 func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	dra := p.handle.SharedDRAManager()
@@ -178,20 +178,9 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	snap := p.state.snapshot(names)
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	cpu, memMiB := requests.Cpu().MilliValue(), requests.Memory().Value()>>20
-	s := &cycleState{nodes: make(map[string]*placement.Node, len(nodes)), requests: map[int64]podRequest{}}
+	s := &cycleState{requests: make(map[int64]podRequest, len(snap.cardMemories))}
 	var own *placement.Request
-	for i, ni := range nodes {
-		m := snap.models[i]
-		if m == nil {
-			continue
-		}
-		s.nodes[names[i]] = m.WithResources(
-			ni.GetAllocatable().GetMilliCPU(), ni.GetAllocatable().GetMemory()>>20,
-			ni.GetRequested().GetMilliCPU(), ni.GetRequested().GetMemory()>>20)
-		mem := cardMemory(m)
-		if _, done := s.requests[mem]; done {
-			continue
-		}
+	for _, mem := range snap.cardMemories {
 		r, ok := placement.RequestFromClaims(pod.Name, cpu, memMiB, podClaims, mem)
 		s.requests[mem] = podRequest{request: r, ok: ok}
 		if ok && own == nil {
@@ -299,21 +288,38 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		return 0, nil
 	}
 	s := data.(*cycleState)
-	n, ok := s.nodes[nodeInfo.Node().Name]
-	if !ok {
+	m, mem, ns := p.state.model(nodeInfo.Node().Name)
+	if m == nil {
 		return math.MinInt32, nil
 	}
-	req := s.requests[cardMemory(n)]
-	if !req.ok {
+	req, ok := s.requests[mem]
+	if !ok || !req.ok {
+		// A node modelled after PreScore, or no GPU of ours asked there.
 		return math.MinInt32, nil
 	}
 	r := req.request
-	cands, fits := n.Candidates(r, nil)
-	if !fits {
-		return math.MinInt32, nil
+	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
+	key := scoreMemo{model: m, policy: s.policy, cpu: r.CPUMilli, memMiB: r.MemoryMiB, whole: int64(r.WholeCards), share: r.ShareMilli,
+		allocCPU: alloc.GetMilliCPU(), allocMem: alloc.GetMemory() >> 20, usedCPU: used.GetMilliCPU(), usedMem: used.GetMemory() >> 20}
+	if memo := ns.memo.Load(); memo != nil && len(r.Models) == 0 && memo.sameInputs(key) {
+		return memo.score, nil
 	}
-	c := s.policy.Score(n, r, cands)
-	return int64(math.Round(c.Score * 1000)), nil
+	n := m.WithResources(key.allocCPU, key.allocMem, key.usedCPU, key.usedMem)
+	cands, fits := n.Candidates(r, make([]int, 0, len(n.Cards)))
+	key.score = math.MinInt32
+	if fits {
+		key.score = int64(math.Round(s.policy.Score(n, r, cands).Score * 1000))
+	}
+	stored := key
+	ns.memo.Store(&stored)
+	return key.score, nil
+}
+
+// sameInputs reports whether o scores the same model, policy, request and
+// node resources as m.
+func (m *scoreMemo) sameInputs(o scoreMemo) bool {
+	o.score = m.score
+	return *m == o
 }
 
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,7 +25,7 @@ import (
 // A node model is never modified after it is published; a rebuild replaces
 // it, so a scheduling cycle can keep using the models it took.
 type clusterState struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 
 	nodes map[string]*nodeState
 	// sliceNode is the node of each of our slices, for deletes.
@@ -60,6 +61,24 @@ type nodeState struct {
 	err    error
 	shapes map[shape]int
 	mark   uint64
+	// cardMemory is the memory of the model's first card (a share's size
+	// is relative to it).
+	cardMemory int64
+	// memo is the last score of the model, for a pod scored again while
+	// nothing it depends on changed.
+	memo atomic.Pointer[scoreMemo]
+}
+
+// scoreMemo is a node's score for one model, policy, pod request and CPU
+// and memory; Score is a pure function of them.
+type scoreMemo struct {
+	model              *placement.Node
+	policy             placement.Policy
+	cpu, memMiB, whole int64
+	share              int64
+	allocCPU, allocMem int64
+	usedCPU, usedMem   int64
+	score              int64
 }
 
 // shape is a GPU demand of the workload sample, as WorkloadSample reports
@@ -310,6 +329,7 @@ func (cs *clusterState) rebuildLocked(ns *nodeState) {
 		return
 	}
 	ns.model = model
+	ns.cardMemory = cardMemory(model)
 	cs.modelled++
 	ns.shapes = map[shape]int{}
 	for _, r := range placement.WorkloadSample(allocations, map[string]*placement.Node{ns.name: model}) {
@@ -327,30 +347,33 @@ func (cs *clusterState) addShapesLocked(ns *nodeState, sign int) {
 	}
 }
 
-// snapshot is what one scheduling cycle reads of the state: the models of
-// the given nodes (nil where a node has none) and the histogram of the
-// workload on those nodes.
+// snapshot is what one scheduling cycle reads of the state: the histogram
+// of the workload on the filtered nodes, and the card sizes among them.
 type snapshot struct {
-	models []*placement.Node
 	shapes map[shape]int
+	// cardMemories are the distinct card memories of the modelled nodes,
+	// the first node's first.
+	cardMemories []int64
 }
 
-// snapshot takes the models of the named nodes and the workload over them.
-// Nodes that did not pass filtering take no part in the workload, as
-// their allocations are not seen by the pod.
+// snapshot takes the workload over the named nodes: nodes that did not
+// pass filtering take no part in it, as their allocations are not seen by
+// the pod.
 func (cs *clusterState) snapshot(nodeNames []string) snapshot {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.mark++
-	s := snapshot{models: make([]*placement.Node, len(nodeNames))}
+	var s snapshot
 	seen := 0
-	for i, name := range nodeNames {
+	for _, name := range nodeNames {
 		ns := cs.nodes[name]
 		if ns == nil || ns.model == nil || ns.mark == cs.mark {
 			continue
 		}
 		ns.mark = cs.mark
-		s.models[i] = ns.model
+		if !slices.Contains(s.cardMemories, ns.cardMemory) {
+			s.cardMemories = append(s.cardMemories, ns.cardMemory)
+		}
 		seen++
 	}
 	s.shapes = make(map[shape]int, len(cs.shapes))
@@ -369,4 +392,16 @@ func (cs *clusterState) snapshot(nodeNames []string) snapshot {
 		}
 	}
 	return s
+}
+
+// model returns the node's current model (nil when it has none), the
+// memory of its cards and its state (for the score memo), for Score.
+func (cs *clusterState) model(name string) (*placement.Node, int64, *nodeState) {
+	cs.mu.RLock()
+	defer cs.mu.RUnlock()
+	ns := cs.nodes[name]
+	if ns == nil {
+		return nil, 0, nil
+	}
+	return ns.model, ns.cardMemory, ns
 }

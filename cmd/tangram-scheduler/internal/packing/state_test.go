@@ -298,8 +298,12 @@ func (w *world) check(t *testing.T, when string) {
 	}
 
 	snap := w.state.snapshot(worldNodes)
-	for i, node := range worldNodes {
-		want, got := models[node], snap.models[i]
+	for _, node := range worldNodes {
+		got, mem, _ := w.state.model(node)
+		want := models[node]
+		if got != nil && mem != cardMemory(got) {
+			t.Errorf("%s: node %s: card memory %d recorded, the model's is %d", when, node, mem, cardMemory(got))
+		}
 		switch {
 		case want == nil && got == nil:
 		case want == nil || got == nil:
