@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&cfg.traces, "traces", "", "directory with openb_node_list_gpu_node.csv (the openb-shaped nodes)")
 	flag.StringVar(&cfg.workDir, "work-dir", "", "directory for etcd data, certificates and logs (emptied per run)")
 	flag.StringVar(&cfg.policy, "policy", "tangram", "TangramPacking policy")
-	flag.DurationVar(&cfg.timeout, "timeout", 6*time.Minute, "longest one scheduler may take for the pods of a run")
+	flag.DurationVar(&cfg.timeout, "timeout", 15*time.Minute, "longest one scheduler may take for the pods of a run")
 	flag.Uint64Var(&cfg.seed, "seed", 42, "seed of the pod mix")
 	flag.Parse()
 	for _, s := range strings.Split(nodes, ",") {

@@ -238,3 +238,51 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 		t.Errorf("status = %v, want Skip", st)
 	}
 }
+
+// TestReserveAssumesUntilUnreserve: Reserve records the allocation the DRA
+// plugin made for the pod (the informer has not shown it yet) so the next
+// pod is scored with it; Unreserve takes it back, except for a claim that
+// was allocated before the pod (another pod shares it).
+func TestReserveAssumesUntilUnreserve(t *testing.T) {
+	ctx := context.Background()
+	_, slice := gpuNode(t, "a")
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	share := func(name string) *resourceapi.ResourceClaim {
+		c, err := harness.Allocate(ctx, allocation.Claim(name, nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	shared := share("shared")
+	pending := allocation.Claim("new", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
+	dra := &fakeDRA{slices: []*resourceapi.ResourceSlice{slice}, claims: []*resourceapi.ResourceClaim{shared, pending}}
+	plugin := newTestPlugin(t, "tangram", dra)
+	allocatedMilli := func() int64 {
+		m, _, _ := plugin.state.model("a")
+		return m.AllocatedMilli()
+	}
+	if got := allocatedMilli(); got != 500 {
+		t.Fatalf("before Reserve: %d milli-GPU allocated, want 500 (the shared claim)", got)
+	}
+
+	// The DRA plugin's Reserve has allocated "new" in the scheduler's claim
+	// cache; the informer still shows it pending.
+	dra.mu.Lock()
+	dra.claims[1] = share("new")
+	dra.byName = nil
+	dra.mu.Unlock()
+	pod := &v1.Pod{ObjectMeta: metaObject("p"), Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{
+		{Name: "a", ResourceClaimName: ptr.To("shared")}, {Name: "b", ResourceClaimName: ptr.To("new")}}}}
+	state := schedframework.NewCycleState()
+	if st := plugin.Reserve(ctx, state, pod, "a"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if got := allocatedMilli(); got != 1000 {
+		t.Errorf("after Reserve: %d milli-GPU allocated, want 1000", got)
+	}
+	plugin.Unreserve(ctx, state, pod, "a")
+	if got := allocatedMilli(); got != 500 {
+		t.Errorf("after Unreserve: %d milli-GPU allocated, want 500 (the shared claim stays)", got)
+	}
+}
