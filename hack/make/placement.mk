@@ -37,7 +37,7 @@ BENCH_SCHED_RUNS ?= 3
 BENCH_SCHED_DIR ?= $(HOME)/.cache/tangram/bench-scheduler
 
 .PHONY: bench-scheduler
-bench-scheduler: tangram-scheduler ## pods/s of stock kube-scheduler vs tangram-scheduler at 100 and 1213 nodes, median of 3 (~25 min on 2 cores)
+bench-scheduler: tangram-scheduler ## pods/s of stock kube-scheduler vs tangram-scheduler at 100 and 1213 nodes, median of 3 (~45 min on a busy 2-core machine; BENCH_SCHED_RUNS=1 ~15 min)
 	hack/local-cluster/build-binaries.sh kube etcd
 	@source hack/local-cluster/lib.sh && \
 	$(GO) run ./hack/bench-scheduler --nodes $(BENCH_SCHED_NODES) --pods $(BENCH_SCHED_PODS) --runs $(BENCH_SCHED_RUNS) \
