@@ -35,6 +35,7 @@ type schedulerConfig struct {
 		Plugins       struct {
 			PreScore   pluginSet `json:"preScore"`
 			Score      pluginSet `json:"score"`
+			Reserve    pluginSet `json:"reserve"`
 			PostFilter pluginSet `json:"postFilter"`
 		} `json:"plugins"`
 		PluginConfig []struct {
@@ -229,6 +230,11 @@ func TestSchedulerDeployment(t *testing.T) {
 			}
 			if on, w := prof.Plugins.Score.weightOf("TangramPacking"); !on || w != tc.wantWeight {
 				t.Errorf("TangramPacking in score: enabled %v weight %d, want weight %d", on, w, tc.wantWeight)
+			}
+			// Without Reserve the plugin would score the next pods without the
+			// claims allocated for pods still binding.
+			if on, _ := prof.Plugins.Reserve.weightOf("TangramPacking"); !on {
+				t.Errorf("TangramPacking is not enabled in reserve: %+v", prof.Plugins.Reserve)
 			}
 			// GPU preemption runs after the stock DefaultPreemption (enabled
 			// by default, so not listed), and only with its RBAC.

@@ -27,3 +27,19 @@ tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and Tang
 .PHONY: test-tangram-scheduler
 test-tangram-scheduler: ## tests of the scheduler plugins (nested module, race detector on)
 	cd cmd/tangram-scheduler && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
+# Scheduler throughput: stock kube-scheduler vs tangram-scheduler on an API
+# server and etcd of the benchmark's own (ports 23790/16443, not the local
+# cluster's), binaries from the local cluster's cache (built if missing).
+BENCH_SCHED_NODES ?= 100,1213
+BENCH_SCHED_PODS ?= 2000
+BENCH_SCHED_RUNS ?= 3
+BENCH_SCHED_DIR ?= $(HOME)/.cache/tangram/bench-scheduler
+
+.PHONY: bench-scheduler
+bench-scheduler: tangram-scheduler ## pods/s of stock kube-scheduler vs tangram-scheduler at 100 and 1213 nodes, median of 3 (~45 min on a busy 2-core machine; BENCH_SCHED_RUNS=1 ~15 min)
+	hack/local-cluster/build-binaries.sh kube etcd
+	@source hack/local-cluster/lib.sh && \
+	$(GO) run ./hack/bench-scheduler --nodes $(BENCH_SCHED_NODES) --pods $(BENCH_SCHED_PODS) --runs $(BENCH_SCHED_RUNS) \
+	  --kube-bin "$$KUBE_BIN" --etcd "$$ETCD_BIN/etcd" --tangram-scheduler $(BIN_DIR)/tangram-scheduler \
+	  --traces $(TRACES_DIR) --work-dir $(BENCH_SCHED_DIR)

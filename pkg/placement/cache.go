@@ -59,7 +59,9 @@ func cacheKey(n *Node, r Request, buf []byte) []byte {
 
 // scoreCached returns score(n, r, cands) through the cache.
 func (sc *scoreCache) scoreCached(n *Node, r Request, cands []int, score func() Choice) Choice {
-	var kb [256]byte
+	// Big enough for a node of 8 cards with long model names, so the key
+	// stays on the stack.
+	var kb [1024]byte
 	key := cacheKey(n, r, kb[:0])
 	sc.mu.Lock()
 	hit, ok := sc.m[string(key)]

@@ -38,7 +38,23 @@ type taskType struct {
 // NewWorkload builds the distribution from sample requests (e.g. the task
 // list being replayed): each distinct (CPU, memory, GPU) demand is a type
 // weighted by how often it occurs.
-func NewWorkload(sample []Request) *Workload {
+func NewWorkload(sample []Request) *Workload { return NewWeightedWorkload(sample, nil) }
+
+// NewWeightedWorkload is NewWorkload for a sample in which sample[i] occurs
+// counts[i] times (nil counts: once each). It gives the same Workload as
+// NewWorkload on the expanded sample, so a caller that keeps a histogram of
+// the live workload (the scheduler plugin) needs not expand it for every pod.
+func NewWeightedWorkload(sample []Request, counts []int) *Workload {
+	count := func(i int) int {
+		if counts == nil {
+			return 1
+		}
+		return counts[i]
+	}
+	total := 0
+	for i := range sample {
+		total += count(i)
+	}
 	w := &Workload{}
 	shapeIndex := map[string]int{}
 	type typeKey struct {
@@ -46,7 +62,7 @@ func NewWorkload(sample []Request) *Workload {
 		shape    int
 	}
 	typeIndex := map[typeKey]int{}
-	for _, r := range sample {
+	for j, r := range sample {
 		shape := -1
 		if r.GPUMilli() > 0 {
 			key := shapeKey(r)
@@ -65,24 +81,25 @@ func NewWorkload(sample []Request) *Workload {
 			typeIndex[k] = i
 			w.types = append(w.types, taskType{cpu: r.CPUMilli, mem: r.MemoryMiB, shape: shape})
 		}
-		w.types[i].weight++
+		w.types[i].weight += float64(count(j))
 	}
 	for i := range w.types {
-		w.types[i].weight /= float64(len(sample))
+		w.types[i].weight /= float64(total)
 	}
 	var cpu, mem, gpu float64
-	for _, r := range sample {
+	for j, r := range sample {
 		if g := r.GPUMilli(); g > 0 {
-			cpu += float64(r.CPUMilli)
-			mem += float64(r.MemoryMiB)
-			gpu += float64(g)
+			c := float64(count(j))
+			cpu += c * float64(r.CPUMilli)
+			mem += c * float64(r.MemoryMiB)
+			gpu += c * float64(g)
 		}
 	}
 	if gpu > 0 {
 		w.cpuPerMilli, w.memPerMilli = cpu/gpu, mem/gpu
 	}
-	w.residue = residueTable(sample)
-	w.typical = typicalPods(sample, fgdTypicalCoverage, func(r Request) int {
+	w.residue = residueTable(sample, count)
+	w.typical = typicalPods(sample, count, fgdTypicalCoverage, func(r Request) int {
 		if r.GPUMilli() == 0 {
 			return -1
 		}
@@ -253,19 +270,20 @@ const residueHorizon = 40
 // fits it (a share of at most its free level, or one whole card on a free
 // card). Tasks that never fit one card (several whole cards) still take
 // their turn, as they do in the arrival stream.
-func residueTable(sample []Request) []float64 {
+func residueTable(sample []Request, count func(int) int) []float64 {
 	const levels = 101
 	var p [levels]float64
 	var gpuTasks float64
-	for _, r := range sample {
+	for i, r := range sample {
+		c := float64(count(i))
 		switch {
 		case r.ShareMilli > 0:
-			p[(r.ShareMilli+9)/10]++
+			p[(r.ShareMilli+9)/10] += c
 		case r.WholeCards == 1:
-			p[100]++
+			p[100] += c
 		}
 		if r.GPUMilli() > 0 {
-			gpuTasks++
+			gpuTasks += c
 		}
 	}
 	type demand struct {

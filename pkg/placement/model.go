@@ -275,3 +275,13 @@ func (n *Node) apply(k Consumed, shareMilli int64) {
 		c.allocatedMilli += shareMilli
 	}
 }
+
+// WithResources returns a model of n with the given CPU and memory
+// (allocatable and already requested) that shares n's cards: a caller that
+// keeps one model per node with its claims applied (the scheduler plugin)
+// gets the pod-level resources of the moment without copying the cards.
+// Neither model may be modified afterwards.
+func (n *Node) WithResources(cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB int64) *Node {
+	return &Node{Name: n.Name, CPUMilli: cpuMilli, MemoryMiB: memoryMiB, Cards: n.Cards,
+		usedCPU: usedCPUMilli, usedMemory: usedMemoryMiB}
+}

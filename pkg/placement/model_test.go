@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -172,7 +173,7 @@ func TestResidueTable(t *testing.T) {
 	// Only 500-milli shares: every offer fits if 500 is free. A card with
 	// 1000 or 500 free fills exactly; 300 free stays unused; 800 free takes
 	// one share and keeps 300.
-	v := residueTable([]Request{share("s", 1, 500)})
+	v := residueTable([]Request{share("s", 1, 500)}, once)
 	for free, want := range map[int]float64{100: 0, 50: 0, 30: 300, 80: 300, 0: 0} {
 		if v[free] != want {
 			t.Errorf("only 500s: residue at %d milli free = %v, want %v", free*10, v[free], want)
@@ -184,7 +185,7 @@ func TestResidueTable(t *testing.T) {
 	// unused on average; 100 free never fills. An unbounded lookahead would
 	// call the 200 level filled.
 	rare := []Request{share("s", 1, 200), whole("w1", 1, 2), whole("w2", 1, 2), whole("w3", 1, 2)}
-	v = residueTable(rare)
+	v = residueTable(rare, once)
 	want := 200 * math.Pow(0.75, residueHorizon)
 	if math.Abs(v[20]-want) > 1e-9 {
 		t.Errorf("rare 200s: residue at 200 free = %v, want %v", v[20], want)
@@ -194,8 +195,38 @@ func TestResidueTable(t *testing.T) {
 	}
 	// The same level is as good as filled when its task is common: with 200
 	// and 800 shares equally likely, half the offers fit 200 free.
-	common := residueTable([]Request{share("a", 1, 200), share("b", 1, 800)})
+	common := residueTable([]Request{share("a", 1, 200), share("b", 1, 800)}, once)
 	if want := 200 * math.Pow(0.5, residueHorizon); math.Abs(common[20]-want) > 1e-12 {
 		t.Errorf("common 200s: residue at 200 free = %v, want %v", common[20], want)
+	}
+}
+
+// TestWeightedWorkloadEqualsExpanded: a histogram of the sample gives the
+// same Workload as the sample itself (the scheduler plugin relies on it to
+// build the workload without expanding its histogram).
+func TestWeightedWorkloadEqualsExpanded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		sample []Request
+		counts []int
+	}{
+		{"shares and whole cards", []Request{share("a", 0, 250), whole("b", 0, 1), share("c", 4000, 500), whole("d", 0, 8)}, []int{7, 3, 1, 2}},
+		{"CPU-only next to GPU", []Request{{Name: "cpu", CPUMilli: 2000, MemoryMiB: 512}, share("s", 1000, 100)}, []int{4, 9}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var expanded []Request
+			for i, r := range tc.sample {
+				for range tc.counts[i] {
+					expanded = append(expanded, r)
+				}
+			}
+			got, want := NewWeightedWorkload(tc.sample, tc.counts), NewWorkload(expanded)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("weighted workload differs from the expanded one:\n got %+v\nwant %+v", got, want)
+			}
+			if reflect.DeepEqual(got, NewWorkload(tc.sample)) {
+				t.Error("the counts made no difference; the case does not test them")
+			}
+		})
 	}
 }

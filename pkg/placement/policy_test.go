@@ -204,7 +204,7 @@ func TestTypicalPods(t *testing.T) {
 	} {
 		// NewWorkload numbers shapes as they first appear: 0 the share, 1
 		// the whole card.
-		got := typicalPods(sample, tc.coverage, func(r Request) int {
+		got := typicalPods(sample, once, tc.coverage, func(r Request) int {
 			switch {
 			case r.ShareMilli > 0:
 				return 0

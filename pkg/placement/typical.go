@@ -24,17 +24,20 @@ type typicalPod struct {
 	weight float64
 }
 
-// typicalPods groups sample by (CPU, GPU shape), keeps the most frequent
+// typicalPods groups sample (sample[i] occurring count(i) times) by (CPU,
+// GPU shape), keeps the most frequent
 // types covering the given fraction of the tasks and normalises their
 // weights to sum to 1.
-func typicalPods(sample []Request, coverage float64, shapeOf func(Request) int, shapes []gpuShape) []typicalPod {
+func typicalPods(sample []Request, count func(int) int, coverage float64, shapeOf func(Request) int, shapes []gpuShape) []typicalPod {
 	type key struct {
 		cpu   int64
 		shape int
 	}
 	counts := map[key]float64{}
-	for _, r := range sample {
-		counts[key{typicalCPU(r.CPUMilli), shapeOf(r)}]++
+	var total float64
+	for i, r := range sample {
+		counts[key{typicalCPU(r.CPUMilli), shapeOf(r)}] += float64(count(i))
+		total += float64(count(i))
 	}
 	out := make([]typicalPod, 0, len(counts))
 	for k, c := range counts {
@@ -58,7 +61,6 @@ func typicalPods(sample []Request, coverage float64, shapeOf func(Request) int, 
 		}
 		return -strings.Compare(strings.Join(ga.models, "|"), strings.Join(gb.models, "|"))
 	})
-	total := float64(len(sample))
 	var covered float64
 	n := 0
 	for n < len(out) && covered < coverage*total {

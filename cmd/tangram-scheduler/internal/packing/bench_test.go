@@ -8,7 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
@@ -69,41 +68,64 @@ func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 }
 
 // BenchmarkScoreOnePod is what the plugin adds to one pod's scheduling
-// cycle when every node passed filtering: PreScore (model of every node and
-// the live workload), Score for each node and NormalizeScore.
+// cycle when every node passed filtering: PreScore (the workload on the
+// nodes and the policy for it), Score for each node and NormalizeScore. The
+// cluster does not change between pods, so this is the steady state: the
+// policy and every node's last score are reused.
 func BenchmarkScoreOnePod(b *testing.B) {
 	for _, nodes := range []int{100, 1213} {
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			ctx := context.Background()
-			dra, infos := benchCluster(b, nodes)
-			incoming := allocation.Claim("incoming", nil, allocation.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
-			incoming.UID = "incoming"
-			dra.claims = append(dra.claims, incoming)
-			p, err := New(ctx, &runtime.Unknown{Raw: []byte("policy: tangram")}, &fakeHandle{dra: dra})
-			if err != nil {
-				b.Fatal(err)
-			}
-			plugin := p.(*Plugin)
-			pod := podWithClaim("incoming", "4", "incoming")
-			scores := make(fwk.NodeScoreList, len(infos))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				state := schedframework.NewCycleState()
-				if st := plugin.PreScore(ctx, state, pod, infos); !st.IsSuccess() {
-					b.Fatalf("PreScore: %v", st)
-				}
-				for i, ni := range infos {
-					s, st := plugin.Score(ctx, state, pod, ni)
-					if !st.IsSuccess() {
-						b.Fatalf("Score: %v", st)
-					}
-					scores[i] = fwk.NodeScore{Name: ni.Node().Name, Score: s}
-				}
-				if st := plugin.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
-					b.Fatalf("NormalizeScore: %v", st)
-				}
-			}
-		})
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchScoreOnePod(b, nodes, false) })
 	}
+}
+
+// BenchmarkScoreOnePodWorkloadChanges is BenchmarkScoreOnePod with one
+// allocation added or removed before every pod, as when the previous pod
+// was bound: one node is modelled again, the workload differs, so the
+// policy is built again and every node scored anew (its score cache still
+// scores each distinct node state once).
+func BenchmarkScoreOnePodWorkloadChanges(b *testing.B) {
+	for _, nodes := range []int{100, 1213} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchScoreOnePod(b, nodes, true) })
+	}
+}
+
+func benchScoreOnePod(b *testing.B, nodes int, change bool) {
+	ctx := context.Background()
+	dra, infos := benchCluster(b, nodes)
+	toggled := dra.claims[0]
+	incoming := allocation.Claim("incoming", nil, allocation.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
+	incoming.UID = "incoming"
+	dra.claims = append(dra.claims, incoming)
+	plugin := newTestPlugin(b, "tangram", dra)
+	pod := podWithClaim("incoming", "4", "incoming")
+	scores := make(fwk.NodeScoreList, len(infos))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU(b)
+	present := true
+	for b.Loop() {
+		if change {
+			if present {
+				plugin.state.deleteClaim(toggled.UID)
+			} else {
+				plugin.state.upsertClaim(toggled)
+			}
+			present = !present
+		}
+		state := schedframework.NewCycleState()
+		if st := plugin.PreScore(ctx, state, pod, infos); !st.IsSuccess() {
+			b.Fatalf("PreScore: %v", st)
+		}
+		for i, ni := range infos {
+			s, st := plugin.Score(ctx, state, pod, ni)
+			if !st.IsSuccess() {
+				b.Fatalf("Score: %v", st)
+			}
+			scores[i] = fwk.NodeScore{Name: ni.Node().Name, Score: s}
+		}
+		if st := plugin.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+			b.Fatalf("NormalizeScore: %v", st)
+		}
+	}
+	reportCPUPerOp(b, cpu)
 }

@@ -6,23 +6,24 @@
 package packing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 )
 
@@ -37,77 +38,34 @@ type Args struct {
 	Policy string `json:"policy,omitempty"`
 }
 
-// Plugin implements PreScore, Score and NormalizeScore.
+// Plugin implements PreScore, Score and NormalizeScore, and Reserve and
+// Unreserve to see the allocations of pods it has not seen bound yet.
 type Plugin struct {
 	handle fwk.Handle
 	policy string
 
-	// cards keeps each node's cards as read from its ResourceSlices, so a
-	// scheduling cycle only applies the claims again (most of a node
-	// model's cost, and slices change rarely).
-	cardsMu sync.Mutex
-	cards   map[string]cachedCards
+	// state is the model of every node, kept up to date by informer
+	// events and Reserve/Unreserve; synced says whether the informers have
+	// delivered their initial lists to it.
+	state  *clusterState
+	synced func() bool
 
-	// allocs keeps each allocated claim's results, read once per
-	// resourceVersion.
-	allocMu sync.Mutex
-	allocs  map[types.UID]cachedAllocation
+	// last is the policy of the previous pod: built again only when the
+	// workload histogram changed, so its score cache (scores per distinct
+	// node state) survives between pods.
+	lastMu sync.Mutex
+	last   *cachedPolicy
 }
 
-type cachedAllocation struct {
-	resourceVersion string
-	allocation      placement.Allocation
-	// ours is false for a claim that holds none of our devices.
-	ours bool
-}
-
-// cachedCards is a node's cards and the slices (UID and resourceVersion)
-// they were read from.
-type cachedCards struct {
-	key   string
-	cards *placement.NodeCards
-}
-
-// nodeCards returns the node's cards, reading its slices again only when
-// they changed. It also forgets nodes that no longer publish slices.
-func (p *Plugin) nodeCards(node string, nodeSlices []*resourceapi.ResourceSlice) (*placement.NodeCards, error) {
-	var key strings.Builder
-	for _, s := range nodeSlices {
-		key.WriteString(string(s.UID))
-		key.WriteByte('/')
-		key.WriteString(s.ResourceVersion)
-		key.WriteByte(';')
-	}
-	p.cardsMu.Lock()
-	defer p.cardsMu.Unlock()
-	if c, ok := p.cards[node]; ok && c.key == key.String() {
-		return c.cards, nil
-	}
-	cards, err := placement.CardsFromSlices(node, nodeSlices)
-	if err != nil {
-		return nil, err
-	}
-	if p.cards == nil {
-		p.cards = map[string]cachedCards{}
-	}
-	p.cards[node] = cachedCards{key: key.String(), cards: cards}
-	return cards, nil
-}
-
-// forgetNodesWithout drops cached cards of nodes that publish no slices.
-func (p *Plugin) forgetNodesWithout(slicesByNode map[string][]*resourceapi.ResourceSlice) {
-	p.cardsMu.Lock()
-	defer p.cardsMu.Unlock()
-	for node := range p.cards {
-		if len(slicesByNode[node]) == 0 {
-			delete(p.cards, node)
-		}
-	}
+type cachedPolicy struct {
+	key    string
+	policy placement.Policy
 }
 
 var (
 	_ fwk.PreScorePlugin = (*Plugin)(nil)
 	_ fwk.ScorePlugin    = (*Plugin)(nil)
+	_ fwk.ReservePlugin  = (*Plugin)(nil)
 )
 
 // New is the plugin factory registered with the scheduler.
@@ -124,25 +82,76 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if _, err := placement.New(args.Policy, placement.NewWorkload([]placement.Request{{WholeCards: 1}})); err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
-	return &Plugin{handle: h, policy: args.Policy}, nil
+	p := &Plugin{handle: h, policy: args.Policy, state: newClusterState()}
+	synced, err := p.watch(h.SharedInformerFactory())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	p.synced = synced
+	return p, nil
+}
+
+// watch feeds the state from the scheduler's shared informers (the same
+// ones its DRA plugin reads).
+func (p *Plugin) watch(factory informers.SharedInformerFactory) (func() bool, error) {
+	slices, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.state.upsertSlice(obj.(*resourceapi.ResourceSlice)) },
+		UpdateFunc: func(_, obj any) { p.state.upsertSlice(obj.(*resourceapi.ResourceSlice)) },
+		DeleteFunc: func(obj any) {
+			if s, ok := tombstone[*resourceapi.ResourceSlice](obj); ok {
+				p.state.deleteSlice(s)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching ResourceSlices: %w", err)
+	}
+	claims, err := factory.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.state.upsertClaim(obj.(*resourceapi.ResourceClaim)) },
+		UpdateFunc: func(_, obj any) { p.state.upsertClaim(obj.(*resourceapi.ResourceClaim)) },
+		DeleteFunc: func(obj any) {
+			if c, ok := tombstone[*resourceapi.ResourceClaim](obj); ok {
+				p.state.deleteClaim(c.UID)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching ResourceClaims: %w", err)
+	}
+	return func() bool { return slices.HasSynced() && claims.HasSynced() }, nil
+}
+
+// tombstone unwraps the object of a delete event, which the informer may
+// hand over as DeletedFinalStateUnknown when it missed the delete.
+func tombstone[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
 }
 
 func (*Plugin) Name() string { return Name }
 
 // cycleState is what PreScore prepares for Score.
 type cycleState struct {
-	nodes  map[string]*placement.Node
-	claims []*resourceapi.ResourceClaim // the pod's pending claims
-	cpu    int64
-	memMiB int64
-	policy placement.Policy
-	pod    string
+	// requests is the pod's request by the memory of a node's cards (a
+	// share's size is relative to it); ok false when the claims ask for
+	// none of our GPUs there.
+	requests map[int64]podRequest
+	policy   placement.Policy
+}
+
+type podRequest struct {
+	request placement.Request
+	ok      bool
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PreScore builds the model of every filtered node once per pod and the
-// policy's workload from the claims allocated in the cluster.
+// PreScore prepares the pod's request and the policy for the workload on
+// the filtered nodes; the node models come from the state, kept up to date
+// by events, so nothing here is per node but a look-up.
 func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	dra := p.handle.SharedDRAManager()
@@ -156,65 +165,29 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	if len(podClaims) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	slices, err := dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("listing ResourceSlices: %w", err))
+	if !p.synced() {
+		logger.V(4).Info("GPU packing skipped: the informers have not delivered every slice and claim yet", "pod", klog.KObj(pod))
+		return fwk.NewStatus(fwk.Skip)
 	}
-	allClaims, err := dra.ResourceClaims().List()
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("listing ResourceClaims: %w", err))
-	}
-	slicesByNode := map[string][]*resourceapi.ResourceSlice{}
-	for _, s := range slices {
-		if s.Spec.Driver == names.DriverName && s.Spec.NodeName != nil {
-			slicesByNode[*s.Spec.NodeName] = append(slicesByNode[*s.Spec.NodeName], s)
+	names := make([]string, len(nodes))
+	for i, ni := range nodes {
+		if node := ni.Node(); node != nil {
+			names[i] = node.Name
 		}
 	}
-	allocations := p.allocations(allClaims)
-	// Which allocations touch each pool, once per pool.
-	allocsByPool := map[string][]int{}
-	for i, a := range allocations {
-		for j, d := range a.Devices {
-			if !poolSeenBefore(a.Devices[:j], d.Pool) {
-				allocsByPool[d.Pool] = append(allocsByPool[d.Pool], i)
-			}
-		}
-	}
-	p.forgetNodesWithout(slicesByNode)
-	s := &cycleState{nodes: make(map[string]*placement.Node, len(nodes)), claims: podClaims, pod: pod.Name}
+	snap := p.state.snapshot(names)
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	s.cpu = requests.Cpu().MilliValue()
-	s.memMiB = requests.Memory().Value() >> 20
-	for _, ni := range nodes {
-		node := ni.Node()
-		if node == nil || len(slicesByNode[node.Name]) == 0 {
-			continue
-		}
-		nodeAllocations := onNode(allocations, allocsByPool, slicesByNode[node.Name])
-		cards, err := p.nodeCards(node.Name, slicesByNode[node.Name])
-		if err != nil {
-			logger.V(4).Info("Node left out of GPU packing", "node", node.Name, "err", err)
-			continue
-		}
-		n, err := cards.Node(
-			ni.GetAllocatable().GetMilliCPU(), ni.GetAllocatable().GetMemory()>>20,
-			ni.GetRequested().GetMilliCPU(), ni.GetRequested().GetMemory()>>20,
-			nodeAllocations)
-		if err != nil {
-			logger.V(4).Info("Node left out of GPU packing", "node", node.Name, "err", err)
-			continue
-		}
-		s.nodes[node.Name] = n
-	}
-	sample := placement.WorkloadSample(allocations, s.nodes)
-	for _, n := range s.nodes {
-		// The pod itself is part of the workload, so the sample is never empty.
-		if r, ok := placement.RequestFromClaims(pod.Name, s.cpu, s.memMiB, podClaims, cardMemory(n)); ok {
-			sample = append(sample, r)
-			break
+	cpu, memMiB := requests.Cpu().MilliValue(), requests.Memory().Value()>>20
+	s := &cycleState{requests: make(map[int64]podRequest, len(snap.cardMemories))}
+	var own *placement.Request
+	for _, mem := range snap.cardMemories {
+		r, ok := placement.RequestFromClaims(pod.Name, cpu, memMiB, podClaims, mem)
+		s.requests[mem] = podRequest{request: r, ok: ok}
+		if ok && own == nil {
+			own = &r
 		}
 	}
-	s.policy, err = placement.New(p.policy, placement.NewWorkload(sample))
+	s.policy, err = p.policyFor(snap.shapes, own)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -222,76 +195,90 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	return nil
 }
 
-// poolSeenBefore says whether one of the earlier devices is in pool.
-func poolSeenBefore(earlier []placement.AllocatedDevice, pool string) bool {
-	for _, d := range earlier {
-		if d.Pool == pool {
-			return true
-		}
+// policyFor returns the policy for the workload histogram plus the pod
+// itself (the workload is never empty), reusing the previous pod's when the
+// two are the same.
+func (p *Plugin) policyFor(shapes map[shape]int, own *placement.Request) (placement.Policy, error) {
+	keys := make([]shape, 0, len(shapes))
+	for k := range shapes {
+		keys = append(keys, k)
 	}
-	return false
+	slices.SortFunc(keys, func(a, b shape) int {
+		if c := cmp.Compare(a.whole, b.whole); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.share, b.share)
+	})
+	sample := make([]placement.Request, 0, len(keys)+1)
+	counts := make([]int, 0, len(keys)+1)
+	var key []byte
+	for _, k := range keys {
+		sample = append(sample, placement.Request{WholeCards: k.whole, ShareMilli: k.share})
+		counts = append(counts, shapes[k])
+		key = fmt.Appendf(key, "%d/%d*%d;", k.whole, k.share, shapes[k])
+	}
+	if own != nil {
+		sample = append(sample, *own)
+		counts = append(counts, 1)
+		key = fmt.Appendf(key, "own:%d/%d/%d/%d/%q", own.CPUMilli, own.MemoryMiB, own.WholeCards, own.ShareMilli, own.Models)
+	}
+	p.lastMu.Lock()
+	defer p.lastMu.Unlock()
+	if p.last != nil && p.last.key == string(key) {
+		return p.last.policy, nil
+	}
+	policy, err := placement.New(p.policy, placement.NewWeightedWorkload(sample, counts))
+	if err != nil {
+		return nil, err
+	}
+	p.last = &cachedPolicy{key: string(key), policy: policy}
+	return policy, nil
 }
 
-// onNode picks the allocations that touch the pools of a node's slices,
-// each once (a claim may hold devices of two pools of one node).
-func onNode(allocations []placement.Allocation, allocsByPool map[string][]int, nodeSlices []*resourceapi.ResourceSlice) []placement.Allocation {
-	var idx []int
-	pools := 0
-	for i, sl := range nodeSlices {
-		pool := sl.Spec.Pool.Name
-		if slices.ContainsFunc(nodeSlices[:i], func(o *resourceapi.ResourceSlice) bool { return o.Spec.Pool.Name == pool }) {
+// reservedKey is where Reserve keeps the claims it assumed, for Unreserve.
+const reservedKey fwk.StateKey = Name + "/reserved"
+
+type reservedClaims []types.UID
+
+func (r reservedClaims) Clone() fwk.StateData { return r }
+
+// Reserve records the allocations the DRA plugin's Reserve (earlier in the
+// profile's order) made for the pod: the API server sees them only in the
+// binding cycle, and the next pod must already be scored with them.
+func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	dra := p.handle.SharedDRAManager()
+	if dra == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	var assumed reservedClaims
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
 			continue
 		}
-		pools++
-		idx = append(idx, allocsByPool[pool]...)
+		c, err := dra.ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil || c.Status.Allocation == nil {
+			continue
+		}
+		if p.state.assume(c) {
+			assumed = append(assumed, c.UID)
+		}
 	}
-	if pools > 1 {
-		slices.Sort(idx)
-		idx = slices.Compact(idx)
+	if len(assumed) > 0 {
+		state.Write(reservedKey, assumed)
 	}
-	out := make([]placement.Allocation, len(idx))
-	for i, j := range idx {
-		out[i] = allocations[j]
-	}
-	return out
+	return nil
 }
 
-// allocations reads our driver's results of every allocated claim, parsing
-// a claim's status only when it is new or changed (an allocation does not
-// change while the claim exists), and forgets claims that are gone.
-func (p *Plugin) allocations(claims []*resourceapi.ResourceClaim) []placement.Allocation {
-	p.allocMu.Lock()
-	defer p.allocMu.Unlock()
-	if p.allocs == nil {
-		p.allocs = map[types.UID]cachedAllocation{}
+// Unreserve takes back what Reserve assumed for the pod.
+func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	data, err := state.Read(reservedKey)
+	if err != nil {
+		return
 	}
-	var out []placement.Allocation
-	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		cached, ok := p.allocs[c.UID]
-		if !ok || cached.resourceVersion != c.ResourceVersion {
-			cached.allocation, cached.ours = placement.AllocationOf(c)
-			cached.resourceVersion = c.ResourceVersion
-			p.allocs[c.UID] = cached
-		}
-		if cached.ours {
-			out = append(out, cached.allocation)
-		}
+	for _, uid := range data.(reservedClaims) {
+		p.state.unassume(uid)
 	}
-	if len(p.allocs) > len(claims) {
-		present := make(map[types.UID]bool, len(claims))
-		for _, c := range claims {
-			present[c.UID] = true
-		}
-		for uid := range p.allocs {
-			if !present[uid] {
-				delete(p.allocs, uid)
-			}
-		}
-	}
-	return out
 }
 
 // Score rates one node; NormalizeScore maps the policy's scores to 0..100.
@@ -301,20 +288,38 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		return 0, nil
 	}
 	s := data.(*cycleState)
-	n, ok := s.nodes[nodeInfo.Node().Name]
-	if !ok {
+	m, mem, ns := p.state.model(nodeInfo.Node().Name)
+	if m == nil {
 		return math.MinInt32, nil
 	}
-	r, ok := placement.RequestFromClaims(s.pod, s.cpu, s.memMiB, s.claims, cardMemory(n))
-	if !ok {
+	req, ok := s.requests[mem]
+	if !ok || !req.ok {
+		// A node modelled after PreScore, or no GPU of ours asked there.
 		return math.MinInt32, nil
 	}
-	cands, fits := n.Candidates(r, nil)
-	if !fits {
-		return math.MinInt32, nil
+	r := req.request
+	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
+	key := scoreMemo{model: m, policy: s.policy, cpu: r.CPUMilli, memMiB: r.MemoryMiB, whole: int64(r.WholeCards), share: r.ShareMilli,
+		allocCPU: alloc.GetMilliCPU(), allocMem: alloc.GetMemory() >> 20, usedCPU: used.GetMilliCPU(), usedMem: used.GetMemory() >> 20}
+	if memo := ns.memo.Load(); memo != nil && len(r.Models) == 0 && memo.sameInputs(key) {
+		return memo.score, nil
 	}
-	c := s.policy.Score(n, r, cands)
-	return int64(math.Round(c.Score * 1000)), nil
+	n := m.WithResources(key.allocCPU, key.allocMem, key.usedCPU, key.usedMem)
+	cands, fits := n.Candidates(r, make([]int, 0, len(n.Cards)))
+	key.score = math.MinInt32
+	if fits {
+		key.score = int64(math.Round(s.policy.Score(n, r, cands).Score * 1000))
+	}
+	stored := key
+	ns.memo.Store(&stored)
+	return key.score, nil
+}
+
+// sameInputs reports whether o scores the same model, policy, request and
+// node resources as m.
+func (m *scoreMemo) sameInputs(o scoreMemo) bool {
+	o.score = m.score
+	return *m == o
 }
 
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }

@@ -3,12 +3,16 @@ package packing
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -19,19 +23,59 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
-// fakeHandle serves DRA objects from memory; the scheduler framework's
-// other services are not used by the plugin.
+// fakeHandle serves DRA objects from memory, and informers of a fake
+// clientset holding the same objects; the scheduler framework's other
+// services are not used by the plugin.
 type fakeHandle struct {
 	fwk.Handle
-	dra *fakeDRA
+	dra       *fakeDRA
+	informers informers.SharedInformerFactory
 }
 
 func (h *fakeHandle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
+func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory {
+	if h.informers == nil {
+		var objects []runtime.Object
+		if h.dra != nil {
+			for _, s := range h.dra.slices {
+				objects = append(objects, s)
+			}
+			for _, c := range h.dra.claims {
+				objects = append(objects, c)
+			}
+		}
+		h.informers = informers.NewSharedInformerFactory(fake.NewClientset(objects...), 0)
+	}
+	return h.informers
+}
+
+// newTestPlugin creates the plugin over dra and waits until the informers
+// have delivered every object to it.
+func newTestPlugin(tb testing.TB, policy string, dra *fakeDRA) *Plugin {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	h := &fakeHandle{dra: dra}
+	p, err := New(ctx, &runtime.Unknown{Raw: []byte("policy: " + policy)}, h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.informers.Start(ctx.Done())
+	h.informers.WaitForCacheSync(ctx.Done())
+	plugin := p.(*Plugin)
+	if !cache.WaitForCacheSync(ctx.Done(), plugin.synced) {
+		tb.Fatal("the plugin's informer handlers did not sync")
+	}
+	return plugin
+}
 
 type fakeDRA struct {
 	fwk.SharedDRAManager
 	slices []*resourceapi.ResourceSlice
 	claims []*resourceapi.ResourceClaim
+
+	mu     sync.Mutex
+	byName map[string]*resourceapi.ResourceClaim
 }
 
 func (d *fakeDRA) ResourceSlices() fwk.ResourceSliceLister  { return d }
@@ -46,11 +90,21 @@ type fakeClaims struct {
 }
 
 func (c *fakeClaims) List() ([]*resourceapi.ResourceClaim, error) { return c.d.claims, nil }
+
+// Get looks the claim up by name, as the scheduler's claim cache does (a
+// linear search would dominate the benchmark at 1213 nodes).
 func (c *fakeClaims) Get(namespace, name string) (*resourceapi.ResourceClaim, error) {
-	for _, cl := range c.d.claims {
-		if cl.Namespace == namespace && cl.Name == name {
-			return cl, nil
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.byName) != len(d.claims) {
+		d.byName = make(map[string]*resourceapi.ResourceClaim, len(d.claims))
+		for _, cl := range d.claims {
+			d.byName[cl.Namespace+"/"+cl.Name] = cl
 		}
+	}
+	if cl, ok := d.byName[namespace+"/"+name]; ok {
+		return cl, nil
 	}
 	return nil, fmt.Errorf("claim %s/%s not found", namespace, name)
 }
@@ -117,11 +171,7 @@ func TestSharePacksOntoUsedCard(t *testing.T) {
 	}{{"tangram", false}, {"best-fit", false}, {"fgd", true}} {
 		policy := tc.policy
 		t.Run(policy, func(t *testing.T) {
-			p, err := New(ctx, &runtime.Unknown{Raw: []byte("policy: " + policy)}, &fakeHandle{dra: dra})
-			if err != nil {
-				t.Fatal(err)
-			}
-			plugin := p.(*Plugin)
+			plugin := newTestPlugin(t, policy, dra)
 			pod := podWithClaim("incoming", "2", "incoming")
 			state := schedframework.NewCycleState()
 			if st := plugin.PreScore(ctx, state, pod, nodes); !st.IsSuccess() {
@@ -189,56 +239,50 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 	}
 }
 
-// TestCachesFollowObjectChanges: the plugin keeps a node's cards and a
-// claim's parsed allocation between pods; a new resourceVersion must be
-// read again and a deleted claim forgotten.
-func TestCachesFollowObjectChanges(t *testing.T) {
+// TestReserveAssumesUntilUnreserve: Reserve records the allocation the DRA
+// plugin made for the pod (the informer has not shown it yet) so the next
+// pod is scored with it; Unreserve takes it back, except for a claim that
+// was allocated before the pod (another pod shares it).
+func TestReserveAssumesUntilUnreserve(t *testing.T) {
 	ctx := context.Background()
 	_, slice := gpuNode(t, "a")
-	slice.ResourceVersion = "1"
-	p := &Plugin{}
-
-	first, err := p.nodeCards("a", []*resourceapi.ResourceSlice{slice})
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, _ := p.nodeCards("a", []*resourceapi.ResourceSlice{slice})
-	if again != first {
-		t.Error("same slice, same resourceVersion: the cards should come from the cache")
-	}
-	shrunk := slice.DeepCopy()
-	shrunk.ResourceVersion = "2"
-	shrunk.Spec.Devices = shrunk.Spec.Devices[:1]
-	updated, err := p.nodeCards("a", []*resourceapi.ResourceSlice{shrunk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := updated.Node(0, 0, 0, 0, nil); len(n.Cards) != 1 {
-		t.Errorf("after the slice changed the node has %d cards, want 1", len(n.Cards))
-	}
-	p.forgetNodesWithout(map[string][]*resourceapi.ResourceSlice{})
-	if len(p.cards) != 0 {
-		t.Errorf("a node without slices is still cached: %v", p.cards)
-	}
-
 	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
-	claim, err := harness.Allocate(ctx, allocation.Claim("c", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
-	if err != nil {
-		t.Fatal(err)
+	share := func(name string) *resourceapi.ResourceClaim {
+		c, err := harness.Allocate(ctx, allocation.Claim(name, nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	claim.ResourceVersion = "1"
-	got := p.allocations([]*resourceapi.ResourceClaim{claim})
-	if len(got) != 1 || got[0].Devices[0].Memory != 8<<30 {
-		t.Fatalf("allocations = %+v, want one 8Gi share", got)
+	shared := share("shared")
+	pending := allocation.Claim("new", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
+	dra := &fakeDRA{slices: []*resourceapi.ResourceSlice{slice}, claims: []*resourceapi.ResourceClaim{shared, pending}}
+	plugin := newTestPlugin(t, "tangram", dra)
+	allocatedMilli := func() int64 {
+		m, _, _ := plugin.state.model("a")
+		return m.AllocatedMilli()
 	}
-	// A changed claim (here: a different consumption) is read again.
-	changed := claim.DeepCopy()
-	changed.ResourceVersion = "2"
-	changed.Status.Allocation.Devices.Results[0].ConsumedCapacity["memory"] = resource.MustParse("4Gi")
-	if got := p.allocations([]*resourceapi.ResourceClaim{changed}); len(got) != 1 || got[0].Devices[0].Memory != 4<<30 {
-		t.Errorf("after the claim changed: %+v, want one 4Gi share", got)
+	if got := allocatedMilli(); got != 500 {
+		t.Fatalf("before Reserve: %d milli-GPU allocated, want 500 (the shared claim)", got)
 	}
-	if got := p.allocations(nil); len(got) != 0 || len(p.allocs) != 0 {
-		t.Errorf("deleted claim still cached: %v / %v", got, p.allocs)
+
+	// The DRA plugin's Reserve has allocated "new" in the scheduler's claim
+	// cache; the informer still shows it pending.
+	dra.mu.Lock()
+	dra.claims[1] = share("new")
+	dra.byName = nil
+	dra.mu.Unlock()
+	pod := &v1.Pod{ObjectMeta: metaObject("p"), Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{
+		{Name: "a", ResourceClaimName: ptr.To("shared")}, {Name: "b", ResourceClaimName: ptr.To("new")}}}}
+	state := schedframework.NewCycleState()
+	if st := plugin.Reserve(ctx, state, pod, "a"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if got := allocatedMilli(); got != 1000 {
+		t.Errorf("after Reserve: %d milli-GPU allocated, want 1000", got)
+	}
+	plugin.Unreserve(ctx, state, pod, "a")
+	if got := allocatedMilli(); got != 500 {
+		t.Errorf("after Unreserve: %d milli-GPU allocated, want 500 (the shared claim stays)", got)
 	}
 }

@@ -88,6 +88,7 @@ func scheduleIncoming(t *testing.T, schedulerName string) string {
 	tangram := cfg.Profiles[0].DeepCopy()
 	tangram.SchedulerName = "tangram"
 	tangram.Plugins.PreScore.Enabled = append(tangram.Plugins.PreScore.Enabled, config.Plugin{Name: Name})
+	tangram.Plugins.Reserve.Enabled = append(tangram.Plugins.Reserve.Enabled, config.Plugin{Name: Name})
 	tangram.Plugins.Score.Enabled = append(tangram.Plugins.Score.Enabled, config.Plugin{Name: Name, Weight: 5})
 	tangram.PluginConfig = append(tangram.PluginConfig, config.PluginConfig{Name: Name, Args: &runtime.Unknown{Raw: []byte(`{"policy":"tangram"}`)}})
 
