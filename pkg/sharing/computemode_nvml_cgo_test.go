@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
@@ -112,7 +113,10 @@ func TestManagerOnMockDriver(t *testing.T) {
 	layout := Layout{Root: shortRoot(t)}
 	card1, card2 := gpu.FakeGPUUUID("mock-node", 1), gpu.FakeGPUUUID("mock-node", 2)
 	daemon := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{card1, card2}})
-	m := NewManager(layout, daemon, setter, []string{card1, card2})
+	// The stand-in is a separate process that may take longer than the
+	// default one-second wait to answer under the race detector; this test is
+	// about what reaches the driver, not about the retryable not-ready answer.
+	m := NewManager(layout, daemon, setter, []string{card1, card2}, WithTiming(Timing{ReadyWait: time.Minute}))
 	ctx := context.Background()
 
 	if err := m.Acquire(ctx, "claim-a", []string{card2}); err != nil {
@@ -121,6 +125,8 @@ func TestManagerOnMockDriver(t *testing.T) {
 	if err := m.Release(ctx, "claim-a"); err != nil {
 		t.Fatal(err)
 	}
+	// The last release stops the daemon in the background.
+	waitIdle(t, m)
 	calls, err := state.Calls()
 	if err != nil {
 		t.Fatal(err)
