@@ -35,3 +35,7 @@ e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the loc
 .PHONY: test-e2e
 test-e2e: ## cluster up, kubelet plugin, e2e suite, cluster down, with stage durations
 	$(LOCAL_CLUSTER)/test-e2e.sh
+
+.PHONY: test-e2e-realpath
+test-e2e-realpath: ## the real-GPU path without a GPU: cluster with the mock driver root, chart with the cgo plugin image and no fake profile, realpath e2e specs, cluster down
+	$(LOCAL_CLUSTER)/test-e2e-realpath.sh
