@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -51,7 +52,7 @@ const (
 	setComputeModeCall   = "nvmlDeviceSetComputeMode"
 )
 
-var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, func() {
+var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailure, func() {
 	var marker map[string]string // the mock root's marker: profile, node, driver_version, ...
 
 	BeforeAll(func(ctx SpecContext) {
@@ -82,7 +83,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, func() {
 		devices := nodeDevices(ctx, gpuNode)
 		Expect(devices).NotTo(BeEmpty())
 		for name, d := range devices {
-			Expect(versionAttr(d, names.AttrDriverVersion)).To(Equal(marker["driver_version"]),
+			Expect(versionAttr(d, names.AttrDriverVersion)).To(Equal(semverOf(marker["driver_version"])),
 				"device %s: driverVersion must be the one the mock library reports", name)
 		}
 		GinkgoWriter.Printf("  plugin pod %s runs %s; %d cards, driver %s from NVML\n", pod.Name, c.Image, len(devices), marker["driver_version"])
@@ -186,11 +187,17 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, func() {
 
 		state := mocknvml.State{Dir: *mockNVMLStateDir}
 		Expect(lastComputeMode(state, uuid)).To(Equal(exclusiveProcessMode), "the plugin must switch the shared card to EXCLUSIVE_PROCESS through NVML")
+		// The share's MPS pipe directory is the one the plugin's daemon
+		// listens on: ask it what a CUDA client would, through the driver
+		// root's own nvidia-cuda-mps-control (the stand-in).
+		pipeDir := report["CUDA_MPS_PIPE_DIRECTORY"]
+		Expect(pipeDir).To(Equal(sharing.Layout{Root: *mpsRoot}.PipeDir()), "the share must be pointed at the node's MPS daemon")
 		logDir := sharing.Layout{Root: *mpsRoot}.LogDir()
+		mpsControl(ctx, pipeDir, "get_server_list")
 		commands, err := sharing.StandInCommands(logDir)
-		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon must have logged the plugin's commands")
-		Expect(commands).NotTo(BeEmpty(), "the plugin sent the stand-in MPS daemon no command")
-		GinkgoWriter.Printf("  %s: compute mode %s in calls.log; stand-in MPS daemon got %q\n", uuid, exclusiveProcessMode, commands)
+		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon's control.log")
+		Expect(commands).To(ContainElement("get_server_list"), "the stand-in MPS daemon on the share's pipe directory did not get the command")
+		GinkgoWriter.Printf("  %s: compute mode %s in calls.log; the stand-in MPS daemon on %s logged %q\n", uuid, exclusiveProcessMode, pipeDir, commands)
 
 		daemon := mpsDaemonPod(ctx)
 		shareContainer := containerID(ctx, ns, "share")
@@ -212,9 +219,10 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, func() {
 		Expect(now.UID).To(Equal(daemon.UID), "the MPS daemon pod must survive the plugin's restart")
 		Expect(now.Status.ContainerStatuses).NotTo(BeEmpty())
 		Expect(now.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "the MPS daemon restarted")
+		mpsControl(ctx, pipeDir, "get_server_list")
 		after, err := sharing.StandInCommands(logDir)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(len(after)).To(BeNumerically(">=", len(commands)), "the stand-in's log lost commands: %q", after)
+		Expect(len(after)).To(BeNumerically(">", len(commands)), "the stand-in MPS daemon no longer answers after the plugin's restart: %q", after)
 		Expect(after[:len(commands)]).To(Equal(commands), "the stand-in's log must continue, not start over")
 		Expect(after).NotTo(ContainElement(HavePrefix("quit")), "the stand-in MPS daemon was told to quit under a running share")
 
@@ -224,6 +232,18 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, func() {
 		GinkgoWriter.Printf("  share kept container %s through the plugin pod's restart; MPS daemon pod %s kept; a new share ran\n", shareContainer, daemon.Name)
 	}, SpecTimeout(8*time.Minute))
 })
+
+// mpsControl sends one command to the MPS control daemon on pipeDir with
+// the mock driver root's nvidia-cuda-mps-control, as an MPS client would.
+func mpsControl(ctx context.Context, pipeDir, command string) string {
+	cmd := exec.CommandContext(ctx, filepath.Join(*mockDriverRoot, "usr/bin/nvidia-cuda-mps-control"))
+	cmd.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
+	cmd.Stdin = strings.NewReader(command + "\n")
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s to the MPS daemon on %s: %s", command, pipeDir, out)
+	return string(out)
+}
 
 // readMarker reads the key=value lines of the mock driver root's marker.
 func readMarker(path string) map[string]string {
@@ -250,6 +270,18 @@ func versionAttr(d resourceapi.Device, name string) string {
 		return *a.VersionValue
 	}
 	return ""
+}
+
+// semverOf writes a driver version as the version attribute carries it:
+// NVIDIA's "580.95.05" is semver "580.95.5".
+func semverOf(v string) string {
+	parts := strings.Split(v, ".")
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		Expect(err).NotTo(HaveOccurred(), "driver version %q", v)
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ".")
 }
 
 // sysfsPCIeRoot resolves a card's PCI device in the mock sysfs to the
