@@ -224,7 +224,8 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(err).NotTo(HaveOccurred())
 		Expect(len(after)).To(BeNumerically(">", len(commands)), "the stand-in MPS daemon no longer answers after the plugin's restart: %q", after)
 		Expect(after[:len(commands)]).To(Equal(commands), "the stand-in's log must continue, not start over")
-		Expect(after).NotTo(ContainElement(HavePrefix("quit")), "the stand-in MPS daemon was told to quit under a running share")
+		Expect(after[len(commands):]).NotTo(ContainElement(HavePrefix("quit")), "the stand-in MPS daemon was told to quit under a running share")
+		Expect(after[len(after)-1]).To(Equal("get_server_list"), "the stand-in MPS daemon must still answer on the share's pipe directory")
 
 		By("a new share is prepared by the restarted plugin on the same daemon")
 		createPod(ctx, gpuPod(ns, "share-after", "share-10gi"))
