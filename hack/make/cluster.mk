@@ -39,3 +39,7 @@ test-soak: ## cluster up, kubelet plugin, churn-and-crash soak (SOAK_SECONDS, de
 .PHONY: test-e2e
 test-e2e: ## cluster up, kubelet plugin, e2e suite, cluster down, with stage durations
 	$(LOCAL_CLUSTER)/test-e2e.sh
+
+.PHONY: test-e2e-realpath
+test-e2e-realpath: ## the real-GPU path without a GPU: cluster with the mock driver root, chart with the cgo plugin image and no fake profile, realpath e2e specs, cluster down
+	$(LOCAL_CLUSTER)/test-e2e-realpath.sh

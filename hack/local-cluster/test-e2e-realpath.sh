@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make test-e2e-realpath`: the code path of a real GPU node, end to end,
+# without a GPU. Cluster up with the mock NVIDIA driver root
+# (hack/mock-driver-root), the Helm chart installed with the cgo kubelet
+# plugin image, driverRoot = the mock root and no fake profile, then the e2e
+# specs labelled `realpath` (test/e2e/realpath_test.go), then cluster down
+# (always, also after a failure), printing how long each stage took.
+# Set KEEP_CLUSTER=1 to leave the cluster running for inspection.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+HERE="$(dirname "${BASH_SOURCE[0]}")"
+need_root
+cluster_lock
+
+RELEASE=tangram
+RELEASE_NAMESPACE=tangram-system
+PLUGIN_IMAGE=localhost/tangram/dra-kubelet-plugin:dev
+# The plugin's checkpoints, the MPS directories and the mock library's state
+# (calls.log) live under the cluster directory, so down.sh removes them and
+# the next run starts as after a reboot.
+STATE_DIR="$CLUSTER_DIR/realpath/state"
+MPS_ROOT="$CLUSTER_DIR/realpath/mps"
+MOCK_NVML_STATE_DIR="$STATE_DIR/mock-nvml"
+
+stages=()
+stage() { # stage NAME CMD...: run and time one stage; stop at the first failure
+	local name="$1" start rc
+	shift
+	start="$(now_s)"
+	log "stage $name"
+	"$@" && rc=0 || rc=$?
+	stages+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
+	return $rc
+}
+finish() {
+	local rc=$?
+	set +o errexit
+	if [ $rc -ne 0 ] && [ -f "$KUBECONFIG_FILE" ]; then
+		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" get pods -o wide >&2
+		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=60 >&2
+	fi
+	if [ -n "${KEEP_CLUSTER:-}" ]; then
+		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
+	else
+		stage cluster-down "$HERE/down.sh"
+	fi
+	log "stage durations"
+	local s
+	for s in "${stages[@]}"; do info "$s"; done
+	[ $rc -eq 0 ] && log "test-e2e-realpath passed" || log "test-e2e-realpath FAILED (exit $rc); component logs in $LOG_DIR"
+	exit $rc
+}
+trap finish EXIT
+
+install_chart() {
+	mkdir -p "$STATE_DIR" "$MPS_ROOT"
+	"$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$REPO_ROOT/deployments/helm/tangram" \
+		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
+		--set "driverRoot=$MOCK_DRIVER_ROOT" \
+		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
+		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
+		--set "image.tag=${PLUGIN_IMAGE##*:}" \
+		--set kubeletPlugin.hostNetwork=true \
+		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$MOCK_NVML_STATE_DIR\"}]" \
+		--set "kubeletPlugin.hostPaths.stateDir=$STATE_DIR" \
+		--set "kubeletPlugin.hostPaths.mpsRoot=$MPS_ROOT" >/dev/null &&
+		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" rollout status \
+			"daemonset/$RELEASE-kubelet-plugin" --timeout=3m >&2
+}
+
+run_specs() {
+	cd "$REPO_ROOT"
+	go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-20m}" ./test/e2e -args \
+		--kubeconfig "$KUBECONFIG_FILE" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter=realpath \
+		--gpu-node "$NODE_NAME" --cdi-dir "$CDI_DIR" \
+		--mock-driver-root "$MOCK_DRIVER_ROOT" --mock-nvml-state-dir "$MOCK_NVML_STATE_DIR" \
+		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" "$@"
+}
+
+# Compiling the suite first fails fast on a broken test before any cluster work.
+stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
+stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 "$HERE/up.sh"
+stage chart-install install_chart
+stage e2e-realpath run_specs "$@"

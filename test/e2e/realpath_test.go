@@ -1,0 +1,410 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/slices"
+)
+
+// The real-GPU path (label realpath, `make test-e2e-realpath`): the chart's
+// cgo kubelet plugin over the mock driver root of hack/mock-driver-root,
+// NVML from the mock libnvidia-ml.so.1, nvcdi and the stand-in MPS control.
+// These specs run on the GPU node itself: they read the mock library's call
+// log, the stand-in's control.log, the CDI specs and the containers' root
+// file systems on the host.
+var (
+	mockDriverRoot   = flag.String("mock-driver-root", "", "realpath specs: the host path of the mock NVIDIA driver root the chart's driverRoot names (hack/mock-driver-root)")
+	mockNVMLStateDir = flag.String("mock-nvml-state-dir", "", "realpath specs: the host directory of the mock NVML library's calls.log (TANGRAM_MOCK_NVML_STATE_DIR of the plugin)")
+	mpsRoot          = flag.String("mps-root", "", "realpath specs: the host's MPS root of the plugin (chart kubeletPlugin.hostPaths.mpsRoot)")
+	releaseNamespace = flag.String("release-namespace", "tangram-system", "realpath specs: namespace of the Helm release whose plugin pods run on the GPU node")
+	pluginImage      = flag.String("plugin-image", "localhost/tangram/dra-kubelet-plugin:dev", "realpath specs: the cgo kubelet plugin image the chart must run")
+)
+
+const (
+	realPathLabel        = "realpath"
+	mockProfileMarker    = "TANGRAM-MOCK-DRIVER-ROOT"
+	pluginComponentLabel = "app.kubernetes.io/component=kubelet-plugin"
+	exclusiveProcessMode = "EXCLUSIVE_PROCESS"
+	setComputeModeCall   = "nvmlDeviceSetComputeMode"
+)
+
+var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailure, func() {
+	var marker map[string]string // the mock root's marker: profile, node, driver_version, ...
+
+	BeforeAll(func(ctx SpecContext) {
+		Expect(*mockDriverRoot).NotTo(BeEmpty(), "pass --mock-driver-root (make test-e2e-realpath does)")
+		Expect(*mockNVMLStateDir).NotTo(BeEmpty(), "pass --mock-nvml-state-dir")
+		Expect(*mpsRoot).NotTo(BeEmpty(), "pass --mps-root")
+		Expect(*cdiDir).NotTo(BeEmpty(), "pass --cdi-dir: the realpath specs read the CDI specs on the GPU node")
+		marker = readMarker(filepath.Join(*mockDriverRoot, mockProfileMarker))
+		Expect(marker).To(HaveKey("profile"))
+		Expect(marker).To(HaveKey("driver_version"))
+		Expect(marker).To(HaveKeyWithValue("node", gpuNode), "the mock driver root serves the UUIDs of another node")
+		for _, f := range []string{"usr/lib64/libnvidia-ml.so.1", "usr/bin/nvidia-cuda-mps-control", "usr/bin/nvidia-cdi-hook"} {
+			_, err := os.Stat(filepath.Join(*mockDriverRoot, f))
+			Expect(err).NotTo(HaveOccurred(), "the mock driver root lacks %s", f)
+		}
+	})
+
+	It("runs the cgo plugin image from the chart, on NVML of the mock driver root, with no fake profile", func(ctx SpecContext) {
+		scenario("real path preflight: the plugin pod's image, flags and the driver version NVML reports")
+		pod := pluginPod(ctx)
+		c := pod.Spec.Containers[0]
+		Expect(c.Image).To(Equal(*pluginImage), "the plugin pod must run the cgo image")
+		args := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
+		Expect(args).NotTo(ContainSubstring("--fake-profile"), "the plugin must discover the cards through NVML")
+		Expect(args).To(ContainSubstring("--host-driver-root=" + *mockDriverRoot))
+		// Only NVML knows the driver version: a plugin without cgo or without
+		// the mock library publishes nothing.
+		devices := nodeDevices(ctx, gpuNode)
+		Expect(devices).NotTo(BeEmpty())
+		for name, d := range devices {
+			Expect(versionAttr(d, names.AttrDriverVersion)).To(Equal(semverOf(marker["driver_version"])),
+				"device %s: driverVersion must be the one the mock library reports", name)
+		}
+		GinkgoWriter.Printf("  plugin pod %s runs %s; %d cards, driver %s from NVML\n", pod.Name, c.Image, len(devices), marker["driver_version"])
+	})
+
+	It("publishes from NVML the ResourceSlices the fake profile gives for the same cards, plus pcieRoot from sysfs", func(ctx SpecContext) {
+		scenario("real path: ResourceSlices from NVML equal the fake profile's, pcieRoot from the mock sysfs")
+		profile, err := gpu.BuiltinProfile(marker["profile"])
+		Expect(err).NotTo(HaveOccurred(), "the mock driver root serves profile %q", marker["profile"])
+		cards, err := gpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true})
+		Expect(err).NotTo(HaveOccurred())
+
+		got := nodeDevices(ctx, gpuNode)
+		Expect(got).To(HaveLen(len(want)))
+		pcieRoot := resourceapi.QualifiedName("resource.kubernetes.io/pcieRoot")
+		pciBusID := resourceapi.QualifiedName("resource.kubernetes.io/pciBusID")
+		for _, w := range want {
+			g, ok := got[w.Name]
+			Expect(ok).To(BeTrue(), "device %s of the fake profile is not published", w.Name)
+			g = *g.DeepCopy()
+			Expect(g.Attributes).To(HaveKey(pciBusID), "device %s", w.Name)
+			root := g.Attributes[pcieRoot].StringValue
+			Expect(root).NotTo(BeNil(), "device %s has no pcieRoot", w.Name)
+			Expect(*root).To(Equal(sysfsPCIeRoot(*g.Attributes[pciBusID].StringValue)), "device %s: pcieRoot must be the mock sysfs's", w.Name)
+			delete(g.Attributes, pcieRoot)
+			Expect(apiequality.Semantic.DeepEqual(g, w)).To(BeTrue(),
+				"device %s from NVML differs from the fake profile's:\n got: %s\nwant: %s", w.Name, toJSON(g), toJSON(w))
+			GinkgoWriter.Printf("  %s: %d attributes, %d capacities, nvlinkDomain %q, pcieRoot %s\n",
+				w.Name, len(w.Attributes), len(w.Capacity), stringAttr(g, names.AttrNVLinkDomain), *root)
+		}
+	})
+
+	It("gives a whole-card pod its /dev/nvidiaN and the driver files nvcdi found", func(ctx SpecContext) {
+		scenario("real path: a whole card's device node and driver files inside the container")
+		ns := newNamespace(ctx)
+		createTemplate(ctx, ns, "one-gpu", wholeGPUs(1))
+		createPod(ctx, gpuPod(ns, "whole", "one-gpu"))
+		report := waitRunning(ctx, ns, "whole")
+		printPodOutput(ctx, ns, "whole")
+		claim := allocatedClaim(ctx, ns, "whole")
+		res := results(claim)
+		Expect(res).To(HaveLen(1))
+		dev := nodeDevices(ctx, gpuNode)[res[0].Device]
+		minor := dev.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+names.AttrMinor)].IntValue
+		if minor == nil {
+			minor = dev.Attributes[resourceapi.QualifiedName(names.AttrMinor)].IntValue
+		}
+		Expect(minor).NotTo(BeNil(), "device %s has no minor attribute", res[0].Device)
+		cardNode := "/dev/nvidia" + strconv.FormatInt(*minor, 10)
+
+		Expect(strings.Split(report["DEVICE_NODES"], ",")).To(ContainElement(cardNode), "the container must see its card's device node")
+		for _, n := range strings.Split(report["DEVICE_NODES"], ",") {
+			if isCardNode(n) {
+				Expect(n).To(Equal(cardNode), "the container sees another card's device node")
+			}
+		}
+
+		edits := claimSpecEdits(string(claim.UID))
+		Expect(edits.DeviceNodes).To(ContainElement(HaveField("Path", cardNode)))
+		Expect(edits.DeviceNodes).To(ContainElement(HaveField("Path", "/dev/nvidiactl")))
+		var libs []string
+		for _, m := range edits.Mounts {
+			Expect(m.HostPath).To(HavePrefix(*mockDriverRoot+"/"), "mount %s must come from the driver root", m.ContainerPath)
+			libs = append(libs, filepath.Base(m.ContainerPath))
+		}
+		Expect(libs).To(ContainElements("libnvidia-ml.so."+marker["driver_version"], "libcuda.so."+marker["driver_version"]),
+			"nvcdi must mount the driver's NVML and CUDA libraries")
+		Expect(edits.Hooks).NotTo(BeEmpty(), "nvcdi's specs run nvidia-cdi-hook")
+		for _, h := range edits.Hooks {
+			Expect(h.Path).To(Equal(filepath.Join(*mockDriverRoot, "usr/bin/nvidia-cdi-hook")))
+		}
+
+		// Inside the container: its root file system, seen through its process.
+		root := containerRoot(containerID(ctx, ns, "whole"))
+		for _, n := range edits.DeviceNodes {
+			fi, err := os.Stat(filepath.Join(root, n.Path))
+			Expect(err).NotTo(HaveOccurred(), "device node %s in the container", n.Path)
+			Expect(fi.Mode()&os.ModeCharDevice).NotTo(BeZero(), "%s must be a character device", n.Path)
+		}
+		for _, m := range edits.Mounts {
+			_, err := os.Stat(filepath.Join(root, m.ContainerPath))
+			Expect(err).NotTo(HaveOccurred(), "driver file %s in the container", m.ContainerPath)
+		}
+		GinkgoWriter.Printf("  container sees %s, %d device nodes and %d driver files: %s\n", cardNode, len(edits.DeviceNodes), len(libs), strings.Join(libs, " "))
+	}, SpecTimeout(4*time.Minute))
+
+	It("switches a shared card to EXCLUSIVE_PROCESS, reaches the stand-in MPS daemon, and keeps the share through a plugin pod restart", func(ctx SpecContext) {
+		scenario("real path: a share's compute mode and MPS daemon, then the plugin pod is deleted under it")
+		ns := newNamespace(ctx)
+		createTemplate(ctx, ns, "share-10gi", memoryShare("10Gi"))
+		createPod(ctx, gpuPod(ns, "share", "share-10gi"))
+		report := waitRunning(ctx, ns, "share")
+		printPodOutput(ctx, ns, "share")
+		claim := allocatedClaim(ctx, ns, "share")
+		res := results(claim)
+		Expect(res).To(HaveLen(1))
+		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], names.AttrUUID)
+		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", uuid+"=10240M"))
+
+		state := mocknvml.State{Dir: *mockNVMLStateDir}
+		Expect(lastComputeMode(state, uuid)).To(Equal(exclusiveProcessMode), "the plugin must switch the shared card to EXCLUSIVE_PROCESS through NVML")
+		// The share's MPS pipe directory is the one the plugin's daemon
+		// listens on: ask it what a CUDA client would, through the driver
+		// root's own nvidia-cuda-mps-control (the stand-in).
+		pipeDir := report["CUDA_MPS_PIPE_DIRECTORY"]
+		Expect(pipeDir).To(Equal(sharing.Layout{Root: *mpsRoot}.PipeDir()), "the share must be pointed at the node's MPS daemon")
+		logDir := sharing.Layout{Root: *mpsRoot}.LogDir()
+		mpsControl(ctx, pipeDir, "get_server_list")
+		commands, err := sharing.StandInCommands(logDir)
+		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon's control.log")
+		Expect(commands).To(ContainElement("get_server_list"), "the stand-in MPS daemon on the share's pipe directory did not get the command")
+		GinkgoWriter.Printf("  %s: compute mode %s in calls.log; the stand-in MPS daemon on %s logged %q\n", uuid, exclusiveProcessMode, pipeDir, commands)
+
+		daemon := mpsDaemonPod(ctx)
+		shareContainer := containerID(ctx, ns, "share")
+		old := pluginPod(ctx)
+
+		By("deleting the plugin pod")
+		Expect(clientset.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})).To(Succeed())
+		Eventually(func(g Gomega) {
+			p := pluginPodOrNil(ctx, g)
+			g.Expect(p).NotTo(BeNil(), "no plugin pod on %s", gpuNode)
+			g.Expect(p.UID).NotTo(Equal(old.UID), "the old plugin pod is still there")
+			g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
+			g.Expect(p.Status.ContainerStatuses[0].Ready).To(BeTrue(), "the new plugin pod is not ready")
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		expectUntouched(ctx, ns, map[string]string{"share": shareContainer}, 10*time.Second)
+
+		Expect(lastComputeMode(state, uuid)).To(Equal(exclusiveProcessMode), "the restarted plugin must leave the shared card in EXCLUSIVE_PROCESS")
+		now := mpsDaemonPod(ctx)
+		Expect(now.UID).To(Equal(daemon.UID), "the MPS daemon pod must survive the plugin's restart")
+		Expect(now.Status.ContainerStatuses).NotTo(BeEmpty())
+		Expect(now.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "the MPS daemon restarted")
+		mpsControl(ctx, pipeDir, "get_server_list")
+		after, err := sharing.StandInCommands(logDir)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(len(after)).To(BeNumerically(">", len(commands)), "the stand-in MPS daemon no longer answers after the plugin's restart: %q", after)
+		Expect(after[:len(commands)]).To(Equal(commands), "the stand-in's log must continue, not start over")
+		Expect(after[len(commands):]).NotTo(ContainElement(HavePrefix("quit")), "the stand-in MPS daemon was told to quit under a running share")
+		Expect(after[len(after)-1]).To(Equal("get_server_list"), "the stand-in MPS daemon must still answer on the share's pipe directory")
+
+		By("a new share is prepared by the restarted plugin on the same daemon")
+		createPod(ctx, gpuPod(ns, "share-after", "share-10gi"))
+		waitRunning(ctx, ns, "share-after")
+		GinkgoWriter.Printf("  share kept container %s through the plugin pod's restart; MPS daemon pod %s kept; a new share ran\n", shareContainer, daemon.Name)
+	}, SpecTimeout(8*time.Minute))
+})
+
+// mpsControl sends one command to the MPS control daemon on pipeDir with
+// the mock driver root's nvidia-cuda-mps-control, as an MPS client would.
+func mpsControl(ctx context.Context, pipeDir, command string) string {
+	cmd := exec.CommandContext(ctx, filepath.Join(*mockDriverRoot, "usr/bin/nvidia-cuda-mps-control"))
+	cmd.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
+	cmd.Stdin = strings.NewReader(command + "\n")
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), "%s to the MPS daemon on %s: %s", command, pipeDir, out)
+	return string(out)
+}
+
+// readMarker reads the key=value lines of the mock driver root's marker.
+func readMarker(path string) map[string]string {
+	data, err := os.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred(), "no mock driver root: %s is missing (TANGRAM_MOCK_DRIVER_ROOT=1 make cluster-up creates it)", path)
+	out := map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func versionAttr(d resourceapi.Device, name string) string {
+	a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]
+	if !ok {
+		a = d.Attributes[resourceapi.QualifiedName(name)]
+	}
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	}
+	return ""
+}
+
+// semverOf writes a driver version as the version attribute carries it:
+// NVIDIA's "580.95.05" is semver "580.95.5".
+func semverOf(v string) string {
+	parts := strings.Split(v, ".")
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		Expect(err).NotTo(HaveOccurred(), "driver version %q", v)
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ".")
+}
+
+// sysfsPCIeRoot resolves a card's PCI device in the mock sysfs to the
+// pciDDDD:BB directory of its root complex, independently of the plugin.
+func sysfsPCIeRoot(busID string) string {
+	real, err := filepath.EvalSymlinks(filepath.Join(*mockDriverRoot, "sys/bus/pci/devices", busID))
+	Expect(err).NotTo(HaveOccurred(), "card %s in the mock sysfs", busID)
+	rel, err := filepath.Rel(filepath.Join(*mockDriverRoot, "sys/devices"), real)
+	Expect(err).NotTo(HaveOccurred())
+	root, _, _ := strings.Cut(rel, "/")
+	Expect(root).To(HavePrefix("pci"), "card %s resolves to %s, not under a PCI root", busID, real)
+	return root
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// isCardNode tells /dev/nvidia<digits> (a card) from nvidiactl, nvidia-uvm...
+func isCardNode(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/dev/nvidia")
+	if !ok || rest == "" {
+		return false
+	}
+	return strings.Trim(rest, "0123456789") == ""
+}
+
+func pluginPodOrNil(ctx context.Context, g Gomega) *corev1.Pod {
+	list, err := clientset.CoreV1().Pods(*releaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: pluginComponentLabel,
+		FieldSelector: "spec.nodeName=" + gpuNode,
+	})
+	g.Expect(err).NotTo(HaveOccurred(), "listing plugin pods in %s", *releaseNamespace)
+	var live []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	g.Expect(len(live)).To(BeNumerically("<=", 1), "more than one plugin pod on %s", gpuNode)
+	if len(live) == 0 {
+		return nil
+	}
+	return &live[0]
+}
+
+// pluginPod is the chart's kubelet plugin pod on the GPU node.
+func pluginPod(ctx context.Context) *corev1.Pod {
+	p := pluginPodOrNil(ctx, Default)
+	Expect(p).NotTo(BeNil(), "no kubelet plugin pod (%s) in %s on %s: is the chart installed?", pluginComponentLabel, *releaseNamespace, gpuNode)
+	return p
+}
+
+// mpsDaemonPod is the node's MPS control daemon pod the plugin created.
+func mpsDaemonPod(ctx context.Context) *corev1.Pod {
+	list, err := clientset.CoreV1().Pods(*releaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: sharing.LabelComponent + "=" + sharing.MPSDaemonComponent,
+		FieldSelector: "spec.nodeName=" + gpuNode,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(list.Items).To(HaveLen(1), "the MPS daemon pod of %s", gpuNode)
+	return &list.Items[0]
+}
+
+// lastComputeMode is the mode of the last compute-mode switch of the card
+// in the mock library's call log.
+func lastComputeMode(state mocknvml.State, uuid string) string {
+	calls, err := state.Calls()
+	Expect(err).NotTo(HaveOccurred())
+	mode := ""
+	for _, c := range calls {
+		if c.Function == setComputeModeCall && c.Args["uuid"] == uuid {
+			mode = c.Args["mode"]
+		}
+	}
+	return mode
+}
+
+// claimSpecEdits merges the container edits of the claim's CDI spec: the
+// spec-wide ones (nvcdi's driver files) and those of its devices.
+func claimSpecEdits(uid string) cdispec.ContainerEdits {
+	files := cdiSpecsMentioning(uid)
+	Expect(files).To(HaveLen(1), "one CDI spec for claim %s", uid)
+	data, err := os.ReadFile(filepath.Join(*cdiDir, files[0]))
+	Expect(err).NotTo(HaveOccurred())
+	var spec cdispec.Spec
+	Expect(json.Unmarshal(data, &spec)).To(Succeed(), "CDI spec %s", files[0])
+	edits := spec.ContainerEdits
+	for _, d := range spec.Devices {
+		edits.DeviceNodes = append(edits.DeviceNodes, d.ContainerEdits.DeviceNodes...)
+		edits.Mounts = append(edits.Mounts, d.ContainerEdits.Mounts...)
+		edits.Hooks = append(edits.Hooks, d.ContainerEdits.Hooks...)
+	}
+	return edits
+}
+
+// containerRoot is /proc/<pid>/root of a process of the container with this
+// CRI ID ("containerd://<id>"): its root file system as the host sees it.
+func containerRoot(criID string) string {
+	_, id, ok := strings.Cut(criID, "://")
+	Expect(ok).To(BeTrue(), "container ID %q", criID)
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	Expect(err).NotTo(HaveOccurred())
+	for _, p := range procs {
+		f, err := os.Open(p)
+		if err != nil {
+			continue // exited
+		}
+		s := bufio.NewScanner(f)
+		found := false
+		for s.Scan() {
+			if strings.Contains(s.Text(), id) {
+				found = true
+				break
+			}
+		}
+		_ = f.Close()
+		if found {
+			return filepath.Join(filepath.Dir(p), "root")
+		}
+	}
+	Fail("no process of container " + id + " on this host: the realpath specs must run on the GPU node")
+	return ""
+}
