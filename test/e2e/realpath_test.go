@@ -337,9 +337,11 @@ func pluginPod(ctx context.Context) *corev1.Pod {
 	return p
 }
 
-// mpsDaemonPod is the node's MPS control daemon pod the plugin created.
+// mpsDaemonPod is the node's MPS control daemon pod the plugin created. It
+// lives in the chart's MPS namespace (kubeletPlugin.mps.namespace, default
+// <release namespace>-mps), apart from the release's other components.
 func mpsDaemonPod(ctx context.Context) *corev1.Pod {
-	list, err := clientset.CoreV1().Pods(*releaseNamespace).List(ctx, metav1.ListOptions{
+	list, err := clientset.CoreV1().Pods(*releaseNamespace+"-mps").List(ctx, metav1.ListOptions{
 		LabelSelector: sharing.LabelComponent + "=" + sharing.MPSDaemonComponent,
 		FieldSelector: "spec.nodeName=" + gpuNode,
 	})
