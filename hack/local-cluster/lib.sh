@@ -179,3 +179,20 @@ cluster_lock() {
 	fi
 	export TANGRAM_CLUSTER_LOCK_HELD=1
 }
+
+# Timed stages of the test scripts (test-e2e.sh, test-e2e-realpath.sh).
+STAGES=()
+stage() { # stage NAME CMD...: run and time one stage; its exit code is the command's
+	local name="$1" start rc
+	shift
+	start="$(now_s)"
+	log "stage $name"
+	"$@" && rc=0 || rc=$?
+	STAGES+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
+	return $rc
+}
+stage_summary() { # how long each stage took, in order
+	log "stage durations"
+	local s
+	for s in "${STAGES[@]}"; do info "$s"; done
+}

@@ -21,16 +21,6 @@ STATE_DIR="$CLUSTER_DIR/realpath/state"
 MPS_ROOT="$CLUSTER_DIR/realpath/mps"
 MOCK_NVML_STATE_DIR="$STATE_DIR/mock-nvml"
 
-stages=()
-stage() { # stage NAME CMD...: run and time one stage; stop at the first failure
-	local name="$1" start rc
-	shift
-	start="$(now_s)"
-	log "stage $name"
-	"$@" && rc=0 || rc=$?
-	stages+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
-	return $rc
-}
 finish() {
 	local rc=$?
 	set +o errexit
@@ -43,9 +33,7 @@ finish() {
 	else
 		stage cluster-down "$HERE/down.sh"
 	fi
-	log "stage durations"
-	local s
-	for s in "${stages[@]}"; do info "$s"; done
+	stage_summary
 	[ $rc -eq 0 ] && log "test-e2e-realpath passed" || log "test-e2e-realpath FAILED (exit $rc); component logs in $LOG_DIR"
 	exit $rc
 }

@@ -6,21 +6,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 cluster_lock
 
-stages=()
-stage() { # stage NAME CMD...: run and time one stage; stop at the first failure
-	local name="$1" start rc
-	shift
-	start="$(now_s)"
-	log "stage $name"
-	"$@" && rc=0 || rc=$?
-	stages+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
-	return $rc
-}
-summary() {
-	log "stage durations"
-	local s
-	for s in "${stages[@]}"; do info "$s"; done
-}
 finish() {
 	local rc=$?
 	set +o errexit
@@ -29,7 +14,7 @@ finish() {
 	else
 		stage cluster-down "$HERE/down.sh"
 	fi
-	summary
+	stage_summary
 	[ $rc -eq 0 ] && log "test-e2e passed" || log "test-e2e FAILED (exit $rc); component logs in $LOG_DIR"
 	exit $rc
 }
