@@ -56,17 +56,18 @@ func TestNVMLComputeModeSetter(t *testing.T) {
 	}
 }
 
-// TestNVMLComputeModeSetterOnMockLibrary goes through go-nvml and the C mock
-// libnvidia-ml.so.1, as the plugin does on a mock driver root: the mode
-// switch reaches the library's call log.
-func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
+// mockNVMLSetter is a compute-mode setter over the C mock libnvidia-ml.so.1
+// serving the built-in dgx-h100 of node mock-node, and the mock's state
+// (calls.log) for this test.
+func mockNVMLSetter(t *testing.T) (ComputeModeSetter, mocknvml.State) {
+	t.Helper()
 	lib, err := mocknvml.Build("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	state := mocknvml.State{Dir: t.TempDir()}
 	t.Setenv(mocknvml.EnvStateDir, state.Dir)
-	t.Setenv(mocknvml.EnvDevicesFile, "") // the built-in dgx-h100 on node mock-node
+	t.Setenv(mocknvml.EnvDevicesFile, "")
 	setter, err := NewNVMLComputeModeSetter(lib)
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +75,14 @@ func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
 	// go-nvml words errors with the loaded library's nvmlErrorString until
 	// NVML is shut down; the dgxa100 test above wants its own wording.
 	t.Cleanup(func() { _ = setter.(*NVMLComputeModeSetter).Lib.Shutdown() })
+	return setter, state
+}
+
+// TestNVMLComputeModeSetterOnMockLibrary goes through go-nvml and the C mock
+// libnvidia-ml.so.1, as the plugin does on a mock driver root: the mode
+// switch reaches the library's call log.
+func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
+	setter, state := mockNVMLSetter(t)
 	uuid := gpu.FakeGPUUUID("mock-node", 2)
 	ctx := context.Background()
 	if err := setter.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
@@ -98,18 +107,7 @@ func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
 // replaced by its mocks: the C NVML library records the compute modes and the
 // stand-in nvidia-cuda-mps-control, run by MPSDaemon, records the commands.
 func TestManagerOnMockDriver(t *testing.T) {
-	lib, err := mocknvml.Build("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := mocknvml.State{Dir: t.TempDir()}
-	t.Setenv(mocknvml.EnvStateDir, state.Dir)
-	t.Setenv(mocknvml.EnvDevicesFile, "") // the built-in dgx-h100 of node mock-node
-	setter, err := NewNVMLComputeModeSetter(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = setter.(*NVMLComputeModeSetter).Lib.Shutdown() })
+	setter, state := mockNVMLSetter(t)
 	layout := Layout{Root: shortRoot(t)}
 	card1, card2 := gpu.FakeGPUUUID("mock-node", 1), gpu.FakeGPUUUID("mock-node", 2)
 	daemon := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{card1, card2}})
