@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,8 @@ type runFlags struct {
 	MPSRoot          string
 	MPSControlBinary string
 	MPSMultiUser     bool
+	MPSMode          string
+	MPSShmSize       string
 	MPSDaemon        string
 	MPSDaemonImage   string
 	MPSDaemonPull    string
@@ -76,6 +79,14 @@ func newRunCommand() *cobra.Command {
 			mpsPod, err := flags.mpsDaemonPod(source.Fake(), source.DriverRoot)
 			if err != nil {
 				return err
+			}
+			mpsMode, err := sharing.ParseMode(flags.MPSMode)
+			if err != nil {
+				return err
+			}
+			shmSize, err := resource.ParseQuantity(flags.MPSShmSize)
+			if err != nil || shmSize.Sign() < 0 {
+				return fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi (%v)", flags.MPSShmSize, err)
 			}
 			ctx := cmd.Context()
 			client, err := flags.kubeClient()
@@ -136,6 +147,8 @@ func newRunCommand() *cobra.Command {
 				DriverRoot:       root,
 				NVMLLibrary:      nvmlLibrary,
 				MPSMultiUser:     flags.MPSMultiUser,
+				MPSMode:          mpsMode,
+				MPSShmSizeBytes:  shmSize.Value(),
 				MPSDaemonMode:    flags.MPSDaemon,
 				MPSDaemonPod:     mpsPod,
 				HealthzAddress:   flags.HealthzAddress,
@@ -154,6 +167,8 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
+	f.StringVar(&flags.MPSMode, "mps-mode", string(sharing.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
+	f.StringVar(&flags.MPSShmSize, "mps-shm-size", "64Mi", "size of each claim's /dev/shm tmpfs in MPS v3 mode (real GPUs); 0 leaves a plain directory under --mps-root")
 	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the MPS daemon with -M so that pods running as different users share it at once (needs a driver whose nvidia-cuda-mps-control has -M)")
 	f.StringVar(&flags.MPSDaemon, "mps-daemon", driver.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
 	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // This file holds the pure decisions of prepare, unprepare and start-up:
@@ -71,6 +72,25 @@ func (r ClaimRecord) mpsCards() []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// mpsShares returns the record's MPS shares with the limits its MPS
+// namespace gets: the consumed memory, and the consumed compute or else the
+// config's default active-thread percentage (the rule of the CDI edits).
+func (r ClaimRecord) mpsShares() []sharing.Share {
+	var out []sharing.Share
+	for _, d := range r.Devices {
+		if !d.MPS {
+			continue
+		}
+		s := sharing.Share{Card: d.UUID, MemoryBytes: d.MemoryBytes, ThreadPercent: d.ComputePercent}
+		if s.ThreadPercent == 0 && d.Config != nil && d.Config.Sharing != nil && d.Config.Sharing.MPS != nil &&
+			d.Config.Sharing.MPS.DefaultActiveThreadPercentage != nil {
+			s.ThreadPercent = int64(*d.Config.Sharing.MPS.DefaultActiveThreadPercentage)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // holdings lists how the record holds its cards.

@@ -284,11 +284,11 @@ func (d *Driver) notInFlight(uid string) {
 // completed record.
 func (d *Driver) apply(ctx context.Context, rec ClaimRecord, devices []SpecDevice) (ClaimRecord, error) {
 	spec := ClaimSpec{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name, Devices: devices}
-	if cards := rec.mpsCards(); len(cards) > 0 {
-		if err := d.cfg.Shares.Acquire(ctx, rec.UID, cards); err != nil {
+	if len(rec.mpsCards()) > 0 {
+		if err := d.cfg.Shares.Acquire(ctx, rec.UID, rec.mpsShares()); err != nil {
 			return rec, err
 		}
-		spec.MPS = d.cfg.Shares.ClientConfig()
+		spec.MPS = d.cfg.Shares.ClientConfig(rec.UID)
 	}
 	ids, err := d.cfg.Specs.Write(ctx, spec)
 	if err != nil {

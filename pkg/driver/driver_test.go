@@ -106,7 +106,7 @@ func TestPrepareShapes(t *testing.T) {
 			if got := env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]; got != tt.wantThreads {
 				t.Errorf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q, want %q", got, tt.wantThreads)
 			}
-			mps := h.shares.ClientConfig()
+			mps := h.shares.ClientConfig("")
 			wantMounts := []string(nil)
 			if len(tt.wantHolders) > 0 {
 				for _, m := range mps.Mounts {

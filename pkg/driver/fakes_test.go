@@ -134,8 +134,8 @@ type stepShares struct {
 	steps *steps
 }
 
-func (s stepShares) Acquire(ctx context.Context, claim string, cards []string) error {
-	if err := s.Manager.Acquire(ctx, claim, cards); err != nil {
+func (s stepShares) Acquire(ctx context.Context, claim string, shares []sharing.Share) error {
+	if err := s.Manager.Acquire(ctx, claim, shares); err != nil {
 		return err
 	}
 	s.steps.after("mps-acquire")

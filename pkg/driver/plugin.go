@@ -52,6 +52,12 @@ type PluginOptions struct {
 	NVMLLibrary string
 	// MPSMultiUser starts the daemon with -M (clients of any UID).
 	MPSMultiUser bool
+	// MPSMode is --mps-mode: classic MPS, MPS v3 namespaces, or auto (v3
+	// on drivers that have it).
+	MPSMode sharing.Mode
+	// MPSShmSizeBytes bounds each claim's /dev/shm in MPS v3 mode (a tmpfs
+	// per claim, real GPUs only).
+	MPSShmSizeBytes int64
 	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
 	// (a child of the plugin; the default) or MPSDaemonPod (a pod of its
 	// own, which outlives the plugin's pod).
@@ -233,12 +239,17 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 		}
 	}
 	layout := sharing.Layout{Root: opts.MPSRoot}
+	mode := resolveMPSMode(opts)
+	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", opts.MPSMode)
 	switch opts.MPSDaemonMode {
 	case "", MPSDaemonProcess:
 	case MPSDaemonPod:
-		return newPodShares(ctx, opts, layout, shareable)
+		return newPodShares(ctx, opts, layout, shareable, mode)
 	default:
 		return nil, fmt.Errorf("unknown MPS daemon mode %q: want %q or %q", opts.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
+	}
+	if opts.FakeGPUs && mode == sharing.ModeV3 {
+		return nil, errors.New("--mps-mode=v3 with fake GPUs needs a control daemon to hold the namespaces: use --mps-daemon=pod (its stand-in daemon speaks MPS v3) or --mps-mode=classic")
 	}
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", opts.MPSRoot)
@@ -253,13 +264,49 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 		Binary:         binary,
 		Wrapper:        sharing.PrivateShmWrapper(layout.ShmDir()),
 		VisibleDevices: shareable,
-		MultiUser:      opts.MPSMultiUser,
+		MultiUser:      opts.MPSMultiUser || mode == sharing.ModeV3,
+		Protocol:       protocolOf(mode),
 	})
 	computeModes, err := sharing.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
-	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
+	return sharing.NewManager(layout, daemon, computeModes, shareable, v3Option(opts, mode, layout, daemon.Control, shareable)...), nil
+}
+
+// resolveMPSMode is where --mps-mode=auto is decided: v3 from driver
+// release 615 on. (Capability detection proper lives elsewhere; this reads
+// the version the inventory reports for the first card.)
+func resolveMPSMode(opts PluginOptions) sharing.Mode {
+	var major int
+	if len(opts.GPUs) > 0 {
+		major = sharing.DriverMajor(opts.GPUs[0].DriverVersion)
+	}
+	mode := opts.MPSMode
+	if mode == "" {
+		mode = sharing.ModeAuto
+	}
+	return sharing.ResolveMode(mode, major)
+}
+
+func protocolOf(mode sharing.Mode) int {
+	if mode == sharing.ModeV3 {
+		return 3
+	}
+	return 2
+}
+
+// v3Option configures a Manager for MPS v3: namespaces through ctl, and a
+// /dev/shm per claim, a size-bounded tmpfs on real GPUs.
+func v3Option(opts PluginOptions, mode sharing.Mode, layout sharing.Layout, ctl sharing.ControlFunc, shareable []string) []sharing.ManagerOption {
+	if mode != sharing.ModeV3 {
+		return nil
+	}
+	dirs := sharing.ClaimDirs{Layout: layout, ShmSizeBytes: opts.MPSShmSizeBytes}
+	if !opts.FakeGPUs && opts.MPSShmSizeBytes > 0 {
+		dirs.Mounter = sharing.TmpfsMounter{}
+	}
+	return []sharing.ManagerOption{sharing.WithV3(sharing.NewV3Namespaces(ctl, shareable), dirs)}
 }
 
 // mpsControlBinary finds nvidia-cuda-mps-control: under the driver root
@@ -287,7 +334,7 @@ const (
 
 // newPodShares runs the node's daemon in a pod of its own: a stand-in
 // daemon on fake GPUs, nvidia-cuda-mps-control on real ones.
-func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout, shareable []string) (*sharing.Manager, error) {
+func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout, shareable []string, mode sharing.Mode) (*sharing.Manager, error) {
 	if opts.KubeClient == nil {
 		return nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
 	}
@@ -296,7 +343,8 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout
 	podCfg.Layout = layout
 	podCfg.VisibleDevices = shareable
 	podCfg.Simulate = opts.FakeGPUs
-	podCfg.MultiUser = opts.MPSMultiUser
+	podCfg.MultiUser = opts.MPSMultiUser || mode == sharing.ModeV3
+	podCfg.Protocol = protocolOf(mode)
 	podCfg.ControlBinary = opts.MPSControlBinary
 	if opts.FakeGPUs {
 		// The stand-in needs no driver.
@@ -308,14 +356,25 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout
 	}
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
-		return sharing.NewManager(layout, daemon, &sharing.RecordingComputeModeSetter{}, shareable), nil
+		return sharing.NewManager(layout, daemon, &sharing.RecordingComputeModeSetter{}, shareable,
+			v3Option(opts, mode, layout, sharing.StandInControl(layout.PipeDir()), shareable)...), nil
 	}
 	computeModes, err := sharing.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
+	var managerOpts []sharing.ManagerOption
+	if mode == sharing.ModeV3 {
+		// The plugin sends the v3 commands itself, as a client of the
+		// pod's daemon through the shared pipe directory.
+		binary, err := mpsControlBinary(opts)
+		if err != nil {
+			return nil, err
+		}
+		managerOpts = v3Option(opts, mode, layout, sharing.BinaryControl(nil, binary, layout.PipeDir()), shareable)
+	}
 	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
-	return sharing.NewManager(layout, daemon, computeModes, shareable), nil
+	return sharing.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil
 }
 
 func serveMetrics(ctx context.Context, addr string, m *Metrics) error {

@@ -71,16 +71,17 @@ type ConfigResolver func(claim *resourceapi.ResourceClaim, plan []plannedDevice)
 // Shares is the MPS accounting the driver needs. None of its calls waits
 // long on the MPS daemon (see sharing.Manager).
 type Shares interface {
-	// Acquire accounts a new share; an error wrapping
+	// Acquire accounts a new claim's shares; an error wrapping
 	// *sharing.DaemonNotReadyError means the daemon is not ready yet and
 	// the kubelet should retry.
-	Acquire(ctx context.Context, claimUID string, cards []string) error
-	// Restore accounts, at start-up, a share that may be running; it never
+	Acquire(ctx context.Context, claimUID string, shares []sharing.Share) error
+	// Restore accounts, at start-up, shares that may be running; it never
 	// fails, so nothing a running share uses is torn down.
-	Restore(ctx context.Context, claimUID string, cards []string)
+	Restore(ctx context.Context, claimUID string, shares []sharing.Share)
 	Release(ctx context.Context, claimUID string) error
 	Reconcile(ctx context.Context) error
-	ClientConfig() sharing.ClientConfig
+	// ClientConfig is how the claim's containers reach their MPS server.
+	ClientConfig(claimUID string) sharing.ClientConfig
 }
 
 // ClaimLister lists the cluster's ResourceClaims, for rebuilding state from

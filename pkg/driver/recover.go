@@ -53,14 +53,14 @@ func (d *Driver) recover(ctx context.Context) error {
 	var errs []error
 	for _, rec := range plan.Keep {
 		d.records[rec.UID] = rec
-		if cards := rec.mpsCards(); len(cards) > 0 {
+		if len(rec.mpsCards()) > 0 {
 			if d.cfg.Shares == nil {
 				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.key()))
 				continue
 			}
 			// Accounted unconditionally and without waiting for the
 			// daemon: the claim's containers may be running on it.
-			d.cfg.Shares.Restore(ctx, rec.UID, cards)
+			d.cfg.Shares.Restore(ctx, rec.UID, rec.mpsShares())
 		}
 	}
 	for _, rec := range plan.Rollback {
@@ -147,7 +147,7 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]ClaimRecord, error) {
 		rec := newRecord(claim, devices)
 		spec := ClaimSpec{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name, Devices: devices}
 		if len(rec.mpsCards()) > 0 && d.cfg.Shares != nil {
-			spec.MPS = d.cfg.Shares.ClientConfig()
+			spec.MPS = d.cfg.Shares.ClientConfig(rec.UID)
 		}
 		ids, err := d.cfg.Specs.Write(ctx, spec)
 		if err != nil || len(ids) != len(rec.Devices) {

@@ -117,7 +117,7 @@ func TestManagerOnMockDriver(t *testing.T) {
 	m := NewManager(layout, daemon, setter, []string{card1, card2}, WithTiming(Timing{ReadyWait: time.Minute}))
 	ctx := context.Background()
 
-	if err := m.Acquire(ctx, "claim-a", []string{card2}); err != nil {
+	if err := m.Acquire(ctx, "claim-a", cardShares(card2)); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Release(ctx, "claim-a"); err != nil {

@@ -84,6 +84,9 @@ type MPSDaemonConfig struct {
 	// at a time, and pods running as different users wait for each other.
 	// Needs a driver whose control binary knows -M.
 	MultiUser bool
+	// Protocol 3 starts the daemon as MPS v3 (CUDA_MPS_PROTOCOL_VERSION,
+	// which NVIDIA documents as winning over -p); 0 or 2 is legacy MPS.
+	Protocol  int
 	Commander Commander
 	// ReadyTimeout bounds how long a start waits for the daemon to answer.
 	ReadyTimeout time.Duration
@@ -142,11 +145,22 @@ func NewMPSDaemon(cfg MPSDaemonConfig) *MPSDaemon {
 func (d *MPSDaemon) Starts() int64 { return d.starts.Load() }
 
 func (d *MPSDaemon) env() []string {
-	return []string{
+	env := []string{
 		"CUDA_VISIBLE_DEVICES=" + strings.Join(d.cfg.VisibleDevices, ","),
 		"CUDA_MPS_PIPE_DIRECTORY=" + d.cfg.Layout.PipeDir(),
 		"CUDA_MPS_LOG_DIRECTORY=" + d.cfg.Layout.LogDir(),
 	}
+	if d.cfg.Protocol == 3 {
+		env = append(env, "CUDA_MPS_PROTOCOL_VERSION=3")
+	}
+	return env
+}
+
+// Control sends one command to the running daemon and returns its answer;
+// it is the ControlFunc of MPS v3 mode.
+func (d *MPSDaemon) Control(ctx context.Context, command string) (string, error) {
+	out, err := d.cfg.Commander.Run(ctx, []string{d.cfg.Binary}, d.env(), command+"\n")
+	return string(out), err
 }
 
 // control sends one command to the running daemon.

@@ -272,10 +272,10 @@ func TestManagerWithFakeBinary(t *testing.T) {
 	d := newFakeDaemon(t, root)
 	modes := &RecordingComputeModeSetter{}
 	m := NewManager(Layout{Root: root}, d, modes, []string{"GPU-a", "GPU-b"})
-	if err := m.Acquire(ctx, "c1", []string{"GPU-a", "GPU-b"}); err != nil {
+	if err := m.Acquire(ctx, "c1", cardShares("GPU-a", "GPU-b")); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Acquire(ctx, "c2", []string{"GPU-b"}); err != nil {
+	if err := m.Acquire(ctx, "c2", cardShares("GPU-b")); err != nil {
 		t.Fatal(err)
 	}
 	if d.Starts() != 1 {
@@ -300,7 +300,7 @@ func TestSimulatedDaemon(t *testing.T) {
 	root := t.TempDir()
 	sim := &SimulatedDaemon{Layout: Layout{Root: root}}
 	m := NewManager(Layout{Root: root}, sim, &RecordingComputeModeSetter{}, []string{"GPU-a"})
-	if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); err != nil {
+	if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
 		t.Fatal(err)
 	}
 	if !sim.Running() || sim.Starts() != 1 {

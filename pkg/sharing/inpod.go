@@ -98,6 +98,12 @@ func RunSimulatedControlDaemon(ctx context.Context, pipeDir string) error {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		logDir = "" // a read-only root: serve without the log
 	}
-	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", layout.ControlSocket())
-	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir})
+	// The pod's CUDA_MPS_PROTOCOL_VERSION chooses MPS v3, as for the real
+	// control daemon.
+	protocol := 2
+	if os.Getenv("CUDA_MPS_PROTOCOL_VERSION") == "3" {
+		protocol = 3
+	}
+	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", layout.ControlSocket(), "protocol", protocol)
+	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol})
 }

@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -57,6 +59,16 @@ type Manager struct {
 	computeMode ComputeModeSetter
 	shareable   map[string]bool
 	timing      Timing
+	// v3 drives the node's MPS v3 server and namespaces; nil in classic
+	// mode. dirs are the per-claim /dev/shm directories of v3 mode.
+	v3   *V3Namespaces
+	dirs ClaimDirs
+
+	// nsMu serializes namespace changes (Acquire once the claim is
+	// recorded, Release until it is dropped, the worker's sync), so a sync
+	// never deletes the namespace of a claim being prepared nor recreates
+	// one being released. Taken before mu, never while holding it.
+	nsMu sync.Mutex
 
 	mu sync.Mutex
 	// holders maps a card UUID to the claims holding a share on it; the
@@ -65,6 +77,9 @@ type Manager struct {
 	holders map[string]map[string]bool
 	// claims maps a claim UID to the cards it holds shares on.
 	claims map[string]map[string]bool
+	// shares keeps each claim's shares, from which its v3 namespace is
+	// derived (again at start-up, from the checkpoint).
+	shares map[string][]Share
 	// settled is set by Reconcile, once the checkpoint's shares are
 	// restored: from then on no share in use means none uses the daemon.
 	settled bool
@@ -131,6 +146,13 @@ type ManagerOption func(*Manager)
 // WithTiming replaces the default waits.
 func WithTiming(t Timing) ManagerOption { return func(m *Manager) { m.timing = t } }
 
+// WithV3 enforces shares with MPS v3: a namespace per claim on the node's
+// server, created at Acquire and deleted at Release, and a /dev/shm per
+// claim (dirs).
+func WithV3(v3 *V3Namespaces, dirs ClaimDirs) ManagerOption {
+	return func(m *Manager) { m.v3, m.dirs = v3, dirs }
+}
+
 // DaemonNotReadyError answers a share whose daemon is not running yet (or
 // failed to start): nothing was recorded, and the caller should retry.
 type DaemonNotReadyError struct {
@@ -164,6 +186,7 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 		shareable:    map[string]bool{},
 		holders:      map[string]map[string]bool{},
 		claims:       map[string]map[string]bool{},
+		shares:       map[string][]Share{},
 		pendingModes: map[string]bool{},
 		changed:      make(chan struct{}),
 		kick:         make(chan struct{}, 1),
@@ -178,9 +201,21 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 	return m
 }
 
-// ClientConfig returns the pipe directory and mounts of every share's
-// container; they are the same for all cards because the daemon is shared.
-func (m *Manager) ClientConfig() ClientConfig {
+// ClientConfig returns the pipe directory and mounts of a claim's
+// containers. In classic mode they are the same for every claim: the
+// daemon's pipe directory and /dev/shm. In v3 mode each claim gets its
+// namespace's pipe directory and a /dev/shm of its own.
+func (m *Manager) ClientConfig(claimUID string) ClientConfig {
+	if m.v3 != nil {
+		pipe := m.layout.NamespacePipeDir(m.v3.Server, claimUID)
+		return ClientConfig{
+			PipeDir: pipe,
+			Mounts: []Mount{
+				{HostPath: pipe, ContainerPath: pipe},
+				{HostPath: m.layout.ClaimShmDir(claimUID), ContainerPath: "/dev/shm"},
+			},
+		}
+	}
 	return ClientConfig{
 		PipeDir: m.layout.PipeDir(),
 		Mounts: []Mount{
@@ -190,25 +225,83 @@ func (m *Manager) ClientConfig() ClientConfig {
 	}
 }
 
-// Acquire records that claim holds shares on cards and, for cards that had
-// no share yet, sets EXCLUSIVE_PROCESS; the daemon must be running. It waits
-// at most Timing.ReadyWait for the daemon and otherwise returns a
-// *DaemonNotReadyError at once, while the worker keeps starting it.
-// Acquiring again for the same claim and cards changes nothing. On error
-// nothing is recorded and compute modes it changed are restored.
-func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) error {
+// Acquire records that claim holds shares and, for cards that had no share
+// yet, sets EXCLUSIVE_PROCESS; the daemon must be running. It waits at most
+// Timing.ReadyWait for the daemon and otherwise returns a
+// *DaemonNotReadyError at once, while the worker keeps starting it. In v3
+// mode it then creates the claim's /dev/shm and namespace, with the
+// shares' limits; a server not listed as running is a *DaemonNotReadyError
+// too. Acquiring again for the same claim changes nothing. On error nothing
+// is recorded and compute modes it changed are restored.
+func (m *Manager) Acquire(ctx context.Context, claim string, shares []Share) error {
+	// Not under nsMu: the wait for the daemon must let the worker sync.
+	added, err := m.acquire(ctx, claim, shares)
+	if err != nil || m.v3 == nil {
+		return err
+	}
+	// The claim is recorded, so a sync from now on keeps its namespace.
+	m.nsMu.Lock()
+	defer m.nsMu.Unlock()
+	if err := m.prepareNamespace(ctx, claim, shares); err != nil {
+		if added {
+			// Undo this call only: a claim held before (in use) keeps
+			// its share.
+			err = errors.Join(err, m.dirs.Remove(ctx, claim), m.release(ctx, claim))
+		}
+		return err
+	}
+	return nil
+}
+
+// prepareNamespace creates the claim's /dev/shm and v3 namespace. It is
+// idempotent: a namespace left by an earlier attempt is adopted and set.
+func (m *Manager) prepareNamespace(ctx context.Context, claim string, shares []Share) error {
+	if err := m.dirs.Create(ctx, claim); err != nil {
+		return err
+	}
+	if err := m.v3.CheckRunning(ctx); err != nil {
+		m.mu.Lock()
+		m.verify = true
+		m.kickWorker()
+		m.mu.Unlock()
+		return &DaemonNotReadyError{Claim: claim, Cause: err}
+	}
+	have, err := m.v3.List(ctx)
+	if err != nil {
+		return err
+	}
+	spec := namespaceFor(claim, shares)
+	if err := m.v3.Ensure(ctx, spec, have); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("MPS v3 namespace ready", "claim", claim, "namespace", spec.Name,
+		"activeThreadPercentage", spec.ActiveThreadPercentage, "pinnedMemoryLimit", spec.PinnedMemoryLimit)
+	return nil
+}
+
+func shareCards(shares []Share) []string {
+	cards := make([]string, 0, len(shares))
+	for _, s := range shares {
+		cards = append(cards, s.Card)
+	}
+	return uniqueSorted(cards)
+}
+
+// acquire does the accounting; added reports whether this call recorded
+// the claim (false when it was held already).
+func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bool, error) {
 	logger := klog.FromContext(ctx)
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cards = uniqueSorted(cards)
+	cards := shareCards(shares)
 	for _, uuid := range cards {
 		if !m.shareable[uuid] {
-			return fmt.Errorf("share of claim %s on card %s: %w; only cards published as shareable can hold shares", claim, uuid, errNotShareable)
+			return false, fmt.Errorf("share of claim %s on card %s: %w; only cards published as shareable can hold shares", claim, uuid, errNotShareable)
 		}
 	}
 	if len(cards) == 0 {
-		return nil
+		return false, nil
 	}
 	var switched, added []string
 	for _, uuid := range cards {
@@ -218,7 +311,7 @@ func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) err
 		if len(m.holders[uuid]) == 0 {
 			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
 				m.restoreModesLocked(ctx, switched)
-				return fmt.Errorf("preparing card %s for MPS shares: %w", uuid, err)
+				return false, fmt.Errorf("preparing card %s for MPS shares: %w", uuid, err)
 			}
 			switched = append(switched, uuid)
 		}
@@ -227,8 +320,9 @@ func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) err
 	if len(added) == 0 {
 		// Held already (a claim prepared again): in use, nothing to wait
 		// for; failing here would make the caller drop a running share.
-		return nil
+		return false, nil
 	}
+	m.shares[claim] = slices.Clone(shares)
 	// Held but not yet in use: a concurrent release of another claim must
 	// not stop the daemon this share is waiting for.
 	for _, uuid := range added {
@@ -244,7 +338,7 @@ func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) err
 		if errors.Is(err, errStillStarting) {
 			err = nil
 		}
-		return &DaemonNotReadyError{Claim: claim, Cause: err}
+		return false, &DaemonNotReadyError{Claim: claim, Cause: err}
 	}
 	for _, uuid := range cards {
 		m.holders[uuid][claim] = true
@@ -254,7 +348,7 @@ func (m *Manager) Acquire(ctx context.Context, claim string, cards []string) err
 	if len(switched) > 0 {
 		logger.V(2).Info("Cards switched to MPS", "claim", claim, "cards", switched)
 	}
-	return nil
+	return true, nil
 }
 
 // waitReadyLocked waits, with m.mu released meanwhile, until the worker
@@ -340,12 +434,16 @@ func (m *Manager) restoreModesLocked(ctx context.Context, cards []string) {
 // start-up would take the card and daemon for idle and tear them down).
 // The card's EXCLUSIVE_PROCESS is asserted again, and the daemon adopted or
 // started by the worker, with retries; Status reports what failed.
-func (m *Manager) Restore(ctx context.Context, claim string, cards []string) {
+//
+// In v3 mode the claim's namespace is recreated or adopted by the worker
+// once the daemon answers.
+func (m *Manager) Restore(ctx context.Context, claim string, shares []Share) {
 	logger := klog.FromContext(ctx)
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, uuid := range uniqueSorted(cards) {
+	m.shares[claim] = slices.Clone(shares)
+	for _, uuid := range shareCards(shares) {
 		if !m.shareable[uuid] {
 			// Kept all the same: the share may be running.
 			logger.Info("Warning: restoring a share on a card not published as shareable any more", "claim", claim, "card", uuid)
@@ -369,7 +467,41 @@ func (m *Manager) Restore(ctx context.Context, claim string, cards []string) {
 // the background. A card whose compute mode cannot be restored stays
 // recorded for the claim, so a retried Release tries again. Releasing an
 // unknown claim succeeds.
+//
+// In v3 mode the claim's namespace and /dev/shm go first; if that fails
+// the shares stay recorded, so a retried Release tries again.
 func (m *Manager) Release(ctx context.Context, claim string) error {
+	m.nsMu.Lock()
+	defer m.nsMu.Unlock()
+	if m.v3 != nil {
+		if err := m.dropNamespace(ctx, claim); err != nil {
+			return fmt.Errorf("releasing MPS shares of claim %s: %w", claim, err)
+		}
+	}
+	return m.release(ctx, claim)
+}
+
+// dropNamespace deletes the claim's namespace (if the daemon lists it) and
+// its /dev/shm. A daemon that does not answer has no namespaces to delete:
+// the worker's next sync removes what a restarted one still lists.
+func (m *Manager) dropNamespace(ctx context.Context, claim string) error {
+	m.mu.Lock()
+	_, held := m.claims[claim]
+	ready := m.ready
+	m.mu.Unlock()
+	if held && ready {
+		have, err := m.v3.List(ctx)
+		if err == nil {
+			err = m.v3.Delete(ctx, NamespaceName(claim), have)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return m.dirs.Remove(ctx, claim)
+}
+
+func (m *Manager) release(ctx context.Context, claim string) error {
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -383,6 +515,9 @@ func (m *Manager) Release(ctx context.Context, claim string) error {
 			delete(m.pendingModes, uuid)
 		}
 		m.dropLocked(claim, uuid)
+	}
+	if len(m.claims[claim]) == 0 {
+		delete(m.shares, claim)
 	}
 	if len(m.holders) == 0 {
 		m.kickWorker()
@@ -398,12 +533,22 @@ func (m *Manager) Release(ctx context.Context, claim string) error {
 // previous process may have died between switching a card and recording
 // the share), and the worker stops a daemon left running for shares that
 // are gone, or adopts the one running shares use. It does not wait.
+//
+// In v3 mode it also removes the /dev/shm directories of claims that hold
+// no share, and the worker deletes the namespaces of ours no claim owns.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.settled = true
 	var errs []error
+	if m.v3 != nil {
+		// Sync again now that unowned namespaces may be deleted.
+		m.verify = true
+		if err := m.dirs.Sweep(ctx, slices.Collect(maps.Keys(m.claims))); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, uuid := range slices.Sorted(maps.Keys(m.shareable)) {
 		if len(m.holders[uuid]) > 0 {
 			continue
@@ -605,6 +750,9 @@ func (m *Manager) work(ctx context.Context) {
 				ensure = u.EnsureUnused
 			}
 			err := ensure(ctx)
+			if err == nil && m.v3 != nil {
+				err = m.syncNamespaces(ctx)
+			}
 			m.mu.Lock()
 			m.attempts++
 			if err != nil {
@@ -618,6 +766,11 @@ func (m *Manager) work(ctx context.Context) {
 			m.mu.Unlock()
 		case "stop":
 			err := m.daemon.Stop(ctx)
+			if err == nil && m.v3 == nil {
+				// Classic mode: the daemon and its clients are gone, so
+				// the segments they shared are litter.
+				err = clearDir(m.layout.ShmDir())
+			}
 			m.mu.Lock()
 			m.attempts++
 			if err != nil {
@@ -657,6 +810,60 @@ func (m *Manager) work(ctx context.Context) {
 		case <-wait:
 		}
 	}
+}
+
+// syncNamespaces creates the node's server if missing and makes its
+// namespaces of ours those of the claims holding shares; before Reconcile
+// (start-up replay still running) nothing is deleted.
+func (m *Manager) syncNamespaces(ctx context.Context) error {
+	m.nsMu.Lock()
+	defer m.nsMu.Unlock()
+	if err := m.v3.EnsureServer(ctx); err != nil {
+		return err
+	}
+	if err := m.v3.CheckRunning(ctx); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	settled := m.settled
+	var want []NamespaceSpec
+	for _, claim := range slices.Sorted(maps.Keys(m.claims)) {
+		want = append(want, namespaceFor(claim, m.shares[claim]))
+	}
+	m.mu.Unlock()
+	if !settled {
+		have, err := m.v3.List(ctx)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, spec := range want {
+			errs = append(errs, m.v3.Ensure(ctx, spec, have))
+		}
+		return errors.Join(errs...)
+	}
+	if err := m.v3.Sync(ctx, want); err != nil {
+		return fmt.Errorf("syncing the MPS v3 namespaces with the prepared claims: %w", err)
+	}
+	return nil
+}
+
+// clearDir removes what dir holds, leaving dir itself.
+func clearDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clearing %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("clearing %s: %w", dir, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops the worker and supervision but leaves the daemon running for

@@ -171,7 +171,7 @@ func TestManagerAccounting(t *testing.T) {
 			for i, s := range tt.steps {
 				var err error
 				if s.acquire != "" {
-					err = m.Acquire(ctx, s.acquire, s.cards)
+					err = m.Acquire(ctx, s.acquire, cardShares(s.cards...))
 				} else {
 					err = m.Release(ctx, s.release)
 				}
@@ -207,7 +207,7 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		}}
 		daemon := &countingDaemon{}
 		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
-		err := m.Acquire(ctx, "c1", []string{"GPU-a", "GPU-b"})
+		err := m.Acquire(ctx, "c1", cardShares("GPU-a", "GPU-b"))
 		if want := "preparing card GPU-b for MPS shares: insufficient permissions"; errString(err) != want {
 			t.Fatalf("error %q, want %q", errString(err), want)
 		}
@@ -222,7 +222,7 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		daemon := &countingDaemon{ensureErr: errors.New("binary not found")}
 		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
 		defer m.Close()
-		err := m.Acquire(ctx, "c1", []string{"GPU-a"})
+		err := m.Acquire(ctx, "c1", cardShares("GPU-a"))
 		if want := "starting the node's MPS daemon for claim c1: binary not found; retrying in the background, the kubelet retries this prepare"; errString(err) != want {
 			t.Fatalf("error %q, want %q", errString(err), want)
 		}
@@ -245,7 +245,7 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		}}
 		daemon := &countingDaemon{}
 		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
-		if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); err != nil {
+		if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
 			t.Fatal(err)
 		}
 		err := m.Release(ctx, "c1")
@@ -277,7 +277,7 @@ func TestManagerConcurrentShares(t *testing.T) {
 	errs := make(chan error, 2*claims)
 	for i := range claims {
 		wg.Go(func() {
-			errs <- m.Acquire(ctx, fmt.Sprintf("c%d", i), []string{cards[i%2]})
+			errs <- m.Acquire(ctx, fmt.Sprintf("c%d", i), cardShares(cards[i%2]))
 		})
 	}
 	wg.Wait()
@@ -309,7 +309,7 @@ func TestClientConfigMountsPipeAndShm(t *testing.T) {
 			{HostPath: "/run/tangram/mps/shm", ContainerPath: "/dev/shm"},
 		},
 	}
-	if got := m.ClientConfig(); !reflect.DeepEqual(got, want) {
+	if got := m.ClientConfig("c1"); !reflect.DeepEqual(got, want) {
 		t.Errorf("ClientConfig() = %+v, want %+v", got, want)
 	}
 }
@@ -339,7 +339,7 @@ func TestManagerReconcile(t *testing.T) {
 	// A previous process switched GPU-c and died before recording a share.
 	_ = modes.SetComputeMode(ctx, "GPU-c", ComputeModeExclusiveProcess)
 	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
-	if err := m.Acquire(ctx, "kept", []string{"GPU-a"}); err != nil {
+	if err := m.Acquire(ctx, "kept", cardShares("GPU-a")); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Reconcile(ctx); err != nil {
@@ -423,7 +423,7 @@ func TestManagerTellsDaemonWhenUnused(t *testing.T) {
 					err = m.Reconcile(ctx)
 				case s[0] == '+':
 					claim, card, _ := strings.Cut(s[1:], " ")
-					err = m.Acquire(ctx, claim, []string{card})
+					err = m.Acquire(ctx, claim, cardShares(card))
 				case s[0] == '-':
 					err = m.Release(ctx, s[1:])
 				}
@@ -484,7 +484,7 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 	}
 	var notReady *DaemonNotReadyError
 	returns("a share while the daemon starts", func() {
-		if err := m.Acquire(ctx, "c1", []string{"GPU-a"}); !errors.As(err, &notReady) || notReady.Cause != nil {
+		if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); !errors.As(err, &notReady) || notReady.Cause != nil {
 			t.Errorf("Acquire while starting: %v, want a DaemonNotReadyError without cause", err)
 		}
 	})
@@ -496,13 +496,13 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 		if err := m.Release(ctx, "c0"); err != nil {
 			t.Error(err)
 		}
-		if err := m.Acquire(ctx, "c2", []string{"GPU-b"}); !errors.As(err, &notReady) {
+		if err := m.Acquire(ctx, "c2", cardShares("GPU-b")); !errors.As(err, &notReady) {
 			t.Errorf("second Acquire while starting: %v", err)
 		}
 	})
 	close(daemon.ensureGate)
 	deadline := time.Now().Add(20 * time.Second)
-	for m.Acquire(ctx, "c1", []string{"GPU-a"}) != nil {
+	for m.Acquire(ctx, "c1", cardShares("GPU-a")) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("share still refused after the daemon started")
 		}
@@ -522,7 +522,7 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	returns("a share while the daemon stops", func() {
-		if err := m.Acquire(ctx, "c3", []string{"GPU-a"}); !errors.As(err, &notReady) {
+		if err := m.Acquire(ctx, "c3", cardShares("GPU-a")); !errors.As(err, &notReady) {
 			t.Errorf("Acquire while stopping: %v, want a DaemonNotReadyError", err)
 		}
 	})
@@ -532,4 +532,13 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 	if st := m.Status(); !st.Wanted || !st.Ready {
 		t.Errorf("status after the stop %+v, want the daemon running again for the refused share", st)
 	}
+}
+
+// cardShares is a share on each card, without limits.
+func cardShares(cards ...string) []Share {
+	out := make([]Share, len(cards))
+	for i, c := range cards {
+		out[i] = Share{Card: c}
+	}
+	return out
 }

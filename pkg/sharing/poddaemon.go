@@ -62,6 +62,8 @@ type MPSDaemonPodConfig struct {
 	// ControlBinary is nvidia-cuda-mps-control as the pod finds it.
 	ControlBinary string
 	MultiUser     bool
+	// Protocol 3 runs the daemon as MPS v3 (CUDA_MPS_PROTOCOL_VERSION=3).
+	Protocol int
 	// Simulate runs the stand-in daemon (fake GPUs).
 	Simulate bool
 	// DriverRoot is the host's NVIDIA driver root, mounted read-only at
@@ -128,6 +130,9 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 		{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: cfg.Layout.PipeDir()},
 		{Name: "CUDA_MPS_LOG_DIRECTORY", Value: cfg.Layout.LogDir()},
 		{Name: "CUDA_VISIBLE_DEVICES", Value: strings.Join(cfg.VisibleDevices, ",")},
+	}
+	if cfg.Protocol == 3 {
+		env = append(env, corev1.EnvVar{Name: "CUDA_MPS_PROTOCOL_VERSION", Value: "3"})
 	}
 	if cfg.DriverRoot != "" {
 		hostExisting := corev1.HostPathDirectory
@@ -353,26 +358,28 @@ func (d *PodDaemon) ensure(ctx context.Context, unused bool) error {
 type podDiff struct{ name, have, want string }
 
 // diff compares the settings that change what the daemon serves: its
-// image, the cards it sees and whether it accepts clients of any user.
+// image, the cards it sees, whether it accepts clients of any user and its
+// MPS protocol (a legacy daemon cannot serve v3 namespaces).
 func (d *PodDaemon) diff(have *corev1.Pod) []podDiff {
 	want, err := BuildMPSDaemonPod(d.cfg.Pod)
 	if err != nil {
 		// NewPodDaemon built it once already.
 		return nil
 	}
-	settings := func(pod *corev1.Pod) (image, devices, multiUser string) {
+	settings := func(pod *corev1.Pod) (image, devices, multiUser, protocol string) {
 		for _, c := range pod.Spec.Containers {
 			if c.Name != mpsDaemonContainer {
 				continue
 			}
-			return c.Image, envOf(c)["CUDA_VISIBLE_DEVICES"], fmt.Sprint(slices.Contains(c.Command, "--mps-multi-user"))
+			env := envOf(c)
+			return c.Image, env["CUDA_VISIBLE_DEVICES"], fmt.Sprint(slices.Contains(c.Command, "--mps-multi-user")), env["CUDA_MPS_PROTOCOL_VERSION"]
 		}
-		return "<no " + mpsDaemonContainer + " container>", "", ""
+		return "<no " + mpsDaemonContainer + " container>", "", "", ""
 	}
-	hi, hd, hm := settings(have)
-	wi, wd, wm := settings(want)
+	hi, hd, hm, hp := settings(have)
+	wi, wd, wm, wp := settings(want)
 	var out []podDiff
-	for _, f := range []podDiff{{"image", hi, wi}, {"visibleDevices", hd, wd}, {"multiUser", hm, wm}} {
+	for _, f := range []podDiff{{"image", hi, wi}, {"visibleDevices", hd, wd}, {"multiUser", hm, wm}, {"protocol", hp, wp}} {
 		if f.have != f.want {
 			out = append(out, f)
 		}

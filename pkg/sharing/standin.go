@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ func RunStandInControlDaemon(ctx context.Context, cfg StandInConfig) error {
 		return fmt.Errorf("stand-in MPS daemon: listening on %s: %w", socket, err)
 	}
 	d := &standIn{cfg: cfg, defaultATP: 100, defaultPinned: map[string]string{}, servers: map[int]*standInServer{},
-		v3Servers: map[string]string{}, namespaces: map[string]map[string]string{}}
+		v3Servers: map[string]map[string]string{}, namespaces: map[string]map[string]string{}}
 	d.log(fmt.Sprintf("Control daemon started (stand-in): protocol %d, multi-user %v, CUDA_VISIBLE_DEVICES=%s", cfg.Protocol, cfg.MultiUser, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	logger.Info("Stand-in MPS control daemon listening: no MPS server runs and nothing is enforced", "socket", socket, "protocol", cfg.Protocol)
 	quit := make(chan struct{})
@@ -194,9 +195,9 @@ type standIn struct {
 	defaultPinned map[string]string
 	servers       map[int]*standInServer
 	nextPID       int
-	// MPS v3: named servers (name -> options) and namespaces (name ->
-	// settings, "server" among them).
-	v3Servers  map[string]string
+	// MPS v3: named servers (name -> options) and namespaces
+	// ("<server>/<name>" -> settings, "server" and "name" among them).
+	v3Servers  map[string]map[string]string
 	namespaces map[string]map[string]string
 }
 
@@ -339,125 +340,198 @@ func (d *standIn) execute(line string) (string, bool, error) {
 	return "", false, fmt.Errorf("unknown command %q", f[0])
 }
 
-// executeV3 runs the MPS v3 "<module> <verb>" commands the plugin uses:
-// named servers and namespaces, a namespace's settings (e.g.
-// active_thread_percentage) set and read back.
+// executeV3 runs the MPS v3 "<module> <verb>" commands the plugin uses,
+// in the form NVIDIA documents for driver release 615 (MPS v3 Interface;
+// see docs/nvml.md): named servers and their namespaces, options as
+// --name=value, lists in CSV with --format=csv. A server's and a
+// namespace's pipe subdirectories (<pipe>/<server>/<namespace>/), through
+// which a client reaches its namespace, are created and removed with them.
 func (d *standIn) executeV3(module string, args []string) (string, bool, error) {
 	if len(args) == 0 {
-		return "", false, fmt.Errorf("usage: %s <create|destroy|list|set|get> ...", module)
+		return "", false, fmt.Errorf("usage: %s <create|delete|list|set|get> ...", module)
 	}
-	verb, rest := args[0], args[1:]
+	verb := args[0]
+	names, opts, err := v3Args(args[1:])
+	if err != nil {
+		return "", false, err
+	}
+	csv := opts["format"] == "csv"
+	if f, ok := opts["format"]; ok && f != "csv" {
+		return "", false, fmt.Errorf("--format=%s: only csv is known", f)
+	}
+	delete(opts, "format")
 	switch module + " " + verb {
 	case "server create":
-		if len(rest) < 1 {
-			return "", false, errors.New("usage: server create <name> [<option>=<value>...]")
+		if len(names) > 1 {
+			return "", false, errors.New("usage: server create [<name>] [--uid=<uid>] [--allowed-devices=<uuid>,...]")
 		}
-		if _, ok := d.v3Servers[rest[0]]; ok {
-			return "", false, fmt.Errorf("server %s exists", rest[0])
+		name := "default"
+		if len(names) == 1 {
+			name = names[0]
 		}
-		d.v3Servers[rest[0]] = strings.Join(rest[1:], " ")
-		return "", false, nil
-	case "server destroy":
-		if len(rest) != 1 {
-			return "", false, errors.New("usage: server destroy <name>")
+		if _, ok := d.v3Servers[name]; ok {
+			return "", false, fmt.Errorf("server %s exists", name)
 		}
-		if _, ok := d.v3Servers[rest[0]]; !ok {
-			return "", false, fmt.Errorf("no server %s", rest[0])
-		}
-		for ns, settings := range d.namespaces {
-			if settings["server"] == rest[0] {
-				return "", false, fmt.Errorf("server %s still has namespace %s", rest[0], ns)
+		for k := range opts {
+			if k != "uid" && k != "allowed-devices" {
+				return "", false, fmt.Errorf("server create: unknown option --%s", k)
 			}
 		}
-		delete(d.v3Servers, rest[0])
+		if err := d.mkPipeSubdir(name); err != nil {
+			return "", false, err
+		}
+		d.v3Servers[name] = opts
+		return "", false, nil
+	case "server delete":
+		if len(names) != 1 {
+			return "", false, errors.New("usage: server delete <name>")
+		}
+		if _, ok := d.v3Servers[names[0]]; !ok {
+			return "", false, fmt.Errorf("no server %s", names[0])
+		}
+		for _, ns := range slices.Sorted(maps.Keys(d.namespaces)) {
+			if d.namespaces[ns]["server"] == names[0] {
+				return "", false, fmt.Errorf("server %s still has namespace %s", names[0], d.namespaces[ns]["name"])
+			}
+		}
+		delete(d.v3Servers, names[0])
+		d.rmPipeSubdir(names[0])
 		return "", false, nil
 	case "server list":
-		return sortedLines(d.v3Servers, func(name, opts string) string { return strings.TrimSpace(name + " " + opts) }), false, nil
-	case "namespace create":
-		if len(rest) < 1 {
-			return "", false, errors.New("usage: namespace create <name> [server=<name>] [<setting>=<value>...]")
+		var rows [][]string
+		for _, name := range slices.Sorted(maps.Keys(d.v3Servers)) {
+			o := d.v3Servers[name]
+			rows = append(rows, []string{name, "running", o["uid"], o["allowed-devices"]})
 		}
-		name := rest[0]
-		if _, ok := d.namespaces[name]; ok {
-			return "", false, fmt.Errorf("namespace %s exists", name)
+		return v3Table(csv, []string{"name", "status", "uid", "allowed_devices"}, rows), false, nil
+	case "namespace create", "namespace delete", "namespace set", "namespace get":
+		if len(names) != 1 || opts["server"] == "" {
+			return "", false, fmt.Errorf("usage: namespace %s <name> --server=<server> [--<setting>=<value>...]", verb)
 		}
-		settings := map[string]string{}
-		for _, kv := range rest[1:] {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return "", false, fmt.Errorf("%q is not <setting>=<value>", kv)
+		server, name := opts["server"], names[0]
+		delete(opts, "server")
+		key := server + "/" + name
+		if _, ok := d.v3Servers[server]; !ok {
+			return "", false, fmt.Errorf("no server %s", server)
+		}
+		settings, exists := d.namespaces[key]
+		switch verb {
+		case "create":
+			if exists {
+				return "", false, fmt.Errorf("namespace %s exists on server %s", name, server)
 			}
-			settings[k] = v
-		}
-		if s, ok := settings["server"]; ok {
-			if _, exists := d.v3Servers[s]; !exists {
-				return "", false, fmt.Errorf("no server %s", s)
+			if len(opts) > 0 {
+				return "", false, errors.New("namespace create takes no settings; use namespace set")
 			}
-		}
-		d.namespaces[name] = settings
-		return "", false, nil
-	case "namespace destroy":
-		if len(rest) != 1 {
-			return "", false, errors.New("usage: namespace destroy <name>")
-		}
-		if _, ok := d.namespaces[rest[0]]; !ok {
-			return "", false, fmt.Errorf("no namespace %s", rest[0])
-		}
-		delete(d.namespaces, rest[0])
-		return "", false, nil
-	case "namespace list":
-		names := map[string]string{}
-		for name, settings := range d.namespaces {
-			var kv []string
-			for k, v := range settings {
-				kv = append(kv, k+"="+v)
-			}
-			slices.Sort(kv)
-			names[name] = strings.Join(kv, " ")
-		}
-		return sortedLines(names, func(name, settings string) string { return strings.TrimSpace(name + " " + settings) }), false, nil
-	case "namespace set":
-		if len(rest) != 3 {
-			return "", false, errors.New("usage: namespace set <name> <setting> <value>")
-		}
-		settings, ok := d.namespaces[rest[0]]
-		if !ok {
-			return "", false, fmt.Errorf("no namespace %s", rest[0])
-		}
-		if rest[1] == "active_thread_percentage" {
-			if _, err := percentage(rest[2]); err != nil {
+			if err := d.mkPipeSubdir(server, name); err != nil {
 				return "", false, err
 			}
+			d.namespaces[key] = map[string]string{"server": server, "name": name}
+			return "", false, nil
+		case "delete":
+			if !exists {
+				return "", false, fmt.Errorf("no namespace %s on server %s", name, server)
+			}
+			delete(d.namespaces, key)
+			d.rmPipeSubdir(server, name)
+			return "", false, nil
+		case "set":
+			if !exists {
+				return "", false, fmt.Errorf("no namespace %s on server %s", name, server)
+			}
+			for k, v := range opts {
+				switch k {
+				case "active-thread-percentage":
+					if _, err := percentage(v); err != nil {
+						return "", false, err
+					}
+				case "pinned-memory-limit":
+					if !pinnedLimitForm.MatchString(v) {
+						return "", false, fmt.Errorf("%q is not a memory limit (e.g. 2G, 512M)", v)
+					}
+				case "client-priority":
+				default:
+					return "", false, fmt.Errorf("namespace set: unknown setting --%s", k)
+				}
+			}
+			for k, v := range opts {
+				settings[k] = v
+			}
+			return "", false, nil
+		default: // get
+			if !exists {
+				return "", false, fmt.Errorf("no namespace %s on server %s", name, server)
+			}
+			return v3Table(csv, namespaceColumns, [][]string{namespaceRow(settings)}), false, nil
 		}
-		settings[rest[1]] = rest[2]
-		return "", false, nil
-	case "namespace get":
-		if len(rest) != 2 {
-			return "", false, errors.New("usage: namespace get <name> <setting>")
+	case "namespace list":
+		var rows [][]string
+		for _, key := range slices.Sorted(maps.Keys(d.namespaces)) {
+			settings := d.namespaces[key]
+			if s := opts["server"]; s != "" && settings["server"] != s {
+				continue
+			}
+			rows = append(rows, namespaceRow(settings))
 		}
-		settings, ok := d.namespaces[rest[0]]
-		if !ok {
-			return "", false, fmt.Errorf("no namespace %s", rest[0])
-		}
-		v, ok := settings[rest[1]]
-		if !ok {
-			return "", false, fmt.Errorf("namespace %s has no %s", rest[0], rest[1])
-		}
-		return v + "\n", false, nil
+		return v3Table(csv, namespaceColumns, rows), false, nil
 	}
 	return "", false, fmt.Errorf("unknown command %q", module+" "+verb)
 }
 
-func sortedLines(m map[string]string, line func(k, v string) string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+var namespaceColumns = []string{"server", "name", "active_thread_percentage", "pinned_memory_limit", "client_priority"}
+
+func namespaceRow(s map[string]string) []string {
+	return []string{s["server"], s["name"], s["active-thread-percentage"], s["pinned-memory-limit"], s["client-priority"]}
+}
+
+// v3Args splits arguments into names and --key=value options.
+func v3Args(args []string) ([]string, map[string]string, error) {
+	var names []string
+	opts := map[string]string{}
+	for _, a := range args {
+		opt, ok := strings.CutPrefix(a, "--")
+		if !ok {
+			names = append(names, a)
+			continue
+		}
+		k, v, ok := strings.Cut(opt, "=")
+		if !ok || k == "" {
+			return nil, nil, fmt.Errorf("%q is not --<option>=<value>", a)
+		}
+		opts[k] = v
 	}
-	slices.Sort(keys)
+	return names, opts, nil
+}
+
+// v3Table renders rows as CSV with a header, or as space-separated lines.
+func v3Table(csv bool, header []string, rows [][]string) string {
 	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(line(k, m[k]))
-		b.WriteByte('\n')
+	sep := " "
+	if csv {
+		sep = ","
+		b.WriteString(strings.Join(header, sep) + "\n")
+	}
+	for _, r := range rows {
+		b.WriteString(strings.Join(r, sep) + "\n")
 	}
 	return b.String()
+}
+
+// mkPipeSubdir creates <pipe>/<parts...>, where the real daemon puts the
+// sockets of a server or namespace.
+func (d *standIn) mkPipeSubdir(parts ...string) error {
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, "/\x00") {
+			return fmt.Errorf("%q is not a valid name", p)
+		}
+	}
+	dir := filepath.Join(append([]string{d.cfg.PipeDir}, parts...)...)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (d *standIn) rmPipeSubdir(parts ...string) {
+	_ = os.RemoveAll(filepath.Join(append([]string{d.cfg.PipeDir}, parts...)...))
 }

@@ -52,18 +52,28 @@ func TestStandInCommands(t *testing.T) {
 		{
 			name: "MPS v3 servers and namespaces", protocol: 3,
 			steps: []step{
-				{cmd: "server create node-shares devices=GPU-a,GPU-b"},
+				{cmd: "server create node-shares --uid=0 --allowed-devices=GPU-a,GPU-b"},
 				{cmd: "server create node-shares", wantErr: "server node-shares exists"},
-				{cmd: "namespace create claim-1 server=node-shares active_thread_percentage=30"},
-				{cmd: "namespace create claim-2 server=missing", wantErr: "no server missing"},
-				{cmd: "namespace set claim-1 active_thread_percentage 50"},
-				{cmd: "namespace set claim-1 active_thread_percentage 500", wantErr: "not a percentage"},
-				{cmd: "namespace get claim-1 active_thread_percentage", reply: "50\n"},
-				{cmd: "namespace list", reply: "claim-1 active_thread_percentage=50 server=node-shares\n"},
-				{cmd: "server list", reply: "node-shares devices=GPU-a,GPU-b\n"},
-				{cmd: "server destroy node-shares", wantErr: "still has namespace claim-1"},
-				{cmd: "namespace destroy claim-1"},
-				{cmd: "server destroy node-shares"},
+				{cmd: "server create other --colour=red", wantErr: "unknown option --colour"},
+				{cmd: "namespace create claim-1 --server=node-shares"},
+				{cmd: "namespace create claim-1 --server=node-shares", wantErr: "namespace claim-1 exists"},
+				{cmd: "namespace create claim-2", wantErr: "usage: namespace create"},
+				{cmd: "namespace create claim-2 --server=missing", wantErr: "no server missing"},
+				{cmd: "namespace create ../x --server=node-shares", wantErr: "not a valid name"},
+				{cmd: "namespace set claim-1 --server=node-shares --active-thread-percentage=50 --pinned-memory-limit=20480M"},
+				{cmd: "namespace set claim-1 --server=node-shares --active-thread-percentage=500", wantErr: "not a percentage"},
+				{cmd: "namespace set claim-1 --server=node-shares --pinned-memory-limit=lots", wantErr: "not a memory limit"},
+				{cmd: "namespace set claim-1 --server=node-shares --colour=red", wantErr: "unknown setting --colour"},
+				{cmd: "namespace get claim-1 --server=node-shares --format=csv",
+					reply: "server,name,active_thread_percentage,pinned_memory_limit,client_priority\nnode-shares,claim-1,50,20480M,\n"},
+				{cmd: "namespace list", reply: "node-shares claim-1 50 20480M \n"},
+				{cmd: "namespace list --server=other --format=csv", reply: "server,name,active_thread_percentage,pinned_memory_limit,client_priority\n"},
+				{cmd: "namespace list --format=json", wantErr: "only csv"},
+				{cmd: "server list --format=csv", reply: "name,status,uid,allowed_devices\nnode-shares,running,0,GPU-a,GPU-b\n"},
+				{cmd: "server delete node-shares", wantErr: "still has namespace claim-1"},
+				{cmd: "namespace delete claim-1 --server=node-shares"},
+				{cmd: "namespace delete claim-1 --server=node-shares", wantErr: "no namespace claim-1"},
+				{cmd: "server delete node-shares"},
 				{cmd: "server list", reply: ""},
 				{cmd: "namespace frob", wantErr: `unknown command "namespace frob"`},
 				// Legacy commands the plugin uses keep working.
@@ -185,8 +195,8 @@ func TestStandInDaemonMode(t *testing.T) {
 	if _, err := run("", "-d", "-p", "3"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := run("server create s\nnamespace create ns server=s\nnamespace list\n")
-	if err != nil || out != "ns server=s\n" {
+	out, err := run("server create s\nnamespace create ns --server=s\nnamespace list\n")
+	if err != nil || out != "s ns   \n" {
 		t.Errorf("v3 commands: %q, %v", out, err)
 	}
 	if _, err := run("", "-q"); err != nil {
