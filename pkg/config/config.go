@@ -52,8 +52,13 @@ func (r Resolved) For(request string) *v1alpha1.GpuConfig {
 // RequestNames lists the names a config or result of the claim may use: each
 // request's name and, for requests with firstAvailable, "<request>/<subrequest>".
 func RequestNames(claim *resourceapi.ResourceClaim) []string {
+	return RequestNamesOf(&claim.Spec)
+}
+
+// RequestNamesOf is RequestNames of a claim spec (or a template's).
+func RequestNamesOf(spec *resourceapi.ResourceClaimSpec) []string {
 	var out []string
-	for _, req := range claim.Spec.Devices.Requests {
+	for _, req := range spec.Devices.Requests {
 		out = append(out, req.Name)
 		for _, sub := range req.FirstAvailable {
 			out = append(out, req.Name+"/"+sub.Name)

@@ -100,7 +100,7 @@ func (r ClaimRecord) holdings() []Holding {
 		if d.AdminAccess {
 			continue
 		}
-		out = append(out, Holding{ClaimUID: r.UID, Claim: r.key(), UUID: d.UUID, Share: d.Share})
+		out = append(out, Holding{ClaimUID: r.UID, Claim: r.key(), UUID: d.UUID, Share: d.Share, MPS: d.MPS})
 	}
 	return out
 }

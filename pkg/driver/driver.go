@@ -225,7 +225,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	// Reserve the cards by recording PrepareStarted.
 	d.mu.Lock()
-	if err := checkOverlap(uid, rec.key(), plan, d.holdingsLocked()); err != nil {
+	held := d.holdingsLocked()
+	if err := checkOverlap(uid, rec.key(), plan, held); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	if err := checkBackends(uid, rec.key(), rec.Devices, held); err != nil {
 		d.mu.Unlock()
 		return nil, err
 	}

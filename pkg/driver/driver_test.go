@@ -465,3 +465,58 @@ func TestPrepareWithAnotherAllocationOfTheSameUID(t *testing.T) {
 		})
 	}
 }
+
+// TestPrepareRefusesMixedBackendsOnACard: the webhook sees one claim only,
+// so a card whose shares would mix mps and none across claims is refused
+// here, naming both claims; the same backend, another card, or the first
+// claim gone are fine.
+func TestPrepareRefusesMixedBackendsOnACard(t *testing.T) {
+	const none = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
+	mps := func(name, device, share string) *resourceapi.ResourceClaim {
+		return claimWith(name, shareResult("gpu", device, share, "10Gi", ""))
+	}
+	noneShare := func(name, device, share string) *resourceapi.ResourceClaim {
+		return withConfig(mps(name, device, share), resourceapi.AllocationConfigSourceClaim, none)
+	}
+	tests := []struct {
+		name          string
+		first, second *resourceapi.ResourceClaim
+		wantErr       string
+	}{
+		{name: "none beside mps", first: mps("c1", "gpu-0", "s1"), second: noneShare("c2", "gpu-0", "s2"),
+			wantErr: "refusing a none share of gpu-0 (GPU-0) to claim default/claim-c2: claim default/claim-c1 holds a mps share of the same card"},
+		{name: "mps beside none", first: noneShare("c1", "gpu-0", "s1"), second: mps("c2", "gpu-0", "s2"),
+			wantErr: "refusing a mps share of gpu-0 (GPU-0) to claim default/claim-c2: claim default/claim-c1 holds a none share of the same card"},
+		{name: "both mps", first: mps("c1", "gpu-0", "s1"), second: mps("c2", "gpu-0", "s2")},
+		{name: "both none", first: noneShare("c1", "gpu-0", "s1"), second: noneShare("c2", "gpu-0", "s2")},
+		{name: "other cards", first: mps("c1", "gpu-0", "s1"), second: noneShare("c2", "gpu-1", "s2")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.prepare(tt.first)["c1"].Err; err != nil {
+				t.Fatal(err)
+			}
+			err := h.prepare(tt.second)["c2"].Err
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "same sharing.backend") {
+				t.Fatalf("prepare c2: %v, want %q and how to fix it", err, tt.wantErr)
+			}
+			if _, ok := h.driver.Records()["c2"]; ok {
+				t.Error("the refused claim was recorded")
+			}
+			// Once the first claim is gone the second is prepared.
+			if err := h.unprepare("c1")["c1"]; err != nil {
+				t.Fatal(err)
+			}
+			if err := h.prepare(tt.second)["c2"].Err; err != nil {
+				t.Errorf("prepare c2 after c1 is gone: %v", err)
+			}
+		})
+	}
+}

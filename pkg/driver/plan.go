@@ -137,6 +137,8 @@ type Holding struct {
 	Claim string
 	UUID  string
 	Share bool
+	// MPS: the share is enforced with the mps backend (else none).
+	MPS bool
 }
 
 // checkOverlap is the last line of defence against a scheduler mistake or a
@@ -166,6 +168,37 @@ func checkOverlap(claimUID, claim string, plan []plannedDevice, held []Holding) 
 		}
 	}
 	return nil
+}
+
+// checkBackends refuses a share whose sharing backend differs from that of
+// another claim's share of the same card. The webhook can only see one
+// claim, and the card is chosen after admission, so only here can a mix
+// across claims be seen: an mps share switches the card to
+// EXCLUSIVE_PROCESS, where a process of a none share (not an MPS client)
+// cannot create a context, and a none share beside MPS clients would run
+// outside every MPS limit.
+func checkBackends(claimUID, claim string, devices []PreparedDevice, held []Holding) error {
+	for _, dev := range devices {
+		if !dev.Share || dev.AdminAccess {
+			continue
+		}
+		for _, h := range held {
+			if h.UUID != dev.UUID || !h.Share || h.ClaimUID == claimUID || h.MPS == dev.MPS {
+				continue
+			}
+			return fmt.Errorf("refusing a %s share of %s (%s) to claim %s: claim %s holds a %s share of the same card, and one card's shares must all use one sharing backend; "+
+				"give both claims the same sharing.backend in their GpuConfig (or DeviceClass), or wait until claim %s is gone",
+				backendName(dev.MPS), dev.Device, dev.UUID, claim, h.Claim, backendName(h.MPS), h.Claim)
+		}
+	}
+	return nil
+}
+
+func backendName(mps bool) configapi.SharingBackend {
+	if mps {
+		return configapi.BackendMPS
+	}
+	return configapi.BackendNone
 }
 
 // usesMPS reports whether a share is enforced with MPS: the default

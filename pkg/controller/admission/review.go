@@ -122,6 +122,9 @@ func checkClaimSpec(claim *resourceapi.ResourceClaim, spec *field.Path) field.Er
 			DeviceConfiguration: c.DeviceConfiguration,
 		}, requests, path.Index(i))...)
 	}
+	if len(errs) == 0 {
+		errs = config.ValidateShareBackends(&claim.Spec, spec)
+	}
 	return errs
 }
 

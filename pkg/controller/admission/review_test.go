@@ -83,6 +83,18 @@ func TestReview(t *testing.T) {
 			fields:  []string{"spec.spec.devices.config[0].opaque.parameters"},
 		},
 		{
+			name: "template mixing mps and none shares",
+			body: review("resourceclaimtemplates", "ResourceClaimTemplate", "CREATE",
+				`{"metadata":{"name":"t"},"spec":{"spec":{"devices":{"requests":[`+
+					`{"name":"a","exactly":{"deviceClassName":"shared-gpu.tangram.dev","capacity":{"requests":{"memory":"20Gi"}}}},`+
+					`{"name":"b","exactly":{"deviceClassName":"shared-gpu.tangram.dev","capacity":{"requests":{"memory":"20Gi"}}}}],`+
+					`"config":[`+entry("gpu.tangram.dev", `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`, "b")+`]}}}}`),
+			code: 422,
+			message: `spec.spec.devices.config: requests "a" (sharing backend mps) and "b" (sharing backend none) both ask for GPU shares, ` +
+				`and shares of one card must all use one backend; give every share request of the claim the same sharing.backend, or split them into separate claims`,
+			fields: []string{"spec.spec.devices.config"},
+		},
+		{
 			name:    "device class",
 			body:    review("deviceclasses", "DeviceClass", "CREATE", `{"metadata":{"name":"x"},"spec":{"config":[`+entry("gpu.tangram.dev", `"mps"`)+`]}}`),
 			code:    422,
