@@ -95,10 +95,10 @@ func TestValidateClaimSpecMixedShareBackends(t *testing.T) {
 	}{
 		{name: "mps and none shares", requests: []resourceapi.DeviceRequest{share("a"), share("b")},
 			configs: []resourceapi.DeviceClaimConfiguration{cfg(noneCfg, "b")},
-			want: []string{`spec.devices.config: Invalid value: "none": requests "a" (sharing backend mps) and "b" (sharing backend none) both ask for GPU shares, and shares of one card must all use one backend; give every share request of the claim the same sharing.backend, or split them into separate claims`}},
+			want:    []string{`spec.devices.config: Invalid value: "none": requests "a" (sharing backend mps) and "b" (sharing backend none) both ask for GPU shares, and shares of one card must all use one backend; give every share request of the claim the same sharing.backend, or split them into separate claims`}},
 		{name: "a subrequest share against a request share", requests: []resourceapi.DeviceRequest{share("a"), subShares},
 			configs: []resourceapi.DeviceClaimConfiguration{cfg(noneCfg, "a"), cfg(mpsCfg, "any")},
-			want: []string{`spec.devices.config: Invalid value: "mps": requests "a" (sharing backend none) and "any/small" (sharing backend mps) both ask for GPU shares, and shares of one card must all use one backend; give every share request of the claim the same sharing.backend, or split them into separate claims`}},
+			want:    []string{`spec.devices.config: Invalid value: "mps": requests "a" (sharing backend none) and "any/small" (sharing backend mps) both ask for GPU shares, and shares of one card must all use one backend; give every share request of the claim the same sharing.backend, or split them into separate claims`}},
 		{name: "same backend", requests: []resourceapi.DeviceRequest{share("a"), share("b")},
 			configs: []resourceapi.DeviceClaimConfiguration{cfg(noneCfg)}},
 		{name: "a whole card may differ", requests: []resourceapi.DeviceRequest{share("a"), whole},
