@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,7 +37,7 @@ func compilePolicy(t *testing.T, vap *admissionv1.ValidatingAdmissionPolicy) val
 	if err != nil {
 		t.Fatal(err)
 	}
-	withAuthz := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	withAuthz := plugincel.OptionalVariableDeclarations{HasAuthorizer: true, HasParams: vap.Spec.ParamKind != nil}
 	var variables []plugincel.NamedExpressionAccessor
 	for _, v := range vap.Spec.Variables {
 		variables = append(variables, &validating.Variable{Name: v.Name, Expression: v.Expression})
@@ -61,7 +62,7 @@ func compilePolicy(t *testing.T, vap *admissionv1.ValidatingAdmissionPolicy) val
 		compiler.CompileCondition(validations, withAuthz, environment.StoredExpressions),
 		matcher,
 		compiler.CompileCondition(nil, withAuthz, environment.StoredExpressions),
-		compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions),
+		compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{HasParams: vap.Spec.ParamKind != nil}, environment.StoredExpressions),
 		vap.Spec.FailurePolicy, nil)
 }
 
@@ -81,6 +82,13 @@ type request struct {
 // (failurePolicy Fail) and carries its message.
 func denied(t *testing.T, v validating.Validator, req request) string {
 	t.Helper()
+	return deniedWithParams(t, v, req, nil)
+}
+
+// deniedWithParams is denied for a policy with a paramKind, evaluated
+// against one parameter object as a binding's paramRef would select it.
+func deniedWithParams(t *testing.T, v validating.Validator, req request, params runtime.Object) string {
+	t.Helper()
 	name := ""
 	for _, o := range []runtime.Object{req.object, req.old} {
 		if m, ok := o.(metav1.Object); ok && o != nil && m.GetName() != "" {
@@ -89,7 +97,7 @@ func denied(t *testing.T, v validating.Validator, req request) string {
 	}
 	attrs := admission.NewAttributesRecord(req.object, req.old, req.gvk, req.namespace, name, req.gvr, req.subresource, req.op, nil, false, req.user)
 	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: req.gvk, VersionedObject: admission.NewLazyObject(req.object), VersionedOldObject: admission.NewLazyObject(req.old)}
-	result := v.Validate(context.Background(), req.gvr, versioned, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	result := v.Validate(context.Background(), req.gvr, versioned, params, nil, celconfig.RuntimeCELCostBudget, nil)
 	var msgs []string
 	for _, d := range result.Decisions {
 		if d.Action == validating.ActionDeny {
@@ -323,5 +331,81 @@ func TestControllerSecretPolicyDecisions(t *testing.T) {
 		if render(t, sets...).has("ValidatingAdmissionPolicy", name) {
 			t.Errorf("%v: the Secret policy is rendered although the controller creates no Secret", sets)
 		}
+	}
+}
+
+// TestSharedGPUNonRootPolicyDecisions: a pod using a template or claim that
+// asks for a shared GPU must run as non-root; other pods pass.
+func TestSharedGPUNonRootPolicyDecisions(t *testing.T) {
+	objs := render(t)
+	byTemplate := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate").(*admissionv1.ValidatingAdmissionPolicy))
+	byClaim := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaim").(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaimtemplate").(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if binding.Spec.ParamRef == nil || binding.Spec.ParamRef.Selector == nil || binding.Spec.ParamRef.ParameterNotFoundAction == nil ||
+		*binding.Spec.ParamRef.ParameterNotFoundAction != admissionv1.AllowAction {
+		t.Errorf("the binding must select every template of the pod's namespace and allow when there is none: %+v", binding.Spec.ParamRef)
+	}
+
+	memory := map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")}
+	shared := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "shared-gpu.tangram.dev", Capacity: &resourceapi.CapacityRequirements{Requests: memory}}}}}
+	memoryOnAnyClass := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "share", DeviceClassName: "gpu.tangram.dev", Capacity: &resourceapi.CapacityRequirements{Requests: memory}}}}}}
+	whole := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.tangram.dev"}}}}
+	template := func(name string, devices resourceapi.DeviceClaim) *resourceapi.ResourceClaimTemplate {
+		return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"},
+			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: devices}}}
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "team"}, Spec: resourceapi.ResourceClaimSpec{Devices: shared}}
+	nonRoot := &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000)}
+	pod := func(sc *corev1.PodSecurityContext, claims ...corev1.PodResourceClaim) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}, Spec: corev1.PodSpec{
+			SecurityContext: sc, ResourceClaims: claims,
+			Containers: []corev1.Container{{Name: "app", Image: "x"}, {Name: "sidecar", Image: "y"}}}}
+	}
+	fromTemplate := corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("share")}
+	fromClaim := corev1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr.To("mine")}
+	rootSidecar := pod(nonRoot, fromTemplate)
+	rootSidecar.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(false)}
+	perContainer := pod(nil, fromTemplate)
+	for i := range perContainer.Spec.Containers {
+		perContainer.Spec.Containers[i].SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(true)}
+	}
+	create := func(p *corev1.Pod) request {
+		return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Create, namespace: "team", object: p, gvk: podGVK, gvr: podGVR}
+	}
+	const want = "pod p uses ResourceClaimTemplate share, which asks for a shared GPU: set securityContext.runAsNonRoot: true"
+	for _, tc := range []struct {
+		name   string
+		policy validating.Validator
+		req    request
+		params runtime.Object
+		want   string
+	}{
+		{name: "root pod with a shared template", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("share", shared), want: want},
+		{name: "non-root pod with a shared template", policy: byTemplate, req: create(pod(nonRoot, fromTemplate)), params: template("share", shared)},
+		{name: "every container non-root", policy: byTemplate, req: create(perContainer), params: template("share", shared)},
+		{name: "a container overrides the pod back to root", policy: byTemplate, req: create(rootSidecar), params: template("share", shared), want: want},
+		{name: "a memory capacity on any class is a share", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("share", memoryOnAnyClass), want: want},
+		{name: "root pod with a whole-card template", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("share", whole)},
+		{name: "another template of the namespace", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("other", shared)},
+		{name: "root pod with a shared claim", policy: byClaim, req: create(pod(nil, fromClaim)), params: claim,
+			want: "pod p uses ResourceClaim mine, which asks for a shared GPU"},
+		{name: "non-root pod with a shared claim", policy: byClaim, req: create(pod(nonRoot, fromClaim)), params: claim},
+		{name: "pod without claims", policy: byTemplate, req: create(pod(nil)), params: template("share", shared)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := deniedWithParams(t, tc.policy, tc.req, tc.params)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("denial %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+	off := render(t, "admissionPolicy.sharedGPURunAsNonRoot.enabled=false")
+	if off.has("ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate") || off.has("ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaim") {
+		t.Error("admissionPolicy.sharedGPURunAsNonRoot.enabled=false must drop the policies and bindings")
 	}
 }

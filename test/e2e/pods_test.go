@@ -67,8 +67,11 @@ func gpuPod(ns, name, template string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
-			NodeSelector:                  map[string]string{corev1.LabelHostname: gpuNode},
-			AutomountServiceAccountToken:  ptr.To(false),
+			NodeSelector:                 map[string]string{corev1.LabelHostname: gpuNode},
+			AutomountServiceAccountToken: ptr.To(false),
+			// Shared-GPU pods must run as non-root (the chart's admission
+			// policy); the workload needs no root anyway.
+			SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534)},
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ResourceClaims:                []corev1.PodResourceClaim{{Name: claimName, ResourceClaimTemplateName: ptr.To(template)}},
