@@ -6,6 +6,9 @@
 # specs labelled `realpath` (test/e2e/realpath_test.go), then cluster down
 # (always, also after a failure), printing how long each stage took.
 # Set KEEP_CLUSTER=1 to leave the cluster running for inspection.
+# MPS runs in v3 mode (namespaces per claim on the stand-in); shmSize=0:
+# per-claim /dev/shm directories without a tmpfs of their own (the plugin
+# pod would need Bidirectional propagation on a shared host mount).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 need_root
@@ -50,7 +53,9 @@ install_chart() {
 		--set kubeletPlugin.hostNetwork=true \
 		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$MOCK_NVML_STATE_DIR\"}]" \
 		--set "kubeletPlugin.hostPaths.stateDir=$STATE_DIR" \
-		--set "kubeletPlugin.hostPaths.mpsRoot=$MPS_ROOT" >/dev/null &&
+		--set "kubeletPlugin.hostPaths.mpsRoot=$MPS_ROOT" \
+		--set kubeletPlugin.mps.mode=v3 \
+		--set kubeletPlugin.mps.shmSize=0 >/dev/null &&
 		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" rollout status \
 			"daemonset/$RELEASE-kubelet-plugin" --timeout=3m >&2
 }

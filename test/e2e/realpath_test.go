@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -187,12 +188,15 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 
 		state := mocknvml.State{Dir: *mockNVMLStateDir}
 		Expect(lastComputeMode(state, uuid)).To(Equal(exclusiveProcessMode), "the plugin must switch the shared card to EXCLUSIVE_PROCESS through NVML")
-		// The share's MPS pipe directory is the one the plugin's daemon
-		// listens on: ask it what a CUDA client would, through the driver
-		// root's own nvidia-cuda-mps-control (the stand-in).
-		pipeDir := report["CUDA_MPS_PIPE_DIRECTORY"]
-		Expect(pipeDir).To(Equal(sharing.Layout{Root: *mpsRoot}.PipeDir()), "the share must be pointed at the node's MPS daemon")
-		logDir := sharing.Layout{Root: *mpsRoot}.LogDir()
+		// The chart runs MPS v3 here: the share's pipe directory is its
+		// claim's namespace directory under the node daemon's. Ask the
+		// daemon what an admin would, through the driver root's own
+		// nvidia-cuda-mps-control (the stand-in).
+		layout := sharing.Layout{Root: *mpsRoot}
+		Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(sharing.DefaultV3Server, string(claim.UID))),
+			"the share must be pointed at its own MPS v3 namespace")
+		pipeDir := layout.PipeDir()
+		logDir := layout.LogDir()
 		mpsControl(ctx, pipeDir, "get_server_list")
 		commands, err := sharing.StandInCommands(logDir)
 		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon's control.log")
@@ -232,6 +236,81 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		waitRunning(ctx, ns, "share-after")
 		GinkgoWriter.Printf("  share kept container %s through the plugin pod's restart; MPS daemon pod %s kept; a new share ran\n", shareContainer, daemon.Name)
 	}, SpecTimeout(8*time.Minute))
+})
+
+// The MPS v3 scenario: three 20 GiB shares of one card, each with its own
+// compute percentage. The stand-in's control.log must show one server and a
+// namespace per claim with its percentage, all deleted when the pods go;
+// each container has a /dev/shm of its own.
+var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
+	It("gives three shares of one card a namespace each on one server, and a /dev/shm each", func(ctx SpecContext) {
+		scenario("real path: MPS v3 namespaces and per-claim /dev/shm for three 20Gi shares of one card")
+		ns := newNamespace(ctx)
+		percents := map[string]string{"v3-a": "20", "v3-b": "25", "v3-c": "30"}
+		for _, pod := range []string{"v3-a", "v3-b", "v3-c"} {
+			share := memoryShare("20Gi")
+			share.Requests[0].Exactly.Capacity.Requests[names.CapacityCompute] = resource.MustParse(percents[pod])
+			createTemplate(ctx, ns, pod, share)
+		}
+		layout := sharing.Layout{Root: *mpsRoot}
+		before, _ := sharing.StandInCommands(layout.LogDir())
+
+		// The first share writes its marker into its /dev/shm before the
+		// others start; they must not see it.
+		createPod(ctx, gpuPod(ns, "v3-a", "v3-a"))
+		waitRunning(ctx, ns, "v3-a")
+		for _, pod := range []string{"v3-b", "v3-c"} {
+			createPod(ctx, gpuPod(ns, pod, pod))
+		}
+		claims := map[string]string{}
+		var card string
+		for _, pod := range []string{"v3-a", "v3-b", "v3-c"} {
+			report := waitRunning(ctx, ns, pod)
+			claim := allocatedClaim(ctx, ns, pod)
+			claims[pod] = string(claim.UID)
+			res := results(claim)
+			Expect(res).To(HaveLen(1))
+			if card == "" {
+				card = res[0].Device
+			}
+			Expect(res[0].Device).To(Equal(card), "the three 20Gi shares must be packed onto one card")
+			Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(sharing.DefaultV3Server, claims[pod])))
+			Expect(strings.Split(report["SHM_FILES"], ",")).To(ConsistOf("gpu-info-"+pod),
+				"pod %s's /dev/shm must hold its own marker only, not another share's", pod)
+		}
+
+		commands, err := sharing.StandInCommands(layout.LogDir())
+		Expect(err).NotTo(HaveOccurred())
+		commands = commands[len(before):]
+		all, _ := sharing.StandInCommands(layout.LogDir())
+		var serverCreates int
+		for _, c := range all {
+			if strings.HasPrefix(c, "server create ") {
+				serverCreates++
+			}
+		}
+		Expect(serverCreates).To(Equal(1), "one MPS v3 server for the node:\n%s", strings.Join(all, "\n"))
+		for pod, uid := range claims {
+			nsName := sharing.NamespaceName(uid)
+			Expect(commands).To(ContainElement("namespace create "+nsName+" --server="+sharing.DefaultV3Server))
+			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+sharing.DefaultV3Server+
+				" --active-thread-percentage="+percents[pod]+" --pinned-memory-limit=20480M"), "control.log:\n%s", strings.Join(commands, "\n"))
+		}
+		GinkgoWriter.Printf("  control.log of the stand-in for the three shares:\n    %s\n", strings.Join(commands, "\n    "))
+
+		for _, pod := range []string{"v3-a", "v3-b", "v3-c"} {
+			deletePodAndWait(ctx, ns, pod)
+		}
+		Eventually(func(g Gomega) {
+			after, err := sharing.StandInCommands(layout.LogDir())
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, uid := range claims {
+				g.Expect(after).To(ContainElement("namespace delete "+sharing.NamespaceName(uid)+" --server="+sharing.DefaultV3Server))
+				_, statErr := os.Stat(filepath.Join(layout.ClaimsDir(), uid))
+				g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "claim %s's /dev/shm directory is left", uid)
+			}
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	}, SpecTimeout(6*time.Minute))
 })
 
 // mpsControl sends one command to the MPS control daemon on pipeDir with

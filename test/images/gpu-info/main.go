@@ -1,7 +1,9 @@
 // Command gpu-info is the e2e workload: it prints what the container got from
 // the GPU driver (visible devices, Tangram and MPS settings, device nodes) in
 // a stable KEY=VALUE form the e2e suite parses from the pod log, then sleeps
-// until it is stopped.
+// until it is stopped. It also leaves a marker file in /dev/shm and reports
+// what /dev/shm holds (SHM_FILES), so the suite can tell whether two
+// containers share a /dev/shm.
 package main
 
 import (
@@ -20,7 +22,7 @@ import (
 var reportedPrefixes = []string{"NVIDIA_", "TANGRAM_", "CUDA_"}
 
 func main() {
-	report(os.Stdout, os.Environ(), deviceNodes())
+	report(os.Stdout, os.Environ(), deviceNodes(), shmFiles("/dev/shm"))
 	if len(os.Args) > 1 && os.Args[1] == "--once" {
 		return
 	}
@@ -31,7 +33,7 @@ func main() {
 
 // report writes the interesting environment variables, sorted, between
 // begin/end markers so a reader can tell a complete report from a cut one.
-func report(w io.Writer, environ []string, devices []string) {
+func report(w io.Writer, environ []string, devices, shm []string) {
 	fmt.Fprintln(w, "gpu-info: begin")
 	var lines []string
 	for _, kv := range environ {
@@ -47,6 +49,7 @@ func report(w io.Writer, environ []string, devices []string) {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintf(w, "DEVICE_NODES=%s\n", strings.Join(devices, ","))
+	fmt.Fprintf(w, "SHM_FILES=%s\n", strings.Join(shm, ","))
 	fmt.Fprintln(w, "gpu-info: end")
 }
 
@@ -58,4 +61,21 @@ func deviceNodes() []string {
 	}
 	sort.Strings(nodes)
 	return nodes
+}
+
+// shmFiles writes the marker gpu-info-<hostname> into dir and lists the
+// names dir holds, sorted; errors leave what could be listed.
+func shmFiles(dir string) []string {
+	host, _ := os.Hostname()
+	_ = os.WriteFile(filepath.Join(dir, "gpu-info-"+host), []byte(host+"\n"), 0o644)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names
 }

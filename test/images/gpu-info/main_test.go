@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -10,28 +13,46 @@ func TestReport(t *testing.T) {
 		name    string
 		environ []string
 		devices []string
+		shm     []string
 		want    string
 	}{
 		{
 			name:    "only GPU variables, sorted",
 			environ: []string{"PATH=/bin", "TANGRAM_CLAIM=abc", "NVIDIA_VISIBLE_DEVICES=GPU-1", "CUDA_MPS_PIPE_DIRECTORY=/mps", "HOME=/"},
 			devices: []string{"/dev/nvidia0", "/dev/nvidiactl"},
+			shm:     []string{"gpu-info-a", "other"},
 			want: "gpu-info: begin\nCUDA_MPS_PIPE_DIRECTORY=/mps\nNVIDIA_VISIBLE_DEVICES=GPU-1\nTANGRAM_CLAIM=abc\n" +
-				"DEVICE_NODES=/dev/nvidia0,/dev/nvidiactl\ngpu-info: end\n",
+				"DEVICE_NODES=/dev/nvidia0,/dev/nvidiactl\nSHM_FILES=gpu-info-a,other\ngpu-info: end\n",
 		},
 		{
 			name:    "nothing injected",
 			environ: []string{"PATH=/bin"},
-			want:    "gpu-info: begin\nDEVICE_NODES=\ngpu-info: end\n",
+			want:    "gpu-info: begin\nDEVICE_NODES=\nSHM_FILES=\ngpu-info: end\n",
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			report(&buf, tc.environ, tc.devices)
+			report(&buf, tc.environ, tc.devices, tc.shm)
 			if got := buf.String(); got != tc.want {
 				t.Errorf("report() =\n%s\nwant\n%s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestShmFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "left-by-another"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	got := shmFiles(dir)
+	want := []string{"gpu-info-" + host, "left-by-another"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("shmFiles = %v, want %v", got, want)
+	}
+	if shmFiles(filepath.Join(dir, "missing")) != nil {
+		t.Error("a missing directory must list nothing")
 	}
 }
