@@ -292,7 +292,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		Expect(serverCreates).To(Equal(1), "one MPS v3 server for the node:\n%s", strings.Join(all, "\n"))
 		for pod, uid := range claims {
 			nsName := sharing.NamespaceName(uid)
-			Expect(commands).To(ContainElement("namespace create "+nsName+" --server="+sharing.DefaultV3Server))
+			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + sharing.DefaultV3Server))
 			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+sharing.DefaultV3Server+
 				" --active-thread-percentage="+percents[pod]+" --pinned-memory-limit=20480M"), "control.log:\n%s", strings.Join(commands, "\n"))
 		}
@@ -305,7 +305,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			after, err := sharing.StandInCommands(layout.LogDir())
 			g.Expect(err).NotTo(HaveOccurred())
 			for _, uid := range claims {
-				g.Expect(after).To(ContainElement("namespace delete "+sharing.NamespaceName(uid)+" --server="+sharing.DefaultV3Server))
+				g.Expect(after).To(ContainElement("namespace delete " + sharing.NamespaceName(uid) + " --server=" + sharing.DefaultV3Server))
 				_, statErr := os.Stat(filepath.Join(layout.ClaimsDir(), uid))
 				g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "claim %s's /dev/shm directory is left", uid)
 			}
