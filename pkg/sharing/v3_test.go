@@ -523,3 +523,39 @@ func TestClaimDirsRefuseOddNames(t *testing.T) {
 		}
 	}
 }
+
+// TestClassicShmClearedWhenDaemonStops: classic MPS shares one /dev/shm
+// between every share of the node; once the last share is gone and the
+// daemon stopped, what its clients left there is removed.
+func TestClassicShmClearedWhenDaemonStops(t *testing.T) {
+	root := t.TempDir()
+	layout := Layout{Root: root}
+	if err := layout.create(); err != nil {
+		t.Fatal(err)
+	}
+	m := NewManager(layout, &countingDaemon{}, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+		WithTiming(Timing{ReadyWait: 5 * time.Second, Linger: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond}))
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
+		t.Fatal(err)
+	}
+	segment := filepath.Join(layout.ShmDir(), "cuda.shm.1234")
+	if err := os.WriteFile(segment, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	if _, err := os.Stat(segment); err != nil {
+		t.Fatalf("a segment of a running share was removed: %v", err)
+	}
+	if err := m.Release(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	if _, err := os.Stat(segment); !os.IsNotExist(err) {
+		t.Errorf("the segment is left after the daemon stopped: %v", err)
+	}
+	if _, err := os.Stat(layout.ShmDir()); err != nil {
+		t.Errorf("the shm directory itself must stay: %v", err)
+	}
+}
