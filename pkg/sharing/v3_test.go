@@ -262,6 +262,9 @@ type inProcessV3 struct {
 func (d *inProcessV3) Ensure(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.done != nil {
+		return nil // started by us and supervised, as MPSDaemon does
+	}
 	if _, err := SendStandInCommand(ctx, d.layout.PipeDir(), ""); err == nil {
 		return nil // running (adopted)
 	}
@@ -282,6 +285,9 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 }
 
 func (d *inProcessV3) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	d.done = nil
+	d.mu.Unlock()
 	if _, err := SendStandInCommand(ctx, d.layout.PipeDir(), "quit"); err != nil && !strings.Contains(err.Error(), "cannot find MPS control daemon") {
 		return err
 	}
