@@ -271,9 +271,10 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 	if err := d.layout.create(); err != nil {
 		return err
 	}
-	d.done = make(chan error, 1)
+	done := make(chan error, 1)
+	d.done = done
 	go func() {
-		d.done <- RunStandInControlDaemon(context.Background(), StandInConfig{PipeDir: d.layout.PipeDir(), LogDir: d.layout.LogDir(), Protocol: 3, MultiUser: true})
+		done <- RunStandInControlDaemon(context.Background(), StandInConfig{PipeDir: d.layout.PipeDir(), LogDir: d.layout.LogDir(), Protocol: 3, MultiUser: true})
 	}()
 	for range 500 {
 		if _, err := SendStandInCommand(ctx, d.layout.PipeDir(), ""); err == nil {
@@ -406,17 +407,23 @@ func TestManagerV3(t *testing.T) {
 	if err := m.Release(ctx, "c2"); err != nil {
 		t.Errorf("releasing again: %v", err)
 	}
-	for _, c := range []string{"c1", "c3"} {
-		if err := m.Release(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+	if err := m.Release(ctx, "c1"); err != nil {
+		t.Fatal(err)
 	}
-	if got := namespacesOf(t, d); len(got) != 0 {
-		t.Errorf("namespaces left: %+v", got)
+	delete(want, "tangram-c1")
+	if got := namespacesOf(t, d); !reflect.DeepEqual(got, want) {
+		t.Errorf("after releasing c1: namespaces %+v, want %+v", got, want)
+	}
+	// The last share gone, the worker stops the daemon: its log tells.
+	if err := m.Release(ctx, "c3"); err != nil {
+		t.Fatal(err)
 	}
 	logged, err := StandInCommands(layout.LogDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Contains(logged, "namespace delete tangram-c3 --server=tangram") {
+		t.Errorf("the last claim's namespace was not deleted:\n%s", strings.Join(logged, "\n"))
 	}
 	var creates int
 	for _, l := range logged {
