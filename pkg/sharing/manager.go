@@ -274,6 +274,12 @@ func (m *Manager) prepareNamespace(ctx context.Context, claim string, shares []S
 	if err := m.v3.Ensure(ctx, spec, have); err != nil {
 		return err
 	}
+	// The container runtime bind-mounts the namespace's socket directory
+	// when the container is created; the daemon makes it, but whether
+	// before its first client is not documented, so make sure it exists.
+	if err := os.MkdirAll(m.layout.NamespacePipeDir(m.v3.Server, claim), 0o755); err != nil {
+		return fmt.Errorf("creating the pipe directory of MPS v3 namespace %s: %w", spec.Name, err)
+	}
 	klog.FromContext(ctx).V(2).Info("MPS v3 namespace ready", "claim", claim, "namespace", spec.Name,
 		"activeThreadPercentage", spec.ActiveThreadPercentage, "pinnedMemoryLimit", spec.PinnedMemoryLimit)
 	return nil
@@ -497,6 +503,9 @@ func (m *Manager) dropNamespace(ctx context.Context, claim string) error {
 		if err != nil {
 			return err
 		}
+	}
+	if err := os.RemoveAll(m.layout.NamespacePipeDir(m.v3.Server, claim)); err != nil {
+		return fmt.Errorf("removing the pipe directory of MPS v3 namespace %s: %w", NamespaceName(claim), err)
 	}
 	return m.dirs.Remove(ctx, claim)
 }
