@@ -48,7 +48,10 @@ type Config struct {
 	// SimulatedMPS reports that MPS shares are simulated (fake GPUs), so
 	// the device status says they are not enforced.
 	SimulatedMPS bool
-	Metrics      *Metrics
+	// MPSv3 reports that MPS shares get a v3 namespace whose compute cap
+	// the daemon holds, which the device status says.
+	MPSv3   bool
+	Metrics *Metrics
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)

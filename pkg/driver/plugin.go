@@ -141,6 +141,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
 	}
 	cfg.SimulatedMPS = opts.FakeGPUs
+	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == sharing.ModeV3
 	driver, err := New(ctx, cfg)
 	if err != nil {
 		return err

@@ -72,9 +72,9 @@ type ClaimStatusWriter interface {
 }
 
 // deviceStatuses derives the status.devices entries of a prepared claim.
-// Pure: cards by device name, simulated reports fake GPUs, now stamps the
-// conditions.
-func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated bool, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+// Pure: cards by device name, simulated reports fake GPUs, v3 MPS v3
+// namespaces, now stamps the conditions.
+func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated, v3 bool, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
 	out := make([]resourceapi.AllocatedDeviceStatus, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
 		card := cards[dev.Device]
@@ -101,6 +101,10 @@ func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated bool, n
 			data.Enforcement = EnforcementSimulated
 			enforced.Status, enforced.Reason = metav1.ConditionFalse, "SimulatedMPS"
 			enforced.Message = "fake GPUs: the share is accounted and its MPS settings written, but no MPS daemon runs"
+		case dev.MPS && v3:
+			data.Enforcement = EnforcementMPS
+			enforced.Reason = "MPSNamespace"
+			enforced.Message = "the compute limit is the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon; the namespace's pinned-memory limit backs the memory limit"
 		case dev.MPS:
 			data.Enforcement = EnforcementMPS
 			enforced.Reason = "MPSClientLimits"
@@ -138,7 +142,7 @@ func (d *Driver) writeStatus(ctx context.Context, rec ClaimRecord) {
 	if d.cfg.ClaimStatus == nil {
 		return
 	}
-	statuses, err := deviceStatuses(rec, d.cards, d.cfg.SimulatedMPS, metav1.Now())
+	statuses, err := deviceStatuses(rec, d.cards, d.cfg.SimulatedMPS, d.cfg.MPSv3, metav1.Now())
 	if err == nil {
 		err = d.cfg.ClaimStatus.SetDevices(ctx, rec.Namespace, rec.Name, statuses)
 	}

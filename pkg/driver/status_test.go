@@ -34,6 +34,7 @@ func TestDeviceStatuses(t *testing.T) {
 		name          string
 		dev           PreparedDevice
 		simulated     bool
+		v3            bool
 		wantData      DeviceData
 		wantEnforced  metav1.ConditionStatus
 		wantReason    string
@@ -48,6 +49,11 @@ func TestDeviceStatuses(t *testing.T) {
 			name: "MPS share", dev: dev(true, true, false, 20<<30, 40),
 			wantData:     DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "20Gi", MemoryBytes: 20 << 30, ComputePercent: 40, Share: true, Enforcement: EnforcementMPS},
 			wantEnforced: metav1.ConditionTrue, wantReason: "MPSClientLimits", wantShareIDOK: true,
+		},
+		{
+			name: "MPS v3 share", dev: dev(true, true, false, 20<<30, 40), v3: true,
+			wantData:     DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "20Gi", MemoryBytes: 20 << 30, ComputePercent: 40, Share: true, Enforcement: EnforcementMPS},
+			wantEnforced: metav1.ConditionTrue, wantReason: "MPSNamespace", wantShareIDOK: true,
 		},
 		{
 			name: "MPS share on fake GPUs", dev: dev(true, true, false, 20<<30, 0), simulated: true,
@@ -68,7 +74,7 @@ func TestDeviceStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := ClaimRecord{UID: "u", Namespace: "ml", Name: "c", Phase: PhaseCompleted, Devices: []PreparedDevice{tt.dev}}
-			got, err := deviceStatuses(rec, cards, tt.simulated, now)
+			got, err := deviceStatuses(rec, cards, tt.simulated, tt.v3, now)
 			if err != nil {
 				t.Fatal(err)
 			}
