@@ -163,17 +163,22 @@ func TestPluginDaemonSet(t *testing.T) {
 
 // checkPluginPod checks what must hold for every value set: node name from
 // the downward API, host paths at the paths the flags name, probes on the
-// healthz port, a rolling update without surge.
+// healthz port, POD_UID from the downward API (the plugin names its kubelet
+// sockets by it), a rolling update that starts the new pod before the old
+// one stops (surge 1, none unavailable).
 func checkPluginPod(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flags map[string]string, fake bool) {
 	t.Helper()
-	var nodeNameFrom string
+	fieldRefs := map[string]string{}
 	for _, e := range c.Env {
-		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-			nodeNameFrom = e.ValueFrom.FieldRef.FieldPath
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fieldRefs[e.Name] = e.ValueFrom.FieldRef.FieldPath
 		}
 	}
-	if nodeNameFrom != "spec.nodeName" {
-		t.Errorf("NODE_NAME comes from %q, want the downward API field spec.nodeName", nodeNameFrom)
+	if got := fieldRefs["NODE_NAME"]; got != "spec.nodeName" {
+		t.Errorf("NODE_NAME comes from %q, want the downward API field spec.nodeName", got)
+	}
+	if got := fieldRefs["POD_UID"]; got != "metadata.uid" {
+		t.Errorf("POD_UID comes from %q, want the downward API field metadata.uid", got)
 	}
 	hostPaths := map[string]string{}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
@@ -217,8 +222,9 @@ func checkPluginPod(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flag
 		t.Errorf("--healthz-address=%s but the healthz port is %d", flags["healthz-address"], healthzPort)
 	}
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
-	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
-		t.Errorf("update strategy = %+v, want RollingUpdate without surge", ds.Spec.UpdateStrategy)
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 ||
+		ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("update strategy = %+v, want RollingUpdate with surge 1 and none unavailable", ds.Spec.UpdateStrategy)
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName != pluginName {
 		t.Errorf("service account = %q, want %q", ds.Spec.Template.Spec.ServiceAccountName, pluginName)

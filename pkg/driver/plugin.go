@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -347,7 +346,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout
 }
 
 func serveMetrics(ctx context.Context, addr string, m *Metrics) error {
-	listener, err := net.Listen("tcp", addr)
+	listener, err := listenShared(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listening for metrics on %s: %w", addr, err)
 	}
