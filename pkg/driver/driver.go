@@ -59,13 +59,11 @@ type Driver struct {
 	cfg   Config
 	cards map[string]gpu.GPU
 
-	// mu guards records, which the claims of one call update in parallel
-	// and metrics read. Across calls and plugin processes the state lock
-	// (StateStore.Lock) orders everything.
+	// mu guards records against readers outside calls (Records). Calls
+	// themselves are ordered by the state lock (StateStore.Lock), across
+	// plugin processes too.
 	mu      sync.Mutex
 	records map[string]ClaimRecord
-	// saveMu serializes the checkpoint saves of one call's claims.
-	saveMu sync.Mutex
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -106,24 +104,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	defer unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	if len(claims) == 1 {
-		out[claims[0].UID] = d.prepareOne(ctx, claims[0])
-		d.publishGauges()
-		return out, nil
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	// Claims are independent; preparing them in parallel lets their
-	// checkpoint writes share fsyncs.
+	// One after the other: a call holds a pod's few claims, and preparing
+	// them in parallel saved nothing measurable (docs/prepare.md).
 	for _, claim := range claims {
-		wg.Go(func() {
-			res := d.prepareOne(ctx, claim)
-			mu.Lock()
-			out[claim.UID] = res
-			mu.Unlock()
-		})
+		out[claim.UID] = d.prepareOne(ctx, claim)
 	}
-	wg.Wait()
 	d.publishGauges()
 	return out, nil
 }
@@ -343,11 +328,8 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	return nil
 }
 
-// persist stores the records durably. The snapshot is taken once the save
-// lock is held, so it holds every change made before the call.
+// persist stores the records durably.
 func (d *Driver) persist(ctx context.Context) error {
-	d.saveMu.Lock()
-	defer d.saveMu.Unlock()
 	d.mu.Lock()
 	snapshot := maps.Clone(d.records)
 	d.mu.Unlock()

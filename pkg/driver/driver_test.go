@@ -295,13 +295,15 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func TestPrepareBatchInParallel(t *testing.T) {
+// A call prepares each of its claims on its own: a refused one does not
+// affect the others.
+func TestPrepareBatch(t *testing.T) {
 	h := newHarness(t)
 	var claims []*resourceapi.ResourceClaim
 	for i := range 20 {
 		claims = append(claims, claimWith(fmt.Sprintf("share-%d", i), shareResult("gpu", fmt.Sprintf("gpu-%d", 1+i%3), "s", "2Gi", "")))
 	}
-	// Two claims racing for the same whole card: exactly one may win.
+	// Two claims of the same whole card: exactly one may have it.
 	claims = append(claims, claimWith("whole-a", wholeResult("gpu", "gpu-0")), claimWith("whole-b", wholeResult("gpu", "gpu-0")))
 	res := h.prepare(claims...)
 	if len(res) != len(claims) {
