@@ -74,8 +74,8 @@ func (h *harness) storedUIDs() []string {
 // one left behind by the other, no card given twice, the MPS accounting of
 // whoever serves the call matching the node.
 func TestTwoPluginProcessesInterleaved(t *testing.T) {
-	old := newHarness(t)
-	new := old.twin()
+	oldPod := newHarness(t)
+	newPod := oldPod.twin()
 	share := func(uid, device string) *resourceapi.ResourceClaim {
 		return claimWith(uid, shareResult("gpu", device, "s-"+uid, "4Gi", ""))
 	}
@@ -87,15 +87,15 @@ func TestTwoPluginProcessesInterleaved(t *testing.T) {
 		wantErr   bool
 		want      []string
 	}{
-		{name: "old prepares a whole card", by: old, prepare: claimWith("w0", wholeResult("gpu", "gpu-0")), want: []string{"w0"}},
-		{name: "new prepares a share", by: new, prepare: share("s1", "gpu-1"), want: []string{"s1", "w0"}},
-		{name: "old prepares another share", by: old, prepare: share("s2", "gpu-1"), want: []string{"s1", "s2", "w0"}},
-		{name: "new refuses the card old gave", by: new, prepare: claimWith("w0b", wholeResult("gpu", "gpu-0")), wantErr: true, want: []string{"s1", "s2", "w0"}},
-		{name: "new unprepares old's whole card", by: new, unprepare: "w0", want: []string{"s1", "s2"}},
-		{name: "old gives the freed card", by: old, prepare: claimWith("w0b", wholeResult("gpu", "gpu-0")), want: []string{"s1", "s2", "w0b"}},
-		{name: "old unprepares new's share", by: old, unprepare: "s1", want: []string{"s2", "w0b"}},
-		{name: "new unprepares old's share", by: new, unprepare: "s2", want: []string{"w0b"}},
-		{name: "old returns the recorded w0b again", by: old, prepare: claimWith("w0b", wholeResult("gpu", "gpu-0")), want: []string{"w0b"}},
+		{name: "old prepares a whole card", by: oldPod, prepare: claimWith("w0", wholeResult("gpu", "gpu-0")), want: []string{"w0"}},
+		{name: "new prepares a share", by: newPod, prepare: share("s1", "gpu-1"), want: []string{"s1", "w0"}},
+		{name: "old prepares another share", by: oldPod, prepare: share("s2", "gpu-1"), want: []string{"s1", "s2", "w0"}},
+		{name: "new refuses the card old gave", by: newPod, prepare: claimWith("w0b", wholeResult("gpu", "gpu-0")), wantErr: true, want: []string{"s1", "s2", "w0"}},
+		{name: "new unprepares old's whole card", by: newPod, unprepare: "w0", want: []string{"s1", "s2"}},
+		{name: "old gives the freed card", by: oldPod, prepare: claimWith("w0b", wholeResult("gpu", "gpu-0")), want: []string{"s1", "s2", "w0b"}},
+		{name: "old unprepares new's share", by: oldPod, unprepare: "s1", want: []string{"s2", "w0b"}},
+		{name: "new unprepares old's share", by: newPod, unprepare: "s2", want: []string{"w0b"}},
+		{name: "old returns the recorded w0b again", by: oldPod, prepare: claimWith("w0b", wholeResult("gpu", "gpu-0")), want: []string{"w0b"}},
 	}
 	for _, step := range steps {
 		var err error
@@ -117,26 +117,26 @@ func TestTwoPluginProcessesInterleaved(t *testing.T) {
 // A call waits for the other process's call to finish and then works on
 // what it left: two prepares of the same whole card at once give it once.
 func TestTwoPluginProcessesExcludeEachOther(t *testing.T) {
-	old := newHarness(t)
-	new := old.twin()
+	oldPod := newHarness(t)
+	newPod := oldPod.twin()
 	// Hold old's prepare in its first checkpoint save.
 	inSave, release := make(chan struct{}), make(chan struct{})
-	old.state.beforeSave = func() error {
+	oldPod.state.beforeSave = func() error {
 		close(inSave)
 		<-release
 		return nil
 	}
 	oldErr := make(chan error, 1)
-	go func() { oldErr <- old.prepare(claimWith("a", wholeResult("gpu", "gpu-0")))["a"].Err }()
+	go func() { oldErr <- oldPod.prepare(claimWith("a", wholeResult("gpu", "gpu-0")))["a"].Err }()
 	<-inSave
 	newErr := make(chan error, 1)
-	go func() { newErr <- new.prepare(claimWith("b", wholeResult("gpu", "gpu-0")))["b"].Err }()
+	go func() { newErr <- newPod.prepare(claimWith("b", wholeResult("gpu", "gpu-0")))["b"].Err }()
 	select {
 	case err := <-newErr:
 		t.Fatalf("new's prepare returned (%v) while old's call was still running", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	old.state.beforeSave = nil
+	oldPod.state.beforeSave = nil
 	close(release)
 	if err := <-oldErr; err != nil {
 		t.Fatalf("old's prepare: %v", err)
@@ -144,10 +144,10 @@ func TestTwoPluginProcessesExcludeEachOther(t *testing.T) {
 	if err := <-newErr; err == nil {
 		t.Fatal("new's prepare of a card old holds succeeded")
 	}
-	if got, want := new.storedUIDs(), []string{"a"}; !reflect.DeepEqual(got, want) {
+	if got, want := newPod.storedUIDs(), []string{"a"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("checkpoint holds %v, want %v", got, want)
 	}
-	new.assertConsistent()
+	newPod.assertConsistent()
 }
 
 // The old process dies half-way through preparing a share (after writing
@@ -157,34 +157,34 @@ func TestTwoPluginProcessesExcludeEachOther(t *testing.T) {
 func TestPluginProcessDiesWhileTheOtherServes(t *testing.T) {
 	for _, crashAt := range []string{"save", "mps-acquire", "spec-write"} {
 		t.Run("after "+crashAt, func(t *testing.T) {
-			old := newHarness(t)
-			new := old.twin()
-			if err := new.prepare(claimWith("w", wholeResult("gpu", "gpu-0")))["w"].Err; err != nil {
+			oldPod := newHarness(t)
+			newPod := oldPod.twin()
+			if err := newPod.prepare(claimWith("w", wholeResult("gpu", "gpu-0")))["w"].Err; err != nil {
 				t.Fatal(err)
 			}
-			old.steps.crashAt, old.steps.crashN = crashAt, old.steps.count(crashAt)+1
+			oldPod.steps.crashAt, oldPod.steps.crashN = crashAt, oldPod.steps.count(crashAt)+1
 			claim := claimWith("s", shareResult("gpu", "gpu-1", "s1", "4Gi", ""))
 			crashed := crashing(func() {
-				_, _ = old.driver.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+				_, _ = oldPod.driver.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
 			})
 			if crashed != crashAt {
 				t.Fatalf("crashed after %q, want %q", crashed, crashAt)
 			}
 			// The process is gone: so is its MPS accounting (the card's
 			// compute mode and the daemon stay as it left them).
-			old.shares.Close()
+			oldPod.shares.Close()
 
-			if err := new.unprepare("s")["s"]; err != nil {
+			if err := newPod.unprepare("s")["s"]; err != nil {
 				t.Fatalf("unprepare through the surviving process: %v", err)
 			}
-			if got, want := new.storedUIDs(), []string{"w"}; !reflect.DeepEqual(got, want) {
+			if got, want := newPod.storedUIDs(), []string{"w"}; !reflect.DeepEqual(got, want) {
 				t.Fatalf("checkpoint holds %v, want %v", got, want)
 			}
-			new.assertConsistent()
-			if err := new.prepare(claim)["s"].Err; err != nil {
+			newPod.assertConsistent()
+			if err := newPod.prepare(claim)["s"].Err; err != nil {
 				t.Fatalf("preparing the claim again: %v", err)
 			}
-			new.assertConsistent()
+			newPod.assertConsistent()
 		})
 	}
 }
