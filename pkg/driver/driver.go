@@ -235,8 +235,8 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)
 	}
 
-	// Side effects, outside the lock so that a slow MPS start does not hold
-	// up whole-card claims.
+	// Side effects: MPS accounting (never a long wait, see sharing.Manager)
+	// and the CDI spec.
 	completed, err := d.apply(ctx, rec, specDevices)
 	if err == nil {
 		d.mu.Lock()
