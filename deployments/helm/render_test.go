@@ -65,6 +65,17 @@ func TestPluginDaemonSet(t *testing.T) {
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
+			// On the host network declared ports would be host ports, which
+			// keep an upgrade's new pod off the node until the old is gone.
+			name: "host network: no declared ports, probes by number",
+			sets: []string{"fakeGPU.profile=dgx-h100", "kubeletPlugin.hostNetwork=true"},
+			wantFlags: map[string]string{
+				"fake-profile": "dgx-h100", "healthz-address": ":51515", "metrics-address": ":9400",
+			},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+			wantFake:  true,
+		},
+		{
 			name: "demo values",
 			sets: []string{"fakeGPU.profile=dgx-h100", "sharing.enabled=false", "logVerbosity=5",
 				"nodeLabelAttributes={topology.kubernetes.io/zone,example.com/ib-zone}",
@@ -207,15 +218,25 @@ func checkPluginPod(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flag
 	if hasDriverRoot == fake {
 		t.Errorf("driver root mounted = %v, want %v (only real GPUs need the driver)", hasDriverRoot, !fake)
 	}
-	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "healthz" {
-			t.Errorf("%s probe = %+v, want HTTP GET /healthz on the healthz port", name, p)
-		}
-	}
 	var healthzPort int32
 	for _, p := range c.Ports {
 		if p.Name == "healthz" {
 			healthzPort = p.ContainerPort
+		}
+	}
+	probePort := "healthz"
+	if ds.Spec.Template.Spec.HostNetwork {
+		if len(c.Ports) != 0 {
+			t.Errorf("ports %+v on the host network, want none (they would be host ports)", c.Ports)
+		}
+		if p := c.StartupProbe; p != nil && p.HTTPGet != nil {
+			healthzPort = int32(p.HTTPGet.Port.IntValue())
+		}
+		probePort = strconv.Itoa(int(healthzPort))
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != probePort {
+			t.Errorf("%s probe = %+v, want HTTP GET /healthz on the healthz port", name, p)
 		}
 	}
 	if want := ":" + strconv.Itoa(int(healthzPort)); flags["healthz-address"] != want {
