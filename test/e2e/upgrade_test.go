@@ -5,10 +5,12 @@ package e2e
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +55,7 @@ var _ = Describe("Plugin upgrade", Label(realPathLabel, "upgrade"), func() {
 		}
 		cmd := exec.CommandContext(ctx, *helmBinary, args...)
 		out, err := cmd.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "helm upgrade: %s", out)
+		Expect(err).NotTo(HaveOccurred(), "helm upgrade: %s\nplugin pods on %s:\n%s", out, gpuNode, describePluginPods(ctx))
 
 		var fresh *corev1.Pod
 		Eventually(func(g Gomega) {
@@ -125,6 +127,25 @@ func watchPluginOverlap(ctx context.Context, old types.UID) func() bool {
 		defer mu.Unlock()
 		return seen
 	}
+}
+
+// describePluginPods says, for a failure message, what the GPU node's
+// plugin pods are doing.
+func describePluginPods(ctx context.Context) string {
+	list, err := clientset.CoreV1().Pods(*releaseNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: pluginComponentLabel,
+		FieldSelector: "spec.nodeName=" + gpuNode,
+	})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range list.Items {
+		ready := len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready
+		fmt.Fprintf(&b, "%s (%s) %s ready=%v deleting=%v; events:\n%s\n", p.Name, p.UID, p.Status.Phase, ready, p.DeletionTimestamp != nil,
+			eventText(ctx, p.Namespace, p.Name))
+	}
+	return b.String()
 }
 
 // repoRoot is the repository this suite was built from.
