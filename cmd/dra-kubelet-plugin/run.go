@@ -30,6 +30,7 @@ type runFlags struct {
 	RegistrarDir     string
 	PluginDir        string
 	StateDir         string
+	PodUID           string
 	MPSRoot          string
 	MPSControlBinary string
 	MPSMultiUser     bool
@@ -142,6 +143,7 @@ func newRunCommand() *cobra.Command {
 				RegistrarDir:     flags.RegistrarDir,
 				PluginDir:        flags.PluginDir,
 				StateDir:         flags.StateDir,
+				PodUID:           flags.PodUID,
 				MPSRoot:          flags.MPSRoot,
 				MPSControlBinary: flags.MPSControlBinary,
 				DriverRoot:       root,
@@ -165,6 +167,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")
 	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+names.DriverName, "directory of the plugin's DRA socket")
 	f.StringVar(&flags.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
+	f.StringVar(&flags.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod (default: $POD_UID, which the chart sets from the downward API); enables rolling updates, where the old and the new plugin pod of a node run side by side; empty for one plugin process per node")
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
 	f.StringVar(&flags.MPSMode, "mps-mode", string(sharing.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")

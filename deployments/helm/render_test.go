@@ -65,6 +65,17 @@ func TestPluginDaemonSet(t *testing.T) {
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
+			// On the host network declared ports would be host ports, which
+			// keep an upgrade's new pod off the node until the old is gone.
+			name: "host network: no declared ports, probes by number",
+			sets: []string{"fakeGPU.profile=dgx-h100", "kubeletPlugin.hostNetwork=true"},
+			wantFlags: map[string]string{
+				"fake-profile": "dgx-h100", "healthz-address": ":51515", "metrics-address": ":9400",
+			},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+			wantFake:  true,
+		},
+		{
 			name: "demo values",
 			sets: []string{"fakeGPU.profile=dgx-h100", "sharing.enabled=false", "logVerbosity=5",
 				"nodeLabelAttributes={topology.kubernetes.io/zone,example.com/ib-zone}",
@@ -163,17 +174,22 @@ func TestPluginDaemonSet(t *testing.T) {
 
 // checkPluginPod checks what must hold for every value set: node name from
 // the downward API, host paths at the paths the flags name, probes on the
-// healthz port, a rolling update without surge.
+// healthz port, POD_UID from the downward API (the plugin names its kubelet
+// sockets by it), a rolling update that starts the new pod before the old
+// one stops (surge 1, none unavailable).
 func checkPluginPod(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flags map[string]string, fake bool) {
 	t.Helper()
-	var nodeNameFrom string
+	fieldRefs := map[string]string{}
 	for _, e := range c.Env {
-		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-			nodeNameFrom = e.ValueFrom.FieldRef.FieldPath
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fieldRefs[e.Name] = e.ValueFrom.FieldRef.FieldPath
 		}
 	}
-	if nodeNameFrom != "spec.nodeName" {
-		t.Errorf("NODE_NAME comes from %q, want the downward API field spec.nodeName", nodeNameFrom)
+	if got := fieldRefs["NODE_NAME"]; got != "spec.nodeName" {
+		t.Errorf("NODE_NAME comes from %q, want the downward API field spec.nodeName", got)
+	}
+	if got := fieldRefs["POD_UID"]; got != "metadata.uid" {
+		t.Errorf("POD_UID comes from %q, want the downward API field metadata.uid", got)
 	}
 	hostPaths := map[string]string{}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
@@ -202,23 +218,34 @@ func checkPluginPod(t *testing.T, ds *appsv1.DaemonSet, c corev1.Container, flag
 	if hasDriverRoot == fake {
 		t.Errorf("driver root mounted = %v, want %v (only real GPUs need the driver)", hasDriverRoot, !fake)
 	}
-	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "healthz" {
-			t.Errorf("%s probe = %+v, want HTTP GET /healthz on the healthz port", name, p)
-		}
-	}
 	var healthzPort int32
 	for _, p := range c.Ports {
 		if p.Name == "healthz" {
 			healthzPort = p.ContainerPort
 		}
 	}
+	probePort := "healthz"
+	if ds.Spec.Template.Spec.HostNetwork {
+		if len(c.Ports) != 0 {
+			t.Errorf("ports %+v on the host network, want none (they would be host ports)", c.Ports)
+		}
+		if p := c.StartupProbe; p != nil && p.HTTPGet != nil {
+			healthzPort = int32(p.HTTPGet.Port.IntValue())
+		}
+		probePort = strconv.Itoa(int(healthzPort))
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != probePort {
+			t.Errorf("%s probe = %+v, want HTTP GET /healthz on the healthz port", name, p)
+		}
+	}
 	if want := ":" + strconv.Itoa(int(healthzPort)); flags["healthz-address"] != want {
 		t.Errorf("--healthz-address=%s but the healthz port is %d", flags["healthz-address"], healthzPort)
 	}
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
-	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
-		t.Errorf("update strategy = %+v, want RollingUpdate without surge", ds.Spec.UpdateStrategy)
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 ||
+		ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("update strategy = %+v, want RollingUpdate with surge 1 and none unavailable", ds.Spec.UpdateStrategy)
 	}
 	if ds.Spec.Template.Spec.ServiceAccountName != pluginName {
 		t.Errorf("service account = %q, want %q", ds.Spec.Template.Spec.ServiceAccountName, pluginName)

@@ -66,7 +66,8 @@ run_specs() {
 		--kubeconfig "$KUBECONFIG_FILE" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter=realpath \
 		--gpu-node "$NODE_NAME" --cdi-dir "$CDI_DIR" \
 		--mock-driver-root "$MOCK_DRIVER_ROOT" --mock-nvml-state-dir "$MOCK_NVML_STATE_DIR" \
-		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" "$@"
+		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" \
+		--helm "$HELM_BIN/helm" --helm-release "$RELEASE" "$@"
 }
 
 # Compiling the suite first fails fast on a broken test before any cluster work.

@@ -5,18 +5,15 @@
 BENCH_STATE_DIR ?= /var/tmp
 # Prepares per benchmark; the percentiles need at least 100 samples.
 BENCH_PREPARES ?= 200
-# Waves of 100 concurrent claims.
-BENCH_WAVES ?= 20
 # How long the plugin idles before its RSS is read.
 BENCH_IDLE_SECONDS ?= 10
 
 .PHONY: bench bench-prepare bench-rss
-bench: bench-prepare bench-rss ## prepare latency (1 claim, 100 concurrent; fsync included) and the plugin's idle RSS
+bench: bench-prepare bench-rss ## prepare latency (1 claim, calls of 2 and 8 claims; fsync included) and the plugin's idle RSS
 
 bench-prepare: ## p50/p99 prepare latency through the real checkpoint (fsync) and CDI stores
 	@echo "==> prepare latency, state on $(BENCH_STATE_DIR) ($$(df --output=fstype $(BENCH_STATE_DIR) | tail -1))"
-	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkDurableReplaceFloor|BenchmarkPrepareOneClaim' -benchtime $(BENCH_PREPARES)x ./pkg/driver/
-	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkPrepare100Concurrent' -benchtime $(BENCH_WAVES)x ./pkg/driver/
+	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkDurableReplaceFloor|BenchmarkPrepareOneClaim|BenchmarkPrepareBatch' -benchtime $(BENCH_PREPARES)x ./pkg/driver/
 
 bench-rss: ## idle RSS of the real binary: run --offline with the dgx-h100 fake profile, read /proc/<pid>/status
 	@mkdir -p $(BIN_DIR)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,57 +70,6 @@ func BenchmarkPrepareOneClaim(b *testing.B) {
 	}
 }
 
-// BenchmarkPrepare100Concurrent prepares 100 share claims from 100
-// goroutines at once (as a kubelet without serialization would); one
-// iteration is the whole wave. The percentiles are over every claim of
-// every wave.
-func BenchmarkPrepare100Concurrent(b *testing.B) {
-	const claims = 100
-	h := newHarness(b)
-	ctx := context.Background()
-	var latencies []time.Duration
-	var mu sync.Mutex
-	for wave := 0; b.Loop(); wave++ {
-		var wg sync.WaitGroup
-		errs := make(chan error, claims)
-		for i := range claims {
-			uid := fmt.Sprintf("wave-%d-%d", wave, i)
-			claim := claimWith(uid, shareResult("gpu", fmt.Sprintf("gpu-%d", i%4), "s", "2Gi", ""))
-			wg.Go(func() {
-				start := time.Now()
-				res, _ := h.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
-				d := time.Since(start)
-				mu.Lock()
-				latencies = append(latencies, d)
-				mu.Unlock()
-				errs <- res[claim.UID].Err
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StopTimer()
-		for i := range claims {
-			if err := h.unprepare(fmt.Sprintf("wave-%d-%d", wave, i)); err != nil {
-				for _, e := range err {
-					if e != nil {
-						b.Fatal(e)
-					}
-				}
-			}
-		}
-		b.StartTimer()
-	}
-	reportPercentiles(b, latencies)
-	if dir := os.Getenv("TMPDIR"); dir != "" {
-		b.Logf("state on %s", dir)
-	}
-}
-
 // BenchmarkDurableReplaceFloor is the reference for the numbers above: the
 // least one durable file replacement costs in $TMPDIR (write a temp file,
 // fsync it, rename it over the target, fsync the directory). A prepare does
@@ -165,4 +113,38 @@ func durableReplace(dir, target string, data []byte) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// BenchmarkPrepareBatch prepares the claims of one kubelet call (a pod's
+// claims come in one call); unprepare is not timed. It is the measure for
+// preparing a call's claims in parallel or one after the other.
+func BenchmarkPrepareBatch(b *testing.B) {
+	for _, size := range []int{2, 8} {
+		b.Run(fmt.Sprintf("claims=%d", size), func(b *testing.B) {
+			h := newHarness(b)
+			ctx := context.Background()
+			for call := 0; b.Loop(); call++ {
+				var claims []*resourceapi.ResourceClaim
+				var uids []string
+				for i := range size {
+					uid := fmt.Sprintf("call-%d-%d", call, i)
+					uids = append(uids, uid)
+					claims = append(claims, claimWith(uid, shareResult("gpu", fmt.Sprintf("gpu-%d", 1+i%3), "s", "2Gi", "")))
+				}
+				res, _ := h.driver.PrepareResourceClaims(ctx, claims)
+				for _, r := range res {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+				}
+				b.StopTimer()
+				for _, err := range h.unprepare(uids...) {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+			}
+		})
+	}
 }

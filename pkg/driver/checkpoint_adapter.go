@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"k8s.io/klog/v2"
@@ -12,6 +13,9 @@ import (
 // CheckpointState is the StateStore backed by pkg/checkpoint.
 type CheckpointState struct {
 	Store *checkpoint.Store
+	// StateLock is shared by every plugin process of the node; it lives
+	// next to the checkpoint.
+	StateLock *checkpoint.FileLock
 	// Pool is the node's resource pool; pkg/checkpoint does not store it
 	// because every result of this plugin is in it.
 	Pool string
@@ -46,6 +50,14 @@ func (c CheckpointState) Load(ctx context.Context) (map[string]ClaimRecord, bool
 		records[uid] = fromCheckpoint(uid, c.Pool, claim)
 	}
 	return records, res.PreviousBootID != "" || len(res.Dropped) > 0, nil
+}
+
+// Lock takes the lock between the node's plugin processes.
+func (c CheckpointState) Lock(ctx context.Context) (func(), error) {
+	if c.StateLock == nil {
+		return nil, errors.New("internal error: the checkpoint has no lock between plugin processes")
+	}
+	return c.StateLock.Lock(ctx)
 }
 
 // Save writes the records atomically with fsync.

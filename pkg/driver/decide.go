@@ -115,8 +115,6 @@ const (
 	actionReturnExisting
 	// actionRollbackThenPrepare: a previous attempt stopped half-way.
 	actionRollbackThenPrepare
-	// actionBusy: another call is preparing or unpreparing it right now.
-	actionBusy
 )
 
 // decidePrepare: specPresent reports whether the claim's CDI spec is on
@@ -127,10 +125,8 @@ const (
 // not disturbed. A record of another allocation of the same claim UID (the
 // claim was deallocated and allocated again while the plugin missed the
 // unprepare) is stale: it is undone and the new allocation prepared.
-func decidePrepare(rec *ClaimRecord, inFlight, specPresent, sameAllocation bool) prepareAction {
+func decidePrepare(rec *ClaimRecord, specPresent, sameAllocation bool) prepareAction {
 	switch {
-	case inFlight:
-		return actionBusy
 	case rec == nil:
 		return actionPrepare
 	case !sameAllocation:

@@ -62,14 +62,11 @@ type Driver struct {
 	cfg   Config
 	cards map[string]gpu.GPU
 
-	mu       sync.Mutex
-	records  map[string]ClaimRecord
-	inFlight map[string]bool
-	// version counts changes to records; savedVersion is the last one
-	// stored (guarded by saveMu, which serializes saves).
-	version      uint64
-	saveMu       sync.Mutex
-	savedVersion uint64
+	// mu guards records against readers outside calls (Records). Calls
+	// themselves are ordered by the state lock (StateStore.Lock), across
+	// plugin processes too.
+	mu      sync.Mutex
+	records map[string]ClaimRecord
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -81,14 +78,20 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.Metrics = NewMetrics()
 	}
 	d := &Driver{
-		cfg:      cfg,
-		cards:    map[string]gpu.GPU{},
-		records:  map[string]ClaimRecord{},
-		inFlight: map[string]bool{},
+		cfg:     cfg,
+		cards:   map[string]gpu.GPU{},
+		records: map[string]ClaimRecord{},
 	}
 	for _, g := range cfg.GPUs {
 		d.cards[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = g
 	}
+	// Under the lock, a record only started is truly abandoned: a plugin
+	// process still serving holds the lock for its whole call.
+	unlock, err := cfg.State.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the plugin state lock: %w", err)
+	}
+	defer unlock()
 	if err := d.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -98,25 +101,17 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 // PrepareResourceClaims prepares each claim independently; one claim's
 // failure does not affect the others.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	unlock, err := d.lockState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	if len(claims) == 1 {
-		out[claims[0].UID] = d.prepareOne(ctx, claims[0])
-		d.publishGauges()
-		return out, nil
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	// Claims are independent; preparing them in parallel lets their
-	// checkpoint writes share fsyncs.
+	// One after the other: a call holds a pod's few claims, and preparing
+	// them in parallel saved nothing measurable (docs/prepare.md).
 	for _, claim := range claims {
-		wg.Go(func() {
-			res := d.prepareOne(ctx, claim)
-			mu.Lock()
-			out[claim.UID] = res
-			mu.Unlock()
-		})
+		out[claim.UID] = d.prepareOne(ctx, claim)
 	}
-	wg.Wait()
 	d.publishGauges()
 	return out, nil
 }
@@ -137,6 +132,11 @@ func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClai
 
 // UnprepareResourceClaims undoes Prepare; unknown claims succeed.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	unlock, err := d.lockState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	out := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
 		start := time.Now()
@@ -201,21 +201,13 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if found {
 		oldPtr = &old
 	}
+	d.mu.Unlock()
 	specPresent := found && old.Phase == PhaseCompleted && d.cfg.Specs.Exists(ctx, uid)
-	action := decidePrepare(oldPtr, d.inFlight[uid], specPresent, found && sameAllocation(old, rec))
-	switch action {
-	case actionBusy:
-		d.mu.Unlock()
-		return nil, errBusy
-	case actionReturnExisting:
-		d.mu.Unlock()
+	action := decidePrepare(oldPtr, specPresent, found && sameAllocation(old, rec))
+	if action == actionReturnExisting {
 		klog.FromContext(ctx).V(3).Info("Already prepared; returning the recorded devices")
 		return kubeletDevices(old), nil
 	}
-	// The claim stays busy until this call returns, rollback included.
-	d.inFlight[uid] = true
-	d.mu.Unlock()
-	defer d.notInFlight(uid)
 	if action == actionRollbackThenPrepare {
 		if old.Phase == PhaseCompleted {
 			klog.FromContext(ctx).Info("Undoing the preparation of an earlier allocation of this claim", "oldAllocation", old.Allocation, "newAllocation", rec.Allocation)
@@ -238,9 +230,8 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, err
 	}
 	d.records[uid] = rec
-	version := d.changedLocked()
 	d.mu.Unlock()
-	if err := d.persist(ctx, version); err != nil {
+	if err := d.persist(ctx); err != nil {
 		d.mu.Lock()
 		if action == actionPrepare && found {
 			// A completed claim being redone still holds what it held.
@@ -248,23 +239,20 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		} else {
 			delete(d.records, uid)
 		}
-		d.changedLocked()
 		d.mu.Unlock()
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)
 	}
 
-	// Side effects, outside the lock so that a slow MPS start does not hold
-	// up whole-card claims.
+	// Side effects: MPS accounting (never a long wait, see sharing.Manager)
+	// and the CDI spec.
 	completed, err := d.apply(ctx, rec, specDevices)
 	if err == nil {
 		d.mu.Lock()
 		d.records[uid] = completed
-		version = d.changedLocked()
 		d.mu.Unlock()
-		if err = d.persist(ctx, version); err != nil {
+		if err = d.persist(ctx); err != nil {
 			d.mu.Lock()
 			d.records[uid] = rec
-			d.changedLocked()
 			d.mu.Unlock()
 			err = fmt.Errorf("recording the completed preparation: %w", err)
 		}
@@ -277,15 +265,6 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	d.writeStatus(ctx, completed)
 	return kubeletDevices(completed), nil
-}
-
-// errBusy tells the kubelet to retry: its calls for one claim overlapped.
-var errBusy = errors.New("another call is preparing or unpreparing this claim; retry later")
-
-func (d *Driver) notInFlight(uid string) {
-	d.mu.Lock()
-	delete(d.inFlight, uid)
-	d.mu.Unlock()
 }
 
 // apply does the MPS accounting and writes the spec; it returns the
@@ -317,7 +296,7 @@ func (d *Driver) apply(ctx context.Context, rec ClaimRecord, devices []SpecDevic
 
 // undo removes the claim's spec and MPS accounting, then its record. The
 // record is kept (as started) if cleanup failed, so a retry or the next
-// start-up tries again. The caller holds the claim in flight.
+// start-up tries again.
 func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 	var errs []error
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
@@ -335,9 +314,8 @@ func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 	} else {
 		delete(d.records, rec.UID)
 	}
-	version := d.changedLocked()
 	d.mu.Unlock()
-	if err := d.persist(ctx, version); err != nil {
+	if err := d.persist(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("recording the removal: %w", err))
 	}
 	return errors.Join(errs...)
@@ -345,21 +323,12 @@ func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
 
 func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	d.mu.Lock()
-	// In flight comes first: a prepare rolling back an earlier attempt has
-	// no record for a moment, yet the claim is far from unprepared.
-	if d.inFlight[uid] {
-		d.mu.Unlock()
-		return errBusy
-	}
 	rec, found := d.records[uid]
+	d.mu.Unlock()
 	if !found {
-		d.mu.Unlock()
 		klog.FromContext(ctx).V(3).Info("Not prepared; nothing to do")
 		return nil
 	}
-	d.inFlight[uid] = true
-	d.mu.Unlock()
-	defer d.notInFlight(uid)
 	if err := d.undo(ctx, rec); err != nil {
 		return err
 	}
@@ -367,31 +336,89 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	return nil
 }
 
-// changedLocked marks the records changed and returns the version that
-// must be persisted for the change to be durable. Call with d.mu held.
-func (d *Driver) changedLocked() uint64 {
-	d.version++
-	return d.version
+// persist stores the records durably.
+func (d *Driver) persist(ctx context.Context) error {
+	d.mu.Lock()
+	snapshot := maps.Clone(d.records)
+	d.mu.Unlock()
+	return d.cfg.State.Save(ctx, snapshot)
 }
 
-// persist makes sure a snapshot holding every change up to version is
-// stored durably. Concurrent callers share saves (group commit): whoever
-// gets the save lock writes everything changed so far, and callers whose
-// change it covered return without writing again.
-func (d *Driver) persist(ctx context.Context, version uint64) error {
-	d.saveMu.Lock()
-	defer d.saveMu.Unlock()
-	if d.savedVersion >= version {
+// lockState takes the lock between this node's plugin processes and
+// re-reads the checkpoint under it: during a rolling update the other
+// plugin pod may have prepared or unprepared claims since this process's
+// last call. The kubelet helper serializes calls with a lock of its own;
+// this one also covers start-up recovery, which runs before the helper.
+// The returned function releases the lock.
+func (d *Driver) lockState(ctx context.Context) (func(), error) {
+	unlock, err := d.cfg.State.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the plugin state lock: %w", err)
+	}
+	if err := d.reload(ctx); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
+// reload replaces the records with the checkpoint's and brings the MPS
+// accounting in line with them.
+func (d *Driver) reload(ctx context.Context) error {
+	records, bootChanged, err := d.cfg.State.Load(ctx)
+	switch {
+	case errors.Is(err, ErrCorruptCheckpoint), errors.Is(err, ErrNoCheckpoint), err == nil && bootChanged:
+		// No plugin process writes such a file (each saves at start-up);
+		// what this one knows is the best left, and its next save
+		// rewrites the file.
+		klog.FromContext(ctx).Error(err, "Checkpoint unusable while running; keeping this process's records", "bootChanged", bootChanged)
 		return nil
+	case err != nil:
+		return fmt.Errorf("re-reading the checkpoint: %w", err)
 	}
 	d.mu.Lock()
-	snapshot, current := maps.Clone(d.records), d.version
+	old := d.records
+	d.records = records
 	d.mu.Unlock()
-	if err := d.cfg.State.Save(ctx, snapshot); err != nil {
-		return err
-	}
-	d.savedVersion = current
+	d.syncShares(ctx, old, records)
 	return nil
+}
+
+// syncShares tells the MPS accounting about shares another plugin process
+// prepared or unprepared: the accounting decides when the daemon is
+// needed and which cards are in EXCLUSIVE_PROCESS.
+func (d *Driver) syncShares(ctx context.Context, before, after map[string]ClaimRecord) {
+	if d.cfg.Shares == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	changed := false
+	uids := slices.Sorted(maps.Keys(before))
+	for uid := range after {
+		if _, ok := before[uid]; !ok {
+			uids = append(uids, uid)
+		}
+	}
+	for _, uid := range uids {
+		had, has := before[uid].mpsCards(), after[uid].mpsCards()
+		if slices.Equal(had, has) {
+			continue
+		}
+		logger.V(2).Info("Another plugin process changed the claim's MPS shares; accounting them here too", "claimUID", uid, "before", had, "after", has)
+		changed = true
+		if len(had) > 0 {
+			if err := d.cfg.Shares.Release(ctx, uid); err != nil {
+				logger.Error(err, "Releasing MPS shares another plugin process released", "claimUID", uid)
+			}
+		}
+		if len(has) > 0 {
+			d.cfg.Shares.Restore(ctx, uid, after[uid].mpsShares())
+		}
+	}
+	if changed {
+		// The other process may have started or stopped the daemon too.
+		d.cfg.Shares.Resync(ctx)
+	}
 }
 
 func (d *Driver) holdingsLocked() []Holding {

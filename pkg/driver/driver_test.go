@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -296,13 +295,15 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func TestPrepareBatchInParallel(t *testing.T) {
+// A call prepares each of its claims on its own: a refused one does not
+// affect the others.
+func TestPrepareBatch(t *testing.T) {
 	h := newHarness(t)
 	var claims []*resourceapi.ResourceClaim
 	for i := range 20 {
 		claims = append(claims, claimWith(fmt.Sprintf("share-%d", i), shareResult("gpu", fmt.Sprintf("gpu-%d", 1+i%3), "s", "2Gi", "")))
 	}
-	// Two claims racing for the same whole card: exactly one may win.
+	// Two claims of the same whole card: exactly one may have it.
 	claims = append(claims, claimWith("whole-a", wholeResult("gpu", "gpu-0")), claimWith("whole-b", wholeResult("gpu", "gpu-0")))
 	res := h.prepare(claims...)
 	if len(res) != len(claims) {
@@ -322,68 +323,6 @@ func TestPrepareBatchInParallel(t *testing.T) {
 	h.assertConsistent()
 	if got := len(h.driver.Records()); got != 21 {
 		t.Errorf("%d records after restart, want 21", got)
-	}
-}
-
-// While one call rolls back a claim's incomplete preparation before
-// preparing it again, the claim stays busy: an unprepare arriving in that
-// window must be told to retry, not succeed while the preparation goes on.
-func TestRollbackKeepsTheClaimBusy(t *testing.T) {
-	h := newHarness(t)
-	claim := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", ""))
-	// A previous attempt stopped half-way and could not be cleaned up.
-	h.driver.mu.Lock()
-	h.driver.records["s"] = newRecord(claim, []SpecDevice{{plannedDevice: plannedDevice{
-		Request: "gpu", Pool: testNode, Device: "gpu-1", GPU: testGPUs()[1], ShareID: "s1", Share: true, MemoryBytes: 10 << 30,
-	}}})
-	h.driver.mu.Unlock()
-
-	// Hold the prepare in the checkpoint save of its rollback.
-	inRollbackSave, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	h.state.beforeSave = func() error {
-		once.Do(func() {
-			close(inRollbackSave)
-			<-release
-		})
-		return nil
-	}
-	prepared := make(chan error, 1)
-	go func() { prepared <- h.prepare(claim)["s"].Err }()
-	<-inRollbackSave
-	unprepareErr := h.unprepare("s")["s"]
-	close(release)
-	if err := <-prepared; err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	if unprepareErr == nil || !strings.Contains(unprepareErr.Error(), "another call is preparing or unpreparing this claim") {
-		t.Errorf("unprepare during the rollback: error %v, want the claim to be busy", unprepareErr)
-	}
-	h.assertConsistent()
-}
-
-// Unprepare and prepare of different claims with shares of the same cards
-// run concurrently; whatever the interleaving, the MPS accounting, compute
-// modes and daemon end up matching the prepared claims.
-func TestConcurrentPrepareAndUnprepareOfShares(t *testing.T) {
-	h := newHarness(t)
-	share := func(uid, device string) *resourceapi.ResourceClaim {
-		return claimWith(uid, shareResult("gpu", device, "s-"+uid, "4Gi", ""))
-	}
-	if err := h.prepare(share("a0", "gpu-1"))["a0"].Err; err != nil {
-		t.Fatal(err)
-	}
-	for round := 1; round <= 10; round++ {
-		prev, next := fmt.Sprintf("a%d", round-1), fmt.Sprintf("a%d", round)
-		var wg sync.WaitGroup
-		var unprepareErr, prepareErr error
-		wg.Go(func() { unprepareErr = h.unprepare(prev)[types.UID(prev)] })
-		wg.Go(func() { prepareErr = h.prepare(share(next, fmt.Sprintf("gpu-%d", 1+round%2)))[types.UID(next)].Err })
-		wg.Wait()
-		if unprepareErr != nil || prepareErr != nil {
-			t.Fatalf("round %d: unprepare %v, prepare %v", round, unprepareErr, prepareErr)
-		}
-		h.assertConsistent()
 	}
 }
 

@@ -53,6 +53,7 @@ func newHarness(t testing.TB) *harness {
 	h.state = &stepState{steps: h.steps, CheckpointState: CheckpointState{
 		Store: checkpoint.NewStore(filepath.Join(dir, "state", "checkpoint.json"),
 			checkpoint.WithBootID(func() (string, error) { return h.bootID, nil })),
+		StateLock:  checkpoint.NewFileLock(filepath.Join(dir, "state", "checkpoint.lock")),
 		Pool:       testNode,
 		MPSPipeDir: sharing.Layout{Root: filepath.Join(dir, "mps")}.PipeDir(),
 	}}

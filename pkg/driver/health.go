@@ -97,7 +97,7 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Serve listens on addr and serves gRPC health (HTTP/2 cleartext) and
 // /healthz (HTTP/1 or 2) until ctx ends.
 func (h *Health) Serve(ctx context.Context, addr string) error {
-	listener, err := net.Listen("tcp", addr)
+	listener, err := listenShared(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listening for health probes on %s: %w", addr, err)
 	}

@@ -206,23 +206,19 @@ func TestDecidePrepare(t *testing.T) {
 	started := &ClaimRecord{Phase: PhaseStarted}
 	tests := []struct {
 		rec            *ClaimRecord
-		inFlight       bool
 		specPresent    bool
 		sameAllocation bool
 		want           prepareAction
 	}{
-		{nil, false, false, false, actionPrepare},
-		{completed, false, true, true, actionReturnExisting},
-		{completed, false, false, true, actionPrepare},
-		{started, false, true, true, actionRollbackThenPrepare},
-		{completed, true, true, true, actionBusy},
-		{completed, false, true, false, actionRollbackThenPrepare},
-		{completed, true, true, false, actionBusy},
-		{nil, true, false, false, actionBusy},
+		{nil, false, false, actionPrepare},
+		{completed, true, true, actionReturnExisting},
+		{completed, false, true, actionPrepare},
+		{started, true, true, actionRollbackThenPrepare},
+		{completed, true, false, actionRollbackThenPrepare},
 	}
 	for _, tt := range tests {
-		if got := decidePrepare(tt.rec, tt.inFlight, tt.specPresent, tt.sameAllocation); got != tt.want {
-			t.Errorf("decidePrepare(%v, inFlight %v, spec %v, same allocation %v) = %v, want %v", tt.rec, tt.inFlight, tt.specPresent, tt.sameAllocation, got, tt.want)
+		if got := decidePrepare(tt.rec, tt.specPresent, tt.sameAllocation); got != tt.want {
+			t.Errorf("decidePrepare(%v, spec %v, same allocation %v) = %v, want %v", tt.rec, tt.specPresent, tt.sameAllocation, got, tt.want)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -42,6 +42,10 @@ type PluginOptions struct {
 	PluginDir    string
 	StateDir     string
 	MPSRoot      string
+	// PodUID is the UID of the plugin's pod. Set, it enables rolling
+	// updates: the old and the new plugin pod of a node run side by side,
+	// each with sockets named by its UID. Empty: one plugin per node.
+	PodUID string
 	// MPSControlBinary is nvidia-cuda-mps-control as a name in $PATH or a
 	// path; empty means the one under DriverRoot (real GPUs).
 	MPSControlBinary string
@@ -118,6 +122,10 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		}
 		hardware = cdi.NoHardware{}
 	}
+	// The state lock's file lives next to the checkpoint.
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating state directory: %w", err)
+	}
 	metrics := NewMetrics()
 	cfg := Config{
 		NodeName:          opts.NodeName,
@@ -125,6 +133,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		AllocatableMemory: allocatable,
 		State: CheckpointState{
 			Store:      checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
+			StateLock:  checkpoint.NewFileLock(filepath.Join(opts.StateDir, "checkpoint.lock")),
 			Pool:       opts.NodeName,
 			MPSPipeDir: sharing.Layout{Root: opts.MPSRoot}.PipeDir(),
 		},
@@ -166,12 +175,21 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			kubeletplugin.NodeName(opts.NodeName),
 			kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 			kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
+			// The contract with the helper (the default, stated): it
+			// serializes prepare and unprepare calls, across both pods
+			// of a rolling update with a lock file in PluginDir. The
+			// driver relies on no more than that and locks its own
+			// checkpoint too (see Driver.lockState).
+			kubeletplugin.Serialize(true),
+			kubeletplugin.RollingUpdate(types.UID(opts.PodUID)),
 		)
 		if err != nil {
 			return fmt.Errorf("starting the kubelet plugin service: %w", err)
 		}
+		// Stopping removes this pod's sockets; a pod that died without
+		// it leaves them for the kubelet to find dead.
 		defer helper.Stop()
-		health.Checks["dra-socket"] = DRASocketCheck(filepath.Join(opts.PluginDir, "dra.sock"))
+		health.Checks["dra-socket"] = DRASocketCheck(filepath.Join(opts.PluginDir, draSocketName(opts.PodUID)))
 		if opts.Publish {
 			if err := helper.PublishResources(ctx, *resources); err != nil {
 				return fmt.Errorf("publishing ResourceSlices: %w", err)
@@ -202,6 +220,15 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 	logger.Info("Shutting down")
 	return nil
+}
+
+// draSocketName is the helper's name for the DRA socket in the plugin
+// directory: one per pod with rolling updates.
+func draSocketName(podUID string) string {
+	if podUID == "" {
+		return "dra.sock"
+	}
+	return "dra-" + podUID + ".sock"
 }
 
 // allocatableMemory returns, for each device published as shareable, the
@@ -379,7 +406,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout sharing.Layout
 }
 
 func serveMetrics(ctx context.Context, addr string, m *Metrics) error {
-	listener, err := net.Listen("tcp", addr)
+	listener, err := listenShared(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listening for metrics on %s: %w", addr, err)
 	}

@@ -9,19 +9,30 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
 // TestRunPublishesAndShutsDown runs the long-running mode against a fake
 // API server: it reads the Node's labels, publishes ResourceSlices, serves
 // the kubelet socket, and returns cleanly when its context ends (SIGTERM).
+// With a pod UID (rolling updates) its sockets are named by the UID, so
+// that the old and the new pod of a node can serve side by side.
 func TestRunPublishesAndShutsDown(t *testing.T) {
+	for _, podUID := range []string{"", "6c1b3f2e-0d4a-4e55-9b7a-2f0c8d9e1a11"} {
+		t.Run("podUID="+podUID, func(t *testing.T) { runPublishesAndShutsDown(t, podUID) })
+	}
+}
+
+func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -59,6 +70,7 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 			PluginDir:    filepath.Join(sockDir, "plugin"),
 			StateDir:     filepath.Join(dir, "state"),
 			MPSRoot:      filepath.Join(dir, "mps"),
+			PodUID:       podUID,
 			KubeClient:   client,
 			Publish:      true,
 		})
@@ -75,8 +87,15 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run returned before publishing: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(sockDir, "plugin", "dra.sock")); err != nil {
-		t.Errorf("kubelet socket missing: %v", err)
+	draSocket, registrationSocket := "dra.sock", names.DriverName+"-reg.sock"
+	if podUID != "" {
+		draSocket = "dra-" + podUID + ".sock"
+		registrationSocket = kubeletplugin.RollingUpdateRegistrarSocketFile(filepath.Join(sockDir, "reg"), names.DriverName, types.UID(podUID))
+	}
+	for _, socket := range []string{filepath.Join(sockDir, "plugin", draSocket), filepath.Join(sockDir, "reg", registrationSocket)} {
+		if _, err := os.Stat(socket); err != nil {
+			t.Errorf("kubelet socket missing: %v", err)
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -32,6 +32,10 @@ type StateStore interface {
 	Load(ctx context.Context) (records map[string]ClaimRecord, bootChanged bool, err error)
 	// Save replaces the stored records atomically and durably.
 	Save(ctx context.Context, records map[string]ClaimRecord) error
+	// Lock waits for the lock between the plugin processes of the node
+	// (two run side by side during a rolling update) and returns its
+	// release. The driver holds it from Load to its last Save of a call.
+	Lock(ctx context.Context) (unlock func(), err error)
 }
 
 // SpecDevice is one result to write into a claim's CDI spec.
@@ -80,6 +84,9 @@ type Shares interface {
 	Restore(ctx context.Context, claimUID string, shares []sharing.Share)
 	Release(ctx context.Context, claimUID string) error
 	Reconcile(ctx context.Context) error
+	// Resync makes the accounting look at the daemon again: another plugin
+	// process may have started or stopped it.
+	Resync(ctx context.Context)
 	// ClientConfig is how the claim's containers reach their MPS server.
 	ClientConfig(claimUID string) sharing.ClientConfig
 }

@@ -570,6 +570,18 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Resync forgets what the Manager believes about the daemon: during a
+// rolling update another plugin process on the node may have started or
+// stopped it since. The worker looks again, starting or adopting it if
+// shares want it and stopping it otherwise. It does not wait.
+func (m *Manager) Resync(ctx context.Context) {
+	m.startWorker(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ready, m.stopped = false, false
+	m.kickWorker()
+}
+
 // Status is what the Manager knows about the daemon, for health output
 // and metrics.
 type Status struct {

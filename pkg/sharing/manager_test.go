@@ -542,3 +542,48 @@ func cardShares(cards ...string) []Share {
 	}
 	return out
 }
+
+// Another plugin process on the node (a rolling update) starts or stops
+// the daemon behind this Manager's back; after Resync the worker brings it
+// back to what this Manager's shares want.
+func TestManagerResync(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a"}
+	daemon := &countingDaemon{}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, cards)
+	t.Cleanup(m.Close)
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	setRunning := func(running bool) {
+		daemon.mu.Lock()
+		daemon.running = running
+		daemon.mu.Unlock()
+	}
+	isRunning := func() bool {
+		daemon.mu.Lock()
+		defer daemon.mu.Unlock()
+		return daemon.running
+	}
+
+	// No share here, yet the other process started the daemon.
+	setRunning(true)
+	m.Resync(ctx)
+	waitIdle(t, m)
+	if isRunning() {
+		t.Error("after Resync with no share the daemon still runs")
+	}
+
+	// A share here, and the other process stopped the daemon.
+	if err := m.Acquire(ctx, "share", cardShares(cards...)); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	setRunning(false)
+	m.Resync(ctx)
+	waitIdle(t, m)
+	if !isRunning() {
+		t.Error("after Resync with a share the daemon is not running")
+	}
+}
