@@ -72,6 +72,9 @@ type PluginOptions struct {
 	// Hardware adds device nodes and driver files on real GPUs; nil means
 	// none (right for fake GPUs).
 	Hardware cdi.HardwareEdits
+	// MemoryLimitHook, set on nodes with hard share enforcement, puts
+	// tangram-cdi-hook into every share's CDI device; nil means none.
+	MemoryLimitHook *cdi.MemoryLimitHook
 }
 
 // Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error.
@@ -122,7 +125,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			Pool:       opts.NodeName,
 			MPSPipeDir: sharing.Layout{Root: opts.MPSRoot}.PipeDir(),
 		},
-		Specs:   CDISpecs{Store: specStore, Hardware: hardware},
+		Specs:   CDISpecs{Store: specStore, Hardware: hardware, MemoryLimitHook: opts.MemoryLimitHook},
 		Configs: ResolveConfigs,
 		Metrics: metrics,
 		OnFatal: func(err error) { cancel(err) },

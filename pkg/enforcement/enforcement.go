@@ -170,3 +170,30 @@ func kernelVersion(release string) (int, int, error) {
 	}
 	return major, minor, nil
 }
+
+// ForNode is the level the plugin publishes for a node whose cards report
+// driverVersions (NVML's, one per card; all the same on a node). Fake GPUs
+// enforce nothing, so they are advisory whatever their profile says. Any
+// input that cannot be read makes the node advisory too, with the reason:
+// claiming less than the node can do only keeps hard-requiring claims
+// away, claiming more would break the promise.
+func ForNode(fake bool, driverVersions []string, procRoot, cgroupRoot string) Capabilities {
+	if fake {
+		return Capabilities{Level: Advisory, Reason: "fake GPUs: nothing is enforced"}
+	}
+	version := ""
+	for _, v := range driverVersions {
+		if v != "" {
+			version = v
+			break
+		}
+	}
+	if version == "" {
+		return Capabilities{Level: Advisory, Reason: "no card reports an NVIDIA driver version"}
+	}
+	c, err := ReadHost(version, procRoot, cgroupRoot)
+	if err != nil {
+		return Capabilities{Level: Advisory, Reason: err.Error()}
+	}
+	return c
+}

@@ -108,3 +108,32 @@ func write(t *testing.T, file, content string) {
 		t.Fatal(err)
 	}
 }
+
+func TestForNode(t *testing.T) {
+	root := t.TempDir()
+	proc, cgroup := filepath.Join(root, "proc"), filepath.Join(root, "cgroup")
+	write(t, filepath.Join(proc, "sys", "kernel", "osrelease"), "6.14.0\n")
+	write(t, filepath.Join(cgroup, "cgroup.controllers"), "cpu memory dmem\n")
+	tests := []struct {
+		name       string
+		fake       bool
+		versions   []string
+		procRoot   string
+		want       Level
+		wantReason string
+	}{
+		{"615 on v2 + dmem", false, []string{"", "615.23.01"}, proc, Hard, ""},
+		{"fake GPUs", true, []string{"615.23.01"}, proc, Advisory, "fake GPUs"},
+		{"no driver version", false, []string{"", ""}, proc, Advisory, "no card reports"},
+		{"unreadable kernel release", false, []string{"615.23.01"}, filepath.Join(root, "missing"), Advisory, "reading the kernel release"},
+		{"bad driver version", false, []string{"r615"}, proc, Advisory, "driver version"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ForNode(tt.fake, tt.versions, tt.procRoot, cgroup)
+			if c.Level != tt.want || !strings.Contains(c.Reason, tt.wantReason) || (tt.wantReason == "") != (c.Reason == "") {
+				t.Errorf("ForNode = %q (%q), want %q with a reason containing %q", c.Level, c.Reason, tt.want, tt.wantReason)
+			}
+		})
+	}
+}

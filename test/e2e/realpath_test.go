@@ -95,7 +95,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(err).NotTo(HaveOccurred(), "the mock driver root serves profile %q", marker["profile"])
 		cards, err := gpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
 		Expect(err).NotTo(HaveOccurred())
-		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true})
+		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true, ShareEnforcement: marker["share_enforcement"]})
 		Expect(err).NotTo(HaveOccurred())
 
 		got := nodeDevices(ctx, gpuNode)
