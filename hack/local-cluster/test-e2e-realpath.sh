@@ -44,6 +44,8 @@ install_chart() {
 	"$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$REPO_ROOT/deployments/helm/tangram" \
 		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
 		--set "driverRoot=$MOCK_DRIVER_ROOT" \
+		--set "kubeletPlugin.cgroupRoot=$MOCK_DRIVER_ROOT/sys/fs/cgroup" \
+		--set sharing.requireHardEnforcement=true \
 		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
 		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
 		--set "image.tag=${PLUGIN_IMAGE##*:}" \
@@ -66,6 +68,8 @@ run_specs() {
 
 # Compiling the suite first fails fast on a broken test before any cluster work.
 stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
-stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 "$HERE/up.sh"
+# Driver 615 and a cgroup v2 + dmem fixture make the node "hard": shares
+# get tangram-cdi-hook (the kernel's enforcement itself is not exercised).
+stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 "$HERE/up.sh"
 stage chart-install install_chart
 stage e2e-realpath run_specs "$@"
