@@ -63,13 +63,18 @@ run_specs() {
 		--kubeconfig "$KUBECONFIG_FILE" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter=realpath \
 		--gpu-node "$NODE_NAME" --cdi-dir "$CDI_DIR" \
 		--mock-driver-root "$MOCK_DRIVER_ROOT" --mock-nvml-state-dir "$MOCK_NVML_STATE_DIR" \
-		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" "$@"
+		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" \
+		--crictl "$CRICTL_BIN/crictl" --cri-endpoint "unix://$CONTAINERD_SOCK" "$@"
 }
 
 # Compiling the suite first fails fast on a broken test before any cluster work.
 stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
 # Driver 615 and a cgroup v2 + dmem fixture make the node "hard": shares
 # get tangram-cdi-hook (the kernel's enforcement itself is not exercised).
-stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 "$HERE/up.sh"
+# The library's built-in state directory is the plugin's, so tangram-cdi-hook
+# (run by containerd, without the plugin's environment) logs to the same
+# calls.log.
+stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 \
+	TANGRAM_MOCK_NVML_STATE_DIR="$MOCK_NVML_STATE_DIR" "$HERE/up.sh"
 stage chart-install install_chart
 stage e2e-realpath run_specs "$@"
