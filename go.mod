@@ -3,7 +3,7 @@ module github.com/tangram-gpu/tangram
 go 1.26.8
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.1-0
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/NVIDIA/nvidia-container-toolkit v1.18.2
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0

@@ -63,8 +63,11 @@ H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hac
 # the host's network and talk to 127.0.0.1. tangram-scheduler (the GPU packing
 # scheduler) is enabled for the packing scenarios. The plugin's state lives under the cluster
 # directory so that `make cluster-down` removes it with the cluster.
+# Fake GPUs enforce nothing (shareEnforcement "advisory"), so the shared
+# class must accept advisory nodes; on real GPUs leave the default (true).
 demo_install_chart \
 	--set "fakeGPU.profile=$PROFILE" \
+	--set sharing.requireHardEnforcement=false \
 	--set kubeletPlugin.hostNetwork=true \
 	--set-json "kubeletPlugin.extraEnv=$LOOPBACK_API_ENV" \
 	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state" \

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -13,11 +14,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/enforcement"
+	"github.com/tangram-gpu/tangram/pkg/hostbin"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -53,6 +57,10 @@ type runFlags struct {
 	HostDriverRoot     string
 	DevRoot            string
 	CDIHookPath        string
+
+	MemoryLimitHookBinary  string
+	MemoryLimitHookDir     string
+	MemoryLimitHookHostDir string
 }
 
 func newRunCommand() *cobra.Command {
@@ -125,18 +133,28 @@ func newRunCommand() *cobra.Command {
 				}
 				hardware = hw
 			}
+			caps := model.Enforcement(klog.FromContext(ctx), source.Fake(), gpus)
+			var memoryLimitHook *cdi.MemoryLimitHook
+			if caps.Level == enforcement.Hard {
+				if memoryLimitHook, err = flags.installMemoryLimitHook(root); err != nil {
+					return err
+				}
+			}
 			return driver.Run(ctx, driver.PluginOptions{
-				Hardware: hardware,
-				NodeName: source.NodeName,
-				GPUs:     gpus,
-				FakeGPUs: source.Fake(),
-				Sharing:  model.Sharing == "enabled",
+				Hardware:        hardware,
+				MemoryLimitHook: memoryLimitHook,
+				MPSv3Available:  caps.MPSv3,
+				NodeName:        source.NodeName,
+				GPUs:            gpus,
+				FakeGPUs:        source.Fake(),
+				Sharing:         model.Sharing == "enabled",
 				Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
 					opts, err := model.Options(source.NodeName, labels)
 					if err != nil {
 						return nil, err
 					}
 					opts.Sysfs = source.Sysfs()
+					opts.ShareEnforcement = string(caps.Level)
 					return slices.DriverResources(gpus, opts)
 				},
 				CDIRoot:          flags.CDIRoot,
@@ -188,6 +206,9 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.HostDriverRoot, "host-driver-root", "", "the same driver root as the host sees it (chart: driverRoot, e.g. /run/nvidia/driver), written into CDI specs; default: --driver-root; real GPUs only")
 	f.StringVar(&flags.DevRoot, "dev-root", "", "where the host's /dev is found (default: --driver-root); real GPUs only")
 	f.StringVar(&flags.CDIHookPath, "nvidia-cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the container runtime (default: nvidia-cdi-hook under --driver-root, as the host sees it); real GPUs only")
+	f.StringVar(&flags.MemoryLimitHookBinary, "memory-limit-hook-binary", "", "tangram-cdi-hook in this container, copied to the host on nodes with hard share enforcement (default: tangram-cdi-hook beside this program)")
+	f.StringVar(&flags.MemoryLimitHookDir, "memory-limit-hook-dir", "", "directory tangram-cdi-hook is copied to, a host directory mounted here (default: <state-dir>/bin)")
+	f.StringVar(&flags.MemoryLimitHookHostDir, "memory-limit-hook-host-dir", "", "the same directory as the host sees it, written into CDI specs (default: --memory-limit-hook-dir)")
 	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 	return cmd
 }
@@ -199,6 +220,36 @@ var mpsDaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
 // driverRoot is the driver root as the plugin and as the host see it.
 func (f *runFlags) driverRoot(source gpuSourceFlags) driverroot.Root {
 	return driverroot.Root{Path: source.DriverRoot, HostPath: cmp.Or(f.HostDriverRoot, source.DriverRoot)}
+}
+
+// installMemoryLimitHook copies tangram-cdi-hook to the host, where the
+// container runtime runs it, and says how CDI specs call it.
+func (f *runFlags) installMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimitHook, error) {
+	src := f.MemoryLimitHookBinary
+	if src == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding tangram-cdi-hook beside this program: %w; pass --memory-limit-hook-binary", err)
+		}
+		src = filepath.Join(filepath.Dir(self), "tangram-cdi-hook")
+	}
+	dir := f.MemoryLimitHookDir
+	if dir == "" {
+		dir = filepath.Join(f.StateDir, "bin")
+	}
+	hostDir := f.MemoryLimitHookHostDir
+	if hostDir == "" {
+		hostDir = dir
+	}
+	installed, err := hostbin.Install(src, dir)
+	if err != nil {
+		return nil, fmt.Errorf("this node enforces shares hard, so every share's container needs tangram-cdi-hook: %w (--memory-limit-hook-binary)", err)
+	}
+	hostDriverRoot := root.HostPath
+	if hostDriverRoot == "" {
+		hostDriverRoot = root.Path
+	}
+	return &cdi.MemoryLimitHook{Path: filepath.Join(hostDir, filepath.Base(installed)), DriverRoot: hostDriverRoot}, nil
 }
 
 // cdiHookPath is --nvidia-cdi-hook-path, or else nvidia-cdi-hook under the

@@ -13,6 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tangram-gpu/tangram/pkg/enforcement"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -22,12 +24,31 @@ type deviceModelFlags struct {
 	Sharing             string
 	NodeLabelAttributes []string
 	MemoryStep          string
+	// ProcRoot and CgroupRoot are where share enforcement is detected from
+	// (pkg/enforcement): the kernel release and the host's cgroup root.
+	ProcRoot   string
+	CgroupRoot string
 }
 
 func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.Sharing, "sharing", "enabled", "enabled: cards can be shared by several claims (memory/compute shares); disabled: whole cards only")
 	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
 	flags.StringVar(&f.MemoryStep, "memory-step", slices.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
+	flags.StringVar(&f.ProcRoot, "proc-root", "/proc", "proc file system the kernel release is read from (sys/kernel/osrelease), for share enforcement detection")
+	flags.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup root as this process sees it; its cgroup.controllers (cgroup v2, dmem) decides share enforcement (chart: kubeletPlugin.cgroupRoot)")
+}
+
+// Enforcement detects the node's share enforcement level (published as the
+// shareEnforcement attribute) for these cards.
+func (f *deviceModelFlags) Enforcement(logger klog.Logger, fake bool, gpus []gpu.GPU) enforcement.Capabilities {
+	versions := make([]string, len(gpus))
+	for i, g := range gpus {
+		versions[i] = g.DriverVersion
+	}
+	c := enforcement.ForNode(fake, versions, f.ProcRoot, f.CgroupRoot)
+	logger.Info("Share enforcement", "level", c.Level, "reason", c.Reason, "driverMajor", c.DriverMajor,
+		"mpsV3", c.MPSv3, "cgroupV2", c.CgroupV2, "dmem", c.Dmem, "kernel", fmt.Sprintf("%d.%d", c.KernelMajor, c.KernelMinor))
+	return c
 }
 
 // Options turns the flags into slices.Options for a node with these labels.
@@ -97,6 +118,7 @@ func newSlicesCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
+			opts.ShareEnforcement = string(model.Enforcement(opts.Logger, source.Fake(), gpus).Level)
 			res, err := slices.DriverResources(gpus, opts)
 			if err != nil {
 				return err

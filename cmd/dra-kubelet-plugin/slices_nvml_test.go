@@ -105,3 +105,80 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// TestSlicesShareEnforcementFromDriverRoot: the level published on every
+// card follows the driver NVML reports and the --proc-root/--cgroup-root
+// fixtures, as the realpath e2e's mock root sets them.
+func TestSlicesShareEnforcementFromDriverRoot(t *testing.T) {
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "usr/lib64"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(lib, filepath.Join(root, "usr/lib64", "libnvidia-ml.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	proc := filepath.Join(root, "proc")
+	writeFixture(t, filepath.Join(proc, "sys/kernel/osrelease"), "6.14.0-1007-nvidia\n")
+	v2dmem, v1 := filepath.Join(root, "cgroup-v2"), filepath.Join(root, "cgroup-v1")
+	writeFixture(t, filepath.Join(v2dmem, "cgroup.controllers"), "cpu io memory pids dmem\n")
+	if err := os.MkdirAll(v1, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+
+	for _, tt := range []struct {
+		driver, cgroupRoot, want string
+	}{
+		{"615.23.01", v2dmem, "hard"},
+		{"615.23.01", v1, "compute-only"},
+		{"580.95.05", v2dmem, "advisory"},
+	} {
+		t.Run(tt.driver+" "+filepath.Base(tt.cgroupRoot), func(t *testing.T) {
+			profile, err := gpu.BuiltinProfile("pcie-l4")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range profile.GPUs {
+				profile.GPUs[i].DriverVersion = tt.driver
+			}
+			devices, err := mocknvml.Flatten(profile, "mock-node")
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "devices")
+			writeFixture(t, file, string(devices))
+			t.Setenv(mocknvml.EnvDevicesFile, file)
+			out, err := runCommand(t, "slices", "--node-name", "mock-node", "--driver-root", root,
+				"--proc-root", proc, "--cgroup-root", tt.cgroupRoot, "-o", "json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, s := range decodeSlices(t, out) {
+				for _, d := range s.Spec.Devices {
+					n++
+					if a := d.Attributes["shareEnforcement"].StringValue; a == nil || *a != tt.want {
+						t.Errorf("%s: shareEnforcement %v, want %s", d.Name, a, tt.want)
+					}
+				}
+			}
+			if n == 0 {
+				t.Fatal("no devices published")
+			}
+		})
+	}
+}
+
+func writeFixture(t *testing.T, file, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -159,18 +159,24 @@ func TestDeviceClasses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fake GPUs: %v", err)
 	}
+	optOut := render(t, "sharing.requireHardEnforcement=false").get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass)
 	tests := []struct {
 		sharing     bool
+		enforcement string // the node's shareEnforcement; "" = not published
 		wantWhole   bool
-		wantShared  bool
+		wantShared  bool // with sharing.requireHardEnforcement (the default)
+		wantOptOut  bool // with sharing.requireHardEnforcement=false
 		otherDriver bool
 	}{
-		{sharing: true, wantWhole: true, wantShared: true},
-		{sharing: false, wantWhole: true, wantShared: false},
-		{sharing: true, otherDriver: true},
+		{sharing: true, enforcement: "hard", wantWhole: true, wantShared: true, wantOptOut: true},
+		{sharing: true, enforcement: "compute-only", wantWhole: true, wantShared: false, wantOptOut: true},
+		{sharing: true, enforcement: "advisory", wantWhole: true, wantShared: false, wantOptOut: true},
+		{sharing: true, enforcement: "", wantWhole: true, wantShared: false, wantOptOut: true},
+		{sharing: false, enforcement: "hard", wantWhole: true, wantShared: false, wantOptOut: false},
+		{sharing: true, enforcement: "hard", otherDriver: true},
 	}
 	for _, tc := range tests {
-		devices, err := tangramslices.Devices(gpus, tangramslices.Options{NodeName: "node-a", Sharing: tc.sharing})
+		devices, err := tangramslices.Devices(gpus, tangramslices.Options{NodeName: "node-a", Sharing: tc.sharing, ShareEnforcement: tc.enforcement})
 		if err != nil {
 			t.Fatalf("publishing devices: %v", err)
 		}
@@ -179,23 +185,29 @@ func TestDeviceClasses(t *testing.T) {
 			driver = "gpu.nvidia.com"
 		}
 		for _, class := range []struct {
+			what string
 			dc   *resourceapi.DeviceClass
 			want bool
-		}{{whole, tc.wantWhole}, {shared, tc.wantShared}} {
-			expr := class.dc.Spec.Selectors[0].CEL.Expression
-			compiled := cel.GetCompiler(cel.Features{EnableConsumableCapacity: true}).CompileCELExpression(expr, cel.Options{})
-			if compiled.Error != nil {
-				t.Fatalf("%s selector does not compile: %v", class.dc.Name, compiled.Error)
-			}
+		}{{"", whole, tc.wantWhole}, {"", shared, tc.wantShared}, {" (requireHardEnforcement=false)", optOut, tc.wantOptOut}} {
 			for _, d := range devices {
-				got, _, err := compiled.DeviceMatches(ctx, cel.Device{
-					Driver: driver, AllowMultipleAllocations: d.AllowMultipleAllocations,
-					Attributes: d.Attributes, Capacity: d.Capacity,
-				})
-				if err != nil {
-					t.Errorf("%s on %s (sharing=%v): evaluation error %v", class.dc.Name, d.Name, tc.sharing, err)
-				} else if got != class.want {
-					t.Errorf("%s matches %s of driver %s with sharing=%v: %v, want %v", class.dc.Name, d.Name, driver, tc.sharing, got, class.want)
+				got := true
+				for _, sel := range class.dc.Spec.Selectors {
+					compiled := cel.GetCompiler(cel.Features{EnableConsumableCapacity: true}).CompileCELExpression(sel.CEL.Expression, cel.Options{})
+					if compiled.Error != nil {
+						t.Fatalf("%s selector does not compile: %v", class.dc.Name, compiled.Error)
+					}
+					ok, _, err := compiled.DeviceMatches(ctx, cel.Device{
+						Driver: driver, AllowMultipleAllocations: d.AllowMultipleAllocations,
+						Attributes: d.Attributes, Capacity: d.Capacity,
+					})
+					if err != nil {
+						t.Errorf("%s%s on %s (sharing=%v, enforcement %q): evaluation error %v", class.dc.Name, class.what, d.Name, tc.sharing, tc.enforcement, err)
+					}
+					got = got && ok
+				}
+				if got != class.want {
+					t.Errorf("%s%s matches %s of driver %s with sharing=%v, enforcement %q: %v, want %v",
+						class.dc.Name, class.what, d.Name, driver, tc.sharing, tc.enforcement, got, class.want)
 				}
 			}
 		}

@@ -151,6 +151,13 @@ build_image() {
 	info "go build $pkg (CGO_ENABLED=$cgo)"
 	(cd "$dir" && CGO_ENABLED=$cgo go build "${GO_FLAGS[@]}" "${tags[@]}" -o "$app/$name" "$target") \
 		|| { printf '    go build %s failed (image %s)\n' "$pkg" "$ref" >&2; return 1; }
+	# The kubelet plugin copies tangram-cdi-hook from beside itself to the
+	# host, where the container runtime runs it (docs/enforcement.md).
+	if [ "$name" = dra-kubelet-plugin ]; then
+		info "go build ./cmd/tangram-cdi-hook (CGO_ENABLED=$cgo)"
+		(cd "$dir" && CGO_ENABLED=$cgo go build "${GO_FLAGS[@]}" "${tags[@]}" -o "$app/tangram-cdi-hook" ./cmd/tangram-cdi-hook) \
+			|| { printf '    go build ./cmd/tangram-cdi-hook failed (image %s)\n' "$ref" >&2; return 1; }
+	fi
 	if [ "$base" = glibc ]; then
 		smoke_test_glibc "$base_rootfs" "$app" "$name" \
 			|| { printf '    %s does not run on its glibc base (image %s)\n' "$pkg" "$ref" >&2; return 1; }

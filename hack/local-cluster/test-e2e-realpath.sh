@@ -47,6 +47,8 @@ install_chart() {
 	"$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$REPO_ROOT/deployments/helm/tangram" \
 		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
 		--set "driverRoot=$MOCK_DRIVER_ROOT" \
+		--set "kubeletPlugin.cgroupRoot=$MOCK_DRIVER_ROOT/sys/fs/cgroup" \
+		--set sharing.requireHardEnforcement=true \
 		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
 		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
 		--set "image.tag=${PLUGIN_IMAGE##*:}" \
@@ -67,11 +69,18 @@ run_specs() {
 		--gpu-node "$NODE_NAME" --cdi-dir "$CDI_DIR" \
 		--mock-driver-root "$MOCK_DRIVER_ROOT" --mock-nvml-state-dir "$MOCK_NVML_STATE_DIR" \
 		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" \
-		--helm "$HELM_BIN/helm" --helm-release "$RELEASE" "$@"
+		--helm "$HELM_BIN/helm" --helm-release "$RELEASE" \
+		--crictl "$CRICTL_BIN/crictl" --cri-endpoint "unix://$CONTAINERD_SOCK" "$@"
 }
 
 # Compiling the suite first fails fast on a broken test before any cluster work.
 stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
-stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 "$HERE/up.sh"
+# Driver 615 and a cgroup v2 + dmem fixture make the node "hard": shares
+# get tangram-cdi-hook (the kernel's enforcement itself is not exercised).
+# The library's built-in state directory is the plugin's, so tangram-cdi-hook
+# (run by containerd, without the plugin's environment) logs to the same
+# calls.log.
+stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 \
+	TANGRAM_MOCK_NVML_STATE_DIR="$MOCK_NVML_STATE_DIR" "$HERE/up.sh"
 stage chart-install install_chart
 stage e2e-realpath run_specs "$@"

@@ -11,6 +11,13 @@
 #                                --fake-profile on that node (default: hostname)
 #   TANGRAM_MOCK_NVML_STATE_DIR  the library's calls.log/events/compute modes
 #                                (default /var/lib/tangram/mock-nvml)
+#   TANGRAM_MOCK_NVML_DRIVER_VERSION  driver version the library reports instead
+#                                of the profile's (615.23.01 and later: per-cgroup
+#                                memory limits and MPS v3)
+#   TANGRAM_MOCK_CGROUP_DMEM     1: lay out ROOT/sys/fs/cgroup/cgroup.controllers
+#                                of a cgroup v2 host with the dmem controller,
+#                                for the plugin's --cgroup-root (chart:
+#                                kubeletPlugin.cgroupRoot); nothing is enforced
 #
 # An existing ROOT is replaced only if an earlier run made it. Prints ROOT on
 # the last line.
@@ -35,7 +42,7 @@ fi
 # A new root is a freshly booted driver: no compute modes set, no calls, no
 # events (only the library's own files are removed from the state directory).
 state="$TANGRAM_MOCK_NVML_STATE_DIR"
-rm -rf "$state/calls.log" "$state/events" "$state/compute-mode"
+rm -rf "$state/calls.log" "$state/events" "$state/compute-mode" "$state/memory-limits" "$state/fail-memory-limits"
 
 lib="$(hack/mock-nvml/build.sh | tail -n1)"
 hook="$(hack/nvidia-cdi-hook/build.sh | tail -n1)"
@@ -43,7 +50,7 @@ hook="$(hack/nvidia-cdi-hook/build.sh | tail -n1)"
 mkdir -p "$root/usr/lib64" "$root/usr/bin" "$root/dev" "$root/proc/driver/nvidia" "$root/usr/share/tangram-mock-nvml"
 devices="$root/usr/share/tangram-mock-nvml/devices"
 go run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$TANGRAM_MOCK_NVML_PROFILE" \
-	-node-name "$TANGRAM_MOCK_NVML_NODE_NAME" -sysfs "$root/sys" -o "$devices"
+	-node-name "$TANGRAM_MOCK_NVML_NODE_NAME" -driver-version "${TANGRAM_MOCK_NVML_DRIVER_VERSION:-}" -sysfs "$root/sys" -o "$devices"
 version="$(awk '$1 == "driver" {print $2}' "$devices")"
 [ -n "$version" ] && [ "$version" != "-" ] || { echo "mock driver root: the profile names no driverVersion" >&2; exit 1; }
 
@@ -89,11 +96,26 @@ mknod -m 0666 "$root/dev/nvidia-modeset" c 195 254
 mknod -m 0666 "$root/dev/nvidia-uvm" c 511 0
 mknod -m 0666 "$root/dev/nvidia-uvm-tools" c 511 1
 
+# What the plugin will detect (pkg/enforcement) and publish as
+# shareEnforcement: hard needs driver 615+ and cgroup v2 with dmem, which
+# this host only has as the fixture below (its kernel's own enforcement is
+# never exercised).
+enforcement=advisory
+if [ "${version%%.*}" -ge 615 ]; then
+	enforcement=compute-only
+	if [ "${TANGRAM_MOCK_CGROUP_DMEM:-}" = 1 ]; then
+		mkdir -p "$root/sys/fs/cgroup"
+		echo "cpuset cpu io memory hugetlb pids rdma misc dmem" >"$root/sys/fs/cgroup/cgroup.controllers"
+		enforcement=hard
+	fi
+fi
+
 cat >"$root/$marker" <<INFO
 Made by hack/mock-driver-root/create.sh; see docs/nvml.md.
 profile=$TANGRAM_MOCK_NVML_PROFILE
 node=$TANGRAM_MOCK_NVML_NODE_NAME
 state_dir=$TANGRAM_MOCK_NVML_STATE_DIR
 driver_version=$version
+share_enforcement=$enforcement
 INFO
 echo "$root"

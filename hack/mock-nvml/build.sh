@@ -10,6 +10,9 @@
 #   TANGRAM_MOCK_NVML_STATE_DIR  default state directory (calls.log, events,
 #                                compute modes); default /var/lib/tangram/mock-nvml,
 #                                inside the kubelet plugin's state hostPath
+#   TANGRAM_MOCK_NVML_DRIVER_VERSION  driver version to report instead of the
+#                                profile's (e.g. 615.23.01: per-cgroup memory
+#                                limits and MPS v3); default the profile's
 #   MOCK_NVML_OUT                output directory (default: a directory under
 #                                ~/.cache/tangram/mock-nvml named by the inputs' hash)
 set -euo pipefail
@@ -31,7 +34,7 @@ trap 'rm -rf "$work"' EXIT
 
 # The device table, as C, from the same profile code the fake source uses.
 go run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$profile" -node-name "$node" \
-	-c-state-dir "$state" -format c -o "$work/builtin.c"
+	-c-state-dir "$state" -driver-version "${TANGRAM_MOCK_NVML_DRIVER_VERSION:-}" -format c -o "$work/builtin.c"
 
 # Every NVML entry point becomes a weak stub answering NOT_SUPPORTED (3);
 # mock_nvml.c's definitions override them. go-nvml binds symbols lazily, so

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // Environment variables the library reads when NVML is initialised.
@@ -71,6 +72,28 @@ func (s State) LoseGPU(index int) error {
 // EventsFile is where the library reads events from.
 func (s State) EventsFile() string { return filepath.Join(s.Dir, "events") }
 
+// FailMemoryLimits makes every nvmlDeviceSetMemoryLimits_v1 answer ret
+// (still logged, with its result) until AllowMemoryLimits.
+func (s State) FailMemoryLimits(ret int) error {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating mock NVML state directory: %w", err)
+	}
+	if err := os.WriteFile(s.failMemoryLimitsFile(), []byte(fmt.Sprintf("%d\n", ret)), 0o644); err != nil {
+		return fmt.Errorf("making mock NVML memory limits fail: %w", err)
+	}
+	return nil
+}
+
+// AllowMemoryLimits undoes FailMemoryLimits.
+func (s State) AllowMemoryLimits() error {
+	if err := os.Remove(s.failMemoryLimitsFile()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("letting mock NVML memory limits succeed again: %w", err)
+	}
+	return nil
+}
+
+func (s State) failMemoryLimitsFile() string { return filepath.Join(s.Dir, "fail-memory-limits") }
+
 // CallsFile is where the library logs mutating calls.
 func (s State) CallsFile() string { return filepath.Join(s.Dir, "calls.log") }
 
@@ -96,10 +119,24 @@ type Call struct {
 	Args     map[string]string
 }
 
+// Time is when the call was made, for calls that log it (time=, RFC 3339
+// with nanoseconds, UTC).
+func (c Call) Time() (time.Time, error) {
+	v, ok := c.Args["time"]
+	if !ok {
+		return time.Time{}, fmt.Errorf("mock NVML call %s has no time", c.Function)
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("mock NVML call %s: time: %w", c.Function, err)
+	}
+	return t, nil
+}
+
 func (c Call) String() string {
 	var b strings.Builder
 	b.WriteString(c.Function)
-	for _, k := range []string{"index", "uuid", "mode"} {
+	for _, k := range []string{"index", "uuid", "mode", "namespace", "soft", "hard", "result"} {
 		if v, ok := c.Args[k]; ok {
 			fmt.Fprintf(&b, " %s=%s", k, v)
 		}

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -366,4 +367,80 @@ func cstr(b []int8) string {
 		s = append(s, byte(c))
 	}
 	return string(s)
+}
+
+func TestMemoryLimitsAreLoggedAndKept(t *testing.T) {
+	lib, state := serve(t, builtin(t, "dgx-h100"))
+	dev, ret := lib.DeviceGetHandleByIndex(2)
+	ok(t, "DeviceGetHandleByIndex", ret)
+	uuid := gpu.FakeGPUUUID(node, 2)
+	cgroup := t.TempDir()
+	const share = 20 << 30
+
+	before := time.Now()
+	ok(t, "SetMemoryLimits_v1", dev.SetMemoryLimits_v1(cgroup, 0, share))
+	got, ret := dev.GetMemoryLimits_v1(cgroup)
+	ok(t, "GetMemoryLimits_v1", ret)
+	if got.SoftLimit != 0 || got.HardLimit != share {
+		t.Errorf("GetMemoryLimits_v1 = soft %d hard %d, want 0 %d", got.SoftLimit, got.HardLimit, uint64(share))
+	}
+	if _, ret := dev.GetMemoryLimits_v1(t.TempDir()); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("GetMemoryLimits_v1 of a cgroup without limits = %v, want ERROR_NOT_FOUND", ret)
+	}
+
+	for _, tt := range []struct {
+		name       string
+		namespace  string
+		soft, hard uint64
+		want       nvml.Return
+	}{
+		{"soft above hard", cgroup, 2, 1, nvml.ERROR_INVALID_ARGUMENT},
+		{"hard above the card's memory", cgroup, 0, 81 << 30, nvml.ERROR_INVALID_ARGUMENT},
+		{"relative path", "kubepods/pod", 0, share, nvml.ERROR_INVALID_ARGUMENT},
+		{"missing cgroup", filepath.Join(cgroup, "gone"), 0, share, nvml.ERROR_OPERATING_SYSTEM},
+	} {
+		if ret := dev.SetMemoryLimits_v1(tt.namespace, tt.soft, tt.hard); ret != tt.want {
+			t.Errorf("%s: SetMemoryLimits_v1 = %v, want %v", tt.name, ret, tt.want)
+		}
+	}
+
+	// The fail-closed knob: the call is refused, and still logged.
+	if err := state.FailMemoryLimits(int(nvml.ERROR_NO_PERMISSION)); err != nil {
+		t.Fatal(err)
+	}
+	if ret := dev.SetMemoryLimits_v1(cgroup, 0, share); ret != nvml.ERROR_NO_PERMISSION {
+		t.Errorf("SetMemoryLimits_v1 with the failure knob = %v, want ERROR_NO_PERMISSION", ret)
+	}
+	if err := state.AllowMemoryLimits(); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, "SetMemoryLimits_v1 after AllowMemoryLimits", dev.SetMemoryLimits_v1(cgroup, 0, share/2))
+
+	calls, err := state.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "nvmlDeviceSetMemoryLimits_v1 index=2 uuid=" + uuid + " namespace=" + cgroup + " soft=0 hard="
+	want := []string{
+		prefix + "21474836480 result=0",
+		prefix + "21474836480 result=4", // NVML_ERROR_NO_PERMISSION
+		prefix + "10737418240 result=0",
+	}
+	var lines []string
+	for _, c := range calls {
+		if c.Args["namespace"] != cgroup || c.Args["soft"] != "0" {
+			continue // the refused arguments
+		}
+		lines = append(lines, c.String())
+		at, err := c.Time()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at.Before(before.Add(-time.Second)) || at.After(time.Now().Add(time.Second)) {
+			t.Errorf("call logged at %v, not while the test ran (from %v)", at, before)
+		}
+	}
+	if !reflect.DeepEqual(lines, want) {
+		t.Errorf("calls.log:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
 }

@@ -76,6 +76,10 @@ type Result struct {
 	// shares of one claim must use the same directory, because a container
 	// can reach only one MPS control daemon.
 	MPSPipeDir string
+	// MemoryLimitHook, when set, gives a share's device a createRuntime
+	// hook that holds the container to the claim's memory on the card
+	// (nodes with hard enforcement only). Whole cards get none.
+	MemoryLimitHook *MemoryLimitHook
 }
 
 // DeviceEdits is one CDI device of the claim's spec, in Result order.
@@ -278,6 +282,12 @@ func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
 		if usesMPS {
 			edits.Env = append(edits.Env, mps.Env...)
 			edits.Mounts = mps.Mounts
+		}
+		if h := r.MemoryLimitHook; h != nil && !c.whole {
+			// The claim's memory on the card, so that shares of one card
+			// in one claim add up, whichever of their devices a
+			// container is given; the hooks of several are the same.
+			edits.Hooks = append(edits.Hooks, h.hook(c.uuid, c.memBytes))
 		}
 		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: DeviceID(name), Edits: copyEdits(edits), MPS: usesMPS})
 	}
@@ -484,6 +494,12 @@ func copyEdits(e cdispec.ContainerEdits) cdispec.ContainerEdits {
 		mc := *m
 		mc.Options = append([]string(nil), m.Options...)
 		out.Mounts = append(out.Mounts, &mc)
+	}
+	for _, h := range e.Hooks {
+		hc := *h
+		hc.Args = append([]string(nil), h.Args...)
+		hc.Env = append([]string(nil), h.Env...)
+		out.Hooks = append(out.Hooks, &hc)
 	}
 	return out
 }

@@ -129,6 +129,15 @@ func TestClaim(t *testing.T) {
 			reason:  `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster`,
 		},
 		{
+			name:    "hard enforcement required, node is not",
+			cluster: newTestCluster().node("n1", "", true, "d0"),
+			claim:   withSelector(fixture.Share("default", "new", "10Gi", 0), `"shareEnforcement" in device.attributes["gpu.tangram.dev"] && device.attributes["gpu.tangram.dev"].shareEnforcement == "hard"`),
+			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster; ` +
+				`the selectors require a gpu.tangram.dev/shareEnforcement level the devices do not have (they are: 1 none published): ` +
+				`shares need driver 615+, cgroup v2 and the dmem controller for hard enforcement (docs/enforcement.md), ` +
+				`or the chart value sharing.requireHardEnforcement=false accepts advisory nodes`,
+		},
+		{
 			name:    "selector that does not compile",
 			cluster: newTestCluster().node("n1", "", false, "d0"),
 			claim:   withSelector(fixture.Whole("default", "new", 1, false), `device.attributes[`),

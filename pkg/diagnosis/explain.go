@@ -42,7 +42,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 	}
 	if len(matching) == 0 {
 		a.problem = fmt.Sprintf("class %s with the request's selectors matches none of the %d devices in the cluster",
-			r.spec.DeviceClassName, len(inv.Devices))
+			r.spec.DeviceClassName, len(inv.Devices)) + enforcementHint(m.exprs, inv.Devices)
 		return a
 	}
 

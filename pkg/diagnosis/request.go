@@ -3,6 +3,8 @@ package diagnosis
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -196,4 +198,35 @@ func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 		return fmt.Sprintf("%d%% compute", q.Value())
 	}
 	return q.String() + " " + short(string(name))
+}
+
+// enforcementHint explains a selector requiring a share enforcement level
+// (the chart's shared class requires "hard" unless the value
+// sharing.requireHardEnforcement is false): it lists the levels the
+// devices have, so an admin sees that the nodes, not the request, fall
+// short. Empty when no selector names the attribute.
+func enforcementHint(exprs []string, devices []*clusterview.DeviceState) string {
+	named := false
+	for _, e := range exprs {
+		named = named || strings.Contains(e, names.AttrShareEnforcement)
+	}
+	if !named {
+		return ""
+	}
+	levels := map[string]int{}
+	for _, d := range devices {
+		level := "none published"
+		if a, ok := d.Device.Attributes[names.AttrShareEnforcement]; ok && a.StringValue != nil {
+			level = *a.StringValue
+		}
+		levels[level]++
+	}
+	var parts []string
+	for _, level := range slices.Sorted(maps.Keys(levels)) {
+		parts = append(parts, fmt.Sprintf("%d %s", levels[level], level))
+	}
+	return fmt.Sprintf("; the selectors require a %s/%s level the devices do not have (they are: %s): "+
+		"shares need driver 615+, cgroup v2 and the dmem controller for hard enforcement (docs/enforcement.md), "+
+		"or the chart value sharing.requireHardEnforcement=false accepts advisory nodes",
+		names.DriverName, names.AttrShareEnforcement, strings.Join(parts, ", "))
 }

@@ -46,6 +46,9 @@ func APIClaimLister(client kubernetes.Interface) ClaimLister {
 type CDISpecs struct {
 	Store    *cdi.SpecStore
 	Hardware cdi.HardwareEdits
+	// MemoryLimitHook is given to every result (cdi.Result.MemoryLimitHook);
+	// nil on nodes without hard enforcement.
+	MemoryLimitHook *cdi.MemoryLimitHook
 }
 
 var _ SpecStore = CDISpecs{}
@@ -65,6 +68,7 @@ func (c CDISpecs) Write(_ context.Context, spec ClaimSpec) ([][]string, error) {
 			AllocatableMemoryBytes: d.AllocatableMemoryBytes,
 			Config:                 d.Config,
 			MPSPipeDir:             spec.MPS.PipeDir,
+			MemoryLimitHook:        c.MemoryLimitHook,
 		}
 	}
 	claim := cdi.Claim{UID: spec.UID, Namespace: spec.Namespace, Name: spec.Name}

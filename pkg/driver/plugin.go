@@ -59,6 +59,9 @@ type PluginOptions struct {
 	// MPSMode is --mps-mode: classic MPS, MPS v3 namespaces, or auto (v3
 	// on drivers that have it).
 	MPSMode sharing.Mode
+	// MPSv3Available is what capability detection found: the node's
+	// driver has MPS v3 (release 615 on). It decides --mps-mode=auto.
+	MPSv3Available bool
 	// MPSShmSizeBytes bounds each claim's /dev/shm in MPS v3 mode (a tmpfs
 	// per claim, real GPUs only).
 	MPSShmSizeBytes int64
@@ -82,6 +85,9 @@ type PluginOptions struct {
 	// Hardware adds device nodes and driver files on real GPUs; nil means
 	// none (right for fake GPUs).
 	Hardware cdi.HardwareEdits
+	// MemoryLimitHook, set on nodes with hard share enforcement, puts
+	// tangram-cdi-hook into every share's CDI device; nil means none.
+	MemoryLimitHook *cdi.MemoryLimitHook
 }
 
 // Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error.
@@ -137,7 +143,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			Pool:       opts.NodeName,
 			MPSPipeDir: sharing.Layout{Root: opts.MPSRoot}.PipeDir(),
 		},
-		Specs:   CDISpecs{Store: specStore, Hardware: hardware},
+		Specs:   CDISpecs{Store: specStore, Hardware: hardware, MemoryLimitHook: opts.MemoryLimitHook},
 		Configs: ResolveConfigs,
 		Metrics: metrics,
 		OnFatal: func(err error) { cancel(err) },
@@ -302,19 +308,14 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	return sharing.NewManager(layout, daemon, computeModes, shareable, v3Option(opts, mode, layout, daemon.Control, shareable)...), nil
 }
 
-// resolveMPSMode is where --mps-mode=auto is decided: v3 from driver
-// release 615 on. (Capability detection proper lives elsewhere; this reads
-// the version the inventory reports for the first card.)
+// resolveMPSMode is where --mps-mode=auto is decided: v3 where capability
+// detection (pkg/enforcement) found MPS v3.
 func resolveMPSMode(opts PluginOptions) sharing.Mode {
-	var major int
-	if len(opts.GPUs) > 0 {
-		major = sharing.DriverMajor(opts.GPUs[0].DriverVersion)
-	}
 	mode := opts.MPSMode
 	if mode == "" {
 		mode = sharing.ModeAuto
 	}
-	return sharing.ResolveMode(mode, major)
+	return sharing.ResolveMode(mode, opts.MPSv3Available)
 }
 
 func protocolOf(mode sharing.Mode) int {

@@ -35,6 +35,9 @@ const (
 	AttrNVLinkDomain          = "nvlinkDomain"
 	AttrNVLinkPeers           = "nvlinkPeers"
 	AttrShareable             = "shareable"
+	// AttrShareEnforcement says how hard the node enforces a share's limits:
+	// "hard", "compute-only" or "advisory" (pkg/enforcement).
+	AttrShareEnforcement = "shareEnforcement"
 
 	// TypeGPU is the value of the "type" attribute of every device we publish.
 	TypeGPU = "gpu"

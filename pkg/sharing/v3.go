@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -34,9 +33,6 @@ const (
 	ModeClassic Mode = "classic"
 )
 
-// MinV3DriverMajor is the first driver release with MPS v3.
-const MinV3DriverMajor = 615
-
 // ParseMode reads a --mps-mode value.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
@@ -48,27 +44,16 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("--mps-mode=%s: want auto, v3 or classic", s)
 }
 
-// ResolveMode decides the mode for a node whose driver's major release is
-// driverMajor (0 when unknown): auto means v3 from release 615 on.
-func ResolveMode(m Mode, driverMajor int) Mode {
+// ResolveMode decides the mode for a node: auto means v3 where the node's
+// driver has MPS v3 (pkg/enforcement detects it), classic elsewhere.
+func ResolveMode(m Mode, v3Available bool) Mode {
 	if m != ModeAuto {
 		return m
 	}
-	if driverMajor >= MinV3DriverMajor {
+	if v3Available {
 		return ModeV3
 	}
 	return ModeClassic
-}
-
-// DriverMajor reads the major release of a driver version such as
-// "615.10.02"; 0 when it is not one.
-func DriverMajor(version string) int {
-	major, _, _ := strings.Cut(version, ".")
-	n, err := strconv.Atoi(major)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
 }
 
 // Share is one card's share of a claim, as MPS needs to know it.

@@ -17,16 +17,15 @@ import (
 func TestResolveMode(t *testing.T) {
 	tests := []struct {
 		flag   string
-		major  int
+		v3     bool
 		want   Mode
 		badArg bool
 	}{
-		{flag: "auto", major: 615, want: ModeV3},
-		{flag: "auto", major: 620, want: ModeV3},
-		{flag: "auto", major: 580, want: ModeClassic},
-		{flag: "", major: 0, want: ModeClassic},
-		{flag: "v3", major: 580, want: ModeV3},
-		{flag: "classic", major: 615, want: ModeClassic},
+		{flag: "auto", v3: true, want: ModeV3},
+		{flag: "auto", v3: false, want: ModeClassic},
+		{flag: "", want: ModeClassic},
+		{flag: "v3", v3: false, want: ModeV3},
+		{flag: "classic", v3: true, want: ModeClassic},
 		{flag: "v4", badArg: true},
 	}
 	for _, tt := range tests {
@@ -40,8 +39,8 @@ func TestResolveMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ResolveMode(m, tt.major); got != tt.want {
-			t.Errorf("ResolveMode(%q, %d) = %q, want %q", tt.flag, tt.major, got, tt.want)
+		if got := ResolveMode(m, tt.v3); got != tt.want {
+			t.Errorf("ResolveMode(%q, %t) = %q, want %q", tt.flag, tt.v3, got, tt.want)
 		}
 	}
 }

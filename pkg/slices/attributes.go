@@ -143,7 +143,7 @@ var builtinAttributes = map[resourceapi.QualifiedName]bool{
 	names.AttrType: true, names.AttrUUID: true, names.AttrIndex: true, names.AttrMinor: true,
 	names.AttrProductName: true, names.AttrBrand: true, names.AttrArchitecture: true,
 	names.AttrCUDAComputeCapability: true, names.AttrDriverVersion: true, names.AttrCUDADriverVersion: true,
-	names.AttrNVLinkDomain: true, names.AttrNVLinkPeers: true, names.AttrShareable: true,
+	names.AttrNVLinkDomain: true, names.AttrNVLinkPeers: true, names.AttrShareable: true, names.AttrShareEnforcement: true,
 	deviceattribute.StandardDeviceAttributePCIBusID: true,
 	deviceattribute.StandardDeviceAttributePCIeRoot: true,
 	deviceattribute.StandardDeviceAttributeNUMANode: true,

@@ -47,6 +47,9 @@ type Options struct {
 	NodeLabelAttributes []string
 	// MemoryStep is the granularity of memory shares; zero means 256Mi.
 	MemoryStep resource.Quantity
+	// ShareEnforcement is the node's enforcement level (pkg/enforcement),
+	// published on every card as shareEnforcement; empty leaves it out.
+	ShareEnforcement string
 
 	// Sysfs, when set, is the host's /sys used to resolve each card's
 	// resource.kubernetes.io/pcieRoot. Nil leaves pcieRoot out: fake cards
@@ -138,6 +141,9 @@ func device(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, opts
 	setVersion(logger, attrs, names.AttrCUDAComputeCapability, g.CUDAComputeCapability)
 	setVersion(logger, attrs, names.AttrDriverVersion, g.DriverVersion)
 	setVersion(logger, attrs, names.AttrCUDADriverVersion, g.CUDADriverVersion)
+	if opts.ShareEnforcement != "" {
+		setString(logger, attrs, names.AttrShareEnforcement, opts.ShareEnforcement)
+	}
 	for _, attr := range standardAttributes(logger, g, opts.Sysfs) {
 		attrs[attr.Name] = attr.Value
 	}

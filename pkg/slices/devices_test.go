@@ -385,3 +385,33 @@ func TestSemver(t *testing.T) {
 		})
 	}
 }
+
+func TestDevicesShareEnforcement(t *testing.T) {
+	for _, tt := range []struct {
+		level string
+		want  *string // nil: attribute left out
+	}{
+		{"", nil},
+		{"hard", ptr.To("hard")},
+		{"advisory", ptr.To("advisory")},
+	} {
+		t.Run(tt.level, func(t *testing.T) {
+			devs, err := Devices([]gpu.GPU{{Index: 0}, {Index: 1}}, Options{NodeName: "n", ShareEnforcement: tt.level, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range devs {
+				attr, ok := d.Attributes["shareEnforcement"]
+				if tt.want == nil {
+					if ok {
+						t.Errorf("%s: shareEnforcement %v published without a level", d.Name, attr)
+					}
+					continue
+				}
+				if !ok || attr.StringValue == nil || *attr.StringValue != *tt.want {
+					t.Errorf("%s: shareEnforcement %v, want %q", d.Name, attr, *tt.want)
+				}
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -103,7 +104,8 @@ func createSimNode(ctx context.Context, name, profile string, sharing bool) stri
 	Expect(err).NotTo(HaveOccurred(), "fake profile %s", profile)
 	gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
 	Expect(err).NotTo(HaveOccurred(), "fake GPUs of profile %s", profile)
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: sharing})
+	// Fake GPUs enforce nothing: the plugin publishes them advisory.
+	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: sharing, ShareEnforcement: string(enforcement.Advisory)})
 	Expect(err).NotTo(HaveOccurred(), "ResourceSlice devices of profile %s", profile)
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{

@@ -96,7 +96,12 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(err).NotTo(HaveOccurred(), "the mock driver root serves profile %q", marker["profile"])
 		cards, err := gpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
 		Expect(err).NotTo(HaveOccurred())
-		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true})
+		// The mock root may serve another driver than the profile's
+		// (TANGRAM_MOCK_NVML_DRIVER_VERSION, 615 in the realpath stage).
+		for i := range cards {
+			cards[i].DriverVersion = marker["driver_version"]
+		}
+		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true, ShareEnforcement: marker["share_enforcement"]})
 		Expect(err).NotTo(HaveOccurred())
 
 		got := nodeDevices(ctx, gpuNode)

@@ -6,7 +6,9 @@
  * hack/mock-nvml/cmd/mock-nvml-profile from a fake-GPU profile), keeps
  * compute modes across processes in its state directory, appends every
  * mutating call to <state>/calls.log, and delivers events that tests append
- * to <state>/events. Every other NVML entry point is a weak stub
+ * to <state>/events, and keeps per-cgroup memory limits in
+ * <state>/memory-limits (<state>/fail-memory-limits makes setting them
+ * fail). Every other NVML entry point is a weak stub
  * (stubs.c, generated from go-nvml's nvml.h) answering
  * NVML_ERROR_NOT_SUPPORTED.
  *
@@ -375,6 +377,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_TIMEOUT: return "Timeout";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request";
     default: return "Unknown Error";
     }
 }
@@ -822,4 +825,95 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
         return NVML_ERROR_INVALID_ARGUMENT;
     free(set.handle);
     return NVML_SUCCESS;
+}
+
+/* ---- per-cgroup memory limits (driver 615+): every set is logged to
+ * calls.log with the cgroup path, both limits and the wall-clock time, and
+ * kept in <state>/memory-limits so a getter in another process sees it.
+ * A test makes every set fail by writing <state>/fail-memory-limits; its
+ * content is the nvmlReturn_t to answer (empty: NVML_ERROR_UNKNOWN). ---- */
+
+static nvmlReturn_t memory_limit_failure(void) {
+    char path[4200];
+    if (state_path(path, sizeof path, "fail-memory-limits") != 0)
+        return NVML_ERROR_UNKNOWN;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NVML_SUCCESS;
+    int code;
+    nvmlReturn_t ret = fscanf(f, "%d", &code) == 1 && code != 0 ? (nvmlReturn_t)code : NVML_ERROR_UNKNOWN;
+    fclose(f);
+    return ret;
+}
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, nvmlSetMemoryLimits_v1_t *limits) {
+    char path[4200], stamp[64];
+    struct stat st;
+    struct timespec now;
+    struct tm tm;
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (limits == NULL || limits->nameSpace == NULL || limits->nameSpace[0] != '/' ||
+        strpbrk(limits->nameSpace, " \t\n") != NULL || limits->softLimit > limits->hardLimit ||
+        (limits->hardLimit > d.handle->memory && limits->hardLimit != NVML_DEVICE_MEMORY_LIMIT_MAX))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* As the driver: the cgroup must exist. */
+    if (stat(limits->nameSpace, &st) != 0 || !S_ISDIR(st.st_mode))
+        ret = NVML_ERROR_OPERATING_SYSTEM;
+    if (ret == NVML_SUCCESS)
+        ret = memory_limit_failure();
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof stamp - n, ".%09ldZ", now.tv_nsec);
+    nvmlReturn_t logged = log_call("nvmlDeviceSetMemoryLimits_v1 index=%u uuid=%s namespace=%s soft=%llu hard=%llu time=%s result=%d",
+                                   d.handle->index, d.handle->uuid, limits->nameSpace, limits->softLimit,
+                                   limits->hardLimit, stamp, (int)ret);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (logged != NVML_SUCCESS)
+        return logged;
+    if (state_path(path, sizeof path, "memory-limits") != 0)
+        return NVML_ERROR_UNKNOWN;
+    char line[4400];
+    int len = snprintf(line, sizeof line, "%s %s %llu %llu\n", d.handle->uuid, limits->nameSpace,
+                       limits->softLimit, limits->hardLimit);
+    if (len < 0 || len >= (int)sizeof line)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        complain("opening %s: %s", path, strerror(errno));
+        return NVML_ERROR_UNKNOWN;
+    }
+    ssize_t w = write(fd, line, len);
+    close(fd);
+    return w == len ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+/* The last limits set for this card and cgroup; NOT_FOUND if none. */
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, nvmlGetMemoryLimits_v1_t *limits) {
+    char path[4200], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], ns[4096];
+    unsigned long long soft, hard;
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (limits == NULL || limits->nameSpace == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (state_path(path, sizeof path, "memory-limits") != 0)
+        return NVML_ERROR_UNKNOWN;
+    ret = NVML_ERROR_NOT_FOUND;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return ret;
+    while (fscanf(f, "%95s %4095s %llu %llu", uuid, ns, &soft, &hard) == 4) {
+        if (strcmp(uuid, d.handle->uuid) == 0 && strcmp(ns, limits->nameSpace) == 0) {
+            limits->softLimit = soft;
+            limits->hardLimit = hard;
+            limits->currentUsed = 0;
+            ret = NVML_SUCCESS;
+        }
+    }
+    fclose(f);
+    return ret;
 }

@@ -31,12 +31,18 @@ func run(args []string) error {
 	stateDir := fs.String("c-state-dir", "/var/lib/tangram/mock-nvml", "with -format c: the library's default state directory")
 	out := fs.String("o", "", "output file (default: standard output)")
 	sysfs := fs.String("sysfs", "", "also lay out the cards' PCI devices under this directory (a mock /sys)")
+	driver := fs.String("driver-version", "", "serve this NVIDIA driver version instead of the profile's, e.g. 615.23.01 for a driver with per-cgroup memory limits and MPS v3")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	p, err := loadProfile(*profile)
 	if err != nil {
 		return err
+	}
+	if *driver != "" {
+		for i := range p.GPUs {
+			p.GPUs[i].DriverVersion = *driver
+		}
 	}
 	devices, err := mocknvml.Flatten(p, *node)
 	if err != nil {

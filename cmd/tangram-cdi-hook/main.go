@@ -1,0 +1,43 @@
+//go:build cgo
+
+// Command tangram-cdi-hook is the CDI createRuntime hook that sets a
+// container's hard GPU memory limit on each of its cards through NVML
+// before the container's process runs (pkg/memlimit, docs/enforcement.md).
+// The kubelet plugin installs it on the host and names it, with the cards
+// and byte limits, in the CDI specs of shares on hard-enforcement nodes.
+//
+//	tangram-cdi-hook --limit <card UUID>=<bytes> [--limit …] [--driver-root /] [--cgroup-root /sys/fs/cgroup] [--proc-root /proc]
+//
+// Any failure exits 1 with one line on stderr, which the container runtime
+// reports as the reason the container did not start.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/tangram-gpu/tangram/pkg/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/memlimit"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin); err != nil {
+		fmt.Fprintf(os.Stderr, "tangram-cdi-hook: GPU memory limit not set, refusing to start the container: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdin io.Reader) error {
+	cfg, err := memlimit.ParseFlags(args)
+	if err != nil {
+		return err
+	}
+	lib, err := driverroot.Root{Path: cfg.DriverRoot}.NVMLLibraryPath()
+	if err != nil {
+		return err
+	}
+	return memlimit.Run(cfg, stdin, nvml.New(nvml.WithLibraryPath(lib)))
+}

@@ -1,0 +1,37 @@
+package cdi
+
+import (
+	"strconv"
+
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// MemoryLimitHook is how a share's CDI device calls tangram-cdi-hook, which
+// sets the share's hard memory limit on the container's cgroup through NVML
+// before the container's process runs (docs/enforcement.md). The plugin
+// sets it only on nodes whose enforcement level is hard.
+type MemoryLimitHook struct {
+	// Path is the hook binary as the host (the container runtime) sees it.
+	Path string
+	// DriverRoot is the NVIDIA driver root as the host sees it, where the
+	// hook finds libnvidia-ml.so.1.
+	DriverRoot string
+}
+
+// hookName is the program name the hook is given as argv[0].
+const hookName = "tangram-cdi-hook"
+
+// memoryLimitHook is the createRuntime hook limiting the container to
+// limitBytes of the card: createRuntime runs after the container's cgroup
+// exists and before its process starts, so the workload never runs
+// unlimited; the hook exits non-zero if it cannot set the limit, and the
+// runtime then refuses to start the container.
+func (h MemoryLimitHook) hook(uuid string, limitBytes int64) *cdispec.Hook {
+	return &cdispec.Hook{
+		HookName: cdiapi.CreateRuntimeHook,
+		Path:     h.Path,
+		Args: []string{hookName, "--driver-root", h.DriverRoot,
+			"--limit", uuid + "=" + strconv.FormatInt(limitBytes, 10)},
+	}
+}

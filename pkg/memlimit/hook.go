@@ -1,0 +1,78 @@
+package memlimit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Config is the hook's command line.
+type Config struct {
+	// Limits are the cards' limits, one --limit each.
+	Limits []Limit
+	// ProcRoot is where /proc/<pid>/cgroup is read (tests: a fixture).
+	ProcRoot string
+	// CgroupRoot is the host's cgroup file system (tests: a fake tree).
+	CgroupRoot string
+	// DriverRoot is where libnvidia-ml.so.1 is looked up, as the host sees
+	// the NVIDIA driver root.
+	DriverRoot string
+}
+
+// ParseFlags parses the hook's arguments (without the program name).
+func ParseFlags(args []string) (Config, error) {
+	cfg := Config{}
+	fs := flag.NewFlagSet("tangram-cdi-hook", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "proc file system the container's /proc/<pid>/cgroup is read from")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup file system")
+	fs.StringVar(&cfg.DriverRoot, "driver-root", "/", "NVIDIA driver root on the host, where libnvidia-ml.so.1 is looked up")
+	fs.Func("limit", "<card UUID>=<bytes>: the container's hard memory limit on that card (repeatable)", func(s string) error {
+		l, err := ParseLimit(s)
+		if err != nil {
+			return err
+		}
+		cfg.Limits = append(cfg.Limits, l)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("arguments: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("arguments: unexpected %q; use --limit <card UUID>=<bytes>", strings.Join(fs.Args(), " "))
+	}
+	if len(cfg.Limits) == 0 {
+		return Config{}, errors.New("arguments: no --limit <card UUID>=<bytes> given")
+	}
+	seen := map[string]bool{}
+	for _, l := range cfg.Limits {
+		if seen[l.UUID] {
+			return Config{}, fmt.Errorf("arguments: card %s has two --limit arguments; give one per card", l.UUID)
+		}
+		seen[l.UUID] = true
+	}
+	return cfg, nil
+}
+
+// Run is the hook: it reads the container's pid from the OCI state on
+// stdin, finds its cgroup and sets every limit there through lib, which it
+// initialises and shuts down. Any error means the container must not start.
+func Run(cfg Config, stdin io.Reader, lib nvml.Interface) error {
+	pid, err := ReadPID(stdin)
+	if err != nil {
+		return err
+	}
+	cgroup, err := ContainerCgroup(cfg.ProcRoot, cfg.CgroupRoot, pid)
+	if err != nil {
+		return err
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("initialising NVML to set memory limits on cgroup %s: %s", cgroup, nvmlError(ret))
+	}
+	defer func() { _ = lib.Shutdown() }()
+	return Apply(lib, cgroup, cfg.Limits)
+}
