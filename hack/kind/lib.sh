@@ -45,3 +45,8 @@ ensure_kind() {
 	fi
 	PATH="$KIND_BIN_DIR:$PATH"
 }
+
+# The demo's kind cluster.
+KIND_CLUSTER="${KIND_CLUSTER_NAME:-tangram}"
+KIND_KUBECONFIG="${KIND_KUBECONFIG:-$KIND_CACHE/kubeconfig}"
+KIND_IPTABLES_SNAPSHOT="$TANGRAM_DOCKER_RUN/iptables-before.txt"

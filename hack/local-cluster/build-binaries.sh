@@ -101,13 +101,11 @@ build_kube() {
 		k8s.io/kubernetes/cmd/kubectl
 }
 
-# kubeadm and kube-proxy are only needed inside the kind node image
-# (hack/kind); the local cluster runs without them. A separate cache entry so
-# the local cluster's cached build stays valid.
+# kubeadm is only needed inside the kind node image (hack/kind); the local
+# cluster runs without it. A separate cache entry so the local cluster's
+# cached build stays valid.
 build_kubeadm() {
-	kube_wrapper_build kubeadm "~4 min on 2 cores after kube" \
-		k8s.io/kubernetes/cmd/kubeadm \
-		k8s.io/kubernetes/cmd/kube-proxy
+	kube_wrapper_build kubeadm "~3 min on 2 cores after kube" k8s.io/kubernetes/cmd/kubeadm
 }
 
 # go_install_build NAME VERSION EST PKG@VERSION...: for upstream modules that
