@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds Tangram's offline kind node image from source, with no registry:
-#   hack/kind/build-node-image.sh      prints the image name on stdout
+#   hack/kind/build-node-image.sh             prints the image name on stdout
+#   hack/kind/build-node-image.sh --is-cached exits 0 when a node image of an
+#       earlier run is cached (then a rebuild at most reassembles it, ~1-2 min)
 # `kind build node-image` cannot run here (it pulls a base image and
 # Kubernetes' build images), so this assembles the same kind of image:
 #   1. a Debian rootfs with systemd and kind's package list (debootstrap),
@@ -205,4 +207,10 @@ main() {
 	echo "$image"
 }
 
-main "$@"
+if [ "${1:-}" = --is-cached ]; then
+	compgen -G "$KIND_CACHE/rootfs-*/.done" >/dev/null && compgen -G "$KIND_CACHE/node-image-*.tar" >/dev/null &&
+		[ -f "$(component_dir kubeadm "$KUBE_VERSION")/.done" ] && [ -x "$KIND_BIN_DIR/kind" ]
+	exit
+fi
+[ $# -eq 0 ] || die "usage: $0 [--is-cached]"
+main

@@ -45,7 +45,7 @@ dockerd_start() {
 		--add-runtime "tangram-runc=$TANGRAM_RUNC_WRAPPER" \
 		--default-runtime tangram-runc \
 		--storage-driver overlay2 \
-		>>"$TANGRAM_DOCKER_LOG" 2>&1 </dev/null 9>&- &
+		>>"$TANGRAM_DOCKER_LOG" 2>&1 </dev/null 8>&- 9>&- &
 	local i
 	for ((i = 0; i < 60; i++)); do
 		tdocker info >/dev/null 2>&1 && { info "Docker engine ready ($(tdocker version --format '{{.Server.Version}}'))"; return 0; }

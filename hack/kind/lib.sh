@@ -50,3 +50,17 @@ ensure_kind() {
 KIND_CLUSTER="${KIND_CLUSTER_NAME:-tangram}"
 KIND_KUBECONFIG="${KIND_KUBECONFIG:-$KIND_CACHE/kubeconfig}"
 KIND_IPTABLES_SNAPSHOT="$TANGRAM_DOCKER_RUN/iptables-before.txt"
+
+# kind_lock: one kind demo per machine (one private engine, one cluster name);
+# held on fd 8 until the caller exits. The local cluster has a lock of its
+# own: the two run side by side.
+kind_lock() {
+	[ -n "${TANGRAM_KIND_LOCK_HELD:-}" ] && return 0
+	local lock=/run/tangram-kind.lock
+	exec 8>"$lock"
+	if ! flock -n 8; then
+		log "another kind demo holds $lock; waiting for it"
+		flock -w 2700 8 || die "gave up waiting for $lock after 45 min"
+	fi
+	export TANGRAM_KIND_LOCK_HELD=1
+}
