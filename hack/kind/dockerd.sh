@@ -23,8 +23,21 @@ dockerd_start() {
 		info "the private Docker engine is already running ($TANGRAM_DOCKER_SOCK)"
 		return 0
 	fi
-	command -v dockerd >/dev/null || log "installing Debian's docker.io (the Docker engine; its services are not started)"
-	apt_install docker.io jq
+	if ! command -v dockerd >/dev/null; then
+		log "installing Debian's docker.io (the Docker engine; its services are not started)"
+		# The package would start docker.service, a dockerd with the stock
+		# settings (iptables, FORWARD policy DROP): a policy-rc.d that denies
+		# every service start prevents it, unless the machine has one.
+		local policy=/usr/sbin/policy-rc.d own_policy=""
+		if [ ! -e "$policy" ]; then
+			printf '#!/bin/sh\n# hack/kind/dockerd.sh: no service starts while docker.io installs\nexit 101\n' >"$policy"
+			chmod 0755 "$policy"
+			own_policy=1
+		fi
+		apt_install docker.io jq || { [ -z "$own_policy" ] || rm -f "$policy"; exit 1; }
+		[ -z "$own_policy" ] || rm -f "$policy"
+	fi
+	apt_install jq
 	command -v dockerd >/dev/null || die "dockerd is missing after installing docker.io"
 	command -v docker >/dev/null || die "the docker client is missing after installing docker.io"
 	mkdir -p "$TANGRAM_DOCKER_RUN" "$TANGRAM_DOCKER_DATA" "$(dirname "$TANGRAM_RUNC_WRAPPER")"

@@ -28,11 +28,14 @@ fi
 log "kind create cluster --name $KIND_CLUSTER --image $image"
 mkdir -p "$(dirname "$KIND_KUBECONFIG")"
 t="$(now_s)"
+# --retain: a node that fails to come up stays until down.sh, so its logs
+# can be exported first.
 kind create cluster --name "$KIND_CLUSTER" --image "$image" --config "$REPO_ROOT/hack/kind/kind-config-offline.yaml" \
-	--kubeconfig "$KIND_KUBECONFIG" --wait 3m >&2 ||
+	--kubeconfig "$KIND_KUBECONFIG" --retain --wait 5m >&2 ||
 	{
-		tdocker logs "$KIND_CLUSTER-control-plane" 2>&1 | tail -n 30 >&2 || true
-		die "kind create cluster failed (node logs: kind export logs --name $KIND_CLUSTER)"
+		rm -rf "$KIND_CACHE/logs"
+		kind export logs "$KIND_CACHE/logs" --name "$KIND_CLUSTER" >/dev/null 2>&1 || true
+		die "kind create cluster failed (the node's logs: $KIND_CACHE/logs)"
 	}
 info "cluster created in $(elapsed "$t")"
 
