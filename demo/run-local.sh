@@ -32,6 +32,7 @@ local)
 	;;
 kind)
 	source "$REPO_ROOT/hack/kind/lib.sh"
+	set +o errexit # hack/kind/lib.sh turned it on again
 	kind_lock
 	KUBECONFIG_FILE="$KIND_KUBECONFIG"
 	NODE_NAME="$KIND_CLUSTER-control-plane"
