@@ -14,6 +14,7 @@
 #   DEMO_CLUSTER=local|kind  where to run (default local)
 #   DEMO_REUSE_CLUSTER=1   keep a running cluster instead of recreating it
 #   DEMO_KEEP_CLUSTER=1    kind only: leave the kind cluster running at the end
+#   KIND_GPUS=mock         kind only: the mock NVIDIA driver root, not a fake profile
 #   DEMO_PROFILE=NAME      fake GPU profile (default dgx-h100)
 source "$(dirname "${BASH_SOURCE[0]}")/../hack/local-cluster/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -105,8 +106,15 @@ state_args=()
 [ "$DEMO_CLUSTER" != local ] || state_args=(
 	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state"
 	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps")
+# GPUs: a fake profile, or on kind with KIND_GPUS=mock the real-GPU code path
+# (NVML, nvcdi, MPS control) over the mock driver root mounted into the node.
+gpu_args=(--set "fakeGPU.profile=$PROFILE")
+if [ "$DEMO_CLUSTER" = kind ] && [ "$KIND_GPUS" = mock ]; then
+	gpu_args=(--set "driverRoot=$KIND_MOCK_DRIVER_ROOT" --set kubeletPlugin.sysfsRoot=/driver-root/sys)
+	API_ENV="${API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$KIND_MOCK_NVML_STATE_DIR\"}]"
+fi
 demo_install_chart \
-	--set "fakeGPU.profile=$PROFILE" \
+	"${gpu_args[@]}" \
 	--set kubeletPlugin.hostNetwork=true \
 	--set-json "kubeletPlugin.extraEnv=$API_ENV" \
 	"${state_args[@]}" \

@@ -64,3 +64,11 @@ kind_lock() {
 	fi
 	export TANGRAM_KIND_LOCK_HELD=1
 }
+
+# KIND_GPUS=mock: the mock NVIDIA driver root (hack/mock-driver-root) instead
+# of a fake profile, bind-mounted into the kind node at the same path, the
+# way NVIDIA's mock-GPU kind CI mounts its mock driver; the mock library
+# keeps its state inside the node (gone with it).
+KIND_GPUS="${KIND_GPUS:-fake}"
+KIND_MOCK_DRIVER_ROOT="$KIND_CACHE/mock-driver-root"
+KIND_MOCK_NVML_STATE_DIR=/var/lib/tangram/mock-nvml

@@ -21,6 +21,23 @@ ensure_kind
 log "node image (hack/kind/build-node-image.sh)"
 image="$("$REPO_ROOT/hack/kind/build-node-image.sh")" || die "building the kind node image failed"
 
+config="$REPO_ROOT/hack/kind/kind-config-offline.yaml"
+case "$KIND_GPUS" in
+fake) ;;
+mock)
+	log "mock NVIDIA driver root $KIND_MOCK_DRIVER_ROOT (hack/mock-driver-root, node $KIND_CLUSTER-control-plane)"
+	TANGRAM_MOCK_NVML_NODE_NAME="$KIND_CLUSTER-control-plane" TANGRAM_MOCK_NVML_STATE_DIR="$KIND_MOCK_NVML_STATE_DIR" \
+		"$REPO_ROOT/hack/mock-driver-root/create.sh" "$KIND_MOCK_DRIVER_ROOT" >/dev/null || die "creating the mock driver root failed"
+	# The offline config plus the mount (its last lines are the one node's).
+	config="$KIND_CACHE/kind-config-mock.yaml"
+	{
+		cat "$REPO_ROOT/hack/kind/kind-config-offline.yaml"
+		printf '    extraMounts:\n      - hostPath: %s\n        containerPath: %s\n' "$KIND_MOCK_DRIVER_ROOT" "$KIND_MOCK_DRIVER_ROOT"
+	} >"$config"
+	;;
+*) die "KIND_GPUS=$KIND_GPUS: want fake (a fake profile) or mock (the mock driver root)" ;;
+esac
+
 if kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
 	log "deleting the kind cluster $KIND_CLUSTER an earlier run left"
 	kind delete cluster --name "$KIND_CLUSTER" >/dev/null 2>&1 || die "kind delete cluster --name $KIND_CLUSTER failed"
@@ -30,7 +47,7 @@ mkdir -p "$(dirname "$KIND_KUBECONFIG")"
 t="$(now_s)"
 # --retain: a node that fails to come up stays until down.sh, so its logs
 # can be exported first.
-kind create cluster --name "$KIND_CLUSTER" --image "$image" --config "$REPO_ROOT/hack/kind/kind-config-offline.yaml" \
+kind create cluster --name "$KIND_CLUSTER" --image "$image" --config "$config" \
 	--kubeconfig "$KIND_KUBECONFIG" --retain --wait 5m >&2 ||
 	{
 		rm -rf "$KIND_CACHE/logs"
