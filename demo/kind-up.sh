@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# The Tangram demo on kind, for a machine with Docker and internet access.
+# The Tangram demo on kind (`make kind-demo`).
 #   demo/kind-up.sh [--no-specs]
+# Two paths:
+# - offline (KIND_OFFLINE=1, or unset and no Docker engine answers `docker info`):
+#   the demo/run-local.sh scenarios on a one-node kind cluster whose node
+#   image is built from source, on a private Docker engine that this starts
+#   and stops (hack/kind, docs/demo.md). Root only. --no-specs is ignored.
+# - online (a Docker engine and internet), the rest of this script:
 # Creates (or reuses) the kind cluster of demo/kind-config.yaml, builds our
 # images as OCI archives (hack/images, no registry), loads them into every
 # node with `kind load image-archive`, installs the Helm chart with fake DGX
@@ -21,6 +27,16 @@ run_specs=1
 [ "${1:-}" = "--no-specs" ] && run_specs=""
 
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+# KIND_OFFLINE=1 forces the offline path, KIND_OFFLINE=0 the online one.
+offline="${KIND_OFFLINE:-}"
+if [ -z "$offline" ]; then
+	offline=1
+	command -v docker >/dev/null && docker info >/dev/null 2>&1 && offline=0
+fi
+if [ "$offline" = 1 ]; then
+	printf '==> no Docker engine of this machine answers (or KIND_OFFLINE is set): the offline kind demo (hack/kind)\n'
+	DEMO_CLUSTER=kind exec "$REPO_ROOT/demo/run-local.sh"
+fi
 for tool in docker kind kubectl helm go; do
 	command -v "$tool" >/dev/null || die "$tool is not on PATH; kind-up.sh needs docker, kind, kubectl, helm and go"
 done

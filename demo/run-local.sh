@@ -5,17 +5,48 @@
 # specs one by one and shows what each pod got. Exits non-zero when a
 # scenario does not behave as its spec says.
 #
+# With DEMO_CLUSTER=kind the same scenarios run on a one-node kind cluster
+# built offline (hack/kind/up.sh: private Docker engine, node image built
+# from source), torn down again at the end (`make kind-demo` on a machine
+# without a Docker engine of its own, see docs/demo.md).
+#
 # Settings (environment):
-#   DEMO_REUSE_CLUSTER=1   keep a running local cluster instead of recreating it
+#   DEMO_CLUSTER=local|kind  where to run (default local)
+#   DEMO_REUSE_CLUSTER=1   keep a running cluster instead of recreating it
+#   DEMO_KEEP_CLUSTER=1    kind only: leave the kind cluster running at the end
+#   KIND_GPUS=mock         kind only: the mock NVIDIA driver root, not a fake profile
 #   DEMO_PROFILE=NAME      fake GPU profile (default dgx-h100)
 source "$(dirname "${BASH_SOURCE[0]}")/../hack/local-cluster/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 set +o errexit # scenarios report their own failures; fatal steps use die
 
 need_root
-# One cluster per machine: hold the harness's lock for the whole demo, so an
-# e2e run does not tear the cluster down under it (and waits its turn).
-cluster_lock
+DEMO_CLUSTER="${DEMO_CLUSTER:-local}"
+case "$DEMO_CLUSTER" in
+local)
+	# One cluster per machine: hold the harness's lock for the whole demo, so an
+	# e2e run does not tear the cluster down under it (and waits its turn).
+	cluster_lock
+	# The local API server listens on loopback only.
+	API_ENV="$LOOPBACK_API_ENV"
+	TANGRAM_BIN_DIR="$CLUSTER_DIR/bin"
+	;;
+kind)
+	source "$REPO_ROOT/hack/kind/lib.sh"
+	set +o errexit # hack/kind/lib.sh turned it on again
+	kind_lock
+	KUBECONFIG_FILE="$KIND_KUBECONFIG"
+	NODE_NAME="$KIND_CLUSTER-control-plane"
+	# Without kube-proxy no Service IP leads anywhere: the pods on the node's
+	# network reach the API server on the node's loopback.
+	API_ENV='[{"name":"KUBERNETES_SERVICE_HOST","value":"127.0.0.1"},{"name":"KUBERNETES_SERVICE_PORT","value":"6443"}]'
+	TANGRAM_BIN_DIR="$KIND_CACHE/demo-bin"
+	# Teardown also on failure or interrupt; its own failure fails the demo.
+	[ -n "${DEMO_KEEP_CLUSTER:-}" ] ||
+		trap 'rc=$?; "$REPO_ROOT/hack/kind/down.sh" || rc=1; exit $rc' EXIT
+	;;
+*) die "DEMO_CLUSTER=$DEMO_CLUSTER: want local or kind" ;;
+esac
 PROFILE="${DEMO_PROFILE:-dgx-h100}"
 # tangram-scheduler runs on the host network next to the default scheduler,
 # which has 10259.
@@ -23,7 +54,6 @@ SCHEDULER_PORT=10359
 EXTRA_NODE=demo-gpu-node-2
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 H() { "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
-TANGRAM_BIN_DIR="$CLUSTER_DIR/bin"
 total_start="$(now_s)"
 DEMO_FAILURES=0
 shares_card=""
@@ -34,9 +64,16 @@ cluster_healthy() {
 }
 
 # --- 1. cluster ---------------------------------------------------------------
-step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
 t="$(now_s)"
-if [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
+if [ "$DEMO_CLUSTER" = kind ]; then
+	step "1/4  kind cluster with Kubernetes $KUBE_VERSION, node image built from source (hack/kind)"
+	if [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
+		say "reusing the running kind cluster (DEMO_REUSE_CLUSTER=1)"
+	else
+		"$REPO_ROOT/hack/kind/up.sh" || die "hack/kind/up.sh failed"
+	fi
+elif [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
+	step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
 	say "reusing the running cluster (DEMO_REUSE_CLUSTER=1)"
 	# What an e2e run (KEEP_CLUSTER=1) leaves would clash with the chart's
 	# plugin, controller and scheduler: the host-process plugin and
@@ -51,6 +88,7 @@ if [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
 	fi
 	"$REPO_ROOT/hack/images/build-images.sh" --import --allow-unpinned-base || die "building or importing images failed"
 else
+	step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
 	make -C "$REPO_ROOT" --no-print-directory cluster-up || die "make cluster-up failed (logs: $LOG_DIR)"
 fi
 say "cluster ready in $(elapsed "$t")"
@@ -59,28 +97,39 @@ say "cluster ready in $(elapsed "$t")"
 step "2/4  helm install tangram (fake GPU profile $PROFILE)"
 t="$(now_s)"
 H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
-# The API server listens on loopback only, so the plugin and scheduler pods use
-# the host's network and talk to 127.0.0.1. tangram-scheduler (the GPU packing
-# scheduler) is enabled for the packing scenarios. The plugin's state lives under the cluster
-# directory so that `make cluster-down` removes it with the cluster.
+# The plugin, controller and scheduler pods use the node's network and talk
+# to the API server on 127.0.0.1 ($API_ENV). tangram-scheduler (the GPU packing
+# scheduler) is enabled for the packing scenarios. On the local cluster the plugin's
+# state lives under the cluster directory so that `make cluster-down` removes
+# it with the cluster.
+state_args=()
+[ "$DEMO_CLUSTER" != local ] || state_args=(
+	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state"
+	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps")
+# GPUs: a fake profile, or on kind with KIND_GPUS=mock the real-GPU code path
+# (NVML, nvcdi, MPS control) over the mock driver root mounted into the node.
+gpu_args=(--set "fakeGPU.profile=$PROFILE")
+if [ "$DEMO_CLUSTER" = kind ] && [ "$KIND_GPUS" = mock ]; then
+	gpu_args=(--set "driverRoot=$KIND_MOCK_DRIVER_ROOT" --set kubeletPlugin.sysfsRoot=/driver-root/sys)
+	API_ENV="${API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$KIND_MOCK_NVML_STATE_DIR\"}]"
+fi
 # Fake GPUs enforce nothing (shareEnforcement "advisory"), so the shared
 # class must accept advisory nodes; on real GPUs leave the default (true).
 demo_install_chart \
-	--set "fakeGPU.profile=$PROFILE" \
+	"${gpu_args[@]}" \
 	--set sharing.requireHardEnforcement=false \
 	--set kubeletPlugin.hostNetwork=true \
-	--set-json "kubeletPlugin.extraEnv=$LOOPBACK_API_ENV" \
-	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state" \
-	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps" \
+	--set-json "kubeletPlugin.extraEnv=$API_ENV" \
+	"${state_args[@]}" \
 	--set controller.enabled=true \
 	--set controller.webhook.enabled=true \
 	--set controller.hostNetwork=true \
 	--set controller.metricsPort=9401 \
-	--set-json "controller.extraEnv=$LOOPBACK_API_ENV" \
+	--set-json "controller.extraEnv=$API_ENV" \
 	--set scheduler.enabled=true \
 	--set scheduler.hostNetwork=true \
 	--set "scheduler.securePort=$SCHEDULER_PORT" \
-	--set-json "scheduler.extraEnv=$LOOPBACK_API_ENV" ||
+	--set-json "scheduler.extraEnv=$API_ENV" ||
 	{
 		K -n "$RELEASE_NAMESPACE" get pods -o wide >&2
 		K -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2
@@ -357,6 +406,23 @@ else
 fi
 
 step "Done in $(elapsed "$total_start") with $DEMO_FAILURES failed check(s)"
+if [ "$DEMO_CLUSTER" = kind ]; then
+	if [ -n "${DEMO_KEEP_CLUSTER:-}" ]; then
+		cat <<EOF
+   The kind cluster stays (DEMO_KEEP_CLUSTER=1). Look around:
+     export PATH=$TANGRAM_BIN_DIR:\$PATH KUBECONFIG=$KUBECONFIG_FILE
+     kubectl -n $DEMO_NAMESPACE get pods,resourceclaims -o wide
+     kubectl tangram status
+     DOCKER_HOST=unix://$TANGRAM_DOCKER_SOCK docker ps   # the kind node
+   Tear down:
+     hack/kind/down.sh      # the cluster, the kind network and the private Docker engine
+EOF
+	else
+		say "tearing down the kind cluster and the private Docker engine (DEMO_KEEP_CLUSTER=1 keeps them)"
+	fi
+	[ "$DEMO_FAILURES" -eq 0 ]
+	exit
+fi
 cat <<EOF
    Look around:
      export PATH=$TANGRAM_BIN_DIR:\$PATH KUBECONFIG=$KUBECONFIG_FILE

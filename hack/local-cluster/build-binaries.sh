@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses from the cache) every binary the local cluster needs.
-#   build-binaries.sh [component...]   components: kube etcd containerd runc cni crictl helm
-# With no argument it builds all of them. Each component lands in
+#   build-binaries.sh [component...]   components: kube kubeadm etcd containerd runc cni crictl helm
+# With no argument it builds all but kubeadm (only the kind node image needs it). Each component lands in
 # $CACHE_ROOT/<component>-<version>/bin and is marked complete with a .done file,
 # so an interrupted build is redone and a finished one is reused.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -66,7 +66,11 @@ go_wrapper_build() {
 	log "built $name $version in $(elapsed "$start") → $dir/bin"
 }
 
-build_kube() {
+# kube_wrapper_build NAME EST CMD...: builds commands of k8s.io/kubernetes at
+# $KUBE_VERSION through a wrapper module (see go_wrapper_build).
+kube_wrapper_build() {
+	local name="$1" est="$2"
+	shift 2
 	local v="$KUBE_VERSION" staging="${KUBE_VERSION/#v1./v0.}" m
 	local staging_modules="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go
 		cloud-provider cluster-bootstrap code-generator component-base component-helpers
@@ -85,13 +89,23 @@ build_kube() {
 		ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 		ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 	done
-	go_wrapper_build kubernetes "$v" "~14 min on 2 cores" \
-		"	k8s.io/kubernetes $v" "$replace" "$ld" \
+	go_wrapper_build "$name" "$v" "$est" "	k8s.io/kubernetes $v" "$replace" "$ld" "$@"
+}
+
+build_kube() {
+	kube_wrapper_build kubernetes "~14 min on 2 cores" \
 		k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler \
 		k8s.io/kubernetes/cmd/kubelet \
 		k8s.io/kubernetes/cmd/kubectl
+}
+
+# kubeadm is only needed inside the kind node image (hack/kind); the local
+# cluster runs without it. A separate cache entry so the local cluster's
+# cached build stays valid.
+build_kubeadm() {
+	kube_wrapper_build kubeadm "~3 min on 2 cores after kube" k8s.io/kubernetes/cmd/kubeadm
 }
 
 # go_install_build NAME VERSION EST PKG@VERSION...: for upstream modules that
@@ -169,13 +183,14 @@ main() {
 	for c in "${components[@]}"; do
 		case "$c" in
 		kube) build_kube ;;
+		kubeadm) build_kubeadm ;;
 		etcd) build_etcd ;;
 		containerd) build_containerd ;;
 		runc) build_runc ;;
 		cni) build_cni ;;
 		crictl) build_crictl ;;
 		helm) build_helm ;;
-		*) die "unknown component '$c' (known: kube etcd containerd runc cni crictl helm)" ;;
+		*) die "unknown component '$c' (known: kube kubeadm etcd containerd runc cni crictl helm)" ;;
 		esac
 	done
 }

@@ -24,8 +24,12 @@ demo: ## local 1.37 cluster + helm install with fake H100s + every demo scenario
 	@demo/run-local.sh
 
 .PHONY: kind-demo
-kind-demo: ## the same demo on a kind cluster (needs Docker, kind, kubectl, helm and internet; see docs/demo.md)
+kind-demo: ## the demo on kind: offline (root, node image built from source, private Docker engine) unless a Docker engine answers; see docs/demo.md
 	@demo/kind-up.sh
+
+.PHONY: test-kind
+test-kind: ## the offline kind demo as a test: every scenario on a one-node kind cluster, then teardown (.ci/run: only when the node image is cached)
+	@KIND_OFFLINE=1 demo/kind-up.sh
 
 .PHONY: test-demo
 test-demo: ## make demo as a test: install through the Helm chart, check every scenario, then tear the cluster down
