@@ -195,16 +195,3 @@ func AppendHealthEvent(path string, ev HealthEvent) error {
 	}
 	return f.Close()
 }
-
-// fakeSourceWithHealth is a fake Source whose cards' health events come
-// from a file.
-type fakeSourceWithHealth struct {
-	Source
-	FileHealthWatcher
-}
-
-// NewFakeSourceWithHealthEvents is NewFakeSource whose cards report the
-// health events appended to eventsFile (see FileHealthWatcher).
-func NewFakeSourceWithHealthEvents(nodeName string, p *Profile, eventsFile string) Source {
-	return fakeSourceWithHealth{Source: NewFakeSource(nodeName, p), FileHealthWatcher: FileHealthWatcher{Path: eventsFile}}
-}

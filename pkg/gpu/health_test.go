@@ -38,9 +38,7 @@ func TestFileHealthWatcher(t *testing.T) {
 	if err := AppendHealthEvent(path, HealthEvent{Index: 0, Kind: HealthEventXID, XID: 13}); err != nil {
 		t.Fatal(err)
 	}
-	w := NewFakeSourceWithHealthEvents("node", &Profile{Name: "p", GPUs: []ProfileGPU{{Index: 0, ProductName: "X", Memory: "1Gi"}}}, path).(HealthWatcher)
-	fw := w.(fakeSourceWithHealth)
-	fw.PollInterval = 5 * time.Millisecond
+	var fw HealthWatcher = FileHealthWatcher{Path: path, PollInterval: 5 * time.Millisecond}
 	events := make(chan HealthEvent, 10)
 	done := make(chan error, 1)
 	go func() { done <- fw.WatchHealth(ctx, events) }()
