@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/health"
 	"github.com/tangram-gpu/tangram/pkg/names"
 )
@@ -36,9 +36,11 @@ var _ = Describe("GPU health", func() {
 		By("a pod holds one whole card")
 		createPod(ctx, gpuPod(ns, "victim", "one-gpu"))
 		waitRunning(ctx, ns, "victim")
-		res := results(allocatedClaim(ctx, ns, "victim"))
+		victimClaim := allocatedClaim(ctx, ns, "victim")
+		res := results(victimClaim)
 		Expect(res).To(HaveLen(1))
 		sick := res[0].Device
+		victimID := healthResourceID(victimClaim, res[0])
 		index := deviceIndex(ctx, sick)
 		GinkgoWriter.Printf("  victim holds %s (index %d)\n", sick, index)
 		DeferCleanup(func(ctx SpecContext) {
@@ -46,13 +48,13 @@ var _ = Describe("GPU health", func() {
 			injectHealthEvent(ctx, fmt.Sprintf("--gpu %d --recovered", index))
 			waitTaints(ctx, sick, BeEmpty())
 		})
-		expectPodDeviceHealth(ctx, ns, "victim", sick, "Healthy")
+		expectPodDeviceHealth(ctx, ns, "victim", victimID, "Healthy")
 
 		By("a fatal XID (79, fallen off the bus) taints the card NoSchedule")
 		injectHealthEvent(ctx, fmt.Sprintf("--gpu %d --xid 79 --message e2e", index))
 		waitTaints(ctx, sick, ConsistOf(SatisfyAll(
 			HaveField("Key", health.TaintKeyXID), HaveField("Value", "79"), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
-		msg := expectPodDeviceHealth(ctx, ns, "victim", sick, "Unhealthy")
+		msg := expectPodDeviceHealth(ctx, ns, "victim", victimID, "Unhealthy")
 		Expect(msg).To(ContainSubstring("XID 79"), "the pod's status should say why the card is unhealthy")
 		Expect(getPod(ctx, ns, "victim").Status.Phase).To(Equal(corev1.PodRunning), "NoSchedule must not evict the pod holding the card")
 		waitNodeEvent(ctx, "GPUUnhealthy", sick)
@@ -70,17 +72,18 @@ var _ = Describe("GPU health", func() {
 		By("recovery removes the taint and the card is allocatable again")
 		injectHealthEvent(ctx, fmt.Sprintf("--gpu %d --recovered", index))
 		waitTaints(ctx, sick, BeEmpty())
-		expectPodDeviceHealth(ctx, ns, "victim", sick, "Healthy")
+		expectPodDeviceHealth(ctx, ns, "victim", victimID, "Healthy")
 		waitNodeEvent(ctx, "GPURecovered", sick)
 		deletePodAndWait(ctx, ns, "victim")
 		waitRunning(ctx, ns, "waiter")
-		Expect(results(allocatedClaim(ctx, ns, "waiter"))[0].Device).To(Equal(sick))
+		waiterClaim := allocatedClaim(ctx, ns, "waiter")
+		Expect(results(waiterClaim)[0].Device).To(Equal(sick))
 
 		By("an informational XID (13, an application's fault) is a None taint only")
 		injectHealthEvent(ctx, fmt.Sprintf("--gpu %d --xid 13", index))
 		waitTaints(ctx, sick, ConsistOf(SatisfyAll(
 			HaveField("Key", health.TaintKeyXID), HaveField("Value", "13"), HaveField("Effect", resourceapi.DeviceTaintEffectNone))))
-		expectPodDeviceHealth(ctx, ns, "waiter", sick, "Healthy")
+		expectPodDeviceHealth(ctx, ns, "waiter", healthResourceID(waiterClaim, results(waiterClaim)[0]), "Healthy")
 	}, SpecTimeout(5*time.Minute))
 })
 
@@ -117,9 +120,19 @@ func waitTaints(ctx context.Context, device string, matcher types.GomegaMatcher)
 	}).WithContext(ctx).WithTimeout(healthTimeout).WithPolling(pollEvery).Should(Succeed())
 }
 
+// healthResourceID is how the kubelet names an allocated device in
+// allocatedResourcesStatus: its CDI device ID.
+func healthResourceID(claim *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) string {
+	shareID := ""
+	if r.ShareID != nil {
+		shareID = string(*r.ShareID)
+	}
+	return cdi.DeviceID(cdi.DeviceName(string(claim.UID), r.Device, shareID))
+}
+
 // expectPodDeviceHealth waits until the pod's container reports the
-// device's health in allocatedResourcesStatus, and returns its message.
-func expectPodDeviceHealth(ctx context.Context, ns, pod, device, want string) string {
+// resource's health in allocatedResourcesStatus, and returns its message.
+func expectPodDeviceHealth(ctx context.Context, ns, pod, resourceID, want string) string {
 	var msg string
 	Eventually(func(g Gomega) {
 		p := getPod(ctx, ns, pod)
@@ -128,7 +141,7 @@ func expectPodDeviceHealth(ctx context.Context, ns, pod, device, want string) st
 			for _, rs := range cs.AllocatedResourcesStatus {
 				for _, h := range rs.Resources {
 					seen = append(seen, fmt.Sprintf("%s=%s", h.ResourceID, h.Health))
-					if strings.HasSuffix(string(h.ResourceID), "/"+device) && string(h.Health) == want {
+					if string(h.ResourceID) == resourceID && string(h.Health) == want {
 						msg = ""
 						if h.Message != nil {
 							msg = *h.Message
@@ -138,9 +151,9 @@ func expectPodDeviceHealth(ctx context.Context, ns, pod, device, want string) st
 				}
 			}
 		}
-		g.Expect(seen).To(ContainElement(HaveSuffix("/"+device+"="+want)), "allocatedResourcesStatus of pod %s", pod)
+		g.Expect(seen).To(ContainElement(resourceID+"="+want), "allocatedResourcesStatus of pod %s", pod)
 	}).WithContext(ctx).WithTimeout(healthTimeout).WithPolling(pollEvery).Should(Succeed())
-	GinkgoWriter.Printf("  pod %s: %s is %s (%q)\n", pod, device, want, msg)
+	GinkgoWriter.Printf("  pod %s: %s is %s (%q)\n", pod, resourceID, want, msg)
 	return msg
 }
 
