@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/health"
 	"github.com/tangram-gpu/tangram/pkg/names"
@@ -84,6 +85,37 @@ var _ = Describe("GPU health", func() {
 		waitTaints(ctx, sick, ConsistOf(SatisfyAll(
 			HaveField("Key", health.TaintKeyXID), HaveField("Value", "13"), HaveField("Effect", resourceapi.DeviceTaintEffectNone))))
 		expectPodDeviceHealth(ctx, ns, "waiter", healthResourceID(waiterClaim, results(waiterClaim)[0]), "Healthy")
+	}, SpecTimeout(5*time.Minute))
+})
+
+var _ = Describe("GPU health through NVML", Label(realPathLabel), func() {
+	It("taints cards on an XID and a lost GPU from the mock NVML library, and starts clean after a plugin restart", func(ctx SpecContext) {
+		scenario("real path: NVML events (mock library) → XID and gpu-lost taints; a restarted plugin publishes the cards untainted")
+		Expect(*mockNVMLStateDir).NotTo(BeEmpty(), "pass --mock-nvml-state-dir (make test-e2e-realpath does)")
+		state := mocknvml.State{Dir: *mockNVMLStateDir}
+		Expect(nodeDevices(ctx, gpuNode)).To(HaveKey("gpu-1"))
+		Expect(nodeDevices(ctx, gpuNode)).To(HaveKey("gpu-2"))
+		// The plugin's event set sees only events appended after it exists.
+		Expect(state.TriggerXID(1, 79)).To(Succeed())
+		waitTaints(ctx, "gpu-1", ConsistOf(SatisfyAll(
+			HaveField("Key", health.TaintKeyXID), HaveField("Value", "79"), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
+		Expect(state.LoseGPU(2)).To(Succeed())
+		waitTaints(ctx, "gpu-2", ConsistOf(SatisfyAll(
+			HaveField("Key", health.TaintKeyGPULost), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
+		waitNodeEvent(ctx, "GPUUnhealthy", "gpu-2")
+
+		By("restarting the plugin pod")
+		old := pluginPod(ctx)
+		Expect(clientset.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{})).To(Succeed())
+		Eventually(func(g Gomega) {
+			p := pluginPodOrNil(ctx, g)
+			g.Expect(p).NotTo(BeNil(), "no plugin pod on %s", gpuNode)
+			g.Expect(p.UID).NotTo(Equal(old.UID), "the old plugin pod is still there")
+			g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
+			g.Expect(p.Status.ContainerStatuses[0].Ready).To(BeTrue(), "the new plugin pod is not ready")
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		waitTaints(ctx, "gpu-1", BeEmpty())
+		waitTaints(ctx, "gpu-2", BeEmpty())
 	}, SpecTimeout(5*time.Minute))
 })
 
