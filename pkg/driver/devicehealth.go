@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -167,4 +168,17 @@ func startDeviceHealth(ctx context.Context, opts PluginOptions, monitor *health.
 	go pub.run(ctx)
 	klog.FromContext(ctx).Info("Watching GPU health", "recoverAfter", opts.HealthRecoverAfter,
 		"informationalXIDs", fmt.Sprint(opts.HealthPolicy.InformationalXIDs), "ignoredXIDs", fmt.Sprint(opts.HealthPolicy.IgnoredXIDs))
+}
+
+// healthSummary is the /healthz detail about the cards: "" when every card
+// is healthy and watched, else one "device: why" per card with something
+// to say. It never fails the probe: restarting the plugin cures no GPU.
+func healthSummary(devices []health.DeviceHealth) string {
+	var parts []string
+	for _, d := range devices {
+		if d.Message != "" {
+			parts = append(parts, d.Device+": "+d.Message)
+		}
+	}
+	return strings.Join(parts, "; ")
 }

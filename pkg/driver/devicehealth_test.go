@@ -191,3 +191,17 @@ func TestNodeEventOf(t *testing.T) {
 		}
 	}
 }
+
+func TestHealthSummary(t *testing.T) {
+	if got := healthSummary([]health.DeviceHealth{{Device: "gpu-0", Known: true, Healthy: true}}); got != "" {
+		t.Errorf("all healthy: %q, want empty", got)
+	}
+	got := healthSummary([]health.DeviceHealth{
+		{Device: "gpu-0", Known: true, Healthy: true},
+		{Device: "gpu-1", Known: true, Message: "XID 79 (NoSchedule)"},
+		{Device: "gpu-2", Known: true, Healthy: true, Message: "XID 13 (None)"},
+	})
+	if want := "gpu-1: XID 79 (NoSchedule); gpu-2: XID 13 (None)"; got != want {
+		t.Errorf("summary = %q, want %q", got, want)
+	}
+}

@@ -22,7 +22,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/health"
+	gpuhealth "github.com/tangram-gpu/tangram/pkg/health"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
@@ -78,7 +78,7 @@ type PluginOptions struct {
 	// health is not supported.
 	HealthWatcher gpu.HealthWatcher
 	// HealthPolicy classifies XIDs into taints.
-	HealthPolicy health.Policy
+	HealthPolicy gpuhealth.Policy
 	// HealthRecoverAfter is the quiet time after which an XID taint goes.
 	HealthRecoverAfter time.Duration
 }
@@ -144,9 +144,9 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
 	}
 	cfg.SimulatedMPS = opts.FakeGPUs
-	var monitor *health.Monitor
+	var monitor *gpuhealth.Monitor
 	if opts.HealthWatcher != nil {
-		monitor, err = health.NewMonitor(health.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter})
+		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter})
 		if err != nil {
 			return err
 		}
@@ -201,6 +201,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			defer stop()
 			pub.recorder = recorder
 		}
+		health.Details["gpus"] = func() string { return healthSummary(monitor.Devices()) }
 		startDeviceHealth(ctx, opts, monitor, pub)
 	}
 
