@@ -65,9 +65,10 @@ type runFlags struct {
 
 func newRunCommand() *cobra.Command {
 	var (
-		source gpuSourceFlags
-		model  deviceModelFlags
-		flags  runFlags
+		source     gpuSourceFlags
+		model      deviceModelFlags
+		flags      runFlags
+		healthOpts healthFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -96,6 +97,10 @@ func newRunCommand() *cobra.Command {
 			shmSize, err := resource.ParseQuantity(flags.MPSShmSize)
 			if err != nil || shmSize.Sign() < 0 {
 				return fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi (%v)", flags.MPSShmSize, err)
+			}
+			healthPolicy, err := healthOpts.policy()
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			client, err := flags.kubeClient()
@@ -175,11 +180,16 @@ func newRunCommand() *cobra.Command {
 				MetricsAddress:   flags.MetricsAddress,
 				KubeClient:       client,
 				Publish:          flags.Publish,
+
+				HealthWatcher:      healthOpts.watcher(ctx, src, source.Fake(), flags.StateDir),
+				HealthPolicy:       healthPolicy,
+				HealthRecoverAfter: healthOpts.RecoverAfter,
 			})
 		},
 	}
 	source.AddFlags(cmd.Flags())
 	model.AddFlags(cmd.Flags())
+	healthOpts.AddFlags(cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&flags.CDIRoot, "cdi-root", "/var/run/cdi", "directory for the transient CDI specs the container runtime reads")
 	f.StringVar(&flags.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")

@@ -52,6 +52,9 @@ type Config struct {
 	// the daemon holds, which the device status says.
 	MPSv3   bool
 	Metrics *Metrics
+	// Health is the cards' health for the kubelet (WatchHealthStatus); nil
+	// when it is not watched.
+	Health DeviceHealth
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
@@ -162,12 +165,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cfg.OnFatal != nil {
 		d.cfg.OnFatal(fmt.Errorf("%s: %w", msg, err))
 	}
-}
-
-// WatchHealthStatus: device health (e.g. NVML XID events) is not monitored
-// yet, and reporting "Healthy" without looking would be a lie.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
