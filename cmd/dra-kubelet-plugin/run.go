@@ -15,9 +15,9 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
@@ -150,7 +150,7 @@ func newRunCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&flags.CDIRoot, "cdi-root", "/var/run/cdi", "directory for the transient CDI specs the container runtime reads")
 	f.StringVar(&flags.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")
-	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+names.DriverName, "directory of the plugin's DRA socket")
+	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+device.DriverName, "directory of the plugin's DRA socket")
 	f.StringVar(&flags.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")

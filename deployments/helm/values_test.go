@@ -14,8 +14,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	tangramslices "github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -113,8 +113,8 @@ func TestSchemaProfiles(t *testing.T) {
 // fake DGX H100 with sharing on and off.
 func TestDeviceClasses(t *testing.T) {
 	objs := render(t)
-	whole := objs.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass)
-	shared := objs.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass)
+	whole := objs.get(t, "DeviceClass", device.DeviceClassName).(*resourceapi.DeviceClass)
+	shared := objs.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
 
 	if len(whole.Spec.Selectors) != 1 || whole.Spec.Selectors[0].CEL == nil ||
 		whole.Spec.Selectors[0].CEL.Expression != `device.driver == "gpu.tangram.dev"` {
@@ -123,8 +123,8 @@ func TestDeviceClasses(t *testing.T) {
 	if len(whole.Spec.Config) != 0 {
 		t.Errorf("%s carries config %+v; whole cards need none", whole.Name, whole.Spec.Config)
 	}
-	if len(shared.Spec.Config) != 1 || shared.Spec.Config[0].Opaque == nil || shared.Spec.Config[0].Opaque.Driver != names.DriverName {
-		t.Fatalf("%s config = %+v, want one opaque config for %s", shared.Name, shared.Spec.Config, names.DriverName)
+	if len(shared.Spec.Config) != 1 || shared.Spec.Config[0].Opaque == nil || shared.Spec.Config[0].Opaque.Driver != device.DriverName {
+		t.Fatalf("%s config = %+v, want one opaque config for %s", shared.Name, shared.Spec.Config, device.DriverName)
 	}
 	cfg, err := v1alpha1.Parse(shared.Spec.Config[0].Opaque.Parameters.Raw)
 	if err != nil {
@@ -137,13 +137,13 @@ func TestDeviceClasses(t *testing.T) {
 		t.Errorf("%s serves extended resource %q by default; it must be opt-in", whole.Name, *whole.Spec.ExtendedResourceName)
 	}
 	ext := render(t, "deviceClasses.gpu.extendedResourceName=nvidia.com/gpu")
-	if got := ext.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got == nil || *got != "nvidia.com/gpu" {
+	if got := ext.get(t, "DeviceClass", device.DeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got == nil || *got != "nvidia.com/gpu" {
 		t.Errorf("extendedResourceName=nvidia.com/gpu: class serves %v, want nvidia.com/gpu", got)
 	}
-	if got := ext.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
+	if got := ext.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
 		t.Errorf("the shared class serves extended resource %q; shares cannot be sized by an extended resource", *got)
 	}
-	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
+	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
 		t.Errorf("defaultConfig=null still attaches a config")
 	}
 
@@ -171,7 +171,7 @@ func TestDeviceClasses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("publishing devices: %v", err)
 		}
-		driver := names.DriverName
+		driver := device.DriverName
 		if tc.otherDriver {
 			driver = "gpu.nvidia.com"
 		}

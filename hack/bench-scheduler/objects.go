@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/placement/sim"
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -87,7 +87,7 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 		if len(devices) > 0 {
 			o.slices = append(o.slices, &resourceapi.ResourceSlice{
 				ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu"},
-				Spec: resourceapi.ResourceSliceSpec{Driver: names.DriverName, NodeName: ptr.To(name), Devices: devices,
+				Spec: resourceapi.ResourceSliceSpec{Driver: device.DriverName, NodeName: ptr.To(name), Devices: devices,
 					Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}},
 			})
 		}

@@ -13,8 +13,8 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Environment variables set in containers. The CUDA_MPS_* and
@@ -117,7 +117,7 @@ func IsShare(r Result) bool {
 	if r.ShareID == "" || r.AdminAccess {
 		return false
 	}
-	mem, ok := r.ConsumedCapacity[names.CapacityMemory]
+	mem, ok := r.ConsumedCapacity[device.CapacityMemory]
 	if !ok {
 		return false
 	}
@@ -147,7 +147,7 @@ func DeviceName(claimUID, device, shareID string) string {
 
 // DeviceID is the fully qualified CDI ID of a device name.
 func DeviceID(name string) string {
-	return cdiparser.QualifiedName(names.CDIVendor, names.CDIClass, name)
+	return cdiparser.QualifiedName(device.CDIVendor, device.CDIClass, name)
 }
 
 // card aggregates the results of one physical card within a claim.
@@ -319,7 +319,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 			// limits of the claim's own share of it, if any, still apply.
 			continue
 		}
-		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
 			// IsShare compares exactly, so a value beyond int64 would
 			// count as the whole card: refuse it instead.
 			if _, err := Int64Value(q); err != nil {
@@ -381,7 +381,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 
 // consumed reads a share's memory (bytes) and compute (percent).
 func consumed(r Result) (int64, int64, error) {
-	q := r.ConsumedCapacity[names.CapacityMemory]
+	q := r.ConsumedCapacity[device.CapacityMemory]
 	mem, err := Int64Value(q)
 	if err != nil {
 		return 0, 0, fmt.Errorf("device %s (request %q) consumed memory %s: %w", r.Device, r.Request, q.String(), err)
@@ -391,7 +391,7 @@ func consumed(r Result) (int64, int64, error) {
 			r.Device, r.Request, q.String())
 	}
 	var compute int64
-	if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
+	if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok {
 		compute, err = Int64Value(q)
 		if err != nil {
 			return 0, 0, fmt.Errorf("device %s (request %q) consumed compute %s: %w", r.Device, r.Request, q.String(), err)

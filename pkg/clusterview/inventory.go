@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Snapshot is everything the view and the diagnosis read, fetched at one
@@ -265,12 +265,12 @@ func AddToAllocatedState(state *structured.AllocatedState, alloc *resourceapi.Al
 
 func newAllocation(ds *DeviceState, claim *resourceapi.ResourceClaim, r *resourceapi.DeviceRequestAllocationResult) Allocation {
 	a := Allocation{Claim: claim, Result: r}
-	mem, hasMem := ds.Device.Capacity[names.CapacityMemory]
+	mem, hasMem := ds.Device.Capacity[device.CapacityMemory]
 	switch {
 	case r.ShareID == nil || r.ConsumedCapacity == nil:
 		a.Whole = true
 	case hasMem:
-		used, ok := r.ConsumedCapacity[names.CapacityMemory]
+		used, ok := r.ConsumedCapacity[device.CapacityMemory]
 		a.Whole = ok && used.Cmp(wholeThreshold(mem)) >= 0
 	}
 	a.Consumed = map[resourceapi.QualifiedName]resource.Quantity{}

@@ -7,7 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // ViewAPIVersion tags the JSON/YAML output so scripts can tell when its
@@ -144,7 +144,7 @@ func Build(snap *Snapshot, opts Options) *View {
 	v.Gangs, claimGang = gangViews(snap.Gangs, opts.Node)
 	nodeIndex := map[string]int{}
 	for _, ds := range inv.Devices {
-		if ds.Driver != names.DriverName || (opts.Node != "" && ds.Node != opts.Node) {
+		if ds.Driver != device.DriverName || (opts.Node != "" && ds.Node != opts.Node) {
 			continue
 		}
 		i, ok := nodeIndex[ds.Node]
@@ -166,7 +166,7 @@ func Build(snap *Snapshot, opts Options) *View {
 		v.Pending = pendingClaims(snap)
 	}
 	for _, o := range inv.Orphans {
-		if o.Result.Driver != names.DriverName {
+		if o.Result.Driver != device.DriverName {
 			continue
 		}
 		v.Warnings = append(v.Warnings, "claim "+claimRef(o.Claim).String()+" holds "+o.Result.Pool+"/"+o.Result.Device+
@@ -176,16 +176,16 @@ func Build(snap *Snapshot, opts Options) *View {
 }
 
 func cardView(ds *DeviceState, claimGang map[string]string) CardView {
-	mem := ds.Capacity(names.CapacityMemory)
-	memUsed := ds.Used(names.CapacityMemory)
-	comp := ds.Capacity(names.CapacityCompute)
-	compUsed := ds.Used(names.CapacityCompute)
+	mem := ds.Capacity(device.CapacityMemory)
+	memUsed := ds.Used(device.CapacityMemory)
+	comp := ds.Capacity(device.CapacityCompute)
+	compUsed := ds.Used(device.CapacityCompute)
 	c := CardView{
 		Device:             ds.Device.Name,
 		Pool:               ds.Pool,
-		UUID:               ds.StringAttribute(names.AttrUUID),
-		ProductName:        ds.StringAttribute(names.AttrProductName),
-		NVLinkDomain:       ds.StringAttribute(names.AttrNVLinkDomain),
+		UUID:               ds.StringAttribute(device.AttrUUID),
+		ProductName:        ds.StringAttribute(device.AttrProductName),
+		NVLinkDomain:       ds.StringAttribute(device.AttrNVLinkDomain),
 		Shareable:          ds.Shareable,
 		MemoryBytes:        mem.Value(),
 		MemoryUsedBytes:    memUsed.Value(),
@@ -205,10 +205,10 @@ func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 		if a.Result.ShareID != nil {
 			av.ShareID = string(*a.Result.ShareID)
 		}
-		if q, ok := a.Consumed[names.CapacityMemory]; ok {
+		if q, ok := a.Consumed[device.CapacityMemory]; ok {
 			av.MemoryBytes = q.Value()
 		}
-		if q, ok := a.Consumed[names.CapacityCompute]; ok {
+		if q, ok := a.Consumed[device.CapacityCompute]; ok {
 			av.ComputePercent = q.Value()
 		}
 		c.Allocations = append(c.Allocations, av)
@@ -216,7 +216,7 @@ func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 	switch {
 	case !ds.inUse():
 		c.State = CardFree
-	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Cmp(wholeThreshold(ds.Device.Capacity[names.CapacityMemory])) >= 0):
+	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Cmp(wholeThreshold(ds.Device.Capacity[device.CapacityMemory])) >= 0):
 		c.State = CardFull
 	default:
 		c.State = CardPartial
@@ -281,10 +281,10 @@ func pendingClaims(snap *Snapshot) []PendingClaim {
 // devices: the two the chart publishes, plus any class whose selectors
 // name our driver.
 func OurClasses(classes []*resourceapi.DeviceClass) map[string]bool {
-	ours := map[string]bool{names.DeviceClassName: true, names.SharedDeviceClassName: true}
+	ours := map[string]bool{device.DeviceClassName: true, device.SharedDeviceClassName: true}
 	for _, c := range classes {
 		for _, s := range c.Spec.Selectors {
-			if s.CEL != nil && strings.Contains(s.CEL.Expression, names.DriverName) {
+			if s.CEL != nil && strings.Contains(s.CEL.Expression, device.DriverName) {
 				ours[c.Name] = true
 			}
 		}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 const gi = int64(1) << 30
@@ -104,7 +104,7 @@ func TestBuildCards(t *testing.T) {
 func TestBuildEdgeCases(t *testing.T) {
 	dev := func(name string) resourceapi.Device {
 		return resourceapi.Device{Name: name, Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			names.CapacityMemory: {Value: resource.MustParse("16Gi")},
+			device.CapacityMemory: {Value: resource.MustParse("16Gi")},
 		}}
 	}
 	slice := func(name, driver string, gen int64, devs ...resourceapi.Device) *resourceapi.ResourceSlice {
@@ -113,18 +113,18 @@ func TestBuildEdgeCases(t *testing.T) {
 			Pool: resourceapi.ResourcePool{Name: "n1", Generation: gen, ResourceSliceCount: 1},
 		}}
 	}
-	claim := func(name string, admin bool, device string) *resourceapi.ResourceClaim {
+	claim := func(name string, admin bool, deviceName string) *resourceapi.ResourceClaim {
 		return &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u-" + "name"},
 			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: names.DriverName, Pool: "n1", Device: device, AdminAccess: ptr.To(admin)}},
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: device.DriverName, Pool: "n1", Device: deviceName, AdminAccess: ptr.To(admin)}},
 			}}},
 		}
 	}
 	snap := &clusterview.Snapshot{
 		Slices: []*resourceapi.ResourceSlice{
-			slice("old", names.DriverName, 1, dev("gpu-0"), dev("gpu-1"), dev("gpu-2")),
-			slice("new", names.DriverName, 2, dev("gpu-0"), dev("gpu-10"), dev("gpu-2")),
+			slice("old", device.DriverName, 1, dev("gpu-0"), dev("gpu-1"), dev("gpu-2")),
+			slice("new", device.DriverName, 2, dev("gpu-0"), dev("gpu-10"), dev("gpu-2")),
 			slice("nic", "nic.example.com", 7, dev("eth0")),
 		},
 		Claims: []*resourceapi.ResourceClaim{claim("watcher", true, "gpu-0"), claim("stale", false, "gpu-1")},

@@ -11,7 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // requestAnalysis is what the cluster offers one request, taken alone.
@@ -270,7 +270,7 @@ func capacityOrder(devs []*clusterview.DeviceState) []resourceapi.QualifiedName 
 		for name := range d.Device.Capacity {
 			if !seen[name] {
 				seen[name] = true
-				if name != names.CapacityMemory && name != names.CapacityCompute {
+				if name != device.CapacityMemory && name != device.CapacityCompute {
 					rest = append(rest, string(name))
 				}
 			}
@@ -278,7 +278,7 @@ func capacityOrder(devs []*clusterview.DeviceState) []resourceapi.QualifiedName 
 	}
 	sort.Strings(rest)
 	var out []resourceapi.QualifiedName
-	for _, n := range []resourceapi.QualifiedName{names.CapacityMemory, names.CapacityCompute} {
+	for _, n := range []resourceapi.QualifiedName{device.CapacityMemory, device.CapacityCompute} {
 		if seen[n] {
 			out = append(out, n)
 		}
@@ -348,7 +348,7 @@ func countOnNode(devs []*clusterview.DeviceState, node string) int {
 }
 
 func groupWord(attr string) string {
-	if short(attr) == names.AttrNVLinkDomain {
+	if short(attr) == device.AttrNVLinkDomain {
 		return "NVLink domain"
 	}
 	return "group with equal " + short(attr)
@@ -357,7 +357,7 @@ func groupWord(attr string) string {
 // cardWord says "card(s)" for our GPUs and "device(s)" for others.
 func cardWord(r exactRequest, n int64) string {
 	word := "device"
-	if r.spec.DeviceClassName == names.DeviceClassName || r.spec.DeviceClassName == names.SharedDeviceClassName {
+	if r.spec.DeviceClassName == device.DeviceClassName || r.spec.DeviceClassName == device.SharedDeviceClassName {
 		word = "card"
 	}
 	if n != 1 {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Gang is an all-or-nothing group of pods, each with its own claim of the
@@ -201,7 +201,7 @@ func describeRequest(claim *resourceapi.ResourceClaim, r exactRequest) string {
 	n := r.count()
 	var reqs []string
 	if r.spec.Capacity != nil {
-		for _, name := range []resourceapi.QualifiedName{names.CapacityMemory, names.CapacityCompute} {
+		for _, name := range []resourceapi.QualifiedName{device.CapacityMemory, device.CapacityCompute} {
 			if q, ok := r.spec.Capacity.Requests[name]; ok {
 				reqs = append(reqs, quantityText(name, q))
 			}
@@ -219,7 +219,7 @@ func describeRequest(claim *resourceapi.ResourceClaim, r exactRequest) string {
 		s = fmt.Sprintf("%d whole %s", n, cardWord(r, n))
 	}
 	if attr := matchAttributeFor(claim, r); attr != "" && n != 1 {
-		if short(attr) == names.AttrNVLinkDomain {
+		if short(attr) == device.AttrNVLinkDomain {
 			s += " in one NVLink domain"
 		} else {
 			s += " with the same " + short(attr)

@@ -10,7 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // exactRequest is one alternative of a claim request, flattened: a plain
@@ -178,21 +178,21 @@ func overMax(needs map[resourceapi.QualifiedName]resource.Quantity, d *clustervi
 // short drops our driver's domain from a qualified name: in messages
 // "nvlinkDomain" reads better than "gpu.tangram.dev/nvlinkDomain".
 func short(name string) string {
-	return strings.TrimPrefix(name, names.DriverName+"/")
+	return strings.TrimPrefix(name, device.DriverName+"/")
 }
 
 // quantityText writes memory in GiB/MiB, compute as a percentage and
 // anything else as the quantity itself.
 func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 	switch short(string(name)) {
-	case names.CapacityMemory:
+	case device.CapacityMemory:
 		// Exact MiB when GiB with one decimal would round (7474Mi is not
 		// 7.3 GiB), so the message shows what was asked or is left.
 		if v := q.Value(); v%(1<<30) != 0 && v%(1<<20) == 0 && v%(1<<29) != 0 {
 			return fmt.Sprintf("%d MiB", v>>20)
 		}
 		return clusterview.FormatBytes(q.Value())
-	case names.CapacityCompute:
+	case device.CapacityCompute:
 		return fmt.Sprintf("%d%% compute", q.Value())
 	}
 	return q.String() + " " + short(string(name))

@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Config wires a Driver.
@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		inFlight: map[string]bool{},
 	}
 	for _, g := range cfg.GPUs {
-		d.cards[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = g
+		d.cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
 	}
 	if err := d.recover(ctx); err != nil {
 		return nil, err

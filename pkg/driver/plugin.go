@@ -20,9 +20,9 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -154,7 +154,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			return fmt.Errorf("creating plugin directory: %w", err)
 		}
 		helper, err = kubeletplugin.Start(ctx, driver,
-			kubeletplugin.DriverName(names.DriverName),
+			kubeletplugin.DriverName(device.DriverName),
 			kubeletplugin.KubeClient(opts.KubeClient),
 			kubeletplugin.NodeName(opts.NodeName),
 			kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
@@ -208,7 +208,7 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 				if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
 					continue
 				}
-				memory := dev.Capacity[names.CapacityMemory]
+				memory := dev.Capacity[device.CapacityMemory]
 				out[dev.Name] = memory.Value.Value()
 				if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil {
 					out[dev.Name] = p.ValidRange.Max.Value()
@@ -228,7 +228,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	}
 	var shareable []string
 	for _, g := range opts.GPUs {
-		if _, ok := allocatable[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)]; ok {
+		if _, ok := allocatable[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)]; ok {
 			shareable = append(shareable, g.UUID)
 		}
 	}

@@ -8,12 +8,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // fakeUUIDNamespace seeds the name-based UUIDs of fake cards. Changing it
 // changes every fake UUID, so it is fixed.
-var fakeUUIDNamespace = uuid.NewSHA1(uuid.NameSpaceDNS, []byte("fake."+names.DriverName))
+var fakeUUIDNamespace = uuid.NewSHA1(uuid.NameSpaceDNS, []byte("fake."+device.DriverName))
 
 // FakeGPUUUID returns the UUID of fake card index on node nodeName: stable
 // across restarts (a SHA-1 name-based UUID of node and index) and different

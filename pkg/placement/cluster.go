@@ -7,7 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // NodeFromCluster builds the model of a live node: its ResourceSlices of our
@@ -51,14 +51,14 @@ func AllocationOf(claim *resourceapi.ResourceClaim) (Allocation, bool) {
 	}
 	a := Allocation{Namespace: claim.Namespace, Name: claim.Name}
 	for _, d := range claim.Status.Allocation.Devices.Results {
-		if d.Driver != names.DriverName {
+		if d.Driver != device.DriverName {
 			continue
 		}
 		ad := AllocatedDevice{Pool: d.Pool, Device: d.Device, Share: d.ShareID != nil}
-		if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityCompute]; ok {
 			ad.Compute = q.Value()
 		}
-		if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityMemory]; ok {
 			ad.Memory = q.Value()
 		}
 		a.Devices = append(a.Devices, ad)
@@ -106,7 +106,7 @@ func CardsFromSlices(name string, nodeSlices []*resourceapi.ResourceSlice) (*Nod
 	var ours []*resourceapi.ResourceSlice
 	pools := map[string]bool{}
 	for _, s := range nodeSlices {
-		if s.Spec.Driver == names.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == name {
+		if s.Spec.Driver == device.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == name {
 			ours = append(ours, s)
 			pools[s.Spec.Pool.Name] = true
 		}
@@ -179,7 +179,7 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 		}
 		for _, req := range claim.Spec.Devices.Requests {
 			e := req.Exactly
-			if e == nil || (e.DeviceClassName != names.DeviceClassName && e.DeviceClassName != names.SharedDeviceClassName) {
+			if e == nil || (e.DeviceClassName != device.DeviceClassName && e.DeviceClassName != device.SharedDeviceClassName) {
 				continue
 			}
 			found = true
@@ -187,9 +187,9 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 				r.WholeCards += int(max(e.Count, 1))
 				continue
 			}
-			if q, ok := e.Capacity.Requests[names.CapacityCompute]; ok {
+			if q, ok := e.Capacity.Requests[device.CapacityCompute]; ok {
 				r.ShareMilli = max(r.ShareMilli, q.MilliValue()/100)
-			} else if q, ok := e.Capacity.Requests[names.CapacityMemory]; ok && cardMemory > 0 {
+			} else if q, ok := e.Capacity.Requests[device.CapacityMemory]; ok && cardMemory > 0 {
 				r.ShareMilli = max(r.ShareMilli, q.Value()*1000/cardMemory)
 			}
 			r.ShareMilli = min(max(r.ShareMilli, 1), 999)

@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
@@ -98,10 +98,10 @@ func (v *DRAValidator) Allocate(ctx context.Context, n *Node, r Request, cards [
 		}
 		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
 		k := Consumed{Card: i, Whole: r.ShareMilli == 0}
-		if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityCompute]; ok {
 			k.Compute = q.Value()
 		}
-		if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityMemory]; ok {
 			k.Memory = q.Value()
 		}
 		if d.ShareID != nil {

@@ -8,8 +8,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -60,7 +60,7 @@ func testCluster(t testing.TB, specs ...testNodeSpec) ([]*Node, *DRAValidator) {
 		bySlice[spec.name] = []*resourceapi.ResourceSlice{{
 			ObjectMeta: metav1.ObjectMeta{Name: spec.name},
 			Spec: resourceapi.ResourceSliceSpec{
-				Driver: names.DriverName, NodeName: &nodeName, Devices: devices,
+				Driver: device.DriverName, NodeName: &nodeName, Devices: devices,
 				Pool: resourceapi.ResourcePool{Name: spec.name, ResourceSliceCount: 1},
 			},
 		}}

@@ -15,8 +15,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Semver turns a dotted numeric version as NVIDIA reports it into the
@@ -128,7 +128,7 @@ func LabelAttributeName(key string) (resourceapi.QualifiedName, error) {
 		return "", fmt.Errorf("node label key %q gives attribute name %q, longer than the %d characters the API allows; copy a label with a shorter name",
 			key, id, resourceapi.DeviceMaxIDLength)
 	}
-	if domain == "" || domain == names.DriverName {
+	if domain == "" || domain == device.DriverName {
 		return resourceapi.QualifiedName(id), nil
 	}
 	if len(domain) > resourceapi.DeviceMaxDomainLength {
@@ -140,10 +140,10 @@ func LabelAttributeName(key string) (resourceapi.QualifiedName, error) {
 
 // builtinAttributes are the names label attributes must not take.
 var builtinAttributes = map[resourceapi.QualifiedName]bool{
-	names.AttrType: true, names.AttrUUID: true, names.AttrIndex: true, names.AttrMinor: true,
-	names.AttrProductName: true, names.AttrBrand: true, names.AttrArchitecture: true,
-	names.AttrCUDAComputeCapability: true, names.AttrDriverVersion: true, names.AttrCUDADriverVersion: true,
-	names.AttrNVLinkDomain: true, names.AttrNVLinkPeers: true, names.AttrShareable: true,
+	device.AttrType: true, device.AttrUUID: true, device.AttrIndex: true, device.AttrMinor: true,
+	device.AttrProductName: true, device.AttrBrand: true, device.AttrArchitecture: true,
+	device.AttrCUDAComputeCapability: true, device.AttrDriverVersion: true, device.AttrCUDADriverVersion: true,
+	device.AttrNVLinkDomain: true, device.AttrNVLinkPeers: true, device.AttrShareable: true,
 	deviceattribute.StandardDeviceAttributePCIBusID: true,
 	deviceattribute.StandardDeviceAttributePCIeRoot: true,
 	deviceattribute.StandardDeviceAttributeNUMANode: true,

@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // DefaultMemoryStep is the granularity of memory shares when
@@ -109,7 +109,7 @@ func Devices(gpus []gpu.GPU, opts Options) ([]resourceapi.Device, error) {
 	domains := nvlinkDomains(logger, opts.NodeName, sorted)
 	devices := make([]resourceapi.Device, 0, len(sorted))
 	for _, g := range sorted {
-		dev := device(klog.LoggerWithValues(logger, "gpu", g.Index), g, domains[g.Index], step, opts)
+		dev := newDevice(klog.LoggerWithValues(logger, "gpu", g.Index), g, domains[g.Index], step, opts)
 		for name, value := range labelAttrs {
 			dev.Attributes[name] = value
 		}
@@ -122,41 +122,41 @@ func Devices(gpus []gpu.GPU, opts Options) ([]resourceapi.Device, error) {
 	return devices, nil
 }
 
-// device builds one card's device. It never fails: what cannot be published
+// newDevice builds one card's device. It never fails: what cannot be published
 // is logged and left out.
-func device(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, opts Options) resourceapi.Device {
+func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, opts Options) resourceapi.Device {
 	attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
-	attrs[names.AttrType] = resourceapi.DeviceAttribute{StringValue: ptr.To(names.TypeGPU)}
-	attrs[names.AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Index))}
-	attrs[names.AttrMinor] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Minor))}
-	attrs[names.AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(nvlinkDomain)}
-	attrs[names.AttrNVLinkPeers] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(countPeers(g)))}
-	setString(logger, attrs, names.AttrUUID, g.UUID)
-	setString(logger, attrs, names.AttrProductName, g.ProductName)
-	setString(logger, attrs, names.AttrBrand, g.Brand)
-	setString(logger, attrs, names.AttrArchitecture, g.Architecture)
-	setVersion(logger, attrs, names.AttrCUDAComputeCapability, g.CUDAComputeCapability)
-	setVersion(logger, attrs, names.AttrDriverVersion, g.DriverVersion)
-	setVersion(logger, attrs, names.AttrCUDADriverVersion, g.CUDADriverVersion)
+	attrs[device.AttrType] = resourceapi.DeviceAttribute{StringValue: ptr.To(device.TypeGPU)}
+	attrs[device.AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Index))}
+	attrs[device.AttrMinor] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Minor))}
+	attrs[device.AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(nvlinkDomain)}
+	attrs[device.AttrNVLinkPeers] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(countPeers(g)))}
+	setString(logger, attrs, device.AttrUUID, g.UUID)
+	setString(logger, attrs, device.AttrProductName, g.ProductName)
+	setString(logger, attrs, device.AttrBrand, g.Brand)
+	setString(logger, attrs, device.AttrArchitecture, g.Architecture)
+	setVersion(logger, attrs, device.AttrCUDAComputeCapability, g.CUDAComputeCapability)
+	setVersion(logger, attrs, device.AttrDriverVersion, g.DriverVersion)
+	setVersion(logger, attrs, device.AttrCUDADriverVersion, g.CUDADriverVersion)
 	for _, attr := range standardAttributes(logger, g, opts.Sysfs) {
 		attrs[attr.Name] = attr.Value
 	}
 
 	dev := resourceapi.Device{
-		Name:       names.DevicePrefix + strconv.Itoa(g.Index),
+		Name:       device.DevicePrefix + strconv.Itoa(g.Index),
 		Attributes: attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			names.CapacityCompute: {Value: *resource.NewQuantity(ComputeCapacity, resource.DecimalSI)},
+			device.CapacityCompute: {Value: *resource.NewQuantity(ComputeCapacity, resource.DecimalSI)},
 		},
 	}
 	if g.MemoryBytes > 0 {
-		dev.Capacity[names.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(g.MemoryBytes, resource.BinarySI)}
+		dev.Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(g.MemoryBytes, resource.BinarySI)}
 	} else {
 		logger.Info("GPU reports no memory size; publishing it without memory capacity", "memoryBytes", g.MemoryBytes)
 	}
 
 	shareable := opts.Sharing && makeShareable(logger, &dev, g.MemoryBytes, step)
-	attrs[names.AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(shareable)}
+	attrs[device.AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(shareable)}
 	return dev
 }
 
@@ -181,7 +181,7 @@ func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, ste
 	// to fit beside a card's holders. The plugin refuses a non-admin result
 	// that consumed no memory (see driver.planClaim).
 	usable := memoryBytes - memoryBytes%step
-	memory := dev.Capacity[names.CapacityMemory]
+	memory := dev.Capacity[device.CapacityMemory]
 	memory.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: resource.NewQuantity(usable, resource.BinarySI),
 		ValidRange: &resourceapi.CapacityRequestPolicyRange{
@@ -190,9 +190,9 @@ func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, ste
 			Step: resource.NewQuantity(step, resource.BinarySI),
 		},
 	}
-	dev.Capacity[names.CapacityMemory] = memory
+	dev.Capacity[device.CapacityMemory] = memory
 
-	compute := dev.Capacity[names.CapacityCompute]
+	compute := dev.Capacity[device.CapacityCompute]
 	compute.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: resource.NewQuantity(0, resource.DecimalSI),
 		ValidRange: &resourceapi.CapacityRequestPolicyRange{
@@ -201,7 +201,7 @@ func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, ste
 			Step: resource.NewQuantity(1, resource.DecimalSI),
 		},
 	}
-	dev.Capacity[names.CapacityCompute] = compute
+	dev.Capacity[device.CapacityCompute] = compute
 	dev.AllowMultipleAllocations = ptr.To(true)
 	return true
 }

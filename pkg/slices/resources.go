@@ -11,8 +11,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // DriverResources returns what the kubelet plugin publishes: one pool named
@@ -87,7 +87,7 @@ func ResourceSlices(nodeName string, res *resourceslice.DriverResources) []*reso
 		generation := max(pool.Generation, 1)
 		indexWidth := max(5, len(fmt.Sprintf("%x", max(len(pool.Slices)-1, 0))))
 		for i, s := range pool.Slices {
-			name := fmt.Sprintf("%0*x-%s-%s", indexWidth, i, names.DriverName, nodeName)
+			name := fmt.Sprintf("%0*x-%s-%s", indexWidth, i, device.DriverName, nodeName)
 			if len(name) > validation.DNS1123SubdomainMaxLength {
 				name = name[:validation.DNS1123SubdomainMaxLength]
 			}
@@ -95,7 +95,7 @@ func ResourceSlices(nodeName string, res *resourceslice.DriverResources) []*reso
 				TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec: resourceapi.ResourceSliceSpec{
-					Driver: names.DriverName,
+					Driver: device.DriverName,
 					Pool: resourceapi.ResourcePool{
 						Name:               poolName,
 						Generation:         generation,

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -48,7 +48,7 @@ func nodeDevices(ctx context.Context, node string) map[string]resourceapi.Device
 	list, err := clientset.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(
 			fields.OneTermEqualSelector("spec.nodeName", node),
-			fields.OneTermEqualSelector("spec.driver", names.DriverName),
+			fields.OneTermEqualSelector("spec.driver", device.DriverName),
 		).String(),
 	})
 	Expect(err).NotTo(HaveOccurred(), "listing ResourceSlices of node %s", node)
@@ -63,7 +63,7 @@ func nodeDevices(ctx context.Context, node string) map[string]resourceapi.Device
 
 // stringAttr reads one of our driver's string attributes of a device.
 func stringAttr(d resourceapi.Device, name string) string {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]; ok && a.StringValue != nil {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]; ok && a.StringValue != nil {
 		return *a.StringValue
 	}
 	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
@@ -112,7 +112,7 @@ func createSimNode(ctx context.Context, name, profile string, sharing bool) stri
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID, Controller: ptr.To(true)}},
 		},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   names.DriverName,
+			Driver:   device.DriverName,
 			NodeName: ptr.To(name),
 			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
 			Devices:  devices,

@@ -24,8 +24,8 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
@@ -83,7 +83,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		devices := nodeDevices(ctx, gpuNode)
 		Expect(devices).NotTo(BeEmpty())
 		for name, d := range devices {
-			Expect(versionAttr(d, names.AttrDriverVersion)).To(Equal(semverOf(marker["driver_version"])),
+			Expect(versionAttr(d, device.AttrDriverVersion)).To(Equal(semverOf(marker["driver_version"])),
 				"device %s: driverVersion must be the one the mock library reports", name)
 		}
 		GinkgoWriter.Printf("  plugin pod %s runs %s; %d cards, driver %s from NVML\n", pod.Name, c.Image, len(devices), marker["driver_version"])
@@ -114,7 +114,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 			Expect(apiequality.Semantic.DeepEqual(g, w)).To(BeTrue(),
 				"device %s from NVML differs from the fake profile's:\n got: %s\nwant: %s", w.Name, toJSON(g), toJSON(w))
 			GinkgoWriter.Printf("  %s: %d attributes, %d capacities, nvlinkDomain %q, pcieRoot %s\n",
-				w.Name, len(w.Attributes), len(w.Capacity), stringAttr(g, names.AttrNVLinkDomain), *root)
+				w.Name, len(w.Attributes), len(w.Capacity), stringAttr(g, device.AttrNVLinkDomain), *root)
 		}
 	})
 
@@ -129,9 +129,9 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		res := results(claim)
 		Expect(res).To(HaveLen(1))
 		dev := nodeDevices(ctx, gpuNode)[res[0].Device]
-		minor := dev.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+names.AttrMinor)].IntValue
+		minor := dev.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+device.AttrMinor)].IntValue
 		if minor == nil {
-			minor = dev.Attributes[resourceapi.QualifiedName(names.AttrMinor)].IntValue
+			minor = dev.Attributes[resourceapi.QualifiedName(device.AttrMinor)].IntValue
 		}
 		Expect(minor).NotTo(BeNil(), "device %s has no minor attribute", res[0].Device)
 		cardNode := "/dev/nvidia" + strconv.FormatInt(*minor, 10)
@@ -182,7 +182,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		claim := allocatedClaim(ctx, ns, "share")
 		res := results(claim)
 		Expect(res).To(HaveLen(1))
-		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], names.AttrUUID)
+		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], device.AttrUUID)
 		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", uuid+"=10240M"))
 
 		state := mocknvml.State{Dir: *mockNVMLStateDir}
@@ -260,7 +260,7 @@ func readMarker(path string) map[string]string {
 }
 
 func versionAttr(d resourceapi.Device, name string) string {
-	a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]
+	a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]
 	if !ok {
 		a = d.Attributes[resourceapi.QualifiedName(name)]
 	}

@@ -12,12 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 const (
 	// GroupName is the API group of the config, equal to the driver name.
-	GroupName = names.DriverName
+	GroupName = device.DriverName
 	// Version is the API version of this package.
 	Version = "v1alpha1"
 	// Kind is the only kind of this API.

@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Claim states.
@@ -131,27 +131,27 @@ func grant(inv *clusterview.Inventory, claim *resourceapi.ResourceClaim, res *re
 	if ds == nil {
 		g.Missing = true
 		g.Whole = res.ShareID == nil || res.ConsumedCapacity == nil
-		if q, ok := res.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := res.ConsumedCapacity[device.CapacityMemory]; ok {
 			g.MemoryBytes = q.Value()
 		}
-		if q, ok := res.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := res.ConsumedCapacity[device.CapacityCompute]; ok {
 			g.ComputePercent = q.Value()
 		}
 		return g
 	}
 	g.Node = ds.Node
-	g.UUID = ds.StringAttribute(names.AttrUUID)
-	g.ProductName = ds.StringAttribute(names.AttrProductName)
-	g.NVLinkDomain = ds.StringAttribute(names.AttrNVLinkDomain)
+	g.UUID = ds.StringAttribute(device.AttrUUID)
+	g.ProductName = ds.StringAttribute(device.AttrProductName)
+	g.NVLinkDomain = ds.StringAttribute(device.AttrNVLinkDomain)
 	for _, a := range ds.Allocations {
 		if a.Result != res && !(a.Claim.UID == claim.UID && a.Result.Request == res.Request && ptr.Equal(a.Result.ShareID, res.ShareID)) {
 			continue
 		}
 		g.Whole = a.Whole
-		if q, ok := a.Consumed[names.CapacityMemory]; ok {
+		if q, ok := a.Consumed[device.CapacityMemory]; ok {
 			g.MemoryBytes = q.Value()
 		}
-		if q, ok := a.Consumed[names.CapacityCompute]; ok {
+		if q, ok := a.Consumed[device.CapacityCompute]; ok {
 			g.ComputePercent = q.Value()
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Shape is what one pending request needs from one card.
@@ -47,12 +47,12 @@ func shapeOf(req *resourceapi.ExactDeviceRequest) Shape {
 	if req.Capacity == nil {
 		return Shape{Whole: true}
 	}
-	mem, ok := req.Capacity.Requests[names.CapacityMemory]
+	mem, ok := req.Capacity.Requests[device.CapacityMemory]
 	if !ok {
 		return Shape{Whole: true}
 	}
 	s := Shape{MemoryBytes: mem.Value()}
-	if q, ok := req.Capacity.Requests[names.CapacityCompute]; ok {
+	if q, ok := req.Capacity.Requests[device.CapacityCompute]; ok {
 		s.ComputePercent = q.Value()
 	}
 	return s

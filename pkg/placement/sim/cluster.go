@@ -11,8 +11,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
@@ -65,9 +65,9 @@ func BuildCluster(nodes []trace.Node) (*Cluster, error) {
 		if len(devices) > 0 {
 			nodeName := tn.Name
 			c.Slices[tn.Name] = []*resourceapi.ResourceSlice{{
-				ObjectMeta: metav1.ObjectMeta{Name: tn.Name + "-" + names.DriverName},
+				ObjectMeta: metav1.ObjectMeta{Name: tn.Name + "-" + device.DriverName},
 				Spec: resourceapi.ResourceSliceSpec{
-					Driver:   names.DriverName,
+					Driver:   device.DriverName,
 					Pool:     resourceapi.ResourcePool{Name: tn.Name, ResourceSliceCount: 1},
 					NodeName: &nodeName,
 					Devices:  devices,

@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
@@ -122,18 +122,18 @@ func TestAllocationSequences(t *testing.T) {
 		{
 			name: "NVLink pair on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
 			steps: []step{
-				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
 					allocation.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-0", "gpu-1"}},
 				{claim: whole("single"), wantDevices: []string{"gpu-2"}},
 				// gpu-3 is free but its partner is taken: the next pair is 4-5.
-				{claim: allocation.Claim("pair-2", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+				{claim: allocation.Claim("pair-2", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
 					allocation.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-4", "gpu-5"}},
 			},
 		},
 		{
 			name: "no NVLink domain holds four cards on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
 			steps: []step{
-				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
 					allocation.WholeGPUs("gpus", 4))},
 				// Without the constraint four cards are fine.
 				{claim: allocation.Claim("four-anywhere", nil, allocation.WholeGPUs("gpus", 4)),
@@ -143,14 +143,14 @@ func TestAllocationSequences(t *testing.T) {
 		{
 			name: "four NVLink-connected cards on dgx-h100", profile: "dgx-h100", sharing: false,
 			steps: []step{
-				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
 					allocation.WholeGPUs("gpus", 4)), wantDevices: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}},
 			},
 		},
 		{
 			name: "no NVLink pair on pcie-l4", profile: "pcie-l4", sharing: true,
 			steps: []step{
-				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(names.AttrNVLinkDomain)},
+				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
 					allocation.WholeGPUs("gpus", 2))},
 			},
 		},
@@ -192,8 +192,8 @@ func TestAllocationSequences(t *testing.T) {
 					t.Fatalf("step %d (%s): want devices %v, got %v", i, s.claim.Name, s.wantDevices, got)
 				}
 				for _, r := range result.Devices.Results {
-					if r.Driver != names.DriverName || r.Pool != nodeName {
-						t.Errorf("step %d: want driver %s pool %s, got %s %s", i, names.DriverName, nodeName, r.Driver, r.Pool)
+					if r.Driver != device.DriverName || r.Pool != nodeName {
+						t.Errorf("step %d: want driver %s pool %s, got %s %s", i, device.DriverName, nodeName, r.Driver, r.Pool)
 					}
 					if tc.sharing != (r.ShareID != nil) {
 						t.Errorf("step %d: sharing=%v but shareID=%v", i, tc.sharing, r.ShareID)

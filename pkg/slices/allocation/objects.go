@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // DeviceClasses returns the two classes the Helm chart publishes:
@@ -17,9 +17,9 @@ import (
 // published as shareable).
 func DeviceClasses() []*resourceapi.DeviceClass {
 	return []*resourceapi.DeviceClass{
-		deviceClass(names.DeviceClassName, fmt.Sprintf(`device.driver == %q`, names.DriverName)),
-		deviceClass(names.SharedDeviceClassName, fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s`,
-			names.DriverName, names.DriverName, names.AttrShareable)),
+		deviceClass(device.DeviceClassName, fmt.Sprintf(`device.driver == %q`, device.DriverName)),
+		deviceClass(device.SharedDeviceClassName, fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s`,
+			device.DriverName, device.DriverName, device.AttrShareable)),
 	}
 }
 
@@ -46,7 +46,7 @@ func Claim(name string, constraints []resourceapi.DeviceConstraint, requests ...
 // WholeGPUs requests count whole cards of class gpu.tangram.dev, each
 // matching all CEL selectors.
 func WholeGPUs(name string, count int64, selectors ...string) resourceapi.DeviceRequest {
-	return request(name, names.DeviceClassName, count, nil, selectors)
+	return request(name, device.DeviceClassName, count, nil, selectors)
 }
 
 // SharedGPU requests one share of a card of class shared-gpu.tangram.dev.
@@ -55,12 +55,12 @@ func WholeGPUs(name string, count int64, selectors ...string) resourceapi.Device
 func SharedGPU(name string, memory, compute resource.Quantity, selectors ...string) resourceapi.DeviceRequest {
 	capacity := map[resourceapi.QualifiedName]resource.Quantity{}
 	if !memory.IsZero() {
-		capacity[names.CapacityMemory] = memory
+		capacity[device.CapacityMemory] = memory
 	}
 	if !compute.IsZero() {
-		capacity[names.CapacityCompute] = compute
+		capacity[device.CapacityCompute] = compute
 	}
-	return request(name, names.SharedDeviceClassName, 1, capacity, selectors)
+	return request(name, device.SharedDeviceClassName, 1, capacity, selectors)
 }
 
 func request(name, class string, count int64, capacity map[resourceapi.QualifiedName]resource.Quantity, selectors []string) resourceapi.DeviceRequest {
@@ -80,9 +80,9 @@ func request(name, class string, count int64, capacity map[resourceapi.Qualified
 
 // MatchAttribute constrains the named requests (all of them when none are
 // named) to devices that share the value of a driver attribute, e.g.
-// MatchAttribute(names.AttrNVLinkDomain).
+// MatchAttribute(device.AttrNVLinkDomain).
 func MatchAttribute(attribute string, requests ...string) resourceapi.DeviceConstraint {
-	full := resourceapi.FullyQualifiedName(names.DriverName + "/" + attribute)
+	full := resourceapi.FullyQualifiedName(device.DriverName + "/" + attribute)
 	return resourceapi.DeviceConstraint{Requests: requests, MatchAttribute: &full}
 }
 
@@ -102,8 +102,8 @@ func Devices(result *resourceapi.AllocationResult) []string {
 // gpu.tangram.dev matching the selectors, asking for no memory, so it fits
 // beside whatever holds the card (see slices.Devices).
 func AdminGPU(name string, selectors ...string) resourceapi.DeviceRequest {
-	r := request(name, names.DeviceClassName, 1,
-		map[resourceapi.QualifiedName]resource.Quantity{names.CapacityMemory: resource.MustParse("0")}, selectors)
+	r := request(name, device.DeviceClassName, 1,
+		map[resourceapi.QualifiedName]resource.Quantity{device.CapacityMemory: resource.MustParse("0")}, selectors)
 	r.Exactly.AdminAccess = ptr.To(true)
 	return r
 }

@@ -2,7 +2,7 @@
 // driver name, CDI kind, DeviceClass names and device attribute names. They
 // are part of the user-facing API (CEL selectors, claims, CDI device IDs), so
 // they live in one place and never change silently.
-package names
+package device
 
 const (
 	// DriverName is the DRA driver name in ResourceSlices, claims and configs.
