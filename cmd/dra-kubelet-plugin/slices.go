@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
@@ -27,7 +28,7 @@ type deviceModelFlags struct {
 func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.Sharing, "sharing", "enabled", "enabled: cards can be shared by several claims (memory/compute shares); disabled: whole cards only")
 	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
-	flags.StringVar(&f.MemoryStep, "memory-step", slices.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
+	flags.StringVar(&f.MemoryStep, "memory-step", device.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
 }
 
 // Options turns the flags into slices.Options for a node with these labels.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
@@ -105,6 +106,31 @@ func TestSchemaProfiles(t *testing.T) {
 	want := append([]string{""}, gpu.BuiltinProfileNames()...)
 	if got := schema.Properties.FakeGPU.Properties.Profile.Enum; !slices.Equal(got, want) {
 		t.Errorf("schema allows fake profiles %q, the plugin has %q", got, want)
+	}
+}
+
+// TestDeviceClassesMatchGo: the chart publishes exactly the classes of
+// device.DeviceClasses(), which the simulator, the scheduler plugin's tests
+// and the e2e testdata use; only the chart's labels, the shared class's
+// default config and the opt-in extended resource name are extra.
+func TestDeviceClassesMatchGo(t *testing.T) {
+	rendered := render(t)["DeviceClass"]
+	var got []*resourceapi.DeviceClass
+	for _, want := range device.DeviceClasses() {
+		obj, ok := rendered[want.Name]
+		if !ok {
+			t.Errorf("the chart does not publish DeviceClass %s", want.Name)
+			continue
+		}
+		dc := obj.(*resourceapi.DeviceClass).DeepCopy()
+		dc.TypeMeta, dc.Labels, dc.Spec.Config, dc.Spec.ExtendedResourceName = want.TypeMeta, nil, nil, nil
+		got = append(got, dc)
+	}
+	if len(rendered) != len(device.DeviceClasses()) {
+		t.Errorf("the chart publishes %d DeviceClasses, device.DeviceClasses() has %d", len(rendered), len(device.DeviceClasses()))
+	}
+	if diff := cmp.Diff(device.DeviceClasses(), got); diff != "" {
+		t.Errorf("chart DeviceClasses differ from device.DeviceClasses() (-go +chart):\n%s", diff)
 	}
 }
 

@@ -47,7 +47,7 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 	if len(openb) < n/2 {
 		return nil, fmt.Errorf("the openb node list has %d nodes, %d wanted", len(openb), n/2)
 	}
-	o := &objects{classes: allocation.DeviceClasses()}
+	o := &objects{classes: device.DeviceClasses()}
 	shaped, err := sim.BuildCluster(openb[:n/2])
 	if err != nil {
 		return nil, err

@@ -103,31 +103,22 @@ type ClaimEdits struct {
 	MPS bool
 }
 
-// IsShare reports whether a result is a share that needs isolation: it has
-// a share ID and consumed less than all of the card's allocatable memory. A
-// result that consumed all of it (a claim that named no memory on a
-// shareable card gets the policy's default, which is all of it) is a whole
-// card: nothing else fits beside it, so it gets no MPS, and whole-card work
-// is never slowed by a daemon. The allocatable memory, not the card's, is
-// the bound: a card whose memory is not a whole number of share steps
-// publishes less than its memory as the default and maximum. Admin access
-// (monitoring) is never a share: it consumes nothing and must see the card
-// as it is, not through an MPS client limit.
+// IsShare reports whether a result is a share that needs isolation: it does
+// not hold the whole card (device.HoldsWholeCard). A whole card gets no MPS,
+// so whole-card work is never slowed by a daemon. The bound is the card's
+// allocatable memory, not its memory: a card whose memory is not a whole
+// number of share steps publishes less as the default and maximum. Admin
+// access (monitoring) is never a share: it consumes nothing and must see the
+// card as it is, not through an MPS client limit.
 func IsShare(r Result) bool {
-	if r.ShareID == "" || r.AdminAccess {
+	if r.AdminAccess {
 		return false
 	}
-	mem, ok := r.ConsumedCapacity[device.CapacityMemory]
-	if !ok {
-		return false
+	allocatable := r.GPU.MemoryBytes
+	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < allocatable {
+		allocatable = r.AllocatableMemoryBytes
 	}
-	whole := r.GPU.MemoryBytes
-	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < whole {
-		whole = r.AllocatableMemoryBytes
-	}
-	// Compared as quantities: a value beyond int64 must not wrap into a
-	// small share (consumed refuses it).
-	return whole <= 0 || mem.Cmp(*resource.NewQuantity(whole, resource.BinarySI)) < 0
+	return !device.HoldsWholeCard(r.ShareID != "", device.ConsumedMemory(r.ConsumedCapacity), allocatable)
 }
 
 // DeviceName is the CDI device name of a result, reduced to the characters

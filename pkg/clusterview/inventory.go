@@ -265,14 +265,7 @@ func AddToAllocatedState(state *structured.AllocatedState, alloc *resourceapi.Al
 
 func newAllocation(ds *DeviceState, claim *resourceapi.ResourceClaim, r *resourceapi.DeviceRequestAllocationResult) Allocation {
 	a := Allocation{Claim: claim, Result: r}
-	mem, hasMem := ds.Device.Capacity[device.CapacityMemory]
-	switch {
-	case r.ShareID == nil || r.ConsumedCapacity == nil:
-		a.Whole = true
-	case hasMem:
-		used, ok := r.ConsumedCapacity[device.CapacityMemory]
-		a.Whole = ok && used.Cmp(wholeThreshold(mem)) >= 0
-	}
+	a.Whole = device.HoldsWholeCard(r.ShareID != nil, device.ConsumedMemory(r.ConsumedCapacity), device.AllocatableMemory(ds.Device))
 	a.Consumed = map[resourceapi.QualifiedName]resource.Quantity{}
 	if a.Whole {
 		for name, c := range ds.Device.Capacity {
@@ -284,16 +277,6 @@ func newAllocation(ds *DeviceState, claim *resourceapi.ResourceClaim, r *resourc
 		a.Consumed[name] = q.DeepCopy()
 	}
 	return a
-}
-
-// wholeThreshold is the most memory one share can take: the policy's
-// maximum when set (a card whose memory is not a multiple of the step keeps
-// the remainder unallocatable), else the card's memory.
-func wholeThreshold(mem resourceapi.DeviceCapacity) resource.Quantity {
-	if p := mem.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil && p.ValidRange.Max.Cmp(mem.Value) < 0 {
-		return p.ValidRange.Max.DeepCopy()
-	}
-	return mem.Value.DeepCopy()
 }
 
 // CurrentSlices keeps, for each pool, only the slices of its highest

@@ -216,7 +216,7 @@ func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 	switch {
 	case !ds.inUse():
 		c.State = CardFree
-	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Cmp(wholeThreshold(ds.Device.Capacity[device.CapacityMemory])) >= 0):
+	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Value() >= device.AllocatableMemory(ds.Device)):
 		c.State = CardFull
 	default:
 		c.State = CardPartial

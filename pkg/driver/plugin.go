@@ -198,8 +198,8 @@ func Run(ctx context.Context, opts PluginOptions) error {
 }
 
 // allocatableMemory returns, for each device published as shareable, the
-// most memory one allocation may consume on it: its memory request policy's
-// maximum (the card's memory rounded down to the share step).
+// most memory one allocation may consume on it (device.AllocatableMemory:
+// the card's memory rounded down to the share step).
 func allocatableMemory(resources *resourceslice.DriverResources) map[string]int64 {
 	out := map[string]int64{}
 	for _, pool := range resources.Pools {
@@ -208,11 +208,7 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 				if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
 					continue
 				}
-				memory := dev.Capacity[device.CapacityMemory]
-				out[dev.Name] = memory.Value.Value()
-				if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil {
-					out[dev.Name] = p.ValidRange.Max.Value()
-				}
+				out[dev.Name] = device.AllocatableMemory(&dev)
 			}
 		}
 	}

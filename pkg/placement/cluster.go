@@ -41,6 +41,8 @@ type AllocatedDevice struct {
 	Share bool
 	// Memory (bytes) and Compute (percent) are the consumed capacity.
 	Memory, Compute int64
+	// NoMemory is set when the result recorded no memory consumed.
+	NoMemory bool
 }
 
 // AllocationOf reads a claim's results of our driver; ok is false for a
@@ -58,8 +60,8 @@ func AllocationOf(claim *resourceapi.ResourceClaim) (Allocation, bool) {
 		if q, ok := d.ConsumedCapacity[device.CapacityCompute]; ok {
 			ad.Compute = q.Value()
 		}
-		if q, ok := d.ConsumedCapacity[device.CapacityMemory]; ok {
-			ad.Memory = q.Value()
+		if ad.Memory = device.ConsumedMemory(d.ConsumedCapacity); ad.Memory == device.NoMemoryConsumed {
+			ad.Memory, ad.NoMemory = 0, true
 		}
 		a.Devices = append(a.Devices, ad)
 	}
@@ -79,12 +81,11 @@ func AllocationsOf(claims []*resourceapi.ResourceClaim) []Allocation {
 
 // consumed is what a device result takes of card c.
 func (c *Card) consumed(i int, d AllocatedDevice) Consumed {
-	k := Consumed{Card: i, Whole: !d.Share, Memory: d.Memory, Compute: d.Compute}
-	// A claim naming no capacity takes all memory: the whole card.
-	if c.Memory.HasPolicy && k.Memory >= c.Memory.Default {
-		k.Whole = true
+	memory := d.Memory
+	if d.NoMemory {
+		memory = device.NoMemoryConsumed
 	}
-	return k
+	return Consumed{Card: i, Whole: device.HoldsWholeCard(d.Share, memory, c.Memory.allocatable()), Memory: d.Memory, Compute: d.Compute}
 }
 
 // NodeCards is the part of a live node's model that comes from its

@@ -6,6 +6,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
@@ -17,7 +18,7 @@ func TestNodeFromCluster(t *testing.T) {
 		Pool: resourceapi.ResourcePool{Name: spec.name, ResourceSliceCount: 1},
 	}}
 	slice.Name = "a-gpu"
-	harness := &allocation.Node{Name: spec.name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	harness := &allocation.Node{Name: spec.name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 	var claims []*resourceapi.ResourceClaim
 	for _, c := range []*resourceapi.ResourceClaim{
 		allocation.Claim("whole", nil, allocation.WholeGPUs("gpu", 1)),

@@ -28,9 +28,6 @@ type Validator interface {
 // consumable capacity is what makes GPU shares possible.
 var Features = allocation.Features137
 
-// DeviceClasses are the classes the Helm chart publishes.
-func DeviceClasses() []*resourceapi.DeviceClass { return allocation.DeviceClasses() }
-
 // DRAValidator runs the real structured allocator, one node at a time, with
 // that node's ResourceSlices and the state of every claim allocated on it.
 type DRAValidator struct {
@@ -45,7 +42,7 @@ type draNode struct {
 
 // NewDRAValidator prepares an allocator per node from its slices.
 func NewDRAValidator(ctx context.Context, slicesByNode map[string][]*resourceapi.ResourceSlice) (*DRAValidator, error) {
-	classes := allocation.ClassLister(DeviceClasses())
+	classes := allocation.ClassLister(device.DeviceClasses())
 	celCache := cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true})
 	v := &DRAValidator{nodes: make(map[string]*draNode, len(slicesByNode))}
 	for name, slices := range slicesByNode {

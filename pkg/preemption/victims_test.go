@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/preemption"
 	devslices "github.com/tangram-gpu/tangram/pkg/slices"
@@ -294,7 +295,7 @@ func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testC
 	if err != nil {
 		t.Fatal(err)
 	}
-	an := &allocation.Node{Name: nodeName, Slices: devslices.ResourceSlices(nodeName, res), Classes: allocation.DeviceClasses()}
+	an := &allocation.Node{Name: nodeName, Slices: devslices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	node := preemption.Node{Name: nodeName, Slices: an.Slices, Classes: an.Classes}
 	for i, p := range pods {
 		node.Pods = append(node.Pods, newPod(p, i))

@@ -24,14 +24,6 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
-// DefaultMemoryStep is the granularity of memory shares when
-// Options.MemoryStep is left at zero: requests are rounded up to it.
-var DefaultMemoryStep = resource.MustParse("256Mi")
-
-// ComputeCapacity is the value of the compute capacity of every card: the
-// whole card is 100 percent.
-const ComputeCapacity = 100
-
 // Options says how the node's cards are published.
 type Options struct {
 	// NodeName is the node the cards are on; it names the pool and makes
@@ -67,7 +59,7 @@ func (o Options) logger() klog.Logger {
 
 func (o Options) memoryStep() (int64, error) {
 	if o.MemoryStep.IsZero() {
-		return DefaultMemoryStep.Value(), nil
+		return device.DefaultMemoryStep.Value(), nil
 	}
 	step, ok := o.MemoryStep.AsInt64()
 	if !ok || step <= 0 {
@@ -146,7 +138,7 @@ func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, o
 		Name:       device.DevicePrefix + strconv.Itoa(g.Index),
 		Attributes: attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			device.CapacityCompute: {Value: *resource.NewQuantity(ComputeCapacity, resource.DecimalSI)},
+			device.CapacityCompute: {Value: *resource.NewQuantity(device.ComputeCapacity, resource.DecimalSI)},
 		},
 	}
 	if g.MemoryBytes > 0 {
@@ -171,16 +163,12 @@ func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, ste
 			"memoryBytes", memoryBytes, "memoryStep", step)
 		return false
 	}
-	// The API requires max and default to be a whole number of steps from
-	// min; a card whose memory is not a multiple of the step keeps the
-	// remainder unallocatable (it is smaller than the smallest share).
-	//
 	// The range starts at 0, not at one step, for monitoring: the 1.37
 	// allocator checks capacity also for admin-access requests on devices
 	// that allow multiple allocations, so an admin claim asks for memory 0
 	// to fit beside a card's holders. The plugin refuses a non-admin result
 	// that consumed no memory (see driver.planClaim).
-	usable := memoryBytes - memoryBytes%step
+	usable := device.UsableMemory(memoryBytes, step)
 	memory := dev.Capacity[device.CapacityMemory]
 	memory.RequestPolicy = &resourceapi.CapacityRequestPolicy{
 		Default: resource.NewQuantity(usable, resource.BinarySI),
@@ -197,7 +185,7 @@ func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, ste
 		Default: resource.NewQuantity(0, resource.DecimalSI),
 		ValidRange: &resourceapi.CapacityRequestPolicyRange{
 			Min:  resource.NewQuantity(0, resource.DecimalSI),
-			Max:  resource.NewQuantity(ComputeCapacity, resource.DecimalSI),
+			Max:  resource.NewQuantity(device.ComputeCapacity, resource.DecimalSI),
 			Step: resource.NewQuantity(1, resource.DecimalSI),
 		},
 	}

@@ -40,7 +40,7 @@ func publishedNode(t testing.TB, profile string, sharing bool) *allocation.Node 
 	return &allocation.Node{
 		Name:    nodeName,
 		Slices:  slices.ResourceSlices(nodeName, res),
-		Classes: allocation.DeviceClasses(),
+		Classes: device.DeviceClasses(),
 	}
 }
 
@@ -264,7 +264,7 @@ func TestManySharesAcrossSlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: allocation.DeviceClasses()}
+	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	_, ctx := ktesting.NewTestContext(t)
 	for i := range 8 {
 		allocated, err := node.Allocate(ctx, share(fmt.Sprintf("s%d", i), q("512Mi"), none))
@@ -344,7 +344,7 @@ func TestNodeLabelAttributeSelectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: allocation.DeviceClasses()}
+	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	for _, sel := range []string{`device.attributes["topology.kubernetes.io"].zone == "eu-1a"`, `device.attributes["gpu.tangram.dev"].rack == "r7"`} {
 		if _, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, sel))); err != nil {
 			t.Errorf("%s: %v", sel, err)

@@ -1,8 +1,6 @@
 package allocation
 
 import (
-	"fmt"
-
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,26 +9,6 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
-
-// DeviceClasses returns the two classes the Helm chart publishes:
-// gpu.tangram.dev (any of our GPUs) and shared-gpu.tangram.dev (only cards
-// published as shareable).
-func DeviceClasses() []*resourceapi.DeviceClass {
-	return []*resourceapi.DeviceClass{
-		deviceClass(device.DeviceClassName, fmt.Sprintf(`device.driver == %q`, device.DriverName)),
-		deviceClass(device.SharedDeviceClassName, fmt.Sprintf(`device.driver == %q && device.attributes[%q].%s`,
-			device.DriverName, device.DriverName, device.AttrShareable)),
-	}
-}
-
-func deviceClass(name, expression string) *resourceapi.DeviceClass {
-	return &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourceapi.DeviceClassSpec{
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expression}}},
-		},
-	}
-}
 
 // Claim builds a ResourceClaim in namespace "default" whose UID is its name,
 // with the given requests and constraints.

@@ -13,6 +13,7 @@ import (
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
@@ -45,7 +46,7 @@ func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 			Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 		}}
 		dra.slices = append(dra.slices, slice)
-		harness := &allocation.Node{Name: name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+		harness := &allocation.Node{Name: name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 		ni := schedframework.NewNodeInfo()
 		for card := 0; card < 8; card += 2 {
 			// Whole cards first so the next share lands on a fresh card.

@@ -17,6 +17,7 @@ import (
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/slices"
@@ -148,7 +149,7 @@ func TestSharePacksOntoUsedCard(t *testing.T) {
 	nodeA, sliceA := gpuNode(t, "a")
 	nodeB, sliceB := gpuNode(t, "b")
 
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: allocation.DeviceClasses()}
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: device.DeviceClasses()}
 	running, err := harness.Allocate(ctx, allocation.Claim("running", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 func TestReserveAssumesUntilUnreserve(t *testing.T) {
 	ctx := context.Background()
 	_, slice := gpuNode(t, "a")
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 	share := func(name string) *resourceapi.ResourceClaim {
 		c, err := harness.Allocate(ctx, allocation.Claim(name, nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
 		if err != nil {

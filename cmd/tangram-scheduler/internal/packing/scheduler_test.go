@@ -18,6 +18,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
@@ -50,7 +51,7 @@ func scheduleIncoming(t *testing.T, schedulerName string) string {
 
 	nodeA, sliceA := gpuNode(t, "a")
 	nodeB, sliceB := gpuNode(t, "b")
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: allocation.DeviceClasses()}
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: device.DeviceClasses()}
 	running, err := harness.Allocate(ctx, allocation.Claim("running", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func scheduleIncoming(t *testing.T, schedulerName string) string {
 	pod.Spec.SchedulerName = schedulerName
 
 	objects := []runtime.Object{nodeA, nodeB, sliceA, sliceB, running, incoming, runningPod, pod}
-	for _, c := range allocation.DeviceClasses() {
+	for _, c := range device.DeviceClasses() {
 		objects = append(objects, c)
 	}
 	client := fake.NewClientset(objects...)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/slices"
 	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
@@ -84,9 +85,9 @@ func runPreemption(t *testing.T, schedulerName string, request resourceapi.Devic
 	defer cancel()
 
 	node, slice := eightCardNode(t, "a")
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 	objects := []runtime.Object{node, slice}
-	for _, c := range allocation.DeviceClasses() {
+	for _, c := range device.DeviceClasses() {
 		objects = append(objects, c)
 	}
 	for i := range 8 {
