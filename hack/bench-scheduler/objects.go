@@ -17,11 +17,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/placement/sim"
 	"github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
 
@@ -97,11 +97,11 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 		name := fmt.Sprintf("pod-%04d", i)
 		var req resourceapi.DeviceRequest
 		if rng.IntN(10) < 7 {
-			req = allocation.SharedGPU("gpu", resource.MustParse(fmt.Sprintf("%dGi", 10+rng.IntN(31))), resource.Quantity{})
+			req = dra.SharedGPU("gpu", resource.MustParse(fmt.Sprintf("%dGi", 10+rng.IntN(31))), resource.Quantity{})
 		} else {
-			req = allocation.WholeGPUs("gpu", int64(1+rng.IntN(8)))
+			req = dra.WholeGPUs("gpu", int64(1+rng.IntN(8)))
 		}
-		claim := allocation.Claim(name, nil, req)
+		claim := dra.Claim(name, nil, req)
 		claim.UID = ""
 		o.claims = append(o.claims, claim)
 		o.pods = append(o.pods, &v1.Pod{

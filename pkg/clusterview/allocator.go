@@ -10,7 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // AllocatorFeatures are the DRA features Tangram relies on, as enabled in a
@@ -33,7 +33,7 @@ var celCache = cel.NewCache(100, cel.Features{EnableConsumableCapacity: true})
 func CELCache() *cel.Cache { return celCache }
 
 // ClassLister serves DeviceClasses from a snapshot to the allocator.
-type ClassLister = allocation.ClassLister
+type ClassLister = dra.ClassLister
 
 // NewAllocator returns the kube-scheduler's DRA allocator over the
 // snapshot's current slices, treating state as already taken.

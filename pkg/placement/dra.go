@@ -13,7 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // Validator checks a placement with the DRA allocator and records it.
@@ -26,7 +26,7 @@ type Validator interface {
 
 // Features are the allocator features of kube-scheduler 1.37's defaults;
 // consumable capacity is what makes GPU shares possible.
-var Features = allocation.Features137
+var Features = dra.Features137
 
 // DRAValidator runs the real structured allocator, one node at a time, with
 // that node's ResourceSlices and the state of every claim allocated on it.
@@ -42,7 +42,7 @@ type draNode struct {
 
 // NewDRAValidator prepares an allocator per node from its slices.
 func NewDRAValidator(ctx context.Context, slicesByNode map[string][]*resourceapi.ResourceSlice) (*DRAValidator, error) {
-	classes := allocation.ClassLister(device.DeviceClasses())
+	classes := dra.ClassLister(device.DeviceClasses())
 	celCache := cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true})
 	v := &DRAValidator{nodes: make(map[string]*draNode, len(slicesByNode))}
 	for name, slices := range slicesByNode {

@@ -1,4 +1,4 @@
-package allocation_test
+package dra_test
 
 import (
 	"context"
@@ -14,16 +14,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
 const nodeName = "node-a"
 
 // publishedNode is the node as the kubelet plugin would publish it: the
 // fake profile's cards through slices.DriverResources.
-func publishedNode(t testing.TB, profile string, sharing bool) *allocation.Node {
+func publishedNode(t testing.TB, profile string, sharing bool) *dra.Node {
 	t.Helper()
 	p, err := gpu.BuiltinProfile(profile)
 	if err != nil {
@@ -37,7 +37,7 @@ func publishedNode(t testing.TB, profile string, sharing bool) *allocation.Node 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &allocation.Node{
+	return &dra.Node{
 		Name:    nodeName,
 		Slices:  slices.ResourceSlices(nodeName, res),
 		Classes: device.DeviceClasses(),
@@ -50,11 +50,11 @@ var (
 )
 
 func whole(name string) *resourceapi.ResourceClaim {
-	return allocation.Claim(name, nil, allocation.WholeGPUs("gpu", 1))
+	return dra.Claim(name, nil, dra.WholeGPUs("gpu", 1))
 }
 
 func share(name string, memory, compute resource.Quantity) *resourceapi.ResourceClaim {
-	return allocation.Claim(name, nil, allocation.SharedGPU("gpu", memory, compute))
+	return dra.Claim(name, nil, dra.SharedGPU("gpu", memory, compute))
 }
 
 // step is one claim allocated after the ones before it.
@@ -122,43 +122,43 @@ func TestAllocationSequences(t *testing.T) {
 		{
 			name: "NVLink pair on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
 			steps: []step{
-				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
-					allocation.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-0", "gpu-1"}},
+				{claim: dra.Claim("pair", []resourceapi.DeviceConstraint{dra.MatchAttribute(device.AttrNVLinkDomain)},
+					dra.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-0", "gpu-1"}},
 				{claim: whole("single"), wantDevices: []string{"gpu-2"}},
 				// gpu-3 is free but its partner is taken: the next pair is 4-5.
-				{claim: allocation.Claim("pair-2", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
-					allocation.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-4", "gpu-5"}},
+				{claim: dra.Claim("pair-2", []resourceapi.DeviceConstraint{dra.MatchAttribute(device.AttrNVLinkDomain)},
+					dra.WholeGPUs("gpus", 2)), wantDevices: []string{"gpu-4", "gpu-5"}},
 			},
 		},
 		{
 			name: "no NVLink domain holds four cards on pcie-a100-pairs", profile: "pcie-a100-pairs", sharing: true,
 			steps: []step{
-				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
-					allocation.WholeGPUs("gpus", 4))},
+				{claim: dra.Claim("four", []resourceapi.DeviceConstraint{dra.MatchAttribute(device.AttrNVLinkDomain)},
+					dra.WholeGPUs("gpus", 4))},
 				// Without the constraint four cards are fine.
-				{claim: allocation.Claim("four-anywhere", nil, allocation.WholeGPUs("gpus", 4)),
+				{claim: dra.Claim("four-anywhere", nil, dra.WholeGPUs("gpus", 4)),
 					wantDevices: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}},
 			},
 		},
 		{
 			name: "four NVLink-connected cards on dgx-h100", profile: "dgx-h100", sharing: false,
 			steps: []step{
-				{claim: allocation.Claim("four", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
-					allocation.WholeGPUs("gpus", 4)), wantDevices: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}},
+				{claim: dra.Claim("four", []resourceapi.DeviceConstraint{dra.MatchAttribute(device.AttrNVLinkDomain)},
+					dra.WholeGPUs("gpus", 4)), wantDevices: []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}},
 			},
 		},
 		{
 			name: "no NVLink pair on pcie-l4", profile: "pcie-l4", sharing: true,
 			steps: []step{
-				{claim: allocation.Claim("pair", []resourceapi.DeviceConstraint{allocation.MatchAttribute(device.AttrNVLinkDomain)},
-					allocation.WholeGPUs("gpus", 2))},
+				{claim: dra.Claim("pair", []resourceapi.DeviceConstraint{dra.MatchAttribute(device.AttrNVLinkDomain)},
+					dra.WholeGPUs("gpus", 2))},
 			},
 		},
 		{
 			name: "sharing disabled: a card is never given twice", profile: "pcie-l4", sharing: false,
 			steps: []step{
 				{claim: whole("a"), wantDevices: []string{"gpu-0"}},
-				{claim: allocation.Claim("b-on-gpu-0", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))},
+				{claim: dra.Claim("b-on-gpu-0", nil, dra.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))},
 				{claim: whole("c"), wantDevices: []string{"gpu-1"}},
 				// The shared class matches no card of a whole-card node.
 				{claim: share("d", q("1Gi"), none)},
@@ -168,7 +168,7 @@ func TestAllocationSequences(t *testing.T) {
 			name: "sharing enabled: a whole card claim blocks further whole card claims on it", profile: "pcie-l4", sharing: true,
 			steps: []step{
 				{claim: whole("a"), wantDevices: []string{"gpu-0"}},
-				{claim: allocation.Claim("b-on-gpu-0", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))},
+				{claim: dra.Claim("b-on-gpu-0", nil, dra.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))},
 			},
 		},
 	}
@@ -179,7 +179,7 @@ func TestAllocationSequences(t *testing.T) {
 			for i, s := range tc.steps {
 				allocated, err := node.Allocate(ctx, s.claim)
 				if s.wantDevices == nil {
-					if !errors.Is(err, allocation.ErrUnschedulable) {
+					if !errors.Is(err, dra.ErrUnschedulable) {
 						t.Fatalf("step %d (%s): want ErrUnschedulable, got %v, %v", i, s.claim.Name, allocated, err)
 					}
 					continue
@@ -188,7 +188,7 @@ func TestAllocationSequences(t *testing.T) {
 					t.Fatalf("step %d (%s): %v", i, s.claim.Name, err)
 				}
 				result := allocated.Status.Allocation
-				if got := allocation.Devices(result); !cmp.Equal(s.wantDevices, got) {
+				if got := dra.Devices(result); !cmp.Equal(s.wantDevices, got) {
 					t.Fatalf("step %d (%s): want devices %v, got %v", i, s.claim.Name, s.wantDevices, got)
 				}
 				for _, r := range result.Devices.Results {
@@ -233,7 +233,7 @@ func TestTryDoesNotRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := allocation.Devices(result); !cmp.Equal([]string{"gpu-0"}, got) {
+		if got := dra.Devices(result); !cmp.Equal([]string{"gpu-0"}, got) {
 			t.Fatalf("want gpu-0 every time, got %v", got)
 		}
 	}
@@ -245,8 +245,8 @@ func TestTryDoesNotRecord(t *testing.T) {
 func TestBadInputIsNotUnschedulable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	node := publishedNode(t, "pcie-l4", true)
-	_, err := node.Allocate(ctx, allocation.Claim("bad", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index ==`)))
-	if err == nil || errors.Is(err, allocation.ErrUnschedulable) {
+	_, err := node.Allocate(ctx, dra.Claim("bad", nil, dra.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index ==`)))
+	if err == nil || errors.Is(err, dra.ErrUnschedulable) {
 		t.Fatalf("want a hard error for a broken CEL expression, got %v", err)
 	}
 	if len(node.Allocated) != 0 {
@@ -264,21 +264,21 @@ func TestManySharesAcrossSlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
+	node := &dra.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	_, ctx := ktesting.NewTestContext(t)
 	for i := range 8 {
 		allocated, err := node.Allocate(ctx, share(fmt.Sprintf("s%d", i), q("512Mi"), none))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want, got := fmt.Sprintf("gpu-%d", i/2), allocation.Devices(allocated.Status.Allocation)[0]; got != want {
+		if want, got := fmt.Sprintf("gpu-%d", i/2), dra.Devices(allocated.Status.Allocation)[0]; got != want {
 			t.Fatalf("share %d: want %s, got %s", i, want, got)
 		}
 	}
 	// The last card lives in the third slice.
-	last, err := node.Try(ctx, allocation.Claim("last", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 299`)))
-	if err != nil || !strings.HasSuffix(allocation.Devices(last)[0], "299") {
-		t.Fatalf("want gpu-299 from the third slice, got %v, %v", allocation.Devices(last), err)
+	last, err := node.Try(ctx, dra.Claim("last", nil, dra.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 299`)))
+	if err != nil || !strings.HasSuffix(dra.Devices(last)[0], "299") {
+		t.Fatalf("want gpu-299 from the third slice, got %v, %v", dra.Devices(last), err)
 	}
 }
 
@@ -318,17 +318,17 @@ func TestDocumentedSelectors(t *testing.T) {
 		t.Run(tc.profile+" "+tc.selector, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			node := publishedNode(t, tc.profile, true)
-			result, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, tc.selector)))
+			result, err := node.Try(ctx, dra.Claim("c", nil, dra.WholeGPUs("gpu", 1, tc.selector)))
 			if tc.want == nil {
-				if !errors.Is(err, allocation.ErrUnschedulable) {
-					t.Fatalf("want no match, got %v, %v", allocation.Devices(result), err)
+				if !errors.Is(err, dra.ErrUnschedulable) {
+					t.Fatalf("want no match, got %v, %v", dra.Devices(result), err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := allocation.Devices(result); !cmp.Equal(tc.want, got) {
+			if got := dra.Devices(result); !cmp.Equal(tc.want, got) {
 				t.Errorf("want %v, got %v", tc.want, got)
 			}
 		})
@@ -344,13 +344,13 @@ func TestNodeLabelAttributeSelectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &allocation.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
+	node := &dra.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	for _, sel := range []string{`device.attributes["topology.kubernetes.io"].zone == "eu-1a"`, `device.attributes["gpu.tangram.dev"].rack == "r7"`} {
-		if _, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, sel))); err != nil {
+		if _, err := node.Try(ctx, dra.Claim("c", nil, dra.WholeGPUs("gpu", 1, sel))); err != nil {
 			t.Errorf("%s: %v", sel, err)
 		}
 	}
-	if _, err := node.Try(ctx, allocation.Claim("c", nil, allocation.WholeGPUs("gpu", 1, `device.attributes["topology.kubernetes.io"].zone == "us-1a"`))); !errors.Is(err, allocation.ErrUnschedulable) {
+	if _, err := node.Try(ctx, dra.Claim("c", nil, dra.WholeGPUs("gpu", 1, `device.attributes["topology.kubernetes.io"].zone == "us-1a"`))); !errors.Is(err, dra.ErrUnschedulable) {
 		t.Errorf("want no match for another zone, got %v", err)
 	}
 }
@@ -361,7 +361,7 @@ func TestNodeLabelAttributeSelectors(t *testing.T) {
 func TestAdminAccessOnBusyCards(t *testing.T) {
 	onCard := func(i int) string { return fmt.Sprintf(`device.attributes["gpu.tangram.dev"].index == %d`, i) }
 	admin := func(name string, card int) *resourceapi.ResourceClaim {
-		return allocation.Claim(name, nil, allocation.AdminGPU("monitor", onCard(card)))
+		return dra.Claim(name, nil, dra.AdminGPU("monitor", onCard(card)))
 	}
 	for _, sharing := range []bool{true, false} {
 		t.Run(fmt.Sprintf("sharing=%v", sharing), func(t *testing.T) {
@@ -397,9 +397,9 @@ func TestAdminAccessOnBusyCards(t *testing.T) {
 			if sharing {
 				// The admin claim took nothing: a share still fits on gpu-2,
 				// and a non-admin claim cannot land on the full gpu-1.
-				got, err := n.Allocate(ctx, allocation.Claim("after", nil, allocation.SharedGPU("gpu", q("40Gi"), q("50"), onCard(1))))
+				got, err := n.Allocate(ctx, dra.Claim("after", nil, dra.SharedGPU("gpu", q("40Gi"), q("50"), onCard(1))))
 				if err == nil {
-					t.Errorf("a share landed on the full gpu-1: %v", allocation.Devices(got.Status.Allocation))
+					t.Errorf("a share landed on the full gpu-1: %v", dra.Devices(got.Status.Allocation))
 				}
 			}
 		})

@@ -1,10 +1,10 @@
-// Package allocation runs the real DRA allocator of kube-scheduler
+// Package dra runs the real DRA allocator of kube-scheduler
 // (k8s.io/dynamic-resource-allocation/structured) against ResourceSlices,
 // one claim at a time, feeding every result back as allocated state the way
 // the scheduler does. Tests, the trace simulator and anything else that
 // needs to know "where would this claim land, given these allocated
 // claims" use it instead of re-implementing allocation.
-package allocation
+package dra
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package allocation
+package dra
 
 import (
 	resourceapi "k8s.io/api/resource/v1"
