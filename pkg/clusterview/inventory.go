@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
@@ -224,43 +223,6 @@ func NewInventory(snap *Snapshot) *Inventory {
 // Device looks a device up by its allocator identity.
 func (inv *Inventory) Device(driver, pool, device string) *DeviceState {
 	return inv.byID[structured.MakeDeviceID(driver, pool, device)]
-}
-
-// AllocatedStateOf builds what the DRA allocator must treat as taken, the
-// way kube-scheduler does: a result with a share ID is a share with consumed
-// capacity, any other result holds its device exclusively, and admin-access
-// results take nothing.
-func AllocatedStateOf(claims []*resourceapi.ResourceClaim) structured.AllocatedState {
-	state := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	for _, claim := range claims {
-		AddToAllocatedState(&state, claim.Status.Allocation)
-	}
-	return state
-}
-
-// AddToAllocatedState records one allocation result in state.
-func AddToAllocatedState(state *structured.AllocatedState, alloc *resourceapi.AllocationResult) {
-	if alloc == nil {
-		return
-	}
-	for _, r := range alloc.Devices.Results {
-		if ptr.Deref(r.AdminAccess, false) {
-			continue
-		}
-		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-		if r.ShareID == nil {
-			state.AllocatedDevices.Insert(id)
-			continue
-		}
-		state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-		if r.ConsumedCapacity != nil {
-			state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-		}
-	}
 }
 
 func newAllocation(ds *DeviceState, claim *resourceapi.ResourceClaim, r *resourceapi.DeviceRequestAllocationResult) Allocation {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // ClaimDiagnosis says whether a claim can be allocated now and, if not, why.
@@ -64,7 +65,7 @@ func Claim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.R
 	}
 	others := withoutClaim(snap, claim)
 	inv := clusterview.NewInventory(others)
-	classes := clusterview.ClassLister(snap.Classes)
+	classes := dra.ClassLister(snap.Classes)
 
 	// Requests that cannot be met even alone make the allocator pointless
 	// (and a missing class or bad selector makes it fail outright).
@@ -147,7 +148,7 @@ func ClaimsTogether(ctx context.Context, snap *clusterview.Snapshot, claims []*r
 	for _, c := range claims {
 		others = withoutClaim(others, c)
 	}
-	alloc, err := others.NewAllocator(ctx, clusterview.AllocatedStateOf(others.Claims))
+	alloc, err := others.NewAllocator(ctx, dra.AllocatedState(others.Claims))
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func (e *allocatorError) Error() string { return e.err.Error() }
 // fitsOn runs the allocator for the claim on every node.
 func fitsOn(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) ([]string, error) {
 	logger := klog.FromContext(ctx)
-	alloc, err := snap.NewAllocator(ctx, clusterview.AllocatedStateOf(snap.Claims))
+	alloc, err := snap.NewAllocator(ctx, dra.AllocatedState(snap.Claims))
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // requestAnalysis is what the cluster offers one request, taken alone.
@@ -26,7 +27,7 @@ type requestAnalysis struct {
 // analyse looks at one request against the inventory: which devices match
 // its class and selectors, which of them have room for it, and whether some
 // node has enough of them (in one group when a matchAttribute applies).
-func analyse(ctx context.Context, inv *clusterview.Inventory, classes clusterview.ClassLister,
+func analyse(ctx context.Context, inv *clusterview.Inventory, classes dra.ClassLister,
 	claim *resourceapi.ResourceClaim, r exactRequest) requestAnalysis {
 	a := requestAnalysis{req: r}
 	m, problem := newMatcher(classes, r)

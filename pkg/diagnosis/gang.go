@@ -14,6 +14,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // Gang is an all-or-nothing group of pods, each with its own claim of the
@@ -63,7 +64,7 @@ func GangFeasibility(ctx context.Context, snap *clusterview.Snapshot, g Gang) (*
 	if g.Members <= 0 || g.Claim == nil {
 		return nil, fmt.Errorf("diagnosing a gang: it needs at least one member and a member claim (got %d members)", g.Members)
 	}
-	alloc, err := snap.NewAllocator(ctx, clusterview.AllocatedStateOf(snap.Claims))
+	alloc, err := snap.NewAllocator(ctx, dra.AllocatedState(snap.Claims))
 	if err != nil {
 		return nil, err
 	}

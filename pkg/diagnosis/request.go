@@ -11,6 +11,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // exactRequest is one alternative of a claim request, flattened: a plain
@@ -63,7 +64,7 @@ type matcher struct {
 
 // newMatcher compiles the selectors; a missing class or a selector that
 // does not compile is returned as a plain-words problem.
-func newMatcher(classes clusterview.ClassLister, r exactRequest) (*matcher, string) {
+func newMatcher(classes dra.ClassLister, r exactRequest) (*matcher, string) {
 	class, err := classes.Get(r.spec.DeviceClassName)
 	if err != nil {
 		return nil, fmt.Sprintf("DeviceClass %q does not exist; `kubectl get deviceclasses` lists the ones there are", r.spec.DeviceClassName)
@@ -80,7 +81,7 @@ func newMatcher(classes clusterview.ClassLister, r exactRequest) (*matcher, stri
 		}
 	}
 	for _, e := range m.exprs {
-		if res := clusterview.CELCache().GetOrCompile(e); res.Error != nil {
+		if res := dra.CELCache().GetOrCompile(e); res.Error != nil {
 			return nil, fmt.Sprintf("selector %q does not compile: %s", e, res.Error.Detail)
 		}
 	}
@@ -98,7 +99,7 @@ func (m *matcher) matches(ctx context.Context, d *clusterview.DeviceState) bool 
 		Capacity:                 d.Device.Capacity,
 	}
 	for _, e := range m.exprs {
-		ok, _, err := clusterview.CELCache().GetOrCompile(e).DeviceMatches(ctx, in)
+		ok, _, err := dra.CELCache().GetOrCompile(e).DeviceMatches(ctx, in)
 		if err != nil || !ok {
 			return false
 		}

@@ -1,9 +1,11 @@
-// Package dra runs the real DRA allocator of kube-scheduler
-// (k8s.io/dynamic-resource-allocation/structured) against ResourceSlices,
-// one claim at a time, feeding every result back as allocated state the way
-// the scheduler does. Tests, the trace simulator and anything else that
-// needs to know "where would this claim land, given these allocated
-// claims" use it instead of re-implementing allocation.
+// Package dra is Tangram's only wrapper of kube-scheduler's DRA allocator
+// (k8s.io/dynamic-resource-allocation/structured): one feature set (the
+// 1.37 defaults), one cache of compiled CEL selectors, one way to turn
+// allocated claims into the allocator's state. The cluster model
+// (diagnosis), the placement validator, preemption, the simulator and tests
+// all allocate through it instead of re-implementing allocation; Node runs
+// it one claim at a time, feeding every result back as allocated state the
+// way the scheduler does.
 package dra
 
 import (
@@ -21,12 +23,12 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Features137 is the allocator feature set kube-scheduler 1.37 enables by
+// Features is the allocator feature set kube-scheduler 1.37 enables by
 // default: the beta and GA DRA gates (AdminAccess, ConsumableCapacity,
 // DeviceBindingConditions + ResourceClaimDeviceStatus, DeviceTaints,
 // FractionalCapacityRange, PartitionableDevices, PrioritizedList), without
-// the alpha ones.
-var Features137 = structured.Features{
+// the alpha ones. Consumable capacity is what makes GPU shares possible.
+var Features = structured.Features{
 	AdminAccess:             true,
 	ConsumableCapacity:      true,
 	DeviceBindingAndStatus:  true,
@@ -41,27 +43,38 @@ var Features137 = structured.Features{
 // expression or an unknown class).
 var ErrUnschedulable = errors.New("claim cannot be allocated on this node")
 
+// celCache is shared by every allocator: compiled selectors are immutable
+// and the cache is safe for concurrent use. Compiling dominates a call on a
+// small node, so callers that run the allocator many times (preemption, the
+// simulator) gain most. The size covers the chart's classes plus the
+// distinct selectors of many claims.
+var celCache = cel.NewCache(1000, cel.Features{EnableConsumableCapacity: Features.ConsumableCapacity, EnableListTypeAttributes: Features.ListTypeAttributes})
+
+// CELCache returns the cache of compiled CEL selectors, for code that
+// evaluates a selector itself (diagnosis explaining a mismatch).
+func CELCache() *cel.Cache { return celCache }
+
+// NewAllocator returns kube-scheduler's allocator over slices and classes,
+// treating state as already taken. The allocator keeps state's maps, so
+// results recorded in them later (AddToAllocatedState) are seen by its next
+// Allocate call.
+func NewAllocator(ctx context.Context, state structured.AllocatedState, classes []*resourceapi.DeviceClass, slices []*resourceapi.ResourceSlice) (structured.Allocator, error) {
+	a, err := structured.NewAllocator(ctx, Features, state, ClassLister(classes), slices, celCache)
+	if err != nil {
+		return nil, fmt.Errorf("creating the DRA allocator: %w", err)
+	}
+	return a, nil
+}
+
 // Node is one node with its published slices and the claims already
-// allocated there. The zero value of Features means Features137.
+// allocated there.
 type Node struct {
-	Name     string
-	Slices   []*resourceapi.ResourceSlice
-	Classes  []*resourceapi.DeviceClass
-	Features *structured.Features
+	Name    string
+	Slices  []*resourceapi.ResourceSlice
+	Classes []*resourceapi.DeviceClass
 	// Allocated holds claims with status.allocation set; Allocate appends
 	// to it.
 	Allocated []*resourceapi.ResourceClaim
-	// CELCache keeps compiled CEL selectors across calls; nil means a new
-	// cache per call. Compiling dominates a call on a small node, so
-	// callers that run the allocator many times (preemption) share one.
-	// It must have been made with the same CEL features Try would use.
-	CELCache *cel.Cache
-}
-
-// NewCELCache returns a CEL cache for Node.CELCache with the features the
-// allocator uses under features.
-func NewCELCache(features structured.Features) *cel.Cache {
-	return cel.NewCache(100, cel.Features{EnableConsumableCapacity: features.ConsumableCapacity, EnableListTypeAttributes: features.ListTypeAttributes})
 }
 
 // Allocate runs the allocator for one claim against the node's slices and
@@ -82,18 +95,9 @@ func (n *Node) Allocate(ctx context.Context, claim *resourceapi.ResourceClaim) (
 
 // Try is Allocate without recording the result.
 func (n *Node) Try(ctx context.Context, claim *resourceapi.ResourceClaim) (*resourceapi.AllocationResult, error) {
-	features := Features137
-	if n.Features != nil {
-		features = *n.Features
-	}
-	celCache := n.CELCache
-	if celCache == nil {
-		celCache = NewCELCache(features)
-	}
-	allocator, err := structured.NewAllocator(ctx, features, AllocatedState(n.Allocated, features.ConsumableCapacity),
-		ClassLister(n.Classes), n.Slices, celCache)
+	allocator, err := NewAllocator(ctx, AllocatedState(n.Allocated), n.Classes, n.Slices)
 	if err != nil {
-		return nil, fmt.Errorf("creating allocator for node %s: %w", n.Name, err)
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
 	results, err := allocator.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
@@ -109,36 +113,47 @@ func (n *Node) Try(ctx context.Context, claim *resourceapi.ResourceClaim) (*reso
 	return &results[0], nil
 }
 
-// AllocatedState is what kube-scheduler derives from allocated claims: a
-// device result with a share ID is one share of a multi-allocatable device
-// and adds its consumed capacity; any other result (that is not admin
-// access) takes the device exclusively.
-func AllocatedState(claims []*resourceapi.ResourceClaim, consumableCapacity bool) structured.AllocatedState {
-	state := structured.AllocatedState{
+// NewAllocatedState returns an empty allocated state.
+func NewAllocatedState() structured.AllocatedState {
+	return structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
+}
+
+// AllocatedState is what kube-scheduler derives from allocated claims (see
+// AddToAllocatedState).
+func AllocatedState(claims []*resourceapi.ResourceClaim) structured.AllocatedState {
+	state := NewAllocatedState()
 	for _, claim := range claims {
-		if claim.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range claim.Status.Allocation.Devices.Results {
-			if ptr.Deref(r.AdminAccess, false) {
-				continue
-			}
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if consumableCapacity && r.ShareID != nil {
-				state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-				if r.ConsumedCapacity != nil {
-					state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-				}
-				continue
-			}
-			state.AllocatedDevices.Insert(id)
-		}
+		AddToAllocatedState(&state, claim.Status.Allocation)
 	}
 	return state
+}
+
+// AddToAllocatedState records one allocation in state the way kube-scheduler
+// does: a device result with a share ID is one share of a multi-allocatable
+// device and adds its consumed capacity; any other result takes the device
+// exclusively; admin access (monitoring) takes nothing.
+func AddToAllocatedState(state *structured.AllocatedState, alloc *resourceapi.AllocationResult) {
+	if alloc == nil {
+		return
+	}
+	for _, r := range alloc.Devices.Results {
+		if ptr.Deref(r.AdminAccess, false) {
+			continue
+		}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			state.AllocatedDevices.Insert(id)
+			continue
+		}
+		state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+		if r.ConsumedCapacity != nil {
+			state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		}
+	}
 }
 
 // ClassLister serves a fixed list of DeviceClasses to the structured
