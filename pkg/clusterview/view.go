@@ -1,3 +1,7 @@
+// Package clusterview renders the cluster model (pkg/cluster) for people
+// and scripts: the per-node, per-card view of kubectl-tangram status, its
+// table, JSON and YAML forms, and the consistency check the e2e suite runs
+// against claim status. Only cmd/kubectl-tangram (and tests) use it.
 package clusterview
 
 import (
@@ -7,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
@@ -137,8 +142,8 @@ type Options struct {
 }
 
 // Build makes the view of our driver's devices from a snapshot.
-func Build(snap *Snapshot, opts Options) *View {
-	inv := NewInventory(snap)
+func Build(snap *cluster.Snapshot, opts Options) *View {
+	inv := cluster.NewInventory(snap)
 	v := &View{APIVersion: ViewAPIVersion, Nodes: []NodeView{}, Pending: []PendingClaim{}, Warnings: []string{}}
 	var claimGang map[string]string
 	v.Gangs, claimGang = gangViews(snap.Gangs, opts.Node)
@@ -175,7 +180,7 @@ func Build(snap *Snapshot, opts Options) *View {
 	return v
 }
 
-func cardView(ds *DeviceState, claimGang map[string]string) CardView {
+func cardView(ds *cluster.DeviceState, claimGang map[string]string) CardView {
 	mem := ds.Capacity(device.CapacityMemory)
 	memUsed := ds.Used(device.CapacityMemory)
 	comp := ds.Capacity(device.CapacityCompute)
@@ -214,7 +219,7 @@ func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 		c.Allocations = append(c.Allocations, av)
 	}
 	switch {
-	case !ds.inUse():
+	case !ds.InUse():
 		c.State = CardFree
 	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Value() >= device.AllocatableMemory(ds.Device)):
 		c.State = CardFull
@@ -263,10 +268,10 @@ func Consumers(c *resourceapi.ResourceClaim) (pods, others []string) {
 
 // pendingClaims lists unallocated claims that ask for one of our device
 // classes (directly or in a firstAvailable alternative).
-func pendingClaims(snap *Snapshot) []PendingClaim {
+func pendingClaims(snap *cluster.Snapshot) []PendingClaim {
 	ours := OurClasses(snap.Classes)
 	out := []PendingClaim{}
-	for _, c := range sortedClaims(snap.Claims) {
+	for _, c := range cluster.SortedClaims(snap.Claims) {
 		if c.Status.Allocation != nil || c.DeletionTimestamp != nil {
 			continue
 		}

@@ -13,8 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
 )
@@ -121,7 +122,7 @@ func TestBuildEdgeCases(t *testing.T) {
 			}}},
 		}
 	}
-	snap := &clusterview.Snapshot{
+	snap := &cluster.Snapshot{
 		Slices: []*resourceapi.ResourceSlice{
 			slice("old", device.DriverName, 1, dev("gpu-0"), dev("gpu-1"), dev("gpu-2")),
 			slice("new", device.DriverName, 2, dev("gpu-0"), dev("gpu-10"), dev("gpu-2")),
@@ -262,10 +263,10 @@ func TestFormatting(t *testing.T) {
 		{clusterview.Bar(40, 80), "█████░░░░░"},
 		{clusterview.Bar(80, 80), "██████████"},
 		{clusterview.Bar(5, 0), "░░░░░░░░░░"},
-		{fmt.Sprint(clusterview.NaturalLess("gpu-2", "gpu-10")), "true"},
-		{fmt.Sprint(clusterview.NaturalLess("gpu-10", "gpu-2")), "false"},
-		{fmt.Sprint(clusterview.NaturalLess("a100-a", "dgx-a")), "true"},
-		{fmt.Sprint(clusterview.NaturalLess("node", "node-1")), "true"},
+		{fmt.Sprint(cluster.NaturalLess("gpu-2", "gpu-10")), "true"},
+		{fmt.Sprint(cluster.NaturalLess("gpu-10", "gpu-2")), "false"},
+		{fmt.Sprint(cluster.NaturalLess("a100-a", "dgx-a")), "true"},
+		{fmt.Sprint(cluster.NaturalLess("node", "node-1")), "true"},
 	}
 	for i, tc := range tests {
 		if tc.got != tc.want {

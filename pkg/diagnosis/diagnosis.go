@@ -17,6 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 )
@@ -53,7 +54,7 @@ func (d *ClaimDiagnosis) Summary() string {
 // ignored among the snapshot's allocated claims. An error means the
 // allocator could not run at all (the snapshot is unusable), never that the
 // claim does not fit.
-func Claim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimDiagnosis, error) {
+func Claim(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimDiagnosis, error) {
 	d := &ClaimDiagnosis{
 		Claim:   clusterview.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
 		FitsOn:  []string{},
@@ -64,7 +65,7 @@ func Claim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.R
 		return d, nil
 	}
 	others := withoutClaim(snap, claim)
-	inv := clusterview.NewInventory(others)
+	inv := cluster.NewInventory(others)
 	classes := dra.ClassLister(snap.Classes)
 
 	// Requests that cannot be met even alone make the allocator pointless
@@ -143,7 +144,7 @@ func togetherProblem(analyses [][]requestAnalysis) string {
 // ClaimsTogether lists the nodes where the allocator can allocate all of
 // the given (unallocated) claims at once, as the scheduler must for a pod
 // that uses several. The claims are ignored among the snapshot's claims.
-func ClaimsTogether(ctx context.Context, snap *clusterview.Snapshot, claims []*resourceapi.ResourceClaim) ([]string, error) {
+func ClaimsTogether(ctx context.Context, snap *cluster.Snapshot, claims []*resourceapi.ResourceClaim) ([]string, error) {
 	others := snap
 	for _, c := range claims {
 		others = withoutClaim(others, c)
@@ -174,7 +175,7 @@ type allocatorError struct{ err error }
 func (e *allocatorError) Error() string { return e.err.Error() }
 
 // fitsOn runs the allocator for the claim on every node.
-func fitsOn(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) ([]string, error) {
+func fitsOn(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) ([]string, error) {
 	logger := klog.FromContext(ctx)
 	alloc, err := snap.NewAllocator(ctx, dra.AllocatedState(snap.Claims))
 	if err != nil {
@@ -201,7 +202,7 @@ func fitsOn(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.
 
 // withoutClaim is the snapshot minus the claim being diagnosed (matched by
 // UID, else by name), so that a claim never competes with itself.
-func withoutClaim(snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) *clusterview.Snapshot {
+func withoutClaim(snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) *cluster.Snapshot {
 	out := *snap
 	out.Claims = nil
 	for _, c := range snap.Claims {

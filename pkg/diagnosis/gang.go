@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 )
@@ -60,7 +60,7 @@ type DomainRoom struct {
 // (by allocating 1, 2, ... copies of the member claim with the real
 // allocator) and sums that per topology domain. Members on one node are
 // allowed; a member's claim never spans nodes.
-func GangFeasibility(ctx context.Context, snap *clusterview.Snapshot, g Gang) (*GangDiagnosis, error) {
+func GangFeasibility(ctx context.Context, snap *cluster.Snapshot, g Gang) (*GangDiagnosis, error) {
 	if g.Members <= 0 || g.Claim == nil {
 		return nil, fmt.Errorf("diagnosing a gang: it needs at least one member and a member claim (got %d members)", g.Members)
 	}
@@ -103,7 +103,7 @@ func GangFeasibility(ctx context.Context, snap *clusterview.Snapshot, g Gang) (*
 		if a.Members != b.Members {
 			return a.Members > b.Members
 		}
-		return clusterview.NaturalLess(a.Value, b.Value)
+		return cluster.NaturalLess(a.Value, b.Value)
 	})
 	d.Message = gangMessage(g, d)
 	if !d.Fits && totalMembers(d) == 0 {

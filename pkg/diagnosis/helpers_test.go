@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
@@ -21,10 +21,10 @@ import (
 
 const zoneKey = "example.com/ib-zone"
 
-type testCluster struct{ snap clusterview.Snapshot }
+type testCluster struct{ snap cluster.Snapshot }
 
 func newTestCluster() *testCluster {
-	return &testCluster{snap: clusterview.Snapshot{Classes: fixture.Classes()}}
+	return &testCluster{snap: cluster.Snapshot{Classes: fixture.Classes()}}
 }
 
 // node adds a node whose card i is in NVLink domain domains[i].

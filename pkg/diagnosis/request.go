@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
@@ -91,7 +92,7 @@ func newMatcher(classes dra.ClassLister, r exactRequest) (*matcher, string) {
 // matches reports whether every selector accepts the device. An
 // evaluation error (e.g. a missing attribute) counts as no match, as for
 // the scheduler on devices the selector was not written for.
-func (m *matcher) matches(ctx context.Context, d *clusterview.DeviceState) bool {
+func (m *matcher) matches(ctx context.Context, d *cluster.DeviceState) bool {
 	in := cel.Device{
 		Driver:                   d.Driver,
 		AllowMultipleAllocations: d.Device.AllowMultipleAllocations,
@@ -112,7 +113,7 @@ func (m *matcher) matches(ctx context.Context, d *clusterview.DeviceState) bool 
 // unnamed capacity takes the policy default (all memory on our cards),
 // named capacity is rounded up to the policy's step. ok is false when the
 // request names a capacity the device does not have.
-func need(r exactRequest, d *clusterview.DeviceState) (map[resourceapi.QualifiedName]resource.Quantity, bool) {
+func need(r exactRequest, d *cluster.DeviceState) (map[resourceapi.QualifiedName]resource.Quantity, bool) {
 	var requests map[resourceapi.QualifiedName]resource.Quantity
 	if r.spec.Capacity != nil {
 		requests = r.spec.Capacity.Requests
@@ -162,7 +163,7 @@ func roundUp(q resource.Quantity, p *resourceapi.CapacityRequestPolicy) resource
 
 // overMax reports a capacity whose need exceeds what one allocation may
 // take from the device at all (its size or the policy's maximum).
-func overMax(needs map[resourceapi.QualifiedName]resource.Quantity, d *clusterview.DeviceState) (resourceapi.QualifiedName, bool) {
+func overMax(needs map[resourceapi.QualifiedName]resource.Quantity, d *cluster.DeviceState) (resourceapi.QualifiedName, bool) {
 	for name, q := range needs {
 		c := d.Device.Capacity[name]
 		limit := c.Value

@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster/fetch"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/describe"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fetch"
 )
 
 // options are the flags every subcommand shares.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
@@ -88,8 +89,8 @@ type PodClaim struct {
 }
 
 // DescribeClaim reports on one claim of the snapshot.
-func DescribeClaim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimReport, error) {
-	inv := clusterview.NewInventory(snap)
+func DescribeClaim(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimReport, error) {
+	inv := cluster.NewInventory(snap)
 	r := &ClaimReport{
 		Claim:   clusterview.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
 		AsksFor: diagnosis.DescribeClaimSpec(claim),
@@ -122,7 +123,7 @@ func DescribeClaim(ctx context.Context, snap *clusterview.Snapshot, claim *resou
 	return r, nil
 }
 
-func grant(inv *clusterview.Inventory, claim *resourceapi.ResourceClaim, res *resourceapi.DeviceRequestAllocationResult) DeviceGrant {
+func grant(inv *cluster.Inventory, claim *resourceapi.ResourceClaim, res *resourceapi.DeviceRequestAllocationResult) DeviceGrant {
 	g := DeviceGrant{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device}
 	if res.ShareID != nil {
 		g.ShareID = string(*res.ShareID)
@@ -160,7 +161,7 @@ func grant(inv *clusterview.Inventory, claim *resourceapi.ResourceClaim, res *re
 
 // DescribePod reports on a pod and each claim it uses. Claims are looked up
 // in the snapshot by the name the pod's status (or spec) gives them.
-func DescribePod(ctx context.Context, snap *clusterview.Snapshot, pod *corev1.Pod) (*PodReport, error) {
+func DescribePod(ctx context.Context, snap *cluster.Snapshot, pod *corev1.Pod) (*PodReport, error) {
 	r := &PodReport{
 		Namespace: pod.Namespace, Name: pod.Name,
 		Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName,
@@ -198,7 +199,7 @@ func DescribePod(ctx context.Context, snap *clusterview.Snapshot, pod *corev1.Po
 
 // checkTogether fills r.Together when the pod has several pending claims
 // that each fit somewhere but not all on one node.
-func checkTogether(ctx context.Context, snap *clusterview.Snapshot, r *PodReport) error {
+func checkTogether(ctx context.Context, snap *cluster.Snapshot, r *PodReport) error {
 	var pending []*resourceapi.ResourceClaim
 	var parts []string
 	for _, c := range r.Claims {
@@ -224,7 +225,7 @@ func checkTogether(ctx context.Context, snap *clusterview.Snapshot, r *PodReport
 	return nil
 }
 
-func findClaim(snap *clusterview.Snapshot, namespace, name string) *resourceapi.ResourceClaim {
+func findClaim(snap *cluster.Snapshot, namespace, name string) *resourceapi.ResourceClaim {
 	for _, c := range snap.Claims {
 		if c.Namespace == namespace && c.Name == name {
 			return c

@@ -24,10 +24,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 	"github.com/tangram-gpu/tangram/pkg/controller/admission"
 	"github.com/tangram-gpu/tangram/pkg/controller/gang"
 	"github.com/tangram-gpu/tangram/pkg/controller/metrics"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
 )
 
 // Run starts everything and blocks until ctx ends or a part fails.
@@ -51,7 +51,7 @@ func Run(ctx context.Context, o Options) error {
 	defer cancel(nil)
 
 	factory := informers.NewSharedInformerFactory(kube, 0)
-	cluster := snapshot.FromFactory(factory)
+	cluster := informer.FromFactory(factory)
 	var gangs *gang.Controller
 	var gangFactory dynamicinformer.DynamicSharedInformerFactory
 	if o.GpuGangs {

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
@@ -88,7 +88,7 @@ func newHarness(t *testing.T, cluster *fixture.Cluster, gang *tangramv1.GpuGang,
 		Templates:     f.Resource().V1().ResourceClaimTemplates().Lister(),
 		Workloads:     f.Scheduling().V1beta1().Workloads().Lister(),
 		PodGroups:     f.Scheduling().V1beta1().PodGroups().Lister(),
-		Cluster:       snapshot.FromFactory(f),
+		Cluster:       informer.FromFactory(f),
 		PendingResync: testResync,
 	}
 	h.sync()

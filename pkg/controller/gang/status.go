@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
@@ -85,7 +86,7 @@ type Members struct {
 func ObserveMembers(g *tangramv1.GpuGang, pods []*corev1.Pod, claims map[string]*resourceapi.ResourceClaim) Members {
 	var m Members
 	sorted := append([]*corev1.Pod(nil), pods...)
-	sort.Slice(sorted, func(i, j int) bool { return clusterview.NaturalLess(sorted[i].Name, sorted[j].Name) })
+	sort.Slice(sorted, func(i, j int) bool { return cluster.NaturalLess(sorted[i].Name, sorted[j].Name) })
 	for _, pod := range sorted {
 		if !IsMember(g, pod) {
 			continue

@@ -7,8 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
 )
 
 const namespace = "tangram"
@@ -39,7 +40,7 @@ func desc(name, help string, labels []string) *prometheus.Desc {
 
 // Collector computes the allocation gauges at each scrape.
 type Collector struct {
-	Source snapshot.Source
+	Source informer.Source
 	Logger klog.Logger
 }
 
@@ -66,7 +67,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Compute turns a snapshot into metrics; pure, for tests.
-func Compute(snap *clusterview.Snapshot) []prometheus.Metric {
+func Compute(snap *cluster.Snapshot) []prometheus.Metric {
 	view := clusterview.Build(snap, clusterview.Options{})
 	pending := PendingShapes(snap)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {

@@ -3,6 +3,7 @@ package metrics
 import (
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
@@ -21,7 +22,7 @@ type Shape struct {
 // memory default is the whole card); for firstAvailable the first
 // alternative counts. Selectors and constraints are not considered: the
 // figure is about sizes.
-func PendingShapes(snap *clusterview.Snapshot) []Shape {
+func PendingShapes(snap *cluster.Snapshot) []Shape {
 	ours := clusterview.OurClasses(snap.Classes)
 	var out []Shape
 	for _, c := range snap.Claims {

@@ -1,4 +1,4 @@
-package clusterview
+package cluster
 
 import (
 	"context"

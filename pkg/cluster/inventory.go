@@ -1,8 +1,11 @@
-// Package clusterview builds the cluster-wide GPU picture from native DRA
-// objects: which card each claim holds, how much of each card is used and by
-// which pods. It is pure: objects in, view model out. Fetching lives in
-// clusterview/fetch, rendering in render.go, so tests feed fixed objects.
-package clusterview
+// Package cluster is the cluster model: a Snapshot of the native DRA objects
+// and the Inventory built from it (which card each claim holds, how much of
+// each card is used). It is pure: objects in, model out. The snapshot comes
+// from the API server (cluster/fetch, kubectl-tangram) or from informer
+// caches (cluster/informer, the controller); cluster/fixture builds test
+// clusters. The diagnosis, the controller's metrics and gang status, and the
+// kubectl view (pkg/clusterview, which only renders) read it.
+package cluster
 
 import (
 	"sort"
@@ -106,7 +109,7 @@ func (d *DeviceState) Used(name resourceapi.QualifiedName) resource.Quantity {
 // that cannot be shared, all or nothing.
 func (d *DeviceState) Free(name resourceapi.QualifiedName) resource.Quantity {
 	total := d.Capacity(name)
-	if !d.Shareable && d.inUse() {
+	if !d.Shareable && d.InUse() {
 		return resource.Quantity{}
 	}
 	total.Sub(d.Used(name))
@@ -151,7 +154,7 @@ func AttributeString(a resourceapi.DeviceAttribute) string {
 	return ""
 }
 
-func (d *DeviceState) inUse() bool {
+func (d *DeviceState) InUse() bool {
 	for _, a := range d.Allocations {
 		if !ptr.Deref(a.Result.AdminAccess, false) {
 			return true
@@ -203,7 +206,7 @@ func NewInventory(snap *Snapshot) *Inventory {
 	}
 	sort.Slice(inv.Devices, func(i, j int) bool { return lessDevice(inv.Devices[i], inv.Devices[j]) })
 
-	for _, claim := range sortedClaims(snap.Claims) {
+	for _, claim := range SortedClaims(snap.Claims) {
 		if claim.Status.Allocation == nil {
 			continue
 		}
@@ -262,7 +265,7 @@ func CurrentSlices(all []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlic
 	return out
 }
 
-func sortedClaims(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
+func SortedClaims(claims []*resourceapi.ResourceClaim) []*resourceapi.ResourceClaim {
 	out := append([]*resourceapi.ResourceClaim(nil), claims...)
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 )
 
 // pageSize bounds each list call so a large cluster is read in pages.
@@ -32,8 +32,8 @@ type What struct {
 
 // Snapshot lists ResourceSlices, ResourceClaims in all namespaces,
 // DeviceClasses and, if asked, Nodes.
-func Snapshot(ctx context.Context, client kubernetes.Interface, what What) (*clusterview.Snapshot, error) {
-	snap := &clusterview.Snapshot{}
+func Snapshot(ctx context.Context, client kubernetes.Interface, what What) (*cluster.Snapshot, error) {
+	snap := &cluster.Snapshot{}
 	err := list(ctx, "resourceslices", func(opts metav1.ListOptions) (string, error) {
 		l, err := client.ResourceV1().ResourceSlices().List(ctx, opts)
 		if err != nil {
@@ -152,7 +152,7 @@ func Pod(ctx context.Context, client kubernetes.Interface, namespace, name strin
 
 // FindClaim returns a claim of the snapshot by name, or a NotFound-style
 // error naming the namespace.
-func FindClaim(snap *clusterview.Snapshot, namespace, name string) (*resourceapi.ResourceClaim, error) {
+func FindClaim(snap *cluster.Snapshot, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	for _, c := range snap.Claims {
 		if c.Namespace == namespace && c.Name == name {
 			return c, nil

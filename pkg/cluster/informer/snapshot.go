@@ -1,7 +1,7 @@
-// Package snapshot reads a clusterview.Snapshot from informer caches, so
+// Package informer reads a cluster.Snapshot from informer caches, so
 // the GpuGang diagnosis and the allocation metrics see the same picture
 // without extra API calls.
-package snapshot
+package informer
 
 import (
 	"fmt"
@@ -12,12 +12,12 @@ import (
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 )
 
 // Source produces the current cluster picture.
 type Source interface {
-	Snapshot() (*clusterview.Snapshot, error)
+	Snapshot() (*cluster.Snapshot, error)
 }
 
 // Listers is a Source backed by shared informers. Objects are shared with
@@ -59,8 +59,8 @@ func (l *Listers) HasSynced() bool {
 }
 
 // Snapshot lists everything from the caches.
-func (l *Listers) Snapshot() (*clusterview.Snapshot, error) {
-	snap := &clusterview.Snapshot{}
+func (l *Listers) Snapshot() (*cluster.Snapshot, error) {
+	snap := &cluster.Snapshot{}
 	var err error
 	if snap.Slices, err = l.Slices.List(labels.Everything()); err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices from the cache: %w", err)
