@@ -6,7 +6,6 @@ package clusterview
 
 import (
 	"sort"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
@@ -22,11 +21,11 @@ const ViewAPIVersion = "tangram.dev/cluster-view/v1"
 // Card states.
 const (
 	// CardFree: nothing is allocated on the card.
-	CardFree = "free"
+	CardFree = string(cluster.Free)
 	// CardPartial: some shares are allocated, memory is left for more.
-	CardPartial = "partial"
+	CardPartial = string(cluster.Partial)
 	// CardFull: a claim holds the whole card, or its memory is all shared out.
-	CardFull = "full"
+	CardFull = string(cluster.Full)
 )
 
 // View is the cluster-wide picture of our GPUs. It is the stable output of
@@ -76,7 +75,7 @@ type CardView struct {
 
 // AllocationView is one allocation result on a card.
 type AllocationView struct {
-	Claim ClaimRef `json:"claim"`
+	Claim cluster.ClaimRef `json:"claim"`
 	// Request is the claim's request name ("gpu", or "gpus/whole" for a
 	// sub-request).
 	Request string `json:"request"`
@@ -98,24 +97,15 @@ type AllocationView struct {
 	Gang string `json:"gang"`
 }
 
-// ClaimRef names a claim.
-type ClaimRef struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
-}
-
 // PendingClaim is an unallocated claim and, when known, why it waits.
 type PendingClaim struct {
-	ClaimRef
+	cluster.ClaimRef
 	// Why is the diagnosis in one line; kubectl-tangram fills it for the
 	// first pending claims (Build leaves it empty: it is pure and cheap).
 	Why string `json:"why"`
 }
 
 // String is "namespace/name".
-func (c ClaimRef) String() string { return c.Namespace + "/" + c.Name }
-
 // Totals counts cards by state and sums memory.
 type Totals struct {
 	Cards           int   `json:"cards"`
@@ -218,14 +208,7 @@ func cardView(ds *cluster.DeviceState, claimGang map[string]string) CardView {
 		}
 		c.Allocations = append(c.Allocations, av)
 	}
-	switch {
-	case !ds.InUse():
-		c.State = CardFree
-	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Value() >= device.AllocatableMemory(ds.Device)):
-		c.State = CardFull
-	default:
-		c.State = CardPartial
-	}
+	c.State = string(ds.Use())
 	return c
 }
 
@@ -242,9 +225,7 @@ func cardTotals(c CardView) Totals {
 	return t
 }
 
-func claimRef(c *resourceapi.ResourceClaim) ClaimRef {
-	return ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
-}
+func claimRef(c *resourceapi.ResourceClaim) cluster.ClaimRef { return cluster.ClaimRefOf(c) }
 
 // Consumers lists what a claim is reserved for: pods as "namespace/name",
 // anything else (a gang's PodGroup) as "resource.group/namespace/name".
@@ -267,46 +248,11 @@ func Consumers(c *resourceapi.ResourceClaim) (pods, others []string) {
 }
 
 // pendingClaims lists unallocated claims that ask for one of our device
-// classes (directly or in a firstAvailable alternative).
+// classes (cluster.PendingClaims).
 func pendingClaims(snap *cluster.Snapshot) []PendingClaim {
-	ours := OurClasses(snap.Classes)
 	out := []PendingClaim{}
-	for _, c := range cluster.SortedClaims(snap.Claims) {
-		if c.Status.Allocation != nil || c.DeletionTimestamp != nil {
-			continue
-		}
-		if claimUsesClasses(c, ours) {
-			out = append(out, PendingClaim{ClaimRef: claimRef(c)})
-		}
+	for _, c := range cluster.PendingClaims(snap) {
+		out = append(out, PendingClaim{ClaimRef: claimRef(c)})
 	}
 	return out
-}
-
-// OurClasses is the set of DeviceClass names that select our driver's
-// devices: the two the chart publishes, plus any class whose selectors
-// name our driver.
-func OurClasses(classes []*resourceapi.DeviceClass) map[string]bool {
-	ours := map[string]bool{device.DeviceClassName: true, device.SharedDeviceClassName: true}
-	for _, c := range classes {
-		for _, s := range c.Spec.Selectors {
-			if s.CEL != nil && strings.Contains(s.CEL.Expression, device.DriverName) {
-				ours[c.Name] = true
-			}
-		}
-	}
-	return ours
-}
-
-func claimUsesClasses(c *resourceapi.ResourceClaim, classes map[string]bool) bool {
-	for _, r := range c.Spec.Devices.Requests {
-		if r.Exactly != nil && classes[r.Exactly.DeviceClassName] {
-			return true
-		}
-		for _, sub := range r.FirstAvailable {
-			if classes[sub.DeviceClassName] {
-				return true
-			}
-		}
-	}
-	return false
 }

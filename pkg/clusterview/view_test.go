@@ -176,7 +176,7 @@ func TestDisagreements(t *testing.T) {
 			"claim lab/solo holds a100-a/gpu-2 (request gpu) but the view does not show it there"},
 		{"extra", func(v *clusterview.View) {
 			card := cardOf(v, "dgx-b", "gpu-7")
-			card.Allocations = append(card.Allocations, clusterview.AllocationView{Claim: clusterview.ClaimRef{Namespace: "x", Name: "ghost", UID: "g"}, Request: "gpu"})
+			card.Allocations = append(card.Allocations, clusterview.AllocationView{Claim: cluster.ClaimRef{Namespace: "x", Name: "ghost", UID: "g"}, Request: "gpu"})
 		}, "the view shows claim x/ghost on dgx-b/gpu-7 (request gpu), but no claim result says so"},
 		{"whole shown as share", func(v *clusterview.View) { cardOf(v, "a100-a", "gpu-2").Allocations[0].Whole = false },
 			"claim lab/solo on a100-a/gpu-2: the view shows a share, but the result holds the card whole"},
@@ -254,10 +254,10 @@ func walkSchema(path string, v any, out map[string]string) {
 
 func TestFormatting(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{clusterview.FormatBytes(80 * gi), "80 GiB"},
-		{clusterview.FormatBytes(7680 << 20), "7.5 GiB"},
-		{clusterview.FormatBytes(512 << 20), "512 MiB"},
-		{clusterview.FormatBytes(0), "0 GiB"},
+		{cluster.FormatBytes(80 * gi), "80 GiB"},
+		{cluster.FormatBytes(7680 << 20), "7.5 GiB"},
+		{cluster.FormatBytes(512 << 20), "512 MiB"},
+		{cluster.FormatBytes(0), "0 GiB"},
 		{clusterview.Bar(0, 80), "░░░░░░░░░░"},
 		{clusterview.Bar(1, 80), "█░░░░░░░░░"},
 		{clusterview.Bar(40, 80), "█████░░░░░"},

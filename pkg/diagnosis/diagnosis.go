@@ -18,13 +18,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/cluster"
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // ClaimDiagnosis says whether a claim can be allocated now and, if not, why.
 type ClaimDiagnosis struct {
-	Claim clusterview.ClaimRef `json:"claim"`
+	Claim cluster.ClaimRef `json:"claim"`
 	// Allocated is true when the claim already has an allocation; nothing
 	// else is filled in then.
 	Allocated bool `json:"allocated"`
@@ -56,7 +55,7 @@ func (d *ClaimDiagnosis) Summary() string {
 // claim does not fit.
 func Claim(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimDiagnosis, error) {
 	d := &ClaimDiagnosis{
-		Claim:   clusterview.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		Claim:   cluster.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
 		FitsOn:  []string{},
 		Reasons: []string{},
 	}

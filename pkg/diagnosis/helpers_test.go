@@ -11,7 +11,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/cluster"
-	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
@@ -24,7 +23,7 @@ const zoneKey = "example.com/ib-zone"
 type testCluster struct{ snap cluster.Snapshot }
 
 func newTestCluster() *testCluster {
-	return &testCluster{snap: cluster.Snapshot{Classes: fixture.Classes()}}
+	return &testCluster{snap: cluster.Snapshot{Classes: device.DeviceClasses()}}
 }
 
 // node adds a node whose card i is in NVLink domain domains[i].

@@ -10,7 +10,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/tangram-gpu/tangram/pkg/cluster"
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 )
@@ -193,7 +192,7 @@ func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 		if v := q.Value(); v%(1<<30) != 0 && v%(1<<20) == 0 && v%(1<<29) != 0 {
 			return fmt.Sprintf("%d MiB", v>>20)
 		}
-		return clusterview.FormatBytes(q.Value())
+		return cluster.FormatBytes(q.Value())
 	case device.CapacityCompute:
 		return fmt.Sprintf("%d%% compute", q.Value())
 	}

@@ -29,7 +29,7 @@ const (
 
 // ClaimReport is what one claim asked for and got.
 type ClaimReport struct {
-	Claim clusterview.ClaimRef `json:"claim"`
+	Claim cluster.ClaimRef `json:"claim"`
 	// AsksFor says in a few words what the claim requests.
 	AsksFor string `json:"asksFor"`
 	// State is "allocated" or "pending".
@@ -92,7 +92,7 @@ type PodClaim struct {
 func DescribeClaim(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimReport, error) {
 	inv := cluster.NewInventory(snap)
 	r := &ClaimReport{
-		Claim:   clusterview.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		Claim:   cluster.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
 		AsksFor: diagnosis.DescribeClaimSpec(claim),
 		Nodes:   []string{},
 		Pods:    []string{},

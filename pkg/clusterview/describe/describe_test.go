@@ -16,6 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -158,7 +159,7 @@ func TestDescribeClaimMissingDevice(t *testing.T) {
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.tangram.dev", Pool: "gone", Device: "gpu-0"}},
 		}}},
 	}
-	snap := &cluster.Snapshot{Claims: []*resourceapi.ResourceClaim{claim}, Classes: fixture.Classes()}
+	snap := &cluster.Snapshot{Claims: []*resourceapi.ResourceClaim{claim}, Classes: device.DeviceClasses()}
 	r, err := DescribeClaim(context.Background(), snap, claim)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/cluster"
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
@@ -132,7 +131,7 @@ func devicesOf(c *resourceapi.ResourceClaim, withShare bool) []string {
 		if withShare && r.ShareID != nil {
 			var parts []string
 			if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
-				parts = append(parts, clusterview.FormatBytes(q.Value()))
+				parts = append(parts, cluster.FormatBytes(q.Value()))
 			}
 			if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok && q.Sign() > 0 {
 				parts = append(parts, fmt.Sprintf("%d%% compute", q.Value()))
