@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
+
+	gpuv1alpha1 "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 )
 
 // TestDeviceClassesMatchE2ETestdata: the classes the local harness applies
@@ -29,5 +31,13 @@ func TestDeviceClassesMatchE2ETestdata(t *testing.T) {
 	}
 	if diff := cmp.Diff(DeviceClasses(), got); diff != "" {
 		t.Errorf("test/e2e/testdata/deviceclasses.yaml differs from device.DeviceClasses() (-go +file):\n%s", diff)
+	}
+}
+
+// TestAPIGroupIsTheDriverName: the opaque config's API group is the driver
+// name, spelled in api/ without importing this package.
+func TestAPIGroupIsTheDriverName(t *testing.T) {
+	if gpuv1alpha1.GroupName != DriverName {
+		t.Errorf("api/gpu/v1alpha1.GroupName = %q, want the driver name %q", gpuv1alpha1.GroupName, DriverName)
 	}
 }
