@@ -18,8 +18,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
-	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
 // runFlags are the flags of the long-running mode besides the GPU source
@@ -125,7 +125,7 @@ func newRunCommand() *cobra.Command {
 						return nil, err
 					}
 					opts.Sysfs = source.Sysfs()
-					return slices.DriverResources(gpus, opts)
+					return resourceslices.DriverResources(gpus, opts)
 				},
 				CDIRoot:          flags.CDIRoot,
 				RegistrarDir:     flags.RegistrarDir,

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // deviceModelFlags are the flags that shape the published devices; the
@@ -31,9 +31,9 @@ func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.MemoryStep, "memory-step", device.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
 }
 
-// Options turns the flags into slices.Options for a node with these labels.
-func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string) (slices.Options, error) {
-	opts := slices.Options{NodeName: nodeName, NodeLabels: nodeLabels, NodeLabelAttributes: f.NodeLabelAttributes}
+// Options turns the flags into resourceslices.Options for a node with these labels.
+func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string) (resourceslices.Options, error) {
+	opts := resourceslices.Options{NodeName: nodeName, NodeLabels: nodeLabels, NodeLabelAttributes: f.NodeLabelAttributes}
 	switch f.Sharing {
 	case "enabled":
 		opts.Sharing = true
@@ -50,7 +50,7 @@ func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string
 	}
 	opts.MemoryStep = step
 	for _, key := range f.NodeLabelAttributes {
-		if _, err := slices.LabelAttributeName(key); err != nil {
+		if _, err := resourceslices.LabelAttributeName(key); err != nil {
 			return opts, fmt.Errorf("--node-label-attributes: %w", err)
 		}
 	}
@@ -98,11 +98,11 @@ func newSlicesCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
-			res, err := slices.DriverResources(gpus, opts)
+			res, err := resourceslices.DriverResources(gpus, opts)
 			if err != nil {
 				return err
 			}
-			return printSlices(cmd.OutOrStdout(), slices.ResourceSlices(source.NodeName, res), output)
+			return printSlices(cmd.OutOrStdout(), resourceslices.ResourceSlices(source.NodeName, res), output)
 		},
 	}
 	source.AddFlags(cmd.Flags())

@@ -17,7 +17,7 @@ import (
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	tangramslices "github.com/tangram-gpu/tangram/pkg/slices"
+	tangramslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestSchemaRejects: bad values fail at install time with a message that

@@ -21,7 +21,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/placement/sim"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
 
@@ -65,7 +65,7 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 			if err != nil {
 				return nil, err
 			}
-			if devices, err = slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true}); err != nil {
+			if devices, err = resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true}); err != nil {
 				return nil, err
 			}
 			cpuMilli, memMiB = 96000, 1<<20

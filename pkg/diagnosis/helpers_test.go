@@ -15,7 +15,7 @@ import (
 )
 
 // Hand-built clusters: every card is 80Gi; shareable cards carry the
-// request policies pkg/slices publishes (256Mi memory step, compute
+// request policies pkg/resourceslices publishes (256Mi memory step, compute
 // 0..100 with default 0).
 
 const zoneKey = "example.com/ib-zone"

@@ -16,13 +16,13 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 const nodeName = "node-a"
 
 // publishedNode is the node as the kubelet plugin would publish it: the
-// fake profile's cards through slices.DriverResources.
+// fake profile's cards through resourceslices.DriverResources.
 func publishedNode(t testing.TB, profile string, sharing bool) *dra.Node {
 	t.Helper()
 	p, err := gpu.BuiltinProfile(profile)
@@ -33,13 +33,13 @@ func publishedNode(t testing.TB, profile string, sharing bool) *dra.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := slices.DriverResources(gpus, slices.Options{NodeName: nodeName, Sharing: sharing})
+	res, err := resourceslices.DriverResources(gpus, resourceslices.Options{NodeName: nodeName, Sharing: sharing})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &dra.Node{
 		Name:    nodeName,
-		Slices:  slices.ResourceSlices(nodeName, res),
+		Slices:  resourceslices.ResourceSlices(nodeName, res),
 		Classes: device.DeviceClasses(),
 	}
 }
@@ -260,11 +260,11 @@ func TestManySharesAcrossSlices(t *testing.T) {
 	for i := range gpus {
 		gpus[i] = gpu.GPU{Index: i, MemoryBytes: 1 << 30}
 	}
-	res, err := slices.DriverResources(gpus, slices.Options{NodeName: nodeName, Sharing: true, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
+	res, err := resourceslices.DriverResources(gpus, resourceslices.Options{NodeName: nodeName, Sharing: true, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &dra.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
+	node := &dra.Node{Name: nodeName, Slices: resourceslices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	_, ctx := ktesting.NewTestContext(t)
 	for i := range 8 {
 		allocated, err := node.Allocate(ctx, share(fmt.Sprintf("s%d", i), q("512Mi"), none))
@@ -338,13 +338,13 @@ func TestDocumentedSelectors(t *testing.T) {
 func TestNodeLabelAttributeSelectors(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	gpus := []gpu.GPU{{Index: 0, MemoryBytes: 1 << 30}}
-	res, err := slices.DriverResources(gpus, slices.Options{NodeName: nodeName, Sharing: true,
+	res, err := resourceslices.DriverResources(gpus, resourceslices.Options{NodeName: nodeName, Sharing: true,
 		NodeLabels:          map[string]string{"topology.kubernetes.io/zone": "eu-1a", "rack": "r7"},
 		NodeLabelAttributes: []string{"topology.kubernetes.io/zone", "rack"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &dra.Node{Name: nodeName, Slices: slices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
+	node := &dra.Node{Name: nodeName, Slices: resourceslices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	for _, sel := range []string{`device.attributes["topology.kubernetes.io"].zone == "eu-1a"`, `device.attributes["gpu.tangram.dev"].rack == "r7"`} {
 		if _, err := node.Try(ctx, dra.Claim("c", nil, dra.WholeGPUs("gpu", 1, sel))); err != nil {
 			t.Errorf("%s: %v", sel, err)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestRunPublishesAndShutsDown runs the long-running mode against a fake
@@ -52,7 +52,7 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 			Sharing:  true,
 			Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
 				seenLabels = labels
-				return slices.DriverResources(testGPUs(), slices.Options{NodeName: testNode, Sharing: true})
+				return resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode, Sharing: true})
 			},
 			CDIRoot:      filepath.Join(dir, "cdi"),
 			RegistrarDir: filepath.Join(sockDir, "reg"),
@@ -93,7 +93,7 @@ func TestRunPublishesAndShutsDown(t *testing.T) {
 // prepared as a whole card: no MPS limits, no share accounting.
 func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 	card := gpu.GPU{Index: 0, UUID: "GPU-0", MemoryBytes: 81559 << 20}
-	resources, err := slices.DriverResources([]gpu.GPU{card}, slices.Options{NodeName: testNode, Sharing: true})
+	resources, err := resourceslices.DriverResources([]gpu.GPU{card}, resourceslices.Options{NodeName: testNode, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // SMICard is one <gpu> of `nvidia-smi -q -x`, with the fields compared.
@@ -190,7 +190,7 @@ func normalArchitecture(s string) string {
 // sameVersion compares the published semantic version ("535.104.5") with
 // nvidia-smi's spelling ("535.104.05") through the plugin's own conversion.
 func sameVersion(published, smi string) bool {
-	v, err := slices.Semver(smi)
+	v, err := resourceslices.Semver(smi)
 	return err == nil && published != "" && v == published
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // testNodeSpec describes a small node for hand-checked scenarios.
@@ -37,7 +37,7 @@ func testDevices(t testing.TB, spec testNodeSpec) []resourceapi.Device {
 	for i := range gpus {
 		gpus[i] = gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", spec.name, i), ProductName: spec.model, MemoryBytes: mem}
 	}
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: spec.name, Sharing: true})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: spec.name, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

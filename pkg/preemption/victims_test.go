@@ -22,7 +22,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/preemption"
-	devslices "github.com/tangram-gpu/tangram/pkg/slices"
+	devslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 const nodeName = "node-a"

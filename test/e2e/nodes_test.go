@@ -18,7 +18,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 const (
@@ -75,7 +75,7 @@ func stringAttr(d resourceapi.Device, name string) string {
 // createSimNode adds a Node object named name without a kubelet and
 // publishes the ResourceSlices a plugin with the given fake profile (and
 // sharing on or off) would publish for it, computed by the same code the
-// plugin uses (pkg/gpu, pkg/slices). The scheduler allocates from it like
+// plugin uses (pkg/gpu, pkg/resourceslices). The scheduler allocates from it like
 // from any node; pods bound there never run.
 func createSimNode(ctx context.Context, name, profile string, sharing bool) string {
 	// A node left behind by an interrupted run would carry stale slices.
@@ -103,7 +103,7 @@ func createSimNode(ctx context.Context, name, profile string, sharing bool) stri
 	Expect(err).NotTo(HaveOccurred(), "fake profile %s", profile)
 	gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
 	Expect(err).NotTo(HaveOccurred(), "fake GPUs of profile %s", profile)
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: sharing})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: sharing})
 	Expect(err).NotTo(HaveOccurred(), "ResourceSlice devices of profile %s", profile)
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{

@@ -26,8 +26,8 @@ import (
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
-	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
 // The real-GPU path (label realpath, `make test-e2e-realpath`): the chart's
@@ -95,7 +95,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(err).NotTo(HaveOccurred(), "the mock driver root serves profile %q", marker["profile"])
 		cards, err := gpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
 		Expect(err).NotTo(HaveOccurred())
-		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true})
+		want, err := resourceslices.Devices(cards, resourceslices.Options{NodeName: gpuNode, Sharing: true})
 		Expect(err).NotTo(HaveOccurred())
 
 		got := nodeDevices(ctx, gpuNode)

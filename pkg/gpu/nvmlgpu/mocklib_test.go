@@ -13,7 +13,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 var (
@@ -93,12 +93,12 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 				t.Fatalf("cards through NVML differ from the fake profile (-fake +nvml):\n%s", diff)
 			}
 			for _, sharing := range []bool{false, true} {
-				opts := slices.Options{NodeName: node, Sharing: sharing}
-				gotRes, err := slices.DriverResources(got, opts)
+				opts := resourceslices.Options{NodeName: node, Sharing: sharing}
+				gotRes, err := resourceslices.DriverResources(got, opts)
 				if err != nil {
 					t.Fatal(err)
 				}
-				wantRes, err := slices.DriverResources(want, opts)
+				wantRes, err := resourceslices.DriverResources(want, opts)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -16,7 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // benchCluster is nodes fake DGX H100s (8 × 80Gi, shareable) of which every
@@ -37,7 +37,7 @@ func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+		devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true})
 		if err != nil {
 			b.Fatal(err)
 		}

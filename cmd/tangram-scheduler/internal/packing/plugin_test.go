@@ -21,7 +21,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // fakeHandle serves DRA objects from memory, and informers of a fake
@@ -116,7 +116,7 @@ func gpuNode(t *testing.T, name string) (*v1.Node, *resourceapi.ResourceSlice) {
 		{Index: 0, UUID: "GPU-" + name + "-0", ProductName: "T4", MemoryBytes: 16 << 30},
 		{Index: 1, Minor: 1, UUID: "GPU-" + name + "-1", ProductName: "T4", MemoryBytes: 16 << 30},
 	}
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

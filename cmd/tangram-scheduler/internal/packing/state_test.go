@@ -16,7 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
-	tgslices "github.com/tangram-gpu/tangram/pkg/slices"
+	tgslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestIncrementalStateMatchesFullRebuild applies seeded random sequences of

@@ -28,7 +28,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestSchedulerPreemptsForGPUs runs the real kube-scheduler 1.37 (default
@@ -214,7 +214,7 @@ func eightCardNode(t *testing.T, name string) (*v1.Node, *resourceapi.ResourceSl
 	for i := range 8 {
 		gpus = append(gpus, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), ProductName: "H100", MemoryBytes: 80 << 30})
 	}
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

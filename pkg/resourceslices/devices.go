@@ -6,7 +6,7 @@
 //
 // Everything here is pure computation over []gpu.GPU; the only optional
 // side input is a sysfs view for the PCIe root (see Options.Sysfs).
-package slices
+package resourceslices
 
 import (
 	"fmt"

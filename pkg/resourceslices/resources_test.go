@@ -1,4 +1,4 @@
-package slices
+package resourceslices
 
 import (
 	"fmt"
