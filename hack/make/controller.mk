@@ -34,3 +34,7 @@ controller-test: ## unit tests of the GpuGang API, controller, webhook and metri
 controller-realcluster: ## the controller in-process against a real API server (TANGRAM_KUBECONFIG): CRD, gang objects, webhook, leader election
 	@test -n "$(TANGRAM_KUBECONFIG)" || { echo "set TANGRAM_KUBECONFIG to a cluster this test may write to"; exit 1; }
 	TANGRAM_KUBECONFIG=$(TANGRAM_KUBECONFIG) $(GO) test -tags realcluster -count=1 -v -run 'TestRealCluster' ./pkg/controller/app/
+
+.PHONY: unit-nocgo
+unit-nocgo: ## unit tests of the packages the static images link (controller, kubectl plugin, scheduler), with CGO_ENABLED=0
+	@GO=$(GO) hack/unit-nocgo.sh
