@@ -9,8 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
@@ -18,6 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
@@ -244,27 +243,10 @@ func (f *runFlags) kubeClient() (kubernetes.Interface, error) {
 	if f.Offline {
 		return nil, nil
 	}
-	path := f.Kubeconfig
-	if path == "" {
-		path = os.Getenv("KUBECONFIG")
+	config, _, err := kubeconfig.Load(kubeconfig.Options{Path: f.Kubeconfig, UserAgent: "tangram-dra-kubelet-plugin"})
+	if err != nil {
+		return nil, fmt.Errorf("%w (or pass --offline)", err)
 	}
-	var config *rest.Config
-	var err error
-	if path != "" {
-		config, err = clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
-		}
-	} else {
-		config, err = rest.InClusterConfig()
-		if errors.Is(err, rest.ErrNotInCluster) {
-			return nil, errors.New("no API server: pass --kubeconfig, set KUBECONFIG, run in a pod, or pass --offline")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("loading in-cluster config: %w", err)
-		}
-	}
-	config.UserAgent = "tangram-dra-kubelet-plugin"
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
