@@ -16,7 +16,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	tangramslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -103,7 +103,7 @@ func TestSchemaProfiles(t *testing.T) {
 	if err := json.Unmarshal(data, &schema); err != nil {
 		t.Fatalf("decoding schema: %v", err)
 	}
-	want := append([]string{""}, gpu.BuiltinProfileNames()...)
+	want := append([]string{""}, fakegpu.BuiltinProfileNames()...)
 	if got := schema.Properties.FakeGPU.Properties.Profile.Enum; !slices.Equal(got, want) {
 		t.Errorf("schema allows fake profiles %q, the plugin has %q", got, want)
 	}
@@ -173,12 +173,12 @@ func TestDeviceClasses(t *testing.T) {
 		t.Errorf("defaultConfig=null still attaches a config")
 	}
 
-	profile, err := gpu.BuiltinProfile("dgx-h100")
+	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatalf("loading profile: %v", err)
 	}
 	ctx := context.Background()
-	gpus, err := gpu.NewFakeSource("node-a", profile).GPUs(ctx)
+	gpus, err := fakegpu.NewFakeSource("node-a", profile).GPUs(ctx)
 	if err != nil {
 		t.Fatalf("fake GPUs: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/placement/sim"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
@@ -52,7 +52,7 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 	if err != nil {
 		return nil, err
 	}
-	dgx, err := gpu.BuiltinProfile("dgx-h100")
+	dgx, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 		var cpuMilli, memMiB int64
 		var devices []resourceapi.Device
 		if i%2 == 0 {
-			gpus, err := gpu.NewFakeSource(name, dgx).GPUs(context.Background())
+			gpus, err := fakegpu.NewFakeSource(name, dgx).GPUs(context.Background())
 			if err != nil {
 				return nil, err
 			}

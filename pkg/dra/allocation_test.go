@@ -16,6 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -25,11 +26,11 @@ const nodeName = "node-a"
 // fake profile's cards through resourceslices.DriverResources.
 func publishedNode(t testing.TB, profile string, sharing bool) *dra.Node {
 	t.Helper()
-	p, err := gpu.BuiltinProfile(profile)
+	p, err := fakegpu.BuiltinProfile(profile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := gpu.NewFakeSource(nodeName, p).GPUs(context.Background())
+	gpus, err := fakegpu.NewFakeSource(nodeName, p).GPUs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +313,7 @@ func TestDocumentedSelectors(t *testing.T) {
 		{"pcie-l4", `device.attributes["resource.kubernetes.io"].pciBusID == "0000:21:00.0"`, []string{"gpu-1"}},
 		{"pcie-l4", `device.attributes["gpu.tangram.dev"].nvlinkPeers > 0`, nil},
 		{"pcie-a100-pairs", `device.attributes["gpu.tangram.dev"].nvlinkPeers > 0`, []string{"gpu-0"}},
-		{"dgx-h100", `device.attributes["gpu.tangram.dev"].uuid == "` + gpu.FakeGPUUUID(nodeName, 5) + `"`, []string{"gpu-5"}},
+		{"dgx-h100", `device.attributes["gpu.tangram.dev"].uuid == "` + fakegpu.FakeGPUUUID(nodeName, 5) + `"`, []string{"gpu-5"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.profile+" "+tc.selector, func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/preemption"
 	devslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
@@ -283,11 +283,11 @@ func TestSelectVictims(t *testing.T) {
 // the claims with the real allocator, each pinned to its card.
 func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testClaim) preemption.Node {
 	t.Helper()
-	profile, err := gpu.BuiltinProfile("dgx-h100")
+	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := gpu.NewFakeSource(nodeName, profile).GPUs(ctx)
+	gpus, err := fakegpu.NewFakeSource(nodeName, profile).GPUs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 var quantityEqual = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
@@ -81,11 +82,11 @@ func expectedDevice(c card, sharing bool) resourceapi.Device {
 
 func profileGPUs(t *testing.T, profile, node string) []gpu.GPU {
 	t.Helper()
-	p, err := gpu.BuiltinProfile(profile)
+	p, err := fakegpu.BuiltinProfile(profile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := gpu.NewFakeSource(node, p).GPUs(context.Background())
+	gpus, err := fakegpu.NewFakeSource(node, p).GPUs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestDevicesOfBuiltinProfiles(t *testing.T) {
 				var want []resourceapi.Device
 				for i, c := range tc.cards {
 					want = append(want, expectedDevice(card{
-						index: i, uuid: gpu.FakeGPUUUID(node, i), product: tc.product, brand: "Nvidia", arch: tc.arch,
+						index: i, uuid: fakegpu.FakeGPUUUID(node, i), product: tc.product, brand: "Nvidia", arch: tc.arch,
 						ccap: tc.ccap, driver: "580.95.5", cuda: "13.0.0", memory: tc.memory,
 						busID: c.bus, numa: c.numa, domain: c.domain, peers: c.peers,
 					}, sharing))

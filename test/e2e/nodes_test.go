@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -99,9 +99,9 @@ func createSimNode(ctx context.Context, name, profile string, sharing bool) stri
 		[]byte(`{"status":{"capacity":`+capacity+`,"allocatable":`+capacity+`}}`), metav1.PatchOptions{}, "status")
 	Expect(err).NotTo(HaveOccurred(), "setting the capacity of API-only node %s", name)
 
-	p, err := gpu.BuiltinProfile(profile)
+	p, err := fakegpu.BuiltinProfile(profile)
 	Expect(err).NotTo(HaveOccurred(), "fake profile %s", profile)
-	gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
+	gpus, err := fakegpu.NewFakeSource(name, p).GPUs(ctx)
 	Expect(err).NotTo(HaveOccurred(), "fake GPUs of profile %s", profile)
 	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: sharing})
 	Expect(err).NotTo(HaveOccurred(), "ResourceSlice devices of profile %s", profile)

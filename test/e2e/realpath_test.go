@@ -25,7 +25,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
@@ -91,9 +91,9 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 
 	It("publishes from NVML the ResourceSlices the fake profile gives for the same cards, plus pcieRoot from sysfs", func(ctx SpecContext) {
 		scenario("real path: ResourceSlices from NVML equal the fake profile's, pcieRoot from the mock sysfs")
-		profile, err := gpu.BuiltinProfile(marker["profile"])
+		profile, err := fakegpu.BuiltinProfile(marker["profile"])
 		Expect(err).NotTo(HaveOccurred(), "the mock driver root serves profile %q", marker["profile"])
-		cards, err := gpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
+		cards, err := fakegpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		want, err := resourceslices.Devices(cards, resourceslices.Options{NodeName: gpuNode, Sharing: true})
 		Expect(err).NotTo(HaveOccurred())

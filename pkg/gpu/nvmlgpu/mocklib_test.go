@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -49,13 +49,13 @@ gpus:
 // ResourceSlice devices: attributes, capacities, NVLink domains, NUMA.
 func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 	const node = "gpu-node-1"
-	fabric, err := gpu.ParseProfile([]byte(fabricProfile))
+	fabric, err := fakegpu.ParseProfile([]byte(fabricProfile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiles := map[string]*gpu.Profile{"fabric": fabric}
+	profiles := map[string]*fakegpu.Profile{"fabric": fabric}
 	for _, name := range []string{"dgx-h100", "pcie-a100-pairs", "pcie-l4"} {
-		p, err := gpu.BuiltinProfile(name)
+		p, err := fakegpu.BuiltinProfile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := gpu.NewFakeSource(node, p).GPUs(ctx)
+			want, err := fakegpu.NewFakeSource(node, p).GPUs(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

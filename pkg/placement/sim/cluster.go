@@ -13,6 +13,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
@@ -94,7 +95,7 @@ func cardsOf(tn trace.Node) ([]gpu.GPU, error) {
 			Minor:       i,
 			UUID:        fmt.Sprintf("GPU-%s-%d", tn.Name, i),
 			ProductName: tn.Model,
-			Brand:       gpu.DefaultFakeBrand,
+			Brand:       fakegpu.DefaultFakeBrand,
 			MemoryBytes: mem,
 		}
 	}

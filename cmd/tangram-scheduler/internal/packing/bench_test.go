@@ -15,7 +15,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -25,7 +25,7 @@ import (
 func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 	b.Helper()
 	ctx := context.Background()
-	p, err := gpu.BuiltinProfile("dgx-h100")
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 	var infos []fwk.NodeInfo
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
-		gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
+		gpus, err := fakegpu.NewFakeSource(name, p).GPUs(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

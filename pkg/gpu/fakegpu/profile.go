@@ -1,4 +1,9 @@
-package gpu
+// Package fakegpu is the gpu.Source of nodes without GPUs: cards described
+// by a profile, built in (profiles/*.yaml) or read from a YAML file whose
+// decoding reports every problem with its line (docs/fake-gpus.md). It is
+// apart from pkg/gpu so that what describes a real card does not carry the
+// profile format.
+package fakegpu
 
 import (
 	"fmt"

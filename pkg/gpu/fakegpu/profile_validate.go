@@ -1,4 +1,4 @@
-package gpu
+package fakegpu
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"sort"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
 var (
@@ -86,7 +88,7 @@ func validateProfile(d *profileDecoder, p *Profile) {
 		}
 		validateMemory(g.Memory, func(format string, args ...any) { problem(i, "memory", format, args...) })
 		if g.PCIBusID != "" {
-			if busID, err := NormalizePCIBusID(g.PCIBusID); err != nil {
+			if busID, err := gpu.NormalizePCIBusID(g.PCIBusID); err != nil {
 				problem(i, "pciBusID", "%v", err)
 			} else if first, dup := byBusID[busID]; dup {
 				problem(i, "pciBusID", "%q is already the PCI bus ID of gpus[%d]", g.PCIBusID, first)

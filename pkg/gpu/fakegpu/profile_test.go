@@ -1,4 +1,4 @@
-package gpu
+package fakegpu
 
 import (
 	"os"
@@ -423,7 +423,7 @@ func TestProfileValidate(t *testing.T) {
 
 // TestDocumentedExample keeps the example in docs/fake-gpus.md valid.
 func TestDocumentedExample(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/fake-gpus.md")
+	doc, err := os.ReadFile("../../../docs/fake-gpus.md")
 	if err != nil {
 		t.Fatalf("reading the docs: %v", err)
 	}

@@ -1,4 +1,4 @@
-package gpu
+package fakegpu
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
 func TestBuiltinProfileNames(t *testing.T) {
@@ -88,9 +90,9 @@ func TestBuiltinProfileTopology(t *testing.T) {
 			if err != nil {
 				t.Fatalf("GPUs: %v", err)
 			}
-			var want []GPU
+			var want []gpu.GPU
 			for i := range tt.busIDs {
-				want = append(want, GPU{
+				want = append(want, gpu.GPU{
 					Index:                 i,
 					Minor:                 i,
 					UUID:                  FakeGPUUUID("node-1", i),
@@ -150,7 +152,7 @@ func TestFakeSourceCustomProfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GPUs: %v", err)
 	}
-	want := []GPU{
+	want := []gpu.GPU{
 		{Index: 0, Minor: 0, UUID: FakeGPUUUID("n", 0), ProductName: "A", MemoryBytes: 512 << 20, NVLinkPeers: []int{2}},
 		{Index: 2, Minor: 5, UUID: FakeGPUUUID("n", 2), ProductName: "B", MemoryBytes: 1 << 30, PCIBusID: "0000:c3:00.0", NVLinkPeers: []int{0}, FabricCliqueID: "c/1"},
 	}

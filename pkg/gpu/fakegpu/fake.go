@@ -1,4 +1,4 @@
-package gpu
+package fakegpu
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
 // fakeUUIDNamespace seeds the name-based UUIDs of fake cards. Changing it
@@ -23,7 +24,7 @@ func FakeGPUUUID(nodeName string, index int) string {
 }
 
 type fakeSource struct {
-	gpus []GPU
+	gpus []gpu.GPU
 	err  error
 }
 
@@ -31,19 +32,19 @@ type fakeSource struct {
 // cards of node nodeName. The profile is checked (and copied) here; if it is
 // invalid, GPUs returns the error. A profile built in Go is used as written:
 // the fake-driver defaults apply only to parsed files.
-func NewFakeSource(nodeName string, p *Profile) Source {
+func NewFakeSource(nodeName string, p *Profile) gpu.Source {
 	gpus, err := fakeGPUs(nodeName, p)
 	return &fakeSource{gpus: gpus, err: err}
 }
 
-func (s *fakeSource) GPUs(ctx context.Context) ([]GPU, error) {
+func (s *fakeSource) GPUs(ctx context.Context) ([]gpu.GPU, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
 	return cloneGPUs(s.gpus), nil
 }
 
-func fakeGPUs(nodeName string, p *Profile) ([]GPU, error) {
+func fakeGPUs(nodeName string, p *Profile) ([]gpu.GPU, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("fake GPUs: the node name is empty; it is needed to derive the cards' UUIDs")
 	}
@@ -59,7 +60,7 @@ func fakeGPUs(nodeName string, p *Profile) ([]GPU, error) {
 	}
 	symmetriseNVLinks(cp)
 
-	gpus := make([]GPU, 0, len(cp.GPUs))
+	gpus := make([]gpu.GPU, 0, len(cp.GPUs))
 	for _, g := range cp.GPUs {
 		minor := g.Index
 		if g.Minor != nil {
@@ -67,14 +68,14 @@ func fakeGPUs(nodeName string, p *Profile) ([]GPU, error) {
 		}
 		busID := ""
 		if g.PCIBusID != "" {
-			busID, _ = NormalizePCIBusID(g.PCIBusID) // validated above
+			busID, _ = gpu.NormalizePCIBusID(g.PCIBusID) // validated above
 		}
 		var numa *int
 		if g.NUMANode != nil {
 			n := *g.NUMANode
 			numa = &n
 		}
-		gpus = append(gpus, GPU{
+		gpus = append(gpus, gpu.GPU{
 			Index:                 g.Index,
 			Minor:                 minor,
 			UUID:                  FakeGPUUUID(nodeName, g.Index),
@@ -91,14 +92,14 @@ func fakeGPUs(nodeName string, p *Profile) ([]GPU, error) {
 			FabricCliqueID:        g.FabricCliqueID,
 		})
 	}
-	slices.SortFunc(gpus, func(a, b GPU) int { return a.Index - b.Index })
+	slices.SortFunc(gpus, func(a, b gpu.GPU) int { return a.Index - b.Index })
 	return gpus, nil
 }
 
 // cloneGPUs deep-copies a card list so callers cannot change a source's
 // state through the slices and pointers they get.
-func cloneGPUs(in []GPU) []GPU {
-	out := make([]GPU, len(in))
+func cloneGPUs(in []gpu.GPU) []gpu.GPU {
+	out := make([]gpu.GPU, len(in))
 	for i, g := range in {
 		out[i] = g
 		out[i].NVLinkPeers = nil
