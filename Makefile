@@ -17,10 +17,11 @@ build: ## build every binary into ./bin
 	$(GO) build -o $(BIN_DIR)/ ./cmd/...
 
 .PHONY: verify
-verify: ## gofmt and go vet
+verify: ## gofmt, go vet, and generated API deepcopy/CRD up to date
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@echo "==> go vet"; $(GO) vet ./...
+	@echo "==> go vet"; $(GO) vet ./... && (cd hack/bench-placement && $(GO) vet ./...)
+	@echo "==> generated API code"; $(MAKE) --no-print-directory controller-verify
 
 .PHONY: unit
 unit: ## unit tests with the race detector

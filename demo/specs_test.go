@@ -27,7 +27,7 @@ import (
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/controller/gang"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 const (
@@ -245,7 +245,7 @@ func checkPod(t *testing.T, pod *corev1.Pod, spec specFile) int64 {
 				continue
 			}
 			switch req.Exactly.DeviceClassName {
-			case names.DeviceClassName, names.SharedDeviceClassName:
+			case device.DeviceClassName, device.SharedDeviceClassName:
 			default:
 				t.Errorf("template %s request %s: class %q is not one the chart installs", tmplName, req.Name, req.Exactly.DeviceClassName)
 			}
@@ -294,7 +294,7 @@ func checkConfigs(t *testing.T, spec specFile, wantErr string) {
 	var errs []string
 	for _, tmpl := range spec.templates {
 		for _, cfg := range tmpl.Spec.Spec.Devices.Config {
-			if cfg.Opaque == nil || cfg.Opaque.Driver != names.DriverName {
+			if cfg.Opaque == nil || cfg.Opaque.Driver != device.DriverName {
 				continue
 			}
 			if err := v1alpha1.ValidateOpaqueConfig(cfg.Opaque.Parameters.Raw); err != nil {

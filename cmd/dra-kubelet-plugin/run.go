@@ -11,20 +11,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/hostbin"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
-	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
 // runFlags are the flags of the long-running mode besides the GPU source
@@ -160,7 +159,7 @@ func newRunCommand() *cobra.Command {
 					}
 					opts.Sysfs = source.Sysfs()
 					opts.ShareEnforcement = string(caps.Level)
-					return slices.DriverResources(gpus, opts)
+					return resourceslices.DriverResources(gpus, opts)
 				},
 				CDIRoot:          flags.CDIRoot,
 				RegistrarDir:     flags.RegistrarDir,
@@ -193,7 +192,7 @@ func newRunCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&flags.CDIRoot, "cdi-root", "/var/run/cdi", "directory for the transient CDI specs the container runtime reads")
 	f.StringVar(&flags.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")
-	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+names.DriverName, "directory of the plugin's DRA socket")
+	f.StringVar(&flags.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+device.DriverName, "directory of the plugin's DRA socket")
 	f.StringVar(&flags.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
 	f.StringVar(&flags.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod (default: $POD_UID, which the chart sets from the downward API); enables rolling updates, where the old and the new plugin pod of a node run side by side; empty for one plugin process per node")
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
@@ -323,27 +322,10 @@ func (f *runFlags) kubeClient() (kubernetes.Interface, error) {
 	if f.Offline {
 		return nil, nil
 	}
-	path := f.Kubeconfig
-	if path == "" {
-		path = os.Getenv("KUBECONFIG")
+	config, _, err := kubeconfig.Load(kubeconfig.Options{Path: f.Kubeconfig, UserAgent: "tangram-dra-kubelet-plugin"})
+	if err != nil {
+		return nil, fmt.Errorf("%w (or pass --offline)", err)
 	}
-	var config *rest.Config
-	var err error
-	if path != "" {
-		config, err = clientcmd.BuildConfigFromFlags("", path)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
-		}
-	} else {
-		config, err = rest.InClusterConfig()
-		if errors.Is(err, rest.ErrNotInCluster) {
-			return nil, errors.New("no API server: pass --kubeconfig, set KUBECONFIG, run in a pod, or pass --offline")
-		}
-		if err != nil {
-			return nil, fmt.Errorf("loading in-cluster config: %w", err)
-		}
-	}
-	config.UserAgent = "tangram-dra-kubelet-plugin"
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("creating Kubernetes client: %w", err)

@@ -13,9 +13,10 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // deviceModelFlags are the flags that shape the published devices; the
@@ -33,7 +34,7 @@ type deviceModelFlags struct {
 func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.Sharing, "sharing", "enabled", "enabled: cards can be shared by several claims (memory/compute shares); disabled: whole cards only")
 	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
-	flags.StringVar(&f.MemoryStep, "memory-step", slices.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
+	flags.StringVar(&f.MemoryStep, "memory-step", device.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
 	flags.StringVar(&f.ProcRoot, "proc-root", "/proc", "proc file system the kernel release is read from (sys/kernel/osrelease), for share enforcement detection")
 	flags.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup root as this process sees it; its cgroup.controllers (cgroup v2, dmem) decides share enforcement (chart: kubeletPlugin.cgroupRoot)")
 }
@@ -51,9 +52,9 @@ func (f *deviceModelFlags) Enforcement(logger klog.Logger, fake bool, gpus []gpu
 	return c
 }
 
-// Options turns the flags into slices.Options for a node with these labels.
-func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string) (slices.Options, error) {
-	opts := slices.Options{NodeName: nodeName, NodeLabels: nodeLabels, NodeLabelAttributes: f.NodeLabelAttributes}
+// Options turns the flags into resourceslices.Options for a node with these labels.
+func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string) (resourceslices.Options, error) {
+	opts := resourceslices.Options{NodeName: nodeName, NodeLabels: nodeLabels, NodeLabelAttributes: f.NodeLabelAttributes}
 	switch f.Sharing {
 	case "enabled":
 		opts.Sharing = true
@@ -70,7 +71,7 @@ func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string
 	}
 	opts.MemoryStep = step
 	for _, key := range f.NodeLabelAttributes {
-		if _, err := slices.LabelAttributeName(key); err != nil {
+		if _, err := resourceslices.LabelAttributeName(key); err != nil {
 			return opts, fmt.Errorf("--node-label-attributes: %w", err)
 		}
 	}
@@ -119,11 +120,11 @@ func newSlicesCommand() *cobra.Command {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
 			opts.ShareEnforcement = string(model.Enforcement(opts.Logger, source.Fake(), gpus).Level)
-			res, err := slices.DriverResources(gpus, opts)
+			res, err := resourceslices.DriverResources(gpus, opts)
 			if err != nil {
 				return err
 			}
-			return printSlices(cmd.OutOrStdout(), slices.ResourceSlices(source.NodeName, res), output)
+			return printSlices(cmd.OutOrStdout(), resourceslices.ResourceSlices(source.NodeName, res), output)
 		},
 	}
 	source.AddFlags(cmd.Flags())

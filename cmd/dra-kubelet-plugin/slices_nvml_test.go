@@ -13,7 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 // TestSlicesFromDriverRoot runs `slices` the way a GPU node does, with
@@ -34,7 +34,7 @@ func TestSlicesFromDriverRoot(t *testing.T) {
 	if err := os.Symlink(lib, filepath.Join(libDir, "libnvidia-ml.so.1")); err != nil {
 		t.Fatal(err)
 	}
-	profile, err := gpu.BuiltinProfile("dgx-h100")
+	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestSlicesShareEnforcementFromDriverRoot(t *testing.T) {
 		{"580.95.05", v2dmem, "advisory"},
 	} {
 		t.Run(tt.driver+" "+filepath.Base(tt.cgroupRoot), func(t *testing.T) {
-			profile, err := gpu.BuiltinProfile("pcie-l4")
+			profile, err := fakegpu.BuiltinProfile("pcie-l4")
 			if err != nil {
 				t.Fatal(err)
 			}

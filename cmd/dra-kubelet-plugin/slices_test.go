@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -69,7 +69,7 @@ func decode(t *testing.T, out string) sliceList {
 		t.Fatalf("output is not a JSON list: %v\n%s", err, out)
 	}
 	for _, s := range list.Items {
-		if err := slices.ValidateResourceSlice(s); err != nil {
+		if err := resourceslices.ValidateResourceSlice(s); err != nil {
 			t.Errorf("printed slice is invalid: %v", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 )
 
@@ -32,7 +33,7 @@ type gpuSourceFlags struct {
 // AddFlags registers --node-name, --fake-profile and --fake-profile-file.
 func (f *gpuSourceFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.NodeName, "node-name", "", "name of this node (default: $NODE_NAME)")
-	flags.StringVar(&f.FakeProfile, "fake-profile", "", fmt.Sprintf("use fake GPUs from a built-in profile (%v) instead of NVML", gpu.BuiltinProfileNames()))
+	flags.StringVar(&f.FakeProfile, "fake-profile", "", fmt.Sprintf("use fake GPUs from a built-in profile (%v) instead of NVML", fakegpu.BuiltinProfileNames()))
 	flags.StringVar(&f.FakeProfileFile, "fake-profile-file", "", "use fake GPUs from a profile file (format: docs/fake-gpus.md) instead of NVML")
 	flags.StringVar(&f.DriverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation as this process sees it (default: $NVIDIA_DRIVER_ROOT, else /); NVML, nvidia-cuda-mps-control and nvidia-cdi-hook are looked up in its standard directories; real GPUs only")
 	flags.StringVar(&f.SysfsRoot, "sysfs-root", deviceattribute.SysfsRoot, "the /sys the PCIe roots of real cards are read from (e.g. a mock driver root's sys); real GPUs only")
@@ -60,17 +61,17 @@ func (f *gpuSourceFlags) Fake() bool { return f.FakeProfile != "" || f.FakeProfi
 func (f *gpuSourceFlags) Open(ctx context.Context) (gpu.Source, func(), error) {
 	switch {
 	case f.FakeProfile != "":
-		p, err := gpu.BuiltinProfile(f.FakeProfile)
+		p, err := fakegpu.BuiltinProfile(f.FakeProfile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--fake-profile: %w", err)
 		}
-		return gpu.NewFakeSource(f.NodeName, p), func() {}, nil
+		return fakegpu.NewFakeSource(f.NodeName, p), func() {}, nil
 	case f.FakeProfileFile != "":
-		p, err := gpu.LoadProfileFile(f.FakeProfileFile)
+		p, err := fakegpu.LoadProfileFile(f.FakeProfileFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--fake-profile-file: %w", err)
 		}
-		return gpu.NewFakeSource(f.NodeName, p), func() {}, nil
+		return fakegpu.NewFakeSource(f.NodeName, p), func() {}, nil
 	default:
 		if !nvmlgpu.Available() {
 			// Say so before looking for a library this binary cannot load.

@@ -11,7 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 // TestHookAgainstMockLibrary runs the hook as containerd would, over the C
@@ -29,7 +29,7 @@ func TestHookAgainstMockLibrary(t *testing.T) {
 	if err := os.Symlink(lib, filepath.Join(driverRoot, "usr", "lib64", "libnvidia-ml.so.1")); err != nil {
 		t.Fatal(err)
 	}
-	profile, err := gpu.BuiltinProfile("dgx-h100")
+	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestHookAgainstMockLibrary(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(proc, "77", "cgroup"), []byte("0::"+scope+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	uuid := gpu.FakeGPUUUID("node-a", 1)
+	uuid := fakegpu.FakeGPUUUID("node-a", 1)
 	args := []string{"--driver-root", driverRoot, "--proc-root", proc, "--cgroup-root", cgroups, "--limit", uuid + "=21474836480"}
 	stdin := `{"ociVersion":"1.2.0","id":"c1","status":"creating","pid":77}`
 

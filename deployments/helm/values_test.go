@@ -10,13 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
-	tangramslices "github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	tangramslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestSchemaRejects: bad values fail at install time with a message that
@@ -105,9 +106,44 @@ func TestSchemaProfiles(t *testing.T) {
 	if err := json.Unmarshal(data, &schema); err != nil {
 		t.Fatalf("decoding schema: %v", err)
 	}
-	want := append([]string{""}, gpu.BuiltinProfileNames()...)
+	want := append([]string{""}, fakegpu.BuiltinProfileNames()...)
 	if got := schema.Properties.FakeGPU.Properties.Profile.Enum; !slices.Equal(got, want) {
 		t.Errorf("schema allows fake profiles %q, the plugin has %q", got, want)
+	}
+}
+
+// TestDeviceClassesMatchGo: the chart publishes exactly the classes of
+// device.HardEnforcedDeviceClasses() by default and of
+// device.DeviceClasses() with sharing.requireHardEnforcement=false (which
+// the simulator, the scheduler plugin's tests and the e2e testdata use);
+// only the chart's labels, the shared class's default config and the opt-in
+// extended resource name are extra.
+func TestDeviceClassesMatchGo(t *testing.T) {
+	for _, tc := range []struct {
+		sets []string
+		want []*resourceapi.DeviceClass
+	}{
+		{nil, device.HardEnforcedDeviceClasses()},
+		{[]string{"sharing.requireHardEnforcement=false"}, device.DeviceClasses()},
+	} {
+		rendered := render(t, tc.sets...)["DeviceClass"]
+		var got []*resourceapi.DeviceClass
+		for _, want := range tc.want {
+			obj, ok := rendered[want.Name]
+			if !ok {
+				t.Errorf("%v: the chart does not publish DeviceClass %s", tc.sets, want.Name)
+				continue
+			}
+			dc := obj.(*resourceapi.DeviceClass).DeepCopy()
+			dc.TypeMeta, dc.Labels, dc.Spec.Config, dc.Spec.ExtendedResourceName = want.TypeMeta, nil, nil, nil
+			got = append(got, dc)
+		}
+		if len(rendered) != len(tc.want) {
+			t.Errorf("%v: the chart publishes %d DeviceClasses, Go has %d", tc.sets, len(rendered), len(tc.want))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%v: chart DeviceClasses differ from Go's (-go +chart):\n%s", tc.sets, diff)
+		}
 	}
 }
 
@@ -116,8 +152,8 @@ func TestSchemaProfiles(t *testing.T) {
 // fake DGX H100 with sharing on and off.
 func TestDeviceClasses(t *testing.T) {
 	objs := render(t)
-	whole := objs.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass)
-	shared := objs.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass)
+	whole := objs.get(t, "DeviceClass", device.DeviceClassName).(*resourceapi.DeviceClass)
+	shared := objs.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
 
 	if len(whole.Spec.Selectors) != 1 || whole.Spec.Selectors[0].CEL == nil ||
 		whole.Spec.Selectors[0].CEL.Expression != `device.driver == "gpu.tangram.dev"` {
@@ -126,8 +162,8 @@ func TestDeviceClasses(t *testing.T) {
 	if len(whole.Spec.Config) != 0 {
 		t.Errorf("%s carries config %+v; whole cards need none", whole.Name, whole.Spec.Config)
 	}
-	if len(shared.Spec.Config) != 1 || shared.Spec.Config[0].Opaque == nil || shared.Spec.Config[0].Opaque.Driver != names.DriverName {
-		t.Fatalf("%s config = %+v, want one opaque config for %s", shared.Name, shared.Spec.Config, names.DriverName)
+	if len(shared.Spec.Config) != 1 || shared.Spec.Config[0].Opaque == nil || shared.Spec.Config[0].Opaque.Driver != device.DriverName {
+		t.Fatalf("%s config = %+v, want one opaque config for %s", shared.Name, shared.Spec.Config, device.DriverName)
 	}
 	cfg, err := v1alpha1.Parse(shared.Spec.Config[0].Opaque.Parameters.Raw)
 	if err != nil {
@@ -140,26 +176,26 @@ func TestDeviceClasses(t *testing.T) {
 		t.Errorf("%s serves extended resource %q by default; it must be opt-in", whole.Name, *whole.Spec.ExtendedResourceName)
 	}
 	ext := render(t, "deviceClasses.gpu.extendedResourceName=nvidia.com/gpu")
-	if got := ext.get(t, "DeviceClass", names.DeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got == nil || *got != "nvidia.com/gpu" {
+	if got := ext.get(t, "DeviceClass", device.DeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got == nil || *got != "nvidia.com/gpu" {
 		t.Errorf("extendedResourceName=nvidia.com/gpu: class serves %v, want nvidia.com/gpu", got)
 	}
-	if got := ext.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
+	if got := ext.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
 		t.Errorf("the shared class serves extended resource %q; shares cannot be sized by an extended resource", *got)
 	}
-	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
+	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
 		t.Errorf("defaultConfig=null still attaches a config")
 	}
 
-	profile, err := gpu.BuiltinProfile("dgx-h100")
+	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatalf("loading profile: %v", err)
 	}
 	ctx := context.Background()
-	gpus, err := gpu.NewFakeSource("node-a", profile).GPUs(ctx)
+	gpus, err := fakegpu.NewFakeSource("node-a", profile).GPUs(ctx)
 	if err != nil {
 		t.Fatalf("fake GPUs: %v", err)
 	}
-	optOut := render(t, "sharing.requireHardEnforcement=false").get(t, "DeviceClass", names.SharedDeviceClassName).(*resourceapi.DeviceClass)
+	optOut := render(t, "sharing.requireHardEnforcement=false").get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
 	tests := []struct {
 		sharing     bool
 		enforcement string // the node's shareEnforcement; "" = not published
@@ -180,7 +216,7 @@ func TestDeviceClasses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("publishing devices: %v", err)
 		}
-		driver := names.DriverName
+		driver := device.DriverName
 		if tc.otherDriver {
 			driver = "gpu.nvidia.com"
 		}

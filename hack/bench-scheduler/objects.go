@@ -16,12 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/placement/sim"
-	"github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
 
@@ -47,12 +47,12 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 	if len(openb) < n/2 {
 		return nil, fmt.Errorf("the openb node list has %d nodes, %d wanted", len(openb), n/2)
 	}
-	o := &objects{classes: allocation.DeviceClasses()}
+	o := &objects{classes: device.DeviceClasses()}
 	shaped, err := sim.BuildCluster(openb[:n/2])
 	if err != nil {
 		return nil, err
 	}
-	dgx, err := gpu.BuiltinProfile("dgx-h100")
+	dgx, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +61,11 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 		var cpuMilli, memMiB int64
 		var devices []resourceapi.Device
 		if i%2 == 0 {
-			gpus, err := gpu.NewFakeSource(name, dgx).GPUs(context.Background())
+			gpus, err := fakegpu.NewFakeSource(name, dgx).GPUs(context.Background())
 			if err != nil {
 				return nil, err
 			}
-			if devices, err = slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true}); err != nil {
+			if devices, err = resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true}); err != nil {
 				return nil, err
 			}
 			cpuMilli, memMiB = 96000, 1<<20
@@ -87,7 +87,7 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 		if len(devices) > 0 {
 			o.slices = append(o.slices, &resourceapi.ResourceSlice{
 				ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu"},
-				Spec: resourceapi.ResourceSliceSpec{Driver: names.DriverName, NodeName: ptr.To(name), Devices: devices,
+				Spec: resourceapi.ResourceSliceSpec{Driver: device.DriverName, NodeName: ptr.To(name), Devices: devices,
 					Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1}},
 			})
 		}
@@ -97,11 +97,11 @@ func buildObjects(traces string, n, m int, seed uint64) (*objects, error) {
 		name := fmt.Sprintf("pod-%04d", i)
 		var req resourceapi.DeviceRequest
 		if rng.IntN(10) < 7 {
-			req = allocation.SharedGPU("gpu", resource.MustParse(fmt.Sprintf("%dGi", 10+rng.IntN(31))), resource.Quantity{})
+			req = dra.SharedGPU("gpu", resource.MustParse(fmt.Sprintf("%dGi", 10+rng.IntN(31))), resource.Quantity{})
 		} else {
-			req = allocation.WholeGPUs("gpu", int64(1+rng.IntN(8)))
+			req = dra.WholeGPUs("gpu", int64(1+rng.IntN(8)))
 		}
-		claim := allocation.Claim(name, nil, req)
+		claim := dra.Claim(name, nil, req)
 		claim.UID = ""
 		o.claims = append(o.claims, claim)
 		o.pods = append(o.pods, &v1.Pod{

@@ -11,19 +11,22 @@ $(CONTROLLER_GEN):
 	$(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 .PHONY: controller-generate
-controller-generate: $(CONTROLLER_GEN) ## regenerate GpuGang deepcopy and the CRD manifest in the chart's crds/
-	$(CONTROLLER_GEN) object paths=./api/tangram/...
+controller-generate: $(CONTROLLER_GEN) ## regenerate the API deepcopy (GpuGang, GpuConfig) and the CRD manifest in the chart's crds/
+	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/tangram/... output:crd:dir=$(CONTROLLER_CRD_DIR)
 
 .PHONY: controller-verify
-controller-verify: $(CONTROLLER_GEN) ## fail if the committed GpuGang deepcopy or CRD manifest is stale
+controller-verify: $(CONTROLLER_GEN) ## fail if the committed API deepcopy (GpuGang, GpuConfig) or CRD manifest is stale
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
-	  cp api/tangram/v1alpha1/zz_generated.deepcopy.go $$tmp/deepcopy.before && \
+	  cp api/tangram/v1alpha1/zz_generated.deepcopy.go $$tmp/tangram.before && \
+	  cp api/gpu/v1alpha1/zz_generated.deepcopy.go $$tmp/gpu.before && \
 	  $(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/tangram/... output:crd:dir=$$tmp/crds && \
-	  $(CONTROLLER_GEN) object paths=./api/tangram/... && \
-	  if ! diff -u $$tmp/deepcopy.before api/tangram/v1alpha1/zz_generated.deepcopy.go; then \
-	    cp $$tmp/deepcopy.before api/tangram/v1alpha1/zz_generated.deepcopy.go; \
-	    echo "zz_generated.deepcopy.go is stale: run make controller-generate"; exit 1; fi && \
+	  $(CONTROLLER_GEN) object paths=./api/... && \
+	  for api in tangram gpu; do \
+	    if ! diff -u $$tmp/$$api.before api/$$api/v1alpha1/zz_generated.deepcopy.go; then \
+	      cp $$tmp/$$api.before api/$$api/v1alpha1/zz_generated.deepcopy.go; \
+	      echo "api/$$api/v1alpha1/zz_generated.deepcopy.go is stale: run make controller-generate"; exit 1; fi; \
+	  done && \
 	  if ! diff -ru $$tmp/crds $(CONTROLLER_CRD_DIR); then echo "the CRD manifest is stale: run make controller-generate"; exit 1; fi
 
 .PHONY: controller-test
@@ -34,3 +37,7 @@ controller-test: ## unit tests of the GpuGang API, controller, webhook and metri
 controller-realcluster: ## the controller in-process against a real API server (TANGRAM_KUBECONFIG): CRD, gang objects, webhook, leader election
 	@test -n "$(TANGRAM_KUBECONFIG)" || { echo "set TANGRAM_KUBECONFIG to a cluster this test may write to"; exit 1; }
 	TANGRAM_KUBECONFIG=$(TANGRAM_KUBECONFIG) $(GO) test -tags realcluster -count=1 -v -run 'TestRealCluster' ./pkg/controller/app/
+
+.PHONY: unit-nocgo
+unit-nocgo: ## unit tests of the packages the static images link (controller, kubectl plugin, scheduler), with CGO_ENABLED=0
+	@GO=$(GO) hack/unit-nocgo.sh

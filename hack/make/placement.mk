@@ -12,10 +12,12 @@ tangram-sim: ## build the trace simulator into ./bin
 test-placement: ## unit tests of pkg/placement and pkg/trace (race detector on)
 	$(GO) test -race -count=1 ./pkg/placement/... ./pkg/trace/...
 
+# hack/bench-placement is a nested module: its chart library (gonum/plot,
+# with fonts and PDF) stays out of the driver's go.mod.
 .PHONY: bench-placement
 bench-placement: ## every policy x openb list x 10 seeds -> docs/placement-results.{md,png} (~15 min on 2 cores)
-	$(GO) run ./hack/bench-placement --traces $(TRACES_DIR) --seeds $(BENCH_SEEDS) --parallel $(BENCH_PARALLEL) \
-	  --markdown docs/placement-results.md --plot docs/placement-results.png
+	cd hack/bench-placement && $(GO) run . --traces $(abspath $(TRACES_DIR)) --seeds $(BENCH_SEEDS) --parallel $(BENCH_PARALLEL) \
+	  --markdown $(CURDIR)/docs/placement-results.md --plot $(CURDIR)/docs/placement-results.png
 
 # tangram-scheduler is a nested module (k8s.io/kubernetes stays out of the
 # driver's module); its build is heavy.

@@ -1,4 +1,4 @@
-# ResourceSlices (pkg/slices) and the kubelet plugin's `slices` subcommand.
+# ResourceSlices (pkg/resourceslices) and the kubelet plugin's `slices` subcommand.
 
 .PHONY: slices-golden
 slices-golden: ## rewrite the golden output of `dra-kubelet-plugin slices` after an intended change
@@ -6,4 +6,4 @@ slices-golden: ## rewrite the golden output of `dra-kubelet-plugin slices` after
 
 .PHONY: slices-bench
 slices-bench: ## benchmarks: building 300 devices, one allocator run on a DGX H100
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/slices/...
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/resourceslices/... ./pkg/dra/...

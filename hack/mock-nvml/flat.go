@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 // FormatVersion is the first line of a devices file; the library refuses
@@ -63,7 +64,7 @@ const switchLinksPerCard = 4
 // (every such card reaches every other), they are wired to NVSwitches, as
 // on a DGX; otherwise each link goes straight to its peer's bus ID (NVLink
 // bridges). The NVML source derives the same peers either way.
-func Flatten(p *gpu.Profile, nodeName string) ([]byte, error) {
+func Flatten(p *fakegpu.Profile, nodeName string) ([]byte, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("mock NVML devices: the node name is empty; the cards' UUIDs are derived from it")
 	}
@@ -71,7 +72,7 @@ func Flatten(p *gpu.Profile, nodeName string) ([]byte, error) {
 		return nil, fmt.Errorf("mock NVML devices: %w", err)
 	}
 	cards := slices.Clone(p.GPUs)
-	slices.SortFunc(cards, func(a, b gpu.ProfileGPU) int { return a.Index - b.Index })
+	slices.SortFunc(cards, func(a, b fakegpu.ProfileGPU) int { return a.Index - b.Index })
 
 	var b bytes.Buffer
 	fmt.Fprintln(&b, FormatVersion)
@@ -113,7 +114,7 @@ func Flatten(p *gpu.Profile, nodeName string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func driverVersions(cards []gpu.ProfileGPU) (string, int, error) {
+func driverVersions(cards []fakegpu.ProfileGPU) (string, int, error) {
 	driver, cuda := "", ""
 	for i, g := range cards {
 		if i > 0 && (g.DriverVersion != driver || g.CUDADriverVersion != cuda) {
@@ -138,7 +139,7 @@ func driverVersions(cards []gpu.ProfileGPU) (string, int, error) {
 	return driver, cudaInt, nil
 }
 
-func gpuLine(g gpu.ProfileGPU, nodeName string) (string, error) {
+func gpuLine(g fakegpu.ProfileGPU, nodeName string) (string, error) {
 	if g.PCIBusID == "" {
 		return "", fmt.Errorf("pciBusID is empty: NVML reports a bus ID for every card, so the mock needs one")
 	}
@@ -179,7 +180,7 @@ func gpuLine(g gpu.ProfileGPU, nodeName string) (string, error) {
 		}
 		ccMajor, ccMinor = ma, mi
 	}
-	return fmt.Sprintf("gpu %d %d %s %s %d %d %d %d %d %d\n", g.Index, minor, gpu.FakeGPUUUID(nodeName, g.Index),
+	return fmt.Sprintf("gpu %d %d %s %s %d %d %d %d %d %d\n", g.Index, minor, fakegpu.FakeGPUUUID(nodeName, g.Index),
 		nvmlBusID(g.PCIBusID), q.Value(), numa, arch, brand, ccMajor, ccMinor), nil
 }
 
@@ -204,8 +205,8 @@ func fabric(id string) (string, uint32, error) {
 }
 
 // nvlinks returns each card's link far ends as NVML bus IDs.
-func nvlinks(cards []gpu.ProfileGPU, busIDs map[int]string) (map[int][]string, error) {
-	var linked []gpu.ProfileGPU
+func nvlinks(cards []fakegpu.ProfileGPU, busIDs map[int]string) (map[int][]string, error) {
+	var linked []fakegpu.ProfileGPU
 	for _, g := range cards {
 		if len(g.NVLinks) > 0 {
 			linked = append(linked, g)
@@ -230,7 +231,7 @@ func nvlinks(cards []gpu.ProfileGPU, busIDs map[int]string) (map[int][]string, e
 	return out, nil
 }
 
-func isClique(cards []gpu.ProfileGPU) bool {
+func isClique(cards []fakegpu.ProfileGPU) bool {
 	for _, g := range cards {
 		for _, h := range cards {
 			if g.Index != h.Index && !slices.Contains(g.NVLinks, h.Index) {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 func TestFlattenWiresNVLinks(t *testing.T) {
@@ -16,14 +16,14 @@ func TestFlattenWiresNVLinks(t *testing.T) {
 		notWant []string
 	}{
 		// All-to-all: NVSwitches at bus IDs no card uses.
-		{"dgx-h100", []string{"nvlink 0 00000000:01:00.0", "nvlink 7 00000000:04:00.0", "gpu 4 4 " + gpu.FakeGPUUUID("n", 4) + " 00000000:9D:00.0 85899345920 1 9 14 9 0"}, []string{"nvlink 0 00000000:43:00.0"}},
+		{"dgx-h100", []string{"nvlink 0 00000000:01:00.0", "nvlink 7 00000000:04:00.0", "gpu 4 4 " + fakegpu.FakeGPUUUID("n", 4) + " 00000000:9D:00.0 85899345920 1 9 14 9 0"}, []string{"nvlink 0 00000000:43:00.0"}},
 		// Bridges: straight to the peer.
 		{"pcie-a100-pairs", []string{"nvlink 0 00000000:31:00.0", "nvlink 1 00000000:17:00.0", "driver 580.95.05 13000"}, []string{"nvlink 0 00000000:01:00.0"}},
 		{"pcie-l4", []string{"name 0 NVIDIA L4"}, []string{"nvlink"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.profile, func(t *testing.T) {
-			p, err := gpu.BuiltinProfile(tt.profile)
+			p, err := fakegpu.BuiltinProfile(tt.profile)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,11 +50,11 @@ func TestFlattenWiresNVLinks(t *testing.T) {
 }
 
 func TestFlattenRejects(t *testing.T) {
-	card := func(i int, bus string) gpu.ProfileGPU {
-		return gpu.ProfileGPU{Index: i, ProductName: "X", Memory: "1Gi", PCIBusID: bus, DriverVersion: "580.95.05", CUDADriverVersion: "13.0"}
+	card := func(i int, bus string) fakegpu.ProfileGPU {
+		return fakegpu.ProfileGPU{Index: i, ProductName: "X", Memory: "1Gi", PCIBusID: bus, DriverVersion: "580.95.05", CUDADriverVersion: "13.0"}
 	}
 	many := make([]int, 0, 19)
-	cards := []gpu.ProfileGPU{card(0, "0000:10:00.0")}
+	cards := []fakegpu.ProfileGPU{card(0, "0000:10:00.0")}
 	for i := 1; i <= 19; i++ {
 		many = append(many, i)
 		cards = append(cards, card(i, "0000:"+string("0123456789abcdef"[i/16])+string("0123456789abcdef"[i%16])+":01.0"))
@@ -63,14 +63,14 @@ func TestFlattenRejects(t *testing.T) {
 	for i := 1; i <= 19; i++ {
 		cards[i].NVLinks = []int{0}
 	}
-	mixed := []gpu.ProfileGPU{card(0, "0000:10:00.0"), card(1, "0000:11:00.0")}
+	mixed := []fakegpu.ProfileGPU{card(0, "0000:10:00.0"), card(1, "0000:11:00.0")}
 	mixed[1].DriverVersion = "570.1.2"
-	noBus := []gpu.ProfileGPU{card(0, "")}
-	fabric := []gpu.ProfileGPU{card(0, "0000:10:00.0")}
+	noBus := []fakegpu.ProfileGPU{card(0, "")}
+	fabric := []fakegpu.ProfileGPU{card(0, "0000:10:00.0")}
 	fabric[0].FabricCliqueID = "default/1"
 	tests := []struct {
 		name  string
-		cards []gpu.ProfileGPU
+		cards []fakegpu.ProfileGPU
 		node  string
 		want  string
 	}{
@@ -82,7 +82,7 @@ func TestFlattenRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Flatten(&gpu.Profile{Name: "t", GPUs: tt.cards}, tt.node)
+			_, err := Flatten(&fakegpu.Profile{Name: "t", GPUs: tt.cards}, tt.node)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one containing %q", err, tt.want)
 			}
@@ -99,7 +99,7 @@ func TestCSourceQuotes(t *testing.T) {
 }
 
 func TestWriteSysfsResolvesToPCIeRoots(t *testing.T) {
-	p, err := gpu.BuiltinProfile("dgx-h100")
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}

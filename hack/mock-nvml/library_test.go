@@ -15,7 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 const node = "node-a"
@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // serve points the library at profile p (as node-a) and a fresh state
 // directory, initialises NVML and shuts it down at the end of the test.
-func serve(t *testing.T, p *gpu.Profile) (nvml.Interface, mocknvml.State) {
+func serve(t *testing.T, p *fakegpu.Profile) (nvml.Interface, mocknvml.State) {
 	t.Helper()
 	devices, err := mocknvml.Flatten(p, node)
 	if err != nil {
@@ -68,9 +68,9 @@ func serve(t *testing.T, p *gpu.Profile) (nvml.Interface, mocknvml.State) {
 	return lib, state
 }
 
-func builtin(t *testing.T, name string) *gpu.Profile {
+func builtin(t *testing.T, name string) *fakegpu.Profile {
 	t.Helper()
-	p, err := gpu.BuiltinProfile(name)
+	p, err := fakegpu.BuiltinProfile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestServesProfileThroughGoNVML(t *testing.T) {
 				ok(t, "DeviceGetHandleByIndex", ret)
 				uuid, ret := dev.GetUUID()
 				ok(t, "GetUUID", ret)
-				if want := gpu.FakeGPUUUID(node, i); uuid != want {
+				if want := fakegpu.FakeGPUUUID(node, i); uuid != want {
 					t.Errorf("card %d UUID %s, want %s", i, uuid, want)
 				}
 				byUUID, ret := lib.DeviceGetHandleByUUID(uuid)
@@ -191,7 +191,7 @@ func TestServesProfileThroughGoNVML(t *testing.T) {
 // tell, and a card without NVLink says so at link 0.
 func TestLeftOutFieldsAreNotSupported(t *testing.T) {
 	// Built in Go: a parsed file would get the fake driver's defaults.
-	p := &gpu.Profile{Name: "bare", GPUs: []gpu.ProfileGPU{{Index: 0, ProductName: "Bare", Memory: "16Gi", PCIBusID: "0000:3b:00.0"}}}
+	p := &fakegpu.Profile{Name: "bare", GPUs: []fakegpu.ProfileGPU{{Index: 0, ProductName: "Bare", Memory: "16Gi", PCIBusID: "0000:3b:00.0"}}}
 	lib, _ := serve(t, p)
 	dev, ret := lib.DeviceGetHandleByIndex(0)
 	ok(t, "DeviceGetHandleByIndex", ret)
@@ -237,7 +237,7 @@ func TestComputeModeIsLoggedAndKept(t *testing.T) {
 	lib, state := serve(t, builtin(t, "dgx-h100"))
 	dev, ret := lib.DeviceGetHandleByIndex(3)
 	ok(t, "DeviceGetHandleByIndex", ret)
-	uuid := gpu.FakeGPUUUID(node, 3)
+	uuid := fakegpu.FakeGPUUUID(node, 3)
 	ok(t, "SetComputeMode", dev.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS))
 	if ret := dev.SetComputeMode(nvml.ComputeMode(42)); ret != nvml.ERROR_INVALID_ARGUMENT {
 		t.Errorf("SetComputeMode(42) = %v, want ERROR_INVALID_ARGUMENT", ret)
@@ -314,7 +314,7 @@ func TestEvents(t *testing.T) {
 	data, ret := set.Wait(5000)
 	ok(t, "Wait", ret)
 	uuid, _ := data.Device.GetUUID()
-	if data.EventType != nvml.EventTypeXidCriticalError || data.EventData != 79 || uuid != gpu.FakeGPUUUID(node, 2) {
+	if data.EventType != nvml.EventTypeXidCriticalError || data.EventData != 79 || uuid != fakegpu.FakeGPUUUID(node, 2) {
 		t.Errorf("event type %#x data %d on %s, want XID 79 on card 2", data.EventType, data.EventData, uuid)
 	}
 	data, ret = set.Wait(5000)
@@ -373,7 +373,7 @@ func TestMemoryLimitsAreLoggedAndKept(t *testing.T) {
 	lib, state := serve(t, builtin(t, "dgx-h100"))
 	dev, ret := lib.DeviceGetHandleByIndex(2)
 	ok(t, "DeviceGetHandleByIndex", ret)
-	uuid := gpu.FakeGPUUUID(node, 2)
+	uuid := fakegpu.FakeGPUUUID(node, 2)
 	cgroup := t.TempDir()
 	const share = 20 << 30
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 // PCIeRoot is the root complex the mock sysfs puts a card under: each card
@@ -32,7 +33,7 @@ func PCIeRoot(busID string) (string, error) {
 // kernel does, as far as PCIe-root attributes read them:
 // bus/pci/devices/<bus ID> links to devices/pci<root>/<bridge>/<bus ID>,
 // which holds vendor, device, class and numa_node.
-func WriteSysfs(sysDir string, p *gpu.Profile) error {
+func WriteSysfs(sysDir string, p *fakegpu.Profile) error {
 	links := filepath.Join(sysDir, "bus/pci/devices")
 	if err := os.MkdirAll(links, 0o755); err != nil {
 		return fmt.Errorf("creating mock sysfs: %w", err)

@@ -13,8 +13,8 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Environment variables set in containers. The CUDA_MPS_* and
@@ -107,31 +107,22 @@ type ClaimEdits struct {
 	MPS bool
 }
 
-// IsShare reports whether a result is a share that needs isolation: it has
-// a share ID and consumed less than all of the card's allocatable memory. A
-// result that consumed all of it (a claim that named no memory on a
-// shareable card gets the policy's default, which is all of it) is a whole
-// card: nothing else fits beside it, so it gets no MPS, and whole-card work
-// is never slowed by a daemon. The allocatable memory, not the card's, is
-// the bound: a card whose memory is not a whole number of share steps
-// publishes less than its memory as the default and maximum. Admin access
-// (monitoring) is never a share: it consumes nothing and must see the card
-// as it is, not through an MPS client limit.
+// IsShare reports whether a result is a share that needs isolation: it does
+// not hold the whole card (device.HoldsWholeCard). A whole card gets no MPS,
+// so whole-card work is never slowed by a daemon. The bound is the card's
+// allocatable memory, not its memory: a card whose memory is not a whole
+// number of share steps publishes less as the default and maximum. Admin
+// access (monitoring) is never a share: it consumes nothing and must see the
+// card as it is, not through an MPS client limit.
 func IsShare(r Result) bool {
-	if r.ShareID == "" || r.AdminAccess {
+	if r.AdminAccess {
 		return false
 	}
-	mem, ok := r.ConsumedCapacity[names.CapacityMemory]
-	if !ok {
-		return false
+	allocatable := r.GPU.MemoryBytes
+	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < allocatable {
+		allocatable = r.AllocatableMemoryBytes
 	}
-	whole := r.GPU.MemoryBytes
-	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < whole {
-		whole = r.AllocatableMemoryBytes
-	}
-	// Compared as quantities: a value beyond int64 must not wrap into a
-	// small share (consumed refuses it).
-	return whole <= 0 || mem.Cmp(*resource.NewQuantity(whole, resource.BinarySI)) < 0
+	return !device.HoldsWholeCard(r.ShareID != "", device.ConsumedMemory(r.ConsumedCapacity), allocatable)
 }
 
 // DeviceName is the CDI device name of a result, reduced to the characters
@@ -151,7 +142,7 @@ func DeviceName(claimUID, device, shareID string) string {
 
 // DeviceID is the fully qualified CDI ID of a device name.
 func DeviceID(name string) string {
-	return cdiparser.QualifiedName(names.CDIVendor, names.CDIClass, name)
+	return cdiparser.QualifiedName(device.CDIVendor, device.CDIClass, name)
 }
 
 // card aggregates the results of one physical card within a claim.
@@ -329,7 +320,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 			// limits of the claim's own share of it, if any, still apply.
 			continue
 		}
-		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
 			// IsShare compares exactly, so a value beyond int64 would
 			// count as the whole card: refuse it instead.
 			if _, err := Int64Value(q); err != nil {
@@ -391,7 +382,7 @@ func aggregate(results []Result) ([]*card, string, error) {
 
 // consumed reads a share's memory (bytes) and compute (percent).
 func consumed(r Result) (int64, int64, error) {
-	q := r.ConsumedCapacity[names.CapacityMemory]
+	q := r.ConsumedCapacity[device.CapacityMemory]
 	mem, err := Int64Value(q)
 	if err != nil {
 		return 0, 0, fmt.Errorf("device %s (request %q) consumed memory %s: %w", r.Device, r.Request, q.String(), err)
@@ -401,7 +392,7 @@ func consumed(r Result) (int64, int64, error) {
 			r.Device, r.Request, q.String())
 	}
 	var compute int64
-	if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
+	if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok {
 		compute, err = Int64Value(q)
 		if err != nil {
 			return 0, 0, fmt.Errorf("device %s (request %q) consumed compute %s: %w", r.Device, r.Request, q.String(), err)

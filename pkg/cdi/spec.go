@@ -11,7 +11,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // specExt makes the CDI library write JSON, which every runtime parses.
@@ -42,7 +42,7 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 	}
 	common.Env = withoutKeys(common.Env, ours)
 	spec := &cdispec.Spec{
-		Kind:           names.CDIKind,
+		Kind:           device.CDIKind,
 		ContainerEdits: common,
 	}
 	for i, d := range edits.Devices {
@@ -112,7 +112,7 @@ func (s *SpecStore) Dir() string { return s.dir }
 
 // SpecName is the spec file name (without extension) of a claim.
 func SpecName(claimUID string) string {
-	return cdiapi.GenerateTransientSpecName(names.CDIVendor, names.CDIClass, claimUID)
+	return cdiapi.GenerateTransientSpecName(device.CDIVendor, device.CDIClass, claimUID)
 }
 
 // Path is where the spec of a claim is written.

@@ -5,8 +5,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
 )
 
 // BenchmarkBuildAndRender measures `status` minus the API calls on 100

@@ -7,7 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Disagreements compares a view (typically decoded from
@@ -39,7 +39,7 @@ func Disagreements(v *View, claims []*resourceapi.ResourceClaim) []string {
 			continue
 		}
 		for _, r := range claim.Status.Allocation.Devices.Results {
-			if r.Driver != names.DriverName {
+			if r.Driver != device.DriverName {
 				continue
 			}
 			card, ok := cards[[2]string{r.Pool, r.Device}]
@@ -82,10 +82,10 @@ func compareAmounts(claim *resourceapi.ResourceClaim, r resourceapi.DeviceReques
 	if r.ShareID == nil || r.ConsumedCapacity == nil {
 		return append(out, where+": the view shows a share, but the result holds the card whole")
 	}
-	if mem := r.ConsumedCapacity[names.CapacityMemory]; mem.Value() != a.MemoryBytes {
+	if mem := r.ConsumedCapacity[device.CapacityMemory]; mem.Value() != a.MemoryBytes {
 		out = append(out, fmt.Sprintf("%s: memory %d bytes in the view, %d consumed", where, a.MemoryBytes, mem.Value()))
 	}
-	if comp := r.ConsumedCapacity[names.CapacityCompute]; comp.Value() != a.ComputePercent {
+	if comp := r.ConsumedCapacity[device.CapacityCompute]; comp.Value() != a.ComputePercent {
 		out = append(out, fmt.Sprintf("%s: compute %d%% in the view, %d%% consumed", where, a.ComputePercent, comp.Value()))
 	}
 	return out

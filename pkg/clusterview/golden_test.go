@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 )
 
 // Output formats of the -o flag.
@@ -94,7 +96,7 @@ func header(names ...string) []Cell {
 
 func totalsLine(t Totals) string {
 	return fmt.Sprintf("%d %s: %d free, %d partly used, %d full; memory %s used of %s",
-		t.Cards, plural(t.Cards, "card"), t.Free, t.Partial, t.Full, FormatBytes(t.MemoryUsedBytes), FormatBytes(t.MemoryBytes))
+		t.Cards, plural(t.Cards, "card"), t.Free, t.Partial, t.Full, cluster.FormatBytes(t.MemoryUsedBytes), cluster.FormatBytes(t.MemoryBytes))
 }
 
 // addCardRows writes one row per allocation of the card (one row when it
@@ -125,7 +127,7 @@ func addCardRows(t *Table, c CardView) {
 		{Text: device, Colour: deviceColour},
 		{Text: c.ProductName},
 		{Text: Bar(c.MemoryUsedBytes, c.MemoryBytes), Colour: memColour},
-		{Text: FormatBytes(c.MemoryUsedBytes) + " / " + FormatBytes(c.MemoryBytes), AlignRight: true},
+		{Text: cluster.FormatBytes(c.MemoryUsedBytes) + " / " + cluster.FormatBytes(c.MemoryBytes), AlignRight: true},
 		{Text: strconv.FormatInt(c.ComputeUsedPercent, 10) + "%", AlignRight: true},
 		{Text: shares, AlignRight: true},
 		{Text: nvlink},
@@ -203,7 +205,7 @@ func allocationText(a AllocationView) string {
 	case a.AdminAccess:
 		s += " (admin access)"
 	case !a.Whole:
-		s += " (" + FormatBytes(a.MemoryBytes)
+		s += " (" + cluster.FormatBytes(a.MemoryBytes)
 		if a.ComputePercent > 0 {
 			s += ", " + strconv.FormatInt(a.ComputePercent, 10) + "%"
 		}

@@ -1,7 +1,6 @@
 package clusterview
 
 import (
-	"fmt"
 	"io"
 	"strings"
 	"unicode/utf8"
@@ -97,30 +96,6 @@ func (t *Table) Write(w io.Writer, st Style) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-const (
-	kib = int64(1) << 10
-	mib = kib << 10
-	gib = mib << 10
-)
-
-// FormatBytes writes a memory size the way people read GPU memory: GiB
-// with at most one decimal, MiB below 1 GiB.
-func FormatBytes(n int64) string {
-	switch {
-	case n >= gib || n == 0:
-		return trimDecimal(float64(n)/float64(gib)) + " GiB"
-	case n >= mib:
-		return trimDecimal(float64(n)/float64(mib)) + " MiB"
-	default:
-		return fmt.Sprintf("%d B", n)
-	}
-}
-
-func trimDecimal(f float64) string {
-	s := fmt.Sprintf("%.1f", f)
-	return strings.TrimSuffix(s, ".0")
 }
 
 // Bar draws used/total as ten blocks.

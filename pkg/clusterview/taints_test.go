@@ -11,8 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Health taints in the ResourceSlice show in the view and mark the card
@@ -21,12 +22,12 @@ func TestTaintedCards(t *testing.T) {
 	at := metav1.NewTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	dev := func(name string, taints ...resourceapi.DeviceTaint) resourceapi.Device {
 		return resourceapi.Device{Name: name, Taints: taints, Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			names.CapacityMemory: {Value: resource.MustParse("16Gi")},
+			device.CapacityMemory: {Value: resource.MustParse("16Gi")},
 		}}
 	}
-	snap := &clusterview.Snapshot{Slices: []*resourceapi.ResourceSlice{{
+	snap := &cluster.Snapshot{Slices: []*resourceapi.ResourceSlice{{
 		ObjectMeta: metav1.ObjectMeta{Name: "s"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: names.DriverName, NodeName: ptr.To("n1"),
+		Spec: resourceapi.ResourceSliceSpec{Driver: device.DriverName, NodeName: ptr.To("n1"),
 			Pool: resourceapi.ResourcePool{Name: "n1", Generation: 1, ResourceSliceCount: 1},
 			Devices: []resourceapi.Device{
 				dev("gpu-0"),

@@ -1,14 +1,18 @@
+// Package clusterview renders the cluster model (pkg/cluster) for people
+// and scripts: the per-node, per-card view of kubectl-tangram status, its
+// table, JSON and YAML forms, and the consistency check the e2e suite runs
+// against claim status. Only cmd/kubectl-tangram (and tests) use it.
 package clusterview
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // ViewAPIVersion tags the JSON/YAML output so scripts can tell when its
@@ -18,11 +22,11 @@ const ViewAPIVersion = "tangram.dev/cluster-view/v1"
 // Card states.
 const (
 	// CardFree: nothing is allocated on the card.
-	CardFree = "free"
+	CardFree = string(cluster.Free)
 	// CardPartial: some shares are allocated, memory is left for more.
-	CardPartial = "partial"
+	CardPartial = string(cluster.Partial)
 	// CardFull: a claim holds the whole card, or its memory is all shared out.
-	CardFull = "full"
+	CardFull = string(cluster.Full)
 )
 
 // View is the cluster-wide picture of our GPUs. It is the stable output of
@@ -92,7 +96,7 @@ func (t TaintView) String() string {
 
 // AllocationView is one allocation result on a card.
 type AllocationView struct {
-	Claim ClaimRef `json:"claim"`
+	Claim cluster.ClaimRef `json:"claim"`
 	// Request is the claim's request name ("gpu", or "gpus/whole" for a
 	// sub-request).
 	Request string `json:"request"`
@@ -114,24 +118,15 @@ type AllocationView struct {
 	Gang string `json:"gang"`
 }
 
-// ClaimRef names a claim.
-type ClaimRef struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
-}
-
 // PendingClaim is an unallocated claim and, when known, why it waits.
 type PendingClaim struct {
-	ClaimRef
+	cluster.ClaimRef
 	// Why is the diagnosis in one line; kubectl-tangram fills it for the
 	// first pending claims (Build leaves it empty: it is pure and cheap).
 	Why string `json:"why"`
 }
 
 // String is "namespace/name".
-func (c ClaimRef) String() string { return c.Namespace + "/" + c.Name }
-
 // Totals counts cards by state and sums memory.
 type Totals struct {
 	Cards           int   `json:"cards"`
@@ -158,14 +153,14 @@ type Options struct {
 }
 
 // Build makes the view of our driver's devices from a snapshot.
-func Build(snap *Snapshot, opts Options) *View {
-	inv := NewInventory(snap)
+func Build(snap *cluster.Snapshot, opts Options) *View {
+	inv := cluster.NewInventory(snap)
 	v := &View{APIVersion: ViewAPIVersion, Nodes: []NodeView{}, Pending: []PendingClaim{}, Warnings: []string{}}
 	var claimGang map[string]string
 	v.Gangs, claimGang = gangViews(snap.Gangs, opts.Node)
 	nodeIndex := map[string]int{}
 	for _, ds := range inv.Devices {
-		if ds.Driver != names.DriverName || (opts.Node != "" && ds.Node != opts.Node) {
+		if ds.Driver != device.DriverName || (opts.Node != "" && ds.Node != opts.Node) {
 			continue
 		}
 		i, ok := nodeIndex[ds.Node]
@@ -187,7 +182,7 @@ func Build(snap *Snapshot, opts Options) *View {
 		v.Pending = pendingClaims(snap)
 	}
 	for _, o := range inv.Orphans {
-		if o.Result.Driver != names.DriverName {
+		if o.Result.Driver != device.DriverName {
 			continue
 		}
 		v.Warnings = append(v.Warnings, "claim "+claimRef(o.Claim).String()+" holds "+o.Result.Pool+"/"+o.Result.Device+
@@ -196,17 +191,17 @@ func Build(snap *Snapshot, opts Options) *View {
 	return v
 }
 
-func cardView(ds *DeviceState, claimGang map[string]string) CardView {
-	mem := ds.Capacity(names.CapacityMemory)
-	memUsed := ds.Used(names.CapacityMemory)
-	comp := ds.Capacity(names.CapacityCompute)
-	compUsed := ds.Used(names.CapacityCompute)
+func cardView(ds *cluster.DeviceState, claimGang map[string]string) CardView {
+	mem := ds.Capacity(device.CapacityMemory)
+	memUsed := ds.Used(device.CapacityMemory)
+	comp := ds.Capacity(device.CapacityCompute)
+	compUsed := ds.Used(device.CapacityCompute)
 	c := CardView{
 		Device:             ds.Device.Name,
 		Pool:               ds.Pool,
-		UUID:               ds.StringAttribute(names.AttrUUID),
-		ProductName:        ds.StringAttribute(names.AttrProductName),
-		NVLinkDomain:       ds.StringAttribute(names.AttrNVLinkDomain),
+		UUID:               ds.StringAttribute(device.AttrUUID),
+		ProductName:        ds.StringAttribute(device.AttrProductName),
+		NVLinkDomain:       ds.StringAttribute(device.AttrNVLinkDomain),
 		Shareable:          ds.Shareable,
 		MemoryBytes:        mem.Value(),
 		MemoryUsedBytes:    memUsed.Value(),
@@ -233,22 +228,15 @@ func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 		if a.Result.ShareID != nil {
 			av.ShareID = string(*a.Result.ShareID)
 		}
-		if q, ok := a.Consumed[names.CapacityMemory]; ok {
+		if q, ok := a.Consumed[device.CapacityMemory]; ok {
 			av.MemoryBytes = q.Value()
 		}
-		if q, ok := a.Consumed[names.CapacityCompute]; ok {
+		if q, ok := a.Consumed[device.CapacityCompute]; ok {
 			av.ComputePercent = q.Value()
 		}
 		c.Allocations = append(c.Allocations, av)
 	}
-	switch {
-	case !ds.inUse():
-		c.State = CardFree
-	case ds.HeldWhole() || !ds.Shareable || (mem.Sign() > 0 && memUsed.Cmp(wholeThreshold(ds.Device.Capacity[names.CapacityMemory])) >= 0):
-		c.State = CardFull
-	default:
-		c.State = CardPartial
-	}
+	c.State = string(ds.Use())
 	return c
 }
 
@@ -265,9 +253,7 @@ func cardTotals(c CardView) Totals {
 	return t
 }
 
-func claimRef(c *resourceapi.ResourceClaim) ClaimRef {
-	return ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
-}
+func claimRef(c *resourceapi.ResourceClaim) cluster.ClaimRef { return cluster.ClaimRefOf(c) }
 
 // Consumers lists what a claim is reserved for: pods as "namespace/name",
 // anything else (a gang's PodGroup) as "resource.group/namespace/name".
@@ -290,46 +276,11 @@ func Consumers(c *resourceapi.ResourceClaim) (pods, others []string) {
 }
 
 // pendingClaims lists unallocated claims that ask for one of our device
-// classes (directly or in a firstAvailable alternative).
-func pendingClaims(snap *Snapshot) []PendingClaim {
-	ours := OurClasses(snap.Classes)
+// classes (cluster.PendingClaims).
+func pendingClaims(snap *cluster.Snapshot) []PendingClaim {
 	out := []PendingClaim{}
-	for _, c := range sortedClaims(snap.Claims) {
-		if c.Status.Allocation != nil || c.DeletionTimestamp != nil {
-			continue
-		}
-		if claimUsesClasses(c, ours) {
-			out = append(out, PendingClaim{ClaimRef: claimRef(c)})
-		}
+	for _, c := range cluster.PendingClaims(snap) {
+		out = append(out, PendingClaim{ClaimRef: claimRef(c)})
 	}
 	return out
-}
-
-// OurClasses is the set of DeviceClass names that select our driver's
-// devices: the two the chart publishes, plus any class whose selectors
-// name our driver.
-func OurClasses(classes []*resourceapi.DeviceClass) map[string]bool {
-	ours := map[string]bool{names.DeviceClassName: true, names.SharedDeviceClassName: true}
-	for _, c := range classes {
-		for _, s := range c.Spec.Selectors {
-			if s.CEL != nil && strings.Contains(s.CEL.Expression, names.DriverName) {
-				ours[c.Name] = true
-			}
-		}
-	}
-	return ours
-}
-
-func claimUsesClasses(c *resourceapi.ResourceClaim, classes map[string]bool) bool {
-	for _, r := range c.Spec.Devices.Requests {
-		if r.Exactly != nil && classes[r.Exactly.DeviceClassName] {
-			return true
-		}
-		for _, sub := range r.FirstAvailable {
-			if classes[sub.DeviceClassName] {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -13,10 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 const gi = int64(1) << 30
@@ -104,7 +105,7 @@ func TestBuildCards(t *testing.T) {
 func TestBuildEdgeCases(t *testing.T) {
 	dev := func(name string) resourceapi.Device {
 		return resourceapi.Device{Name: name, Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			names.CapacityMemory: {Value: resource.MustParse("16Gi")},
+			device.CapacityMemory: {Value: resource.MustParse("16Gi")},
 		}}
 	}
 	slice := func(name, driver string, gen int64, devs ...resourceapi.Device) *resourceapi.ResourceSlice {
@@ -113,18 +114,18 @@ func TestBuildEdgeCases(t *testing.T) {
 			Pool: resourceapi.ResourcePool{Name: "n1", Generation: gen, ResourceSliceCount: 1},
 		}}
 	}
-	claim := func(name string, admin bool, device string) *resourceapi.ResourceClaim {
+	claim := func(name string, admin bool, deviceName string) *resourceapi.ResourceClaim {
 		return &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u-" + "name"},
 			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: names.DriverName, Pool: "n1", Device: device, AdminAccess: ptr.To(admin)}},
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: device.DriverName, Pool: "n1", Device: deviceName, AdminAccess: ptr.To(admin)}},
 			}}},
 		}
 	}
-	snap := &clusterview.Snapshot{
+	snap := &cluster.Snapshot{
 		Slices: []*resourceapi.ResourceSlice{
-			slice("old", names.DriverName, 1, dev("gpu-0"), dev("gpu-1"), dev("gpu-2")),
-			slice("new", names.DriverName, 2, dev("gpu-0"), dev("gpu-10"), dev("gpu-2")),
+			slice("old", device.DriverName, 1, dev("gpu-0"), dev("gpu-1"), dev("gpu-2")),
+			slice("new", device.DriverName, 2, dev("gpu-0"), dev("gpu-10"), dev("gpu-2")),
 			slice("nic", "nic.example.com", 7, dev("eth0")),
 		},
 		Claims: []*resourceapi.ResourceClaim{claim("watcher", true, "gpu-0"), claim("stale", false, "gpu-1")},
@@ -175,7 +176,7 @@ func TestDisagreements(t *testing.T) {
 			"claim lab/solo holds a100-a/gpu-2 (request gpu) but the view does not show it there"},
 		{"extra", func(v *clusterview.View) {
 			card := cardOf(v, "dgx-b", "gpu-7")
-			card.Allocations = append(card.Allocations, clusterview.AllocationView{Claim: clusterview.ClaimRef{Namespace: "x", Name: "ghost", UID: "g"}, Request: "gpu"})
+			card.Allocations = append(card.Allocations, clusterview.AllocationView{Claim: cluster.ClaimRef{Namespace: "x", Name: "ghost", UID: "g"}, Request: "gpu"})
 		}, "the view shows claim x/ghost on dgx-b/gpu-7 (request gpu), but no claim result says so"},
 		{"whole shown as share", func(v *clusterview.View) { cardOf(v, "a100-a", "gpu-2").Allocations[0].Whole = false },
 			"claim lab/solo on a100-a/gpu-2: the view shows a share, but the result holds the card whole"},
@@ -253,19 +254,19 @@ func walkSchema(path string, v any, out map[string]string) {
 
 func TestFormatting(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{clusterview.FormatBytes(80 * gi), "80 GiB"},
-		{clusterview.FormatBytes(7680 << 20), "7.5 GiB"},
-		{clusterview.FormatBytes(512 << 20), "512 MiB"},
-		{clusterview.FormatBytes(0), "0 GiB"},
+		{cluster.FormatBytes(80 * gi), "80 GiB"},
+		{cluster.FormatBytes(7680 << 20), "7.5 GiB"},
+		{cluster.FormatBytes(512 << 20), "512 MiB"},
+		{cluster.FormatBytes(0), "0 GiB"},
 		{clusterview.Bar(0, 80), "░░░░░░░░░░"},
 		{clusterview.Bar(1, 80), "█░░░░░░░░░"},
 		{clusterview.Bar(40, 80), "█████░░░░░"},
 		{clusterview.Bar(80, 80), "██████████"},
 		{clusterview.Bar(5, 0), "░░░░░░░░░░"},
-		{fmt.Sprint(clusterview.NaturalLess("gpu-2", "gpu-10")), "true"},
-		{fmt.Sprint(clusterview.NaturalLess("gpu-10", "gpu-2")), "false"},
-		{fmt.Sprint(clusterview.NaturalLess("a100-a", "dgx-a")), "true"},
-		{fmt.Sprint(clusterview.NaturalLess("node", "node-1")), "true"},
+		{fmt.Sprint(cluster.NaturalLess("gpu-2", "gpu-10")), "true"},
+		{fmt.Sprint(cluster.NaturalLess("gpu-10", "gpu-2")), "false"},
+		{fmt.Sprint(cluster.NaturalLess("a100-a", "dgx-a")), "true"},
+		{fmt.Sprint(cluster.NaturalLess("node", "node-1")), "true"},
 	}
 	for i, tc := range tests {
 		if tc.got != tc.want {

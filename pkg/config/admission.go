@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // ValidateClaimSpec checks every gpu.tangram.dev config of a ResourceClaim
@@ -74,7 +74,7 @@ func asksForShare(c *resourceapi.CapacityRequirements) bool {
 	if c == nil {
 		return false
 	}
-	_, ok := c.Requests[resourceapi.QualifiedName(names.CapacityMemory)]
+	_, ok := c.Requests[resourceapi.QualifiedName(device.CapacityMemory)]
 	return ok
 }
 
@@ -96,7 +96,7 @@ func ValidateDeviceClassSpec(spec *resourceapi.DeviceClassSpec) field.ErrorList 
 }
 
 func validateOpaque(opaque *resourceapi.OpaqueDeviceConfiguration, path *field.Path) field.ErrorList {
-	if opaque == nil || opaque.Driver != names.DriverName {
+	if opaque == nil || opaque.Driver != device.DriverName {
 		return nil
 	}
 	return v1alpha1.ValidateOpaqueConfigFields(opaque.Parameters.Raw, path.Child("opaque", "parameters"))

@@ -26,7 +26,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Resolved maps request names ("req" or "req/sub") to their effective,
@@ -79,7 +79,7 @@ func Resolve(configs []resourceapi.DeviceAllocationConfiguration, requestNames [
 	}
 	var fromClass, fromClaim []parsed
 	for _, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != names.DriverName {
+		if c.Opaque == nil || c.Opaque.Driver != device.DriverName {
 			continue
 		}
 		where := describe(c.Source, c.Requests)
@@ -153,7 +153,7 @@ func describe(source resourceapi.AllocationConfigSource, requests []string) stri
 	if len(requests) > 0 {
 		scope = "requests " + quoteList(requests)
 	}
-	return fmt.Sprintf("%s config from the %s (%s)", names.DriverName, from, scope)
+	return fmt.Sprintf("%s config from the %s (%s)", device.DriverName, from, scope)
 }
 
 func quoteList(items []string) string {

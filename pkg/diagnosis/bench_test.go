@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 )
 
 // The cluster: 100 DGX nodes, each with a 4-GPU NVLink claim and ten 7Gi

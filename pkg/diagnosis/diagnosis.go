@@ -17,12 +17,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // ClaimDiagnosis says whether a claim can be allocated now and, if not, why.
 type ClaimDiagnosis struct {
-	Claim clusterview.ClaimRef `json:"claim"`
+	Claim cluster.ClaimRef `json:"claim"`
 	// Allocated is true when the claim already has an allocation; nothing
 	// else is filled in then.
 	Allocated bool `json:"allocated"`
@@ -52,9 +53,9 @@ func (d *ClaimDiagnosis) Summary() string {
 // ignored among the snapshot's allocated claims. An error means the
 // allocator could not run at all (the snapshot is unusable), never that the
 // claim does not fit.
-func Claim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimDiagnosis, error) {
+func Claim(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimDiagnosis, error) {
 	d := &ClaimDiagnosis{
-		Claim:   clusterview.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		Claim:   cluster.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
 		FitsOn:  []string{},
 		Reasons: []string{},
 	}
@@ -63,8 +64,8 @@ func Claim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.R
 		return d, nil
 	}
 	others := withoutClaim(snap, claim)
-	inv := clusterview.NewInventory(others)
-	classes := clusterview.ClassLister(snap.Classes)
+	inv := cluster.NewInventory(others)
+	classes := dra.ClassLister(snap.Classes)
 
 	// Requests that cannot be met even alone make the allocator pointless
 	// (and a missing class or bad selector makes it fail outright).
@@ -142,12 +143,12 @@ func togetherProblem(analyses [][]requestAnalysis) string {
 // ClaimsTogether lists the nodes where the allocator can allocate all of
 // the given (unallocated) claims at once, as the scheduler must for a pod
 // that uses several. The claims are ignored among the snapshot's claims.
-func ClaimsTogether(ctx context.Context, snap *clusterview.Snapshot, claims []*resourceapi.ResourceClaim) ([]string, error) {
+func ClaimsTogether(ctx context.Context, snap *cluster.Snapshot, claims []*resourceapi.ResourceClaim) ([]string, error) {
 	others := snap
 	for _, c := range claims {
 		others = withoutClaim(others, c)
 	}
-	alloc, err := others.NewAllocator(ctx, clusterview.AllocatedStateOf(others.Claims))
+	alloc, err := others.NewAllocator(ctx, dra.AllocatedState(others.Claims))
 	if err != nil {
 		return nil, err
 	}
@@ -173,9 +174,9 @@ type allocatorError struct{ err error }
 func (e *allocatorError) Error() string { return e.err.Error() }
 
 // fitsOn runs the allocator for the claim on every node.
-func fitsOn(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) ([]string, error) {
+func fitsOn(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) ([]string, error) {
 	logger := klog.FromContext(ctx)
-	alloc, err := snap.NewAllocator(ctx, clusterview.AllocatedStateOf(snap.Claims))
+	alloc, err := snap.NewAllocator(ctx, dra.AllocatedState(snap.Claims))
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +201,7 @@ func fitsOn(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.
 
 // withoutClaim is the snapshot minus the claim being diagnosed (matched by
 // UID, else by name), so that a claim never competes with itself.
-func withoutClaim(snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) *clusterview.Snapshot {
+func withoutClaim(snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) *cluster.Snapshot {
 	out := *snap
 	out.Claims = nil
 	for _, c := range snap.Claims {

@@ -8,8 +8,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 func withSelector(c *resourceapi.ResourceClaim, expr string) *resourceapi.ResourceClaim {
@@ -199,8 +199,8 @@ func TestClaimFirstAvailable(t *testing.T) {
 	c := newTestCluster().node("n1", "", false, "d0").whole("a", "n1", "gpu-0")
 	claim := fixture.Whole("default", "new", 1, false)
 	claim.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-		{Name: "two", DeviceClassName: names.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2},
-		{Name: "one", DeviceClassName: names.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+		{Name: "two", DeviceClassName: device.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 2},
+		{Name: "one", DeviceClassName: device.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}
 	d, err := Claim(context.Background(), &c.snap, claim)
 	if err != nil {

@@ -10,8 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // requestAnalysis is what the cluster offers one request, taken alone.
@@ -26,7 +27,7 @@ type requestAnalysis struct {
 // analyse looks at one request against the inventory: which devices match
 // its class and selectors, which of them have room for it, and whether some
 // node has enough of them (in one group when a matchAttribute applies).
-func analyse(ctx context.Context, inv *clusterview.Inventory, classes clusterview.ClassLister,
+func analyse(ctx context.Context, inv *cluster.Inventory, classes dra.ClassLister,
 	claim *resourceapi.ResourceClaim, r exactRequest) requestAnalysis {
 	a := requestAnalysis{req: r}
 	m, problem := newMatcher(classes, r)
@@ -34,7 +35,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 		a.problem = problem
 		return a
 	}
-	var matching []*clusterview.DeviceState
+	var matching []*cluster.DeviceState
 	for _, d := range inv.Devices {
 		if m.matches(ctx, d) {
 			matching = append(matching, d)
@@ -62,8 +63,8 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 	}
 	matching = untainted
 
-	usable := map[string][]*clusterview.DeviceState{}
-	var withRoom []*clusterview.DeviceState
+	usable := map[string][]*cluster.DeviceState{}
+	var withRoom []*cluster.DeviceState
 	for _, d := range matching {
 		if hasRoom(r, d) {
 			usable[d.Node] = append(usable[d.Node], d)
@@ -111,7 +112,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 		if best[i].n != best[j].n {
 			return best[i].n > best[j].n
 		}
-		return clusterview.NaturalLess(best[i].node, best[j].node)
+		return cluster.NaturalLess(best[i].node, best[j].node)
 	})
 	top := best[0].n
 	var topNodes []string
@@ -133,7 +134,7 @@ func analyse(ctx context.Context, inv *clusterview.Inventory, classes clustervie
 // untoleratedTaint returns the first NoSchedule or NoExecute taint of the
 // device that the request does not tolerate, as "key=value:Effect". Other
 // effects do not keep the allocator away.
-func untoleratedTaint(r exactRequest, d *clusterview.DeviceState) (string, bool) {
+func untoleratedTaint(r exactRequest, d *cluster.DeviceState) (string, bool) {
 	for _, t := range d.Device.Taints {
 		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
 			continue
@@ -152,7 +153,7 @@ func untoleratedTaint(r exactRequest, d *clusterview.DeviceState) (string, bool)
 // hasRoom reports whether one more allocation of the request fits on the
 // device: an unshared free device, or a shareable one with enough of every
 // capacity left.
-func hasRoom(r exactRequest, d *clusterview.DeviceState) bool {
+func hasRoom(r exactRequest, d *cluster.DeviceState) bool {
 	needs, ok := need(r, d)
 	if !ok {
 		return false
@@ -175,7 +176,7 @@ func hasRoom(r exactRequest, d *clusterview.DeviceState) bool {
 // noRoom explains why no matching device has room: the request is larger
 // than any card, or the capacity that runs out first and where the most of
 // it is left.
-func noRoom(r exactRequest, matching []*clusterview.DeviceState) string {
+func noRoom(r exactRequest, matching []*cluster.DeviceState) string {
 	wholeCard := r.spec.Capacity == nil || len(r.spec.Capacity.Requests) == 0
 	if wholeCard {
 		held, shared := 0, 0
@@ -190,7 +191,7 @@ func noRoom(r exactRequest, matching []*clusterview.DeviceState) string {
 			cardWord(r, 1), len(matching), cardWord(r, int64(len(matching))), held, shared)
 	}
 
-	var sized []*clusterview.DeviceState
+	var sized []*cluster.DeviceState
 	var tooBig resourceapi.QualifiedName
 	var tooBigNeed resource.Quantity
 	for _, d := range matching {
@@ -223,8 +224,8 @@ func noRoom(r exactRequest, matching []*clusterview.DeviceState) string {
 	// the first one no remaining card has enough of.
 	candidates := sized
 	for _, name := range capacityOrder(sized) {
-		var next []*clusterview.DeviceState
-		var best *clusterview.DeviceState
+		var next []*cluster.DeviceState
+		var best *cluster.DeviceState
 		var bestFree, needed resource.Quantity
 		for _, d := range candidates {
 			needs, _ := need(r, d)
@@ -263,14 +264,14 @@ func noRoom(r exactRequest, matching []*clusterview.DeviceState) string {
 }
 
 // capacityOrder is memory, then compute, then the rest by name.
-func capacityOrder(devs []*clusterview.DeviceState) []resourceapi.QualifiedName {
+func capacityOrder(devs []*cluster.DeviceState) []resourceapi.QualifiedName {
 	seen := map[resourceapi.QualifiedName]bool{}
 	var rest []string
 	for _, d := range devs {
 		for name := range d.Device.Capacity {
 			if !seen[name] {
 				seen[name] = true
-				if name != names.CapacityMemory && name != names.CapacityCompute {
+				if name != device.CapacityMemory && name != device.CapacityCompute {
 					rest = append(rest, string(name))
 				}
 			}
@@ -278,7 +279,7 @@ func capacityOrder(devs []*clusterview.DeviceState) []resourceapi.QualifiedName 
 	}
 	sort.Strings(rest)
 	var out []resourceapi.QualifiedName
-	for _, n := range []resourceapi.QualifiedName{names.CapacityMemory, names.CapacityCompute} {
+	for _, n := range []resourceapi.QualifiedName{device.CapacityMemory, device.CapacityCompute} {
 		if seen[n] {
 			out = append(out, n)
 		}
@@ -322,7 +323,7 @@ func matchAttributeFor(claim *resourceapi.ResourceClaim, r exactRequest) string 
 
 // largestGroup is the size of the largest set of devices with the same
 // value of attr; devices without it belong to no group.
-func largestGroup(devs []*clusterview.DeviceState, attr string) int {
+func largestGroup(devs []*cluster.DeviceState, attr string) int {
 	groups := map[string]int{}
 	top := 0
 	for _, d := range devs {
@@ -330,14 +331,14 @@ func largestGroup(devs []*clusterview.DeviceState, attr string) int {
 		if !ok {
 			continue
 		}
-		key := clusterview.AttributeString(a)
+		key := cluster.AttributeString(a)
 		groups[key]++
 		top = max(top, groups[key])
 	}
 	return top
 }
 
-func countOnNode(devs []*clusterview.DeviceState, node string) int {
+func countOnNode(devs []*cluster.DeviceState, node string) int {
 	n := 0
 	for _, d := range devs {
 		if d.Node == node {
@@ -348,7 +349,7 @@ func countOnNode(devs []*clusterview.DeviceState, node string) int {
 }
 
 func groupWord(attr string) string {
-	if short(attr) == names.AttrNVLinkDomain {
+	if short(attr) == device.AttrNVLinkDomain {
 		return "NVLink domain"
 	}
 	return "group with equal " + short(attr)
@@ -357,7 +358,7 @@ func groupWord(attr string) string {
 // cardWord says "card(s)" for our GPUs and "device(s)" for others.
 func cardWord(r exactRequest, n int64) string {
 	word := "device"
-	if r.spec.DeviceClassName == names.DeviceClassName || r.spec.DeviceClassName == names.SharedDeviceClassName {
+	if r.spec.DeviceClassName == device.DeviceClassName || r.spec.DeviceClassName == device.SharedDeviceClassName {
 		word = "card"
 	}
 	if n != 1 {
@@ -367,7 +368,7 @@ func cardWord(r exactRequest, n int64) string {
 }
 
 // deviceName is "node/gpu-3", or "pool/gpu-3" for a device on no single node.
-func deviceName(d *clusterview.DeviceState) string {
+func deviceName(d *cluster.DeviceState) string {
 	if d.Node != "" {
 		return d.Node + "/" + d.Device.Name
 	}

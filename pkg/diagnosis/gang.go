@@ -12,8 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // Gang is an all-or-nothing group of pods, each with its own claim of the
@@ -59,11 +60,11 @@ type DomainRoom struct {
 // (by allocating 1, 2, ... copies of the member claim with the real
 // allocator) and sums that per topology domain. Members on one node are
 // allowed; a member's claim never spans nodes.
-func GangFeasibility(ctx context.Context, snap *clusterview.Snapshot, g Gang) (*GangDiagnosis, error) {
+func GangFeasibility(ctx context.Context, snap *cluster.Snapshot, g Gang) (*GangDiagnosis, error) {
 	if g.Members <= 0 || g.Claim == nil {
 		return nil, fmt.Errorf("diagnosing a gang: it needs at least one member and a member claim (got %d members)", g.Members)
 	}
-	alloc, err := snap.NewAllocator(ctx, clusterview.AllocatedStateOf(snap.Claims))
+	alloc, err := snap.NewAllocator(ctx, dra.AllocatedState(snap.Claims))
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func GangFeasibility(ctx context.Context, snap *clusterview.Snapshot, g Gang) (*
 		if a.Members != b.Members {
 			return a.Members > b.Members
 		}
-		return clusterview.NaturalLess(a.Value, b.Value)
+		return cluster.NaturalLess(a.Value, b.Value)
 	})
 	d.Message = gangMessage(g, d)
 	if !d.Fits && totalMembers(d) == 0 {
@@ -201,7 +202,7 @@ func describeRequest(claim *resourceapi.ResourceClaim, r exactRequest) string {
 	n := r.count()
 	var reqs []string
 	if r.spec.Capacity != nil {
-		for _, name := range []resourceapi.QualifiedName{names.CapacityMemory, names.CapacityCompute} {
+		for _, name := range []resourceapi.QualifiedName{device.CapacityMemory, device.CapacityCompute} {
 			if q, ok := r.spec.Capacity.Requests[name]; ok {
 				reqs = append(reqs, quantityText(name, q))
 			}
@@ -219,7 +220,7 @@ func describeRequest(claim *resourceapi.ResourceClaim, r exactRequest) string {
 		s = fmt.Sprintf("%d whole %s", n, cardWord(r, n))
 	}
 	if attr := matchAttributeFor(claim, r); attr != "" && n != 1 {
-		if short(attr) == names.AttrNVLinkDomain {
+		if short(attr) == device.AttrNVLinkDomain {
 			s += " in one NVLink domain"
 		} else {
 			s += " with the same " + short(attr)

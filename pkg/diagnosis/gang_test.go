@@ -8,7 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 )
 
 func TestGangFeasibility(t *testing.T) {

@@ -10,21 +10,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Hand-built clusters: every card is 80Gi; shareable cards carry the
-// request policies pkg/slices publishes (256Mi memory step, compute
+// request policies pkg/resourceslices publishes (256Mi memory step, compute
 // 0..100 with default 0).
 
 const zoneKey = "example.com/ib-zone"
 
-type testCluster struct{ snap clusterview.Snapshot }
+type testCluster struct{ snap cluster.Snapshot }
 
 func newTestCluster() *testCluster {
-	return &testCluster{snap: clusterview.Snapshot{Classes: fixture.Classes()}}
+	return &testCluster{snap: cluster.Snapshot{Classes: device.DeviceClasses()}}
 }
 
 // node adds a node whose card i is in NVLink domain domains[i].
@@ -41,7 +40,7 @@ func (c *testCluster) node(name, zone string, shareable bool, domains ...string)
 	c.snap.Slices = append(c.snap.Slices, &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-slice"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   names.DriverName,
+			Driver:   device.DriverName,
 			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
 			NodeName: ptr.To(name),
 			Devices:  devices,
@@ -55,24 +54,24 @@ func card(node string, i int, domain string, shareable bool) resourceapi.Device 
 	d := resourceapi.Device{
 		Name: fmt.Sprintf("gpu-%d", i),
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			names.AttrType:         {StringValue: ptr.To(names.TypeGPU)},
-			names.AttrUUID:         {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", node, i))},
-			names.AttrProductName:  {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
-			names.AttrNVLinkDomain: {StringValue: ptr.To(domain)},
-			names.AttrShareable:    {BoolValue: ptr.To(shareable)},
+			device.AttrType:         {StringValue: ptr.To(device.TypeGPU)},
+			device.AttrUUID:         {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", node, i))},
+			device.AttrProductName:  {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
+			device.AttrNVLinkDomain: {StringValue: ptr.To(domain)},
+			device.AttrShareable:    {BoolValue: ptr.To(shareable)},
 		},
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			names.CapacityMemory:  {Value: mem},
-			names.CapacityCompute: {Value: resource.MustParse("100")},
+			device.CapacityMemory:  {Value: mem},
+			device.CapacityCompute: {Value: resource.MustParse("100")},
 		},
 	}
 	if shareable {
 		d.AllowMultipleAllocations = ptr.To(true)
-		d.Capacity[names.CapacityMemory] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
+		d.Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    ptr.To(mem.DeepCopy()),
 			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("256Mi")), Max: ptr.To(mem.DeepCopy()), Step: ptr.To(resource.MustParse("256Mi"))},
 		}}
-		d.Capacity[names.CapacityCompute] = resourceapi.DeviceCapacity{Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+		d.Capacity[device.CapacityCompute] = resourceapi.DeviceCapacity{Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    ptr.To(resource.MustParse("0")),
 			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Max: ptr.To(resource.MustParse("100")), Step: ptr.To(resource.MustParse("1"))},
 		}}
@@ -98,19 +97,19 @@ func (c *testCluster) taint(node, key, value string, effect resourceapi.DeviceTa
 func (c *testCluster) whole(name, node string, devices ...string) *testCluster {
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, dev := range devices {
-		results = append(results, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: names.DriverName, Pool: node, Device: dev})
+		results = append(results, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: device.DriverName, Pool: node, Device: dev})
 	}
 	return c.allocated(name, results)
 }
 
 // share records an allocated claim with a share of one shareable card.
-func (c *testCluster) share(name, node, device, memory string, compute int64) *testCluster {
+func (c *testCluster) share(name, node, deviceName, memory string, compute int64) *testCluster {
 	return c.allocated(name, []resourceapi.DeviceRequestAllocationResult{{
-		Request: "gpu", Driver: names.DriverName, Pool: node, Device: device,
+		Request: "gpu", Driver: device.DriverName, Pool: node, Device: deviceName,
 		ShareID: ptr.To(types.UID("share-" + name)),
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{
-			names.CapacityMemory:  resource.MustParse(memory),
-			names.CapacityCompute: *resource.NewQuantity(compute, resource.DecimalSI),
+			device.CapacityMemory:  resource.MustParse(memory),
+			device.CapacityCompute: *resource.NewQuantity(compute, resource.DecimalSI),
 		},
 	}})
 }

@@ -11,8 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // exactRequest is one alternative of a claim request, flattened: a plain
@@ -65,7 +66,7 @@ type matcher struct {
 
 // newMatcher compiles the selectors; a missing class or a selector that
 // does not compile is returned as a plain-words problem.
-func newMatcher(classes clusterview.ClassLister, r exactRequest) (*matcher, string) {
+func newMatcher(classes dra.ClassLister, r exactRequest) (*matcher, string) {
 	class, err := classes.Get(r.spec.DeviceClassName)
 	if err != nil {
 		return nil, fmt.Sprintf("DeviceClass %q does not exist; `kubectl get deviceclasses` lists the ones there are", r.spec.DeviceClassName)
@@ -82,7 +83,7 @@ func newMatcher(classes clusterview.ClassLister, r exactRequest) (*matcher, stri
 		}
 	}
 	for _, e := range m.exprs {
-		if res := clusterview.CELCache().GetOrCompile(e); res.Error != nil {
+		if res := dra.CELCache().GetOrCompile(e); res.Error != nil {
 			return nil, fmt.Sprintf("selector %q does not compile: %s", e, res.Error.Detail)
 		}
 	}
@@ -92,7 +93,7 @@ func newMatcher(classes clusterview.ClassLister, r exactRequest) (*matcher, stri
 // matches reports whether every selector accepts the device. An
 // evaluation error (e.g. a missing attribute) counts as no match, as for
 // the scheduler on devices the selector was not written for.
-func (m *matcher) matches(ctx context.Context, d *clusterview.DeviceState) bool {
+func (m *matcher) matches(ctx context.Context, d *cluster.DeviceState) bool {
 	in := cel.Device{
 		Driver:                   d.Driver,
 		AllowMultipleAllocations: d.Device.AllowMultipleAllocations,
@@ -100,7 +101,7 @@ func (m *matcher) matches(ctx context.Context, d *clusterview.DeviceState) bool 
 		Capacity:                 d.Device.Capacity,
 	}
 	for _, e := range m.exprs {
-		ok, _, err := clusterview.CELCache().GetOrCompile(e).DeviceMatches(ctx, in)
+		ok, _, err := dra.CELCache().GetOrCompile(e).DeviceMatches(ctx, in)
 		if err != nil || !ok {
 			return false
 		}
@@ -113,7 +114,7 @@ func (m *matcher) matches(ctx context.Context, d *clusterview.DeviceState) bool 
 // unnamed capacity takes the policy default (all memory on our cards),
 // named capacity is rounded up to the policy's step. ok is false when the
 // request names a capacity the device does not have.
-func need(r exactRequest, d *clusterview.DeviceState) (map[resourceapi.QualifiedName]resource.Quantity, bool) {
+func need(r exactRequest, d *cluster.DeviceState) (map[resourceapi.QualifiedName]resource.Quantity, bool) {
 	var requests map[resourceapi.QualifiedName]resource.Quantity
 	if r.spec.Capacity != nil {
 		requests = r.spec.Capacity.Requests
@@ -163,7 +164,7 @@ func roundUp(q resource.Quantity, p *resourceapi.CapacityRequestPolicy) resource
 
 // overMax reports a capacity whose need exceeds what one allocation may
 // take from the device at all (its size or the policy's maximum).
-func overMax(needs map[resourceapi.QualifiedName]resource.Quantity, d *clusterview.DeviceState) (resourceapi.QualifiedName, bool) {
+func overMax(needs map[resourceapi.QualifiedName]resource.Quantity, d *cluster.DeviceState) (resourceapi.QualifiedName, bool) {
 	for name, q := range needs {
 		c := d.Device.Capacity[name]
 		limit := c.Value
@@ -180,21 +181,21 @@ func overMax(needs map[resourceapi.QualifiedName]resource.Quantity, d *clustervi
 // short drops our driver's domain from a qualified name: in messages
 // "nvlinkDomain" reads better than "gpu.tangram.dev/nvlinkDomain".
 func short(name string) string {
-	return strings.TrimPrefix(name, names.DriverName+"/")
+	return strings.TrimPrefix(name, device.DriverName+"/")
 }
 
 // quantityText writes memory in GiB/MiB, compute as a percentage and
 // anything else as the quantity itself.
 func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 	switch short(string(name)) {
-	case names.CapacityMemory:
+	case device.CapacityMemory:
 		// Exact MiB when GiB with one decimal would round (7474Mi is not
 		// 7.3 GiB), so the message shows what was asked or is left.
 		if v := q.Value(); v%(1<<30) != 0 && v%(1<<20) == 0 && v%(1<<29) != 0 {
 			return fmt.Sprintf("%d MiB", v>>20)
 		}
-		return clusterview.FormatBytes(q.Value())
-	case names.CapacityCompute:
+		return cluster.FormatBytes(q.Value())
+	case device.CapacityCompute:
 		return fmt.Sprintf("%d%% compute", q.Value())
 	}
 	return q.String() + " " + short(string(name))
@@ -205,10 +206,10 @@ func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 // sharing.requireHardEnforcement is false): it lists the levels the
 // devices have, so an admin sees that the nodes, not the request, fall
 // short. Empty when no selector names the attribute.
-func enforcementHint(exprs []string, devices []*clusterview.DeviceState) string {
+func enforcementHint(exprs []string, devices []*cluster.DeviceState) string {
 	named := false
 	for _, e := range exprs {
-		named = named || strings.Contains(e, names.AttrShareEnforcement)
+		named = named || strings.Contains(e, device.AttrShareEnforcement)
 	}
 	if !named {
 		return ""
@@ -216,7 +217,7 @@ func enforcementHint(exprs []string, devices []*clusterview.DeviceState) string 
 	levels := map[string]int{}
 	for _, d := range devices {
 		level := "none published"
-		if a, ok := d.Device.Attributes[names.AttrShareEnforcement]; ok && a.StringValue != nil {
+		if a, ok := d.Device.Attributes[device.AttrShareEnforcement]; ok && a.StringValue != nil {
 			level = *a.StringValue
 		}
 		levels[level]++
@@ -228,5 +229,5 @@ func enforcementHint(exprs []string, devices []*clusterview.DeviceState) string 
 	return fmt.Sprintf("; the selectors require a %s/%s level the devices do not have (they are: %s): "+
 		"shares need driver 615+, cgroup v2 and the dmem controller for hard enforcement (docs/enforcement.md), "+
 		"or the chart value sharing.requireHardEnforcement=false accepts advisory nodes",
-		names.DriverName, names.AttrShareEnforcement, strings.Join(parts, ", "))
+		device.DriverName, device.AttrShareEnforcement, strings.Join(parts, ", "))
 }

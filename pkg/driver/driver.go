@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Config wires a Driver.
@@ -86,7 +86,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		records: map[string]ClaimRecord{},
 	}
 	for _, g := range cfg.GPUs {
-		d.cards[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = g
+		d.cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
 	}
 	// Under the lock, a record only started is truly abandoned: a plugin
 	// process still serving holds the lock for its whole call.

@@ -16,8 +16,8 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -164,19 +164,19 @@ func testGPUs() []gpu.GPU {
 const testNode = "node-a"
 
 // result builders
-func wholeResult(request, device string) resourceapi.DeviceRequestAllocationResult {
-	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: names.DriverName, Pool: testNode, Device: device}
+func wholeResult(request, deviceName string) resourceapi.DeviceRequestAllocationResult {
+	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: device.DriverName, Pool: testNode, Device: deviceName}
 }
 
-func shareResult(request, device, shareID, memory, compute string) resourceapi.DeviceRequestAllocationResult {
-	r := wholeResult(request, device)
+func shareResult(request, deviceName, shareID, memory, compute string) resourceapi.DeviceRequestAllocationResult {
+	r := wholeResult(request, deviceName)
 	id := types.UID(shareID)
 	r.ShareID = &id
 	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
-		names.CapacityMemory: resource.MustParse(memory),
+		device.CapacityMemory: resource.MustParse(memory),
 	}
 	if compute != "" {
-		r.ConsumedCapacity[names.CapacityCompute] = resource.MustParse(compute)
+		r.ConsumedCapacity[device.CapacityCompute] = resource.MustParse(compute)
 	}
 	return r
 }
@@ -203,7 +203,7 @@ func withConfig(c *resourceapi.ResourceClaim, source resourceapi.AllocationConfi
 		Source:   source,
 		Requests: requests,
 		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: names.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)},
+			Driver: device.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)},
 		}},
 	})
 	return c

@@ -18,7 +18,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // TestKubeletGRPC runs the real kubeletplugin gRPC server on a temp socket
@@ -43,7 +43,7 @@ func TestKubeletGRPC(t *testing.T) {
 		}
 	}
 	helper, err := kubeletplugin.Start(ctx, h.driver,
-		kubeletplugin.DriverName(names.DriverName),
+		kubeletplugin.DriverName(device.DriverName),
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(testNode),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(sockDir, "reg")),

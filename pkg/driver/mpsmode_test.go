@@ -14,8 +14,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -53,7 +53,7 @@ func TestNewSharesDaemonMode(t *testing.T) {
 			}
 			allocatable := map[string]int64{}
 			for _, g := range testGPUs() {
-				allocatable[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)] = 1 << 30
+				allocatable[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = 1 << 30
 			}
 			m, err := newShares(ctx, opts, allocatable)
 			if tc.wantErr != "" {

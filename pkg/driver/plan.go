@@ -13,8 +13,8 @@ import (
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // plannedDevice is one of our driver's allocation results in a claim, tied
@@ -53,7 +53,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 	}
 	var out []plannedDevice
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != names.DriverName {
+		if r.Driver != device.DriverName {
 			continue
 		}
 		if r.Pool != pool {
@@ -79,7 +79,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 		if r.ShareID != nil {
 			p.ShareID = string(*r.ShareID)
 		}
-		if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
 			memory, err := cdi.Int64Value(q)
 			if err != nil {
 				return nil, fmt.Errorf("request %q: consumed memory %s on %s: %w", r.Request, q.String(), r.Device, err)
@@ -99,7 +99,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 				p.MemoryBytes = memory
 			}
 		}
-		if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok {
 			compute, err := cdi.Int64Value(q)
 			if err != nil {
 				return nil, fmt.Errorf("request %q: consumed compute %s on %s: %w", r.Request, q.String(), r.Device, err)
@@ -230,12 +230,12 @@ func allocationDigest(claim *resourceapi.ResourceClaim) string {
 		Configs []config
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == names.DriverName {
+		if r.Driver == device.DriverName {
 			in.Results = append(in.Results, r)
 		}
 	}
 	for _, c := range claim.Status.Allocation.Devices.Config {
-		if c.Opaque != nil && c.Opaque.Driver == names.DriverName {
+		if c.Opaque != nil && c.Opaque.Driver == device.DriverName {
 			in.Configs = append(in.Configs, config{Source: c.Source, Requests: c.Requests, Parameters: c.Opaque.Parameters.Raw})
 		}
 	}

@@ -20,10 +20,10 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	gpuhealth "github.com/tangram-gpu/tangram/pkg/health"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -193,7 +193,7 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			return fmt.Errorf("creating plugin directory: %w", err)
 		}
 		helper, err = kubeletplugin.Start(ctx, driver,
-			kubeletplugin.DriverName(names.DriverName),
+			kubeletplugin.DriverName(device.DriverName),
 			kubeletplugin.KubeClient(opts.KubeClient),
 			kubeletplugin.NodeName(opts.NodeName),
 			kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
@@ -268,8 +268,8 @@ func draSocketName(podUID string) string {
 }
 
 // allocatableMemory returns, for each device published as shareable, the
-// most memory one allocation may consume on it: its memory request policy's
-// maximum (the card's memory rounded down to the share step).
+// most memory one allocation may consume on it (device.AllocatableMemory:
+// the card's memory rounded down to the share step).
 func allocatableMemory(resources *resourceslice.DriverResources) map[string]int64 {
 	out := map[string]int64{}
 	for _, pool := range resources.Pools {
@@ -278,11 +278,7 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 				if dev.AllowMultipleAllocations == nil || !*dev.AllowMultipleAllocations {
 					continue
 				}
-				memory := dev.Capacity[names.CapacityMemory]
-				out[dev.Name] = memory.Value.Value()
-				if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Max != nil {
-					out[dev.Name] = p.ValidRange.Max.Value()
-				}
+				out[dev.Name] = device.AllocatableMemory(&dev)
 			}
 		}
 	}
@@ -298,7 +294,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	}
 	var shareable []string
 	for _, g := range opts.GPUs {
-		if _, ok := allocatable[fmt.Sprintf("%s%d", names.DevicePrefix, g.Index)]; ok {
+		if _, ok := allocatable[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)]; ok {
 			shareable = append(shareable, g.UUID)
 		}
 	}

@@ -16,9 +16,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestRunPublishesAndShutsDown runs the long-running mode against a fake
@@ -63,7 +63,7 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 			Sharing:  true,
 			Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
 				seenLabels = labels
-				return slices.DriverResources(testGPUs(), slices.Options{NodeName: testNode, Sharing: true})
+				return resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode, Sharing: true})
 			},
 			CDIRoot:      filepath.Join(dir, "cdi"),
 			RegistrarDir: filepath.Join(sockDir, "reg"),
@@ -87,10 +87,10 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	case err := <-done:
 		t.Fatalf("Run returned before publishing: %v", err)
 	}
-	draSocket, registrationSocket := "dra.sock", names.DriverName+"-reg.sock"
+	draSocket, registrationSocket := "dra.sock", device.DriverName+"-reg.sock"
 	if podUID != "" {
 		draSocket = "dra-" + podUID + ".sock"
-		registrationSocket = kubeletplugin.RollingUpdateRegistrarSocketFile(filepath.Join(sockDir, "reg"), names.DriverName, types.UID(podUID))
+		registrationSocket = kubeletplugin.RollingUpdateRegistrarSocketFile(filepath.Join(sockDir, "reg"), device.DriverName, types.UID(podUID))
 	}
 	for _, socket := range []string{filepath.Join(sockDir, "plugin", draSocket), filepath.Join(sockDir, "reg", registrationSocket)} {
 		if _, err := os.Stat(socket); err != nil {
@@ -112,7 +112,7 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 // prepared as a whole card: no MPS limits, no share accounting.
 func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 	card := gpu.GPU{Index: 0, UUID: "GPU-0", MemoryBytes: 81559 << 20}
-	resources, err := slices.DriverResources([]gpu.GPU{card}, slices.Options{NodeName: testNode, Sharing: true})
+	resources, err := resourceslices.DriverResources([]gpu.GPU{card}, resourceslices.Options{NodeName: testNode, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

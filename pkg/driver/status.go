@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Enforcement says how a prepared device's bounds are held, in the device
@@ -119,7 +119,7 @@ func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated, v3 boo
 			return nil, fmt.Errorf("encoding the status data of %s: %w", dev.Device, err)
 		}
 		st := resourceapi.AllocatedDeviceStatus{
-			Driver: names.DriverName,
+			Driver: device.DriverName,
 			Pool:   dev.Pool,
 			Device: dev.Device,
 			Conditions: []metav1.Condition{
@@ -193,7 +193,7 @@ func (a APIClaimStatus) SetDevices(ctx context.Context, namespace, name string, 
 	}
 	claim := resourceac.ResourceClaim(name, namespace).WithStatus(status)
 	_, err := a.Client.ResourceV1().ResourceClaims(namespace).ApplyStatus(ctx, claim,
-		metav1.ApplyOptions{FieldManager: names.DriverName, Force: true})
+		metav1.ApplyOptions{FieldManager: device.DriverName, Force: true})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 func TestDeviceStatuses(t *testing.T) {
@@ -82,7 +82,7 @@ func TestDeviceStatuses(t *testing.T) {
 				t.Fatalf("got %d entries, want 1", len(got))
 			}
 			st := got[0]
-			if st.Driver != names.DriverName || st.Pool != testNode || st.Device != "gpu-0" || (st.ShareID != nil) != tt.wantShareIDOK {
+			if st.Driver != device.DriverName || st.Pool != testNode || st.Device != "gpu-0" || (st.ShareID != nil) != tt.wantShareIDOK {
 				t.Errorf("entry key = %s/%s/%s share %v", st.Driver, st.Pool, st.Device, st.ShareID)
 			}
 			var data DeviceData
@@ -160,7 +160,7 @@ func TestAPIClaimStatus(t *testing.T) {
 	}
 	client := fake.NewClientset(claim)
 	w := APIClaimStatus{Client: client}
-	ours := []resourceapi.AllocatedDeviceStatus{{Driver: names.DriverName, Pool: testNode, Device: "gpu-0", ShareID: ptr.To("s1"),
+	ours := []resourceapi.AllocatedDeviceStatus{{Driver: device.DriverName, Pool: testNode, Device: "gpu-0", ShareID: ptr.To("s1"),
 		Conditions: []metav1.Condition{{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: metav1.Now()}}}}
 	if err := w.SetDevices(ctx, "ml", "c", ours); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestAPIClaimStatus(t *testing.T) {
 	for _, d := range got.Status.Devices {
 		devices = append(devices, d.Driver+"/"+d.Device)
 	}
-	if want := []string{"net.example.com/eth0", names.DriverName + "/gpu-0"}; !reflect.DeepEqual(devices, want) {
+	if want := []string{"net.example.com/eth0", device.DriverName + "/gpu-0"}; !reflect.DeepEqual(devices, want) {
 		t.Errorf("status.devices = %v, want %v", devices, want)
 	}
 	if err := w.SetDevices(ctx, "ml", "gone", ours); err != nil {

@@ -1,8 +1,9 @@
 // Package gpu describes the GPUs of one node: what each card is, how much
 // memory it has and how the cards are connected (NVLink, PCIe, NUMA).
 //
-// A Source lists the cards. Two implementations exist: NVML on a real node and
-// a fake one built from a profile for machines without GPUs. Everything above
+// A Source lists the cards. Two implementations exist: NVML on a real node
+// (gpu/nvmlgpu) and a fake one built from a profile for machines without GPUs
+// (gpu/fakegpu, which also holds the profile format and its decoding). Everything above
 // this package (ResourceSlices, prepare, the simulator) sees only []GPU.
 package gpu
 

@@ -16,8 +16,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // SMICard is one <gpu> of `nvidia-smi -q -x`, with the fields compared.
@@ -89,7 +89,7 @@ func Compare(devices []resourceapi.Device, smi SMIReport) []Check {
 	}}
 	byUUID := map[string]resourceapi.Device{}
 	for _, d := range devices {
-		byUUID[stringAttr(d, names.AttrUUID)] = d
+		byUUID[stringAttr(d, device.AttrUUID)] = d
 	}
 	seen := map[string]bool{}
 	for _, c := range smi.Cards {
@@ -102,15 +102,15 @@ func Compare(devices []resourceapi.Device, smi SMIReport) []Check {
 		add := func(field, plugin, smiValue string, ok bool) {
 			checks = append(checks, Check{Card: c.UUID, Field: field, Plugin: plugin, SMI: smiValue, OK: ok})
 		}
-		pn := stringAttr(d, names.AttrProductName)
+		pn := stringAttr(d, device.AttrProductName)
 		add("productName", pn, c.ProductName, pn == c.ProductName)
-		arch := stringAttr(d, names.AttrArchitecture)
+		arch := stringAttr(d, device.AttrArchitecture)
 		add("architecture", arch, c.Architecture, arch == normalArchitecture(c.Architecture))
-		minor := intAttr(d, names.AttrMinor)
+		minor := intAttr(d, device.AttrMinor)
 		add("minor", minor, c.Minor, minor == strings.TrimSpace(c.Minor))
 		bus := stringAttr(d, deviceattribute.StandardDeviceAttributePCIBusID)
 		add("pciBusID", bus, c.PCIBusID, bus != "" && bus == normalBusID(c.PCIBusID))
-		dv := versionAttr(d, names.AttrDriverVersion)
+		dv := versionAttr(d, device.AttrDriverVersion)
 		add("driverVersion", dv, smi.DriverVersion, sameVersion(dv, smi.DriverVersion))
 		mem, smiMiB := memoryMiB(d), smiMemoryMiB(c.MemoryTotal)
 		// nvidia-smi rounds the byte count down to MiB.
@@ -151,7 +151,7 @@ func intAttr(d resourceapi.Device, name resourceapi.QualifiedName) string {
 }
 
 func memoryMiB(d resourceapi.Device) int64 {
-	c, ok := d.Capacity[names.CapacityMemory]
+	c, ok := d.Capacity[device.CapacityMemory]
 	if !ok {
 		return 0
 	}
@@ -190,7 +190,7 @@ func normalArchitecture(s string) string {
 // sameVersion compares the published semantic version ("535.104.5") with
 // nvidia-smi's spelling ("535.104.05") through the plugin's own conversion.
 func sameVersion(published, smi string) bool {
-	v, err := slices.Semver(smi)
+	v, err := resourceslices.Semver(smi)
 	return err == nil && published != "" && v == published
 }
 

@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // h100 is a device as the plugin publishes a card that nvidia-smi reports
@@ -21,15 +21,15 @@ func h100(index int64, uuid, bus string) resourceapi.Device {
 	return resourceapi.Device{
 		Name: "gpu-" + string(rune('0'+index)),
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			names.AttrUUID:          {StringValue: ptr.To(uuid)},
-			names.AttrProductName:   {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
-			names.AttrArchitecture:  {StringValue: ptr.To("hopper")},
-			names.AttrMinor:         {IntValue: ptr.To(index)},
-			names.AttrDriverVersion: {VersionValue: ptr.To("580.95.5")},
+			device.AttrUUID:                                 {StringValue: ptr.To(uuid)},
+			device.AttrProductName:                          {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
+			device.AttrArchitecture:                         {StringValue: ptr.To("hopper")},
+			device.AttrMinor:                                {IntValue: ptr.To(index)},
+			device.AttrDriverVersion:                        {VersionValue: ptr.To("580.95.5")},
 			deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(bus)},
 		},
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			names.CapacityMemory: {Value: *resource.NewQuantity(81559<<20, resource.BinarySI)},
+			device.CapacityMemory: {Value: *resource.NewQuantity(81559<<20, resource.BinarySI)},
 		},
 	}
 }
@@ -65,11 +65,11 @@ func TestCompare(t *testing.T) {
 	}{
 		{name: "plugin and nvidia-smi agree", edit: func(d []resourceapi.Device) []resourceapi.Device { return d }},
 		{name: "other product name", edit: func(d []resourceapi.Device) []resourceapi.Device {
-			d[1].Attributes[names.AttrProductName] = resourceapi.DeviceAttribute{StringValue: ptr.To("NVIDIA H100 PCIe")}
+			d[1].Attributes[device.AttrProductName] = resourceapi.DeviceAttribute{StringValue: ptr.To("NVIDIA H100 PCIe")}
 			return d
 		}, failures: []string{"GPU-bbbbbbbb-0000-0000-0000-000000000000 productName"}},
 		{name: "one MiB less memory", edit: func(d []resourceapi.Device) []resourceapi.Device {
-			d[0].Capacity[names.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(81558<<20, resource.BinarySI)}
+			d[0].Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(81558<<20, resource.BinarySI)}
 			return d
 		}, failures: []string{"GPU-aaaaaaaa-0000-0000-0000-000000000000 memory (MiB)"}},
 		{name: "no bus ID published", edit: func(d []resourceapi.Device) []resourceapi.Device {
@@ -77,7 +77,7 @@ func TestCompare(t *testing.T) {
 			return d
 		}, failures: []string{"GPU-aaaaaaaa-0000-0000-0000-000000000000 pciBusID"}},
 		{name: "other driver version", edit: func(d []resourceapi.Device) []resourceapi.Device {
-			d[0].Attributes[names.AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To("580.95.6")}
+			d[0].Attributes[device.AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: ptr.To("580.95.6")}
 			return d
 		}, failures: []string{"GPU-aaaaaaaa-0000-0000-0000-000000000000 driverVersion"}},
 		{name: "card not published", edit: func(d []resourceapi.Device) []resourceapi.Device { return d[:1] },

@@ -15,17 +15,17 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Taint keys the monitor owns. Taints with other keys (put there by
 // someone else) are left alone.
 const (
 	// TaintKeyXID carries the XID number as its value.
-	TaintKeyXID = names.DriverName + "/xid"
+	TaintKeyXID = device.DriverName + "/xid"
 	// TaintKeyGPULost has the value "true".
-	TaintKeyGPULost = names.DriverName + "/gpu-lost"
+	TaintKeyGPULost = device.DriverName + "/gpu-lost"
 )
 
 // IsOwnTaintKey reports whether key is one of the monitor's taint keys.

@@ -14,8 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // DefaultRecoverAfter is how long a card must stay quiet after its last
@@ -99,7 +99,7 @@ func NewMonitor(cfg Config) (*Monitor, error) {
 }
 
 // DeviceName is the ResourceSlice device of a card.
-func DeviceName(g gpu.GPU) string { return fmt.Sprintf("%s%d", names.DevicePrefix, g.Index) }
+func DeviceName(g gpu.GPU) string { return fmt.Sprintf("%s%d", device.DevicePrefix, g.Index) }
 
 // Changed returns a channel closed at the next change of any card's health.
 func (m *Monitor) Changed() <-chan struct{} {

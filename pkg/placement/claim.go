@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Claim builds the ResourceClaim a pod with request r would carry: whole
@@ -31,7 +31,7 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 		return nil, fmt.Errorf("request %s: %d cards chosen for %d wanted", r.Name, len(cards), want)
 	}
 	req := resourceapi.ExactDeviceRequest{
-		DeviceClassName: names.DeviceClassName,
+		DeviceClassName: device.DeviceClassName,
 		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 		Count:           int64(want),
 	}
@@ -41,7 +41,7 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 			quoted[i] = strconv.Quote(m)
 		}
 		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s in [%s]`,
-			names.DriverName, names.AttrProductName, strings.Join(quoted, ", "))))
+			device.DriverName, device.AttrProductName, strings.Join(quoted, ", "))))
 	}
 	if pin {
 		idx := make([]string, len(cards))
@@ -53,16 +53,16 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 			idx[i] = strconv.Itoa(v)
 		}
 		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s in [%s]`,
-			names.DriverName, names.AttrIndex, strings.Join(idx, ", "))))
+			device.DriverName, device.AttrIndex, strings.Join(idx, ", "))))
 	}
 	if r.ShareMilli > 0 {
-		req.DeviceClassName = names.SharedDeviceClassName
+		req.DeviceClassName = device.SharedDeviceClassName
 		s := ShareOn(&n.Cards[cards[0]], r.ShareMilli)
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			names.CapacityMemory: *resource.NewQuantity(s.Memory, resource.BinarySI),
+			device.CapacityMemory: *resource.NewQuantity(s.Memory, resource.BinarySI),
 		}}
 		if n.Cards[cards[0]].Compute.Value > 0 {
-			req.Capacity.Requests[names.CapacityCompute] = *resource.NewQuantity(s.Compute, resource.DecimalSI)
+			req.Capacity.Requests[device.CapacityCompute] = *resource.NewQuantity(s.Compute, resource.DecimalSI)
 		}
 	}
 	return &resourceapi.ResourceClaim{
@@ -78,10 +78,10 @@ func celSelector(expr string) resourceapi.DeviceSelector {
 }
 
 // cardIndex reads N from a device name "gpu-N".
-func cardIndex(device string) (int, error) {
-	v, err := strconv.Atoi(strings.TrimPrefix(device, names.DevicePrefix))
-	if err != nil || !strings.HasPrefix(device, names.DevicePrefix) {
-		return 0, fmt.Errorf("device %q is not named %s<index>; cannot pin it", device, names.DevicePrefix)
+func cardIndex(deviceName string) (int, error) {
+	v, err := strconv.Atoi(strings.TrimPrefix(deviceName, device.DevicePrefix))
+	if err != nil || !strings.HasPrefix(deviceName, device.DevicePrefix) {
+		return 0, fmt.Errorf("device %q is not named %s<index>; cannot pin it", deviceName, device.DevicePrefix)
 	}
 	return v, nil
 }

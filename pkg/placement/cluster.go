@@ -7,7 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // NodeFromCluster builds the model of a live node: its ResourceSlices of our
@@ -41,6 +41,8 @@ type AllocatedDevice struct {
 	Share bool
 	// Memory (bytes) and Compute (percent) are the consumed capacity.
 	Memory, Compute int64
+	// NoMemory is set when the result recorded no memory consumed.
+	NoMemory bool
 }
 
 // AllocationOf reads a claim's results of our driver; ok is false for a
@@ -51,15 +53,15 @@ func AllocationOf(claim *resourceapi.ResourceClaim) (Allocation, bool) {
 	}
 	a := Allocation{Namespace: claim.Namespace, Name: claim.Name}
 	for _, d := range claim.Status.Allocation.Devices.Results {
-		if d.Driver != names.DriverName {
+		if d.Driver != device.DriverName {
 			continue
 		}
 		ad := AllocatedDevice{Pool: d.Pool, Device: d.Device, Share: d.ShareID != nil}
-		if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityCompute]; ok {
 			ad.Compute = q.Value()
 		}
-		if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
-			ad.Memory = q.Value()
+		if ad.Memory = device.ConsumedMemory(d.ConsumedCapacity); ad.Memory == device.NoMemoryConsumed {
+			ad.Memory, ad.NoMemory = 0, true
 		}
 		a.Devices = append(a.Devices, ad)
 	}
@@ -79,12 +81,11 @@ func AllocationsOf(claims []*resourceapi.ResourceClaim) []Allocation {
 
 // consumed is what a device result takes of card c.
 func (c *Card) consumed(i int, d AllocatedDevice) Consumed {
-	k := Consumed{Card: i, Whole: !d.Share, Memory: d.Memory, Compute: d.Compute}
-	// A claim naming no capacity takes all memory: the whole card.
-	if c.Memory.HasPolicy && k.Memory >= c.Memory.Default {
-		k.Whole = true
+	memory := d.Memory
+	if d.NoMemory {
+		memory = device.NoMemoryConsumed
 	}
-	return k
+	return Consumed{Card: i, Whole: device.HoldsWholeCard(d.Share, memory, c.Memory.allocatable()), Memory: d.Memory, Compute: d.Compute}
 }
 
 // NodeCards is the part of a live node's model that comes from its
@@ -106,7 +107,7 @@ func CardsFromSlices(name string, nodeSlices []*resourceapi.ResourceSlice) (*Nod
 	var ours []*resourceapi.ResourceSlice
 	pools := map[string]bool{}
 	for _, s := range nodeSlices {
-		if s.Spec.Driver == names.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == name {
+		if s.Spec.Driver == device.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == name {
 			ours = append(ours, s)
 			pools[s.Spec.Pool.Name] = true
 		}
@@ -179,7 +180,7 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 		}
 		for _, req := range claim.Spec.Devices.Requests {
 			e := req.Exactly
-			if e == nil || (e.DeviceClassName != names.DeviceClassName && e.DeviceClassName != names.SharedDeviceClassName) {
+			if e == nil || (e.DeviceClassName != device.DeviceClassName && e.DeviceClassName != device.SharedDeviceClassName) {
 				continue
 			}
 			found = true
@@ -187,9 +188,9 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 				r.WholeCards += int(max(e.Count, 1))
 				continue
 			}
-			if q, ok := e.Capacity.Requests[names.CapacityCompute]; ok {
+			if q, ok := e.Capacity.Requests[device.CapacityCompute]; ok {
 				r.ShareMilli = max(r.ShareMilli, q.MilliValue()/100)
-			} else if q, ok := e.Capacity.Requests[names.CapacityMemory]; ok && cardMemory > 0 {
+			} else if q, ok := e.Capacity.Requests[device.CapacityMemory]; ok && cardMemory > 0 {
 				r.ShareMilli = max(r.ShareMilli, q.Value()*1000/cardMemory)
 			}
 			r.ShareMilli = min(max(r.ShareMilli, 1), 999)

@@ -6,7 +6,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 func TestNodeFromCluster(t *testing.T) {
@@ -17,12 +18,12 @@ func TestNodeFromCluster(t *testing.T) {
 		Pool: resourceapi.ResourcePool{Name: spec.name, ResourceSliceCount: 1},
 	}}
 	slice.Name = "a-gpu"
-	harness := &allocation.Node{Name: spec.name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	harness := &dra.Node{Name: spec.name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 	var claims []*resourceapi.ResourceClaim
 	for _, c := range []*resourceapi.ResourceClaim{
-		allocation.Claim("whole", nil, allocation.WholeGPUs("gpu", 1)),
-		allocation.Claim("half", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))),
-		allocation.Claim("quarter", nil, allocation.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("25"))),
+		dra.Claim("whole", nil, dra.WholeGPUs("gpu", 1)),
+		dra.Claim("half", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))),
+		dra.Claim("quarter", nil, dra.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("25"))),
 	} {
 		allocated, err := harness.Allocate(t.Context(), c)
 		if err != nil {
@@ -80,19 +81,19 @@ func TestNodeFromCluster(t *testing.T) {
 	}
 
 	// The pending claim of the next pod becomes a request.
-	pending := allocation.Claim("next", nil, allocation.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("20")))
+	pending := dra.Claim("next", nil, dra.SharedGPU("gpu", resource.MustParse("4Gi"), resource.MustParse("20")))
 	r, ok := RequestFromClaims("next", 1000, 1024, append(claims, pending), testCardMemory)
 	if !ok || r.ShareMilli != 200 || r.WholeCards != 0 {
 		t.Errorf("request = %+v (ok=%v), want a 200-milli share", r, ok)
 	}
-	memOnly := allocation.Claim("mem", nil, resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+	memOnly := dra.Claim("mem", nil, resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: "shared-gpu.tangram.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("4Gi")}},
 	}})
 	if r, ok := RequestFromClaims("mem", 0, 0, []*resourceapi.ResourceClaim{memOnly}, testCardMemory); !ok || r.ShareMilli != 250 {
 		t.Errorf("memory-only share = %+v, want 250 milli (4Gi of 16Gi)", r)
 	}
-	if r, ok := RequestFromClaims("two", 0, 0, []*resourceapi.ResourceClaim{allocation.Claim("two", nil, allocation.WholeGPUs("gpu", 2))}, 0); !ok || r.WholeCards != 2 {
+	if r, ok := RequestFromClaims("two", 0, 0, []*resourceapi.ResourceClaim{dra.Claim("two", nil, dra.WholeGPUs("gpu", 2))}, 0); !ok || r.WholeCards != 2 {
 		t.Errorf("whole cards = %+v, want 2", r)
 	}
 	if _, ok := RequestFromClaims("none", 0, 0, claims, testCardMemory); ok {

@@ -6,7 +6,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // NodeFromDevices builds the model of a node from the devices our driver
@@ -17,15 +17,15 @@ func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourcea
 	for _, d := range devices {
 		c := Card{
 			Device:    d.Name,
-			UUID:      stringAttr(d, names.AttrUUID),
-			Model:     stringAttr(d, names.AttrProductName),
+			UUID:      stringAttr(d, device.AttrUUID),
+			Model:     stringAttr(d, device.AttrProductName),
 			Shareable: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
 		}
 		var err error
-		if c.Memory, err = capacityOf(d, names.CapacityMemory); err != nil {
+		if c.Memory, err = capacityOf(d, device.CapacityMemory); err != nil {
 			return nil, fmt.Errorf("node %s, device %s: %w", name, d.Name, err)
 		}
-		if c.Compute, err = capacityOf(d, names.CapacityCompute); err != nil {
+		if c.Compute, err = capacityOf(d, device.CapacityCompute); err != nil {
 			return nil, fmt.Errorf("node %s, device %s: %w", name, d.Name, err)
 		}
 		n.Cards = append(n.Cards, c)
@@ -37,7 +37,7 @@ func stringAttr(d resourceapi.Device, name string) string {
 	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
 		return *a.StringValue
 	}
-	if a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]; ok && a.StringValue != nil {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]; ok && a.StringValue != nil {
 		return *a.StringValue
 	}
 	return ""
@@ -46,7 +46,7 @@ func stringAttr(d resourceapi.Device, name string) string {
 func capacityOf(d resourceapi.Device, name string) (Capacity, error) {
 	dc, ok := d.Capacity[resourceapi.QualifiedName(name)]
 	if !ok {
-		if name == names.CapacityCompute {
+		if name == device.CapacityCompute {
 			// Without a compute capacity only memory limits shares.
 			return Capacity{}, nil
 		}

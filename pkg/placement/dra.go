@@ -8,12 +8,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // Validator checks a placement with the DRA allocator and records it.
@@ -23,13 +21,6 @@ type Validator interface {
 	// the allocation consumes per card, or nil when the allocator refuses.
 	Allocate(ctx context.Context, n *Node, r Request, cards []int, pin bool) ([]Consumed, error)
 }
-
-// Features are the allocator features of kube-scheduler 1.37's defaults;
-// consumable capacity is what makes GPU shares possible.
-var Features = allocation.Features137
-
-// DeviceClasses are the classes the Helm chart publishes.
-func DeviceClasses() []*resourceapi.DeviceClass { return allocation.DeviceClasses() }
 
 // DRAValidator runs the real structured allocator, one node at a time, with
 // that node's ResourceSlices and the state of every claim allocated on it.
@@ -45,23 +36,18 @@ type draNode struct {
 
 // NewDRAValidator prepares an allocator per node from its slices.
 func NewDRAValidator(ctx context.Context, slicesByNode map[string][]*resourceapi.ResourceSlice) (*DRAValidator, error) {
-	classes := allocation.ClassLister(DeviceClasses())
-	celCache := cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true})
+	classes := device.DeviceClasses()
 	v := &DRAValidator{nodes: make(map[string]*draNode, len(slicesByNode))}
 	for name, slices := range slicesByNode {
 		dn := &draNode{
-			node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
-			state: structured.AllocatedState{
-				AllocatedDevices:         sets.New[structured.DeviceID](),
-				AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-				AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-			},
+			node:  &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			state: dra.NewAllocatedState(),
 		}
 		// The allocator keeps the state's maps, so recording allocations in
 		// them later is seen by the next Allocate call.
-		a, err := structured.NewAllocator(ctx, Features, dn.state, classes, slices, celCache)
+		a, err := dra.NewAllocator(ctx, dn.state, classes, slices)
 		if err != nil {
-			return nil, fmt.Errorf("creating the DRA allocator for node %s: %w", name, err)
+			return nil, fmt.Errorf("node %s: %w", name, err)
 		}
 		dn.allocator = a
 		v.nodes[name] = dn
@@ -96,21 +82,15 @@ func (v *DRAValidator) Allocate(ctx context.Context, n *Node, r Request, cards [
 		if !ok {
 			return nil, fmt.Errorf("allocating %s on node %s: allocator chose unknown device %s", r.Name, n.Name, d.Device)
 		}
-		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
 		k := Consumed{Card: i, Whole: r.ShareMilli == 0}
-		if q, ok := d.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityCompute]; ok {
 			k.Compute = q.Value()
 		}
-		if q, ok := d.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := d.ConsumedCapacity[device.CapacityMemory]; ok {
 			k.Memory = q.Value()
-		}
-		if d.ShareID != nil {
-			dn.state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, d.ShareID))
-			dn.state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
-		} else {
-			dn.state.AllocatedDevices.Insert(id)
 		}
 		consumed = append(consumed, k)
 	}
+	dra.AddToAllocatedState(&dn.state, &results[0])
 	return consumed, nil
 }

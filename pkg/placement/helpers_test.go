@@ -8,9 +8,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // testNodeSpec describes a small node for hand-checked scenarios.
@@ -37,7 +37,7 @@ func testDevices(t testing.TB, spec testNodeSpec) []resourceapi.Device {
 	for i := range gpus {
 		gpus[i] = gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", spec.name, i), ProductName: spec.model, MemoryBytes: mem}
 	}
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: spec.name, Sharing: true})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: spec.name, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func testCluster(t testing.TB, specs ...testNodeSpec) ([]*Node, *DRAValidator) {
 		bySlice[spec.name] = []*resourceapi.ResourceSlice{{
 			ObjectMeta: metav1.ObjectMeta{Name: spec.name},
 			Spec: resourceapi.ResourceSliceSpec{
-				Driver: names.DriverName, NodeName: &nodeName, Devices: devices,
+				Driver: device.DriverName, NodeName: &nodeName, Devices: devices,
 				Pool: resourceapi.ResourcePool{Name: spec.name, ResourceSliceCount: 1},
 			},
 		}}

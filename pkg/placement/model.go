@@ -46,6 +46,19 @@ type Capacity struct {
 	HasPolicy bool
 }
 
+// allocatable is the most one allocation can consume (device.AllocatableMemory
+// for memory): the policy's maximum when below the value, else the value.
+// Without a policy no share is possible, and 0 says so.
+func (c Capacity) allocatable() int64 {
+	if !c.HasPolicy {
+		return 0
+	}
+	if c.Max > 0 && c.Max < c.Value {
+		return c.Max
+	}
+	return c.Value
+}
+
 // consume is what a request for amount (nil: none named) consumes, by the
 // allocator's rules: the default when nothing is asked, otherwise rounded up
 // to the valid range and step. ok is false when the policy forbids it.

@@ -9,8 +9,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/preemption"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
 )
 
 // BenchmarkSelectVictims is the cost per node of one PostFilter call on a
@@ -23,9 +23,9 @@ func BenchmarkSelectVictims(b *testing.B) {
 		pods    int
 		request resourceapi.DeviceRequest
 	}{
-		{"whole-card/8-whole-pods", func(i int) testClaim { return whole(i, fmt.Sprintf("p%d", i)) }, 8, allocation.WholeGPUs("gpu", 1)},
+		{"whole-card/8-whole-pods", func(i int) testClaim { return whole(i, fmt.Sprintf("p%d", i)) }, 8, dra.WholeGPUs("gpu", 1)},
 		{"40Gi-share/16-share-pods", func(i int) testClaim { return share(i/2, "40Gi", fmt.Sprintf("p%d", i)) }, 16,
-			allocation.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})},
+			dra.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			_, ctx := ktesting.NewTestContext(b)
@@ -38,7 +38,7 @@ func BenchmarkSelectVictims(b *testing.B) {
 			}
 			node := buildNode(ctx, b, pods, claims)
 			preemptor := newPod(pod("high", 1000), 100)
-			claim := allocation.Claim("high-gpu", nil, bc.request)
+			claim := dra.Claim("high-gpu", nil, bc.request)
 			for b.Loop() {
 				d, err := preemption.SelectVictims(ctx, node, preemptor, []*resourceapi.ResourceClaim{claim}, nil, preemption.Limits{})
 				if err != nil || len(d.Victims) != 1 {

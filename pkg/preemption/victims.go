@@ -2,7 +2,7 @@
 // so that a pod's pending ResourceClaims can be allocated there. It works on
 // the same state the DRA allocator sees: it removes the claims the victims
 // alone hold from the node's allocated claims and runs the real structured
-// allocator (pkg/slices/allocation) for the preemptor's claims. Kubernetes
+// allocator (pkg/dra) for the preemptor's claims. Kubernetes
 // 1.37's own preemption cannot do this: its DRA filter does not take removed
 // pods into account, so it reports that preemption is not helpful.
 //
@@ -23,10 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // Node is one node as preemption sees it.
@@ -147,8 +146,6 @@ type search struct {
 	budgets []budget
 	runs    int
 	model   *scoreModel
-	// celCache keeps the selectors compiled across the allocator runs.
-	celCache *cel.Cache
 }
 
 type freeableClaim struct {
@@ -162,7 +159,7 @@ type budget struct {
 }
 
 func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*resourceapi.ResourceClaim, pdbs []*policyv1.PodDisruptionBudget) (*search, error) {
-	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims, celCache: allocation.NewCELCache(allocation.Features137)}
+	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims}
 	running := map[types.UID]*v1.Pod{}
 	for _, p := range node.Pods {
 		if p.DeletionTimestamp == nil {
@@ -343,10 +340,10 @@ func (s *search) remaining(set []int) []*resourceapi.ResourceClaim {
 // as the scheduler's DRA plugin does, with the candidates in set gone.
 func (s *search) fits(set []int) (bool, error) {
 	s.runs++
-	n := &allocation.Node{Name: s.node.Name, Slices: s.node.Slices, Classes: s.node.Classes, Allocated: s.remaining(set), CELCache: s.celCache}
+	n := &dra.Node{Name: s.node.Name, Slices: s.node.Slices, Classes: s.node.Classes, Allocated: s.remaining(set)}
 	for _, c := range s.claims {
 		if _, err := n.Allocate(s.ctx, c); err != nil {
-			if errors.Is(err, allocation.ErrUnschedulable) {
+			if errors.Is(err, dra.ErrUnschedulable) {
 				return false, nil
 			}
 			return false, fmt.Errorf("simulating preemption for pod %s/%s on node %s: %w", s.preemptor.Namespace, s.preemptor.Name, s.node.Name, err)

@@ -18,10 +18,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/preemption"
-	devslices "github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	devslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 const nodeName = "node-a"
@@ -80,8 +81,8 @@ func pdb(name string, allowed int32, selector map[string]string) *policyv1.PodDi
 
 func TestSelectVictims(t *testing.T) {
 	const high = 1000
-	wholeRequest := allocation.WholeGPUs("gpu", 1)
-	shareRequest := allocation.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})
+	wholeRequest := dra.WholeGPUs("gpu", 1)
+	shareRequest := dra.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})
 	type testCase struct {
 		name    string
 		pods    []testPod
@@ -258,7 +259,7 @@ func TestSelectVictims(t *testing.T) {
 			if tc.preemptor != nil {
 				preemptor = *tc.preemptor
 			}
-			claim := allocation.Claim("high-gpu", nil, tc.request)
+			claim := dra.Claim("high-gpu", nil, tc.request)
 			got, err := preemption.SelectVictims(ctx, node, newPod(preemptor, 100), []*resourceapi.ResourceClaim{claim}, tc.pdbs, tc.limits)
 			if err != nil {
 				t.Fatal(err)
@@ -282,11 +283,11 @@ func TestSelectVictims(t *testing.T) {
 // the claims with the real allocator, each pinned to its card.
 func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testClaim) preemption.Node {
 	t.Helper()
-	profile, err := gpu.BuiltinProfile("dgx-h100")
+	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := gpu.NewFakeSource(nodeName, profile).GPUs(ctx)
+	gpus, err := fakegpu.NewFakeSource(nodeName, profile).GPUs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,18 +295,18 @@ func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testC
 	if err != nil {
 		t.Fatal(err)
 	}
-	an := &allocation.Node{Name: nodeName, Slices: devslices.ResourceSlices(nodeName, res), Classes: allocation.DeviceClasses()}
+	an := &dra.Node{Name: nodeName, Slices: devslices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	node := preemption.Node{Name: nodeName, Slices: an.Slices, Classes: an.Classes}
 	for i, p := range pods {
 		node.Pods = append(node.Pods, newPod(p, i))
 	}
 	for i, c := range claims {
 		onCard := fmt.Sprintf(`device.attributes["gpu.tangram.dev"].index == %d`, c.card)
-		req := allocation.WholeGPUs("gpu", 1, onCard)
+		req := dra.WholeGPUs("gpu", 1, onCard)
 		if c.memory != "" {
-			req = allocation.SharedGPU("gpu", resource.MustParse(c.memory), resource.Quantity{}, onCard)
+			req = dra.SharedGPU("gpu", resource.MustParse(c.memory), resource.Quantity{}, onCard)
 		}
-		allocated, err := an.Allocate(ctx, allocation.Claim(fmt.Sprintf("claim-%d", i), nil, req))
+		allocated, err := an.Allocate(ctx, dra.Claim(fmt.Sprintf("claim-%d", i), nil, req))
 		if err != nil {
 			t.Fatalf("setting up claim %d: %v", i, err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 func TestNVMLComputeModeSetter(t *testing.T) {
@@ -83,7 +83,7 @@ func mockNVMLSetter(t *testing.T) (ComputeModeSetter, mocknvml.State) {
 // switch reaches the library's call log.
 func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
 	setter, state := mockNVMLSetter(t)
-	uuid := gpu.FakeGPUUUID("mock-node", 2)
+	uuid := fakegpu.FakeGPUUUID("mock-node", 2)
 	ctx := context.Background()
 	if err := setter.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
 func TestManagerOnMockDriver(t *testing.T) {
 	setter, state := mockNVMLSetter(t)
 	layout := Layout{Root: shortRoot(t)}
-	card1, card2 := gpu.FakeGPUUUID("mock-node", 1), gpu.FakeGPUUUID("mock-node", 2)
+	card1, card2 := fakegpu.FakeGPUUUID("mock-node", 1), fakegpu.FakeGPUUUID("mock-node", 2)
 	daemon := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{card1, card2}})
 	// The stand-in is a separate process that may take longer than the
 	// default one-second wait to answer under the race detector; this test is

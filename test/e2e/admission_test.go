@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // webhookNamespaceLabel opts a namespace into the GpuConfig webhook as
@@ -66,9 +66,9 @@ func configuredClaim(name, parameters string) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: names.DeviceClassName}}},
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: device.DeviceClassName}}},
 			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: names.DriverName, Parameters: runtime.RawExtension{Raw: []byte(parameters)}},
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: device.DriverName, Parameters: runtime.RawExtension{Raw: []byte(parameters)}},
 			}}},
 		}},
 	}

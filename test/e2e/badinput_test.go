@@ -11,7 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var _ = Describe("Bad input", func() {
@@ -22,7 +22,7 @@ var _ = Describe("Bad input", func() {
 		claim.Config = []resourceapi.DeviceClaimConfiguration{{
 			Requests: []string{"share"},
 			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: names.DriverName,
+				Driver: device.DriverName,
 				Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig",` +
 					`"sharing":{"backend":"mps","mps":{"defaultActiveThreadPercentage":150}}}`)},
 			}},

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // wholeGPUs asks for count whole cards of the gpu.tangram.dev class.
@@ -23,7 +23,7 @@ func wholeGPUs(count int64) resourceapi.DeviceClaim {
 	return resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpus",
 		Exactly: &resourceapi.ExactDeviceRequest{
-			DeviceClassName: names.DeviceClassName,
+			DeviceClassName: device.DeviceClassName,
 			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 			Count:           count,
 		},
@@ -35,9 +35,9 @@ func memoryShare(memory string) resourceapi.DeviceClaim {
 	return resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "share",
 		Exactly: &resourceapi.ExactDeviceRequest{
-			DeviceClassName: names.SharedDeviceClassName,
+			DeviceClassName: device.SharedDeviceClassName,
 			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-				names.CapacityMemory: resource.MustParse(memory),
+				device.CapacityMemory: resource.MustParse(memory),
 			}},
 		},
 	}}}
@@ -48,7 +48,7 @@ func nvlinkGang(count int64) resourceapi.DeviceClaim {
 	c := wholeGPUs(count)
 	c.Constraints = []resourceapi.DeviceConstraint{{
 		Requests:       []string{"gpus"},
-		MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(names.DriverName + "/" + names.AttrNVLinkDomain)),
+		MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(device.DriverName + "/" + device.AttrNVLinkDomain)),
 	}}
 	return c
 }
@@ -90,7 +90,7 @@ func results(claim *resourceapi.ResourceClaim) []resourceapi.DeviceRequestAlloca
 		return nil
 	}
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver == names.DriverName {
+		if r.Driver == device.DriverName {
 			out = append(out, r)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Features of the DRA API a GPU user reaches for beyond one claim per pod:
@@ -53,7 +53,7 @@ var _ = Describe("DRA API features", func() {
 		devices := nodeDevices(ctx, gpuNode)
 		uuidOf := map[string]string{}
 		for _, r := range results(claim) {
-			uuidOf[r.Request] = stringAttr(devices[r.Device], names.AttrUUID)
+			uuidOf[r.Request] = stringAttr(devices[r.Device], device.AttrUUID)
 		}
 		Expect(uuidOf).To(HaveLen(2))
 		Expect(uuidOf["left"]).NotTo(Equal(uuidOf["right"]), "the two requests got one card")
@@ -84,7 +84,7 @@ var _ = Describe("DRA API features", func() {
 			claim := allocatedClaim(ctx, ns, p)
 			res := results(claim)
 			Expect(res).To(HaveLen(1))
-			held[p] = stringAttr(devices[res[0].Device], names.AttrUUID)
+			held[p] = stringAttr(devices[res[0].Device], device.AttrUUID)
 			expectDeviceStatus(ctx, ns, claim.Name, res[0], map[string]string{"holder-whole": "exclusive", "holder-share": "simulated"}[p])
 		}
 		Expect(held["holder-whole"]).NotTo(Equal(held["holder-share"]))
@@ -105,16 +105,16 @@ var _ = Describe("DRA API features", func() {
 			requests = append(requests, resourceapi.DeviceRequest{
 				Name: fmt.Sprintf("card%d", i),
 				Exactly: &resourceapi.ExactDeviceRequest{
-					DeviceClassName: names.DeviceClassName,
+					DeviceClassName: device.DeviceClassName,
 					AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 					Count:           1,
 					AdminAccess:     ptr.To(true),
 					Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-						Expression: fmt.Sprintf(`device.attributes[%q].uuid == %q`, names.DriverName, held[p]),
+						Expression: fmt.Sprintf(`device.attributes[%q].uuid == %q`, device.DriverName, held[p]),
 					}}},
 					// Memory 0 fits beside any holder (docs/resourceslices.md).
 					Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-						names.CapacityMemory: resource.MustParse("0"),
+						device.CapacityMemory: resource.MustParse("0"),
 					}},
 				},
 			})
@@ -161,7 +161,7 @@ var _ = Describe("DRA API features", func() {
 		devices := nodeDevices(ctx, gpuNode)
 		var uuids []string
 		for _, r := range res {
-			uuids = append(uuids, stringAttr(devices[r.Device], names.AttrUUID))
+			uuids = append(uuids, stringAttr(devices[r.Device], device.AttrUUID))
 			expectDeviceStatus(ctx, ns, claim.Name, r, "exclusive")
 		}
 		Expect(strings.Split(report["NVIDIA_VISIBLE_DEVICES"], ",")).To(ConsistOf(uuids))
@@ -174,7 +174,7 @@ var _ = Describe("DRA API features", func() {
 		all := wholeGPUs(0)
 		all.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
 		all.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: fmt.Sprintf(`device.attributes[%q].index < 2`, names.DriverName),
+			Expression: fmt.Sprintf(`device.attributes[%q].index < 2`, device.DriverName),
 		}}}
 		createTemplate(ctx, ns, "all", all)
 		createPod(ctx, gpuPod(ns, "all", "all"))
@@ -184,7 +184,7 @@ var _ = Describe("DRA API features", func() {
 		devices := nodeDevices(ctx, gpuNode)
 		var want []string
 		for _, r := range results(claim) {
-			want = append(want, stringAttr(devices[r.Device], names.AttrUUID))
+			want = append(want, stringAttr(devices[r.Device], device.AttrUUID))
 		}
 		Expect(want).To(HaveLen(2), "All with index < 2 must give gpu-0 and gpu-1")
 		Expect(strings.Split(report["NVIDIA_VISIBLE_DEVICES"], ",")).To(ConsistOf(want))
@@ -204,7 +204,7 @@ var _ = Describe("DRA API features: DeviceTaintRule", func() {
 		rule := &resourceapi.DeviceTaintRule{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "tangram-e2e-"},
 			Spec: resourceapi.DeviceTaintRuleSpec{
-				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(names.DriverName), Pool: ptr.To(first[0].Pool), Device: ptr.To(card)},
+				DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: ptr.To(device.DriverName), Pool: ptr.To(first[0].Pool), Device: ptr.To(card)},
 				Taint:          resourceapi.DeviceTaint{Key: "e2e.tangram.dev/maintenance", Effect: resourceapi.DeviceTaintEffectNoSchedule},
 			},
 		}
@@ -286,7 +286,7 @@ func expectDeviceStatus(ctx context.Context, ns, claim string, r resourceapi.Dev
 		g.Expect(found.Data).NotTo(BeNil())
 		var data map[string]any
 		g.Expect(json.Unmarshal(found.Data.Raw, &data)).To(Succeed())
-		g.Expect(data).To(HaveKeyWithValue("uuid", stringAttr(devices[r.Device], names.AttrUUID)))
+		g.Expect(data).To(HaveKeyWithValue("uuid", stringAttr(devices[r.Device], device.AttrUUID)))
 		g.Expect(data).To(HaveKeyWithValue("enforcement", enforcement))
 		g.Expect(data).To(HaveKey("pciBusID"))
 		g.Expect(data).To(HaveKey("productName"))
@@ -303,7 +303,7 @@ func expectDeviceStatus(ctx context.Context, ns, claim string, r resourceapi.Dev
 // gpu.tangram.dev serves, as the chart's deviceClasses.gpu.extendedResourceName does.
 func setExtendedResourceName(ctx context.Context, name *string) {
 	Eventually(func() error {
-		dc, err := clientset.ResourceV1().DeviceClasses().Get(ctx, names.DeviceClassName, metav1.GetOptions{})
+		dc, err := clientset.ResourceV1().DeviceClasses().Get(ctx, device.DeviceClassName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

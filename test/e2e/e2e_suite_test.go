@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Flags. Every default fits the local cluster of hack/local-cluster; point
@@ -55,7 +55,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	clientset, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 
-	for _, dc := range []string{names.DeviceClassName, names.SharedDeviceClassName} {
+	for _, dc := range []string{device.DeviceClassName, device.SharedDeviceClassName} {
 		_, err := clientset.ResourceV1().DeviceClasses().Get(ctx, dc, metav1GetOptions)
 		Expect(err).NotTo(HaveOccurred(), "DeviceClass %s must exist: install the Helm chart or apply test/e2e/testdata/deviceclasses.yaml", dc)
 	}
@@ -84,10 +84,10 @@ func findGPUNode(ctx context.Context) string {
 		}
 	}
 	if *gpuNodeFlag != "" {
-		Expect(candidates).To(ContainElement(*gpuNodeFlag), "--gpu-node %s is not a Ready node publishing %s devices", *gpuNodeFlag, names.DriverName)
+		Expect(candidates).To(ContainElement(*gpuNodeFlag), "--gpu-node %s is not a Ready node publishing %s devices", *gpuNodeFlag, device.DriverName)
 		return *gpuNodeFlag
 	}
-	Expect(candidates).NotTo(BeEmpty(), "no Ready node publishes %s devices: is the kubelet plugin running? (hack/local-cluster/plugin.sh start)", names.DriverName)
+	Expect(candidates).NotTo(BeEmpty(), "no Ready node publishes %s devices: is the kubelet plugin running? (hack/local-cluster/plugin.sh start)", device.DriverName)
 	return candidates[0]
 }
 

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/enforcement"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 var (
@@ -42,7 +42,7 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		Expect(marker["share_enforcement"]).To(Equal(string(enforcement.Hard)),
 			"the realpath stage creates the mock root with driver 615 and a dmem fixture (hack/local-cluster/test-e2e-realpath.sh)")
 		for name, d := range nodeDevices(ctx, gpuNode) {
-			Expect(stringAttr(d, names.AttrShareEnforcement)).To(Equal(string(enforcement.Hard)), "device %s", name)
+			Expect(stringAttr(d, device.AttrShareEnforcement)).To(Equal(string(enforcement.Hard)), "device %s", name)
 		}
 		state = mocknvml.State{Dir: *mockNVMLStateDir}
 	})
@@ -66,7 +66,7 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 			}
 			Expect(res[0].Device).To(Equal(card), "the three 20Gi shares should pack onto one card")
 		}
-		uuid := stringAttr(devices[card], names.AttrUUID)
+		uuid := stringAttr(devices[card], device.AttrUUID)
 
 		calls, err := state.Calls()
 		Expect(err).NotTo(HaveOccurred(), "the mock NVML call log")
@@ -122,18 +122,18 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		advisory := createSimNode(ctx, "tangram-sim-advisory", "dgx-h100", true)
 		DeferCleanup(deleteSimNode, advisory)
 		for name, d := range nodeDevices(ctx, advisory) {
-			Expect(stringAttr(d, names.AttrShareEnforcement)).To(Equal(string(enforcement.Advisory)), "device %s", name)
+			Expect(stringAttr(d, device.AttrShareEnforcement)).To(Equal(string(enforcement.Advisory)), "device %s", name)
 		}
 		ns := newNamespace(ctx)
 		DeferCleanup(forceDeletePodsOn, ns, advisory)
 
 		// The same selectors without the requirement, as with
 		// sharing.requireHardEnforcement=false.
-		shared, err := clientset.ResourceV1().DeviceClasses().Get(ctx, names.SharedDeviceClassName, metav1.GetOptions{})
+		shared, err := clientset.ResourceV1().DeviceClasses().Get(ctx, device.SharedDeviceClassName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		lenient := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "any-shared-e2e.tangram.dev"}}
 		for _, s := range shared.Spec.Selectors {
-			if s.CEL != nil && strings.Contains(s.CEL.Expression, names.AttrShareEnforcement) {
+			if s.CEL != nil && strings.Contains(s.CEL.Expression, device.AttrShareEnforcement) {
 				continue
 			}
 			lenient.Spec.Selectors = append(lenient.Spec.Selectors, s)

@@ -10,7 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var _ = Describe("Memory fractions", func() {
@@ -21,7 +21,7 @@ var _ = Describe("Memory fractions", func() {
 		var shareable80 int
 		for _, d := range devices {
 			if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
-				if m, ok := d.Capacity[names.CapacityMemory]; ok && m.Value.Cmp(resource.MustParse("80Gi")) == 0 {
+				if m, ok := d.Capacity[device.CapacityMemory]; ok && m.Value.Cmp(resource.MustParse("80Gi")) == 0 {
 					shareable80++
 				}
 			}
@@ -48,7 +48,7 @@ var _ = Describe("Memory fractions", func() {
 				card = res[0].Device
 			}
 			Expect(res[0].Device).To(Equal(card), "every 20Gi share should land on the same card")
-			uuid := stringAttr(devices[card], names.AttrUUID)
+			uuid := stringAttr(devices[card], device.AttrUUID)
 			Expect(report).To(HaveKeyWithValue("NVIDIA_VISIBLE_DEVICES", uuid))
 			Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt.Sprintf("%s=%dM", uuid, 20*1024)),
 				"pod %s should see its own 20Gi memory limit", p)
@@ -63,7 +63,7 @@ var _ = Describe("Memory fractions", func() {
 		res := results(claim)
 		Expect(res).To(HaveLen(1))
 		Expect(res[0].Device).NotTo(Equal(card), "the 30Gi share does not fit next to 4 × 20Gi on an 80Gi card")
-		uuid := stringAttr(devices[res[0].Device], names.AttrUUID)
+		uuid := stringAttr(devices[res[0].Device], device.AttrUUID)
 		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt.Sprintf("%s=%dM", uuid, 30*1024)))
 
 		// The cluster-wide view must tell the same story as the claims.

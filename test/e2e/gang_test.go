@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var _ = Describe("Pod gang", func() {
@@ -63,7 +63,7 @@ var _ = Describe("Pod gang", func() {
 			describeAllocation(w, claim)
 			res := results(claim)
 			Expect(res).To(HaveLen(1))
-			uuid := stringAttr(devices[res[0].Device], names.AttrUUID)
+			uuid := stringAttr(devices[res[0].Device], device.AttrUUID)
 			Expect(report).To(HaveKeyWithValue("NVIDIA_VISIBLE_DEVICES", uuid))
 			Expect(seen).NotTo(HaveKey(uuid), "gang members %s and %s share a card", seen[uuid], w)
 			seen[uuid] = w

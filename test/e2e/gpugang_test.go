@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // The GpuGang scenario needs the dra-controller (hack/local-cluster/controller.sh
@@ -89,9 +89,9 @@ var _ = Describe("GpuGang", func() {
 			for _, d := range ms.Devices {
 				Expect(owner).NotTo(HaveKey(d), "members %s and %s share %s", owner[d], ms.Pod, d)
 				owner[d] = ms.Pod
-				device := d[strings.LastIndex(d, "/")+1:]
-				Expect(devices).To(HaveKey(device), "device %s of member %s is not on %s", d, ms.Pod, gpuNode)
-				domains[stringAttr(devices[device], names.AttrNVLinkDomain)] = true
+				name := d[strings.LastIndex(d, "/")+1:]
+				Expect(devices).To(HaveKey(name), "device %s of member %s is not on %s", d, ms.Pod, gpuNode)
+				domains[stringAttr(devices[name], device.AttrNVLinkDomain)] = true
 			}
 			Expect(domains).NotTo(HaveKey(""), "member %s got a card without an NVLink domain", ms.Pod)
 			Expect(domains).To(HaveLen(1), "member %s got cards of different NVLink domains: %v", ms.Pod, domains)

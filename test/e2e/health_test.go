@@ -17,8 +17,8 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/health"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 var healthEventCmd = flag.String("health-event-cmd", "", "shell command that injects a health event for a fake GPU of the plugin under test; the scenario appends flags of `dra-kubelet-plugin health-event` (--gpu N --xid X | --recovered). The local cluster's is `hack/local-cluster/plugin.sh health-event`; with the chart: `kubectl exec -n <ns> <plugin pod> -- /dra-kubelet-plugin health-event`")
@@ -126,11 +126,11 @@ func injectHealthEvent(ctx context.Context, args string) {
 }
 
 // deviceIndex is the index attribute of a device on the GPU node.
-func deviceIndex(ctx context.Context, device string) int64 {
-	d, ok := nodeDevices(ctx, gpuNode)[device]
-	Expect(ok).To(BeTrue(), "no device %s on %s", device, gpuNode)
-	a, ok := d.Attributes[names.AttrIndex]
-	Expect(ok && a.IntValue != nil).To(BeTrue(), "device %s has no index attribute", device)
+func deviceIndex(ctx context.Context, name string) int64 {
+	d, ok := nodeDevices(ctx, gpuNode)[name]
+	Expect(ok).To(BeTrue(), "no device %s on %s", name, gpuNode)
+	a, ok := d.Attributes[device.AttrIndex]
+	Expect(ok && a.IntValue != nil).To(BeTrue(), "device %s has no index attribute", name)
 	return *a.IntValue
 }
 
@@ -138,7 +138,7 @@ func deviceIndex(ctx context.Context, device string) int64 {
 func cardWithIndex(index int64) resourceapi.DeviceClaim {
 	c := wholeGPUs(1)
 	c.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-		Expression: fmt.Sprintf(`device.attributes["%s"].%s == %d`, names.DriverName, names.AttrIndex, index),
+		Expression: fmt.Sprintf(`device.attributes["%s"].%s == %d`, device.DriverName, device.AttrIndex, index),
 	}}}
 	return c
 }

@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/enforcement"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 const (
@@ -49,7 +49,7 @@ func nodeDevices(ctx context.Context, node string) map[string]resourceapi.Device
 	list, err := clientset.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(
 			fields.OneTermEqualSelector("spec.nodeName", node),
-			fields.OneTermEqualSelector("spec.driver", names.DriverName),
+			fields.OneTermEqualSelector("spec.driver", device.DriverName),
 		).String(),
 	})
 	Expect(err).NotTo(HaveOccurred(), "listing ResourceSlices of node %s", node)
@@ -64,7 +64,7 @@ func nodeDevices(ctx context.Context, node string) map[string]resourceapi.Device
 
 // stringAttr reads one of our driver's string attributes of a device.
 func stringAttr(d resourceapi.Device, name string) string {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]; ok && a.StringValue != nil {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]; ok && a.StringValue != nil {
 		return *a.StringValue
 	}
 	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
@@ -76,7 +76,7 @@ func stringAttr(d resourceapi.Device, name string) string {
 // createSimNode adds a Node object named name without a kubelet and
 // publishes the ResourceSlices a plugin with the given fake profile (and
 // sharing on or off) would publish for it, computed by the same code the
-// plugin uses (pkg/gpu, pkg/slices). The scheduler allocates from it like
+// plugin uses (pkg/gpu, pkg/resourceslices). The scheduler allocates from it like
 // from any node; pods bound there never run.
 func createSimNode(ctx context.Context, name, profile string, sharing bool) string {
 	// A node left behind by an interrupted run would carry stale slices.
@@ -100,12 +100,12 @@ func createSimNode(ctx context.Context, name, profile string, sharing bool) stri
 		[]byte(`{"status":{"capacity":`+capacity+`,"allocatable":`+capacity+`}}`), metav1.PatchOptions{}, "status")
 	Expect(err).NotTo(HaveOccurred(), "setting the capacity of API-only node %s", name)
 
-	p, err := gpu.BuiltinProfile(profile)
+	p, err := fakegpu.BuiltinProfile(profile)
 	Expect(err).NotTo(HaveOccurred(), "fake profile %s", profile)
-	gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
+	gpus, err := fakegpu.NewFakeSource(name, p).GPUs(ctx)
 	Expect(err).NotTo(HaveOccurred(), "fake GPUs of profile %s", profile)
 	// Fake GPUs enforce nothing: the plugin publishes them advisory.
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: sharing, ShareEnforcement: string(enforcement.Advisory)})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: sharing, ShareEnforcement: string(enforcement.Advisory)})
 	Expect(err).NotTo(HaveOccurred(), "ResourceSlice devices of profile %s", profile)
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{
@@ -114,7 +114,7 @@ func createSimNode(ctx context.Context, name, profile string, sharing bool) stri
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID, Controller: ptr.To(true)}},
 		},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   names.DriverName,
+			Driver:   device.DriverName,
 			NodeName: ptr.To(name),
 			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
 			Devices:  devices,

@@ -9,7 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var _ = Describe("NVLink gang in one claim", func() {
@@ -28,7 +28,7 @@ var _ = Describe("NVLink gang in one claim", func() {
 		res := results(claim)
 		Expect(res).To(HaveLen(2), "count 2 allocates two cards")
 		Expect(res[0].Device).NotTo(Equal(res[1].Device))
-		d0, d1 := stringAttr(devices[res[0].Device], names.AttrNVLinkDomain), stringAttr(devices[res[1].Device], names.AttrNVLinkDomain)
+		d0, d1 := stringAttr(devices[res[0].Device], device.AttrNVLinkDomain), stringAttr(devices[res[1].Device], device.AttrNVLinkDomain)
 		GinkgoWriter.Printf("  nvlinkDomain of %s: %q, of %s: %q\n", res[0].Device, d0, res[1].Device, d1)
 		Expect(d0).NotTo(BeEmpty(), "a bridged card has an nvlinkDomain")
 		Expect(d0).To(Equal(d1), "the two cards must be NVLink peers")

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // packingProfile is the fake profile of the API-only node the packing
@@ -79,7 +79,7 @@ var _ = Describe("Packing across nodes with tangram-scheduler", func() {
 		res := results(packedClaim)
 		Expect(res).To(HaveLen(1))
 		Expect(res[0].Device).To(Equal(usedCard), "the share should join %s, the card already in use", usedCard)
-		uuid := stringAttr(devices[usedCard], names.AttrUUID)
+		uuid := stringAttr(devices[usedCard], device.AttrUUID)
 		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt.Sprintf("%s=%dM", uuid, 20*1024)))
 		GinkgoWriter.Printf("  %s chose %s: both shares run on %s, and every card of %s stays whole\n",
 			*tangramScheduler, packedNode, usedCard, emptyNode)

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -121,7 +121,7 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 				},
 			}
 		}
-		_, err = plugin.ResourceV1().ResourceSlices().Create(ctx, slice(gpuNode, names.DriverName, gpuNode), dryRun)
+		_, err = plugin.ResourceV1().ResourceSlices().Create(ctx, slice(gpuNode, device.DriverName, gpuNode), dryRun)
 		Expect(err).NotTo(HaveOccurred(), "the plugin's own ResourceSlice must pass the policy")
 
 		privileged := func(ns, nodeName string) *corev1.Pod {
@@ -211,17 +211,17 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 				}},
 			{what: "a ResourceSlice of another node", want: "may only write ResourceSlices of its own node",
 				try: func() error {
-					_, err := plugin.ResourceV1().ResourceSlices().Create(ctx, slice(simNode, names.DriverName, simNode), dryRun)
+					_, err := plugin.ResourceV1().ResourceSlices().Create(ctx, slice(simNode, device.DriverName, simNode), dryRun)
 					return err
 				}},
-			{what: "a ResourceSlice of another driver", want: "may only write ResourceSlices of driver " + names.DriverName,
+			{what: "a ResourceSlice of another driver", want: "may only write ResourceSlices of driver " + device.DriverName,
 				try: func() error {
 					_, err := plugin.ResourceV1().ResourceSlices().Create(ctx, slice(gpuNode, "gpu.nvidia.com", gpuNode), dryRun)
 					return err
 				}},
 			{what: "a ResourceSlice in another pool", want: "of the pool named after its node",
 				try: func() error {
-					_, err := plugin.ResourceV1().ResourceSlices().Create(ctx, slice(gpuNode, names.DriverName, "shared-pool"), dryRun)
+					_, err := plugin.ResourceV1().ResourceSlices().Create(ctx, slice(gpuNode, device.DriverName, "shared-pool"), dryRun)
 					return err
 				}},
 		} {

@@ -25,10 +25,10 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
-	"github.com/tangram-gpu/tangram/pkg/slices"
 )
 
 // The real-GPU path (label realpath, `make test-e2e-realpath`): the chart's
@@ -84,7 +84,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		devices := nodeDevices(ctx, gpuNode)
 		Expect(devices).NotTo(BeEmpty())
 		for name, d := range devices {
-			Expect(versionAttr(d, names.AttrDriverVersion)).To(Equal(semverOf(marker["driver_version"])),
+			Expect(versionAttr(d, device.AttrDriverVersion)).To(Equal(semverOf(marker["driver_version"])),
 				"device %s: driverVersion must be the one the mock library reports", name)
 		}
 		GinkgoWriter.Printf("  plugin pod %s runs %s; %d cards, driver %s from NVML\n", pod.Name, c.Image, len(devices), marker["driver_version"])
@@ -92,16 +92,16 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 
 	It("publishes from NVML the ResourceSlices the fake profile gives for the same cards, plus pcieRoot from sysfs", func(ctx SpecContext) {
 		scenario("real path: ResourceSlices from NVML equal the fake profile's, pcieRoot from the mock sysfs")
-		profile, err := gpu.BuiltinProfile(marker["profile"])
+		profile, err := fakegpu.BuiltinProfile(marker["profile"])
 		Expect(err).NotTo(HaveOccurred(), "the mock driver root serves profile %q", marker["profile"])
-		cards, err := gpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
+		cards, err := fakegpu.NewFakeSource(gpuNode, profile).GPUs(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		// The mock root may serve another driver than the profile's
 		// (TANGRAM_MOCK_NVML_DRIVER_VERSION, 615 in the realpath stage).
 		for i := range cards {
 			cards[i].DriverVersion = marker["driver_version"]
 		}
-		want, err := slices.Devices(cards, slices.Options{NodeName: gpuNode, Sharing: true, ShareEnforcement: marker["share_enforcement"]})
+		want, err := resourceslices.Devices(cards, resourceslices.Options{NodeName: gpuNode, Sharing: true, ShareEnforcement: marker["share_enforcement"]})
 		Expect(err).NotTo(HaveOccurred())
 
 		got := nodeDevices(ctx, gpuNode)
@@ -120,7 +120,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 			Expect(apiequality.Semantic.DeepEqual(g, w)).To(BeTrue(),
 				"device %s from NVML differs from the fake profile's:\n got: %s\nwant: %s", w.Name, toJSON(g), toJSON(w))
 			GinkgoWriter.Printf("  %s: %d attributes, %d capacities, nvlinkDomain %q, pcieRoot %s\n",
-				w.Name, len(w.Attributes), len(w.Capacity), stringAttr(g, names.AttrNVLinkDomain), *root)
+				w.Name, len(w.Attributes), len(w.Capacity), stringAttr(g, device.AttrNVLinkDomain), *root)
 		}
 	})
 
@@ -135,9 +135,9 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		res := results(claim)
 		Expect(res).To(HaveLen(1))
 		dev := nodeDevices(ctx, gpuNode)[res[0].Device]
-		minor := dev.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+names.AttrMinor)].IntValue
+		minor := dev.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+device.AttrMinor)].IntValue
 		if minor == nil {
-			minor = dev.Attributes[resourceapi.QualifiedName(names.AttrMinor)].IntValue
+			minor = dev.Attributes[resourceapi.QualifiedName(device.AttrMinor)].IntValue
 		}
 		Expect(minor).NotTo(BeNil(), "device %s has no minor attribute", res[0].Device)
 		cardNode := "/dev/nvidia" + strconv.FormatInt(*minor, 10)
@@ -188,7 +188,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		claim := allocatedClaim(ctx, ns, "share")
 		res := results(claim)
 		Expect(res).To(HaveLen(1))
-		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], names.AttrUUID)
+		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], device.AttrUUID)
 		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", uuid+"=10240M"))
 
 		state := mocknvml.State{Dir: *mockNVMLStateDir}
@@ -254,7 +254,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		percents := map[string]string{"v3-a": "20", "v3-b": "25", "v3-c": "30"}
 		for _, pod := range []string{"v3-a", "v3-b", "v3-c"} {
 			share := memoryShare("20Gi")
-			share.Requests[0].Exactly.Capacity.Requests[names.CapacityCompute] = resource.MustParse(percents[pod])
+			share.Requests[0].Exactly.Capacity.Requests[device.CapacityCompute] = resource.MustParse(percents[pod])
 			createTemplate(ctx, ns, pod, share)
 		}
 		layout := sharing.Layout{Root: *mpsRoot}
@@ -344,7 +344,7 @@ func readMarker(path string) map[string]string {
 }
 
 func versionAttr(d resourceapi.Device, name string) string {
-	a, ok := d.Attributes[resourceapi.QualifiedName(names.DriverName+"/"+name)]
+	a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]
 	if !ok {
 		a = d.Attributes[resourceapi.QualifiedName(name)]
 	}

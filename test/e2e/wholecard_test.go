@@ -8,7 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var _ = Describe("Whole cards", func() {
@@ -33,11 +33,11 @@ var _ = Describe("Whole cards", func() {
 			dev := devices[res[0].Device]
 			// On a shareable card a claim naming no capacity takes all of it.
 			if res[0].ShareID != nil {
-				Expect(res[0].ConsumedCapacity[names.CapacityMemory]).To(BeComparableTo(dev.Capacity[names.CapacityMemory].Value),
+				Expect(res[0].ConsumedCapacity[device.CapacityMemory]).To(BeComparableTo(dev.Capacity[device.CapacityMemory].Value),
 					"a whole-card claim on a shareable card must consume all its memory")
 			}
 			Expect(report).NotTo(HaveKey("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "a whole card must not be limited by MPS")
-			wantUUID := stringAttr(dev, names.AttrUUID)
+			wantUUID := stringAttr(dev, device.AttrUUID)
 			Expect(wantUUID).NotTo(BeEmpty(), "device %s has no uuid attribute in the ResourceSlice", res[0].Device)
 			Expect(report).To(HaveKeyWithValue("NVIDIA_VISIBLE_DEVICES", wantUUID),
 				"pod %s should see exactly the UUID of its allocated device %s", p, res[0].Device)

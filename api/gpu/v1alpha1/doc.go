@@ -17,4 +17,8 @@
 //
 // Validation errors name the field path inside the GpuConfig, for example
 // `sharing.backend: Unsupported value: "foo": supported values: "mps", "none"`.
+//
+// Deep copies are generated (zz_generated.deepcopy.go, make controller-generate).
+//
+// +kubebuilder:object:generate=true
 package v1alpha1

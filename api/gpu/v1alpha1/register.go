@@ -11,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
-
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 const (
-	// GroupName is the API group of the config, equal to the driver name.
-	GroupName = names.DriverName
+	// GroupName is the API group of the config, equal to the DRA driver
+	// name (pkg/device.DriverName; a test there holds them equal, so the
+	// API depends on nothing of the implementation).
+	GroupName = "gpu.tangram.dev"
 	// Version is the API version of this package.
 	Version = "v1alpha1"
 	// Kind is the only kind of this API.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // SharingBackend says how the shares of one card are isolated.
@@ -28,6 +27,8 @@ const (
 var SupportedBackends = []SharingBackend{BackendMPS, BackendNone}
 
 // GpuConfig is the opaque configuration of gpu.tangram.dev devices.
+//
+// +kubebuilder:object:root=true
 type GpuConfig struct {
 	metav1.TypeMeta `json:",inline"`
 
@@ -69,53 +70,4 @@ func (c *GpuConfig) String() string {
 		return fmt.Sprintf("<unprintable GpuConfig: %v>", err)
 	}
 	return string(b)
-}
-
-// DeepCopyInto copies c into out.
-func (c *GpuConfig) DeepCopyInto(out *GpuConfig) {
-	*out = *c
-	if c.Sharing != nil {
-		out.Sharing = c.Sharing.DeepCopy()
-	}
-}
-
-// DeepCopy returns a deep copy of c, nil for nil.
-func (c *GpuConfig) DeepCopy() *GpuConfig {
-	if c == nil {
-		return nil
-	}
-	out := new(GpuConfig)
-	c.DeepCopyInto(out)
-	return out
-}
-
-// DeepCopyObject implements runtime.Object.
-func (c *GpuConfig) DeepCopyObject() runtime.Object {
-	if c == nil {
-		return nil
-	}
-	return c.DeepCopy()
-}
-
-// DeepCopy returns a deep copy of s, nil for nil.
-func (s *Sharing) DeepCopy() *Sharing {
-	if s == nil {
-		return nil
-	}
-	out := *s
-	out.MPS = s.MPS.DeepCopy()
-	return &out
-}
-
-// DeepCopy returns a deep copy of m, nil for nil.
-func (m *MPSSettings) DeepCopy() *MPSSettings {
-	if m == nil {
-		return nil
-	}
-	out := *m
-	if m.DefaultActiveThreadPercentage != nil {
-		v := *m.DefaultActiveThreadPercentage
-		out.DefaultActiveThreadPercentage = &v
-	}
-	return &out
 }

@@ -18,6 +18,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 const driverVersion = "550.54.15" // what the dgxa100 mock reports
@@ -232,7 +233,7 @@ func TestMockNVMLLibrary(t *testing.T) {
 	}
 	var gpus []gpu.GPU
 	for i := 0; i < 8; i++ {
-		gpus = append(gpus, gpu.GPU{Index: i, UUID: gpu.FakeGPUUUID("mock-node", i)})
+		gpus = append(gpus, gpu.GPU{Index: i, UUID: fakegpu.FakeGPUUUID("mock-node", i)})
 	}
 	if err := h.Warm(gpus); err != nil {
 		t.Fatal(err)

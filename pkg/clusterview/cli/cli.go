@@ -16,9 +16,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster/fetch"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/describe"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fetch"
+	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
 )
 
 // options are the flags every subcommand shares.
@@ -72,20 +73,10 @@ func newCommand(out io.Writer, newClients func() (*clients, error)) *cobra.Comma
 
 // clients builds the clients from the kubeconfig and flags.
 func (o *options) clients() (*clients, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.kubeconfig != "" {
-		rules.ExplicitPath = o.kubeconfig
-	}
-	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &o.overrides)
-	ns, _, err := cfg.Namespace()
+	rest, ns, err := kubeconfig.Load(kubeconfig.Options{Path: o.kubeconfig, Overrides: &o.overrides, UserAgent: "kubectl-tangram"})
 	if err != nil {
-		return nil, fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
+		return nil, err
 	}
-	rest, err := cfg.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading the kubeconfig (set --kubeconfig or KUBECONFIG): %w", err)
-	}
-	rest.UserAgent = "kubectl-tangram"
 	kube, err := kubernetes.NewForConfig(rest)
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)

@@ -21,9 +21,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/describe"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
 )
 
 // demoClient serves the demo cluster from a fake clientset.

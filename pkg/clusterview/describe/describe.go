@@ -15,9 +15,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
-	"github.com/tangram-gpu/tangram/pkg/names"
 )
 
 // Claim states.
@@ -28,7 +29,7 @@ const (
 
 // ClaimReport is what one claim asked for and got.
 type ClaimReport struct {
-	Claim clusterview.ClaimRef `json:"claim"`
+	Claim cluster.ClaimRef `json:"claim"`
 	// AsksFor says in a few words what the claim requests.
 	AsksFor string `json:"asksFor"`
 	// State is "allocated" or "pending".
@@ -88,10 +89,10 @@ type PodClaim struct {
 }
 
 // DescribeClaim reports on one claim of the snapshot.
-func DescribeClaim(ctx context.Context, snap *clusterview.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimReport, error) {
-	inv := clusterview.NewInventory(snap)
+func DescribeClaim(ctx context.Context, snap *cluster.Snapshot, claim *resourceapi.ResourceClaim) (*ClaimReport, error) {
+	inv := cluster.NewInventory(snap)
 	r := &ClaimReport{
-		Claim:   clusterview.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		Claim:   cluster.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
 		AsksFor: diagnosis.DescribeClaimSpec(claim),
 		Nodes:   []string{},
 		Pods:    []string{},
@@ -122,7 +123,7 @@ func DescribeClaim(ctx context.Context, snap *clusterview.Snapshot, claim *resou
 	return r, nil
 }
 
-func grant(inv *clusterview.Inventory, claim *resourceapi.ResourceClaim, res *resourceapi.DeviceRequestAllocationResult) DeviceGrant {
+func grant(inv *cluster.Inventory, claim *resourceapi.ResourceClaim, res *resourceapi.DeviceRequestAllocationResult) DeviceGrant {
 	g := DeviceGrant{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device}
 	if res.ShareID != nil {
 		g.ShareID = string(*res.ShareID)
@@ -131,27 +132,27 @@ func grant(inv *clusterview.Inventory, claim *resourceapi.ResourceClaim, res *re
 	if ds == nil {
 		g.Missing = true
 		g.Whole = res.ShareID == nil || res.ConsumedCapacity == nil
-		if q, ok := res.ConsumedCapacity[names.CapacityMemory]; ok {
+		if q, ok := res.ConsumedCapacity[device.CapacityMemory]; ok {
 			g.MemoryBytes = q.Value()
 		}
-		if q, ok := res.ConsumedCapacity[names.CapacityCompute]; ok {
+		if q, ok := res.ConsumedCapacity[device.CapacityCompute]; ok {
 			g.ComputePercent = q.Value()
 		}
 		return g
 	}
 	g.Node = ds.Node
-	g.UUID = ds.StringAttribute(names.AttrUUID)
-	g.ProductName = ds.StringAttribute(names.AttrProductName)
-	g.NVLinkDomain = ds.StringAttribute(names.AttrNVLinkDomain)
+	g.UUID = ds.StringAttribute(device.AttrUUID)
+	g.ProductName = ds.StringAttribute(device.AttrProductName)
+	g.NVLinkDomain = ds.StringAttribute(device.AttrNVLinkDomain)
 	for _, a := range ds.Allocations {
 		if a.Result != res && !(a.Claim.UID == claim.UID && a.Result.Request == res.Request && ptr.Equal(a.Result.ShareID, res.ShareID)) {
 			continue
 		}
 		g.Whole = a.Whole
-		if q, ok := a.Consumed[names.CapacityMemory]; ok {
+		if q, ok := a.Consumed[device.CapacityMemory]; ok {
 			g.MemoryBytes = q.Value()
 		}
-		if q, ok := a.Consumed[names.CapacityCompute]; ok {
+		if q, ok := a.Consumed[device.CapacityCompute]; ok {
 			g.ComputePercent = q.Value()
 		}
 	}
@@ -160,7 +161,7 @@ func grant(inv *clusterview.Inventory, claim *resourceapi.ResourceClaim, res *re
 
 // DescribePod reports on a pod and each claim it uses. Claims are looked up
 // in the snapshot by the name the pod's status (or spec) gives them.
-func DescribePod(ctx context.Context, snap *clusterview.Snapshot, pod *corev1.Pod) (*PodReport, error) {
+func DescribePod(ctx context.Context, snap *cluster.Snapshot, pod *corev1.Pod) (*PodReport, error) {
 	r := &PodReport{
 		Namespace: pod.Namespace, Name: pod.Name,
 		Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName,
@@ -198,7 +199,7 @@ func DescribePod(ctx context.Context, snap *clusterview.Snapshot, pod *corev1.Po
 
 // checkTogether fills r.Together when the pod has several pending claims
 // that each fit somewhere but not all on one node.
-func checkTogether(ctx context.Context, snap *clusterview.Snapshot, r *PodReport) error {
+func checkTogether(ctx context.Context, snap *cluster.Snapshot, r *PodReport) error {
 	var pending []*resourceapi.ResourceClaim
 	var parts []string
 	for _, c := range r.Claims {
@@ -224,7 +225,7 @@ func checkTogether(ctx context.Context, snap *clusterview.Snapshot, r *PodReport
 	return nil
 }
 
-func findClaim(snap *clusterview.Snapshot, namespace, name string) *resourceapi.ResourceClaim {
+func findClaim(snap *cluster.Snapshot, namespace, name string) *resourceapi.ResourceClaim {
 	for _, c := range snap.Claims {
 		if c.Namespace == namespace && c.Name == name {
 			return c

@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -37,7 +39,7 @@ func checkGolden(t *testing.T, name string, got []byte) {
 	}
 }
 
-func claimNamed(t *testing.T, snap *clusterview.Snapshot, ns, name string) *resourceapi.ResourceClaim {
+func claimNamed(t *testing.T, snap *cluster.Snapshot, ns, name string) *resourceapi.ResourceClaim {
 	t.Helper()
 	if c := findClaim(snap, ns, name); c != nil {
 		return c
@@ -46,7 +48,7 @@ func claimNamed(t *testing.T, snap *clusterview.Snapshot, ns, name string) *reso
 	return nil
 }
 
-func podNamed(t *testing.T, snap *clusterview.Snapshot, ns, name string) *corev1.Pod {
+func podNamed(t *testing.T, snap *cluster.Snapshot, ns, name string) *corev1.Pod {
 	t.Helper()
 	for _, p := range snap.Pods {
 		if p.Namespace == ns && p.Name == name {
@@ -157,7 +159,7 @@ func TestDescribeClaimMissingDevice(t *testing.T) {
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.tangram.dev", Pool: "gone", Device: "gpu-0"}},
 		}}},
 	}
-	snap := &clusterview.Snapshot{Claims: []*resourceapi.ResourceClaim{claim}, Classes: fixture.Classes()}
+	snap := &cluster.Snapshot{Claims: []*resourceapi.ResourceClaim{claim}, Classes: device.DeviceClasses()}
 	r, err := DescribeClaim(context.Background(), snap, claim)
 	if err != nil {
 		t.Fatal(err)

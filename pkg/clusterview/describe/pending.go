@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
 )
@@ -11,7 +12,7 @@ import (
 // ExplainPending fills in why each of the view's first limit pending claims
 // waits, with the same diagnosis as `describe claim`. The rest are left for
 // describe: each diagnosis runs the allocator over the cluster.
-func ExplainPending(ctx context.Context, snap *clusterview.Snapshot, v *clusterview.View, limit int) error {
+func ExplainPending(ctx context.Context, snap *cluster.Snapshot, v *clusterview.View, limit int) error {
 	for i := range v.Pending {
 		if i >= limit {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 )
 
@@ -76,7 +77,7 @@ func writeClaim(b *strings.Builder, indent string, r *ClaimReport, st clustervie
 		row := []clusterview.Cell{
 			{Text: g.Request}, {Text: where, Colour: clusterview.Cyan}, {Text: dash(g.ProductName)}, {Text: dash(g.UUID)},
 			{Text: dash(g.NVLinkDomain)}, {Text: share},
-			{Text: clusterview.FormatBytes(g.MemoryBytes), AlignRight: true},
+			{Text: cluster.FormatBytes(g.MemoryBytes), AlignRight: true},
 			{Text: strconv.FormatInt(g.ComputePercent, 10) + "%", AlignRight: true},
 		}
 		if g.Missing {

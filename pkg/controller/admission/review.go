@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/tangram-gpu/tangram/pkg/config"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Resources the webhook checks (resource.k8s.io/v1; the webhook
@@ -131,7 +131,7 @@ func checkClaimSpec(claim *resourceapi.ResourceClaim, spec *field.Path) field.Er
 // checkEntry resolves one config entry on its own, exactly as the plugin
 // resolves the allocation's configs, so the message is the plugin's.
 func checkEntry(entry resourceapi.DeviceAllocationConfiguration, requests []string, path *field.Path) field.ErrorList {
-	if entry.Opaque == nil || entry.Opaque.Driver != names.DriverName {
+	if entry.Opaque == nil || entry.Opaque.Driver != device.DriverName {
 		return nil
 	}
 	if _, err := config.Resolve([]resourceapi.DeviceAllocationConfiguration{entry}, requests); err != nil {

@@ -84,6 +84,7 @@ func TestHealthEndpoints(t *testing.T) {
 }
 
 func TestRestConfigWithoutCluster(t *testing.T) {
+	t.Setenv("HOME", t.TempDir()) // no ~/.kube/config
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	if _, err := restConfig(""); err == nil || !strings.Contains(err.Error(), "pass --kubeconfig") {

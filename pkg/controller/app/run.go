@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -19,15 +18,15 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 	"github.com/tangram-gpu/tangram/pkg/controller/admission"
 	"github.com/tangram-gpu/tangram/pkg/controller/gang"
 	"github.com/tangram-gpu/tangram/pkg/controller/metrics"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
 )
 
 // Run starts everything and blocks until ctx ends or a part fails.
@@ -51,7 +50,7 @@ func Run(ctx context.Context, o Options) error {
 	defer cancel(nil)
 
 	factory := informers.NewSharedInformerFactory(kube, 0)
-	cluster := snapshot.FromFactory(factory)
+	cluster := informer.FromFactory(factory)
 	var gangs *gang.Controller
 	var gangFactory dynamicinformer.DynamicSharedInformerFactory
 	if o.GpuGangs {
@@ -249,20 +248,7 @@ func webhookTLS(ctx context.Context, kube kubernetes.Interface, o Options) (*tls
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: rotator.GetCertificate}, nil
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig == "" {
-		kubeconfig = os.Getenv("KUBECONFIG")
-	}
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no API server: pass --kubeconfig, set KUBECONFIG or run in a pod: %w", err)
-	}
-	return cfg, nil
+func restConfig(path string) (*rest.Config, error) {
+	cfg, _, err := kubeconfig.Load(kubeconfig.Options{Path: path, UserAgent: "tangram-dra-controller"})
+	return cfg, err
 }

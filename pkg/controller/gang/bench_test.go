@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 )
 
 // BenchmarkDiagnose100Nodes is the work a pending gang costs every

@@ -18,7 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 )
 
 // Controller runs the Reconciler from a work queue fed by informers.
@@ -31,7 +31,7 @@ type Controller struct {
 // NewController registers the informers the reconciler needs and the event
 // handlers that map pods, claims and owned objects back to their gang.
 func NewController(kube kubernetes.Interface, gangClient dynamic.Interface, kubeInformers informers.SharedInformerFactory,
-	gangInformers dynamicinformer.DynamicSharedInformerFactory, cluster *snapshot.Listers, pendingResync time.Duration) (*Controller, error) {
+	gangInformers dynamicinformer.DynamicSharedInformerFactory, cluster *informer.Listers, pendingResync time.Duration) (*Controller, error) {
 	r := &Reconciler{Kube: kube, PendingResync: pendingResync}
 	c := &Controller{
 		reconciler: r,

@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 )
 
 func TestEventMapping(t *testing.T) {
@@ -63,7 +63,7 @@ func TestControllerRun(t *testing.T) {
 		map[schema.GroupVersionResource]string{tangramv1.GroupVersionResource: "GpuGangList"})
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	gangFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	c, err := NewController(kube, dyn, factory, gangFactory, snapshot.FromFactory(factory), time.Hour)
+	c, err := NewController(kube, dyn, factory, gangFactory, informer.FromFactory(factory), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

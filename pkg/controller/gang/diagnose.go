@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/diagnosis"
 )
 
@@ -30,7 +30,7 @@ func MemberClaim(g *tangramv1.GpuGang) *resourceapi.ResourceClaim {
 // Diagnose explains a pending gang in plain words: whether the cluster has
 // room for the members still to be placed (with the scheduler's own DRA
 // allocator, via pkg/diagnosis) and what else holds them back.
-func Diagnose(ctx context.Context, snap *clusterview.Snapshot, g *tangramv1.GpuGang, m Members) (string, error) {
+func Diagnose(ctx context.Context, snap *cluster.Snapshot, g *tangramv1.GpuGang, m Members) (string, error) {
 	toPlace := int(g.Spec.MinMembers() - m.Placed)
 	if toPlace < 1 {
 		toPlace = 1

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 )
 
 // The example: 3 members × 2 NVLink-connected GPUs, in one zone.

@@ -19,9 +19,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 const (
@@ -88,7 +88,7 @@ func newHarness(t *testing.T, cluster *fixture.Cluster, gang *tangramv1.GpuGang,
 		Templates:     f.Resource().V1().ResourceClaimTemplates().Lister(),
 		Workloads:     f.Scheduling().V1beta1().Workloads().Lister(),
 		PodGroups:     f.Scheduling().V1beta1().PodGroups().Lister(),
-		Cluster:       snapshot.FromFactory(f),
+		Cluster:       informer.FromFactory(f),
 		PendingResync: testResync,
 	}
 	h.sync()
@@ -208,7 +208,7 @@ func memberPod(g *tangramv1.GpuGang, name, node string, phase corev1.PodPhase, c
 func allocatedClaim(name, node string, devices ...string) *resourceapi.ResourceClaim {
 	var results []resourceapi.DeviceRequestAllocationResult
 	for _, d := range devices {
-		results = append(results, resourceapi.DeviceRequestAllocationResult{Request: RequestName, Driver: names.DriverName, Pool: node, Device: d})
+		results = append(results, resourceapi.DeviceRequestAllocationResult{Request: RequestName, Driver: device.DriverName, Pool: node, Device: d})
 	}
 	return &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, UID: types.UID("uid-" + name)},

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 const (
@@ -130,24 +130,24 @@ func MemberClaimSpec(g *tangramv1.GpuGang) resourceapi.ResourceClaimSpec {
 	switch {
 	case gpus.Share != nil:
 		if req.DeviceClassName == "" {
-			req.DeviceClassName = names.SharedDeviceClassName
+			req.DeviceClassName = device.SharedDeviceClassName
 		}
 		requests := map[resourceapi.QualifiedName]resource.Quantity{
-			names.CapacityMemory: gpus.Share.Memory.DeepCopy(),
+			device.CapacityMemory: gpus.Share.Memory.DeepCopy(),
 		}
 		if gpus.Share.Compute != nil {
-			requests[names.CapacityCompute] = *resource.NewQuantity(int64(*gpus.Share.Compute), resource.DecimalSI)
+			requests[device.CapacityCompute] = *resource.NewQuantity(int64(*gpus.Share.Compute), resource.DecimalSI)
 		}
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: requests}
 	case gpus.Whole != nil:
 		if req.DeviceClassName == "" {
-			req.DeviceClassName = names.DeviceClassName
+			req.DeviceClassName = device.DeviceClassName
 		}
 		req.Count = max(int64(gpus.Whole.Count), 1)
 		if gpus.Whole.SameNVLinkDomain && req.Count > 1 {
 			constraints = []resourceapi.DeviceConstraint{{
 				Requests:       []string{RequestName},
-				MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(names.DriverName + "/" + names.AttrNVLinkDomain)),
+				MatchAttribute: ptr.To(resourceapi.FullyQualifiedName(device.DriverName + "/" + device.AttrNVLinkDomain)),
 			}}
 		}
 	}

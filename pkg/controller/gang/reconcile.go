@@ -22,7 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 )
 
 // Reconciler brings one GpuGang's owned objects and status up to date.
@@ -34,7 +34,7 @@ type Reconciler struct {
 	Templates resourcelisters.ResourceClaimTemplateLister
 	Workloads schedulinglisters.WorkloadLister
 	PodGroups schedulinglisters.PodGroupLister
-	Cluster   snapshot.Source
+	Cluster   informer.Source
 	// PendingResync is how soon a pending gang is diagnosed again: slices
 	// and other claims change without touching the gang.
 	PendingResync time.Duration

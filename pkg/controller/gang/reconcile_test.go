@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 func h100Cluster(t *testing.T, zones ...string) *fixture.Cluster {
@@ -78,7 +78,7 @@ func TestReconcileCreatesOwnedObjects(t *testing.T) {
 	}
 	// The member claim: 2 whole cards of the default class in one NVLink domain.
 	req := rct.Spec.Spec.Devices.Requests[0]
-	if req.Name != RequestName || req.Exactly.DeviceClassName != names.DeviceClassName || req.Exactly.Count != 2 {
+	if req.Name != RequestName || req.Exactly.DeviceClassName != device.DeviceClassName || req.Exactly.Count != 2 {
 		t.Errorf("template request %+v", req)
 	}
 	if cs := rct.Spec.Spec.Devices.Constraints; len(cs) != 1 || string(*cs[0].MatchAttribute) != "gpu.tangram.dev/nvlinkDomain" {
@@ -149,8 +149,8 @@ func TestReconcileShareGang(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := rct.Spec.Spec.Devices.Requests[0].Exactly
-	mem, comp := req.Capacity.Requests[names.CapacityMemory], req.Capacity.Requests[names.CapacityCompute]
-	if req.DeviceClassName != names.SharedDeviceClassName || req.Count != 1 || mem.String() != "20Gi" || comp.Value() != 40 {
+	mem, comp := req.Capacity.Requests[device.CapacityMemory], req.Capacity.Requests[device.CapacityCompute]
+	if req.DeviceClassName != device.SharedDeviceClassName || req.Count != 1 || mem.String() != "20Gi" || comp.Value() != 40 {
 		t.Errorf("share request %+v", req)
 	}
 	if len(rct.Spec.Spec.Devices.Constraints) != 0 {
@@ -377,7 +377,7 @@ func TestDevicesOf(t *testing.T) {
 	r := &share.Status.Allocation.Devices.Results[0]
 	r.ShareID = ptr.To(types.UID("share-1"))
 	r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
-		names.CapacityMemory: mustQuantity("20Gi"), names.CapacityCompute: mustQuantity("40"),
+		device.CapacityMemory: mustQuantity("20Gi"), device.CapacityCompute: mustQuantity("40"),
 	}
 	other := allocatedClaim("o", "node-1", "gpu-0")
 	other.Status.Allocation.Devices.Results[0].Driver = "other.example.com"

@@ -9,8 +9,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // ValidateSpec repeats the CRD's checks for a gang that reached the
@@ -85,7 +85,7 @@ type Members struct {
 func ObserveMembers(g *tangramv1.GpuGang, pods []*corev1.Pod, claims map[string]*resourceapi.ResourceClaim) Members {
 	var m Members
 	sorted := append([]*corev1.Pod(nil), pods...)
-	sort.Slice(sorted, func(i, j int) bool { return clusterview.NaturalLess(sorted[i].Name, sorted[j].Name) })
+	sort.Slice(sorted, func(i, j int) bool { return cluster.NaturalLess(sorted[i].Name, sorted[j].Name) })
 	for _, pod := range sorted {
 		if !IsMember(g, pod) {
 			continue
@@ -124,16 +124,16 @@ func devicesOf(c *resourceapi.ResourceClaim, withShare bool) []string {
 	}
 	var out []string
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver != names.DriverName {
+		if r.Driver != device.DriverName {
 			continue
 		}
 		s := r.Pool + "/" + r.Device
 		if withShare && r.ShareID != nil {
 			var parts []string
-			if q, ok := r.ConsumedCapacity[names.CapacityMemory]; ok {
-				parts = append(parts, clusterview.FormatBytes(q.Value()))
+			if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
+				parts = append(parts, cluster.FormatBytes(q.Value()))
 			}
-			if q, ok := r.ConsumedCapacity[names.CapacityCompute]; ok && q.Sign() > 0 {
+			if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok && q.Sign() > 0 {
 				parts = append(parts, fmt.Sprintf("%d%% compute", q.Value()))
 			}
 			if len(parts) > 0 {

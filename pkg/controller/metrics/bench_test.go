@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 )
 
 // BenchmarkCompute100Nodes is one scrape of 100 DGX nodes (800 cards, 1100

@@ -1,14 +1,15 @@
 // Package metrics exports the cluster-wide GPU allocation picture as
 // Prometheus gauges, computed at scrape time from the controller's
-// informer caches (pkg/clusterview), so every replica can answer.
+// informer caches (the pkg/cluster model), so every replica can answer.
 package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/controller/snapshot"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 const namespace = "tangram"
@@ -39,7 +40,7 @@ func desc(name, help string, labels []string) *prometheus.Desc {
 
 // Collector computes the allocation gauges at each scrape.
 type Collector struct {
-	Source snapshot.Source
+	Source informer.Source
 	Logger klog.Logger
 }
 
@@ -65,37 +66,50 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Compute turns a snapshot into metrics; pure, for tests.
-func Compute(snap *clusterview.Snapshot) []prometheus.Metric {
-	view := clusterview.Build(snap, clusterview.Options{})
+// Compute turns a snapshot into metrics; pure, for tests. Devices are
+// those of our driver on a node, in the inventory's order (by node, then
+// device).
+func Compute(snap *cluster.Snapshot) []prometheus.Metric {
+	inv := cluster.NewInventory(snap)
 	pending := PendingShapes(snap)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
 		return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	var out []prometheus.Metric
 	var free, strandedTotal int64
-	for _, n := range view.Nodes {
-		for _, card := range n.Cards {
-			l := []string{n.Name, card.Device}
-			s := StrandedMemory(card, pending)
-			var shareCount int
-			for _, a := range card.Allocations {
-				if !a.Whole && !a.AdminAccess {
-					shareCount++
-				}
-			}
-			out = append(out,
-				gauge(memCapacity, float64(card.MemoryBytes), l...),
-				gauge(memAllocated, float64(card.MemoryUsedBytes), l...),
-				gauge(compCapacity, float64(card.ComputePercent), l...),
-				gauge(compAllocated, float64(card.ComputeUsedPercent), l...),
-				gauge(shares, float64(shareCount), l...),
-				gauge(stranded, float64(s), l...),
-			)
-			free += FreeMemory(card)
-			strandedTotal += s
+	type nodeTotals struct{ cards, free int }
+	var nodes []string
+	totals := map[string]*nodeTotals{}
+	for _, ds := range inv.Devices {
+		if ds.Driver != device.DriverName {
+			continue
 		}
-		out = append(out, gauge(nodeCards, float64(n.Totals.Cards), n.Name), gauge(nodeFreeCards, float64(n.Totals.Free), n.Name))
+		c := cardOf(ds)
+		l := []string{ds.Node, ds.Device.Name}
+		s := strandedMemory(c, pending)
+		out = append(out,
+			gauge(memCapacity, float64(c.memory), l...),
+			gauge(memAllocated, float64(c.memoryUsed), l...),
+			gauge(compCapacity, float64(c.compute), l...),
+			gauge(compAllocated, float64(c.computeUsed), l...),
+			gauge(shares, float64(ds.Shares()), l...),
+			gauge(stranded, float64(s), l...),
+		)
+		free += freeMemory(c)
+		strandedTotal += s
+		t, ok := totals[ds.Node]
+		if !ok {
+			t = &nodeTotals{}
+			totals[ds.Node] = t
+			nodes = append(nodes, ds.Node)
+		}
+		t.cards++
+		if c.use == cluster.Free {
+			t.free++
+		}
+	}
+	for _, n := range nodes {
+		out = append(out, gauge(nodeCards, float64(totals[n].cards), n), gauge(nodeFreeCards, float64(totals[n].free), n))
 	}
 	ratio := 0.0
 	if free > 0 {
@@ -105,7 +119,7 @@ func Compute(snap *clusterview.Snapshot) []prometheus.Metric {
 		gauge(clusterFree, float64(free)),
 		gauge(clusterStranded, float64(strandedTotal)),
 		gauge(clusterFragRatio, ratio),
-		gauge(pendingClaims, float64(len(view.Pending))),
+		gauge(pendingClaims, float64(len(cluster.PendingClaims(snap)))),
 	)
 	return out
 }

@@ -12,16 +12,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/clusterview/fixture"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 )
 
 type staticSource struct {
-	snap *clusterview.Snapshot
+	snap *cluster.Snapshot
 	err  error
 }
 
-func (s staticSource) Snapshot() (*clusterview.Snapshot, error) { return s.snap, s.err }
+func (s staticSource) Snapshot() (*cluster.Snapshot, error) { return s.snap, s.err }
 
 // l4Cluster: one shareable node with 4 × 24 GiB L4s; a 16 GiB share on
 // gpu-0 and a whole card (gpu-1) are allocated.
@@ -155,7 +155,7 @@ tangram_allocation_scrape_error 1
 		t.Error(err)
 	}
 	// The collector registers cleanly (descriptors are consistent).
-	if err := prometheus.NewPedanticRegistry().Register(&Collector{Source: staticSource{snap: &clusterview.Snapshot{}}}); err != nil {
+	if err := prometheus.NewPedanticRegistry().Register(&Collector{Source: staticSource{snap: &cluster.Snapshot{}}}); err != nil {
 		t.Error(err)
 	}
 }

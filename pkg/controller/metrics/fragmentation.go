@@ -3,8 +3,8 @@ package metrics
 import (
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/clusterview"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Shape is what one pending request needs from one card.
@@ -21,13 +21,10 @@ type Shape struct {
 // memory default is the whole card); for firstAvailable the first
 // alternative counts. Selectors and constraints are not considered: the
 // figure is about sizes.
-func PendingShapes(snap *clusterview.Snapshot) []Shape {
-	ours := clusterview.OurClasses(snap.Classes)
+func PendingShapes(snap *cluster.Snapshot) []Shape {
+	ours := cluster.OurClasses(snap.Classes)
 	var out []Shape
-	for _, c := range snap.Claims {
-		if c.Status.Allocation != nil || c.DeletionTimestamp != nil {
-			continue
-		}
+	for _, c := range cluster.PendingClaims(snap) {
 		for _, r := range c.Spec.Devices.Requests {
 			req := r.Exactly
 			if req == nil && len(r.FirstAvailable) > 0 {
@@ -47,48 +44,62 @@ func shapeOf(req *resourceapi.ExactDeviceRequest) Shape {
 	if req.Capacity == nil {
 		return Shape{Whole: true}
 	}
-	mem, ok := req.Capacity.Requests[names.CapacityMemory]
+	mem, ok := req.Capacity.Requests[device.CapacityMemory]
 	if !ok {
 		return Shape{Whole: true}
 	}
 	s := Shape{MemoryBytes: mem.Value()}
-	if q, ok := req.Capacity.Requests[names.CapacityCompute]; ok {
+	if q, ok := req.Capacity.Requests[device.CapacityCompute]; ok {
 		s.ComputePercent = q.Value()
 	}
 	return s
 }
 
+// card is what the fragmentation figures read of one device.
+type card struct {
+	use                  cluster.Use
+	shareable            bool
+	memory, memoryUsed   int64
+	compute, computeUsed int64
+}
+
+func cardOf(ds *cluster.DeviceState) card {
+	mem, memUsed := ds.Capacity(device.CapacityMemory), ds.Used(device.CapacityMemory)
+	comp, compUsed := ds.Capacity(device.CapacityCompute), ds.Used(device.CapacityCompute)
+	return card{use: ds.Use(), shareable: ds.Shareable, memory: mem.Value(), memoryUsed: memUsed.Value(),
+		compute: comp.Value(), computeUsed: compUsed.Value()}
+}
+
 // fits reports whether a pending request of that shape could go on the
 // card as it is now.
-func fits(card clusterview.CardView, s Shape) bool {
+func fits(c card, s Shape) bool {
 	if s.Whole {
-		return card.State == clusterview.CardFree
+		return c.use == cluster.Free
 	}
-	if !card.Shareable || card.State == clusterview.CardFull {
+	if !c.shareable || c.use == cluster.Full {
 		return false
 	}
-	return card.MemoryBytes-card.MemoryUsedBytes >= s.MemoryBytes &&
-		card.ComputePercent-card.ComputeUsedPercent >= s.ComputePercent
+	return c.memory-c.memoryUsed >= s.MemoryBytes && c.compute-c.computeUsed >= s.ComputePercent
 }
 
-// FreeMemory is the card's unallocated memory.
-func FreeMemory(card clusterview.CardView) int64 {
-	if card.State == clusterview.CardFull {
+// freeMemory is the card's unallocated memory.
+func freeMemory(c card) int64 {
+	if c.use == cluster.Full {
 		return 0
 	}
-	return max(card.MemoryBytes-card.MemoryUsedBytes, 0)
+	return max(c.memory-c.memoryUsed, 0)
 }
 
-// StrandedMemory is the card's free memory that no pending request can use:
+// strandedMemory is the card's free memory that no pending request can use:
 // all of it when no pending shape fits the card, else none. With nothing
 // pending nothing is stranded.
-func StrandedMemory(card clusterview.CardView, pending []Shape) int64 {
-	free := FreeMemory(card)
+func strandedMemory(c card, pending []Shape) int64 {
+	free := freeMemory(c)
 	if free == 0 || len(pending) == 0 {
 		return 0
 	}
 	for _, s := range pending {
-		if fits(card, s) {
+		if fits(c, s) {
 			return 0
 		}
 	}

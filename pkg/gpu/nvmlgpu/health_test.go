@@ -14,13 +14,14 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 // TestWatchHealthOverMockLibrary drives the real event path: go-nvml loads
 // the C mock, which reports the XIDs and lost cards appended to its events
 // file.
 func TestWatchHealthOverMockLibrary(t *testing.T) {
-	p, err := gpu.BuiltinProfile("pcie-l4")
+	p, err := fakegpu.BuiltinProfile("pcie-l4")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 var (
@@ -49,13 +49,13 @@ gpus:
 // ResourceSlice devices: attributes, capacities, NVLink domains, NUMA.
 func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 	const node = "gpu-node-1"
-	fabric, err := gpu.ParseProfile([]byte(fabricProfile))
+	fabric, err := fakegpu.ParseProfile([]byte(fabricProfile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiles := map[string]*gpu.Profile{"fabric": fabric}
+	profiles := map[string]*fakegpu.Profile{"fabric": fabric}
 	for _, name := range []string{"dgx-h100", "pcie-a100-pairs", "pcie-l4"} {
-		p, err := gpu.BuiltinProfile(name)
+		p, err := fakegpu.BuiltinProfile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := gpu.NewFakeSource(node, p).GPUs(ctx)
+			want, err := fakegpu.NewFakeSource(node, p).GPUs(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,12 +93,12 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 				t.Fatalf("cards through NVML differ from the fake profile (-fake +nvml):\n%s", diff)
 			}
 			for _, sharing := range []bool{false, true} {
-				opts := slices.Options{NodeName: node, Sharing: sharing}
-				gotRes, err := slices.DriverResources(got, opts)
+				opts := resourceslices.Options{NodeName: node, Sharing: sharing}
+				gotRes, err := resourceslices.DriverResources(got, opts)
 				if err != nil {
 					t.Fatal(err)
 				}
-				wantRes, err := slices.DriverResources(want, opts)
+				wantRes, err := resourceslices.DriverResources(want, opts)
 				if err != nil {
 					t.Fatal(err)
 				}

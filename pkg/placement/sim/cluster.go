@@ -11,8 +11,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
@@ -65,9 +66,9 @@ func BuildCluster(nodes []trace.Node) (*Cluster, error) {
 		if len(devices) > 0 {
 			nodeName := tn.Name
 			c.Slices[tn.Name] = []*resourceapi.ResourceSlice{{
-				ObjectMeta: metav1.ObjectMeta{Name: tn.Name + "-" + names.DriverName},
+				ObjectMeta: metav1.ObjectMeta{Name: tn.Name + "-" + device.DriverName},
 				Spec: resourceapi.ResourceSliceSpec{
-					Driver:   names.DriverName,
+					Driver:   device.DriverName,
 					Pool:     resourceapi.ResourcePool{Name: tn.Name, ResourceSliceCount: 1},
 					NodeName: &nodeName,
 					Devices:  devices,
@@ -94,7 +95,7 @@ func cardsOf(tn trace.Node) ([]gpu.GPU, error) {
 			Minor:       i,
 			UUID:        fmt.Sprintf("GPU-%s-%d", tn.Name, i),
 			ProductName: tn.Model,
-			Brand:       gpu.DefaultFakeBrand,
+			Brand:       fakegpu.DefaultFakeBrand,
 			MemoryBytes: mem,
 		}
 	}

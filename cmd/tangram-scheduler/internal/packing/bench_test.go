@@ -13,9 +13,10 @@ import (
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // benchCluster is nodes fake DGX H100s (8 × 80Gi, shareable) of which every
@@ -24,19 +25,19 @@ import (
 func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 	b.Helper()
 	ctx := context.Background()
-	p, err := gpu.BuiltinProfile("dgx-h100")
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		b.Fatal(err)
 	}
-	dra := &fakeDRA{}
+	fakeAPI := &fakeDRA{}
 	var infos []fwk.NodeInfo
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
-		gpus, err := gpu.NewFakeSource(name, p).GPUs(ctx)
+		gpus, err := fakegpu.NewFakeSource(name, p).GPUs(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+		devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -44,19 +45,19 @@ func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 			Driver: "gpu.tangram.dev", NodeName: ptr.To(name), Devices: devices,
 			Pool: resourceapi.ResourcePool{Name: name, ResourceSliceCount: 1},
 		}}
-		dra.slices = append(dra.slices, slice)
-		harness := &allocation.Node{Name: name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+		fakeAPI.slices = append(fakeAPI.slices, slice)
+		harness := &dra.Node{Name: name, Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 		ni := schedframework.NewNodeInfo()
 		for card := 0; card < 8; card += 2 {
 			// Whole cards first so the next share lands on a fresh card.
 			claimName := fmt.Sprintf("%s-share-%d", name, card)
-			c := allocation.Claim(claimName, nil, allocation.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
+			c := dra.Claim(claimName, nil, dra.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
 			c.UID = types.UID(claimName)
 			allocated, err := harness.Allocate(ctx, c)
 			if err != nil {
 				b.Fatal(err)
 			}
-			dra.claims = append(dra.claims, allocated)
+			fakeAPI.claims = append(fakeAPI.claims, allocated)
 			ni.AddPod(podWithClaim(claimName, "4", claimName))
 		}
 		ni.SetNode(&v1.Node{ObjectMeta: clusterObject(name), Status: v1.NodeStatus{Allocatable: v1.ResourceList{
@@ -64,7 +65,7 @@ func benchCluster(b *testing.B, nodes int) (*fakeDRA, []fwk.NodeInfo) {
 		}}})
 		infos = append(infos, ni)
 	}
-	return dra, infos
+	return fakeAPI, infos
 }
 
 // BenchmarkScoreOnePod is what the plugin adds to one pod's scheduling
@@ -91,12 +92,12 @@ func BenchmarkScoreOnePodWorkloadChanges(b *testing.B) {
 
 func benchScoreOnePod(b *testing.B, nodes int, change bool) {
 	ctx := context.Background()
-	dra, infos := benchCluster(b, nodes)
-	toggled := dra.claims[0]
-	incoming := allocation.Claim("incoming", nil, allocation.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
+	fakeAPI, infos := benchCluster(b, nodes)
+	toggled := fakeAPI.claims[0]
+	incoming := dra.Claim("incoming", nil, dra.SharedGPU("gpu", resource.MustParse("20Gi"), resource.MustParse("0")))
 	incoming.UID = "incoming"
-	dra.claims = append(dra.claims, incoming)
-	plugin := newTestPlugin(b, "tangram", dra)
+	fakeAPI.claims = append(fakeAPI.claims, incoming)
+	plugin := newTestPlugin(b, "tangram", fakeAPI)
 	pod := podWithClaim("incoming", "4", "incoming")
 	scores := make(fwk.NodeScoreList, len(infos))
 	b.ReportAllocs()

@@ -17,10 +17,11 @@ import (
 	schedframework "k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
-	"github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // fakeHandle serves DRA objects from memory, and informers of a fake
@@ -115,7 +116,7 @@ func gpuNode(t *testing.T, name string) (*v1.Node, *resourceapi.ResourceSlice) {
 		{Index: 0, UUID: "GPU-" + name + "-0", ProductName: "T4", MemoryBytes: 16 << 30},
 		{Index: 1, Minor: 1, UUID: "GPU-" + name + "-1", ProductName: "T4", MemoryBytes: 16 << 30},
 	}
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,12 +149,12 @@ func TestSharePacksOntoUsedCard(t *testing.T) {
 	nodeA, sliceA := gpuNode(t, "a")
 	nodeB, sliceB := gpuNode(t, "b")
 
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: allocation.DeviceClasses()}
-	running, err := harness.Allocate(ctx, allocation.Claim("running", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
+	harness := &dra.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: device.DeviceClasses()}
+	running, err := harness.Allocate(ctx, dra.Claim("running", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	incoming := allocation.Claim("incoming", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
+	incoming := dra.Claim("incoming", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
 	dra := &fakeDRA{slices: []*resourceapi.ResourceSlice{sliceA, sliceB}, claims: []*resourceapi.ResourceClaim{running, incoming}}
 
 	niA := schedframework.NewNodeInfo(podWithClaim("running", "16", "running"))
@@ -246,16 +247,16 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 func TestReserveAssumesUntilUnreserve(t *testing.T) {
 	ctx := context.Background()
 	_, slice := gpuNode(t, "a")
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	harness := &dra.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 	share := func(name string) *resourceapi.ResourceClaim {
-		c, err := harness.Allocate(ctx, allocation.Claim(name, nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
+		c, err := harness.Allocate(ctx, dra.Claim(name, nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
 	shared := share("shared")
-	pending := allocation.Claim("new", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
+	pending := dra.Claim("new", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
 	dra := &fakeDRA{slices: []*resourceapi.ResourceSlice{slice}, claims: []*resourceapi.ResourceClaim{shared, pending}}
 	plugin := newTestPlugin(t, "tangram", dra)
 	allocatedMilli := func() int64 {

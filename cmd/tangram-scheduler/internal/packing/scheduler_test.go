@@ -18,7 +18,8 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
 // TestSchedulerEndToEnd runs the real kube-scheduler 1.37 (default plugins,
@@ -50,8 +51,8 @@ func scheduleIncoming(t *testing.T, schedulerName string) string {
 
 	nodeA, sliceA := gpuNode(t, "a")
 	nodeB, sliceB := gpuNode(t, "b")
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: allocation.DeviceClasses()}
-	running, err := harness.Allocate(ctx, allocation.Claim("running", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
+	harness := &dra.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: device.DeviceClasses()}
+	running, err := harness.Allocate(ctx, dra.Claim("running", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +60,12 @@ func scheduleIncoming(t *testing.T, schedulerName string) string {
 	runningPod.Spec.NodeName = "a"
 	runningPod.Status.Phase = v1.PodRunning
 	running.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: runningPod.Name, UID: runningPod.UID}}
-	incoming := allocation.Claim("incoming", nil, allocation.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
+	incoming := dra.Claim("incoming", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.MustParse("50")))
 	pod := podWithClaim("incoming", "2", "incoming")
 	pod.Spec.SchedulerName = schedulerName
 
 	objects := []runtime.Object{nodeA, nodeB, sliceA, sliceB, running, incoming, runningPod, pod}
-	for _, c := range allocation.DeviceClasses() {
+	for _, c := range device.DeviceClasses() {
 		objects = append(objects, c)
 	}
 	client := fake.NewClientset(objects...)

@@ -10,7 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tangram-gpu/tangram/pkg/names"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/placement"
 )
 
@@ -121,7 +121,7 @@ func newClusterState() *clusterState {
 // ours reports whether a slice is one of our driver's node-local slices,
 // the only ones the model reads.
 func ours(s *resourceapi.ResourceSlice) bool {
-	return s.Spec.Driver == names.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != ""
+	return s.Spec.Driver == device.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != ""
 }
 
 // upsertSlice records an added or updated slice.

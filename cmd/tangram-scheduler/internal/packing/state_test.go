@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/placement"
-	tgslices "github.com/tangram-gpu/tangram/pkg/slices"
+	tgslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestIncrementalStateMatchesFullRebuild applies seeded random sequences of
@@ -96,7 +96,7 @@ func (w *world) step() string {
 	case "add slice":
 		node := worldNodes[w.rng.IntN(len(worldNodes))]
 		half := w.rng.IntN(2) // each node publishes its cards in two slices
-		driver := names.DriverName
+		driver := device.DriverName
 		if w.rng.IntN(8) == 0 {
 			driver = "other.example.com"
 		}
@@ -233,14 +233,14 @@ func (w *world) newClaim() *resourceapi.ResourceClaim {
 	case 0, 1: // a share
 		mem := resource.MustParse(fmt.Sprintf("%dGi", 1+w.rng.IntN(8)))
 		results = append(results, resourceapi.DeviceRequestAllocationResult{
-			Request: "gpu", Driver: names.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", w.rng.IntN(4)),
+			Request: "gpu", Driver: device.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", w.rng.IntN(4)),
 			ShareID:          ptr.To(types.UID(fmt.Sprintf("share-%d", w.next))),
-			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{names.CapacityMemory: mem, names.CapacityCompute: resource.MustParse("20")},
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{device.CapacityMemory: mem, device.CapacityCompute: resource.MustParse("20")},
 		})
 	case 2: // whole cards
 		for i := range 1 + w.rng.IntN(2) {
 			results = append(results, resourceapi.DeviceRequestAllocationResult{
-				Request: "gpu", Driver: names.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", (w.next+i)%4),
+				Request: "gpu", Driver: device.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", (w.next+i)%4),
 			})
 		}
 	case 3: // another driver's device

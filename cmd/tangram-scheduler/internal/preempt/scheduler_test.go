@@ -25,9 +25,10 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/slices"
-	"github.com/tangram-gpu/tangram/pkg/slices/allocation"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // TestSchedulerPreemptsForGPUs runs the real kube-scheduler 1.37 (default
@@ -40,8 +41,8 @@ import (
 // nominates node a, and once the victim and its claim are gone (what the
 // kubelet and the resourceclaim controller do) binds the pod to a.
 func TestSchedulerPreemptsForGPUs(t *testing.T) {
-	whole := allocation.WholeGPUs("gpu", 1)
-	share := allocation.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})
+	whole := dra.WholeGPUs("gpu", 1)
+	share := dra.SharedGPU("gpu", resource.MustParse("40Gi"), resource.Quantity{})
 	for _, tc := range []struct {
 		name          string
 		schedulerName string
@@ -84,14 +85,14 @@ func runPreemption(t *testing.T, schedulerName string, request resourceapi.Devic
 	defer cancel()
 
 	node, slice := eightCardNode(t, "a")
-	harness := &allocation.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: allocation.DeviceClasses()}
+	harness := &dra.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{slice}, Classes: device.DeviceClasses()}
 	objects := []runtime.Object{node, slice}
-	for _, c := range allocation.DeviceClasses() {
+	for _, c := range device.DeviceClasses() {
 		objects = append(objects, c)
 	}
 	for i := range 8 {
 		name := fmt.Sprintf("low-%d", i)
-		claim, err := harness.Allocate(ctx, allocation.Claim(name, nil, allocation.WholeGPUs("gpu", 1)))
+		claim, err := harness.Allocate(ctx, dra.Claim(name, nil, dra.WholeGPUs("gpu", 1)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +106,7 @@ func runPreemption(t *testing.T, schedulerName string, request resourceapi.Devic
 		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: pod.UID}}
 		objects = append(objects, claim, pod)
 	}
-	incoming := allocation.Claim("high", nil, request)
+	incoming := dra.Claim("high", nil, request)
 	pod := podWithClaim("high", "high", 1000)
 	pod.Spec.SchedulerName = schedulerName
 	objects = append(objects, incoming, pod)
@@ -213,7 +214,7 @@ func eightCardNode(t *testing.T, name string) (*v1.Node, *resourceapi.ResourceSl
 	for i := range 8 {
 		gpus = append(gpus, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%s-%d", name, i), ProductName: "H100", MemoryBytes: 80 << 30})
 	}
-	devices, err := slices.Devices(gpus, slices.Options{NodeName: name, Sharing: true})
+	devices, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: name, Sharing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 )
@@ -74,9 +74,9 @@ func run(args []string) error {
 
 // loadProfile takes a path when the name looks like one, a built-in name
 // otherwise.
-func loadProfile(name string) (*gpu.Profile, error) {
+func loadProfile(name string) (*fakegpu.Profile, error) {
 	if strings.ContainsAny(name, "/.") {
-		return gpu.LoadProfileFile(name)
+		return fakegpu.LoadProfileFile(name)
 	}
-	return gpu.BuiltinProfile(name)
+	return fakegpu.BuiltinProfile(name)
 }
