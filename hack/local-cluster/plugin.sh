@@ -34,8 +34,12 @@ slices_published() {
 }
 
 # registered_since N: the kubelet logged our registration after line N.
+# Not `tail | grep -q`: grep -q exits at the first match, tail then dies of
+# SIGPIPE if more of a busy kubelet's log follows, and pipefail turns that
+# into "not registered".
 registered_since() {
-	tail -n "+$(($1 + 1))" "$LOG_DIR/kubelet.log" | grep -q 'Registered DRA plugin.*driverName="gpu.tangram.dev"'
+	awk -v n="$1" 'NR > n && /Registered DRA plugin.*driverName="gpu.tangram.dev"/ {found = 1; exit} END {exit !found}' \
+		"$LOG_DIR/kubelet.log"
 }
 
 start() {

@@ -87,6 +87,9 @@ metadata:
   namespace: $NS
   labels: {soak: "yes"}
 spec:
+  # 0: the pod object goes at once, the kubelet tears the pod down later,
+  # and the scheduler may give its card to the next wave meanwhile; the
+  # plugin must refuse that claim until the old one is unprepared.
   terminationGracePeriodSeconds: 0
   # No pod network: thirty sandboxes a wave start faster, and the soak is
   # about claims.
@@ -147,7 +150,8 @@ kill_plugin() {
 	if [ -n "${method:-}" ]; then
 		offset="$(stat -c %s "$PLUGIN_LOG")"
 		for ((i = 0; i < 200; i++)); do
-			tail -c "+$((offset + 1))" "$PLUGIN_LOG" | grep -q "$method" && break
+			# grep -c reads to the end (grep -q would SIGPIPE tail; pipefail).
+			tail -c "+$((offset + 1))" "$PLUGIN_LOG" | grep -c "$method" >/dev/null && break
 			[ -e "$WORK/stop" ] && return 0
 			sleep 0.1
 		done
@@ -304,6 +308,12 @@ grep -q api "$WORK/faults" || problem "the API server was not restarted"
 log "soak figures"
 info "claims prepared: $prepared of $created created (pods that ran: $ran, waves: $wave)"
 info "faults injected: $faults ($(grep -c kill "$WORK/faults" || true) plugin kills: $(grep -c 'kill random' "$WORK/faults" || true) at random, $(grep -c 'kill prepare' "$WORK/faults" || true) mid-prepare, $(grep -c 'kill unprepare' "$WORK/faults" || true) mid-unprepare; $(grep -c api "$WORK/faults" || true) API server restart)"
+# With a grace period of 0 a deleted pod is gone from the API server at
+# once, so its claim can be allocated again while the kubelet still tears
+# the pod down; the plugin refuses the new claim until the old one is
+# unprepared, and the kubelet retries. Counted, not a problem.
+refusals="$(tail -c "+$((log_offset + 1))" "$PLUGIN_LOG" | grep -c 'refusing to give\|refusing a share' || true)"
+info "prepares refused because the card's previous claim was not yet unprepared (retried by the kubelet): $refusals"
 info "minutes: $(awk -v s=$((soak_end - soak_start)) 'BEGIN {printf "%.1f", s / 60}') of churn, $(awk -v s=$(($(now_s) - stage_start)) 'BEGIN {printf "%.1f", s / 60}') in all"
 info "problems: $problems"
 if [ "$problems" -ne 0 ]; then
