@@ -19,6 +19,9 @@
 # starting): with the defaults 6 whole cards and 90 1Gi shares, within the
 # 8 80Gi cards of the dgx-h100 profile.
 #   KEEP_CLUSTER=1    leave the cluster running afterwards
+#   SOAK_PLANT=1      plant an orphan CDI spec and an orphan per-claim
+#                     directory before the audits: the run must fail, naming
+#                     both (shows the stage can fail on a real cluster)
 # Prints: claims prepared, faults injected, minutes, problems (must be 0).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
@@ -277,6 +280,13 @@ wait "$injector_pid" || true
 injector_pid=""
 soak_end="$(now_s)"
 "$HERE/plugin.sh" status >/dev/null 2>&1 || "$HERE/plugin.sh" start
+
+if [ "${SOAK_PLANT:-}" = 1 ]; then
+	planted="$(cat /proc/sys/kernel/random/uuid)"
+	log "SOAK_PLANT: planting an orphan CDI spec and per-claim directory for claim $planted"
+	echo '{}' >"$CDI_DIR/k8s.gpu.tangram.dev-claim_$planted.json"
+	mkdir -p "$CLUSTER_DIR/plugin/mps/$planted"
+fi
 
 # Audit 1, with the last wave running: the checkpoint and the CDI specs hold
 # exactly the prepared claims, no card is over capacity or shared with a
