@@ -216,22 +216,23 @@ wait_running() {
 	grep -c '=Running$' <<<"$phases" >>"$WORK/ran" || true
 }
 
-# audit: what the plugin keeps must match the API server (soak-audit.py).
-# Deleted pods are unprepared a little after they vanish, so a mismatch
-# counts only if it is still there after 60 s.
+# audit WHEN: what the plugin keeps must match the API server
+# (soak-audit.py). Deleted pods are unprepared a little after they vanish,
+# so a mismatch counts only if it is still there after 60 s.
 audit() {
-	local i
-	for ((i = 0; i < 60; i++)); do
+	local when="$1" deadline
+	deadline=$(($(now_s) + 60))
+	while [ "$(now_s)" -lt "$deadline" ]; do
 		if K get resourceclaims -A -o json >"$WORK/claims.json" 2>/dev/null &&
 			K get resourceslices -o json >"$WORK/slices.json" 2>/dev/null &&
 			python3 "$HERE/soak-audit.py" "$CHECKPOINT" "$CDI_DIR" "$NODE_NAME" "$WORK/claims.json" "$WORK/slices.json" \
 				"$CLUSTER_DIR/plugin/state" "$CLUSTER_DIR/plugin/mps" >"$WORK/audit"; then
-			[ -s "$WORK/audit" ] || { info "audit: checkpoint, CDI specs and API server agree; no card over capacity"; return 0; }
+			[ -s "$WORK/audit" ] || { info "audit $when: checkpoint, CDI specs, per-claim entries and API server agree; no card over capacity"; return 0; }
 		fi
 		sleep 1
 	done
-	while read -r line; do problem "$line"; done <"$WORK/audit"
-	[ -s "$WORK/audit" ] || problem "audit could not run (API server or soak-audit.py failed)"
+	while read -r line; do problem "audit $when: $line"; done <"$WORK/audit"
+	[ -s "$WORK/audit" ] || problem "audit $when: could not run (API server or soak-audit.py failed)"
 }
 
 stage_start="$(now_s)"
@@ -298,10 +299,10 @@ done
 wait_running "$wave"
 # The pods of the last wave run, so their claims are prepared: the audit
 # needs no settling time for them, only for the deleted ones (above).
-audit
+audit "with the last wave running"
 # Audit 2, after the last wave: nothing left behind.
 K delete namespace "$NS" --wait=true --timeout=300s >/dev/null || problem "namespace $NS not deleted in 300s"
-audit
+audit "after the namespace is deleted"
 
 faults="$(grep -c . "$WORK/faults" || true)"
 # Claims the plugin logged as prepared in this run (a claim prepared again
