@@ -193,5 +193,8 @@ evictionHard:
   nodefs.available: 1%
   imagefs.available: 1%
 serializeImagePulls: false
+# How often the kubelet syncs a pod again, also after a failed prepare (the
+# soak shortens it so pods whose prepare met a killed plugin retry sooner).
+syncFrequency: ${TANGRAM_KUBELET_SYNC_FREQUENCY:-1m}
 YAML
 }

@@ -7,6 +7,8 @@
 #   TANGRAM_FAKE_PROFILE   fake GPU profile of the real node (default dgx-h100)
 #   TANGRAM_SHARING        enabled|disabled (default enabled)
 #   TANGRAM_PLUGIN_VERBOSITY  klog -v (default 4)
+#   TANGRAM_PLUGIN_NO_BUILD=1  start the binary built last time (a crash
+#                          restart in the soak), building only if it is missing
 #   TANGRAM_MOCK_DRIVER_ROOT=1  real-GPU path instead of a fake profile: NVML
 #                          and the driver from the mock driver root up.sh made
 #                          ($MOCK_DRIVER_ROOT, docs/nvml.md)
@@ -32,8 +34,12 @@ slices_published() {
 }
 
 # registered_since N: the kubelet logged our registration after line N.
+# Not `tail | grep -q`: grep -q exits at the first match, tail then dies of
+# SIGPIPE if more of a busy kubelet's log follows, and pipefail turns that
+# into "not registered".
 registered_since() {
-	tail -n "+$(($1 + 1))" "$LOG_DIR/kubelet.log" | grep -q 'Registered DRA plugin.*driverName="gpu.tangram.dev"'
+	awk -v n="$1" 'NR > n && /Registered DRA plugin.*driverName="gpu.tangram.dev"/ {found = 1; exit} END {exit !found}' \
+		"$LOG_DIR/kubelet.log"
 }
 
 start() {
@@ -43,7 +49,11 @@ start() {
 		info "$NAME already running (pid $(proc_pid "$NAME"))"
 		return 0
 	fi
-	build
+	# A restart after a crash runs the same binary: rebuilding would only add
+	# a go build (seconds to minutes on a loaded machine) to the downtime.
+	if [ "${TANGRAM_PLUGIN_NO_BUILD:-}" != 1 ] || [ ! -x "$PLUGIN_BIN" ]; then
+		build
+	fi
 	mkdir -p "$PLUGIN_STATE/state" "$PLUGIN_STATE/mps" "$CDI_DIR"
 	local kubelet_lines
 	kubelet_lines="$(wc -l <"$LOG_DIR/kubelet.log" 2>/dev/null || echo 0)"

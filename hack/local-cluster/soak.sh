@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # Churn-and-crash soak of the kubelet plugin on the local cluster: waves of
 # pods with whole cards and memory shares are created and deleted for
-# SOAK_SECONDS while the plugin is killed (SIGKILL) at random moments and
-# the API server is restarted once; then an independent audit compares
-# what the plugin keeps on disk with what the API server holds.
-#   soak.sh            cluster up, plugin, soak, audit, cluster down
+# SOAK_SECONDS while the plugin is killed (SIGKILL) at random moments, some
+# of them in the middle of a prepare or an unprepare, and the API server is
+# restarted once; then an independent audit compares what the plugin keeps
+# on disk with what the API server holds. A `make test` stage (test-soak).
+#   soak.sh            audit self-test, cluster up, plugin, soak, audit, cluster down
 # Settings (environment):
-#   SOAK_SECONDS      how long waves are created (default 300)
+#   SOAK_SECONDS      how long waves are created, at least (default 300)
 #   SOAK_KILLS        plugin kills to inject, at least (default 10)
 #   SOAK_MIN_CLAIMS   claims to create, at least (default 200)
-#   SOAK_WAVE_WHOLE   whole-card pods per wave (default 1)
-#   SOAK_WAVE_SHARES  10Gi share pods per wave (default 8)
+#   SOAK_WAVE_WHOLE   whole-card pods per wave (default 2)
+#   SOAK_WAVE_SHARES  share pods per wave (default 30)
+#   SOAK_SHARE_MEMORY memory of one share (default 1Gi)
+#   SOAK_MAX_SECONDS  waves stop after this long whatever the counts (default 390,
+#                     so that the stage stays within 10 minutes)
 # Up to three waves hold cards at once (one terminating, one running, one
-# starting): with the defaults 3 whole cards and 3 cards of shares, within
-# the 8 of the dgx-h100 profile.
+# starting): with the defaults 6 whole cards and 90 1Gi shares, within the
+# 8 80Gi cards of the dgx-h100 profile.
 #   KEEP_CLUSTER=1    leave the cluster running afterwards
+#   SOAK_PLANT=1      plant an orphan CDI spec and an orphan per-claim
+#                     directory before the audits: the run must fail, naming
+#                     both (shows the stage can fail on a real cluster)
 # Prints: claims prepared, faults injected, minutes, problems (must be 0).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
@@ -24,12 +31,23 @@ cluster_lock
 SOAK_SECONDS="${SOAK_SECONDS:-300}"
 SOAK_KILLS="${SOAK_KILLS:-10}"
 MIN_CLAIMS="${SOAK_MIN_CLAIMS:-200}"
-WAVE_WHOLE="${SOAK_WAVE_WHOLE:-1}"
-WAVE_SHARES="${SOAK_WAVE_SHARES:-8}"
-# The stage must stay within 10 minutes of churn whatever the machine.
-MAX_SECONDS=540
+WAVE_WHOLE="${SOAK_WAVE_WHOLE:-2}"
+WAVE_SHARES="${SOAK_WAVE_SHARES:-30}"
+SHARE_MEMORY="${SOAK_SHARE_MEMORY:-1Gi}"
+# The stage must stay within 10 minutes whatever the machine.
+MAX_SECONDS="${SOAK_MAX_SECONDS:-390}"
+# How long a wave may take to run: a pod whose prepare met a killed plugin
+# is retried at the kubelet's next sync of it.
+WAVE_TIMEOUT=150
 NS=tangram-soak
 CHECKPOINT="$CLUSTER_DIR/plugin/state/checkpoint.json"
+PLUGIN_LOG="$LOG_DIR/tangram-plugin.log"
+SAVED_LOGS="$CACHE_ROOT/soak-logs"
+# Restarts after a kill run the binary built at the start.
+export TANGRAM_PLUGIN_NO_BUILD=1
+# The kubelet retries a failed prepare when it syncs the pod again: every
+# 10 s instead of every minute, so a kill delays a wave by seconds.
+export TANGRAM_KUBELET_SYNC_FREQUENCY=10s
 WORK="$(mktemp -d)"
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
@@ -37,6 +55,7 @@ problems=0
 problem() {
 	problems=$((problems + 1))
 	printf 'PROBLEM: %s\n' "$*" >&2
+	printf '%s\n' "$*" >>"$WORK/problems"
 }
 
 finish() {
@@ -46,6 +65,11 @@ finish() {
 		touch "$WORK/stop"
 		wait "$injector_pid"
 	fi
+	# The next cluster-up empties the log directory: keep this run's logs.
+	mkdir -p "$SAVED_LOGS"
+	cp "$LOG_DIR"/tangram-plugin.log "$LOG_DIR"/kubelet.log "$SAVED_LOGS"/ 2>/dev/null
+	cp "$WORK"/faults "$WORK"/problems "$SAVED_LOGS"/ 2>/dev/null
+	info "logs of this soak kept in $SAVED_LOGS"
 	if [ -n "${KEEP_CLUSTER:-}" ]; then
 		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
 	else
@@ -66,7 +90,13 @@ metadata:
   namespace: $NS
   labels: {soak: "yes"}
 spec:
+  # 0: the pod object goes at once, the kubelet tears the pod down later,
+  # and the scheduler may give its card to the next wave meanwhile; the
+  # plugin must refuse that claim until the old one is unprepared.
   terminationGracePeriodSeconds: 0
+  # No pod network: thirty sandboxes a wave start faster, and the soak is
+  # about claims.
+  hostNetwork: true
   # Not nodeName: the scheduler must allocate the claim.
   nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   tolerations: [{operator: Exists}]
@@ -105,45 +135,75 @@ spec:
       - name: gpu
         exactly:
           deviceClassName: shared-gpu.tangram.dev
-          capacity: {requests: {memory: 10Gi}}
+          capacity: {requests: {memory: $SHARE_MEMORY}}
 EOF
 }
 
-# The fault injector: SIGKILL the plugin at random moments (restarting it
-# after a random pause), and restart the API server once, half-way.
+# kill_plugin MODE: SIGKILL the plugin; MODE says when: "random" (now),
+# "prepare" or "unprepare" (right after the plugin logged a
+# NodePrepareResources / NodeUnprepareResources call, so that the calls of
+# the same burst the kubelet sent with it are in flight; waits up to 20 s
+# for one, then kills anyway and counts it as random).
+kill_plugin() {
+	local mode="$1" method offset i
+	case "$mode" in
+	prepare) method=NodePrepareResources ;;
+	unprepare) method=NodeUnprepareResources ;;
+	esac
+	if [ -n "${method:-}" ]; then
+		offset="$(stat -c %s "$PLUGIN_LOG")"
+		for ((i = 0; i < 200; i++)); do
+			# grep -c reads to the end (grep -q would SIGPIPE tail; pipefail).
+			tail -c "+$((offset + 1))" "$PLUGIN_LOG" | grep -c "$method" >/dev/null && break
+			[ -e "$WORK/stop" ] && return 0
+			sleep 0.1
+		done
+		[ "$i" -lt 200 ] || mode=random
+	fi
+	log "FAULT: killing the plugin (kill $((kills + 1)), $mode)"
+	"$HERE/plugin.sh" kill || true
+	echo "kill $mode" >>"$WORK/faults"
+	kills=$((kills + 1))
+}
+
+# The fault injector: SIGKILL the plugin at random moments, a third of them
+# mid-prepare and a third mid-unprepare, restarting it (without a rebuild)
+# after 0-2 s; between kills the plugin runs 4-15 s (plus up to 20 s waiting
+# for a call to interrupt), so it is up most of the time. The API server is
+# restarted once, half-way.
 inject_faults() {
-	local kills=0 api_done=0 start pid args
+	local kills=0 api_done=0 start pid args modes=(random prepare unprepare)
 	start="$(now_s)"
 	# Ends between faults when asked (the stop file): never with the plugin
 	# half-started.
 	while [ ! -e "$WORK/stop" ]; do
-		sleep "$((8 + RANDOM % 14))"
+		sleep "$((4 + RANDOM % 12))"
 		[ -e "$WORK/stop" ] && break
 		if [ "$api_done" = 0 ] && [ $(($(now_s) - start)) -ge $((SOAK_SECONDS / 2)) ]; then
 			pid="$(proc_pid kube-apiserver)"
 			# Started again with exactly the arguments up.sh gave it.
 			mapfile -d '' args <"/proc/$pid/cmdline"
 			log "FAULT: restarting kube-apiserver"
-			stop_proc kube-apiserver 30 || true
+			stop_proc kube-apiserver 10 || true
 			start_proc kube-apiserver "${args[@]}" || true
 			wait_until kube-apiserver 180 "kube-apiserver is ready again" K get --raw /readyz || true
 			echo api >>"$WORK/faults"
 			api_done=1
 			continue
 		fi
-		log "FAULT: killing the plugin (kill $((kills + 1)))"
-		"$HERE/plugin.sh" kill || true
-		echo kill >>"$WORK/faults"
-		kills=$((kills + 1))
+		kill_plugin "${modes[kills % 3]}"
+		[ -n "$(proc_pid tangram-plugin)" ] && continue
 		sleep "$((RANDOM % 3))"
-		"$HERE/plugin.sh" start >/dev/null 2>&1 || "$HERE/plugin.sh" start || true
+		# A failed start (e.g. the kubelet slow to log the registration on a
+		# loaded machine) is shown, and the plugin started again if it died.
+		"$HERE/plugin.sh" start >"$WORK/plugin-start" 2>&1 || { tail -n 5 "$WORK/plugin-start" >&2; "$HERE/plugin.sh" start || true; }
 	done
 }
 
 # wait_running WAVE: every pod of the wave runs; the others are problems.
 wait_running() {
 	local wave="$1" i phases notrunning
-	for ((i = 0; i < 240; i++)); do
+	for ((i = 0; i < WAVE_TIMEOUT; i++)); do
 		phases="$(K -n "$NS" get pods -l "wave=$wave" -o jsonpath='{range .items[*]}{.metadata.name}={.status.phase}{"\n"}{end}' 2>/dev/null || true)"
 		notrunning="$(grep -v '=Running$' <<<"$phases" | grep . || true)"
 		if [ -n "$phases" ] && [ -z "$notrunning" ]; then
@@ -152,29 +212,35 @@ wait_running() {
 		fi
 		sleep 1
 	done
-	while read -r p; do problem "wave $wave: pod ${p%%=*} did not run in 240s (phase ${p#*=})"; done <<<"$notrunning"
+	while read -r p; do problem "wave $wave: pod ${p%%=*} did not run in ${WAVE_TIMEOUT}s (phase ${p#*=})"; done <<<"$notrunning"
 	grep -c '=Running$' <<<"$phases" >>"$WORK/ran" || true
 }
 
-# audit: what the plugin keeps must match the API server (soak-audit.py).
-# Deleted pods are unprepared a little after they vanish, so a mismatch
-# counts only if it is still there after 60 s.
+# audit WHEN: what the plugin keeps must match the API server
+# (soak-audit.py). Deleted pods are unprepared a little after they vanish,
+# so a mismatch counts only if it is still there after 60 s.
 audit() {
-	local i
-	for ((i = 0; i < 60; i++)); do
+	local when="$1" deadline
+	deadline=$(($(now_s) + 60))
+	while [ "$(now_s)" -lt "$deadline" ]; do
 		if K get resourceclaims -A -o json >"$WORK/claims.json" 2>/dev/null &&
 			K get resourceslices -o json >"$WORK/slices.json" 2>/dev/null &&
-			python3 "$HERE/soak-audit.py" "$CHECKPOINT" "$CDI_DIR" "$NODE_NAME" "$WORK/claims.json" "$WORK/slices.json" >"$WORK/audit"; then
-			[ -s "$WORK/audit" ] || { info "audit: checkpoint, CDI specs and API server agree; no card over capacity"; return 0; }
+			python3 "$HERE/soak-audit.py" "$CHECKPOINT" "$CDI_DIR" "$NODE_NAME" "$WORK/claims.json" "$WORK/slices.json" \
+				"$CLUSTER_DIR/plugin/state" "$CLUSTER_DIR/plugin/mps" >"$WORK/audit"; then
+			[ -s "$WORK/audit" ] || { info "audit $when: checkpoint, CDI specs, per-claim entries and API server agree; no card over capacity"; return 0; }
 		fi
 		sleep 1
 	done
-	while read -r line; do problem "$line"; done <"$WORK/audit"
-	[ -s "$WORK/audit" ] || problem "audit could not run (API server or soak-audit.py failed)"
+	while read -r line; do problem "audit $when: $line"; done <"$WORK/audit"
+	[ -s "$WORK/audit" ] || problem "audit $when: could not run (API server or soak-audit.py failed)"
 }
 
 stage_start="$(now_s)"
+# The audit must be able to fail: its own test plants each problem first.
+log "soak-audit.py self-test"
+python3 "$HERE/soak_audit_test.py" 2>&1 | tail -n 3 >&2 || die "soak_audit_test.py failed: the audit cannot be trusted"
 "$HERE/up.sh"
+log_offset="$(stat -c %s "$PLUGIN_LOG" 2>/dev/null || echo 0)"
 "$HERE/plugin.sh" start
 K get deviceclass gpu.tangram.dev >/dev/null 2>&1 || K apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2
 K create namespace "$NS" >/dev/null
@@ -183,6 +249,7 @@ log "soak: waves of $WAVE_WHOLE whole-card and $WAVE_SHARES share pods for ${SOA
 
 : >"$WORK/faults"
 : >"$WORK/ran"
+: >"$WORK/problems"
 inject_faults &
 injector_pid=$!
 soak_start="$(now_s)"
@@ -197,16 +264,30 @@ while { [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill 
 	# The API server may be restarting: retry the create.
 	for ((i = 0; i < 60; i++)); do K apply -f "$WORK/wave.yaml" >/dev/null 2>&1 && break; sleep 2; done
 	created=$((created + WAVE_WHOLE + WAVE_SHARES))
+	wave_start="$(now_s)"
 	wait_running "$wave"
+	info "wave $wave: $((WAVE_WHOLE + WAVE_SHARES)) pods running after $(elapsed "$wave_start") ($created claims, $(grep -c kill "$WORK/faults") kills, $(elapsed "$soak_start") of churn)"
 	# The previous wave goes while this one runs: prepares and unprepares
 	# overlap, and the kills hit both.
-	[ "$wave" -gt 1 ] && K -n "$NS" delete pods -l "wave=$((wave - 1))" --wait=false >/dev/null 2>&1
+	if [ "$wave" -gt 1 ]; then
+		for ((i = 0; i < 60; i++)); do
+			K -n "$NS" delete pods -l "wave=$((wave - 1))" --wait=false >/dev/null 2>&1 && break
+			sleep 2
+		done
+	fi
 done
 touch "$WORK/stop"
 wait "$injector_pid" || true
 injector_pid=""
 soak_end="$(now_s)"
 "$HERE/plugin.sh" status >/dev/null 2>&1 || "$HERE/plugin.sh" start
+
+if [ "${SOAK_PLANT:-}" = 1 ]; then
+	planted="$(cat /proc/sys/kernel/random/uuid)"
+	log "SOAK_PLANT: planting an orphan CDI spec and per-claim directory for claim $planted"
+	echo '{}' >"$CDI_DIR/k8s.gpu.tangram.dev-claim_$planted.json"
+	mkdir -p "$CLUSTER_DIR/plugin/mps/$planted"
+fi
 
 # Audit 1, with the last wave running: the checkpoint and the CDI specs hold
 # exactly the prepared claims, no card is over capacity or shared with a
@@ -218,23 +299,37 @@ done
 wait_running "$wave"
 # The pods of the last wave run, so their claims are prepared: the audit
 # needs no settling time for them, only for the deleted ones (above).
-audit
+audit "with the last wave running"
 # Audit 2, after the last wave: nothing left behind.
 K delete namespace "$NS" --wait=true --timeout=300s >/dev/null || problem "namespace $NS not deleted in 300s"
-audit
+audit "after the namespace is deleted"
 
 faults="$(grep -c . "$WORK/faults" || true)"
+# Claims the plugin logged as prepared in this run (a claim prepared again
+# after a kill counts once).
+prepared="$(tail -c "+$((log_offset + 1))" "$PLUGIN_LOG" | grep '"Prepared"' | grep -o 'claimUID="[^"]*"' | sort -u | grep -c . || true)"
 ran="$(awk '{s += $1} END {print s + 0}' "$WORK/ran")"
 # The last wave was counted twice (before and at the audit).
 ran=$((ran - WAVE_WHOLE - WAVE_SHARES))
 [ "$ran" -eq "$created" ] || problem "$created pods created, $ran ran"
+[ "$prepared" -ge "$created" ] || problem "the plugin logged $prepared claims prepared, $created were created"
 [ "$created" -ge "$MIN_CLAIMS" ] || problem "only $created claims in ${MAX_SECONDS}s, want at least $MIN_CLAIMS"
 [ "$(grep -c kill "$WORK/faults" || true)" -ge "$SOAK_KILLS" ] || problem "only $(grep -c kill "$WORK/faults" || true) plugin kills, want $SOAK_KILLS"
 grep -q api "$WORK/faults" || problem "the API server was not restarted"
 log "soak figures"
-info "claims prepared: $created (pods that ran: $ran, waves: $wave)"
-info "faults injected: $faults ($(grep -c kill "$WORK/faults" || true) plugin kills, $(grep -c api "$WORK/faults" || true) API server restart)"
+info "claims prepared: $prepared of $created created (pods that ran: $ran, waves: $wave)"
+info "faults injected: $faults ($(grep -c kill "$WORK/faults" || true) plugin kills: $(grep -c 'kill random' "$WORK/faults" || true) at random, $(grep -c 'kill prepare' "$WORK/faults" || true) mid-prepare, $(grep -c 'kill unprepare' "$WORK/faults" || true) mid-unprepare; $(grep -c api "$WORK/faults" || true) API server restart)"
+# With a grace period of 0 a deleted pod is gone from the API server at
+# once, so its claim can be allocated again while the kubelet still tears
+# the pod down; the plugin refuses the new claim until the old one is
+# unprepared, and the kubelet retries. Counted, not a problem.
+refusals="$(tail -c "+$((log_offset + 1))" "$PLUGIN_LOG" | grep -c 'refusing to give\|refusing a share' || true)"
+info "prepares refused because the card's previous claim was not yet unprepared (retried by the kubelet): $refusals"
 info "minutes: $(awk -v s=$((soak_end - soak_start)) 'BEGIN {printf "%.1f", s / 60}') of churn, $(awk -v s=$(($(now_s) - stage_start)) 'BEGIN {printf "%.1f", s / 60}') in all"
 info "problems: $problems"
-[ "$problems" -eq 0 ] || die "soak found $problems problems"
+if [ "$problems" -ne 0 ]; then
+	log "problems found"
+	sed 's/^/    /' "$WORK/problems" >&2
+	die "soak found $problems problems"
+fi
 log "soak passed"

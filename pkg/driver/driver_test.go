@@ -148,19 +148,19 @@ func TestPrepareRefusesOverlap(t *testing.T) {
 			name:    "whole card held whole by another claim",
 			first:   claimWith("a", wholeResult("gpu", "gpu-0")),
 			second:  claimWith("b", wholeResult("gpu", "gpu-0")),
-			wantErr: "preparing claim default/claim-b: refusing to give gpu-0 (GPU-0) whole to claim default/claim-b: claim default/claim-a already holds it whole; the allocation is stale or wrong, delete and recreate the claim",
+			wantErr: "preparing claim default/claim-b: refusing to give gpu-0 (GPU-0) whole to claim default/claim-b: claim default/claim-a already holds it whole; the kubelet retries, and this clears once that claim is unprepared (e.g. its pod was just force-deleted); if it lasts, the allocation is stale or wrong: delete and recreate the claim",
 		},
 		{
 			name:    "whole card while another claim holds a share",
 			first:   claimWith("a", shareResult("gpu", "gpu-1", "s1", "10Gi", "")),
 			second:  claimWith("b", wholeResult("gpu", "gpu-1")),
-			wantErr: "preparing claim default/claim-b: refusing to give gpu-1 (GPU-1) whole to claim default/claim-b: claim default/claim-a holds a share of it; the allocation is stale or wrong, delete and recreate the claim",
+			wantErr: "preparing claim default/claim-b: refusing to give gpu-1 (GPU-1) whole to claim default/claim-b: claim default/claim-a holds a share of it; the kubelet retries, and this clears once that claim is unprepared (e.g. its pod was just force-deleted); if it lasts, the allocation is stale or wrong: delete and recreate the claim",
 		},
 		{
 			name:    "share on a card held whole",
 			first:   claimWith("a", wholeResult("gpu", "gpu-2")),
 			second:  claimWith("b", shareResult("gpu", "gpu-2", "s1", "10Gi", "")),
-			wantErr: "preparing claim default/claim-b: refusing a share of gpu-2 (GPU-2) to claim default/claim-b: claim default/claim-a holds the card whole; the allocation is stale or wrong, delete and recreate the claim",
+			wantErr: "preparing claim default/claim-b: refusing a share of gpu-2 (GPU-2) to claim default/claim-b: claim default/claim-a holds the card whole; the kubelet retries, and this clears once that claim is unprepared (e.g. its pod was just force-deleted); if it lasts, the allocation is stale or wrong: delete and recreate the claim",
 		},
 		{
 			name:   "two shares on one card coexist",

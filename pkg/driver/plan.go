@@ -141,6 +141,14 @@ type Holding struct {
 	MPS bool
 }
 
+// overlapAdvice ends an overlap refusal. The usual cause is benign: a pod
+// deleted with a grace period of 0 (or force-deleted) leaves the API server
+// at once, its claim is deallocated and the card given to the next claim
+// while the kubelet has yet to unprepare the old one (the soak sees this in
+// every wave). The kubelet retries the prepare, so the refusal clears by
+// itself; only a lasting one means a stale or wrong allocation.
+const overlapAdvice = "the kubelet retries, and this clears once that claim is unprepared (e.g. its pod was just force-deleted); if it lasts, the allocation is stale or wrong: delete and recreate the claim"
+
 // checkOverlap is the last line of defence against a scheduler mistake or a
 // stale allocation: a whole card may not be held by any other claim, and a
 // share may not go onto a card another claim holds whole. Admin-access
@@ -156,14 +164,14 @@ func checkOverlap(claimUID, claim string, plan []plannedDevice, held []Holding) 
 			}
 			switch {
 			case !p.Share && h.Share:
-				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s holds a share of it; the allocation is stale or wrong, delete and recreate the claim",
-					p.Device, p.GPU.UUID, claim, h.Claim)
+				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s holds a share of it; %s",
+					p.Device, p.GPU.UUID, claim, h.Claim, overlapAdvice)
 			case !p.Share:
-				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s already holds it whole; the allocation is stale or wrong, delete and recreate the claim",
-					p.Device, p.GPU.UUID, claim, h.Claim)
+				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s already holds it whole; %s",
+					p.Device, p.GPU.UUID, claim, h.Claim, overlapAdvice)
 			case !h.Share:
-				return fmt.Errorf("refusing a share of %s (%s) to claim %s: claim %s holds the card whole; the allocation is stale or wrong, delete and recreate the claim",
-					p.Device, p.GPU.UUID, claim, h.Claim)
+				return fmt.Errorf("refusing a share of %s (%s) to claim %s: claim %s holds the card whole; %s",
+					p.Device, p.GPU.UUID, claim, h.Claim, overlapAdvice)
 			}
 		}
 	}
