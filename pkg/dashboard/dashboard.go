@@ -159,8 +159,12 @@ func MetricNames(expr string) ([]string, error) {
 
 // Runnable fills in Grafana's variables so Prometheus can run the query:
 // every dashboard variable (e.g. $node) matches all values, and the range
-// variables get rateInterval (e.g. "1m").
+// variables get rateInterval (e.g. "1m"). Grafana's label_values(metric,
+// label) becomes the PromQL that has a series per label value.
 func Runnable(expr, rateInterval string) string {
+	if m := labelValues.FindStringSubmatch(expr); m != nil {
+		expr = fmt.Sprintf("count by (%s) (%s%s)", m[3], m[1], m[2])
+	}
 	r := strings.NewReplacer(
 		"$__rate_interval", rateInterval, "${__rate_interval}", rateInterval,
 		"$__interval", rateInterval, "${__interval}", rateInterval,

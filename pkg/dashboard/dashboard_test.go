@@ -87,4 +87,8 @@ func TestRunnable(t *testing.T) {
 	if want := `rate(a{node=~".*",gpu=~".*"}[1m])`; got != want {
 		t.Errorf("got %s, want %s", got, want)
 	}
+	got = Runnable(`label_values(tangram_node_gpus{zone=~"$zone"}, node)`, "1m")
+	if want := `count by (node) (tangram_node_gpus{zone=~".*"})`; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
 }

@@ -18,23 +18,14 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
-// notYetExported are metrics the dashboard reads that another branch adds:
-// the kubelet plugin's health gauges of issue #16 (branch health). Remove
-// each name when its metric is merged; the test fails on a name here that a
-// component exports, so the list cannot go stale.
-var notYetExported = map[string]string{
-	"tangram_gpu_health": "kubelet plugin health gauge (branch health)",
-	"tangram_gpu_taints": "kubelet plugin taint gauge (branch health)",
-}
-
-// DashboardFile is the chart's dashboard, relative to this file.
+// dashboardFile is the chart's dashboard in this checkout.
 func dashboardFile(t *testing.T) string {
 	t.Helper()
 	_, here, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Fatal("no caller information")
 	}
-	return filepath.Join(filepath.Dir(here), "..", "..", "deployments", "helm", "tangram", "dashboards", "tangram.json")
+	return filepath.Join(filepath.Dir(here), "..", "..", filepath.FromSlash(dashboard.ChartPath))
 }
 
 type emptyCluster struct{}
@@ -102,18 +93,18 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 			if _, ok := have[n]; ok {
 				continue
 			}
-			if _, pending := notYetExported[n]; pending {
+			if _, pending := dashboard.NotYetExported[n]; pending {
 				continue
 			}
 			t.Errorf("%s reads %s, which no Tangram component exports (query %s)", q.Where, n, q.Expr)
 		}
 	}
-	for n, why := range notYetExported {
+	for n, why := range dashboard.NotYetExported {
 		if c, ok := have[n]; ok {
-			t.Errorf("%s is exported by the %s now: remove it from notYetExported (%s)", n, c, why)
+			t.Errorf("%s is exported by the %s now: remove it from dashboard.NotYetExported (%s)", n, c, why)
 		}
 		if !read[n] {
-			t.Errorf("%s is in notYetExported but no query reads it: remove it", n)
+			t.Errorf("%s is in dashboard.NotYetExported but no query reads it: remove it", n)
 		}
 	}
 	var list []string
