@@ -22,7 +22,7 @@ finish() {
 trap finish EXIT
 
 # Compiling the suite first fails fast on a broken test before any cluster work.
-stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
+stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/" "$REPO_ROOT/test/dashboard/"
 stage cluster-up "$HERE/up.sh"
 stage plugin-start "$HERE/plugin.sh" start
 stage controller-start "$HERE/controller.sh" start
