@@ -143,6 +143,35 @@ func TestMonitorsSelectTheirComponents(t *testing.T) {
 	}
 }
 
+// The scheduler's ServiceMonitor authenticates with Prometheus' token file,
+// or with a Secret where the operator refuses files.
+func TestSchedulerMonitorToken(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sets      []string
+		wantFile  bool
+		wantCreds map[string]any
+	}{
+		{name: "token file by default", wantFile: true},
+		{name: "token from a Secret", sets: []string{"monitoring.schedulerToken.secretName=prom-token", "monitoring.schedulerToken.key=t"},
+			wantCreds: map[string]any{"name": "prom-token", "key": "t"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, append(append([]string{"monitoring.enabled=true", "scheduler.enabled=true"}, tc.sets...), operatorAPIs...)...)
+			m := objs.get(t, "ServiceMonitor", "tangram-scheduler").(*unstructured.Unstructured)
+			eps, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
+			ep := eps[0].(map[string]any)
+			if _, got := ep["bearerTokenFile"]; got != tc.wantFile {
+				t.Errorf("bearerTokenFile present: %v, want %v", got, tc.wantFile)
+			}
+			creds, _, _ := unstructured.NestedMap(ep, "authorization", "credentials")
+			if tc.wantCreds == nil && creds != nil || tc.wantCreds != nil && (creds["name"] != tc.wantCreds["name"] || creds["key"] != tc.wantCreds["key"]) {
+				t.Errorf("authorization.credentials %v, want %v", creds, tc.wantCreds)
+			}
+		})
+	}
+}
+
 // The ConfigMap carries the chart's dashboard file unchanged, with the
 // sidecar's label and where the values put it.
 func TestDashboardConfigMap(t *testing.T) {
