@@ -40,5 +40,6 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newSlicesCommand())
 	root.AddCommand(newRunCommand())
 	root.AddCommand(newMPSDaemonCommand())
+	root.AddCommand(newHealthEventCommand())
 	return root
 }

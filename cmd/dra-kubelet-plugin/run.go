@@ -53,9 +53,10 @@ type runFlags struct {
 
 func newRunCommand() *cobra.Command {
 	var (
-		source gpuSourceFlags
-		model  deviceModelFlags
-		flags  runFlags
+		source     gpuSourceFlags
+		model      deviceModelFlags
+		flags      runFlags
+		healthOpts healthFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -74,6 +75,10 @@ func newRunCommand() *cobra.Command {
 				return err
 			}
 			mpsPod, err := flags.mpsDaemonPod(source.Fake(), source.DriverRoot)
+			if err != nil {
+				return err
+			}
+			healthPolicy, err := healthOpts.policy()
 			if err != nil {
 				return err
 			}
@@ -142,11 +147,16 @@ func newRunCommand() *cobra.Command {
 				MetricsAddress:   flags.MetricsAddress,
 				KubeClient:       client,
 				Publish:          flags.Publish,
+
+				HealthWatcher:      healthOpts.watcher(ctx, src, source.Fake(), flags.StateDir),
+				HealthPolicy:       healthPolicy,
+				HealthRecoverAfter: healthOpts.RecoverAfter,
 			})
 		},
 	}
 	source.AddFlags(cmd.Flags())
 	model.AddFlags(cmd.Flags())
+	healthOpts.AddFlags(cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&flags.CDIRoot, "cdi-root", "/var/run/cdi", "directory for the transient CDI specs the container runtime reads")
 	f.StringVar(&flags.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")

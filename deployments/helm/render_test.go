@@ -60,6 +60,9 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
 				// NVML and the driver's programs come from the mount.
 				"driver-root": "/driver-root", "host-driver-root": "/",
+				// GPU health: the default XID table, recovery after 10m quiet.
+				"health-monitor": "true", "health-informational-xids": "13,31,43,45,68,109",
+				"health-ignored-xids": "", "health-recover-after": "10m",
 			},
 			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets", "sysfs-root"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
@@ -82,6 +85,14 @@ func TestPluginDaemonSet(t *testing.T) {
 			noFlags:   []string{"fake-profile-file", "mps-daemon-driver-root", "driver-root", "host-driver-root", "sysfs-root"},
 			wantImage: "registry.example:5000/tangram/plugin:v9",
 			wantFake:  true,
+		},
+		{
+			name: "GPU health table from values",
+			sets: []string{"kubeletPlugin.deviceHealth.enabled=false", "kubeletPlugin.deviceHealth.informationalXIDs={13,79}",
+				"kubeletPlugin.deviceHealth.ignoredXIDs={31}", "kubeletPlugin.deviceHealth.recoverAfter=90s"},
+			wantFlags: map[string]string{"health-monitor": "false", "health-informational-xids": "13,79",
+				"health-ignored-xids": "31", "health-recover-after": "90s"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
 			name:      "MPS daemon as a child process",
@@ -234,6 +245,9 @@ func TestRBAC(t *testing.T) {
 		"resource.k8s.io/resourceclaims/status": {"patch"},
 		"resource.k8s.io/resourceclaims/driver": {"associated-node:patch"},
 		"resource.k8s.io/resourceslices":        {"create", "delete", "get", "list", "update", "watch"},
+		// Node events when a GPU is tainted or recovers.
+		"/events":              {"create", "patch", "update"},
+		"events.k8s.io/events": {"create", "patch", "update"},
 	}
 	got := map[string][]string{}
 	for _, r := range plugin.Rules {

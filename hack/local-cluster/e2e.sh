@@ -12,7 +12,8 @@ if [ -z "${KUBECONFIG:-}" ]; then
 	export KUBECONFIG="$KUBECONFIG_FILE"
 	cluster_lock # nobody tears the cluster down under the suite
 	plugin="$REPO_ROOT/hack/local-cluster/plugin.sh"
-	args+=(--plugin-kill-cmd "$plugin kill" --plugin-start-cmd "$plugin start" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME" --helm "$HELM_BIN/helm")
+	args+=(--plugin-kill-cmd "$plugin kill" --plugin-start-cmd "$plugin start" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME" --helm "$HELM_BIN/helm"
+		--health-event-cmd "$plugin health-event")
 	if ! "$KUBECTL" get deviceclass gpu.tangram.dev >/dev/null 2>&1; then
 		log "applying DeviceClasses from test/e2e/testdata (no Helm chart installed)"
 		"$KUBECTL" apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2

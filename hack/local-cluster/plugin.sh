@@ -92,5 +92,12 @@ status)
 	if [ -n "$pid" ]; then echo "running (pid $pid)"; else echo "not running"; exit 1; fi
 	;;
 logs) exec tail -n "${LINES:-100}" "$LOG_DIR/$NAME.log" ;;
-*) die "usage: $0 start|stop|kill|restart|status|logs" ;;
+health-event)
+	# Inject a health event for a fake card, e.g. `health-event --gpu 1 --xid 79`
+	# (docs/health.md); the plugin reads it from its state directory.
+	shift
+	[ -x "$PLUGIN_BIN" ] || die "no plugin binary at $PLUGIN_BIN: run '$0 start' first"
+	exec "$PLUGIN_BIN" health-event --state-dir "$PLUGIN_STATE/state" "$@"
+	;;
+*) die "usage: $0 start|stop|kill|restart|status|logs|health-event <flags>" ;;
 esac

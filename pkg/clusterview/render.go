@@ -60,6 +60,7 @@ func WriteStatus(w io.Writer, v *View, st Style) error {
 		if err := t.Write(&b, st); err != nil {
 			return err
 		}
+		writeTaints(&b, n.Cards, st)
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "%s  %d %s, %s\n", st.Paint(Bold, "CLUSTER"), len(v.Nodes), plural(len(v.Nodes), "node"), totalsLine(v.Totals))
@@ -112,8 +113,16 @@ func addCardRows(t *Table, c CardView) {
 	if nvlink == "" {
 		nvlink = "-"
 	}
+	device, deviceColour := c.Device, stateColour(c.State)
+	if len(c.Taints) > 0 {
+		// Marked here, explained under the table.
+		device += "!"
+		if taintsBlock(c.Taints) {
+			deviceColour = Red
+		}
+	}
 	first := []Cell{
-		{Text: c.Device, Colour: stateColour(c.State)},
+		{Text: device, Colour: deviceColour},
 		{Text: c.ProductName},
 		{Text: Bar(c.MemoryUsedBytes, c.MemoryBytes), Colour: memColour},
 		{Text: FormatBytes(c.MemoryUsedBytes) + " / " + FormatBytes(c.MemoryBytes), AlignRight: true},
@@ -135,6 +144,42 @@ func addCardRows(t *Table, c CardView) {
 			pods = "(not reserved)"
 		}
 		t.Add(append(row, Cell{Text: allocationText(a), Colour: Cyan}, Cell{Text: pods})...)
+	}
+}
+
+// taintsBlock reports whether a taint keeps new claims off the card.
+func taintsBlock(taints []TaintView) bool {
+	for _, t := range taints {
+		if t.Effect == "NoSchedule" || t.Effect == "NoExecute" {
+			return true
+		}
+	}
+	return false
+}
+
+// writeTaints lists the node's tainted cards under its table: which taint
+// and since when, so `status` says why a card takes no new claims.
+func writeTaints(b *strings.Builder, cards []CardView, st Style) {
+	for _, c := range cards {
+		for _, t := range c.Taints {
+			colour := Yellow
+			if taintsBlock([]TaintView{t}) {
+				colour = Red
+			}
+			fmt.Fprintf(b, "  %s %s: %s", st.Paint(colour, "TAINTED"), c.Device, t.String())
+			if t.Since != "" {
+				fmt.Fprintf(b, " since %s", t.Since)
+			}
+			switch t.Effect {
+			case "None":
+				b.WriteString(" (informational; the card is still allocated)")
+			case "NoSchedule":
+				b.WriteString(" (no new claims; running pods keep the card)")
+			case "NoExecute":
+				b.WriteString(" (no new claims; pods without a toleration are evicted)")
+			}
+			b.WriteByte('\n')
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package clusterview
 import (
 	"sort"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
@@ -67,6 +68,26 @@ type CardView struct {
 	ComputePercent     int64            `json:"computePercent"`
 	ComputeUsedPercent int64            `json:"computeUsedPercent"`
 	Allocations        []AllocationView `json:"allocations"`
+	// Taints are the device's taints in its ResourceSlice (e.g. the
+	// plugin's health taints, docs/health.md).
+	Taints []TaintView `json:"taints,omitempty"`
+}
+
+// TaintView is one device taint.
+type TaintView struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+	// Since is when the taint was added, if known.
+	Since string `json:"since,omitempty"`
+}
+
+func (t TaintView) String() string {
+	s := t.Key
+	if t.Value != "" {
+		s += "=" + t.Value
+	}
+	return s + ":" + t.Effect
 }
 
 // AllocationView is one allocation result on a card.
@@ -192,6 +213,13 @@ func cardView(ds *DeviceState, claimGang map[string]string) CardView {
 		ComputePercent:     comp.Value(),
 		ComputeUsedPercent: compUsed.Value(),
 		Allocations:        []AllocationView{},
+	}
+	for _, t := range ds.Device.Taints {
+		tv := TaintView{Key: t.Key, Value: t.Value, Effect: string(t.Effect)}
+		if t.TimeAdded != nil {
+			tv.Since = t.TimeAdded.UTC().Format(time.RFC3339)
+		}
+		c.Taints = append(c.Taints, tv)
 	}
 	for _, a := range ds.Allocations {
 		av := AllocationView{

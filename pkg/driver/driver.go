@@ -49,6 +49,9 @@ type Config struct {
 	// the device status says they are not enforced.
 	SimulatedMPS bool
 	Metrics      *Metrics
+	// Health is the cards' health for the kubelet (WatchHealthStatus); nil
+	// when it is not watched.
+	Health DeviceHealth
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
@@ -159,12 +162,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cfg.OnFatal != nil {
 		d.cfg.OnFatal(fmt.Errorf("%s: %w", msg, err))
 	}
-}
-
-// WatchHealthStatus: device health (e.g. NVML XID events) is not monitored
-// yet, and reporting "Healthy" without looking would be a lie.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {

@@ -3,6 +3,8 @@ package driver
 import (
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/health"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,6 +26,8 @@ type Metrics struct {
 	unprepareSeconds prometheus.Histogram
 	preparedDevices  *prometheus.GaugeVec
 	preparedClaims   prometheus.Gauge
+	gpuHealth        *prometheus.GaugeVec
+	gpuTaints        *prometheus.GaugeVec
 }
 
 const (
@@ -64,9 +68,17 @@ func NewMetrics() *Metrics {
 			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "prepared_claims",
 			Help: "Claims currently prepared on this node.",
 		}),
+		gpuHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tangram_gpu_health",
+			Help: "1 when the card is healthy, 0 when a health taint keeps new claims off it (docs/health.md). Only while the plugin watches the cards' health.",
+		}, []string{"node", "device", "uuid"}),
+		gpuTaints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tangram_gpu_taints",
+			Help: "1 for each health taint the plugin has put on a card, by taint key and effect (None, NoSchedule).",
+		}, []string{"node", "device", "key", "effect"}),
 	}
 	m.Registry.MustRegister(m.prepares, m.unprepares, m.prepareSeconds, m.unprepareSeconds,
-		m.preparedDevices, m.preparedClaims,
+		m.preparedDevices, m.preparedClaims, m.gpuHealth, m.gpuTaints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Make every series visible from the start, with zero values.
 	for _, r := range []string{resultSuccess, resultError} {
@@ -127,4 +139,21 @@ func (m *Metrics) RegisterMPSStatus(status func() sharing.Status) {
 			Help: "Failed MPS daemon starts, adoptions, stops and compute-mode restores (each is retried with back-off).",
 		}, func() float64 { return float64(status().Failures) }),
 	)
+}
+
+// setDeviceHealth replaces the health and taint gauges with the cards'
+// current state: taints that are gone lose their series.
+func (m *Metrics) setDeviceHealth(node string, devices []health.DeviceHealth) {
+	m.gpuHealth.Reset()
+	m.gpuTaints.Reset()
+	for _, d := range devices {
+		value := 0.0
+		if d.Healthy {
+			value = 1
+		}
+		m.gpuHealth.WithLabelValues(node, d.Device, d.UUID).Set(value)
+		for _, t := range d.Taints {
+			m.gpuTaints.WithLabelValues(node, d.Device, t.Key, string(t.Effect)).Set(1)
+		}
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	gpuhealth "github.com/tangram-gpu/tangram/pkg/health"
 	"github.com/tangram-gpu/tangram/pkg/names"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
@@ -72,6 +73,14 @@ type PluginOptions struct {
 	// Hardware adds device nodes and driver files on real GPUs; nil means
 	// none (right for fake GPUs).
 	Hardware cdi.HardwareEdits
+	// HealthWatcher reports the cards' health events (docs/health.md); nil
+	// means health is not watched: no taints, and the kubelet is told
+	// health is not supported.
+	HealthWatcher gpu.HealthWatcher
+	// HealthPolicy classifies XIDs into taints.
+	HealthPolicy gpuhealth.Policy
+	// HealthRecoverAfter is the quiet time after which an XID taint goes.
+	HealthRecoverAfter time.Duration
 }
 
 // Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error.
@@ -135,6 +144,14 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
 	}
 	cfg.SimulatedMPS = opts.FakeGPUs
+	var monitor *gpuhealth.Monitor
+	if opts.HealthWatcher != nil {
+		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter})
+		if err != nil {
+			return err
+		}
+		cfg.Health = monitor
+	}
 	driver, err := New(ctx, cfg)
 	if err != nil {
 		return err
@@ -173,6 +190,19 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		}
 	} else {
 		logger.Info("OFFLINE: no API server configured; not registering with the kubelet and not publishing ResourceSlices")
+	}
+	if monitor != nil {
+		pub := &healthPublisher{node: opts.NodeName, resources: resources, health: monitor, metrics: metrics}
+		if helper != nil && opts.Publish {
+			pub.publish = helper.PublishResources
+		}
+		if opts.KubeClient != nil {
+			recorder, stop := newNodeEventRecorder(ctx, opts.KubeClient)
+			defer stop()
+			pub.recorder = recorder
+		}
+		health.Details["gpus"] = func() string { return healthSummary(monitor.Devices()) }
+		startDeviceHealth(ctx, opts, monitor, pub)
 	}
 
 	errs := make(chan error, 2)

@@ -1,0 +1,96 @@
+//go:build cgo
+
+package nvmlgpu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2/ktesting"
+
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+// TestWatchHealthOverMockLibrary drives the real event path: go-nvml loads
+// the C mock, which reports the XIDs and lost cards appended to its events
+// file.
+func TestWatchHealthOverMockLibrary(t *testing.T) {
+	p, err := gpu.BuiltinProfile("pcie-l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices, err := mocknvml.Flatten(p, "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "devices")
+	if err := os.WriteFile(file, devices, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := mocknvml.State{Dir: t.TempDir()}
+	t.Setenv(mocknvml.EnvDevicesFile, file)
+	t.Setenv(mocknvml.EnvStateDir, state.Dir)
+	lib := mockLibraryPath(t)
+
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	src, done, err := Open(ctx, lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	events := make(chan gpu.HealthEvent, 4)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- src.(gpu.HealthWatcher).WatchHealth(ctx, events) }()
+	// The event set sees only lines appended after it exists.
+	time.Sleep(200 * time.Millisecond)
+	if err := state.TriggerXID(1, 79); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.LoseGPU(0); err != nil {
+		t.Fatal(err)
+	}
+	want := []gpu.HealthEvent{{Index: 1, Kind: gpu.HealthEventXID, XID: 79}, {Index: 0, Kind: gpu.HealthEventGPULost}}
+	for _, w := range want {
+		select {
+		case got := <-events:
+			if got != w {
+				t.Errorf("event = %+v, want %+v", got, w)
+			}
+		case err := <-watchErr:
+			t.Fatalf("WatchHealth ended: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event, want %+v", w)
+		}
+	}
+	cancel()
+	if err := <-watchErr; err != nil {
+		t.Errorf("WatchHealth after cancel: %v", err)
+	}
+}
+
+func TestHealthEventOf(t *testing.T) {
+	tests := []struct {
+		data   nvml.EventData
+		want   gpu.HealthEvent
+		wantOK bool
+	}{
+		{nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 48}, gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventXID, XID: 48}, true},
+		{nvml.EventData{EventType: nvml.EventTypeGpuRecoveryAction, EventData: uint64(nvml.GPU_RECOVERY_ACTION_NONE)},
+			gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventRecovered, Message: "NVML: no recovery action pending"}, true},
+		{nvml.EventData{EventType: nvml.EventTypeGpuRecoveryAction, EventData: uint64(nvml.GPU_RECOVERY_ACTION_GPU_RESET)}, gpu.HealthEvent{}, false},
+		{nvml.EventData{EventType: nvml.EventTypeSingleBitEccError}, gpu.HealthEvent{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := healthEventOf(2, tt.data)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("healthEventOf(%+v) = %+v, %v; want %+v, %v", tt.data, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
