@@ -63,10 +63,15 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 }
 
 // setArgs turns "key=value" pairs into helm --set flags; a pair whose key
-// ends in "@json" is passed with --set-json instead.
+// ends in "@json" is passed with --set-json instead, and a flag
+// ("--api-versions=...") is passed as it is.
 func setArgs(sets []string) []string {
 	var args []string
 	for _, s := range sets {
+		if strings.HasPrefix(s, "--") {
+			args = append(args, s)
+			continue
+		}
 		if k, v, ok := strings.Cut(s, "@json="); ok {
 			args = append(args, "--set-json", k+"="+v)
 			continue
@@ -167,6 +172,7 @@ func TestLint(t *testing.T) {
 		{name: "defaults (real GPUs)"},
 		{name: "demo", sets: []string{"fakeGPU.profile=dgx-h100", "image.pullPolicy=Never"}},
 		{name: "webhook certificate from cert-manager, scheduler on", sets: []string{"controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.certManager.enabled=true", "scheduler.enabled=true"}},
+		{name: "monitoring with every component", sets: []string{"monitoring.enabled=true", "controller.enabled=true", "scheduler.enabled=true"}},
 		{name: "whole cards only, controller and webhook on", sets: []string{"sharing.enabled=false", "controller.enabled=true", "controller.replicas=2", "controller.webhook.enabled=true"}},
 	}
 	for _, tc := range tests {

@@ -54,6 +54,8 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "cert-manager issuer kind", sets: []string{"controller.webhook.certManager.issuerRef.kind=Vault"}, wantErr: []string{"kind"}},
 		{name: "network policy switch as a string", sets: []string{"networkPolicy.enabled=maybe"}, wantErr: []string{"networkPolicy"}},
 		{name: "extended resource without a domain", sets: []string{"deviceClasses.gpu.extendedResourceName=gpu"}, wantErr: []string{"extendedResourceName"}},
+		{name: "monitoring interval without a unit", sets: []string{"monitoring.interval=30"}, wantErr: []string{"interval"}},
+		{name: "monitoring dashboard label not a string", sets: []string{`monitoring.dashboard.labels@json={"grafana_dashboard":1}`}, wantErr: []string{"grafana_dashboard"}},
 		{name: "extra arg that is not a flag", sets: []string{"kubeletPlugin.extraArgs={oops}"}, wantErr: []string{"extraArgs"}},
 		{
 			name:    "default GpuConfig with an unknown backend",

@@ -13,6 +13,9 @@ say() { [ -n "$quiet" ] || log "$@"; }
 need_root
 cluster_lock
 
+say "stopping Prometheus"
+"$(dirname "${BASH_SOURCE[0]}")/prometheus.sh" stop >/dev/null 2>&1
+
 say "stopping the Tangram controller"
 "$(dirname "${BASH_SOURCE[0]}")/controller.sh" stop >/dev/null 2>&1
 

@@ -8,13 +8,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tangram-gpu/tangram/pkg/metricsregistry"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // Metrics are the plugin's Prometheus metrics. Each Driver gets its own
-// registry so tests and benchmarks do not share global state.
+// registry so tests and benchmarks do not share global state; it lists
+// every registered metric (metricsregistry.Names), which the dashboard test
+// checks the chart's Grafana queries against.
 type Metrics struct {
-	Registry *prometheus.Registry
+	Registry *metricsregistry.Registry
 
 	prepares         *prometheus.CounterVec
 	unprepares       *prometheus.CounterVec
@@ -37,7 +41,7 @@ const (
 // collectors in a fresh registry.
 func NewMetrics() *Metrics {
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
+		Registry: metricsregistry.New(),
 		prepares: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "tangram", Subsystem: "kubelet_plugin", Name: "prepare_claims_total",
 			Help: "Claims the kubelet asked to prepare, by result (success or error).",

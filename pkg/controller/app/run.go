@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
+	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/cluster/informer"
 	"github.com/tangram-gpu/tangram/pkg/controller/admission"
 	"github.com/tangram-gpu/tangram/pkg/controller/gang"
@@ -60,11 +60,11 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
-	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "tangram_controller_leader",
-		Help: "1 while this replica holds the leader Lease (or runs without leader election)."})
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&metrics.Collector{Source: cluster, Logger: logger}, leader)
+	var listGangs func() ([]*tangramv1alpha1.GpuGang, error)
+	if gangFactory != nil {
+		listGangs = gang.DynamicGangs{Lister: gangFactory.ForResource(tangramv1alpha1.GroupVersionResource).Lister()}.List
+	}
+	registry, leader := metrics.NewRegistry(cluster, listGangs, logger)
 
 	watchdog := leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	ready := func() bool { return cluster.HasSynced() && (gangs == nil || gangs.HasSynced()) }

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -35,6 +36,23 @@ func (d DynamicGangs) Get(namespace, name string) (*tangramv1.GpuGang, error) {
 		return nil, err
 	}
 	return FromObject(obj)
+}
+
+// List returns copies of every cached gang (for the gang metrics).
+func (d DynamicGangs) List() ([]*tangramv1.GpuGang, error) {
+	objs, err := d.Lister.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing GpuGangs from the cache: %w", err)
+	}
+	gangs := make([]*tangramv1.GpuGang, 0, len(objs))
+	for _, obj := range objs {
+		g, err := FromObject(obj)
+		if err != nil {
+			return nil, err
+		}
+		gangs = append(gangs, g)
+	}
+	return gangs, nil
 }
 
 // UpdateStatus writes the status subresource; a conflict means the cache
