@@ -10,6 +10,10 @@ set -o errexit -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
 export CGO_ENABLED=0
+# The static images are built with -trimpath (hack/images/build-images.sh);
+# the same flag here gives the same compile actions, so the Kubernetes
+# libraries compiled without cgo are compiled once for both, not twice.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
 module=$($GO list -m)
 ours() { grep -E "^${module}(/|$)" | grep -v "^${module}/cmd/tangram-scheduler"; }

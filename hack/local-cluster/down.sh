@@ -88,6 +88,10 @@ done
 
 say "removing cluster state"
 rm -rf --one-file-system "$CLUSTER_DIR/etcd-data" "$CONTAINERD_ROOT" "$CONTAINERD_STATE" "$CLUSTER_DIR/cni/ipam" "$CLUSTER_DIR/plugin"
+# test-e2e-realpath's plugin state, MPS directories and mock NVML state: the
+# next run starts as after a reboot (an old control.log would otherwise
+# carry earlier runs' MPS commands into the next run's assertions).
+rm -rf --one-file-system "$CLUSTER_DIR/realpath" 2>/dev/null || info "could not remove all of $CLUSTER_DIR/realpath"
 rm -rf --one-file-system "$KUBELET_ROOT" 2>/dev/null || info "could not remove all of $KUBELET_ROOT"
 rm -f "$CDI_DIR"/k8s.gpu.tangram.dev-* "$CDI_DIR"/tangram-e2e-*.json "$CDI_DIR"/tangram-e2e-*.yaml 2>/dev/null
 rm -f "$KUBECONFIG_FILE"

@@ -287,14 +287,16 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		commands, err := sharing.StandInCommands(layout.LogDir())
 		Expect(err).NotTo(HaveOccurred())
 		commands = commands[len(before):]
-		all, _ := sharing.StandInCommands(layout.LogDir())
+		// One server for the node, not one per claim: while these three
+		// shares came, at most one server was created (none if an earlier
+		// spec's daemon still ran with it), and every namespace below names it.
 		var serverCreates int
-		for _, c := range all {
+		for _, c := range commands {
 			if strings.HasPrefix(c, "server create ") {
 				serverCreates++
 			}
 		}
-		Expect(serverCreates).To(Equal(1), "one MPS v3 server for the node:\n%s", strings.Join(all, "\n"))
+		Expect(serverCreates).To(BeNumerically("<=", 1), "one MPS v3 server for the node:\n%s", strings.Join(commands, "\n"))
 		for pod, uid := range claims {
 			nsName := sharing.NamespaceName(uid)
 			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + sharing.DefaultV3Server))
