@@ -388,6 +388,31 @@ else
 	K -n "$RELEASE_NAMESPACE" logs "deployment/$RELEASE-controller" --tail=20 2>/dev/null | sed 's/^/     /'
 	fail "the GpuGang's members did not become Ready"
 fi
+
+# The other outcome of sharing.requireHardEnforcement: a share that requires
+# hard enforcement finds no card on fake (advisory) GPUs and says why.
+scenario "$SPEC_DIR/11-hard-enforcement.yaml" hard-enforcement "Hard enforcement required, on advisory nodes"
+mkdir -p "$TANGRAM_BIN_DIR"
+ln -sf "$KUBECTL" "$TANGRAM_BIN_DIR/kubectl"
+if (cd "$REPO_ROOT" && go build -o "$TANGRAM_BIN_DIR/kubectl-tangram" ./cmd/kubectl-tangram); then
+	why=""
+	for ((i = 0; i < 30; i++)); do
+		why="$(PATH="$TANGRAM_BIN_DIR:$PATH" KUBECONFIG="$KUBECONFIG_FILE" kubectl tangram describe pod/needs-hard -n "$DEMO_NAMESPACE" 2>&1)"
+		grep -q 'sharing.requireHardEnforcement' <<<"$why" && break
+		sleep 1
+	done
+	phase="$(K -n "$DEMO_NAMESPACE" get pod needs-hard -o jsonpath='{.status.phase}' 2>/dev/null)"
+	say "kubectl tangram describe pod/needs-hard:"
+	fold -s -w 100 <<<"$why" | sed 's/^/     /'
+	if [ "$phase" = Pending ] && grep -q 'shareEnforcement' <<<"$why" && grep -q 'sharing.requireHardEnforcement' <<<"$why"; then
+		pass "Pending: the nodes publish shareEnforcement advisory; the reason names the chart value that would accept them"
+	else
+		fail "pod needs-hard is $phase; the explanation does not name shareEnforcement and sharing.requireHardEnforcement"
+	fi
+else
+	fail "building kubectl-tangram failed"
+fi
+K delete -f "$SPEC_DIR/11-hard-enforcement.yaml" --ignore-not-found --wait=false >/dev/null 2>&1
 say "scenarios done in $(elapsed "$t")"
 
 # --- 4. cluster view ----------------------------------------------------------

@@ -157,6 +157,8 @@ func TestSpecs(t *testing.T) {
 		}, wantPriorityClass: "tangram-demo-low"},
 		{file: "10-preemption-high.yaml", wantDevices: map[string]int64{"urgent": 1}, wantScheduler: "tangram",
 			wantPriorityClass: "tangram-demo-high"},
+		// One card's share, if the node were "hard"; on fake GPUs it stays Pending.
+		{file: "11-hard-enforcement.yaml", wantDevices: map[string]int64{"needs-hard": 1}},
 	}
 	seen := map[string]bool{"00-namespace.yaml": true}
 	for _, tc := range tests {
