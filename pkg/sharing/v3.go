@@ -287,11 +287,7 @@ func (e *ServerNotRunningError) Error() string {
 // list it. Servers run as UID 0 in a multi-user daemon: clients of any UID
 // share it, and the namespaces separate them.
 func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
-	out, err := v.ctl(ctx, v3ServerList())
-	if err != nil {
-		return fmt.Errorf("listing MPS v3 servers: %w", err)
-	}
-	status, err := serverStatus(out, v.Server)
+	status, err := v.serverStatus(ctx)
 	if err != nil {
 		return err
 	}
@@ -308,11 +304,7 @@ func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
 // CheckRunning fails with *ServerNotRunningError unless the server is
 // listed as running.
 func (v *V3Namespaces) CheckRunning(ctx context.Context) error {
-	out, err := v.ctl(ctx, v3ServerList())
-	if err != nil {
-		return fmt.Errorf("listing MPS v3 servers: %w", err)
-	}
-	status, err := serverStatus(out, v.Server)
+	status, err := v.serverStatus(ctx)
 	if err != nil {
 		return err
 	}
@@ -320,6 +312,16 @@ func (v *V3Namespaces) CheckRunning(ctx context.Context) error {
 		return &ServerNotRunningError{Server: v.Server, Status: status}
 	}
 	return nil
+}
+
+// serverStatus is the node's server's status as the control daemon lists
+// it; "" when it is not listed.
+func (v *V3Namespaces) serverStatus(ctx context.Context) (string, error) {
+	out, err := v.ctl(ctx, v3ServerList())
+	if err != nil {
+		return "", fmt.Errorf("listing MPS v3 servers: %w", err)
+	}
+	return serverStatus(out, v.Server)
 }
 
 // List returns the server's namespaces by name.
