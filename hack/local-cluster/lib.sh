@@ -191,6 +191,13 @@ stage() { # stage NAME CMD...: run and time one stage; its exit code is the comm
 	STAGES+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
 	return $rc
 }
+down_unless_kept() { # down_unless_kept CMD...: run CMD, the teardown, unless KEEP_CLUSTER is set
+	if [ -n "${KEEP_CLUSTER:-}" ]; then
+		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
+	else
+		"$@"
+	fi
+}
 stage_summary() { # how long each stage took, in order
 	log "stage durations"
 	local s

@@ -70,11 +70,7 @@ finish() {
 	cp "$LOG_DIR"/tangram-plugin.log "$LOG_DIR"/kubelet.log "$SAVED_LOGS"/ 2>/dev/null
 	cp "$WORK"/faults "$WORK"/problems "$SAVED_LOGS"/ 2>/dev/null
 	info "logs of this soak kept in $SAVED_LOGS"
-	if [ -n "${KEEP_CLUSTER:-}" ]; then
-		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
-	else
-		"$HERE/down.sh"
-	fi
+	down_unless_kept "$HERE/down.sh"
 	rm -rf "$WORK"
 	exit $rc
 }

@@ -31,11 +31,7 @@ finish() {
 		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" get pods -o wide >&2
 		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=60 >&2
 	fi
-	if [ -n "${KEEP_CLUSTER:-}" ]; then
-		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
-	else
-		stage cluster-down "$HERE/down.sh"
-	fi
+	down_unless_kept stage cluster-down "$HERE/down.sh"
 	stage_summary
 	[ $rc -eq 0 ] && log "test-e2e-realpath passed" || log "test-e2e-realpath FAILED (exit $rc); component logs in $LOG_DIR"
 	exit $rc

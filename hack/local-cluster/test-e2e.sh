@@ -10,11 +10,7 @@ cluster_lock
 finish() {
 	local rc=$?
 	set +o errexit
-	if [ -n "${KEEP_CLUSTER:-}" ]; then
-		info "KEEP_CLUSTER set: cluster left running (kubeconfig $KUBECONFIG_FILE)"
-	else
-		stage cluster-down "$HERE/down.sh"
-	fi
+	down_unless_kept stage cluster-down "$HERE/down.sh"
 	stage_summary
 	[ $rc -eq 0 ] && log "test-e2e passed" || log "test-e2e FAILED (exit $rc); component logs in $LOG_DIR"
 	exit $rc
