@@ -88,6 +88,10 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	for _, g := range cfg.GPUs {
 		d.cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
 	}
+	if cfg.Shares != nil {
+		// Before recovery's Reconcile lets the worker stop an idle daemon.
+		cfg.Shares.GuardStops(stopGuard{state: cfg.State})
+	}
 	// Under the lock, a record only started is truly abandoned: a plugin
 	// process still serving holds the lock for its whole call.
 	unlock, err := cfg.State.Lock(ctx)

@@ -60,6 +60,16 @@ type stepState struct {
 	// to hold a call at a known point or to fail the save. Set it only
 	// while no call runs.
 	beforeSave func() error
+	// onLock, when set, runs at the start of every Lock, the MPS worker's
+	// too. Set it only while no call runs.
+	onLock func()
+}
+
+func (s *stepState) Lock(ctx context.Context) (func(), error) {
+	if s.onLock != nil {
+		s.onLock()
+	}
+	return s.CheckpointState.Lock(ctx)
 }
 
 func (s *stepState) Save(ctx context.Context, records map[string]ClaimRecord) error {

@@ -89,6 +89,8 @@ type Shares interface {
 	Resync(ctx context.Context)
 	// ClientConfig is how the claim's containers reach their MPS server.
 	ClientConfig(claimUID string) sharing.ClientConfig
+	// GuardStops makes the daemon stop only under g: see sharing.StopGuard.
+	GuardStops(g sharing.StopGuard)
 }
 
 // ClaimLister lists the cluster's ResourceClaims, for rebuilding state from

@@ -25,6 +25,13 @@ import (
 // twin starts a second plugin process next to h's.
 func (h *harness) twin() *harness {
 	h.t.Helper()
+	return h.twinWith(nil)
+}
+
+// twinWith is twin with the node's daemon, as the second process drives
+// it, wrapped by wrap (nil: not wrapped).
+func (h *harness) twinWith(wrap func(sharing.Daemon) sharing.Daemon) *harness {
+	h.t.Helper()
 	t := &harness{t: h.t, dir: h.dir, steps: &steps{}, modes: h.modes, bootID: h.bootID, claims: h.claims, timing: h.timing}
 	t.state = &stepState{steps: t.steps, CheckpointState: CheckpointState{
 		Store: checkpoint.NewStore(filepath.Join(h.dir, "state", "checkpoint.json"),
@@ -40,7 +47,12 @@ func (h *harness) twin() *harness {
 	t.specs = &stepSpecs{CDISpecs: CDISpecs{Store: store, Hardware: cdi.NoHardware{}}, steps: t.steps}
 	// One daemon per node, whichever process drives it (as in pod mode).
 	nodeDaemon := h.daemon
-	t.wrapDaemon = func(*sharing.SimulatedDaemon) sharing.Daemon { return nodeDaemon }
+	t.wrapDaemon = func(*sharing.SimulatedDaemon) sharing.Daemon {
+		if wrap != nil {
+			return wrap(nodeDaemon)
+		}
+		return nodeDaemon
+	}
 	h.t.Cleanup(func() {
 		if t.shares.Manager != nil {
 			t.shares.Close()

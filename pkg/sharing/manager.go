@@ -87,8 +87,15 @@ type Manager struct {
 	// refused because it was not ready, so the kubelet's retry finds it.
 	wantUntil time.Time
 	// ready: the worker's last Ensure succeeded and no Stop followed.
-	// stopped: its last Stop succeeded and no Ensure followed.
+	// stopped: its last Stop succeeded, or was left to the plugin process
+	// whose shares use the daemon (see StopGuard), and no Ensure followed.
 	ready, stopped bool
+	// ensureRounds counts the Ensure rounds the worker began; readyRound
+	// is the one that made the daemon ready. A share that must not count
+	// on what this process saw earlier waits for a round begun after it.
+	ensureRounds, readyRound int
+	// guard, when set, orders stops with the plugin processes' calls.
+	guard StopGuard
 	// verify asks the worker to Ensure again although ready (the daemon
 	// may have gone; Ensure of a running daemon is cheap).
 	verify bool
@@ -169,6 +176,26 @@ func (e *DaemonNotReadyError) Error() string {
 }
 
 func (e *DaemonNotReadyError) Unwrap() error { return e.Cause }
+
+// StopGuard orders the worker's stops with the prepares of every plugin
+// process of the node: during a rolling update two run side by side, on
+// one daemon, and each one's accounting knows only the shares it has seen.
+type StopGuard interface {
+	// LockForStop waits for the lock the node's plugin processes hold
+	// around each call and reports whether the state they record holds
+	// no MPS share. The worker stops the daemon only when it does, and
+	// holds the lock until the daemon is gone, so no share is recorded
+	// meanwhile. unlock is nil when err is not.
+	LockForStop(ctx context.Context) (unlock func(), noShares bool, err error)
+}
+
+// GuardStops makes the worker stop the daemon only under g; see StopGuard.
+// Call it before the first Acquire, Restore or Reconcile.
+func (m *Manager) GuardStops(g StopGuard) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.guard = g
+}
 
 // UnusedEnsurer is a Daemon that can be told that no share uses it, so it
 // may replace a running daemon that differs from the one it would start
@@ -334,7 +361,10 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 	for _, uuid := range added {
 		m.holdLocked(claim, uuid, false)
 	}
-	if err := m.waitReadyLocked(ctx); err != nil {
+	// With no other share in use, another plugin process may have stopped
+	// the daemon since this one last saw it running.
+	fresh := m.guard != nil && !m.inUseLocked()
+	if err := m.waitReadyLocked(ctx, fresh); err != nil {
 		for _, uuid := range added {
 			m.dropLocked(claim, uuid)
 		}
@@ -360,19 +390,23 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 // waitReadyLocked waits, with m.mu released meanwhile, until the worker
 // has the daemon running, for at most ReadyWait. It returns nil when ready
 // and the worker's failure when an attempt made after the call failed; a
-// wait that times out returns errStillStarting.
-func (m *Manager) waitReadyLocked(ctx context.Context) error {
-	if m.ready {
+// wait that times out returns errStillStarting. fresh asks for an Ensure
+// begun after this call: what the worker saw before may be stale.
+func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool) error {
+	if m.ready && !fresh {
 		// Running; let the worker check it in the background.
 		m.verify = true
 		m.kickWorker()
 		return nil
 	}
+	after := m.ensureRounds
+	ready := func() bool { return m.ready && (!fresh || m.readyRound > after) }
+	m.verify = true
 	m.kickWorker()
 	since := m.attempts
 	timer := time.NewTimer(m.timing.ReadyWait)
 	defer timer.Stop()
-	for !m.ready {
+	for !ready() {
 		if m.attempts > since && m.lastErr != nil {
 			return m.lastErr
 		}
@@ -387,7 +421,7 @@ func (m *Manager) waitReadyLocked(ctx context.Context) error {
 			done = true
 		}
 		m.mu.Lock()
-		if done && !m.ready {
+		if done && !ready() {
 			if m.attempts > since && m.lastErr != nil {
 				return m.lastErr
 			}
@@ -739,6 +773,11 @@ func (m *Manager) work(ctx context.Context) {
 			m.ready = false
 		}
 		m.verify = false
+		round := m.ensureRounds
+		if act == "ensure" {
+			m.ensureRounds++
+			round = m.ensureRounds
+		}
 		unused := m.settled && !m.inUseLocked()
 		modes := slices.Sorted(maps.Keys(m.pendingModes))
 		var lingerLeft time.Duration
@@ -782,15 +821,22 @@ func (m *Manager) work(ctx context.Context) {
 				failed = err
 			} else {
 				m.ready, m.stopped, m.lastErr = true, false, nil
+				m.readyRound = round
 				m.changedLocked()
 			}
 			m.mu.Unlock()
 		case "stop":
-			err := m.daemon.Stop(ctx)
-			if err == nil && m.v3 == nil {
-				// Classic mode: the daemon and its clients are gone, so
-				// the segments they shared are litter.
-				err = clearDir(m.layout.ShmDir())
+			again, err := m.stop(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if again {
+				// Decide afresh: work was asked for meanwhile.
+				m.mu.Lock()
+				m.busy = false
+				m.changedLocked()
+				m.mu.Unlock()
+				continue
 			}
 			m.mu.Lock()
 			m.attempts++
@@ -831,6 +877,79 @@ func (m *Manager) work(ctx context.Context) {
 		case <-wait:
 		}
 	}
+}
+
+// stop stops the daemon. With a StopGuard it does so only under the
+// node's state lock, and only when no plugin process records a share:
+// otherwise the process whose shares use the daemon stops it after its
+// last one, and stop returns without stopping. again reports that the
+// round must be decided afresh: work was asked for while it waited for
+// the lock (a call of this process may hold it and wait for the daemon),
+// or a share of this process wants the daemon now.
+func (m *Manager) stop(ctx context.Context) (again bool, err error) {
+	m.mu.Lock()
+	guard := m.guard
+	m.mu.Unlock()
+	if guard == nil {
+		return false, m.stopDaemon(ctx)
+	}
+	unlock, noShares, again, err := m.lockForStop(ctx, guard)
+	if again || err != nil {
+		return again, err
+	}
+	defer unlock()
+	m.mu.Lock()
+	wanted := m.wantedLocked(time.Now())
+	m.mu.Unlock()
+	if wanted || ctx.Err() != nil {
+		return true, nil
+	}
+	if !noShares {
+		klog.FromContext(ctx).V(2).Info("Leaving the MPS daemon running: another plugin process of the node records shares; it stops the daemon after their last one")
+		return false, nil
+	}
+	return false, m.stopDaemon(ctx)
+}
+
+// lockForStop waits for the guard's lock unless work is asked for first:
+// a call of this process may hold the lock while it waits for the worker.
+func (m *Manager) lockForStop(ctx context.Context, guard StopGuard) (unlock func(), noShares, again bool, err error) {
+	lockCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type locked struct {
+		unlock   func()
+		noShares bool
+		err      error
+	}
+	got := make(chan locked, 1)
+	go func() {
+		unlock, noShares, err := guard.LockForStop(lockCtx)
+		got <- locked{unlock, noShares, err}
+	}()
+	select {
+	case l := <-got:
+		if l.err != nil {
+			return nil, false, false, fmt.Errorf("not stopping the idle MPS daemon: %w", l.err)
+		}
+		return l.unlock, l.noShares, false, nil
+	case <-m.kick:
+		cancel()
+		if l := <-got; l.unlock != nil {
+			l.unlock()
+		}
+		return nil, false, true, nil
+	}
+}
+
+// stopDaemon stops the daemon and, in classic mode, clears its /dev/shm.
+func (m *Manager) stopDaemon(ctx context.Context) error {
+	err := m.daemon.Stop(ctx)
+	if err == nil && m.v3 == nil {
+		// Classic mode: the daemon and its clients are gone, so the
+		// segments they shared are litter.
+		err = clearDir(m.layout.ShmDir())
+	}
+	return err
 }
 
 // syncNamespaces creates the node's server if missing and makes its
