@@ -162,3 +162,33 @@ func TestStopWaitingForTheLockGivesWayToAShare(t *testing.T) {
 	}
 	oldPod.assertConsistent()
 }
+
+// The new process is shut down (or dies) while its worker stops the daemon
+// under the state lock: the lock is released, and the old process's
+// prepare of a share, waiting for it, goes on and starts the daemon.
+func TestStopUnderTheLockEndsWithItsProcess(t *testing.T) {
+	oldPod := newHarness(t)
+	if err := oldPod.daemon.Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	gate := newGatedStop() // never released
+	newPod := oldPod.twinWith(func(d sharing.Daemon) sharing.Daemon { gate.Daemon = d; return gate })
+	waitClosed(t, gate.entered, "the new process to stop the idle daemon")
+
+	done := oldPod.prepareAsync(claimWith("s", shareResult("gpu", "gpu-1", "s1", "4Gi", "")))
+	select {
+	case res := <-done:
+		t.Fatalf("old's prepare returned (%v) while the new process stopped the daemon under the lock", res.Err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	newPod.shares.Close()
+	select {
+	case res := <-done:
+		if res.Err != nil {
+			t.Fatalf("old's prepare after the new process ended: %v", res.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("old's prepare still waits after the new process ended")
+	}
+	oldPod.assertConsistent()
+}
