@@ -7,7 +7,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	gtypes "github.com/onsi/ginkgo/v2/types"
 	. "github.com/onsi/gomega"
+	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,22 +50,38 @@ const (
 	adoptionLog = "Adopting the MPS daemon pod"
 )
 
-// narration goes to GinkgoWriter (the suite's report) and, with
-// --demo-narrate, to stderr as it happens.
-func narration() io.Writer {
-	if *demoNarrate {
-		return io.MultiWriter(GinkgoWriter, os.Stderr)
+// ANSI styles of the narration on a terminal, as demo/lib.sh prints.
+const (
+	styleTitle = "\x1b[1m"
+	styleDim   = "\x1b[2m"
+	stylePass  = "\x1b[32m"
+	styleFail  = "\x1b[31m"
+	styleReset = "\x1b[0m"
+)
+
+// narrateDemo writes one piece of narration to GinkgoWriter (the suite's
+// report) and, with --demo-narrate, to stderr as it happens, in the given
+// style when stderr is a terminal.
+func narrateDemo(style, text string) {
+	fmt.Fprint(GinkgoWriter, text)
+	if !*demoNarrate {
+		return
 	}
-	return GinkgoWriter
+	if style != "" && term.IsTerminal(int(os.Stderr.Fd())) {
+		lead := len(text) - len(strings.TrimLeft(text, "\n "))
+		body := strings.TrimRight(text[lead:], "\n")
+		text = text[:lead] + style + body + styleReset + text[lead+len(body):]
+	}
+	fmt.Fprint(os.Stderr, text)
 }
 
-func title(format string, args ...any) {
-	fmt.Fprintf(narration(), "\n━━ %s\n", fmt.Sprintf(format, args...))
+func demoTitle(format string, args ...any) {
+	narrateDemo(styleTitle, fmt.Sprintf("\n━━ %s\n", fmt.Sprintf(format, args...)))
 }
 
-func say(format string, args ...any) {
+func demoSay(format string, args ...any) {
 	for _, l := range splitLines(fmt.Sprintf(format, args...)) {
-		fmt.Fprintf(narration(), "   %s\n", l)
+		narrateDemo("", fmt.Sprintf("   %s\n", l))
 	}
 }
 
@@ -73,7 +89,7 @@ func say(format string, args ...any) {
 // its ✔ once the spec has passed.
 var demoOutcome string
 
-func passed(format string, args ...any) { demoOutcome = fmt.Sprintf(format, args...) }
+func demoPassed(format string, args ...any) { demoOutcome = fmt.Sprintf(format, args...) }
 
 var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 	var (
@@ -105,69 +121,69 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 	ReportAfterEach(func(r SpecReport) {
 		switch {
 		case r.State.Is(gtypes.SpecStatePassed):
-			fmt.Fprintf(narration(), "   ✔ %s\n", demoOutcome)
+			narrateDemo(stylePass, fmt.Sprintf("   ✔ %s\n", demoOutcome))
 		case r.State.Is(gtypes.SpecStateSkipped):
-			fmt.Fprintf(narration(), "   – skipped: %s\n", firstLine(r.Failure.Message))
+			narrateDemo(styleDim, fmt.Sprintf("   – skipped: %s\n", firstLineOf(r.Failure.Message)))
 		default:
-			fmt.Fprintf(narration(), "   ✘ %s\n", strings.ReplaceAll(strings.TrimSpace(r.Failure.Message), "\n", "\n     "))
+			narrateDemo(styleFail, fmt.Sprintf("   ✘ %s\n", strings.ReplaceAll(strings.TrimSpace(r.Failure.Message), "\n", "\n     ")))
 		}
 		demoOutcome = ""
 	})
 
 	It("the chart's admission policy lets the plugin write only its own node's ResourceSlices", func(ctx SpecContext) {
-		title("The chart's admission policy: each plugin writes only its own node's ResourceSlices")
-		say("as the plugin's service account on %s (dry run, the node name its bound token carries):", gpuNode)
+		demoTitle("The chart's admission policy: each plugin writes only its own node's ResourceSlices")
+		demoSay("as the plugin's service account on %s (dry run, the node name its bound token carries):", gpuNode)
 		Expect(createSliceAs(ctx, gpuNode, gpuNode)).To(Succeed(), "the plugin on %s may not write its own node's slices", gpuNode)
-		say("a ResourceSlice for %s is admitted", gpuNode)
+		demoSay("a ResourceSlice for %s is admitted", gpuNode)
 		err := createSliceAs(ctx, gpuNode, "not-"+gpuNode)
 		Expect(err).To(HaveOccurred(), "the plugin on %s could write a slice of node not-%s", gpuNode, gpuNode)
 		msg := err.Error()
 		if _, after, ok := strings.Cut(msg, "denied request: "); ok {
 			msg = after
 		}
-		say("one for not-%s is refused: %s", gpuNode, msg)
-		passed("the plugin on %s may write its own slices, not another node's", gpuNode)
+		demoSay("one for not-%s is refused: %s", gpuNode, msg)
+		demoPassed("the plugin on %s may write its own slices, not another node's", gpuNode)
 	}, SpecTimeout(time.Minute))
 
 	It("gives the whole-card pod one card of its own", func(ctx SpecContext) {
-		startScenario("Whole card", "01-whole-card.yaml")
+		startDemoScenario("Whole card", "01-whole-card.yaml")
 		applySpec(ctx, "01-whole-card.yaml", allObjects)
 		waitDemoPodsReady(ctx, "whole-card", 2*time.Minute)
-		held := showPods(ctx, "whole-card")
+		held := showDemoPods(ctx, "whole-card")
 		Expect(held).To(HaveLen(1), "the whole-card pod should hold exactly one device")
 		Expect(held[0].share).To(BeFalse(), "the whole-card pod holds a share of %s, not the card", held[0].card)
 		wholeCard = held[0].card
-		passed("one whole card: %s", shortCard(wholeCard))
+		demoPassed("one whole card: %s", shortCard(wholeCard))
 	}, SpecTimeout(3*time.Minute))
 
 	It("packs three memory shares onto one card", func(ctx SpecContext) {
-		startScenario("Memory fractions packed onto one card", "02-memory-shares.yaml")
+		startDemoScenario("Memory fractions packed onto one card", "02-memory-shares.yaml")
 		applyPodsOneByOne(ctx, "02-memory-shares.yaml")
 		waitDemoPodsReady(ctx, "memory-shares", 2*time.Minute)
-		held := showPods(ctx, "memory-shares")
+		held := showDemoPods(ctx, "memory-shares")
 		Expect(held).To(HaveLen(3), "three share pods, one device each")
 		cards := distinctCards(held)
 		Expect(cards).To(HaveLen(1), "the three shares should sit on one card")
 		Expect(cards[0]).NotTo(Equal(wholeCard), "the shares landed on the whole card's %s", wholeCard)
 		sharesCard = cards[0]
-		passed("all three shares on %s; the other cards stay whole", shortCard(sharesCard))
+		demoPassed("all three shares on %s; the other cards stay whole", shortCard(sharesCard))
 	}, SpecTimeout(4*time.Minute))
 
 	It("keeps the MPS daemon pod and the shares when the plugin's pod is replaced", func(ctx SpecContext) {
-		title("The plugin's pod is replaced; the MPS daemon pod and the shares stay")
-		say("The node's MPS daemon runs in a pod of its own (chart value kubeletPlugin.mps.daemon=pod),")
-		say("so replacing the plugin's pod must leave it, and the shares, alone.")
+		demoTitle("The plugin's pod is replaced; the MPS daemon pod and the shares stay")
+		demoSay("The node's MPS daemon runs in a pod of its own (chart value kubeletPlugin.mps.daemon=pod),")
+		demoSay("so replacing the plugin's pod must leave it, and the shares, alone.")
 		var mps *corev1.Pod
 		Eventually(func(g Gomega) {
 			mps = mpsDaemonPod(ctx)
 			g.Expect(mps.Status.Phase).To(Equal(corev1.PodRunning), "MPS daemon pod %s", mps.Name)
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
-		say("MPS daemon pod %s/%s (uid %s); its log: %s", mps.Namespace, mps.Name, mps.UID,
+		demoSay("MPS daemon pod %s/%s (uid %s); its log: %s", mps.Namespace, mps.Name, mps.UID,
 			lastLogLine(ctx, mps.Namespace, mps.Name, mps.Spec.Containers[0].Name))
-		sharesBefore := podStates(ctx, "share-a", "share-b", "share-c")
+		sharesBefore := demoPodStatesOf(ctx, "share-a", "share-b", "share-c")
 
 		old := pluginPod(ctx)
-		say("deleting the plugin pod %s; shares before: %s", old.Name, sharesBefore)
+		demoSay("deleting the plugin pod %s; shares before: %s", old.Name, sharesBefore)
 		Expect(clientset.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{})).To(Succeed(), "deleting plugin pod %s", old.Name)
 		Eventually(func() bool {
 			p, err := clientset.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
@@ -191,53 +207,53 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 			"the new plugin pod %s did not log that it adopted %s", fresh.Name, mps.Name)
 
 		now := mpsDaemonPod(ctx)
-		sharesAfter := podStates(ctx, "share-a", "share-b", "share-c")
-		say("new plugin pod %s; MPS pod uid %s, %s, %d restart(s); shares after: %s",
+		sharesAfter := demoPodStatesOf(ctx, "share-a", "share-b", "share-c")
+		demoSay("new plugin pod %s; MPS pod uid %s, %s, %d restart(s); shares after: %s",
 			fresh.Name, now.UID, now.Status.Phase, restartCount(now), sharesAfter)
 		Expect(now.UID).To(Equal(mps.UID), "the MPS daemon pod was recreated")
 		Expect(now.Status.Phase).To(Equal(corev1.PodRunning), "MPS daemon pod %s", now.Name)
 		Expect(restartCount(now)).To(BeZero(), "the MPS daemon pod's container restarted")
 		Expect(sharesAfter).To(Equal(sharesBefore), "the share pods changed while the plugin was replaced")
 		for name, state := range sharesAfter {
-			Expect(state).To(HavePrefix(string(corev1.PodRunning)+"/"), "share pod %s", name)
+			Expect(state.Phase).To(Equal(corev1.PodRunning), "share pod %s", name)
 		}
-		passed("%s adopted %s (same uid, 0 restarts); share-a/b/c kept running, no restarts", fresh.Name, mps.Name)
+		demoPassed("%s adopted %s (same uid, 0 restarts); share-a/b/c kept running, no restarts", fresh.Name, mps.Name)
 	}, SpecTimeout(5*time.Minute))
 
 	It("allocates an NVLink pair in one claim", func(ctx SpecContext) {
-		startScenario("NVLink pair in one claim", "03-nvlink-pair.yaml")
+		startDemoScenario("NVLink pair in one claim", "03-nvlink-pair.yaml")
 		applySpec(ctx, "03-nvlink-pair.yaml", allObjects)
 		waitDemoPodsReady(ctx, "nvlink-pair", 2*time.Minute)
-		held := showPods(ctx, "nvlink-pair")
+		held := showDemoPods(ctx, "nvlink-pair")
 		Expect(held).To(HaveLen(2), "one claim of two devices")
 		domains := nvlinkDomains(ctx, held)
 		Expect(domains).To(HaveLen(1), "the pair's NVLink domains differ")
 		Expect(domains[0]).NotTo(BeEmpty(), "the pair's cards publish no NVLink domain")
-		passed("%s and %s share NVLink domain %s", shortCard(held[0].card), shortCard(held[1].card), domains[0])
+		demoPassed("%s and %s share NVLink domain %s", shortCard(held[0].card), shortCard(held[1].card), domains[0])
 	}, SpecTimeout(3*time.Minute))
 
 	It("binds the PodGroup gang all together", func(ctx SpecContext) {
-		startScenario("PodGroup gang: all or nothing", "04-podgroup-gang.yaml")
+		startDemoScenario("PodGroup gang: all or nothing", "04-podgroup-gang.yaml")
 		applySpec(ctx, "04-podgroup-gang.yaml", allObjects)
 		waitDemoPodsReady(ctx, "podgroup-gang", 3*time.Minute)
-		held := showPods(ctx, "podgroup-gang")
+		held := showDemoPods(ctx, "podgroup-gang")
 		Expect(distinctCards(held)).To(HaveLen(3), "the gang members should hold three distinct cards")
-		passed("all three members bound together, each with its own card")
+		demoPassed("all three members bound together, each with its own card")
 	}, SpecTimeout(4*time.Minute))
 
 	It("refuses an invalid GpuConfig when it is applied", func(ctx SpecContext) {
 		const file = "05-mistake-bad-config.yaml"
-		title("A mistake: invalid GpuConfig  (%s)", file)
-		describeSpec(file)
+		demoTitle("A mistake: invalid GpuConfig  (%s)", file)
+		describeDemoSpec(file)
 		errs := tryApplySpec(ctx, file, allObjects)
 		// The pod of the same file is created anyway and would wait for a
 		// template that never comes.
 		DeferCleanup(deleteSpec, file)
 		Expect(errs).NotTo(BeEmpty(), "the API server accepted the invalid GpuConfig (is the controller's webhook running?)")
 		msg := errs[0].Error()
-		say("kubectl apply would say:")
-		for _, l := range splitLines(fold(msg, 96)) {
-			say("  %s", l)
+		demoSay("kubectl apply would say:")
+		for _, l := range splitLines(foldLines(msg, 96)) {
+			demoSay("  %s", l)
 		}
 		// The API server does not read opaque parameters: only the webhook
 		// says "invalid gpu.tangram.dev config".
@@ -245,56 +261,65 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		Expect(msg).To(ContainSubstring(`sharing.backend: Unsupported value: "vcuda"`), "the refusal does not name the field")
 		_, err := clientset.ResourceV1().ResourceClaimTemplates(demoNamespace).Get(ctx, "gpu-10gi-bad-backend", metav1.GetOptions{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the invalid template exists: %v", err)
-		passed("refused when applied, by the controller's webhook; the message names the field and the valid values")
+		demoPassed("refused when applied, by the controller's webhook; the message names the field and the valid values")
 	}, SpecTimeout(2*time.Minute))
 
 	It("adds an API-only second GPU node", func(ctx SpecContext) {
-		title("A second GPU node joins: %s (API only)", *demoExtraNode)
-		say("a Node object without a kubelet: the free cards of fake %s, 64 CPUs, 512 GiB;", *demoExtraProfile)
-		say("the scheduler can place pods there, nothing ever starts them")
+		demoTitle("A second GPU node joins: %s (API only)", *demoExtraNode)
+		demoSay("a Node object without a kubelet: the free cards of fake %s, 64 CPUs, 512 GiB;", *demoExtraProfile)
+		demoSay("the scheduler can place pods there, nothing ever starts them")
 		createSimNode(ctx, *demoExtraNode, *demoExtraProfile, true)
 		names := sortedKeys(nodeDevices(ctx, *demoExtraNode))
 		Expect(names).NotTo(BeEmpty())
-		say("node %s publishes %s", *demoExtraNode, strings.Join(names, " "))
+		demoSay("node %s publishes %s", *demoExtraNode, strings.Join(names, " "))
 		extraReady = true
-		passed("%s publishes %d shareable GPUs", *demoExtraNode, len(names))
+		demoPassed("%s publishes %d shareable GPUs", *demoExtraNode, len(names))
 	}, SpecTimeout(2*time.Minute))
 
 	It("shows the stock scheduler breaking a fresh card on the empty node", func(ctx SpecContext) {
 		Expect(extraReady).To(BeTrue(), "needs the second node")
-		startScenario("Packing across nodes, part 1: the stock kube-scheduler", "06-packing-stock.yaml")
+		startDemoScenario("Packing across nodes, part 1: the stock kube-scheduler", "06-packing-stock.yaml")
 		applySpec(ctx, "06-packing-stock.yaml", allObjects)
 		node := boundNode(ctx, demoNamespace, "next-share-stock")
 		claim := allocatedClaim(ctx, demoNamespace, "next-share-stock")
-		showPods(ctx, "packing-stock")
-		Expect(node).To(Equal(*demoExtraNode), "default-scheduler bound next-share-stock to %s, not to the empty node", node)
+		showDemoPods(ctx, "packing-stock")
+		Expect(scheduledBy(ctx, demoNamespace, "next-share-stock")).To(Equal(corev1.DefaultSchedulerName))
+		Expect(node).To(Equal(*demoExtraNode), "default-scheduler bound next-share-stock to %s, not to the empty node: "+
+			"it spreads by CPU/memory (NodeResourcesFit LeastAllocated), so the empty node with 64 CPUs should win; if it did not, the scenario shows nothing", node)
 		// It never starts on an API-only node: remove it at once, then wait
 		// until its claim (and with it the share) is gone, so both schedulers
 		// face the same cluster.
 		forceDeletePodsOn(ctx, demoNamespace, *demoExtraNode)
 		waitClaimGone(ctx, demoNamespace, string(claim.UID))
-		say("removed next-share-stock; its share on %s is free again", *demoExtraNode)
-		passed("default-scheduler bound it to %s: a fresh card broken on the empty node", node)
+		demoSay("removed next-share-stock; its share on %s is free again", *demoExtraNode)
+		demoPassed("default-scheduler bound it to %s: a fresh card broken on the empty node", node)
 	}, SpecTimeout(4*time.Minute))
 
 	It("shows tangram-scheduler packing the share next to the others", func(ctx SpecContext) {
 		Expect(extraReady).To(BeTrue(), "needs the second node")
 		Expect(sharesCard).NotTo(BeEmpty(), "needs the card of share-a/b/c")
-		startScenario("Packing across nodes, part 2: tangram-scheduler", "07-packing-tangram.yaml")
+		startDemoScenario("Packing across nodes, part 2: tangram-scheduler", "07-packing-tangram.yaml")
 		applySpec(ctx, "07-packing-tangram.yaml", allObjects)
 		waitDemoPodsReady(ctx, "packing-tangram", 2*time.Minute)
-		held := showPods(ctx, "packing-tangram")
+		held := showDemoPods(ctx, "packing-tangram")
 		by := scheduledBy(ctx, demoNamespace, "next-share-tangram")
-		Expect(getPod(ctx, demoNamespace, "next-share-tangram").Spec.NodeName).To(Equal(gpuNode))
+		Expect(by).To(Equal(*tangramScheduler), "the pod's Scheduled event must come from %s", *tangramScheduler)
+		Expect(getPod(ctx, demoNamespace, "next-share-tangram").Spec.NodeName).To(Equal(gpuNode),
+			"%s should pack the share onto the node whose card is already in use", by)
 		Expect(held).To(HaveLen(1))
-		Expect(held[0].card).To(Equal(sharesCard), "tangram-scheduler should pack it next to share-a/b/c")
-		passed("%s packed it onto %s next to share-a/b/c; %s stays whole", by, shortCard(sharesCard), *demoExtraNode)
+		Expect(held[0].card).To(Equal(sharesCard), "%s should pack it next to share-a/b/c", by)
+		// The share's limit reaches the container: its 10Gi of that card.
+		report, _ := parseReport(podLog(ctx, demoNamespace, "next-share-tangram"))
+		pool, card, _ := strings.Cut(sharesCard, "/")
+		uuid := stringAttr(nodeDevices(ctx, pool)[card], device.AttrUUID)
+		Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt.Sprintf("%s=%dM", uuid, 10*1024)))
+		demoPassed("%s packed it onto %s next to share-a/b/c; %s stays whole", by, shortCard(sharesCard), *demoExtraNode)
 	}, SpecTimeout(4*time.Minute))
 
 	It("runs a GpuGang: two members on NVLinked cards", func(ctx SpecContext) {
-		title("The gang of 04 finishes (the demo deletes it): four cards are free for the next one")
+		demoTitle("The gang of 04 finishes (the demo deletes it): four cards are free for the next one")
 		deleteSpec(ctx, "04-podgroup-gang.yaml")
-		startScenario("GpuGang: a gang in one object, run by the controller", "08-gpugang.yaml")
+		startDemoScenario("GpuGang: a gang in one object, run by the controller", "08-gpugang.yaml")
 		// The GpuGang first; its members only once the controller has created
 		// the PodGroup they name: the scheduler parks a member of a group that
 		// does not exist yet.
@@ -309,17 +334,17 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 			status = getGangStatus(ctx, g, demoNamespace, "finetune")
 			g.Expect(status.Phase).To(Equal(tangramv1alpha1.GangRunning), "GpuGang finetune; diagnosis: %s", status.Diagnosis)
 		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(pollEvery).Should(Succeed())
-		held := showPods(ctx, "gpugang")
-		say("GpuGang finetune: %s, %d placed, %d running", status.Phase, status.Placed, status.Running)
+		held := showDemoPods(ctx, "gpugang")
+		demoSay("GpuGang finetune: %s, %d placed, %d running", status.Phase, status.Placed, status.Running)
 		Expect(distinctCards(held)).To(HaveLen(4), "two members with two cards each")
 		domains := nvlinkDomains(ctx, held)
 		Expect(domains).To(HaveLen(1), "the gang's cards span NVLink domains %v", domains)
-		passed("GpuGang finetune is Running: two members, four cards, one NVLink domain")
+		demoPassed("GpuGang finetune is Running: two members, four cards, one NVLink domain")
 	}, SpecTimeout(5*time.Minute))
 
 	It("leaves a share that requires hard enforcement Pending, and says why", func(ctx SpecContext) {
 		const file = "11-hard-enforcement.yaml"
-		startScenario("Hard enforcement required, on advisory nodes", file)
+		startDemoScenario("Hard enforcement required, on advisory nodes", file)
 		applySpec(ctx, file, allObjects)
 		DeferCleanup(deleteSpec, file)
 		var why string
@@ -333,12 +358,12 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 			g.Expect(why).To(ContainSubstring(device.AttrShareEnforcement))
 			g.Expect(why).To(ContainSubstring("sharing.requireHardEnforcement"))
 		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(pollEvery).Should(Succeed(), "the explanation does not name shareEnforcement and sharing.requireHardEnforcement")
-		say("kubectl tangram describe pod/needs-hard:")
-		for _, l := range splitLines(fold(why, 96)) {
-			say("  %s", l)
+		demoSay("kubectl tangram describe pod/needs-hard:")
+		for _, l := range splitLines(foldLines(why, 96)) {
+			demoSay("  %s", l)
 		}
 		Expect(getPod(ctx, demoNamespace, "needs-hard").Status.Phase).To(Equal(corev1.PodPending))
-		passed("Pending: the nodes publish shareEnforcement advisory; the reason names the chart value that would accept them")
+		demoPassed("Pending: the nodes publish shareEnforcement advisory; the reason names the chart value that would accept them")
 	}, SpecTimeout(2*time.Minute))
 })
 
@@ -359,30 +384,36 @@ var _ = ReportAfterSuite("demo summary", func(r Report) {
 			fail++
 		}
 	}
-	if pass+fail+skip == 0 || r.SuiteConfig.DryRun {
+	// A run that left the demo out (label filter) reports its specs as
+	// skipped: nothing to say then.
+	if pass+fail == 0 || r.SuiteConfig.DryRun {
 		return
 	}
-	fmt.Fprintf(narration(), "\n━━ Demo scenarios: %d passed, %d failed", pass, fail)
+	summary := fmt.Sprintf("Demo scenarios: %d passed, %d failed", pass, fail)
 	if skip > 0 {
-		fmt.Fprintf(narration(), ", %d skipped", skip)
+		summary += fmt.Sprintf(", %d skipped", skip)
 	}
-	fmt.Fprintln(narration())
+	style := stylePass
+	if fail+skip > 0 {
+		style = styleFail
+	}
+	narrateDemo(style, "\n━━ "+summary+"\n")
 })
 
-func startScenario(name, file string) {
-	title("%s  (%s)", name, file)
-	describeSpec(file)
+func startDemoScenario(name, file string) {
+	demoTitle("%s  (%s)", name, file)
+	describeDemoSpec(file)
 }
 
-// describeSpec prints the spec file's leading comment: its story.
-func describeSpec(file string) {
+// describeDemoSpec prints the spec file's leading comment: its story.
+func describeDemoSpec(file string) {
 	data, err := os.ReadFile(filepath.Join(*demoSpecDir, file))
 	Expect(err).NotTo(HaveOccurred(), "reading demo spec %s", file)
 	for _, l := range strings.Split(string(data), "\n") {
 		if !strings.HasPrefix(l, "#") {
 			break
 		}
-		say("%s", strings.TrimPrefix(strings.TrimPrefix(l, "#"), " "))
+		demoSay("%s", strings.TrimPrefix(strings.TrimPrefix(l, "#"), " "))
 	}
 }
 
@@ -390,7 +421,7 @@ func describeSpec(file string) {
 // scenario starts from the same cluster.
 func recreateDemoNamespace(ctx context.Context) {
 	if _, err := clientset.CoreV1().Namespaces().Get(ctx, demoNamespace, metav1.GetOptions{}); err == nil {
-		say("removing the previous demo namespace %s", demoNamespace)
+		demoSay("removing the previous demo namespace %s", demoNamespace)
 		deleteDemoNamespace(ctx)
 	}
 	deleteSimNode(ctx, *demoExtraNode)
@@ -445,10 +476,10 @@ type heldDevice struct {
 	share bool   // a share of the card, not all of it
 }
 
-// showPods prints, per pod of the scenario, its node, each allocated device
+// showDemoPods prints, per pod of the scenario, its node, each allocated device
 // with its memory and compute share, and what the container was given; it
 // returns the devices.
-func showPods(ctx context.Context, scenario string) []heldDevice {
+func showDemoPods(ctx context.Context, scenario string) []heldDevice {
 	var held []heldDevice
 	cardMemory := map[string]int64{}
 	for _, p := range demoPods(ctx, scenario) {
@@ -456,7 +487,7 @@ func showPods(ctx context.Context, scenario string) []heldDevice {
 		if node == "" {
 			node = "<none>"
 		}
-		say("pod %-12s node %-20s %s", p.Name, node, p.Status.Phase)
+		demoSay("pod %-12s node %-20s %s", p.Name, node, p.Status.Phase)
 		for _, s := range p.Status.ResourceClaimStatuses {
 			if s.ResourceClaimName == nil {
 				continue
@@ -471,7 +502,7 @@ func showPods(ctx context.Context, scenario string) []heldDevice {
 					cardMemory[card] = total
 				}
 				h := heldDevice{pod: p.Name, card: card}
-				say("  claim %-28s → %-8s %s", claim.Name, r.Device, describeShare(r, total, &h))
+				demoSay("  claim %-28s → %-8s %s", claim.Name, r.Device, describeShare(r, total, &h))
 				held = append(held, h)
 			}
 		}
@@ -479,7 +510,7 @@ func showPods(ctx context.Context, scenario string) []heldDevice {
 			report, _ := parseReport(podLog(ctx, p.Namespace, p.Name))
 			for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "TANGRAM_SHARING_BACKEND"} {
 				if v, ok := report[k]; ok {
-					say("  container sees %s=%s", k, v)
+					narrateDemo(styleDim, fmt.Sprintf("     container sees %s=%s\n", k, v))
 				}
 			}
 		}
@@ -549,39 +580,39 @@ func shortCard(card string) string {
 	return name
 }
 
-// podStatesOf is what must not change for a running pod: its UID, phase,
-// container and restarts.
-type podStatesOf map[string]string
+// demoPodState is what must not change for a running pod while the plugin is
+// replaced.
+type demoPodState struct {
+	UID       string
+	Phase     corev1.PodPhase
+	Container string // the first container's ID
+	Restarts  int32
+}
 
-func (s podStatesOf) String() string {
+// demoPodStates maps pod names to their states; it prints as
+// "name=Phase/restarts ..." (the UIDs and container IDs are compared, not
+// shown).
+type demoPodStates map[string]demoPodState
+
+func (s demoPodStates) String() string {
 	var out []string
 	for _, k := range sortedKeys(s) {
-		out = append(out, k+"="+s[k])
+		out = append(out, fmt.Sprintf("%s=%s/%d", k, s[k].Phase, s[k].Restarts))
 	}
 	return strings.Join(out, " ")
 }
 
-func podStates(ctx context.Context, names ...string) podStatesOf {
-	states := podStatesOf{}
+func demoPodStatesOf(ctx context.Context, names ...string) demoPodStates {
+	states := demoPodStates{}
 	for _, n := range names {
 		p := getPod(ctx, demoNamespace, n)
-		container := ""
+		st := demoPodState{UID: string(p.UID), Phase: p.Status.Phase, Restarts: restartCount(p)}
 		if len(p.Status.ContainerStatuses) > 0 {
-			container = p.Status.ContainerStatuses[0].ContainerID
+			st.Container = p.Status.ContainerStatuses[0].ContainerID
 		}
-		states[n] = fmt.Sprintf("%s/%d restarts (uid %s, container %s)", p.Status.Phase, restartCount(p), shortID(string(p.UID)), shortID(container))
+		states[n] = st
 	}
 	return states
-}
-
-func shortID(id string) string {
-	if _, after, ok := strings.Cut(id, "://"); ok {
-		id = after
-	}
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
 }
 
 func restartCount(p *corev1.Pod) int32 {
@@ -614,24 +645,33 @@ func lastLogLine(ctx context.Context, ns, name, container string) string {
 	return l
 }
 
-// fold breaks long lines at spaces so that narration stays readable.
-func fold(s string, width int) string {
+// foldLines breaks long lines at spaces so that the narration stays readable;
+// continuation lines keep the line's indentation, two deeper.
+func foldLines(s string, width int) string {
 	var out []string
-	for _, l := range splitLines(s) {
-		for len(l) > width {
-			cut := strings.LastIndex(l[:width], " ")
-			if cut <= 0 {
-				cut = width
+	for _, line := range splitLines(s) {
+		body := strings.TrimLeft(line, " ")
+		indent := line[:len(line)-len(body)]
+		prefix := indent
+		for {
+			room := max(width-len(prefix), 20)
+			if len(body) <= room {
+				out = append(out, prefix+body)
+				break
 			}
-			out = append(out, l[:cut])
-			l = strings.TrimLeft(l[cut:], " ")
+			cut := strings.LastIndex(body[:room], " ")
+			if cut <= 0 {
+				cut = room
+			}
+			out = append(out, prefix+body[:cut])
+			body = strings.TrimLeft(body[cut:], " ")
+			prefix = indent + "  "
 		}
-		out = append(out, l)
 	}
 	return strings.Join(out, "\n")
 }
 
-func firstLine(s string) string {
+func firstLineOf(s string) string {
 	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return l
 }
