@@ -125,7 +125,7 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		case r.State.Is(gtypes.SpecStateSkipped):
 			narrateDemo(styleDim, fmt.Sprintf("   – skipped: %s\n", firstLineOf(r.Failure.Message)))
 		default:
-			narrateDemo(styleFail, fmt.Sprintf("   ✘ %s\n", strings.ReplaceAll(strings.TrimSpace(r.Failure.Message), "\n", "\n     ")))
+			narrateDemo(styleFail, fmt.Sprintf("   ✘ %s\n", strings.Join(headLines(r.Failure.Message, maxFailureLines), "\n     ")))
 		}
 		demoOutcome = ""
 	})
@@ -669,6 +669,19 @@ func foldLines(s string, width int) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// maxFailureLines is how much of a failure the narration shows; the suite's
+// report has all of it.
+const maxFailureLines = 12
+
+// headLines is the first n lines of s, and a note of how many were left out.
+func headLines(s string, n int) []string {
+	lines := splitLines(strings.TrimSpace(s))
+	if len(lines) <= n {
+		return lines
+	}
+	return append(lines[:n], fmt.Sprintf("… (%d more lines in the suite's report)", len(lines)-n))
 }
 
 func firstLineOf(s string) string {
