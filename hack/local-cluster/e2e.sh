@@ -22,7 +22,8 @@ fi
 log "running the e2e suite against $(KUBECONFIG="$KUBECONFIG" "$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null || echo "$KUBECONFIG")"
 cd "$REPO_ROOT"
 # The specs labelled realpath need the chart over a mock driver root; they
-# have a stage of their own (test-e2e-realpath.sh). E2E_LABEL_FILTER replaces
-# this filter.
+# have a stage of their own (test-e2e-realpath.sh); those labelled demo are
+# the demo's scenarios, run by make demo/test-demo (demo/run-local.sh).
+# E2E_LABEL_FILTER replaces this filter.
 exec go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
-	--kubeconfig "$KUBECONFIG" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="${E2E_LABEL_FILTER:-!realpath}" "${args[@]}" "$@"
+	--kubeconfig "$KUBECONFIG" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="${E2E_LABEL_FILTER:-!realpath && !demo}" "${args[@]}" "$@"

@@ -31,6 +31,8 @@ kind-demo: ## the demo on kind: offline (root, node image built from source, pri
 test-kind: ## the offline kind demo as a test: every scenario on a one-node kind cluster, then teardown (.ci/run: only when the node image is cached)
 	@KIND_OFFLINE=1 demo/kind-up.sh
 
+# test-demo holds the cluster lock once for the demo and its teardown, so no
+# other run starts on the cluster in between.
 .PHONY: test-demo
-test-demo: ## make demo as a test: install through the Helm chart, check every scenario, then tear the cluster down
-	@rc=0; demo/run-local.sh || rc=$$?; hack/local-cluster/down.sh || true; exit $$rc
+test-demo: ## make demo as a test: install through the Helm chart, check every scenario (e2e specs labelled demo), then tear the cluster down
+	@hack/local-cluster/with-lock.sh bash -c 'rc=0; demo/run-local.sh || rc=$$?; hack/local-cluster/down.sh || true; exit $$rc'

@@ -30,7 +30,7 @@ var (
 	pluginStartCmd   = flag.String("plugin-start-cmd", "", "shell command that starts the kubelet plugin again and returns once it serves")
 	cdiDir           = flag.String("cdi-dir", "", "the GPU node's CDI spec directory, when the suite runs on that node (enables the CDI spec checks)")
 	helmBinary       = flag.String("helm", "helm", "helm binary that renders the chart's RBAC and admission policies for the privilege scenario")
-	tangramScheduler = flag.String("tangram-scheduler", "tangram", "schedulerName of the running tangram-scheduler (Helm value scheduler.schedulerName) the packing scenario compares with the default scheduler")
+	tangramScheduler = flag.String("tangram-scheduler", "tangram", "schedulerName of the running tangram-scheduler (Helm value scheduler.schedulerName) the preemption and the demo's packing scenarios compare with the default scheduler")
 )
 
 // Shared state, set up once for the whole suite.

@@ -211,3 +211,35 @@ func deletePodAndWait(ctx context.Context, ns, name string) {
 func splitLines(s string) []string {
 	return strings.Split(strings.TrimRight(s, "\n"), "\n")
 }
+
+// boundNode waits until the pod is bound and returns its node.
+func boundNode(ctx context.Context, ns, name string) string {
+	var node string
+	Eventually(func(g Gomega) {
+		node = getPod(ctx, ns, name).Spec.NodeName
+		g.Expect(node).NotTo(BeEmpty(), "pod %s is not bound yet (schedulerName %q: is that scheduler running? hack/local-cluster/scheduler.sh start); events:\n%s",
+			name, getPod(ctx, ns, name).Spec.SchedulerName, eventText(ctx, ns, name))
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	return node
+}
+
+// scheduledBy names the scheduler that reported the pod's Scheduled event.
+func scheduledBy(ctx context.Context, ns, pod string) string {
+	var by string
+	Eventually(func(g Gomega) {
+		list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.AndSelectors(
+				fields.OneTermEqualSelector("involvedObject.name", pod),
+				fields.OneTermEqualSelector("reason", "Scheduled"),
+			).String(),
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(list.Items).NotTo(BeEmpty(), "pod %s has no Scheduled event yet", pod)
+		e := list.Items[0]
+		by = e.ReportingController
+		if by == "" {
+			by = e.Source.Component
+		}
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+	return by
+}
