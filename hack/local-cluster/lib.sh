@@ -32,6 +32,15 @@ NODE_NAME="${TANGRAM_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
 APISERVER_PORT=6443
 LOOPBACK_API_ENV="[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]"
 
+# The Helm release every test stage deploys Tangram with (chart.sh).
+RELEASE=tangram
+RELEASE_NAMESPACE=tangram-system
+CHART_DIR="$REPO_ROOT/deployments/helm/tangram"
+# The plugin's checkpoints and MPS directories (chart hostPaths) live under
+# the cluster directory, so down.sh removes them with the cluster.
+PLUGIN_STATE_DIR="$CLUSTER_DIR/plugin/state"
+PLUGIN_MPS_ROOT="$CLUSTER_DIR/plugin/mps"
+
 # Host paths the kubelet plugin and containerd share.
 CDI_DIR=/var/run/cdi
 KUBELET_ROOT=/var/lib/kubelet
