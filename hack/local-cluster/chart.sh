@@ -26,7 +26,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
-CRI() { "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 10s "$@"; }
 SCHEDULER_PORT=10359
 CONTROLLER_METRICS_PORT=9401
 WEBHOOK_NS_LABEL=tangram.dev/gpuconfig-webhook

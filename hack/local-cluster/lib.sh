@@ -173,6 +173,14 @@ CRICTL_BIN="$(component_dir crictl "$CRICTL_VERSION")/bin"
 HELM_BIN="$(component_dir helm "$HELM_VERSION")/bin"
 KUBECTL="$KUBE_BIN/kubectl"
 
+# CRI ARGS...: crictl against the cluster's containerd. Its own config file
+# (written on first use) stops crictl warning about a missing /etc/crictl.yaml.
+CRI() {
+	local conf="$CLUSTER_DIR/crictl.yaml"
+	[ -f "$conf" ] || { mkdir -p "$CLUSTER_DIR" && printf 'runtime-endpoint: unix://%s\ntimeout: 10\n' "$CONTAINERD_SOCK" >"$conf"; }
+	"$CRICTL_BIN/crictl" --config "$conf" "$@"
+}
+
 # cluster_lock: one cluster per machine, so scripts that start, stop or test
 # it take an exclusive host-wide lock (waiting up to 45 min for another run).
 # Nested calls (test-e2e.sh → up.sh) see TANGRAM_CLUSTER_LOCK_HELD and go on.

@@ -54,7 +54,6 @@ export TANGRAM_KUBELET_MAX_RESTART_PERIOD=2s
 export TANGRAM_KUBELET_SYNC_FREQUENCY=10s
 WORK="$(mktemp -d)"
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
-CRI() { "$CRICTL_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" --timeout 10s "$@"; }
 
 problems=0
 problem() {
@@ -102,6 +101,9 @@ spec:
   # Not nodeName: the scheduler must allocate the claim.
   nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   tolerations: [{operator: Exists}]
+  # The chart refuses shared-GPU pods that may run as root
+  # (admissionPolicy.sharedGPURunAsNonRoot).
+  securityContext: {runAsNonRoot: true, runAsUser: 65534}
   containers:
   - name: c
     image: $PAUSE_IMAGE
@@ -291,7 +293,8 @@ while { [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill 
 		for ((i = 0; i < WAVE_SHARES; i++)); do pod "w$wave-share-$i" share; done
 	} | sed "s/soak: \"yes\"/soak: \"yes\", wave: \"$wave\"/" >"$WORK/wave.yaml"
 	# The API server may be restarting: retry the create.
-	for ((i = 0; i < 60; i++)); do K apply -f "$WORK/wave.yaml" >/dev/null 2>&1 && break; sleep 2; done
+	for ((i = 0; i < 60; i++)); do K apply -f "$WORK/wave.yaml" >/dev/null 2>"$WORK/apply-error" && break; sleep 2; done
+	[ "$i" -lt 60 ] || problem "wave $wave: kubectl apply kept failing for 120s: $(tail -n 1 "$WORK/apply-error")"
 	created=$((created + WAVE_WHOLE + WAVE_SHARES))
 	wave_start="$(now_s)"
 	wait_running "$wave"
