@@ -27,19 +27,8 @@ pass() { printf '   %s✔ %s%s\n' "$OK" "$*" "$R"; }
 fail() { printf '   %s✘ %s%s\n' "$BAD" "$*" "$R"; DEMO_FAILURES=$((${DEMO_FAILURES:-0} + 1)); }
 
 # demo_install_chart HELM_ARGS...: install or upgrade the chart and wait for
-# the plugin DaemonSet. DeviceClasses that exist without a Helm owner (a
-# test harness may have applied identical ones) are adopted, not duplicated.
+# the plugin DaemonSet (kind; the local cluster uses hack/local-cluster/chart.sh).
 demo_install_chart() {
-	local dc
-	for dc in gpu.tangram.dev shared-gpu.tangram.dev; do
-		if K get deviceclass "$dc" >/dev/null 2>&1 &&
-			[ -z "$(K get deviceclass "$dc" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]; then
-			say "adopting the existing DeviceClass $dc into release $RELEASE"
-			K annotate deviceclass "$dc" --overwrite \
-				"meta.helm.sh/release-name=$RELEASE" "meta.helm.sh/release-namespace=$RELEASE_NAMESPACE" >/dev/null
-			K label deviceclass "$dc" --overwrite app.kubernetes.io/managed-by=Helm >/dev/null
-		fi
-	done
 	H upgrade --install "$RELEASE" "$CHART_DIR" --namespace "$RELEASE_NAMESPACE" --create-namespace \
 		--wait --timeout 5m "$@" >/dev/null || return 1
 	K -n "$RELEASE_NAMESPACE" rollout status "daemonset/$RELEASE-kubelet-plugin" --timeout=3m >/dev/null

@@ -28,8 +28,6 @@ local)
 	# One cluster per machine: hold the harness's lock for the whole demo, so an
 	# e2e run does not tear the cluster down under it (and waits its turn).
 	cluster_lock
-	# The local API server listens on loopback only.
-	API_ENV="$LOOPBACK_API_ENV"
 	TANGRAM_BIN_DIR="$CLUSTER_DIR/bin"
 	;;
 kind)
@@ -77,17 +75,6 @@ if [ "$DEMO_CLUSTER" = kind ]; then
 elif [ -n "${DEMO_REUSE_CLUSTER:-}" ] && cluster_healthy; then
 	step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
 	say "reusing the running cluster (DEMO_REUSE_CLUSTER=1)"
-	# What an e2e run (KEEP_CLUSTER=1) leaves would clash with the chart's
-	# plugin, controller and scheduler: the host-process plugin and
-	# controller hold the same host ports, and scheduler.sh's objects have
-	# the chart's names but no Helm owner, so helm would refuse to install.
-	"$REPO_ROOT/hack/local-cluster/plugin.sh" stop >/dev/null 2>&1
-	"$REPO_ROOT/hack/local-cluster/controller.sh" stop >/dev/null 2>&1
-	if K -n "$RELEASE_NAMESPACE" get deployment "$RELEASE-scheduler" >/dev/null 2>&1 &&
-		[ -z "$(K -n "$RELEASE_NAMESPACE" get deployment "$RELEASE-scheduler" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]; then
-		say "removing the tangram-scheduler that hack/local-cluster/scheduler.sh deployed"
-		"$REPO_ROOT/hack/local-cluster/scheduler.sh" stop >/dev/null 2>&1
-	fi
 	"$REPO_ROOT/hack/images/build-images.sh" --import --allow-unpinned-base || die "building or importing images failed"
 else
 	step "1/4  Local Kubernetes $KUBE_VERSION cluster (hack/local-cluster)"
@@ -99,44 +86,47 @@ say "cluster ready in $(elapsed "$t")"
 step "2/4  helm install tangram (fake GPU profile $PROFILE)"
 t="$(now_s)"
 H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
-# The plugin, controller and scheduler pods use the node's network and talk
-# to the API server on 127.0.0.1 ($API_ENV). tangram-scheduler (the GPU packing
-# scheduler) is enabled for the packing scenarios. On the local cluster the plugin's
-# state lives under the cluster directory so that `make cluster-down` removes
-# it with the cluster.
-state_args=()
-[ "$DEMO_CLUSTER" != local ] || state_args=(
-	--set "kubeletPlugin.hostPaths.stateDir=$CLUSTER_DIR/plugin/state"
-	--set "kubeletPlugin.hostPaths.mpsRoot=$CLUSTER_DIR/plugin/mps")
-# GPUs: a fake profile, or on kind with KIND_GPUS=mock the real-GPU code path
-# (NVML, nvcdi, MPS control) over the mock driver root mounted into the node.
-gpu_args=(--set "fakeGPU.profile=$PROFILE")
-if [ "$DEMO_CLUSTER" = kind ] && [ "$KIND_GPUS" = mock ]; then
-	gpu_args=(--set "driverRoot=$KIND_MOCK_DRIVER_ROOT" --set kubeletPlugin.sysfsRoot=/driver-root/sys)
-	API_ENV="${API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$KIND_MOCK_NVML_STATE_DIR\"}]"
+# The local cluster installs the chart the way every test stage does
+# (hack/local-cluster/chart.sh: pods on the host network talking to the API
+# server on 127.0.0.1, the plugin's state under the cluster directory, the
+# controller with its webhook, tangram-scheduler for the packing scenarios).
+# Its webhook is opt-in per namespace for the e2e suite; the demo's mistake
+# scenario needs it everywhere. Fake GPUs enforce nothing (shareEnforcement
+# "advisory"), so the shared class accepts advisory nodes; on real GPUs leave
+# sharing.requireHardEnforcement at its default (true).
+if [ "$DEMO_CLUSTER" = local ]; then
+	TANGRAM_FAKE_PROFILE="$PROFILE" "$REPO_ROOT/hack/local-cluster/chart.sh" install \
+		--set-json 'controller.webhook.namespaceSelector={}' || die "installing the chart failed (logs: hack/local-cluster/chart.sh logs plugin)"
+else
+	# kind: the same values, by hand (the node's loopback API, no host
+	# state directories). GPUs: a fake profile, or with KIND_GPUS=mock the
+	# real-GPU code path (NVML, nvcdi, MPS control) over the mock driver root
+	# mounted into the node.
+	gpu_args=(--set "fakeGPU.profile=$PROFILE")
+	if [ "$KIND_GPUS" = mock ]; then
+		gpu_args=(--set "driverRoot=$KIND_MOCK_DRIVER_ROOT" --set kubeletPlugin.sysfsRoot=/driver-root/sys)
+		API_ENV="${API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$KIND_MOCK_NVML_STATE_DIR\"}]"
+	fi
+	demo_install_chart \
+		"${gpu_args[@]}" \
+		--set sharing.requireHardEnforcement=false \
+		--set kubeletPlugin.hostNetwork=true \
+		--set-json "kubeletPlugin.extraEnv=$API_ENV" \
+		--set controller.enabled=true \
+		--set controller.webhook.enabled=true \
+		--set controller.hostNetwork=true \
+		--set controller.metricsPort=9401 \
+		--set-json "controller.extraEnv=$API_ENV" \
+		--set scheduler.enabled=true \
+		--set scheduler.hostNetwork=true \
+		--set "scheduler.securePort=$SCHEDULER_PORT" \
+		--set-json "scheduler.extraEnv=$API_ENV" ||
+		{
+			K -n "$RELEASE_NAMESPACE" get pods -o wide >&2
+			K -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2
+			die "installing the chart failed"
+		}
 fi
-# Fake GPUs enforce nothing (shareEnforcement "advisory"), so the shared
-# class must accept advisory nodes; on real GPUs leave the default (true).
-demo_install_chart \
-	"${gpu_args[@]}" \
-	--set sharing.requireHardEnforcement=false \
-	--set kubeletPlugin.hostNetwork=true \
-	--set-json "kubeletPlugin.extraEnv=$API_ENV" \
-	"${state_args[@]}" \
-	--set controller.enabled=true \
-	--set controller.webhook.enabled=true \
-	--set controller.hostNetwork=true \
-	--set controller.metricsPort=9401 \
-	--set-json "controller.extraEnv=$API_ENV" \
-	--set scheduler.enabled=true \
-	--set scheduler.hostNetwork=true \
-	--set "scheduler.securePort=$SCHEDULER_PORT" \
-	--set-json "scheduler.extraEnv=$API_ENV" ||
-	{
-		K -n "$RELEASE_NAMESPACE" get pods -o wide >&2
-		K -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2
-		die "installing the chart failed"
-	}
 say "$(H list -n "$RELEASE_NAMESPACE" --filter "^$RELEASE\$" --short) installed; its pods:"
 K -n "$RELEASE_NAMESPACE" get pods -o wide | sed 's/^/     /'
 demo_wait_slices 90 || die "the kubelet plugin published no GPUs"

@@ -510,4 +510,24 @@ func TestController(t *testing.T) {
 	if flags["webhook-namespace"] != namespace || flags["webhook-secret"] != "tangram-controller-webhook-tls" {
 		t.Errorf("webhook flags = %v", flags)
 	}
+	if sel := vwc.Webhooks[0].NamespaceSelector; sel != nil {
+		t.Errorf("by default the webhook checks every namespace, but it has namespaceSelector %+v", sel)
+	}
+}
+
+// TestWebhookNamespaceSelector: controller.webhook.namespaceSelector limits
+// the webhook to the namespaces it selects (the local test cluster makes it
+// opt-in per namespace), and a selector that is not a label selector is
+// refused at install.
+func TestWebhookNamespaceSelector(t *testing.T) {
+	on := []string{"controller.enabled=true", "controller.webhook.enabled=true"}
+	objs := render(t, append(on, `controller.webhook.namespaceSelector@json={"matchLabels":{"tangram.dev/gpuconfig-webhook":"enabled"}}`)...)
+	vwc := objs.get(t, "ValidatingWebhookConfiguration", "tangram-controller-gpuconfig").(*admissionv1.ValidatingWebhookConfiguration)
+	sel := vwc.Webhooks[0].NamespaceSelector
+	if sel == nil || len(sel.MatchLabels) != 1 || sel.MatchLabels["tangram.dev/gpuconfig-webhook"] != "enabled" {
+		t.Errorf("namespaceSelector = %+v, want matchLabels tangram.dev/gpuconfig-webhook=enabled", sel)
+	}
+	if _, err := template(t, append(on, `controller.webhook.namespaceSelector@json={"matchLabel":{"a":"b"}}`)...); err == nil {
+		t.Errorf("a namespaceSelector with an unknown field (matchLabel) was accepted")
+	}
 }

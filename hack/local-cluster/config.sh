@@ -196,5 +196,11 @@ serializeImagePulls: false
 # How often the kubelet syncs a pod again, also after a failed prepare (the
 # soak shortens it so pods whose prepare met a killed plugin retry sooner).
 syncFrequency: ${TANGRAM_KUBELET_SYNC_FREQUENCY:-1m}
+# The longest wait before the kubelet restarts a crashed container (its
+# default, 300s; the soak, which SIGKILLs the plugin's container every few
+# seconds, shortens it so the plugin is back within seconds as a host process
+# restarted by a supervisor would be).
+crashLoopBackOff:
+  maxContainerRestartPeriod: ${TANGRAM_KUBELET_MAX_RESTART_PERIOD:-300s}
 YAML
 }

@@ -16,12 +16,7 @@ cluster_lock
 say "stopping Prometheus"
 "$(dirname "${BASH_SOURCE[0]}")/prometheus.sh" stop >/dev/null 2>&1
 
-say "stopping the Tangram controller"
-"$(dirname "${BASH_SOURCE[0]}")/controller.sh" stop >/dev/null 2>&1
-
-say "stopping the Tangram kubelet plugin"
-"$(dirname "${BASH_SOURCE[0]}")/plugin.sh" stop >/dev/null 2>&1
-
+# Tangram's pods (chart.sh) go with the pod sandboxes below.
 say "stopping kubelet"
 stop_proc kubelet 15
 

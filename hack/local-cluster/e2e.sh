@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the e2e suite (test/e2e) against a cluster.
 #   KUBECONFIG=... e2e.sh [extra suite flags]
-# Without KUBECONFIG it uses the local cluster of `make cluster-up`, and then
-# also wires the plugin kill/start commands and the CDI directory checks, and
-# applies the DeviceClasses unless something (the Helm chart) already did.
+# Without KUBECONFIG it uses the local cluster of `make cluster-up` with the
+# chart installed (chart.sh install), and then also wires the commands that
+# kill the chart's plugin and wait for the DaemonSet to bring it back, inject
+# health events, and the CDI directory checks.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 args=()
@@ -11,13 +12,11 @@ if [ -z "${KUBECONFIG:-}" ]; then
 	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: set KUBECONFIG, or run 'make cluster-up' first ($KUBECONFIG_FILE is missing)"
 	export KUBECONFIG="$KUBECONFIG_FILE"
 	cluster_lock # nobody tears the cluster down under the suite
-	plugin="$REPO_ROOT/hack/local-cluster/plugin.sh"
-	args+=(--plugin-kill-cmd "$plugin kill" --plugin-start-cmd "$plugin start" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME" --helm "$HELM_BIN/helm"
-		--health-event-cmd "$plugin health-event")
-	if ! "$KUBECTL" get deviceclass gpu.tangram.dev >/dev/null 2>&1; then
-		log "applying DeviceClasses from test/e2e/testdata (no Helm chart installed)"
-		"$KUBECTL" apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2
-	fi
+	"$KUBECTL" -n "$RELEASE_NAMESPACE" get daemonset "$RELEASE-kubelet-plugin" >/dev/null 2>&1 ||
+		die "Tangram is not installed on the local cluster: run hack/local-cluster/chart.sh install first"
+	chart="$REPO_ROOT/hack/local-cluster/chart.sh"
+	args+=(--plugin-kill-cmd "$chart kill-plugin" --plugin-start-cmd "$chart wait-plugin" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME" --helm "$HELM_BIN/helm"
+		--health-event-cmd "$chart health-event" --release-namespace "$RELEASE_NAMESPACE" --helm-release "$RELEASE")
 fi
 log "running the e2e suite against $(KUBECONFIG="$KUBECONFIG" "$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null || echo "$KUBECONFIG")"
 cd "$REPO_ROOT"

@@ -32,6 +32,15 @@ NODE_NAME="${TANGRAM_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
 APISERVER_PORT=6443
 LOOPBACK_API_ENV="[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"}]"
 
+# The Helm release every test stage deploys Tangram with (chart.sh).
+RELEASE=tangram
+RELEASE_NAMESPACE=tangram-system
+CHART_DIR="$REPO_ROOT/deployments/helm/tangram"
+# The plugin's checkpoints and MPS directories (chart hostPaths) live under
+# the cluster directory, so down.sh removes them with the cluster.
+PLUGIN_STATE_DIR="$CLUSTER_DIR/plugin/state"
+PLUGIN_MPS_ROOT="$CLUSTER_DIR/plugin/mps"
+
 # Host paths the kubelet plugin and containerd share.
 CDI_DIR=/var/run/cdi
 KUBELET_ROOT=/var/lib/kubelet
@@ -163,6 +172,14 @@ CONTAINERD_BIN="$(component_dir containerd "$CONTAINERD_VERSION")/bin"
 CRICTL_BIN="$(component_dir crictl "$CRICTL_VERSION")/bin"
 HELM_BIN="$(component_dir helm "$HELM_VERSION")/bin"
 KUBECTL="$KUBE_BIN/kubectl"
+
+# CRI ARGS...: crictl against the cluster's containerd. Its own config file
+# (written on first use) stops crictl warning about a missing /etc/crictl.yaml.
+CRI() {
+	local conf="$CLUSTER_DIR/crictl.yaml"
+	[ -f "$conf" ] || { mkdir -p "$CLUSTER_DIR" && printf 'runtime-endpoint: unix://%s\ntimeout: 10\n' "$CONTAINERD_SOCK" >"$conf"; }
+	"$CRICTL_BIN/crictl" --config "$conf" "$@"
+}
 
 # cluster_lock: one cluster per machine, so scripts that start, stop or test
 # it take an exclusive host-wide lock (waiting up to 45 min for another run).

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # A real Prometheus (Debian's prometheus package, installed with apt-get if
-# missing) scraping the local cluster's Tangram host processes, and the check
-# that every query of the chart's Grafana dashboard returns a series.
+# missing) scraping the pods of the local cluster's Tangram release (chart.sh;
+# they run on the host network), and the check that every query of the
+# chart's Grafana dashboard returns a series.
 #   prometheus.sh start|check|stop
 # start: scrape the kubelet plugin (:9400, labelled with its node as the
-#   chart's PodMonitor does) and the controller (127.0.0.1:19090) every 2s.
-# check: go test -tags e2e ./test/dashboard against it (docs/observability.md).
+#   chart's PodMonitor does), the controller (:9401) and tangram-scheduler
+#   (https :10359, with the admin token, as kube-prometheus scrapes
+#   kube-scheduler) every 2s.
+# check: go test -tags e2e ./test/dashboard against it (docs/observability.md);
+#   all three jobs must be up.
 # Settings (environment):
 #   TANGRAM_PROMETHEUS_PORT  loopback port of its API (default 19091)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -40,8 +44,9 @@ start() {
 	mkdir -p "$DIR/data"
 	cat >"$DIR/prometheus.yml" <<-YAML
 		# Written by hack/local-cluster/prometheus.sh: the static form of the
-		# chart's PodMonitor (plugin, node label added) and ServiceMonitor
-		# (controller) for the host processes of the local cluster.
+		# chart's PodMonitor (plugin, node label added) and ServiceMonitors
+		# (controller, scheduler) for the host-network pods of the local
+		# cluster (chart.sh).
 		global:
 		  scrape_interval: 2s
 		  scrape_timeout: 2s
@@ -53,7 +58,14 @@ start() {
 		        labels: {node: "$NODE_NAME"}
 		  - job_name: controller
 		    static_configs:
-		      - targets: ["127.0.0.1:19090"]
+		      - targets: ["127.0.0.1:9401"]
+		  - job_name: scheduler
+		    scheme: https
+		    tls_config: {insecure_skip_verify: true}
+		    authorization:
+		      credentials_file: $CLUSTER_DIR/pki/admin.token
+		    static_configs:
+		      - targets: ["127.0.0.1:10359"]
 	YAML
 	log "starting Prometheus $(prometheus --version 2>&1 | head -1 | awk '{print $3}') on $URL"
 	start_proc "$NAME" "$(command -v prometheus)" \
@@ -67,7 +79,8 @@ start() {
 check() {
 	[ -n "$(proc_pid "$NAME")" ] || die "Prometheus is not running; run '$0 start' first"
 	cd "$REPO_ROOT"
-	go test -tags e2e -count=1 -v -run TestDashboardQueriesReturnSeries ./test/dashboard -args --prometheus-url "$URL"
+	go test -tags e2e -count=1 -v -run TestDashboardQueriesReturnSeries ./test/dashboard -args --prometheus-url "$URL" \
+		--jobs kubelet-plugin,controller,scheduler
 }
 
 case "${1:-}" in

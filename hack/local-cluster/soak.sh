@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Churn-and-crash soak of the kubelet plugin on the local cluster: waves of
 # pods with whole cards and memory shares are created and deleted for
-# SOAK_SECONDS while the plugin is killed (SIGKILL) at random moments, some
-# of them in the middle of a prepare or an unprepare, and the API server is
-# restarted once; then an independent audit compares what the plugin keeps
-# on disk with what the API server holds. A `make test` stage (test-soak).
-#   soak.sh            audit self-test, cluster up, plugin, soak, audit, cluster down
+# SOAK_SECONDS while the plugin (the chart's DaemonSet pod, chart.sh) is
+# killed (SIGKILL of its container's process; the kubelet restarts it) at
+# random moments, some of them in the middle of a prepare or an unprepare,
+# and the API server is restarted once; then an independent audit compares
+# what the plugin keeps on disk (the chart's host paths) with what the API
+# server holds. A `make test` stage (test-soak).
+#   soak.sh            audit self-test, cluster up, chart, soak, audit, cluster down
 # Settings (environment):
 #   SOAK_SECONDS      how long waves are created, at least (default 300)
 #   SOAK_KILLS        plugin kills to inject, at least (default 10)
@@ -40,11 +42,13 @@ MAX_SECONDS="${SOAK_MAX_SECONDS:-390}"
 # is retried at the kubelet's next sync of it.
 WAVE_TIMEOUT=150
 NS=tangram-soak
-CHECKPOINT="$CLUSTER_DIR/plugin/state/checkpoint.json"
+CHECKPOINT="$PLUGIN_STATE_DIR/checkpoint.json"
+# Every plugin container's log in turn (follow_plugin_logs).
 PLUGIN_LOG="$LOG_DIR/tangram-plugin.log"
 SAVED_LOGS="$CACHE_ROOT/soak-logs"
-# Restarts after a kill run the binary built at the start.
-export TANGRAM_PLUGIN_NO_BUILD=1
+# The kubelet restarts the killed plugin container within 2 s, however
+# often it was killed before (its default backoff grows to 5 minutes).
+export TANGRAM_KUBELET_MAX_RESTART_PERIOD=2s
 # The kubelet retries a failed prepare when it syncs the pod again: every
 # 10 s instead of every minute, so a kill delays a wave by seconds.
 export TANGRAM_KUBELET_SYNC_FREQUENCY=10s
@@ -65,6 +69,7 @@ finish() {
 		touch "$WORK/stop"
 		wait "$injector_pid"
 	fi
+	stop_following_logs
 	# The next cluster-up empties the log directory: keep this run's logs.
 	mkdir -p "$SAVED_LOGS"
 	cp "$LOG_DIR"/tangram-plugin.log "$LOG_DIR"/kubelet.log "$SAVED_LOGS"/ 2>/dev/null
@@ -96,6 +101,9 @@ spec:
   # Not nodeName: the scheduler must allocate the claim.
   nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   tolerations: [{operator: Exists}]
+  # The chart refuses shared-GPU pods that may run as root
+  # (admissionPolicy.sharedGPURunAsNonRoot).
+  securityContext: {runAsNonRoot: true, runAsUser: 65534}
   containers:
   - name: c
     image: $PAUSE_IMAGE
@@ -135,6 +143,33 @@ spec:
 EOF
 }
 
+# follow_plugin_logs: append the log of each plugin container, one after the
+# other as the kubelet restarts them, to $PLUGIN_LOG (a dead container's log
+# goes with it when the kubelet removes it). `crictl logs -f` returns a few
+# seconds after its container died; the next one is read from its start.
+follow_plugin_logs() {
+	local id last=""
+	while [ ! -e "$WORK/stop-logs" ]; do
+		id="$(CRI ps -q --state running --label "io.kubernetes.pod.namespace=$RELEASE_NAMESPACE" \
+			--label io.kubernetes.container.name=plugin 2>/dev/null | head -n 1)"
+		if [ -n "$id" ] && [ "$id" != "$last" ]; then
+			last="$id"
+			CRI logs -f "$id" >>"$PLUGIN_LOG" 2>&1 || true
+		else
+			sleep 0.2
+		fi
+	done
+}
+
+# stop_following_logs: end follow_plugin_logs and the crictl it runs.
+stop_following_logs() {
+	[ -n "${follower_pid:-}" ] || return 0
+	touch "$WORK/stop-logs"
+	pkill -TERM -P "$follower_pid" 2>/dev/null
+	wait "$follower_pid" 2>/dev/null
+	follower_pid=""
+}
+
 # kill_plugin MODE: SIGKILL the plugin; MODE says when: "random" (now),
 # "prepare" or "unprepare" (right after the plugin logged a
 # NodePrepareResources / NodeUnprepareResources call, so that the calls of
@@ -157,16 +192,16 @@ kill_plugin() {
 		[ "$i" -lt 200 ] || mode=random
 	fi
 	log "FAULT: killing the plugin (kill $((kills + 1)), $mode)"
-	"$HERE/plugin.sh" kill || true
+	"$HERE/chart.sh" kill-plugin || true
 	echo "kill $mode" >>"$WORK/faults"
 	kills=$((kills + 1))
 }
 
 # The fault injector: SIGKILL the plugin at random moments, a third of them
-# mid-prepare and a third mid-unprepare, restarting it (without a rebuild)
-# after 0-2 s; between kills the plugin runs 4-15 s (plus up to 20 s waiting
-# for a call to interrupt), so it is up most of the time. The API server is
-# restarted once, half-way.
+# mid-prepare and a third mid-unprepare; the kubelet restarts its container
+# within 2 s and the next fault waits until it is Ready again; between kills
+# the plugin runs 4-15 s (plus up to 20 s waiting for a call to interrupt),
+# so it is up most of the time. The API server is restarted once, half-way.
 inject_faults() {
 	local kills=0 api_done=0 start pid args modes=(random prepare unprepare)
 	start="$(now_s)"
@@ -188,11 +223,9 @@ inject_faults() {
 			continue
 		fi
 		kill_plugin "${modes[kills % 3]}"
-		[ -n "$(proc_pid tangram-plugin)" ] && continue
-		sleep "$((RANDOM % 3))"
-		# A failed start (e.g. the kubelet slow to log the registration on a
-		# loaded machine) is shown, and the plugin started again if it died.
-		"$HERE/plugin.sh" start >"$WORK/plugin-start" 2>&1 || { tail -n 5 "$WORK/plugin-start" >&2; "$HERE/plugin.sh" start || true; }
+		# A plugin slow to come back (a loaded machine) is shown, and waited
+		# for once more.
+		"$HERE/chart.sh" wait-plugin 60 >"$WORK/plugin-start" 2>&1 || { tail -n 5 "$WORK/plugin-start" >&2; "$HERE/chart.sh" wait-plugin 120 || true; }
 	done
 }
 
@@ -222,7 +255,7 @@ audit() {
 		if K get resourceclaims -A -o json >"$WORK/claims.json" 2>/dev/null &&
 			K get resourceslices -o json >"$WORK/slices.json" 2>/dev/null &&
 			python3 "$HERE/soak-audit.py" "$CHECKPOINT" "$CDI_DIR" "$NODE_NAME" "$WORK/claims.json" "$WORK/slices.json" \
-				"$CLUSTER_DIR/plugin/state" "$CLUSTER_DIR/plugin/mps" >"$WORK/audit"; then
+				"$PLUGIN_STATE_DIR" "$PLUGIN_MPS_ROOT" >"$WORK/audit"; then
 			[ -s "$WORK/audit" ] || { info "audit $when: checkpoint, CDI specs, per-claim entries and API server agree; no card over capacity"; return 0; }
 		fi
 		sleep 1
@@ -236,9 +269,11 @@ stage_start="$(now_s)"
 log "soak-audit.py self-test"
 python3 "$HERE/soak_audit_test.py" 2>&1 | tail -n 3 >&2 || die "soak_audit_test.py failed: the audit cannot be trusted"
 "$HERE/up.sh"
-log_offset="$(stat -c %s "$PLUGIN_LOG" 2>/dev/null || echo 0)"
-"$HERE/plugin.sh" start
-K get deviceclass gpu.tangram.dev >/dev/null 2>&1 || K apply -f "$REPO_ROOT/test/e2e/testdata/deviceclasses.yaml" >&2
+"$HERE/chart.sh" install
+: >"$PLUGIN_LOG"
+log_offset=0
+follow_plugin_logs &
+follower_pid=$!
 K create namespace "$NS" >/dev/null
 templates | K apply -f - >/dev/null
 log "soak: waves of $WAVE_WHOLE whole-card and $WAVE_SHARES share pods for ${SOAK_SECONDS}s and at least $MIN_CLAIMS claims, plugin killed at least $SOAK_KILLS times, API server restarted once"
@@ -258,7 +293,8 @@ while { [ $(($(now_s) - soak_start)) -lt "$SOAK_SECONDS" ] || [ "$(grep -c kill 
 		for ((i = 0; i < WAVE_SHARES; i++)); do pod "w$wave-share-$i" share; done
 	} | sed "s/soak: \"yes\"/soak: \"yes\", wave: \"$wave\"/" >"$WORK/wave.yaml"
 	# The API server may be restarting: retry the create.
-	for ((i = 0; i < 60; i++)); do K apply -f "$WORK/wave.yaml" >/dev/null 2>&1 && break; sleep 2; done
+	for ((i = 0; i < 60; i++)); do K apply -f "$WORK/wave.yaml" >/dev/null 2>"$WORK/apply-error" && break; sleep 2; done
+	[ "$i" -lt 60 ] || problem "wave $wave: kubectl apply kept failing for 120s: $(tail -n 1 "$WORK/apply-error")"
 	created=$((created + WAVE_WHOLE + WAVE_SHARES))
 	wave_start="$(now_s)"
 	wait_running "$wave"
@@ -276,13 +312,13 @@ touch "$WORK/stop"
 wait "$injector_pid" || true
 injector_pid=""
 soak_end="$(now_s)"
-"$HERE/plugin.sh" status >/dev/null 2>&1 || "$HERE/plugin.sh" start
+"$HERE/chart.sh" wait-plugin
 
 if [ "${SOAK_PLANT:-}" = 1 ]; then
 	planted="$(cat /proc/sys/kernel/random/uuid)"
 	log "SOAK_PLANT: planting an orphan CDI spec and per-claim directory for claim $planted"
 	echo '{}' >"$CDI_DIR/k8s.gpu.tangram.dev-claim_$planted.json"
-	mkdir -p "$CLUSTER_DIR/plugin/mps/$planted"
+	mkdir -p "$PLUGIN_MPS_ROOT/$planted"
 fi
 
 # Audit 1, with the last wave running: the checkpoint and the CDI specs hold

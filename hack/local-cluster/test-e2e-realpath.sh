@@ -14,8 +14,6 @@ HERE="$(dirname "${BASH_SOURCE[0]}")"
 need_root
 cluster_lock
 
-RELEASE=tangram
-RELEASE_NAMESPACE=tangram-system
 PLUGIN_IMAGE=localhost/tangram/dra-kubelet-plugin:dev
 # The plugin's checkpoints, the MPS directories and the mock library's state
 # (calls.log) live under the cluster directory, so down.sh removes them and
@@ -38,24 +36,26 @@ finish() {
 }
 trap finish EXIT
 
+# install_chart: the local cluster's chart install (chart.sh), with the
+# plugin on the mock driver root instead of a fake profile, hard enforcement
+# required, and no controller or scheduler (no realpath spec needs them).
 install_chart() {
 	mkdir -p "$STATE_DIR" "$MPS_ROOT"
-	"$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$REPO_ROOT/deployments/helm/tangram" \
-		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
+	"$HERE/chart.sh" install \
+		--set fakeGPU.profile= \
+		--set controller.enabled=false \
+		--set scheduler.enabled=false \
 		--set "driverRoot=$MOCK_DRIVER_ROOT" \
 		--set "kubeletPlugin.cgroupRoot=$MOCK_DRIVER_ROOT/sys/fs/cgroup" \
 		--set sharing.requireHardEnforcement=true \
 		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
 		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
 		--set "image.tag=${PLUGIN_IMAGE##*:}" \
-		--set kubeletPlugin.hostNetwork=true \
 		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$MOCK_NVML_STATE_DIR\"}]" \
 		--set "kubeletPlugin.hostPaths.stateDir=$STATE_DIR" \
 		--set "kubeletPlugin.hostPaths.mpsRoot=$MPS_ROOT" \
 		--set kubeletPlugin.mps.mode=v3 \
-		--set kubeletPlugin.mps.shmSize=0 >/dev/null &&
-		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" rollout status \
-			"daemonset/$RELEASE-kubelet-plugin" --timeout=3m >&2
+		--set kubeletPlugin.mps.shmSize=0
 }
 
 run_specs() {

@@ -15,29 +15,25 @@ cluster-up: ## start the one-node local cluster (etcd, control plane, containerd
 cluster-down: ## stop the local cluster and remove its processes, mounts, network and state
 	$(LOCAL_CLUSTER)/down.sh
 
-.PHONY: cluster-plugin-start
-cluster-plugin-start: ## run the Tangram kubelet plugin on the local cluster's node (host process)
-	$(LOCAL_CLUSTER)/plugin.sh start
-
-.PHONY: cluster-plugin-stop
-cluster-plugin-stop: ## stop the host-process kubelet plugin
-	$(LOCAL_CLUSTER)/plugin.sh stop
+.PHONY: cluster-chart
+cluster-chart: ## install Tangram on the local cluster with the Helm chart, as the tests do (plugin, controller, tangram-scheduler)
+	$(LOCAL_CLUSTER)/chart.sh install
 
 .PHONY: test-images
 test-images: ## build the pause and gpu-info images as OCI archives
 	hack/images/build-images.sh
 
 .PHONY: e2e
-e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the local cluster)
+e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the local cluster with the chart installed)
 	$(GO) vet -tags e2e ./test/e2e/
 	$(LOCAL_CLUSTER)/e2e.sh $(E2E_ARGS)
 
 .PHONY: test-soak
-test-soak: ## cluster up, kubelet plugin, churn-and-crash soak (SOAK_SECONDS, default 300) with audit, cluster down
+test-soak: ## cluster up, Helm chart, churn-and-crash soak (SOAK_SECONDS, default 300) with audit, cluster down
 	$(LOCAL_CLUSTER)/soak.sh
 
 .PHONY: test-e2e
-test-e2e: ## cluster up, kubelet plugin, e2e suite, cluster down, with stage durations
+test-e2e: ## cluster up, Helm chart, Prometheus, e2e suite, dashboard queries, cluster down, with stage durations
 	$(LOCAL_CLUSTER)/test-e2e.sh
 
 .PHONY: test-e2e-realpath

@@ -16,9 +16,10 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
-// webhookNamespaceLabel opts a namespace into the GpuConfig webhook as
-// hack/local-cluster/controller.sh registers it (the "Bad input" scenario
-// needs a bad config to get past admission, so it is not cluster-wide there).
+// webhookNamespaceLabel opts a namespace into the GpuConfig webhook as the
+// local cluster installs the chart (controller.webhook.namespaceSelector in
+// hack/local-cluster/chart.sh): the "Bad input" scenario needs a bad config
+// to get past admission, so it is not cluster-wide there.
 const webhookNamespaceLabel = "tangram.dev/gpuconfig-webhook"
 
 var _ = Describe("Admission", func() {

@@ -27,7 +27,7 @@ var (
 	gpuNodeFlag      = flag.String("gpu-node", "", "node whose kubelet runs the Tangram plugin and the test pods (default: the first such node)")
 	simProfile       = flag.String("sim-profile", "pcie-a100-pairs", "fake GPU profile of the API-only node the suite adds for scheduling-only scenarios")
 	pluginKillCmd    = flag.String("plugin-kill-cmd", "", "shell command that kills the kubelet plugin on the GPU node without letting it clean up")
-	pluginStartCmd   = flag.String("plugin-start-cmd", "", "shell command that starts the kubelet plugin again and returns once it serves")
+	pluginStartCmd   = flag.String("plugin-start-cmd", "", "shell command that returns once the killed kubelet plugin serves again: it starts the plugin, or waits until the plugin's DaemonSet has restarted it")
 	cdiDir           = flag.String("cdi-dir", "", "the GPU node's CDI spec directory, when the suite runs on that node (enables the CDI spec checks)")
 	helmBinary       = flag.String("helm", "helm", "helm binary that renders the chart's RBAC and admission policies for the privilege scenario")
 	tangramScheduler = flag.String("tangram-scheduler", "tangram", "schedulerName of the running tangram-scheduler (Helm value scheduler.schedulerName) the preemption and the demo's packing scenarios compare with the default scheduler")
@@ -57,7 +57,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	for _, dc := range []string{device.DeviceClassName, device.SharedDeviceClassName} {
 		_, err := clientset.ResourceV1().DeviceClasses().Get(ctx, dc, metav1GetOptions)
-		Expect(err).NotTo(HaveOccurred(), "DeviceClass %s must exist: install the Helm chart or apply test/e2e/testdata/deviceclasses.yaml", dc)
+		Expect(err).NotTo(HaveOccurred(), "DeviceClass %s must exist: install the Helm chart (hack/local-cluster/chart.sh install on the local cluster)", dc)
 	}
 
 	gpuNode = findGPUNode(ctx)
@@ -87,7 +87,7 @@ func findGPUNode(ctx context.Context) string {
 		Expect(candidates).To(ContainElement(*gpuNodeFlag), "--gpu-node %s is not a Ready node publishing %s devices", *gpuNodeFlag, device.DriverName)
 		return *gpuNodeFlag
 	}
-	Expect(candidates).NotTo(BeEmpty(), "no Ready node publishes %s devices: is the kubelet plugin running? (hack/local-cluster/plugin.sh start)", device.DriverName)
+	Expect(candidates).NotTo(BeEmpty(), "no Ready node publishes %s devices: is the kubelet plugin running? (hack/local-cluster/chart.sh install)", device.DriverName)
 	return candidates[0]
 }
 
@@ -98,7 +98,7 @@ func scenario(name string) {
 
 // runShell runs one of the operator-provided plugin control commands.
 func runShell(ctx context.Context, what, command string) {
-	Expect(command).NotTo(BeEmpty(), "no command to %s: pass --plugin-kill-cmd and --plugin-start-cmd (make e2e sets them for the local cluster)", what)
+	Expect(command).NotTo(BeEmpty(), "no command to %s: pass --plugin-kill-cmd and --plugin-start-cmd (hack/local-cluster/e2e.sh sets them for the local cluster)", what)
 	GinkgoWriter.Printf("  $ %s\n", command)
 	out, err := shellCommand(ctx, command).CombinedOutput()
 	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {

@@ -25,8 +25,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
-// The GpuGang scenario needs the dra-controller (hack/local-cluster/controller.sh
-// runs it on the local cluster; the Helm chart with controller.enabled elsewhere).
+// The GpuGang scenario needs the dra-controller (the Helm chart with
+// controller.enabled, as hack/local-cluster/chart.sh installs it).
 var _ = Describe("GpuGang", func() {
 	It("places 3 members × 2 NVLink cards and reports each member's node and devices", func(ctx SpecContext) {
 		scenario("GpuGang: 3 members × 2 whole cards in one NVLink domain reach Running; status lists every member's node and devices")

@@ -21,7 +21,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/health"
 )
 
-var healthEventCmd = flag.String("health-event-cmd", "", "shell command that injects a health event for a fake GPU of the plugin under test; the scenario appends flags of `dra-kubelet-plugin health-event` (--gpu N --xid X | --recovered). The local cluster's is `hack/local-cluster/plugin.sh health-event`; with the chart: `kubectl exec -n <ns> <plugin pod> -- /dra-kubelet-plugin health-event`")
+var healthEventCmd = flag.String("health-event-cmd", "", "shell command that injects a health event for a fake GPU of the plugin under test; the scenario appends flags of `dra-kubelet-plugin health-event` (--gpu N --xid X | --recovered). With the chart: `kubectl exec -n <ns> <plugin pod> -- /dra-kubelet-plugin health-event --state-dir <kubeletPlugin.hostPaths.stateDir>`; the local cluster's is `hack/local-cluster/chart.sh health-event`")
 
 // healthTimeout bounds how long an injected event takes to reach the
 // slice or the pod's status (the plugin polls its events file every
@@ -121,7 +121,7 @@ var _ = Describe("GPU health through NVML", Label(realPathLabel), func() {
 
 // injectHealthEvent runs --health-event-cmd with args.
 func injectHealthEvent(ctx context.Context, args string) {
-	Expect(*healthEventCmd).NotTo(BeEmpty(), "pass --health-event-cmd (make e2e sets it for the local cluster)")
+	Expect(*healthEventCmd).NotTo(BeEmpty(), "pass --health-event-cmd (hack/local-cluster/e2e.sh sets it for the local cluster)")
 	runShell(ctx, "inject a GPU health event", *healthEventCmd+" "+args)
 }
 

@@ -217,7 +217,7 @@ func boundNode(ctx context.Context, ns, name string) string {
 	var node string
 	Eventually(func(g Gomega) {
 		node = getPod(ctx, ns, name).Spec.NodeName
-		g.Expect(node).NotTo(BeEmpty(), "pod %s is not bound yet (schedulerName %q: is that scheduler running? hack/local-cluster/scheduler.sh start); events:\n%s",
+		g.Expect(node).NotTo(BeEmpty(), "pod %s is not bound yet (schedulerName %q: is that scheduler running? the chart's scheduler.enabled, as hack/local-cluster/chart.sh installs it); events:\n%s",
 			name, getPod(ctx, ns, name).Spec.SchedulerName, eventText(ctx, ns, name))
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
 	return node
