@@ -8,12 +8,12 @@ import (
 // BenchmarkComputeClaimEdits is the pure part of prepare for a claim with
 // shares on two cards.
 func BenchmarkComputeClaimEdits(b *testing.B) {
-	results := []Result{
+	results := []testResult{
 		share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "30", nil),
 		share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "50", nil),
 	}
 	for b.Loop() {
-		if _, err := ComputeClaimEdits(testClaim, results); err != nil {
+		if _, err := run(testClaim, results); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -32,11 +32,11 @@ func BenchmarkWriteSpec(b *testing.B) {
 		claim := testClaim
 		claim.UID = fmt.Sprintf("uid-%d", i%100)
 		i++
-		edits, err := ComputeClaimEdits(claim, results)
+		edits, err := run(claim, results)
 		if err != nil {
 			b.Fatal(err)
 		}
-		spec, err := BuildSpec(edits, results, NoHardware{})
+		spec, err := build(edits, claim, results, NoHardware{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,14 +3,17 @@
 //
 // It has three parts:
 //
-//   - ComputeClaimEdits (pure): from the claim, its device results and the
-//     resolved GpuConfig per request, the CDI device names and the
-//     environment and mounts each device carries.
+//   - ComputeClaimEdits (pure): from the claim's record
+//     (pkg/plugin/prepared: its devices, whether each is a share, what it
+//     consumed, its resolved GpuConfig) and Inputs (the node's cards, the
+//     claim's MPS pipe directory, the memory-limit hook), the CDI device
+//     names and the environment, mounts and hooks each device carries.
 //   - HardwareEdits: device nodes and driver files of real cards, added by
 //     BuildSpec. NoHardware is used with fake GPUs; package pkg/cdi/nvidia
 //     generates them for real cards with NVIDIA's nvcdi.
 //   - SpecStore: writes, reads, removes and lists our transient specs (one
 //     file per claim) under a CDI root, with the CDI library's own writer.
+//     ClaimSpecs puts the three together for the plugin (its SpecStore).
 //
 // Environment design. containerd merges the environment of all CDI devices
 // injected into a container, and when two devices set the same variable the

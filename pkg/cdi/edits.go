@@ -7,14 +7,12 @@ import (
 	"strconv"
 	"strings"
 
-	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // Environment variables set in containers. The CUDA_MPS_* and
@@ -33,48 +31,21 @@ const (
 	EnvGPUSharingBackend  = "TANGRAM_SHARING_BACKEND"
 	// EnvGPUPrefix starts the per-card variables TANGRAM_GPU_<index>_UUID,
 	// _MEMORY_LIMIT_MIB, _COMPUTE_PERCENT and _SHARING_BACKEND.
-	EnvGPUPrefix           = "TANGRAM_GPU_"
-	sharingModeExclusive   = "exclusive"
-	mib                    = 1 << 20
-	fullComputePercent     = 100
-	cdiDeviceNameSeparator = "-"
+	EnvGPUPrefix         = "TANGRAM_GPU_"
+	sharingModeExclusive = "exclusive"
+	mib                  = 1 << 20
+	fullComputePercent   = 100
 )
 
-// Claim identifies the claim a spec is written for.
-type Claim struct {
-	UID       string
-	Namespace string
-	Name      string
-}
-
-// Result is one device result of our driver in the claim's allocation.
-type Result struct {
-	// Request is the result's request name ("req" or "req/sub").
-	Request string
-	// Device is the ResourceSlice device name, "gpu-<index>".
-	Device string
-	// GPU is the card behind Device; its UUID must be set.
-	GPU gpu.GPU
-	// ShareID is the allocation's share ID; empty for a device that does not
-	// allow multiple allocations.
-	ShareID string
-	// ConsumedCapacity is the allocation's consumed capacity: "memory" in
-	// bytes and "compute" in percent.
-	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
-	// AllocatableMemoryBytes is the most memory one allocation may consume
-	// on the card: the maximum of the memory request policy published for
-	// it, i.e. the card's memory rounded down to the share step. 0 means the
-	// card's memory.
-	AllocatableMemoryBytes int64
-	// AdminAccess marks a result that monitors the card without owning any
-	// of it: it is never a share and gets no limits.
-	AdminAccess bool
-	// Config is the resolved config of Request; nil means the default.
-	Config *v1alpha1.GpuConfig
-	// MPSPipeDir is the pipe directory of the MPS daemon serving this card
-	// for this claim; required for shares whose backend is mps. All mps
-	// shares of one claim must use the same directory, because a container
-	// can reach only one MPS control daemon.
+// Inputs is what a claim's edits need besides its record.
+type Inputs struct {
+	// Cards are the node's cards by device name; every device of the
+	// claim names one (its index, memory and device nodes).
+	Cards map[string]gpu.GPU
+	// MPSPipeDir is the pipe directory of the MPS daemon serving the
+	// claim (sharing.ClientConfig); required when the claim has shares
+	// whose backend is mps. One per claim: a container can reach only
+	// one MPS control daemon.
 	MPSPipeDir string
 	// MemoryLimitHook, when set, gives a share's device a createRuntime
 	// hook that holds the container to the claim's memory on the card
@@ -82,7 +53,8 @@ type Result struct {
 	MemoryLimitHook *MemoryLimitHook
 }
 
-// DeviceEdits is one CDI device of the claim's spec, in Result order.
+// DeviceEdits is one CDI device of the claim's spec, in the order of the
+// claim's devices.
 type DeviceEdits struct {
 	// Name is the CDI device name, "<claimUID>-<device>[-<shareID>]".
 	Name string
@@ -97,52 +69,14 @@ type DeviceEdits struct {
 
 // ClaimEdits is everything ComputeClaimEdits derives for one claim.
 type ClaimEdits struct {
-	Claim   Claim
-	Devices []DeviceEdits
+	ClaimUID string
+	Devices  []DeviceEdits
 	// ClaimWide, set when the claim's results come from several requests,
 	// is the device that gives a container naming the whole claim the
 	// claim's lists; see ComputeClaimEdits.
 	ClaimWide *DeviceEdits
 	// MPS reports whether the claim's containers connect to an MPS daemon.
 	MPS bool
-}
-
-// IsShare reports whether a result is a share that needs isolation: it does
-// not hold the whole card (device.HoldsWholeCard). A whole card gets no MPS,
-// so whole-card work is never slowed by a daemon. The bound is the card's
-// allocatable memory, not its memory: a card whose memory is not a whole
-// number of share steps publishes less as the default and maximum. Admin
-// access (monitoring) is never a share: it consumes nothing and must see the
-// card as it is, not through an MPS client limit.
-func IsShare(r Result) bool {
-	if r.AdminAccess {
-		return false
-	}
-	allocatable := r.GPU.MemoryBytes
-	if r.AllocatableMemoryBytes > 0 && r.AllocatableMemoryBytes < allocatable {
-		allocatable = r.AllocatableMemoryBytes
-	}
-	return !device.HoldsWholeCard(r.ShareID != "", device.ConsumedMemory(r.ConsumedCapacity), allocatable)
-}
-
-// DeviceName is the CDI device name of a result, reduced to the characters
-// CDI allows (letters, digits, '_', '-', '.', ':'); others become '_'.
-func DeviceName(claimUID, device, shareID string) string {
-	name := claimUID + cdiDeviceNameSeparator + device
-	if shareID != "" {
-		name += cdiDeviceNameSeparator + shareID
-	}
-	return strings.Map(func(r rune) rune {
-		if cdiparser.IsAlphaNumeric(r) || r == '_' || r == '-' || r == '.' || r == ':' {
-			return r
-		}
-		return '_'
-	}, name)
-}
-
-// DeviceID is the fully qualified CDI ID of a device name.
-func DeviceID(name string) string {
-	return cdiparser.QualifiedName(device.CDIVendor, device.CDIClass, name)
 }
 
 // card aggregates the results of one physical card within a claim.
@@ -179,36 +113,6 @@ func (c *card) finish() {
 	}
 }
 
-// ClaimWideRequest is the request name the plugin gives the kubelet for a
-// claim's claim-wide CDI device (see ComputeClaimEdits). It contains a dot,
-// so it is never the name of a request (a DNS label): the kubelet injects
-// the device only into containers that name the claim without a request.
-const ClaimWideRequest = "tangram.whole-claim"
-
-// ClaimWideDeviceName is the CDI device name of a claim's claim-wide device.
-func ClaimWideDeviceName(claimUID string) string {
-	return DeviceName(claimUID, "claim", "")
-}
-
-// NeedsClaimWideDevice reports whether results of these requests need a
-// claim-wide device: only when they come from more than one request, since
-// with one request the request's view is the claim's.
-func NeedsClaimWideDevice(requests []string) bool {
-	for _, r := range requests {
-		if BaseRequest(r) != BaseRequest(requests[0]) {
-			return true
-		}
-	}
-	return false
-}
-
-// BaseRequest is the request a result belongs to for the kubelet: a
-// subrequest "req/sub" counts as "req".
-func BaseRequest(request string) string {
-	base, _, _ := strings.Cut(request, "/")
-	return base
-}
-
 // ComputeClaimEdits derives the CDI devices and container edits of a claim.
 // It is pure: same input, same output, no I/O.
 //
@@ -227,14 +131,14 @@ func BaseRequest(request string) string {
 //     cards; their values are claim-wide (a limit for a card the container
 //     cannot see is moot, and the thread cap is the smallest of the claim),
 //     so whichever such device comes last, the result is the same.
-func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
+func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 	if claim.UID == "" {
 		return nil, fmt.Errorf("computing CDI edits: claim %s/%s has no UID", claim.Namespace, claim.Name)
 	}
-	if len(results) == 0 {
+	if len(claim.Devices) == 0 {
 		return nil, fmt.Errorf("computing CDI edits for claim %s/%s: no device results", claim.Namespace, claim.Name)
 	}
-	cards, pipeDir, err := aggregate(results)
+	cards, pipeDir, err := aggregate(claim.Devices, in)
 	if err != nil {
 		return nil, fmt.Errorf("computing CDI edits for claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
@@ -244,20 +148,20 @@ func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
 	}
 	requestCards := map[string][]*card{}
 	var requests []string
-	for _, r := range results {
-		base := BaseRequest(r.Request)
+	for _, r := range claim.Devices {
+		base := prepared.BaseRequest(r.Request)
 		requests = append(requests, r.Request)
-		c := byUUID[r.GPU.UUID]
+		c := byUUID[r.GPUUUID]
 		if !slices.Contains(requestCards[base], c) {
 			requestCards[base] = append(requestCards[base], c)
 		}
 	}
 	mps := mpsEdits(cards, pipeDir)
 
-	out := &ClaimEdits{Claim: claim, MPS: pipeDir != ""}
+	out := &ClaimEdits{ClaimUID: claim.UID, MPS: pipeDir != ""}
 	seen := map[string]bool{}
-	for _, r := range results {
-		name := DeviceName(claim.UID, r.Device, r.ShareID)
+	for _, r := range claim.Devices {
+		name := prepared.CDIDeviceName(claim.UID, r.Device, r.ShareID)
 		if err := cdiparser.ValidateDeviceName(name); err != nil {
 			return nil, fmt.Errorf("computing CDI edits for claim %s/%s: device %s: %w", claim.Namespace, claim.Name, r.Device, err)
 		}
@@ -266,49 +170,53 @@ func ComputeClaimEdits(claim Claim, results []Result) (*ClaimEdits, error) {
 				claim.Namespace, claim.Name, r.Device, r.ShareID)
 		}
 		seen[name] = true
-		c := byUUID[r.GPU.UUID]
-		edits := cdispec.ContainerEdits{Env: listEnv(claim, requestCards[BaseRequest(r.Request)])}
+		c := byUUID[r.GPUUUID]
+		edits := cdispec.ContainerEdits{Env: listEnv(claim, requestCards[prepared.BaseRequest(r.Request)])}
 		edits.Env = append(edits.Env, cardEnv(c)...)
 		usesMPS := !c.whole && c.backend == v1alpha1.BackendMPS
 		if usesMPS {
 			edits.Env = append(edits.Env, mps.Env...)
 			edits.Mounts = mps.Mounts
 		}
-		if h := r.MemoryLimitHook; h != nil && !c.whole {
+		if h := in.MemoryLimitHook; h != nil && !c.whole {
 			// The claim's memory on the card, so that shares of one card
 			// in one claim add up, whichever of their devices a
 			// container is given; the hooks of several are the same.
 			edits.Hooks = append(edits.Hooks, h.hook(c.uuid, c.memBytes))
 		}
-		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: DeviceID(name), Edits: copyEdits(edits), MPS: usesMPS})
+		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: prepared.CDIDeviceID(name), Edits: copyEdits(edits), MPS: usesMPS})
 	}
-	if NeedsClaimWideDevice(requests) {
-		name := ClaimWideDeviceName(claim.UID)
+	if prepared.NeedsClaimWideDevice(requests) {
+		name := prepared.ClaimWideDeviceName(claim.UID)
 		if seen[name] {
 			return nil, fmt.Errorf("computing CDI edits for claim %s/%s: the claim-wide device name %s clashes with a device", claim.Namespace, claim.Name, name)
 		}
 		// Only the lists: the cards' own devices, injected before it, bring
 		// the per-card variables, the MPS settings and the device nodes.
 		edits := cdispec.ContainerEdits{Env: listEnv(claim, cards)}
-		out.ClaimWide = &DeviceEdits{Name: name, ID: DeviceID(name), Edits: edits}
+		out.ClaimWide = &DeviceEdits{Name: name, ID: prepared.CDIDeviceID(name), Edits: edits}
 	}
 	return out, nil
 }
 
-// aggregate groups results by card, in first-seen order, and checks that
-// the MPS shares agree on one pipe directory.
-func aggregate(results []Result) ([]*card, string, error) {
+// aggregate groups the devices by card, in first-seen order, and works out
+// each card's limits. Whether a device is a share is the record's (decided
+// once by the plan), not derived again here.
+func aggregate(devices []prepared.Device, in Inputs) ([]*card, string, error) {
 	var cards []*card
 	byUUID := map[string]*card{}
-	pipeDir := ""
-	for _, r := range results {
-		if r.GPU.UUID == "" {
+	for _, r := range devices {
+		if r.GPUUUID == "" {
 			return nil, "", fmt.Errorf("device %s (request %q) has no GPU UUID", r.Device, r.Request)
 		}
-		c, ok := byUUID[r.GPU.UUID]
+		c, ok := byUUID[r.GPUUUID]
 		if !ok {
-			c = &card{index: r.GPU.Index, device: r.Device, uuid: r.GPU.UUID, memory: r.GPU.MemoryBytes}
-			byUUID[r.GPU.UUID] = c
+			g, known := in.Cards[r.Device]
+			if !known {
+				return nil, "", fmt.Errorf("device %s (request %q) is not a card of this node", r.Device, r.Request)
+			}
+			c = &card{index: g.Index, device: r.Device, uuid: r.GPUUUID, memory: g.MemoryBytes}
+			byUUID[r.GPUUUID] = c
 			cards = append(cards, c)
 		}
 		cfg := r.Config
@@ -320,22 +228,14 @@ func aggregate(results []Result) ([]*card, string, error) {
 			// limits of the claim's own share of it, if any, still apply.
 			continue
 		}
-		if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
-			// IsShare compares exactly, so a value beyond int64 would
-			// count as the whole card: refuse it instead.
-			if _, err := Int64Value(q); err != nil {
-				return nil, "", fmt.Errorf("device %s (request %q) consumed memory %s: %w", r.Device, r.Request, q.String(), err)
-			}
-		}
-		if !IsShare(r) {
+		if !r.Share {
 			c.whole = true
 			continue
 		}
 		if c.whole {
 			continue // see below: a whole card has no share limits
 		}
-		mem, compute, err := consumed(r)
-		if err != nil {
+		if err := checkShare(r); err != nil {
 			return nil, "", err
 		}
 		backend := cfg.Sharing.Backend
@@ -347,17 +247,12 @@ func aggregate(results []Result) ([]*card, string, error) {
 				"use one backend for all requests that share a card", r.Device, c.backend, backend)
 		}
 		c.backend = backend
-		c.memBytes += mem
-		c.compute += compute
+		c.memBytes += r.MemoryBytes
+		c.compute += r.ComputePercent
 		if backend == v1alpha1.BackendMPS {
-			if r.MPSPipeDir == "" {
+			if in.MPSPipeDir == "" {
 				return nil, "", fmt.Errorf("share of device %s (request %q) uses MPS but no MPS pipe directory was given", r.Device, r.Request)
 			}
-			if pipeDir != "" && pipeDir != r.MPSPipeDir {
-				return nil, "", fmt.Errorf("MPS shares of one claim use different pipe directories %q and %q; "+
-					"a container can reach only one MPS daemon", pipeDir, r.MPSPipeDir)
-			}
-			pipeDir = r.MPSPipeDir
 			if mps := cfg.Sharing.MPS; mps != nil && mps.DefaultActiveThreadPercentage != nil {
 				c.defaultCap = *mps.DefaultActiveThreadPercentage
 			}
@@ -374,39 +269,29 @@ func aggregate(results []Result) ([]*card, string, error) {
 		anyMPS = anyMPS || c.backend == v1alpha1.BackendMPS
 		c.finish()
 	}
-	if !anyMPS {
-		pipeDir = ""
+	pipeDir := ""
+	if anyMPS {
+		pipeDir = in.MPSPipeDir
 	}
 	return cards, pipeDir, nil
 }
 
-// consumed reads a share's memory (bytes) and compute (percent).
-func consumed(r Result) (int64, int64, error) {
-	q := r.ConsumedCapacity[device.CapacityMemory]
-	mem, err := Int64Value(q)
-	if err != nil {
-		return 0, 0, fmt.Errorf("device %s (request %q) consumed memory %s: %w", r.Device, r.Request, q.String(), err)
+// checkShare refuses a share's consumed memory (bytes) and compute
+// (percent) that no limit can express.
+func checkShare(r prepared.Device) error {
+	if r.MemoryBytes < mib {
+		return fmt.Errorf("share of device %s (request %q) consumed %d bytes of memory; a share needs at least 1Mi",
+			r.Device, r.Request, r.MemoryBytes)
 	}
-	if mem < mib {
-		return 0, 0, fmt.Errorf("share of device %s (request %q) consumed %s memory; a share needs at least 1Mi",
-			r.Device, r.Request, q.String())
+	if r.ComputePercent < 0 || r.ComputePercent > fullComputePercent {
+		return fmt.Errorf("share of device %s (request %q) consumed compute %d; expected a percentage 0..100",
+			r.Device, r.Request, r.ComputePercent)
 	}
-	var compute int64
-	if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok {
-		compute, err = Int64Value(q)
-		if err != nil {
-			return 0, 0, fmt.Errorf("device %s (request %q) consumed compute %s: %w", r.Device, r.Request, q.String(), err)
-		}
-		if compute < 0 || compute > fullComputePercent {
-			return 0, 0, fmt.Errorf("share of device %s (request %q) consumed compute %s; expected a percentage 0..100",
-				r.Device, r.Request, q.String())
-		}
-	}
-	return mem, compute, nil
+	return nil
 }
 
 // listEnv builds the claim's identity and the list variables over cards.
-func listEnv(claim Claim, cards []*card) []string {
+func listEnv(claim prepared.Claim, cards []*card) []string {
 	var uuids, devices, memMiB, compute, backends []string
 	for _, c := range cards {
 		uuids = append(uuids, c.uuid)

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 const (
@@ -24,22 +24,67 @@ const (
 	gib80  = int64(80) << 30
 )
 
-var testClaim = Claim{UID: uid, Namespace: "ml", Name: "train"}
+var testClaim = prepared.Claim{UID: uid, Namespace: "ml", Name: "train"}
 
 func testGPU(index int, uuid string) gpu.GPU {
 	return gpu.GPU{Index: index, Minor: index, UUID: uuid, MemoryBytes: gib80}
 }
 
-func whole(device string, g gpu.GPU) Result {
-	return Result{Request: "gpu", Device: device, GPU: g}
+// testResult is how these tests write one device of a claim: its record,
+// the card it names, and the per-claim inputs (pipe directory, hook) that
+// the tests set on the device that needs them; run and build merge them
+// into the claim's Inputs.
+type testResult struct {
+	prepared.Device
+	GPU             gpu.GPU
+	MPSPipeDir      string
+	MemoryLimitHook *MemoryLimitHook
 }
 
-func share(device string, g gpu.GPU, shareID, memory, compute string, cfg *v1alpha1.GpuConfig) Result {
-	cc := map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
+func whole(device string, g gpu.GPU) testResult {
+	return testResult{Device: prepared.Device{Request: "gpu", Device: device, GPUUUID: g.UUID, MemoryBytes: g.MemoryBytes}, GPU: g}
+}
+
+// share is a result that consumed memory (and compute) of a card; as the
+// plan decides, it is a share unless it consumed the card's whole memory.
+func share(device string, g gpu.GPU, shareID, memory, compute string, cfg *v1alpha1.GpuConfig) testResult {
+	q := resource.MustParse(memory)
+	mem := q.Value()
+	var pct int64
 	if compute != "" {
-		cc["compute"] = resource.MustParse(compute)
+		c := resource.MustParse(compute)
+		pct = c.Value()
 	}
-	return Result{Request: "shared", Device: device, GPU: g, ShareID: shareID, ConsumedCapacity: cc, Config: cfg, MPSPipeDir: pipe}
+	return testResult{Device: prepared.Device{Request: "shared", Device: device, GPUUUID: g.UUID, ShareID: shareID,
+		Share: mem < g.MemoryBytes || g.MemoryBytes == 0, MemoryBytes: mem, ComputePercent: pct, Config: cfg}, GPU: g, MPSPipeDir: pipe}
+}
+
+// claimOf is the claim record and inputs of the results.
+func claimOf(claim prepared.Claim, results []testResult) (prepared.Claim, Inputs) {
+	in := Inputs{Cards: map[string]gpu.GPU{}}
+	for _, r := range results {
+		claim.Devices = append(claim.Devices, r.Device)
+		if _, ok := in.Cards[r.Device.Device]; !ok {
+			in.Cards[r.Device.Device] = r.GPU
+		}
+		if in.MPSPipeDir == "" {
+			in.MPSPipeDir = r.MPSPipeDir
+		}
+		if in.MemoryLimitHook == nil {
+			in.MemoryLimitHook = r.MemoryLimitHook
+		}
+	}
+	return claim, in
+}
+
+func run(claim prepared.Claim, results []testResult) (*ClaimEdits, error) {
+	c, in := claimOf(claim, results)
+	return ComputeClaimEdits(c, in)
+}
+
+func build(edits *ClaimEdits, claim prepared.Claim, results []testResult, hw HardwareEdits) (*cdispec.Spec, error) {
+	c, in := claimOf(claim, results)
+	return BuildSpec(edits, c, in.Cards, hw)
 }
 
 func cfgWith(backend v1alpha1.SharingBackend, defaultPct int32) *v1alpha1.GpuConfig {
@@ -62,7 +107,7 @@ func TestComputeClaimEdits(t *testing.T) {
 	pipeMount := []*cdispec.Mount{{HostPath: pipe, ContainerPath: pipe, Options: []string{"rbind", "rw", "nosuid", "nodev"}}}
 	tests := []struct {
 		name       string
-		results    []Result
+		results    []testResult
 		wantNames  []string
 		wantEnv    []string
 		wantMounts []*cdispec.Mount
@@ -70,7 +115,7 @@ func TestComputeClaimEdits(t *testing.T) {
 	}{
 		{
 			name:      "whole card: no MPS variables",
-			results:   []Result{whole("gpu-0", testGPU(0, uuid0))},
+			results:   []testResult{whole("gpu-0", testGPU(0, uuid0))},
 			wantNames: []string{uid + "-gpu-0"},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0}, claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-0", "TANGRAM_GPU_UUIDS="+uuid0, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
@@ -78,7 +123,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "share of a shareable card that consumed all memory is a whole card",
-			results:   []Result{share("gpu-0", testGPU(0, uuid0), share1, "80Gi", "0", nil)},
+			results:   []testResult{share("gpu-0", testGPU(0, uuid0), share1, "80Gi", "0", nil)},
 			wantNames: []string{uid + "-gpu-0-" + share1},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0}, claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-0", "TANGRAM_GPU_UUIDS="+uuid0, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920",
@@ -86,7 +131,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "share without compute: memory limit, no thread cap",
-			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "0", nil)},
+			results:   []testResult{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "0", nil)},
 			wantNames: []string{uid + "-gpu-1-" + share1},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
@@ -99,8 +144,8 @@ func TestComputeClaimEdits(t *testing.T) {
 			// Admin access sees the card; it must not lift the limits of the
 			// claim's share of that same card.
 			name: "admin access next to a share of the same card keeps the share's limits",
-			results: []Result{
-				func() Result {
+			results: []testResult{
+				func() testResult {
 					r := share("gpu-1", testGPU(1, uuid1), share2, "80Gi", "", nil)
 					r.Request, r.AdminAccess = "monitor", true
 					return r
@@ -117,7 +162,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name: "admin access alone sees the whole card",
-			results: []Result{func() Result {
+			results: []testResult{func() testResult {
 				r := share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "", nil)
 				r.AdminAccess = true
 				return r
@@ -129,7 +174,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "share with compute",
-			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendMPS, 0))},
+			results:   []testResult{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendMPS, 0))},
 			wantNames: []string{uid + "-gpu-1-" + share1},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
@@ -141,7 +186,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "share without compute gets the config's default cap",
-			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "7680Mi", "", cfgWith(v1alpha1.BackendMPS, 25))},
+			results:   []testResult{share("gpu-1", testGPU(1, uuid1), share1, "7680Mi", "", cfgWith(v1alpha1.BackendMPS, 25))},
 			wantNames: []string{uid + "-gpu-1-" + share1},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=7680",
@@ -153,7 +198,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "requested compute beats the default cap",
-			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "60", cfgWith(v1alpha1.BackendMPS, 25))},
+			results:   []testResult{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "60", cfgWith(v1alpha1.BackendMPS, 25))},
 			wantNames: []string{uid + "-gpu-1-" + share1},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, append(claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=10240",
@@ -165,7 +210,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "backend none: accounting only, no MPS",
-			results:   []Result{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendNone, 0))},
+			results:   []testResult{share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendNone, 0))},
 			wantNames: []string{uid + "-gpu-1-" + share1},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid1}, claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-1", "TANGRAM_GPU_UUIDS="+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=20480",
@@ -173,7 +218,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name:      "two whole cards",
-			results:   []Result{whole("gpu-0", testGPU(0, uuid0)), whole("gpu-1", testGPU(1, uuid1))},
+			results:   []testResult{whole("gpu-0", testGPU(0, uuid0)), whole("gpu-1", testGPU(1, uuid1))},
 			wantNames: []string{uid + "-gpu-0", uid + "-gpu-1"},
 			wantEnv: append([]string{"NVIDIA_VISIBLE_DEVICES=" + uuid0 + "," + uuid1}, claimEnv(
 				"TANGRAM_GPU_DEVICES=gpu-0,gpu-1", "TANGRAM_GPU_UUIDS="+uuid0+","+uuid1, "TANGRAM_GPU_MEMORY_LIMIT_MIB=81920,81920",
@@ -181,7 +226,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name: "shares on two cards: one limit list, the smallest thread cap",
-			results: []Result{
+			results: []testResult{
 				share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "30", nil),
 				share("gpu-1", testGPU(1, uuid1), share2, "20Gi", "50", nil),
 			},
@@ -196,7 +241,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name: "two shares of one card add up",
-			results: []Result{
+			results: []testResult{
 				share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "20", nil),
 				share("gpu-1", testGPU(1, uuid1), share2, "5Gi", "10", nil),
 			},
@@ -211,7 +256,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name: "a whole card and a share of the same card: the card stays whole",
-			results: []Result{
+			results: []testResult{
 				share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "50", nil),
 				whole("gpu-0", testGPU(0, uuid0)),
 			},
@@ -222,7 +267,7 @@ func TestComputeClaimEdits(t *testing.T) {
 		},
 		{
 			name: "mixed whole card and share",
-			results: []Result{
+			results: []testResult{
 				whole("gpu-0", testGPU(0, uuid0)),
 				share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "", nil),
 			},
@@ -237,7 +282,7 @@ func TestComputeClaimEdits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ComputeClaimEdits(testClaim, tc.results)
+			got, err := run(testClaim, tc.results)
 			if err != nil {
 				t.Fatalf("ComputeClaimEdits: %v", err)
 			}
@@ -309,21 +354,19 @@ func withoutCardEnv(env []string) []string {
 }
 
 func TestComputeClaimEditsErrors(t *testing.T) {
-	other := share("gpu-0", testGPU(0, uuid0), share2, "10Gi", "", nil)
-	other.MPSPipeDir = "/run/other"
 	noPipe := share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil)
 	noPipe.MPSPipeDir = ""
 	noUUID := whole("gpu-0", gpu.GPU{Index: 0})
 	tests := []struct {
 		name    string
-		claim   Claim
-		results []Result
+		claim   prepared.Claim
+		results []testResult
 		wantErr string
 	}{
 		{
 			name:    "no UID",
-			claim:   Claim{Namespace: "ml", Name: "train"},
-			results: []Result{whole("gpu-0", testGPU(0, uuid0))},
+			claim:   prepared.Claim{Namespace: "ml", Name: "train"},
+			results: []testResult{whole("gpu-0", testGPU(0, uuid0))},
 			wantErr: "computing CDI edits: claim ml/train has no UID",
 		},
 		{
@@ -334,25 +377,19 @@ func TestComputeClaimEditsErrors(t *testing.T) {
 		{
 			name:    "card without UUID",
 			claim:   testClaim,
-			results: []Result{noUUID},
+			results: []testResult{noUUID},
 			wantErr: `computing CDI edits for claim ml/train: device gpu-0 (request "gpu") has no GPU UUID`,
 		},
 		{
 			name:    "MPS share without pipe directory",
 			claim:   testClaim,
-			results: []Result{noPipe},
+			results: []testResult{noPipe},
 			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") uses MPS but no MPS pipe directory was given`,
-		},
-		{
-			name:    "two pipe directories",
-			claim:   testClaim,
-			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil), other},
-			wantErr: `computing CDI edits for claim ml/train: MPS shares of one claim use different pipe directories "` + pipe + `" and "/run/other"; a container can reach only one MPS daemon`,
 		},
 		{
 			name:  "two backends on one card",
 			claim: testClaim,
-			results: []Result{
+			results: []testResult{
 				share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", cfgWith(v1alpha1.BackendMPS, 0)),
 				share("gpu-1", testGPU(1, uuid1), share2, "10Gi", "", cfgWith(v1alpha1.BackendNone, 0)),
 			},
@@ -361,37 +398,25 @@ func TestComputeClaimEditsErrors(t *testing.T) {
 		{
 			name:    "compute above 100",
 			claim:   testClaim,
-			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "150", nil)},
+			results: []testResult{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "150", nil)},
 			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") consumed compute 150; expected a percentage 0..100`,
 		},
 		{
 			name:    "memory below 1Mi",
 			claim:   testClaim,
-			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "1Ki", "", nil)},
-			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") consumed 1Ki memory; a share needs at least 1Mi`,
-		},
-		{
-			name:    "memory beyond 64 bits ((2^64+1) Gi in bytes would wrap to 1 Gi)",
-			claim:   testClaim,
-			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "19807040628566084399459729408", "", nil)},
-			wantErr: `computing CDI edits for claim ml/train: device gpu-1 (request "shared") consumed memory 19807040628566084399459729408: beyond the largest number this plugin handles (9223372036854775807); the allocation is wrong, delete and recreate the claim`,
-		},
-		{
-			name:    "compute beyond 64 bits (2^64+50 would wrap to 50)",
-			claim:   testClaim,
-			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "18446744073709551666", nil)},
-			wantErr: `computing CDI edits for claim ml/train: device gpu-1 (request "shared") consumed compute 18446744073709551666: beyond the largest number this plugin handles (9223372036854775807); the allocation is wrong, delete and recreate the claim`,
+			results: []testResult{share("gpu-1", testGPU(1, uuid1), share1, "1Ki", "", nil)},
+			wantErr: `computing CDI edits for claim ml/train: share of device gpu-1 (request "shared") consumed 1024 bytes of memory; a share needs at least 1Mi`,
 		},
 		{
 			name:    "same share twice",
 			claim:   testClaim,
-			results: []Result{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil), share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil)},
+			results: []testResult{share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil), share("gpu-1", testGPU(1, uuid1), share1, "10Gi", "", nil)},
 			wantErr: `computing CDI edits for claim ml/train: device gpu-1 share "` + share1 + `" appears twice in the allocation`,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ComputeClaimEdits(tc.claim, tc.results)
+			_, err := run(tc.claim, tc.results)
 			if err == nil || err.Error() != tc.wantErr {
 				t.Fatalf("error\n got: %v\nwant: %s", err, tc.wantErr)
 			}
@@ -399,57 +424,18 @@ func TestComputeClaimEditsErrors(t *testing.T) {
 	}
 }
 
-func TestDeviceName(t *testing.T) {
-	tests := []struct{ uid, device, share, want string }{
-		{uid, "gpu-3", "", uid + "-gpu-3"},
-		{uid, "gpu-3", share1, uid + "-gpu-3-" + share1},
-		{"a/b c", "gpu-0", "x+y", "a_b_c-gpu-0-x_y"},
-	}
-	for _, tc := range tests {
-		if got := DeviceName(tc.uid, tc.device, tc.share); got != tc.want {
-			t.Errorf("DeviceName(%q, %q, %q) = %q, want %q", tc.uid, tc.device, tc.share, got, tc.want)
-		}
-	}
-}
-
-func TestIsShare(t *testing.T) {
-	g := testGPU(0, uuid0)
-	tests := []struct {
-		name string
-		r    Result
-		want bool
-	}{
-		{"no share ID", whole("gpu-0", g), false},
-		{"part of the memory", share("gpu-0", g, share1, "20Gi", "", nil), true},
-		{"all of the memory", share("gpu-0", g, share1, "80Gi", "", nil), false},
-		{"no memory recorded", Result{ShareID: share1, GPU: g}, false},
-		{"card memory unknown", share("gpu-0", gpu.GPU{UUID: uuid0}, share1, "20Gi", "", nil), true},
-		{"all of the allocatable memory of a card that is not a whole number of steps", func() Result {
-			r := share("gpu-0", gpu.GPU{UUID: uuid0, MemoryBytes: 81559 << 20}, share1, "81408Mi", "", nil)
-			r.AllocatableMemoryBytes = 81408 << 20
-			return r
-		}(), false},
-		{"one step less than the allocatable memory", func() Result {
-			r := share("gpu-0", gpu.GPU{UUID: uuid0, MemoryBytes: 81559 << 20}, share1, "81152Mi", "", nil)
-			r.AllocatableMemoryBytes = 81408 << 20
-			return r
-		}(), true},
-		{"admin access to part of the memory", func() Result {
-			r := share("gpu-0", g, share1, "20Gi", "", nil)
-			r.AdminAccess = true
-			return r
-		}(), false},
-	}
-	for _, tc := range tests {
-		if got := IsShare(tc.r); got != tc.want {
-			t.Errorf("%s: IsShare = %v, want %v", tc.name, got, tc.want)
-		}
+func TestComputeClaimEditsRefusesACardNotOfTheNode(t *testing.T) {
+	claim, _ := claimOf(testClaim, []testResult{whole("gpu-9", testGPU(9, uuid0))})
+	_, err := ComputeClaimEdits(claim, Inputs{Cards: map[string]gpu.GPU{"gpu-0": testGPU(0, uuid0)}})
+	want := `computing CDI edits for claim ml/train: device gpu-9 (request "gpu") is not a card of this node`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error\n got: %v\nwant: %s", err, want)
 	}
 }
 
 // The edits of one device must not alias another's: callers may append.
 func TestDevicesDoNotShareSlices(t *testing.T) {
-	got, err := ComputeClaimEdits(testClaim, []Result{
+	got, err := run(testClaim, []testResult{
 		share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "", nil),
 		share("gpu-1", testGPU(1, uuid1), share2, "10Gi", "", nil),
 	})

@@ -9,28 +9,28 @@ import (
 
 func TestMemoryLimitHooks(t *testing.T) {
 	hook := &MemoryLimitHook{Path: "/var/lib/tangram/bin/tangram-cdi-hook", DriverRoot: "/run/nvidia/driver"}
-	withHook := func(r Result) Result { r.MemoryLimitHook = hook; return r }
+	withHook := func(r testResult) testResult { r.MemoryLimitHook = hook; return r }
 	args := func(uuid, bytes string) []string {
 		return []string{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--limit", uuid + "=" + bytes}
 	}
 	tests := []struct {
 		name    string
-		results []Result
+		results []testResult
 		want    [][][]string // per device: the args of each hook
 	}{
 		{
 			name:    "20 GiB MPS share on a hard node",
-			results: []Result{withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "30", nil))},
+			results: []testResult{withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "30", nil))},
 			want:    [][][]string{{args(uuid0, "21474836480")}},
 		},
 		{
 			name:    "time-sliced share is limited too",
-			results: []Result{withHook(share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "", cfgWith(v1alpha1.BackendNone, 0)))},
+			results: []testResult{withHook(share("gpu-0", testGPU(0, uuid0), share1, "10Gi", "", cfgWith(v1alpha1.BackendNone, 0)))},
 			want:    [][][]string{{args(uuid0, "10737418240")}},
 		},
 		{
 			name: "two shares of one card in a claim: the claim's sum on both devices",
-			results: []Result{
+			results: []testResult{
 				withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)),
 				withHook(share("gpu-0", testGPU(0, uuid0), share2, "4Gi", "", nil)),
 			},
@@ -38,7 +38,7 @@ func TestMemoryLimitHooks(t *testing.T) {
 		},
 		{
 			name: "shares of two cards: each device limits its own card",
-			results: []Result{
+			results: []testResult{
 				withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)),
 				withHook(share("gpu-1", testGPU(1, uuid1), share2, "8Gi", "", nil)),
 			},
@@ -46,22 +46,22 @@ func TestMemoryLimitHooks(t *testing.T) {
 		},
 		{
 			name:    "whole card: no limit",
-			results: []Result{withHook(whole("gpu-0", testGPU(0, uuid0)))},
+			results: []testResult{withHook(whole("gpu-0", testGPU(0, uuid0)))},
 			want:    [][][]string{nil},
 		},
 		{
 			name:    "no hook configured (advisory or compute-only node)",
-			results: []Result{share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)},
+			results: []testResult{share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)},
 			want:    [][][]string{nil},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			edits, err := ComputeClaimEdits(testClaim, tt.results)
+			edits, err := run(testClaim, tt.results)
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, err := BuildSpec(edits, tt.results, NoHardware{})
+			spec, err := build(edits, testClaim, tt.results, NoHardware{})
 			if err != nil {
 				t.Fatal(err)
 			}

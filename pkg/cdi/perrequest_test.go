@@ -10,6 +10,7 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // kubeletDevice is what the plugin hands the kubelet for one result: the
@@ -44,18 +45,18 @@ func TestPerRequestView(t *testing.T) {
 	left.Request = "left"
 	right := share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", cfgWith(v1alpha1.BackendMPS, 0))
 	right.Request = "right"
-	results := []Result{left, right}
+	results := []testResult{left, right}
 
 	dir := t.TempDir()
 	store, err := NewSpecStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	edits, err := ComputeClaimEdits(testClaim, results)
+	edits, err := run(testClaim, results)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := BuildSpec(edits, results, fakeHardware{})
+	spec, err := build(edits, testClaim, results, fakeHardware{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestPerRequestView(t *testing.T) {
 	devices := []kubeletDevice{
 		{requests: []string{"left"}, ids: []string{edits.Devices[0].ID}},
 		{requests: []string{"right"}, ids: []string{edits.Devices[1].ID}},
-		{requests: []string{ClaimWideRequest}, ids: []string{edits.ClaimWide.ID}},
+		{requests: []string{prepared.ClaimWideRequest}, ids: []string{edits.ClaimWide.ID}},
 	}
 
 	mpsEnv := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + uuid1 + "=20480M", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40"}
@@ -152,23 +153,5 @@ func TestPerRequestView(t *testing.T) {
 				t.Errorf("card device nodes = %q, want %q", nodes, tc.wantNodes)
 			}
 		})
-	}
-}
-
-func TestNeedsClaimWideDevice(t *testing.T) {
-	tests := []struct {
-		requests []string
-		want     bool
-	}{
-		{[]string{"gpu"}, false},
-		{[]string{"gpu", "gpu"}, false},
-		{[]string{"gpu/a100", "gpu/h100"}, false}, // subrequests of one request
-		{[]string{"left", "right"}, true},
-		{[]string{"gpu", "gpu/x", "other"}, true},
-	}
-	for _, tc := range tests {
-		if got := NeedsClaimWideDevice(tc.requests); got != tc.want {
-			t.Errorf("NeedsClaimWideDevice(%q) = %v, want %v", tc.requests, got, tc.want)
-		}
 	}
 }

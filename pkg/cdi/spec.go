@@ -12,24 +12,27 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // specExt makes the CDI library write JSON, which every runtime parses.
 const specExt = ".json"
 
 // BuildSpec assembles the transient CDI spec of a claim: the devices from
-// ComputeClaimEdits (in the same order as results, which it was computed
-// from) plus the hardware edits of their cards, and the claim-wide device
+// ComputeClaimEdits (in the order of the claim's devices, which it was
+// computed from) plus the hardware edits of their cards (from cards, by
+// device name), and the claim-wide device
 // if there is one (it needs no hardware edits: a container given it also
 // gets every other device of the claim).
-func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.Spec, error) {
-	if len(edits.Devices) != len(results) {
+func BuildSpec(edits *ClaimEdits, claim prepared.Claim, cards map[string]gpu.GPU, hw HardwareEdits) (*cdispec.Spec, error) {
+	if len(edits.Devices) != len(claim.Devices) {
 		return nil, fmt.Errorf("building CDI spec for claim %s: %d devices computed for %d results",
-			edits.Claim.UID, len(edits.Devices), len(results))
+			edits.ClaimUID, len(edits.Devices), len(claim.Devices))
 	}
 	common, err := hw.CommonEdits()
 	if err != nil {
-		return nil, fmt.Errorf("building CDI spec for claim %s: driver files: %w", edits.Claim.UID, err)
+		return nil, fmt.Errorf("building CDI spec for claim %s: driver files: %w", edits.ClaimUID, err)
 	}
 	// Hardware edits must not override the claim's variables: nvcdi, for
 	// one, sets NVIDIA_VISIBLE_DEVICES=void to silence the legacy hook.
@@ -46,9 +49,10 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 		ContainerEdits: common,
 	}
 	for i, d := range edits.Devices {
-		cardEdits, err := hw.CardEdits(results[i].GPU)
+		dev := claim.Devices[i].Device
+		cardEdits, err := hw.CardEdits(cards[dev])
 		if err != nil {
-			return nil, fmt.Errorf("building CDI spec for claim %s: device nodes of %s: %w", edits.Claim.UID, results[i].Device, err)
+			return nil, fmt.Errorf("building CDI spec for claim %s: device nodes of %s: %w", edits.ClaimUID, dev, err)
 		}
 		e := copyEdits(d.Edits)
 		e.DeviceNodes = append(e.DeviceNodes, cardEdits.DeviceNodes...)
@@ -63,7 +67,7 @@ func BuildSpec(edits *ClaimEdits, results []Result, hw HardwareEdits) (*cdispec.
 	// The lowest version that can express the spec, so older runtimes read it.
 	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
-		return nil, fmt.Errorf("building CDI spec for claim %s: %w", edits.Claim.UID, err)
+		return nil, fmt.Errorf("building CDI spec for claim %s: %w", edits.ClaimUID, err)
 	}
 	spec.Version = version
 	return spec, nil

@@ -14,6 +14,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // fakeHardware adds one device node per card and one driver library.
@@ -31,8 +32,8 @@ func (f fakeHardware) CommonEdits() (cdispec.ContainerEdits, error) {
 	}, nil
 }
 
-func mixedResults() []Result {
-	return []Result{
+func mixedResults() []testResult {
+	return []testResult{
 		whole("gpu-0", testGPU(0, uuid0)),
 		share("gpu-1", testGPU(1, uuid1), share1, "20Gi", "40", nil),
 	}
@@ -47,11 +48,11 @@ func TestSpecRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			results := mixedResults()
-			edits, err := ComputeClaimEdits(testClaim, results)
+			edits, err := run(testClaim, results)
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, err := BuildSpec(edits, results, hw)
+			spec, err := build(edits, testClaim, results, hw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,14 +130,14 @@ func TestSpecRoundTrip(t *testing.T) {
 
 func TestBuildSpecErrors(t *testing.T) {
 	results := mixedResults()
-	edits, err := ComputeClaimEdits(testClaim, results)
+	edits, err := run(testClaim, results)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := BuildSpec(edits, results[:1], NoHardware{}); err == nil {
+	if _, err := build(edits, testClaim, results[:1], NoHardware{}); err == nil {
 		t.Error("BuildSpec accepted fewer results than devices")
 	}
-	_, err = BuildSpec(edits, results, fakeHardware{err: errors.New("no such device")})
+	_, err = build(edits, testClaim, results, fakeHardware{err: errors.New("no such device")})
 	want := "building CDI spec for claim " + uid + ": device nodes of gpu-0: no such device"
 	if err == nil || err.Error() != want {
 		t.Errorf("error = %v, want %s", err, want)
@@ -159,13 +160,13 @@ func TestSpecStoreListAndRemove(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "k8s.gpu.tangram.dev-claim_old-uid.yaml"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	results := []Result{whole("gpu-0", testGPU(0, uuid0))}
+	results := []testResult{whole("gpu-0", testGPU(0, uuid0))}
 	for _, claimUID := range []string{"uid-a", "uid-b"} {
-		edits, err := ComputeClaimEdits(Claim{UID: claimUID, Namespace: "ns", Name: "c"}, results)
+		edits, err := run(prepared.Claim{UID: claimUID, Namespace: "ns", Name: "c"}, results)
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec, err := BuildSpec(edits, results, NoHardware{})
+		spec, err := build(edits, prepared.Claim{UID: claimUID, Namespace: "ns", Name: "c"}, results, NoHardware{})
 		if err != nil {
 			t.Fatal(err)
 		}

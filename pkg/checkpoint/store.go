@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // BootIDPath is where Linux publishes the random ID of the current boot.
@@ -117,7 +119,7 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // rebooted since it was prepared.
 type DroppedClaim struct {
 	UID, Namespace, Name string
-	State                State
+	State                prepared.State
 }
 
 // LoadResult is what Load found.
@@ -198,12 +200,15 @@ func decode(raw []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("decoding claims: %w", err)
 	}
 	if cp.Claims == nil {
-		cp.Claims = map[string]Claim{}
+		cp.Claims = map[string]prepared.Claim{}
 	}
 	for uid, c := range cp.Claims {
-		if c.State != PrepareStarted && c.State != PrepareCompleted {
+		if c.State != prepared.PrepareStarted && c.State != prepared.PrepareCompleted {
 			return nil, fmt.Errorf("claim %s has unknown state %q", uid, c.State)
 		}
+		// The UID is the entry's key, not stored in the entry.
+		c.UID = uid
+		cp.Claims[uid] = c
 	}
 	return cp, nil
 }
@@ -237,7 +242,7 @@ func (s *Store) Save(cp *Checkpoint) error {
 	}
 	claims := cp.Claims
 	if claims == nil {
-		claims = map[string]Claim{}
+		claims = map[string]prepared.Claim{}
 	}
 	data, err := json.Marshal(Checkpoint{BootID: bootID, Claims: claims})
 	if err != nil {

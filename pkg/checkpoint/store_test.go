@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 const (
@@ -35,12 +36,12 @@ func sample() *Checkpoint {
 		MPS: &v1alpha1.MPSSettings{DefaultActiveThreadPercentage: &pct}}}
 	cfg.Normalize()
 	cp := New()
-	cp.Claims["uid-a"] = Claim{State: PrepareCompleted, Namespace: "ml", Name: "train", Devices: []Device{{
+	cp.Claims["uid-a"] = prepared.Claim{UID: "uid-a", State: prepared.PrepareCompleted, Namespace: "ml", Name: "train", Devices: []prepared.Device{{
 		Request: "shared", Device: "gpu-1", GPUUUID: "GPU-1", ShareID: "share-1", Share: true,
 		CDIDeviceIDs: []string{"k8s.gpu.tangram.dev/claim=uid-a-gpu-1-share-1"},
 		MemoryBytes:  20 << 30, ComputePercent: 40, MPSPipeDir: "/run/mps/pipe", Config: cfg,
 	}}}
-	cp.Claims["uid-b"] = Claim{State: PrepareStarted, Namespace: "ml", Name: "eval", Devices: []Device{{
+	cp.Claims["uid-b"] = prepared.Claim{UID: "uid-b", State: prepared.PrepareStarted, Namespace: "ml", Name: "eval", Devices: []prepared.Device{{
 		Request: "gpu", Device: "gpu-0", GPUUUID: "GPU-0", AdminAccess: true,
 		CDIDeviceIDs: []string{"k8s.gpu.tangram.dev/claim=uid-b-gpu-0"},
 	}}}
@@ -84,7 +85,7 @@ func TestConfigWithoutTypeMetaAndUnknownFields(t *testing.T) {
 	s := newTestStore(t, &boot)
 	cp := New()
 	// A config without apiVersion/kind is stamped on save so it decodes again.
-	cp.Claims["u"] = Claim{State: PrepareCompleted, Devices: []Device{{Device: "gpu-0",
+	cp.Claims["u"] = prepared.Claim{State: prepared.PrepareCompleted, Devices: []prepared.Device{{Device: "gpu-0",
 		Config: &v1alpha1.GpuConfig{Sharing: &v1alpha1.Sharing{Backend: v1alpha1.BackendNone}}}}}
 	if err := s.Save(cp); err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestConfigWithoutTypeMetaAndUnknownFields(t *testing.T) {
 	}
 
 	// A field written by a newer plugin inside the config is ignored.
-	var d Device
+	var d prepared.Device
 	raw := `{"request":"r","device":"gpu-0","config":{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none","newKnob":1}}}`
 	if err := json.Unmarshal([]byte(raw), &d); err != nil {
 		t.Fatalf("lenient config decode: %v", err)
@@ -268,8 +269,8 @@ func TestBootIDChangeDropsClaims(t *testing.T) {
 		t.Fatalf("reboot reported as corruption: %v", res.Corrupt)
 	}
 	want := []DroppedClaim{
-		{UID: "uid-a", Namespace: "ml", Name: "train", State: PrepareCompleted},
-		{UID: "uid-b", Namespace: "ml", Name: "eval", State: PrepareStarted},
+		{UID: "uid-a", Namespace: "ml", Name: "train", State: prepared.PrepareCompleted},
+		{UID: "uid-b", Namespace: "ml", Name: "eval", State: prepared.PrepareStarted},
 	}
 	if !reflect.DeepEqual(res.Dropped, want) {
 		t.Errorf("Dropped = %+v, want %+v", res.Dropped, want)
@@ -315,7 +316,7 @@ func TestConcurrentSave(t *testing.T) {
 			cp := shared
 			if i%2 == 1 {
 				cp = New()
-				cp.Claims[fmt.Sprintf("uid-%d", i)] = Claim{State: PrepareStarted}
+				cp.Claims[fmt.Sprintf("uid-%d", i)] = prepared.Claim{State: prepared.PrepareStarted}
 			}
 			if err := s.Save(cp); err != nil {
 				t.Errorf("Save %d: %v", i, err)

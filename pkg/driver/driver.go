@@ -19,9 +19,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // Config wires a Driver.
@@ -37,6 +39,9 @@ type Config struct {
 	State             StateStore
 	Specs             SpecStore
 	Configs           ConfigResolver
+	// MPSPipeDir is the node's MPS pipe directory, recorded on every MPS
+	// share (prepared.Device.UsesMPS).
+	MPSPipeDir string
 	// Shares is the MPS accounting; nil on nodes with sharing disabled,
 	// where a share allocation is refused.
 	Shares Shares
@@ -69,7 +74,7 @@ type Driver struct {
 	// themselves are ordered by the state lock (StateStore.Lock), across
 	// plugin processes too.
 	mu      sync.Mutex
-	records map[string]ClaimRecord
+	records map[string]prepared.Claim
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -82,11 +87,11 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d := &Driver{
 		cfg:     cfg,
-		cards:   map[string]gpu.GPU{},
-		records: map[string]ClaimRecord{},
+		cards:   cardsByDevice(cfg.GPUs),
+		records: map[string]prepared.Claim{},
 	}
-	for _, g := range cfg.GPUs {
-		d.cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
+	if cfg.MPSPipeDir == "" {
+		return nil, errors.New("internal error: the driver has no MPS pipe directory to record on MPS shares")
 	}
 	// Under the lock, a record only started is truly abandoned: a plugin
 	// process still serving holds the lock for its whole call.
@@ -169,44 +174,40 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
-	plan, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
 	if err != nil {
 		return nil, err
 	}
-	if len(plan) == 0 {
+	if len(planned.Devices) == 0 {
 		// The kubelet only asks for claims with results of ours; nothing
 		// to write or remember otherwise.
 		return []kubeletplugin.Device{}, nil
 	}
-	configs, err := d.cfg.Configs(claim, plan)
+	configs, err := d.cfg.Configs(claim, planned.Devices)
 	if err != nil {
 		return nil, err
 	}
-	specDevices := make([]SpecDevice, len(plan))
-	for i := range plan {
-		specDevices[i] = SpecDevice{plannedDevice: plan[i], Config: configs[i]}
-	}
-	rec := newRecord(claim, specDevices)
-	if len(rec.mpsCards()) > 0 && d.cfg.Shares == nil {
+	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+	if len(rec.MPSCards()) > 0 && d.cfg.Shares == nil {
 		return nil, fmt.Errorf("the claim holds shares of %v, but sharing is disabled on node %s; use a whole card or a node with --sharing=enabled",
-			rec.mpsCards(), d.cfg.NodeName)
+			rec.MPSCards(), d.cfg.NodeName)
 	}
 
 	d.mu.Lock()
 	old, found := d.records[uid]
-	var oldPtr *ClaimRecord
+	var oldPtr *prepared.Claim
 	if found {
 		oldPtr = &old
 	}
 	d.mu.Unlock()
-	specPresent := found && old.Phase == PhaseCompleted && d.cfg.Specs.Exists(ctx, uid)
+	specPresent := found && old.State == prepared.PrepareCompleted && d.cfg.Specs.Exists(ctx, uid)
 	action := decidePrepare(oldPtr, specPresent, found && sameAllocation(old, rec))
 	if action == actionReturnExisting {
 		klog.FromContext(ctx).V(3).Info("Already prepared; returning the recorded devices")
-		return kubeletDevices(old), nil
+		return old.KubeletDevices(d.cfg.NodeName), nil
 	}
 	if action == actionRollbackThenPrepare {
-		if old.Phase == PhaseCompleted {
+		if old.State == prepared.PrepareCompleted {
 			klog.FromContext(ctx).Info("Undoing the preparation of an earlier allocation of this claim", "oldAllocation", old.Allocation, "newAllocation", rec.Allocation)
 		} else {
 			klog.FromContext(ctx).Info("Rolling back a preparation that did not complete")
@@ -218,11 +219,11 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	// Reserve the cards by recording PrepareStarted.
 	d.mu.Lock()
 	held := d.holdingsLocked()
-	if err := checkOverlap(uid, rec.key(), plan, held); err != nil {
+	if err := checkOverlap(uid, rec.Key(), rec.Devices, held); err != nil {
 		d.mu.Unlock()
 		return nil, err
 	}
-	if err := checkBackends(uid, rec.key(), rec.Devices, held); err != nil {
+	if err := checkBackends(uid, rec.Key(), rec.Devices, held); err != nil {
 		d.mu.Unlock()
 		return nil, err
 	}
@@ -242,7 +243,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 
 	// Side effects: MPS accounting (never a long wait, see sharing.Manager)
 	// and the CDI spec.
-	completed, err := d.apply(ctx, rec, specDevices)
+	completed, err := d.apply(ctx, rec)
 	if err == nil {
 		d.mu.Lock()
 		d.records[uid] = completed
@@ -261,52 +262,58 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, err
 	}
 	d.writeStatus(ctx, completed)
-	return kubeletDevices(completed), nil
+	return completed.KubeletDevices(d.cfg.NodeName), nil
 }
 
 // apply does the MPS accounting and writes the spec; it returns the
 // completed record.
-func (d *Driver) apply(ctx context.Context, rec ClaimRecord, devices []SpecDevice) (ClaimRecord, error) {
-	spec := ClaimSpec{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name, Devices: devices}
-	if len(rec.mpsCards()) > 0 {
-		if err := d.cfg.Shares.Acquire(ctx, rec.UID, rec.mpsShares()); err != nil {
+func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	var mps sharing.ClientConfig
+	if len(rec.MPSCards()) > 0 {
+		if err := d.cfg.Shares.Acquire(ctx, rec.UID, rec.MPSShares()); err != nil {
 			return rec, err
 		}
-		spec.MPS = d.cfg.Shares.ClientConfig(rec.UID)
+		mps = d.cfg.Shares.ClientConfig(rec.UID)
 	}
-	ids, err := d.cfg.Specs.Write(ctx, spec)
+	ids, err := d.cfg.Specs.Write(ctx, rec, mps)
 	if err != nil {
 		return rec, fmt.Errorf("writing the CDI spec: %w", err)
 	}
+	return completed(rec, ids)
+}
+
+// completed is the record once its spec is written: PrepareCompleted, with
+// the CDI device IDs of each device. Pure.
+func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
 	if len(ids) != len(rec.Devices) {
 		return rec, fmt.Errorf("internal error: CDI spec has IDs for %d devices, want %d", len(ids), len(rec.Devices))
 	}
-	completed := rec
-	completed.Phase = PhaseCompleted
-	completed.Devices = make([]PreparedDevice, len(rec.Devices))
+	out := rec
+	out.State = prepared.PrepareCompleted
+	out.Devices = make([]prepared.Device, len(rec.Devices))
 	for i, dev := range rec.Devices {
 		dev.CDIDeviceIDs = ids[i]
-		completed.Devices[i] = dev
+		out.Devices[i] = dev
 	}
-	return completed, nil
+	return out, nil
 }
 
 // undo removes the claim's spec and MPS accounting, then its record. The
 // record is kept (as started) if cleanup failed, so a retry or the next
 // start-up tries again.
-func (d *Driver) undo(ctx context.Context, rec ClaimRecord) error {
+func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
 		errs = append(errs, fmt.Errorf("removing the CDI spec: %w", err))
 	}
-	if len(rec.mpsCards()) > 0 && d.cfg.Shares != nil {
+	if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
 		if err := d.cfg.Shares.Release(ctx, rec.UID); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	d.mu.Lock()
 	if len(errs) > 0 {
-		rec.Phase = PhaseStarted
+		rec.State = prepared.PrepareStarted
 		d.records[rec.UID] = rec
 	} else {
 		delete(d.records, rec.UID)
@@ -364,7 +371,7 @@ func (d *Driver) lockState(ctx context.Context) (func(), error) {
 func (d *Driver) reload(ctx context.Context) error {
 	records, bootChanged, err := d.cfg.State.Load(ctx)
 	switch {
-	case errors.Is(err, ErrCorruptCheckpoint), errors.Is(err, ErrNoCheckpoint), err == nil && bootChanged:
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrMissing), err == nil && bootChanged:
 		// No plugin process writes such a file (each saves at start-up);
 		// what this one knows is the best left, and its next save
 		// rewrites the file.
@@ -384,7 +391,7 @@ func (d *Driver) reload(ctx context.Context) error {
 // syncShares tells the MPS accounting about shares another plugin process
 // prepared or unprepared: the accounting decides when the daemon is
 // needed and which cards are in EXCLUSIVE_PROCESS.
-func (d *Driver) syncShares(ctx context.Context, before, after map[string]ClaimRecord) {
+func (d *Driver) syncShares(ctx context.Context, before, after map[string]prepared.Claim) {
 	if d.cfg.Shares == nil {
 		return
 	}
@@ -397,7 +404,7 @@ func (d *Driver) syncShares(ctx context.Context, before, after map[string]ClaimR
 		}
 	}
 	for _, uid := range uids {
-		had, has := before[uid].mpsCards(), after[uid].mpsCards()
+		had, has := before[uid].MPSCards(), after[uid].MPSCards()
 		if slices.Equal(had, has) {
 			continue
 		}
@@ -409,7 +416,7 @@ func (d *Driver) syncShares(ctx context.Context, before, after map[string]ClaimR
 			}
 		}
 		if len(has) > 0 {
-			d.cfg.Shares.Restore(ctx, uid, after[uid].mpsShares())
+			d.cfg.Shares.Restore(ctx, uid, after[uid].MPSShares())
 		}
 	}
 	if changed {
@@ -421,13 +428,13 @@ func (d *Driver) syncShares(ctx context.Context, before, after map[string]ClaimR
 func (d *Driver) holdingsLocked() []Holding {
 	var out []Holding
 	for _, uid := range slices.Sorted(maps.Keys(d.records)) {
-		out = append(out, d.records[uid].holdings()...)
+		out = append(out, holdings(d.records[uid])...)
 	}
 	return out
 }
 
 // Records returns a copy of the current claim records.
-func (d *Driver) Records() map[string]ClaimRecord {
+func (d *Driver) Records() map[string]prepared.Claim {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return maps.Clone(d.records)
@@ -438,7 +445,7 @@ func (d *Driver) publishGauges() {
 	defer d.mu.Unlock()
 	claims, whole, shares := 0, 0, 0
 	for _, rec := range d.records {
-		if rec.Phase != PhaseCompleted {
+		if rec.State != prepared.PrepareCompleted {
 			continue
 		}
 		claims++
@@ -453,59 +460,11 @@ func (d *Driver) publishGauges() {
 	d.cfg.Metrics.setPrepared(claims, whole, shares)
 }
 
-func newRecord(claim *resourceapi.ResourceClaim, devices []SpecDevice) ClaimRecord {
-	rec := ClaimRecord{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, Phase: PhaseStarted,
-		Allocation: allocationDigest(claim)}
-	for _, dev := range devices {
-		rec.Devices = append(rec.Devices, PreparedDevice{
-			Request:     dev.Request,
-			Pool:        dev.Pool,
-			Device:      dev.Device,
-			ShareID:     dev.ShareID,
-			UUID:        dev.GPU.UUID,
-			Share:       dev.Share,
-			MPS:         dev.Share && usesMPS(dev),
-			AdminAccess: dev.AdminAccess,
-
-			MemoryBytes:    dev.MemoryBytes,
-			ComputePercent: dev.ComputePercent,
-			Config:         dev.Config,
-		})
+// cardsByDevice keys the node's cards by their ResourceSlice device name.
+func cardsByDevice(gpus []gpu.GPU) map[string]gpu.GPU {
+	cards := make(map[string]gpu.GPU, len(gpus))
+	for _, g := range gpus {
+		cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
 	}
-	return rec
-}
-
-func kubeletDevices(rec ClaimRecord) []kubeletplugin.Device {
-	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
-	for _, dev := range rec.Devices {
-		kd := kubeletplugin.Device{
-			Requests:     []string{dev.Request},
-			PoolName:     dev.Pool,
-			DeviceName:   dev.Device,
-			CDIDeviceIDs: dev.CDIDeviceIDs,
-		}
-		if dev.ShareID != "" {
-			shareID := types.UID(dev.ShareID)
-			kd.ShareID = &shareID
-		}
-		out = append(out, kd)
-	}
-	// A claim of several requests has a claim-wide CDI device (see
-	// cdi.ComputeClaimEdits). It comes last, so its lists win in a
-	// container that names the whole claim, and it is tied to a request
-	// name no request can have, so containers naming requests never get it.
-	requests := make([]string, len(rec.Devices))
-	for i, dev := range rec.Devices {
-		requests[i] = dev.Request
-	}
-	if len(rec.Devices) > 0 && cdi.NeedsClaimWideDevice(requests) {
-		last := rec.Devices[len(rec.Devices)-1]
-		out = append(out, kubeletplugin.Device{
-			Requests:     []string{cdi.ClaimWideRequest},
-			PoolName:     last.Pool,
-			DeviceName:   last.Device,
-			CDIDeviceIDs: []string{cdi.DeviceID(cdi.ClaimWideDeviceName(rec.UID))},
-		})
-	}
-	return out
+	return cards
 }

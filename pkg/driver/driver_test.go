@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -276,7 +277,8 @@ func TestPrepareIsIdempotent(t *testing.T) {
 
 func TestSharingDisabledRefusesShares(t *testing.T) {
 	h := newHarness(t)
-	d, err := New(context.Background(), Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs})
+	d, err := New(context.Background(), Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
+		MPSPipeDir: sharing.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,11 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -54,7 +57,7 @@ func (s *steps) count(step string) int {
 
 // stepState wraps the real pkg/checkpoint-backed store and reports saves.
 type stepState struct {
-	CheckpointState
+	checkpoint.Claims
 	steps *steps
 	// beforeSave, when set, runs at the start of every Save; tests use it
 	// to hold a call at a known point or to fail the save. Set it only
@@ -62,13 +65,13 @@ type stepState struct {
 	beforeSave func() error
 }
 
-func (s *stepState) Save(ctx context.Context, records map[string]ClaimRecord) error {
+func (s *stepState) Save(ctx context.Context, records map[string]prepared.Claim) error {
 	if s.beforeSave != nil {
 		if err := s.beforeSave(); err != nil {
 			return err
 		}
 	}
-	if err := s.CheckpointState.Save(ctx, records); err != nil {
+	if err := s.Claims.Save(ctx, records); err != nil {
 		return err
 	}
 	s.steps.after("save")
@@ -77,17 +80,17 @@ func (s *stepState) Save(ctx context.Context, records map[string]ClaimRecord) er
 
 // stepSpecs wraps the real pkg/cdi-backed store and reports steps.
 type stepSpecs struct {
-	CDISpecs
+	cdi.ClaimSpecs
 	steps *steps
 	// failWrite makes Write fail without writing.
 	failWrite error
 }
 
-func (s *stepSpecs) Write(ctx context.Context, spec ClaimSpec) ([][]string, error) {
+func (s *stepSpecs) Write(ctx context.Context, claim prepared.Claim, mps sharing.ClientConfig) ([][]string, error) {
 	if s.failWrite != nil {
 		return nil, s.failWrite
 	}
-	ids, err := s.CDISpecs.Write(ctx, spec)
+	ids, err := s.ClaimSpecs.Write(ctx, claim, mps)
 	if err == nil {
 		s.steps.after("spec-write")
 	}
@@ -95,7 +98,7 @@ func (s *stepSpecs) Write(ctx context.Context, spec ClaimSpec) ([][]string, erro
 }
 
 func (s *stepSpecs) Remove(ctx context.Context, uid string) error {
-	err := s.CDISpecs.Remove(ctx, uid)
+	err := s.ClaimSpecs.Remove(ctx, uid)
 	if err == nil {
 		s.steps.after("spec-remove")
 	}

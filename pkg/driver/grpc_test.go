@@ -17,8 +17,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // TestKubeletGRPC runs the real kubeletplugin gRPC server on a temp socket
@@ -71,7 +71,7 @@ func TestKubeletGRPC(t *testing.T) {
 		t.Fatalf("prepare response %v", resp)
 	}
 	dev := got.Devices[0]
-	wantID := cdi.DeviceID(cdi.DeviceName("uid-1", "gpu-2", "s1"))
+	wantID := prepared.CDIDeviceID(prepared.CDIDeviceName("uid-1", "gpu-2", "s1"))
 	if dev.PoolName != testNode || dev.DeviceName != "gpu-2" || dev.GetShareId() != "s1" ||
 		len(dev.CdiDeviceIds) != 1 || dev.CdiDeviceIds[0] != wantID {
 		t.Errorf("device %v, want pool %s device gpu-2 share s1 CDI ID %s", dev, testNode, wantID)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -50,18 +51,16 @@ func newHarness(t testing.TB) *harness {
 	}
 	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &sharing.RecordingComputeModeSetter{}}
 	h.bootID = "boot-1"
-	h.state = &stepState{steps: h.steps, CheckpointState: CheckpointState{
+	h.state = &stepState{steps: h.steps, Claims: checkpoint.Claims{
 		Store: checkpoint.NewStore(filepath.Join(dir, "state", "checkpoint.json"),
 			checkpoint.WithBootID(func() (string, error) { return h.bootID, nil })),
-		StateLock:  checkpoint.NewFileLock(filepath.Join(dir, "state", "checkpoint.lock")),
-		Pool:       testNode,
-		MPSPipeDir: sharing.Layout{Root: filepath.Join(dir, "mps")}.PipeDir(),
+		StateLock: checkpoint.NewFileLock(filepath.Join(dir, "state", "checkpoint.lock")),
 	}}
 	store, err := cdi.NewSpecStore(filepath.Join(dir, "cdi"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.specs = &stepSpecs{CDISpecs: CDISpecs{Store: store, Hardware: cdi.NoHardware{}}, steps: h.steps}
+	h.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: h.steps}
 	t.Cleanup(func() {
 		if h.shares.Manager != nil {
 			h.shares.Close()
@@ -102,6 +101,8 @@ func (h *harness) tryStart() error {
 		Specs:    h.specs,
 		Configs:  ResolveConfigs,
 		Shares:   h.shares,
+		// The pipe directory recorded on MPS shares.
+		MPSPipeDir: layout.PipeDir(),
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
 			return h.claims, h.listErr
 		},
@@ -190,10 +191,10 @@ func (h *harness) assertConsistent() {
 	wantHolders := map[string][]string{}
 	for uid, rec := range records {
 		recordUIDs = append(recordUIDs, uid)
-		if rec.Phase != PhaseCompleted {
-			h.t.Errorf("claim %s left in phase %s", uid, rec.Phase)
+		if rec.State != prepared.PrepareCompleted {
+			h.t.Errorf("claim %s left in phase %s", uid, rec.State)
 		}
-		for _, card := range rec.mpsCards() {
+		for _, card := range rec.MPSCards() {
 			wantHolders[card] = append(wantHolders[card], uid)
 		}
 	}

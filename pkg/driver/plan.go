@@ -9,72 +9,46 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/config"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
-// plannedDevice is one of our driver's allocation results in a claim, tied
-// to the card it names. Computed purely from the claim and the inventory.
-type plannedDevice struct {
-	Request string
-	Pool    string
-	Device  string
-	GPU     gpu.GPU
-	// ShareID is the allocator's share ID on a shareable card, "" otherwise.
-	ShareID string
-	// Share is true when the result holds part of the card's memory, so it
-	// must be isolated; a result that consumed the whole card's memory (no
-	// capacity requested, or compute only) is a whole card.
-	Share bool
-	// MemoryBytes is the consumed memory of a share, the card's memory for
-	// a whole card.
-	MemoryBytes int64
-	// ComputePercent is the consumed compute of a share, 0 when none.
-	ComputePercent int64
-	// AllocatableMemoryBytes is the most memory one allocation may consume
-	// on the card (see cdi.Result); 0 for cards not published as shareable.
-	AllocatableMemoryBytes int64
-	// AdminAccess results monitor a card without owning it.
-	AdminAccess bool
-	// ConsumedCapacity is the allocation's consumed capacity, as given.
-	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
-}
-
-// planClaim picks our driver's results out of the claim's allocation and
-// resolves each device name to a card of this node. allocatable holds the
-// published per-allocation memory maximum of shareable cards, by device.
-func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]gpu.GPU, allocatable map[string]int64) ([]plannedDevice, error) {
+// planClaim picks our driver's results out of the claim's allocation,
+// resolves each device name to a card of this node and decides, once, which
+// results are shares. It returns the claim's record, PrepareStarted, without
+// configs (see withConfigs) and CDI device IDs; no devices when the claim
+// has no result of ours. allocatable holds the published per-allocation
+// memory maximum of shareable cards, by device. Pure.
+func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]gpu.GPU, allocatable map[string]int64) (prepared.Claim, error) {
+	rec := prepared.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name, State: prepared.PrepareStarted}
 	if claim.Status.Allocation == nil {
-		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+		return rec, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
-	var out []plannedDevice
+	rec.Allocation = allocationDigest(claim)
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != device.DriverName {
 			continue
 		}
 		if r.Pool != pool {
-			return nil, fmt.Errorf("request %q: device %s is in pool %q, but this node's pool is %q; the claim was allocated for another node",
+			return rec, fmt.Errorf("request %q: device %s is in pool %q, but this node's pool is %q; the claim was allocated for another node",
 				r.Request, r.Device, r.Pool, pool)
 		}
 		card, ok := cards[r.Device]
 		if !ok {
-			return nil, fmt.Errorf("request %q: device %s is not a GPU of this node (it has %s); the node's inventory changed after allocation",
+			return rec, fmt.Errorf("request %q: device %s is not a GPU of this node (it has %s); the node's inventory changed after allocation",
 				r.Request, r.Device, knownDevices(cards))
 		}
-		p := plannedDevice{
+		p := prepared.Device{
 			Request:     r.Request,
-			Pool:        r.Pool,
 			Device:      r.Device,
-			GPU:         card,
+			GPUUUID:     card.UUID,
 			MemoryBytes: card.MemoryBytes,
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
-
-			AllocatableMemoryBytes: allocatable[r.Device],
-			ConsumedCapacity:       r.ConsumedCapacity,
 		}
 		if r.ShareID != nil {
 			p.ShareID = string(*r.ShareID)
@@ -82,17 +56,17 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 		if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
 			memory, err := cdi.Int64Value(q)
 			if err != nil {
-				return nil, fmt.Errorf("request %q: consumed memory %s on %s: %w", r.Request, q.String(), r.Device, err)
+				return rec, fmt.Errorf("request %q: consumed memory %s on %s: %w", r.Request, q.String(), r.Device, err)
 			}
 			switch {
 			case memory == 0 && p.AdminAccess:
 				// Monitoring asks for no memory so that it fits beside
 				// the card's holders; it sees the card as it is.
 			case memory == 0:
-				return nil, fmt.Errorf("request %q: consumed no memory on %s; memory 0 is only for admin access (monitoring), ask for at least one memory step (e.g. 256Mi) or no memory for a whole card, then recreate the claim",
+				return rec, fmt.Errorf("request %q: consumed no memory on %s; memory 0 is only for admin access (monitoring), ask for at least one memory step (e.g. 256Mi) or no memory for a whole card, then recreate the claim",
 					r.Request, r.Device)
 			case memory < 0 || memory > card.MemoryBytes:
-				return nil, fmt.Errorf("request %q: consumed memory %s on %s is outside 1..%d bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it",
+				return rec, fmt.Errorf("request %q: consumed memory %s on %s is outside 1..%d bytes, the card's memory; the claim was allocated against a different inventory, delete and recreate it",
 					r.Request, q.String(), r.Device, card.MemoryBytes)
 			}
 			if memory > 0 {
@@ -102,18 +76,66 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 		if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok {
 			compute, err := cdi.Int64Value(q)
 			if err != nil {
-				return nil, fmt.Errorf("request %q: consumed compute %s on %s: %w", r.Request, q.String(), r.Device, err)
+				return rec, fmt.Errorf("request %q: consumed compute %s on %s: %w", r.Request, q.String(), r.Device, err)
 			}
 			if compute < 0 || compute > 100 {
-				return nil, fmt.Errorf("request %q: consumed compute %s on %s is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it",
+				return rec, fmt.Errorf("request %q: consumed compute %s on %s is outside 0..100 percent; the claim was allocated against a different inventory, delete and recreate it",
 					r.Request, q.String(), r.Device)
 			}
 			p.ComputePercent = compute
 		}
-		// One definition of "share" for accounting and for the CDI edits.
-		p.Share = cdi.IsShare(cdi.Result{GPU: card, ShareID: p.ShareID, ConsumedCapacity: r.ConsumedCapacity,
-			AllocatableMemoryBytes: p.AllocatableMemoryBytes, AdminAccess: p.AdminAccess})
-		out = append(out, p)
+		// The one definition of "share" for accounting, the CDI edits and
+		// the checkpoint.
+		p.Share = isShare(r, card, allocatable[r.Device])
+		rec.Devices = append(rec.Devices, p)
+	}
+	return rec, nil
+}
+
+// isShare reports whether a result is a share that needs isolation: it
+// does not hold the whole card (device.HoldsWholeCard). A whole card gets
+// no MPS, so whole-card work is never slowed by a daemon. The bound is the
+// card's allocatable memory (the published memory request policy's
+// maximum, 0 for none), not its memory: a card whose memory is not a whole
+// number of share steps publishes less as the default and maximum. Admin
+// access (monitoring) is never a share: it consumes nothing and must see
+// the card as it is, not through an MPS client limit.
+func isShare(r resourceapi.DeviceRequestAllocationResult, card gpu.GPU, allocatableMemory int64) bool {
+	if r.AdminAccess != nil && *r.AdminAccess {
+		return false
+	}
+	bound := card.MemoryBytes
+	if allocatableMemory > 0 && allocatableMemory < bound {
+		bound = allocatableMemory
+	}
+	return !device.HoldsWholeCard(r.ShareID != nil, device.ConsumedMemory(r.ConsumedCapacity), bound)
+}
+
+// withConfigs completes a planned record with the effective config of each
+// device (in order) and records, on the shares enforced by MPS, the node's
+// MPS pipe directory, which is how the record says it uses MPS. Pure.
+func withConfigs(rec prepared.Claim, configs []*configapi.GpuConfig, mpsPipeDir string) prepared.Claim {
+	devices := make([]prepared.Device, len(rec.Devices))
+	for i, dev := range rec.Devices {
+		dev.Config = configs[i]
+		if dev.Share && usesMPS(dev.Config) {
+			dev.MPSPipeDir = mpsPipeDir
+		}
+		devices[i] = dev
+	}
+	rec.Devices = devices
+	return rec
+}
+
+// ResolveConfigs is the ConfigResolver backed by pkg/config.
+func ResolveConfigs(claim *resourceapi.ResourceClaim, devices []prepared.Device) ([]*configapi.GpuConfig, error) {
+	resolved, err := config.Resolve(claim.Status.Allocation.Devices.Config, config.RequestNames(claim))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*configapi.GpuConfig, len(devices))
+	for i, p := range devices {
+		out[i] = resolved.For(p.Request)
 	}
 	return out, nil
 }
@@ -153,25 +175,25 @@ const overlapAdvice = "the kubelet retries, and this clears once that claim is u
 // stale allocation: a whole card may not be held by any other claim, and a
 // share may not go onto a card another claim holds whole. Admin-access
 // results observe cards and are exempt.
-func checkOverlap(claimUID, claim string, plan []plannedDevice, held []Holding) error {
-	for _, p := range plan {
+func checkOverlap(claimUID, claim string, devices []prepared.Device, held []Holding) error {
+	for _, p := range devices {
 		if p.AdminAccess {
 			continue
 		}
 		for _, h := range held {
-			if h.ClaimUID == claimUID || h.UUID != p.GPU.UUID {
+			if h.ClaimUID == claimUID || h.UUID != p.GPUUUID {
 				continue
 			}
 			switch {
 			case !p.Share && h.Share:
 				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s holds a share of it; %s",
-					p.Device, p.GPU.UUID, claim, h.Claim, overlapAdvice)
+					p.Device, p.GPUUUID, claim, h.Claim, overlapAdvice)
 			case !p.Share:
 				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s already holds it whole; %s",
-					p.Device, p.GPU.UUID, claim, h.Claim, overlapAdvice)
+					p.Device, p.GPUUUID, claim, h.Claim, overlapAdvice)
 			case !h.Share:
 				return fmt.Errorf("refusing a share of %s (%s) to claim %s: claim %s holds the card whole; %s",
-					p.Device, p.GPU.UUID, claim, h.Claim, overlapAdvice)
+					p.Device, p.GPUUUID, claim, h.Claim, overlapAdvice)
 			}
 		}
 	}
@@ -185,18 +207,18 @@ func checkOverlap(claimUID, claim string, plan []plannedDevice, held []Holding) 
 // EXCLUSIVE_PROCESS, where a process of a none share (not an MPS client)
 // cannot create a context, and a none share beside MPS clients would run
 // outside every MPS limit.
-func checkBackends(claimUID, claim string, devices []PreparedDevice, held []Holding) error {
+func checkBackends(claimUID, claim string, devices []prepared.Device, held []Holding) error {
 	for _, dev := range devices {
 		if !dev.Share || dev.AdminAccess {
 			continue
 		}
 		for _, h := range held {
-			if h.UUID != dev.UUID || !h.Share || h.ClaimUID == claimUID || h.MPS == dev.MPS {
+			if h.UUID != dev.GPUUUID || !h.Share || h.ClaimUID == claimUID || h.MPS == dev.UsesMPS() {
 				continue
 			}
 			return fmt.Errorf("refusing a %s share of %s (%s) to claim %s: claim %s holds a %s share of the same card, and one card's shares must all use one sharing backend; "+
 				"give both claims the same sharing.backend in their GpuConfig (or DeviceClass), or wait until claim %s is gone",
-				backendName(dev.MPS), dev.Device, dev.UUID, claim, h.Claim, backendName(h.MPS), h.Claim)
+				backendName(dev.UsesMPS()), dev.Device, dev.GPUUUID, claim, h.Claim, backendName(h.MPS), h.Claim)
 		}
 	}
 	return nil
@@ -209,13 +231,13 @@ func backendName(mps bool) configapi.SharingBackend {
 	return configapi.BackendNone
 }
 
-// usesMPS reports whether a share is enforced with MPS: the default
-// backend, unless the effective config says "none".
-func usesMPS(dev SpecDevice) bool {
-	if dev.Config == nil || dev.Config.Sharing == nil || dev.Config.Sharing.Backend == "" {
+// usesMPS reports whether a share with this effective config is enforced
+// with MPS: the default backend, unless the config says "none".
+func usesMPS(cfg *configapi.GpuConfig) bool {
+	if cfg == nil || cfg.Sharing == nil || cfg.Sharing.Backend == "" {
 		return configapi.DefaultBackend == configapi.BackendMPS
 	}
-	return dev.Config.Sharing.Backend == configapi.BackendMPS
+	return cfg.Sharing.Backend == configapi.BackendMPS
 }
 
 // allocationDigest fingerprints what of the claim's allocation concerns

@@ -9,10 +9,12 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 func TestPlanClaim(t *testing.T) {
@@ -67,7 +69,7 @@ func TestPlanClaim(t *testing.T) {
 				return
 			}
 			var shares, admins []bool
-			for _, p := range plan {
+			for _, p := range plan.Devices {
 				shares = append(shares, p.Share)
 				admins = append(admins, p.AdminAccess)
 			}
@@ -202,10 +204,10 @@ func TestFailedRedoKeepsTheCompletedRecord(t *testing.T) {
 }
 
 func TestDecidePrepare(t *testing.T) {
-	completed := &ClaimRecord{Phase: PhaseCompleted}
-	started := &ClaimRecord{Phase: PhaseStarted}
+	completed := &prepared.Claim{State: prepared.PrepareCompleted}
+	started := &prepared.Claim{State: prepared.PrepareStarted}
 	tests := []struct {
-		rec            *ClaimRecord
+		rec            *prepared.Claim
 		specPresent    bool
 		sameAllocation bool
 		want           prepareAction
@@ -339,30 +341,62 @@ func TestHandleError(t *testing.T) {
 // Records written by a plugin without allocation digests are compared by
 // their devices.
 func TestSameAllocation(t *testing.T) {
-	dev := PreparedDevice{Request: "gpu", Device: "gpu-0", ShareID: "s1", Share: true, MemoryBytes: 10 << 30, ComputePercent: 20}
-	other := func(f func(*PreparedDevice)) ClaimRecord {
+	dev := prepared.Device{Request: "gpu", Device: "gpu-0", ShareID: "s1", Share: true, MemoryBytes: 10 << 30, ComputePercent: 20}
+	other := func(f func(*prepared.Device)) prepared.Claim {
 		d := dev
 		f(&d)
-		return ClaimRecord{Devices: []PreparedDevice{d}}
+		return prepared.Claim{Devices: []prepared.Device{d}}
 	}
-	legacy := ClaimRecord{Devices: []PreparedDevice{dev}}
+	legacy := prepared.Claim{Devices: []prepared.Device{dev}}
 	tests := []struct {
 		name       string
-		have, want ClaimRecord
+		have, want prepared.Claim
 		same       bool
 	}{
-		{"equal digests", ClaimRecord{Allocation: "a"}, ClaimRecord{Allocation: "a"}, true},
-		{"different digests, same devices", ClaimRecord{Allocation: "a", Devices: legacy.Devices}, ClaimRecord{Allocation: "b", Devices: legacy.Devices}, false},
-		{"legacy record, same devices", legacy, ClaimRecord{Allocation: "b", Devices: legacy.Devices}, true},
-		{"legacy record, other card", legacy, other(func(d *PreparedDevice) { d.Device = "gpu-1" }), false},
-		{"legacy record, other share", legacy, other(func(d *PreparedDevice) { d.ShareID = "s2" }), false},
-		{"legacy record, other memory", legacy, other(func(d *PreparedDevice) { d.MemoryBytes = 20 << 30 }), false},
-		{"legacy record, other compute", legacy, other(func(d *PreparedDevice) { d.ComputePercent = 30 }), false},
-		{"legacy record, more devices", legacy, ClaimRecord{Devices: []PreparedDevice{dev, dev}}, false},
+		{"equal digests", prepared.Claim{Allocation: "a"}, prepared.Claim{Allocation: "a"}, true},
+		{"different digests, same devices", prepared.Claim{Allocation: "a", Devices: legacy.Devices}, prepared.Claim{Allocation: "b", Devices: legacy.Devices}, false},
+		{"legacy record, same devices", legacy, prepared.Claim{Allocation: "b", Devices: legacy.Devices}, true},
+		{"legacy record, other card", legacy, other(func(d *prepared.Device) { d.Device = "gpu-1" }), false},
+		{"legacy record, other share", legacy, other(func(d *prepared.Device) { d.ShareID = "s2" }), false},
+		{"legacy record, other memory", legacy, other(func(d *prepared.Device) { d.MemoryBytes = 20 << 30 }), false},
+		{"legacy record, other compute", legacy, other(func(d *prepared.Device) { d.ComputePercent = 30 }), false},
+		{"legacy record, more devices", legacy, prepared.Claim{Devices: []prepared.Device{dev, dev}}, false},
 	}
 	for _, tt := range tests {
 		if got := sameAllocation(tt.have, tt.want); got != tt.same {
 			t.Errorf("%s: sameAllocation = %v, want %v", tt.name, got, tt.same)
+		}
+	}
+}
+
+// isShare is the one definition of "share" (device.HoldsWholeCard) that
+// the accounting, the CDI edits and the checkpoint use.
+func TestIsShare(t *testing.T) {
+	card := gpu.GPU{UUID: "GPU-0", MemoryBytes: 80 << 30}
+	oddCard := gpu.GPU{UUID: "GPU-0", MemoryBytes: 81559 << 20}
+	noMemory := wholeResult("gpu", "gpu-0")
+	noMemory.ShareID = ptr.To(types.UID("s1"))
+	admin := shareResult("gpu", "gpu-0", "s1", "20Gi", "")
+	admin.AdminAccess = ptr.To(true)
+	tests := []struct {
+		name        string
+		r           resourceapi.DeviceRequestAllocationResult
+		card        gpu.GPU
+		allocatable int64
+		want        bool
+	}{
+		{"no share ID", wholeResult("gpu", "gpu-0"), card, 0, false},
+		{"part of the memory", shareResult("gpu", "gpu-0", "s1", "20Gi", ""), card, 0, true},
+		{"all of the memory", shareResult("gpu", "gpu-0", "s1", "80Gi", ""), card, 0, false},
+		{"compute only: no memory recorded", noMemory, card, 0, false},
+		{"card memory unknown", shareResult("gpu", "gpu-0", "s1", "20Gi", ""), gpu.GPU{UUID: "GPU-0"}, 0, true},
+		{"all of the allocatable memory of a card that is not a whole number of steps", shareResult("gpu", "gpu-0", "s1", "81408Mi", ""), oddCard, 81408 << 20, false},
+		{"one step less than the allocatable memory", shareResult("gpu", "gpu-0", "s1", "81152Mi", ""), oddCard, 81408 << 20, true},
+		{"admin access to part of the memory", admin, card, 0, false},
+	}
+	for _, tt := range tests {
+		if got := isShare(tt.r, tt.card, tt.allocatable); got != tt.want {
+			t.Errorf("%s: isShare = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }

@@ -146,16 +146,15 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		NodeName:          opts.NodeName,
 		GPUs:              opts.GPUs,
 		AllocatableMemory: allocatable,
-		State: CheckpointState{
-			Store:      checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
-			StateLock:  checkpoint.NewFileLock(filepath.Join(opts.StateDir, "checkpoint.lock")),
-			Pool:       opts.NodeName,
-			MPSPipeDir: sharing.Layout{Root: opts.MPSRoot}.PipeDir(),
+		State: checkpoint.Claims{
+			Store:     checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
+			StateLock: checkpoint.NewFileLock(filepath.Join(opts.StateDir, "checkpoint.lock")),
 		},
-		Specs:   CDISpecs{Store: specStore, Hardware: hardware, MemoryLimitHook: opts.MemoryLimitHook},
-		Configs: ResolveConfigs,
-		Metrics: metrics,
-		OnFatal: func(err error) { cancel(err) },
+		Specs:      cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(opts.GPUs), MemoryLimitHook: opts.MemoryLimitHook},
+		Configs:    ResolveConfigs,
+		MPSPipeDir: sharing.Layout{Root: opts.MPSRoot}.PipeDir(),
+		Metrics:    metrics,
+		OnFatal:    func(err error) { cancel(err) },
 	}
 	if shares != nil {
 		cfg.Shares = shares

@@ -132,8 +132,8 @@ func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plan[0].Share != tc.wantShare {
-			t.Errorf("consumed %s: share = %v, want %v", tc.memory, plan[0].Share, tc.wantShare)
+		if plan.Devices[0].Share != tc.wantShare {
+			t.Errorf("consumed %s: share = %v, want %v", tc.memory, plan.Devices[0].Share, tc.wantShare)
 		}
 	}
 }

@@ -6,7 +6,13 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // recover brings the node to a consistent state at start-up:
@@ -22,14 +28,14 @@ func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	records, bootChanged, err := d.cfg.State.Load(ctx)
 	switch {
-	case errors.Is(err, ErrCorruptCheckpoint):
+	case errors.Is(err, checkpoint.ErrCorrupt):
 		logger.Error(err, "Checkpoint unusable; rebuilding state from CDI specs and the API server")
 		records, err = d.rebuild(ctx)
 		if err != nil {
 			return fmt.Errorf("rebuilding state after a corrupt checkpoint: %w", err)
 		}
 		bootChanged = false
-	case errors.Is(err, ErrNoCheckpoint):
+	case errors.Is(err, checkpoint.ErrMissing):
 		// Nothing to rebuild on a first start. Specs of ours without a
 		// checkpoint mean an earlier rebuild was interrupted (the corrupt
 		// file is already moved aside): rebuild again rather than take the
@@ -53,23 +59,23 @@ func (d *Driver) recover(ctx context.Context) error {
 	var errs []error
 	for _, rec := range plan.Keep {
 		d.records[rec.UID] = rec
-		if len(rec.mpsCards()) > 0 {
+		if len(rec.MPSCards()) > 0 {
 			if d.cfg.Shares == nil {
-				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.key()))
+				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.Key()))
 				continue
 			}
 			// Accounted unconditionally and without waiting for the
 			// daemon: the claim's containers may be running on it.
-			d.cfg.Shares.Restore(ctx, rec.UID, rec.mpsShares())
+			d.cfg.Shares.Restore(ctx, rec.UID, rec.MPSShares())
 		}
 	}
 	for _, rec := range plan.Rollback {
-		logger.Info("Rolling back claim", "claim", rec.key(), "claimUID", rec.UID, "phase", rec.Phase)
+		logger.Info("Rolling back claim", "claim", rec.Key(), "claimUID", rec.UID, "state", rec.State)
 		if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
 			// Keep the record so the next start-up tries again.
-			rec.Phase = PhaseStarted
+			rec.State = prepared.PrepareStarted
 			d.records[rec.UID] = rec
-			errs = append(errs, fmt.Errorf("rolling back claim %s: %w", rec.key(), err))
+			errs = append(errs, fmt.Errorf("rolling back claim %s: %w", rec.Key(), err))
 		}
 	}
 	for _, uid := range plan.RemoveSpecs {
@@ -103,9 +109,9 @@ func (d *Driver) recover(ctx context.Context) error {
 // of ours and still exist, allocated on this node, in the API server. The
 // spec is rewritten from the claim, which yields the same content and IDs.
 // Claims that cannot be found lose their spec (planStartup removes it).
-func (d *Driver) rebuild(ctx context.Context) (map[string]ClaimRecord, error) {
+func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error) {
 	logger := klog.FromContext(ctx)
-	records := map[string]ClaimRecord{}
+	records := map[string]prepared.Claim{}
 	specUIDs, err := d.cfg.Specs.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing CDI specs: %w", err)
@@ -130,36 +136,42 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]ClaimRecord, error) {
 		if !ok {
 			continue
 		}
-		plan, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
-		if err != nil || len(plan) == 0 {
+		planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+		if err != nil || len(planned.Devices) == 0 {
 			logger.Info("Claim with a spec is not prepared on this node any more", "claim", klog.KObj(claim), "reason", err)
 			continue
 		}
-		configs, err := d.cfg.Configs(claim, plan)
+		configs, err := d.cfg.Configs(claim, planned.Devices)
 		if err != nil {
 			logger.Error(err, "Cannot rebuild claim", "claim", klog.KObj(claim))
 			continue
 		}
-		devices := make([]SpecDevice, len(plan))
-		for i := range plan {
-			devices[i] = SpecDevice{plannedDevice: plan[i], Config: configs[i]}
+		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+		var mps sharing.ClientConfig
+		if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
+			mps = d.cfg.Shares.ClientConfig(rec.UID)
 		}
-		rec := newRecord(claim, devices)
-		spec := ClaimSpec{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name, Devices: devices}
-		if len(rec.mpsCards()) > 0 && d.cfg.Shares != nil {
-			spec.MPS = d.cfg.Shares.ClientConfig(rec.UID)
+		ids, err := d.cfg.Specs.Write(ctx, rec, mps)
+		if err == nil {
+			rec, err = completed(rec, ids)
 		}
-		ids, err := d.cfg.Specs.Write(ctx, spec)
-		if err != nil || len(ids) != len(rec.Devices) {
+		if err != nil {
 			logger.Error(err, "Cannot rewrite spec while rebuilding", "claim", klog.KObj(claim))
 			continue
-		}
-		rec.Phase = PhaseCompleted
-		for i := range rec.Devices {
-			rec.Devices[i].CDIDeviceIDs = ids[i]
 		}
 		records[uid] = rec
 		logger.Info("Rebuilt claim from its spec and the API server", "claim", klog.KObj(claim), "claimUID", uid)
 	}
 	return records, nil
+}
+
+// APIClaimLister lists every ResourceClaim through the API server.
+func APIClaimLister(client kubernetes.Interface) ClaimLister {
+	return func(ctx context.Context) ([]resourceapi.ResourceClaim, error) {
+		list, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+		}
+		return list.Items, nil
+	}
 }

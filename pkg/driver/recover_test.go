@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 func TestCrashDuringPrepareThenRestart(t *testing.T) {
@@ -130,7 +131,7 @@ func TestCorruptCheckpointIsRebuilt(t *testing.T) {
 		t.Errorf("corrupt checkpoint was not moved aside: %v", moved)
 	}
 	after := h.driver.Records()
-	want := map[string]ClaimRecord{"w": before["w"], "s": before["s"]}
+	want := map[string]prepared.Claim{"w": before["w"], "s": before["s"]}
 	if !reflect.DeepEqual(after, want) {
 		t.Errorf("rebuilt records\n%v\nwant\n%v", after, want)
 	}
@@ -204,32 +205,32 @@ func TestOrphanSpecsRemovedAtStartup(t *testing.T) {
 }
 
 func TestPlanStartup(t *testing.T) {
-	completed := func(uid string) ClaimRecord { return ClaimRecord{UID: uid, Phase: PhaseCompleted} }
-	started := func(uid string) ClaimRecord { return ClaimRecord{UID: uid, Phase: PhaseStarted} }
+	completed := func(uid string) prepared.Claim { return prepared.Claim{UID: uid, State: prepared.PrepareCompleted} }
+	started := func(uid string) prepared.Claim { return prepared.Claim{UID: uid, State: prepared.PrepareStarted} }
 	tests := []struct {
 		name    string
-		records map[string]ClaimRecord
+		records map[string]prepared.Claim
 		specs   []string
 		reboot  bool
 		want    startupPlan
 	}{
 		{
 			name:    "completed with spec is kept, started is rolled back, orphan spec removed",
-			records: map[string]ClaimRecord{"a": completed("a"), "b": started("b")},
+			records: map[string]prepared.Claim{"a": completed("a"), "b": started("b")},
 			specs:   []string{"a", "b", "c"},
-			want:    startupPlan{Keep: []ClaimRecord{completed("a")}, Rollback: []ClaimRecord{started("b")}, RemoveSpecs: []string{"b", "c"}},
+			want:    startupPlan{Keep: []prepared.Claim{completed("a")}, Rollback: []prepared.Claim{started("b")}, RemoveSpecs: []string{"b", "c"}},
 		},
 		{
 			name:    "completed without spec is rolled back",
-			records: map[string]ClaimRecord{"a": completed("a")},
-			want:    startupPlan{Rollback: []ClaimRecord{completed("a")}},
+			records: map[string]prepared.Claim{"a": completed("a")},
+			want:    startupPlan{Rollback: []prepared.Claim{completed("a")}},
 		},
 		{
 			name:    "reboot drops everything",
-			records: map[string]ClaimRecord{"a": completed("a")},
+			records: map[string]prepared.Claim{"a": completed("a")},
 			specs:   []string{"a"},
 			reboot:  true,
-			want:    startupPlan{Rollback: []ClaimRecord{completed("a")}, RemoveSpecs: []string{"a"}},
+			want:    startupPlan{Rollback: []prepared.Claim{completed("a")}, RemoveSpecs: []string{"a"}},
 		},
 	}
 	for _, tt := range tests {

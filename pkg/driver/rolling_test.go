@@ -13,6 +13,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -26,18 +27,16 @@ import (
 func (h *harness) twin() *harness {
 	h.t.Helper()
 	t := &harness{t: h.t, dir: h.dir, steps: &steps{}, modes: h.modes, bootID: h.bootID, claims: h.claims, timing: h.timing}
-	t.state = &stepState{steps: t.steps, CheckpointState: CheckpointState{
+	t.state = &stepState{steps: t.steps, Claims: checkpoint.Claims{
 		Store: checkpoint.NewStore(filepath.Join(h.dir, "state", "checkpoint.json"),
 			checkpoint.WithBootID(func() (string, error) { return t.bootID, nil })),
-		StateLock:  checkpoint.NewFileLock(filepath.Join(h.dir, "state", "checkpoint.lock")),
-		Pool:       testNode,
-		MPSPipeDir: h.state.MPSPipeDir,
+		StateLock: checkpoint.NewFileLock(filepath.Join(h.dir, "state", "checkpoint.lock")),
 	}}
 	store, err := cdi.NewSpecStore(filepath.Join(h.dir, "cdi"))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	t.specs = &stepSpecs{CDISpecs: CDISpecs{Store: store, Hardware: cdi.NoHardware{}}, steps: t.steps}
+	t.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: t.steps}
 	// One daemon per node, whichever process drives it (as in pod mode).
 	nodeDaemon := h.daemon
 	t.wrapDaemon = func(*sharing.SimulatedDaemon) sharing.Daemon { return nodeDaemon }
@@ -60,8 +59,8 @@ func (h *harness) storedUIDs() []string {
 	}
 	var out []string
 	for uid, rec := range records {
-		if rec.Phase != PhaseCompleted {
-			h.t.Errorf("stored claim %s in phase %s", uid, rec.Phase)
+		if rec.State != prepared.PrepareCompleted {
+			h.t.Errorf("stored claim %s in phase %s", uid, rec.State)
 		}
 		out = append(out, uid)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // Enforcement says how a prepared device's bounds are held, in the device
@@ -72,14 +73,14 @@ type ClaimStatusWriter interface {
 }
 
 // deviceStatuses derives the status.devices entries of a prepared claim.
-// Pure: cards by device name, simulated reports fake GPUs, v3 MPS v3
+// Pure: pool is the node's, cards by device name, simulated reports fake GPUs, v3 MPS v3
 // namespaces, now stamps the conditions.
-func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated, v3 bool, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, simulated, v3 bool, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
 	out := make([]resourceapi.AllocatedDeviceStatus, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
 		card := cards[dev.Device]
 		data := DeviceData{
-			UUID:           dev.UUID,
+			UUID:           dev.GPUUUID,
 			PCIBusID:       card.PCIBusID,
 			ProductName:    card.ProductName,
 			Memory:         resource.NewQuantity(dev.MemoryBytes, resource.BinarySI).String(),
@@ -97,15 +98,15 @@ func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated, v3 boo
 			data.Enforcement = EnforcementExclusive
 			data.ComputePercent = 100
 			enforced.Reason, enforced.Message = "WholeCard", "the card belongs to this claim alone"
-		case dev.MPS && simulated:
+		case dev.UsesMPS() && simulated:
 			data.Enforcement = EnforcementSimulated
 			enforced.Status, enforced.Reason = metav1.ConditionFalse, "SimulatedMPS"
 			enforced.Message = "fake GPUs: the share is accounted and its MPS settings written, but no MPS daemon runs"
-		case dev.MPS && v3:
+		case dev.UsesMPS() && v3:
 			data.Enforcement = EnforcementMPS
 			enforced.Reason = "MPSNamespace"
 			enforced.Message = "the compute limit is the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon; the namespace's pinned-memory limit backs the memory limit"
-		case dev.MPS:
+		case dev.UsesMPS():
 			data.Enforcement = EnforcementMPS
 			enforced.Reason = "MPSClientLimits"
 			enforced.Message = "memory and compute limits are MPS client settings in the container's environment, served by the node's MPS daemon"
@@ -120,7 +121,7 @@ func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated, v3 boo
 		}
 		st := resourceapi.AllocatedDeviceStatus{
 			Driver: device.DriverName,
-			Pool:   dev.Pool,
+			Pool:   pool,
 			Device: dev.Device,
 			Conditions: []metav1.Condition{
 				{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "Prepared", Message: "CDI spec written", LastTransitionTime: now},
@@ -138,11 +139,11 @@ func deviceStatuses(rec ClaimRecord, cards map[string]gpu.GPU, simulated, v3 boo
 
 // writeStatus publishes the claim's device data. It is best effort: the
 // containers can start without it, so a failure is logged, not returned.
-func (d *Driver) writeStatus(ctx context.Context, rec ClaimRecord) {
+func (d *Driver) writeStatus(ctx context.Context, rec prepared.Claim) {
 	if d.cfg.ClaimStatus == nil {
 		return
 	}
-	statuses, err := deviceStatuses(rec, d.cards, d.cfg.SimulatedMPS, d.cfg.MPSv3, metav1.Now())
+	statuses, err := deviceStatuses(rec, d.cfg.NodeName, d.cards, d.cfg.SimulatedMPS, d.cfg.MPSv3, metav1.Now())
 	if err == nil {
 		err = d.cfg.ClaimStatus.SetDevices(ctx, rec.Namespace, rec.Name, statuses)
 	}
@@ -153,7 +154,7 @@ func (d *Driver) writeStatus(ctx context.Context, rec ClaimRecord) {
 
 // clearStatus removes our entries after unprepare, best effort: a claim
 // that is gone or deallocated has none to remove.
-func (d *Driver) clearStatus(ctx context.Context, rec ClaimRecord) {
+func (d *Driver) clearStatus(ctx context.Context, rec prepared.Claim) {
 	if d.cfg.ClaimStatus == nil || rec.Name == "" {
 		return
 	}

@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 func TestDeviceStatuses(t *testing.T) {
@@ -22,9 +22,12 @@ func TestDeviceStatuses(t *testing.T) {
 		"gpu-0": {Index: 0, UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
 	}
 	now := metav1.Now()
-	dev := func(share, mps, admin bool, mem, compute int64) PreparedDevice {
-		d := PreparedDevice{Request: "gpu", Pool: testNode, Device: "gpu-0", UUID: "GPU-0", Share: share, MPS: mps, AdminAccess: admin,
+	dev := func(share, mps, admin bool, mem, compute int64) prepared.Device {
+		d := prepared.Device{Request: "gpu", Device: "gpu-0", GPUUUID: "GPU-0", Share: share, AdminAccess: admin,
 			MemoryBytes: mem, ComputePercent: compute}
+		if mps {
+			d.MPSPipeDir = "/var/lib/tangram/mps/pipe"
+		}
 		if share || admin {
 			d.ShareID = "s1"
 		}
@@ -32,7 +35,7 @@ func TestDeviceStatuses(t *testing.T) {
 	}
 	tests := []struct {
 		name          string
-		dev           PreparedDevice
+		dev           prepared.Device
 		simulated     bool
 		v3            bool
 		wantData      DeviceData
@@ -73,8 +76,8 @@ func TestDeviceStatuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := ClaimRecord{UID: "u", Namespace: "ml", Name: "c", Phase: PhaseCompleted, Devices: []PreparedDevice{tt.dev}}
-			got, err := deviceStatuses(rec, cards, tt.simulated, tt.v3, now)
+			rec := prepared.Claim{UID: "u", Namespace: "ml", Name: "c", State: prepared.PrepareCompleted, Devices: []prepared.Device{tt.dev}}
+			got, err := deviceStatuses(rec, testNode, cards, tt.simulated, tt.v3, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,39 +181,5 @@ func TestAPIClaimStatus(t *testing.T) {
 	}
 	if err := w.SetDevices(ctx, "ml", "gone", ours); err != nil {
 		t.Errorf("a deleted claim: %v, want no error", err)
-	}
-}
-
-// The kubelet gets the claim-wide CDI device last, tied to a request name no
-// request can have, and only for claims of several requests.
-func TestKubeletDevicesClaimWideEntry(t *testing.T) {
-	dev := func(request, device string) PreparedDevice {
-		return PreparedDevice{Request: request, Pool: testNode, Device: device, CDIDeviceIDs: []string{"k8s.gpu.tangram.dev/claim=u-" + device}}
-	}
-	tests := []struct {
-		name     string
-		devices  []PreparedDevice
-		wantLast []string // Requests of the last entry
-		wantLen  int
-	}{
-		{name: "one request", devices: []PreparedDevice{dev("gpus", "gpu-0"), dev("gpus", "gpu-1")}, wantLast: []string{"gpus"}, wantLen: 2},
-		{name: "two requests", devices: []PreparedDevice{dev("left", "gpu-0"), dev("right", "gpu-1")}, wantLast: []string{cdi.ClaimWideRequest}, wantLen: 3},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := kubeletDevices(ClaimRecord{UID: "u", Devices: tt.devices})
-			if len(got) != tt.wantLen {
-				t.Fatalf("%d entries, want %d: %+v", len(got), tt.wantLen, got)
-			}
-			last := got[len(got)-1]
-			if !reflect.DeepEqual(last.Requests, tt.wantLast) {
-				t.Errorf("last entry requests = %v, want %v", last.Requests, tt.wantLast)
-			}
-			if tt.wantLen == 3 {
-				if want := []string{"k8s.gpu.tangram.dev/claim=u-claim"}; !reflect.DeepEqual(last.CDIDeviceIDs, want) || last.PoolName != testNode || last.DeviceName != "gpu-1" {
-					t.Errorf("claim-wide entry = %+v, want IDs %v on %s/gpu-1", last, want, testNode)
-				}
-			}
-		})
 	}
 }

@@ -7,10 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/tangram-gpu/tangram/pkg/cdi"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
@@ -23,7 +21,7 @@ func TestSpecMountsTheClaimsOwnMPSDirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs := &stepSpecs{CDISpecs: CDISpecs{Store: store, Hardware: cdi.NoHardware{}}, steps: &steps{}}
+	specs := &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: &steps{}}
 	layout := sharing.Layout{Root: filepath.Join(dir, "mps")}
 	card := testGPUs()[0]
 	m := sharing.NewManager(layout, &sharing.SimulatedDaemon{Layout: layout}, &sharing.RecordingComputeModeSetter{}, []string{card.UUID},
@@ -31,11 +29,9 @@ func TestSpecMountsTheClaimsOwnMPSDirs(t *testing.T) {
 	defer m.Close()
 
 	for _, uid := range []string{"c1", "c2"} {
-		share := SpecDevice{plannedDevice: plannedDevice{
-			Request: "gpu", Pool: testNode, Device: "gpu-0", GPU: card, ShareID: "s-" + uid, Share: true, MemoryBytes: 20 << 30,
-			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")},
-		}}
-		ids, err := specs.Write(context.Background(), ClaimSpec{UID: uid, Namespace: "default", Name: uid, Devices: []SpecDevice{share}, MPS: m.ClientConfig(uid)})
+		share := prepared.Device{Request: "gpu", Device: "gpu-0", GPUUUID: card.UUID, ShareID: "s-" + uid, Share: true, MemoryBytes: 20 << 30}
+		claim := prepared.Claim{UID: uid, Namespace: "default", Name: uid, Devices: []prepared.Device{share}}
+		ids, err := specs.Write(context.Background(), claim, m.ClientConfig(uid))
 		if err != nil {
 			t.Fatal(err)
 		}
