@@ -17,7 +17,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/health"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 

@@ -1,6 +1,6 @@
 // Package prepared holds the one record of a prepared claim and its
 // devices. The pure prepare plan produces it (PrepareStarted), the CDI step
-// completes it with the CDI device IDs (PrepareCompleted), pkg/checkpoint
+// completes it with the CDI device IDs (PrepareCompleted), pkg/plugin/checkpoint
 // persists it as is, the CDI package computes the claim's edits from it and
 // KubeletDevices turns it into what the kubelet gets.
 //
@@ -26,7 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 // State is how far a claim's preparation got.
@@ -114,13 +114,13 @@ func (c Claim) MPSCards() []string {
 // MPSShares returns the claim's MPS shares with the limits their MPS
 // namespace gets: the consumed memory, and the consumed compute or else the
 // config's default active-thread percentage (the rule of the CDI edits).
-func (c Claim) MPSShares() []sharing.Share {
-	var out []sharing.Share
+func (c Claim) MPSShares() []mps.Share {
+	var out []mps.Share
 	for _, d := range c.Devices {
 		if !d.UsesMPS() {
 			continue
 		}
-		s := sharing.Share{Card: d.GPUUUID, MemoryBytes: d.MemoryBytes, ThreadPercent: d.ComputePercent}
+		s := mps.Share{Card: d.GPUUUID, MemoryBytes: d.MemoryBytes, ThreadPercent: d.ComputePercent}
 		if s.ThreadPercent == 0 && d.Config != nil && d.Config.Sharing != nil && d.Config.Sharing.MPS != nil &&
 			d.Config.Sharing.MPS.DefaultActiveThreadPercentage != nil {
 			s.ThreadPercent = int64(*d.Config.Sharing.MPS.DefaultActiveThreadPercentage)
