@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/health"
 )
 
 // healthEventsFileName is the fake cards' health control file in the

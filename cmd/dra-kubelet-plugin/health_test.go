@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tangram-gpu/tangram/pkg/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/health"
 )
 
 func TestHealthFlagsPolicy(t *testing.T) {

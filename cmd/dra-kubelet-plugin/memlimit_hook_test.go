@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 )
 
 func TestInstallMemoryLimitHook(t *testing.T) {

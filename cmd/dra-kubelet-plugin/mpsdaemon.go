@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tangram-gpu/tangram/pkg/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 // newMPSDaemonCommand is what the MPS daemon pod runs (--mps-daemon=pod).
@@ -30,11 +30,11 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if simulate {
-				pipeDir, err := sharing.PipeDirFromEnv()
+				pipeDir, err := mps.PipeDirFromEnv()
 				if err != nil {
 					return err
 				}
-				return sharing.RunSimulatedControlDaemon(ctx, pipeDir)
+				return mps.RunSimulatedControlDaemon(ctx, pipeDir)
 			}
 			if binary == "" {
 				found, err := driverroot.Root{Path: driverRoot}.Executable(driverroot.MPSControl)
@@ -43,7 +43,7 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 				}
 				binary = found
 			}
-			return sharing.RunControlDaemon(ctx, sharing.ControlDaemonConfig{Binary: binary, MultiUser: multiUser})
+			return mps.RunControlDaemon(ctx, mps.ControlDaemonConfig{Binary: binary, MultiUser: multiUser})
 		},
 	}
 	f := cmd.Flags()

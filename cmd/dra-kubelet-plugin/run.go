@@ -14,16 +14,16 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
-	"github.com/tangram-gpu/tangram/pkg/cdi"
-	"github.com/tangram-gpu/tangram/pkg/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/driver"
-	"github.com/tangram-gpu/tangram/pkg/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/enforcement"
-	"github.com/tangram-gpu/tangram/pkg/hostbin"
 	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
+	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
+	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
+	"github.com/tangram-gpu/tangram/pkg/plugin/hostbin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
-	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // runFlags are the flags of the long-running mode besides the GPU source
@@ -89,7 +89,7 @@ func newRunCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			mpsMode, err := sharing.ParseMode(flags.MPSMode)
+			mpsMode, err := mps.ParseMode(flags.MPSMode)
 			if err != nil {
 				return err
 			}
@@ -144,7 +144,7 @@ func newRunCommand() *cobra.Command {
 					return err
 				}
 			}
-			return driver.Run(ctx, driver.PluginOptions{
+			return plugin.Run(ctx, plugin.PluginOptions{
 				Hardware:        hardware,
 				MemoryLimitHook: memoryLimitHook,
 				MPSv3Available:  caps.MPSv3,
@@ -197,10 +197,10 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod (default: $POD_UID, which the chart sets from the downward API); enables rolling updates, where the old and the new plugin pod of a node run side by side; empty for one plugin process per node")
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
-	f.StringVar(&flags.MPSMode, "mps-mode", string(sharing.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
+	f.StringVar(&flags.MPSMode, "mps-mode", string(mps.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
 	f.StringVar(&flags.MPSShmSize, "mps-shm-size", "64Mi", "size of each claim's /dev/shm tmpfs in MPS v3 mode (real GPUs); 0 leaves a plain directory under --mps-root")
 	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the MPS daemon with -M so that pods running as different users share it at once (needs a driver whose nvidia-cuda-mps-control has -M)")
-	f.StringVar(&flags.MPSDaemon, "mps-daemon", driver.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
+	f.StringVar(&flags.MPSDaemon, "mps-daemon", plugin.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
 	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")
 	f.StringVar(&flags.MPSDaemonPull, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "image pull policy of the MPS daemon pod")
 	f.StringVar(&flags.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in --mps-daemon-namespace")
@@ -278,13 +278,13 @@ func (f *runFlags) cdiHookPath(root driverroot.Root) (string, error) {
 // that do not depend on the node's cards (the driver fills those in).
 // driverRoot is --driver-root: the daemon pod's default host driver root
 // when neither --mps-daemon-driver-root nor --host-driver-root is set.
-func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (sharing.MPSDaemonPodConfig, error) {
+func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (mps.MPSDaemonPodConfig, error) {
 	switch f.MPSDaemon {
-	case driver.MPSDaemonProcess:
-		return sharing.MPSDaemonPodConfig{}, nil
-	case driver.MPSDaemonPod:
+	case plugin.MPSDaemonProcess:
+		return mps.MPSDaemonPodConfig{}, nil
+	case plugin.MPSDaemonPod:
 	default:
-		return sharing.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", f.MPSDaemon, driver.MPSDaemonProcess, driver.MPSDaemonPod)
+		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", f.MPSDaemon, plugin.MPSDaemonProcess, plugin.MPSDaemonPod)
 	}
 	namespace := f.MPSDaemonNamespace
 	if namespace == "" {
@@ -292,17 +292,17 @@ func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (sharing.MPSDaemon
 	}
 	switch {
 	case f.MPSDaemonImage == "":
-		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
+		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
 	case namespace == "":
-		return sharing.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
+		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
 	}
 	pull := corev1.PullPolicy(f.MPSDaemonPull)
 	switch pull {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
-		return sharing.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", f.MPSDaemonPull)
+		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", f.MPSDaemonPull)
 	}
-	cfg := sharing.MPSDaemonPodConfig{
+	cfg := mps.MPSDaemonPodConfig{
 		Prefix:            f.MPSDaemonPrefix,
 		Namespace:         namespace,
 		Image:             f.MPSDaemonImage,

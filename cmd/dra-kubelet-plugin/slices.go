@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -26,7 +26,7 @@ type deviceModelFlags struct {
 	NodeLabelAttributes []string
 	MemoryStep          string
 	// ProcRoot and CgroupRoot are where share enforcement is detected from
-	// (pkg/enforcement): the kernel release and the host's cgroup root.
+	// (pkg/plugin/enforcement): the kernel release and the host's cgroup root.
 	ProcRoot   string
 	CgroupRoot string
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/tangram-gpu/tangram/pkg/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 )
 
 // gpuSourceFlags chooses where the plugin learns about the node's GPUs:

@@ -2,7 +2,7 @@
 
 // Command tangram-cdi-hook is the CDI createRuntime hook that sets a
 // container's hard GPU memory limit on each of its cards through NVML
-// before the container's process runs (pkg/memlimit, docs/enforcement.md).
+// before the container's process runs (pkg/plugin/memlimit, docs/enforcement.md).
 // The kubelet plugin installs it on the host and names it, with the cards
 // and byte limits, in the CDI specs of shares on hard-enforcement nodes.
 //
@@ -19,8 +19,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/tangram-gpu/tangram/pkg/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/memlimit"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit"
 )
 
 func main() {

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/utils/ptr"
 
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 // compilePolicy compiles a rendered ValidatingAdmissionPolicy with the API
@@ -141,14 +141,14 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			mpsNS := flags["mps-daemon-namespace"]
 			// The pod exactly as the plugin builds it from the chart's flags.
 			daemon := func(node string) *corev1.Pod {
-				cfg := sharing.MPSDaemonPodConfig{
+				cfg := mps.MPSDaemonPodConfig{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
 					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
-					Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: sharing.Layout{Root: flags["mps-root"]},
+					Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: mps.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
 					DriverRoot: flags["mps-daemon-driver-root"],
 				}
-				pod, err := sharing.BuildMPSDaemonPod(cfg)
+				pod, err := mps.BuildMPSDaemonPod(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

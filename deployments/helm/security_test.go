@@ -14,7 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 const mpsPolicyName = pluginName + "-mps-daemon-pods"
@@ -67,7 +67,7 @@ func TestMPSNamespace(t *testing.T) {
 }
 
 // TestMPSDaemonPodPolicy checks the policy that pins what the plugin may
-// create against what the plugin builds (pkg/sharing) and the chart's
+// create against what the plugin builds (pkg/plugin/mps) and the chart's
 // values; the e2e privilege scenario runs it on a real API server.
 func TestMPSDaemonPodPolicy(t *testing.T) {
 	for _, tc := range []struct {
@@ -101,9 +101,9 @@ func TestMPSDaemonPodPolicy(t *testing.T) {
 			for _, v := range vap.Spec.Variables {
 				vars[v.Name] = v.Expression
 			}
-			// The host paths are exactly the daemon's: pkg/sharing's layout
+			// The host paths are exactly the daemon's: pkg/plugin/mps's layout
 			// under the plugin's --mps-root.
-			layout := sharing.Layout{Root: strings.TrimSuffix(flags["mps-root"], "/")}
+			layout := mps.Layout{Root: strings.TrimSuffix(flags["mps-root"], "/")}
 			wantPaths := `["` + layout.PipeDir() + `","` + layout.LogDir() + `","` + layout.ShmDir() + `"]`
 			if vars["hostPaths"] != wantPaths {
 				t.Errorf("hostPaths = %s, want %s", vars["hostPaths"], wantPaths)

@@ -13,7 +13,7 @@ bench: bench-prepare bench-rss ## prepare latency (1 claim, calls of 2 and 8 cla
 
 bench-prepare: ## p50/p99 prepare latency through the real checkpoint (fsync) and CDI stores
 	@echo "==> prepare latency, state on $(BENCH_STATE_DIR) ($$(df --output=fstype $(BENCH_STATE_DIR) | tail -1))"
-	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkDurableReplaceFloor|BenchmarkPrepareOneClaim|BenchmarkPrepareBatch' -benchtime $(BENCH_PREPARES)x ./pkg/driver/
+	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkDurableReplaceFloor|BenchmarkPrepareOneClaim|BenchmarkPrepareBatch' -benchtime $(BENCH_PREPARES)x ./pkg/plugin/
 
 bench-rss: ## idle RSS of the real binary: run --offline with the dgx-h100 fake profile, read /proc/<pid>/status
 	@mkdir -p $(BIN_DIR)

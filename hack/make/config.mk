@@ -1,7 +1,7 @@
 # Opaque config API, config resolution, CDI specs and the checkpoint
-# (api/, pkg/config, pkg/cdi, pkg/checkpoint).
+# (api/, pkg/config, pkg/plugin/cdi, pkg/plugin/checkpoint).
 
-CONFIG_PKGS := ./api/gpu/... ./pkg/config/... ./pkg/cdi/... ./pkg/checkpoint/...
+CONFIG_PKGS := ./api/gpu/... ./pkg/config/... ./pkg/plugin/cdi/... ./pkg/plugin/checkpoint/...
 FUZZTIME ?= 30s
 
 .PHONY: config-fuzz
@@ -10,8 +10,8 @@ config-fuzz: ## fuzz the GpuConfig decoder for FUZZTIME (default 30s)
 
 .PHONY: checkpoint-fuzz
 checkpoint-fuzz: ## fuzz checkpoint loading for FUZZTIME each: whole files, then claim payloads behind a valid checksum
-	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/checkpoint/
-	$(GO) test -run '^$$' -fuzz '^FuzzLoadClaims$$' -fuzztime $(FUZZTIME) ./pkg/checkpoint/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/plugin/checkpoint/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadClaims$$' -fuzztime $(FUZZTIME) ./pkg/plugin/checkpoint/
 
 .PHONY: config-nocgo
 config-nocgo: ## vet and test config/CDI/checkpoint packages with CGO_ENABLED=0 (nvcdi falls back)
@@ -20,4 +20,4 @@ config-nocgo: ## vet and test config/CDI/checkpoint packages with CGO_ENABLED=0 
 
 .PHONY: checkpoint-bench
 checkpoint-bench: ## checkpoint Save (with fsync) and Load benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/checkpoint/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/plugin/checkpoint/

@@ -96,7 +96,7 @@ mknod -m 0666 "$root/dev/nvidia-modeset" c 195 254
 mknod -m 0666 "$root/dev/nvidia-uvm" c 511 0
 mknod -m 0666 "$root/dev/nvidia-uvm-tools" c 511 1
 
-# What the plugin will detect (pkg/enforcement) and publish as
+# What the plugin will detect (pkg/plugin/enforcement) and publish as
 # shareEnforcement: hard needs driver 615+ and cgroup v2 with dmem, which
 # this host only has as the fixture below (its kernel's own enforcement is
 # never exercised).

@@ -13,9 +13,9 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/controller/metrics"
 	"github.com/tangram-gpu/tangram/pkg/dashboard"
-	"github.com/tangram-gpu/tangram/pkg/driver"
 	"github.com/tangram-gpu/tangram/pkg/metricsregistry"
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 // dashboardFile is the chart's dashboard in this checkout.
@@ -60,9 +60,9 @@ func exported(t *testing.T) map[string]string {
 	}
 
 	// The plugin as cmd/dra-kubelet-plugin runs it with sharing enabled.
-	plugin := driver.NewMetrics()
-	plugin.RegisterMPSStatus(func() sharing.Status { return sharing.Status{} })
-	add("kubelet plugin", plugin.Registry)
+	pluginMetrics := plugin.NewMetrics()
+	pluginMetrics.RegisterMPSStatus(func() mps.Status { return mps.Status{} })
+	add("kubelet plugin", pluginMetrics.Registry)
 
 	// The controller with the GpuGang controller on.
 	controller, _ := metrics.NewRegistry(emptyCluster{}, func() ([]*tangramv1alpha1.GpuGang, error) { return nil, nil }, klog.Background())

@@ -30,7 +30,7 @@ func DeviceClasses() []*resourceapi.DeviceClass {
 }
 
 // ShareEnforcementHard is the AttrShareEnforcement value of a node that
-// holds shares to their limits itself (pkg/enforcement.Hard).
+// holds shares to their limits itself (pkg/plugin/enforcement.Hard).
 const ShareEnforcementHard = "hard"
 
 // HardEnforcedDeviceClasses are the classes as the chart renders them by

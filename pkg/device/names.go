@@ -36,7 +36,7 @@ const (
 	AttrNVLinkPeers           = "nvlinkPeers"
 	AttrShareable             = "shareable"
 	// AttrShareEnforcement says how hard the node enforces a share's limits:
-	// "hard", "compute-only" or "advisory" (pkg/enforcement).
+	// "hard", "compute-only" or "advisory" (pkg/plugin/enforcement).
 	AttrShareEnforcement = "shareEnforcement"
 
 	// TypeGPU is the value of the "type" attribute of every device we publish.

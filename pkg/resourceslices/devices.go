@@ -39,7 +39,7 @@ type Options struct {
 	NodeLabelAttributes []string
 	// MemoryStep is the granularity of memory shares; zero means 256Mi.
 	MemoryStep resource.Quantity
-	// ShareEnforcement is the node's enforcement level (pkg/enforcement),
+	// ShareEnforcement is the node's enforcement level (pkg/plugin/enforcement),
 	// published on every card as shareEnforcement; empty leaves it out.
 	ShareEnforcement string
 

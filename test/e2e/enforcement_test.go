@@ -19,7 +19,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/enforcement"
+	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
 )
 
 var (

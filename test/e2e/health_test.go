@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
-	"github.com/tangram-gpu/tangram/pkg/cdi"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 var healthEventCmd = flag.String("health-event-cmd", "", "shell command that injects a health event for a fake GPU of the plugin under test; the scenario appends flags of `dra-kubelet-plugin health-event` (--gpu N --xid X | --recovered). With the chart: `kubectl exec -n <ns> <plugin pod> -- /dra-kubelet-plugin health-event --state-dir <kubeletPlugin.hostPaths.stateDir>`; the local cluster's is `hack/local-cluster/chart.sh health-event`")
@@ -159,7 +159,7 @@ func healthResourceID(claim *resourceapi.ResourceClaim, r resourceapi.DeviceRequ
 	if r.ShareID != nil {
 		shareID = string(*r.ShareID)
 	}
-	return cdi.DeviceID(cdi.DeviceName(string(claim.UID), r.Device, shareID))
+	return prepared.CDIDeviceID(prepared.CDIDeviceName(string(claim.UID), r.Device, shareID))
 }
 
 // expectPodDeviceHealth waits until the pod's container reports the

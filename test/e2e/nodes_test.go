@@ -17,8 +17,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 

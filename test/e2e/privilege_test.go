@@ -30,7 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 // The chart's security objects are rendered with these values: fake GPUs
@@ -80,10 +80,10 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 		node, err := clientset.CoreV1().Nodes().Get(ctx, gpuNode, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		daemonPod := func(nodeName string) *corev1.Pod {
-			pod, err := sharing.BuildMPSDaemonPod(sharing.MPSDaemonPodConfig{
+			pod, err := mps.BuildMPSDaemonPod(mps.MPSDaemonPodConfig{
 				Prefix: fullname, Namespace: mpsNS, NodeName: nodeName, NodeUID: string(node.UID),
 				Image: privilegeImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: sharing.Layout{Root: privilegeMPSRoot},
+				Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: mps.Layout{Root: privilegeMPSRoot},
 				Simulate: true, PriorityClassName: "system-node-critical",
 			})
 			Expect(err).NotTo(HaveOccurred())

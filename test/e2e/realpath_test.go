@@ -27,8 +27,8 @@ import (
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
-	"github.com/tangram-gpu/tangram/pkg/sharing"
 )
 
 // The real-GPU path (label realpath, `make test-e2e-realpath`): the chart's
@@ -197,13 +197,13 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		// claim's namespace directory under the node daemon's. Ask the
 		// daemon what an admin would, through the driver root's own
 		// nvidia-cuda-mps-control (the stand-in).
-		layout := sharing.Layout{Root: *mpsRoot}
-		Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(sharing.DefaultV3Server, string(claim.UID))),
+		layout := mps.Layout{Root: *mpsRoot}
+		Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(mps.DefaultV3Server, string(claim.UID))),
 			"the share must be pointed at its own MPS v3 namespace")
 		pipeDir := layout.PipeDir()
 		logDir := layout.LogDir()
 		mpsControl(ctx, pipeDir, "get_server_list")
-		commands, err := sharing.StandInCommands(logDir)
+		commands, err := mps.StandInCommands(logDir)
 		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon's control.log")
 		Expect(commands).To(ContainElement("get_server_list"), "the stand-in MPS daemon on the share's pipe directory did not get the command")
 		GinkgoWriter.Printf("  %s: compute mode %s in calls.log; the stand-in MPS daemon on %s logged %q\n", uuid, exclusiveProcessMode, pipeDir, commands)
@@ -229,7 +229,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(now.Status.ContainerStatuses).NotTo(BeEmpty())
 		Expect(now.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "the MPS daemon restarted")
 		mpsControl(ctx, pipeDir, "get_server_list")
-		after, err := sharing.StandInCommands(logDir)
+		after, err := mps.StandInCommands(logDir)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(len(after)).To(BeNumerically(">", len(commands)), "the stand-in MPS daemon no longer answers after the plugin's restart: %q", after)
 		Expect(after[:len(commands)]).To(Equal(commands), "the stand-in's log must continue, not start over")
@@ -257,8 +257,8 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			share.Requests[0].Exactly.Capacity.Requests[device.CapacityCompute] = resource.MustParse(percents[pod])
 			createTemplate(ctx, ns, pod, share)
 		}
-		layout := sharing.Layout{Root: *mpsRoot}
-		before, _ := sharing.StandInCommands(layout.LogDir())
+		layout := mps.Layout{Root: *mpsRoot}
+		before, _ := mps.StandInCommands(layout.LogDir())
 
 		// The first share writes its marker into its /dev/shm before the
 		// others start; they must not see it.
@@ -279,12 +279,12 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 				card = res[0].Device
 			}
 			Expect(res[0].Device).To(Equal(card), "the three 20Gi shares must be packed onto one card")
-			Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(sharing.DefaultV3Server, claims[pod])))
+			Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(mps.DefaultV3Server, claims[pod])))
 			Expect(strings.Split(report["SHM_FILES"], ",")).To(ConsistOf("gpu-info-"+pod),
 				"pod %s's /dev/shm must hold its own marker only, not another share's", pod)
 		}
 
-		commands, err := sharing.StandInCommands(layout.LogDir())
+		commands, err := mps.StandInCommands(layout.LogDir())
 		Expect(err).NotTo(HaveOccurred())
 		commands = commands[len(before):]
 		// One server for the node, not one per claim: while these three
@@ -298,9 +298,9 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		}
 		Expect(serverCreates).To(BeNumerically("<=", 1), "one MPS v3 server for the node:\n%s", strings.Join(commands, "\n"))
 		for pod, uid := range claims {
-			nsName := sharing.NamespaceName(uid)
-			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + sharing.DefaultV3Server))
-			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+sharing.DefaultV3Server+
+			nsName := mps.NamespaceName(uid)
+			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + mps.DefaultV3Server))
+			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+mps.DefaultV3Server+
 				" --active-thread-percentage="+percents[pod]+" --pinned-memory-limit=20480M"), "control.log:\n%s", strings.Join(commands, "\n"))
 		}
 		GinkgoWriter.Printf("  control.log of the stand-in for the three shares:\n    %s\n", strings.Join(commands, "\n    "))
@@ -309,10 +309,10 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			deletePodAndWait(ctx, ns, pod)
 		}
 		Eventually(func(g Gomega) {
-			after, err := sharing.StandInCommands(layout.LogDir())
+			after, err := mps.StandInCommands(layout.LogDir())
 			g.Expect(err).NotTo(HaveOccurred())
 			for _, uid := range claims {
-				g.Expect(after).To(ContainElement("namespace delete " + sharing.NamespaceName(uid) + " --server=" + sharing.DefaultV3Server))
+				g.Expect(after).To(ContainElement("namespace delete " + mps.NamespaceName(uid) + " --server=" + mps.DefaultV3Server))
 				_, statErr := os.Stat(filepath.Join(layout.ClaimsDir(), uid))
 				g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "claim %s's /dev/shm directory is left", uid)
 			}
@@ -428,7 +428,7 @@ func pluginPod(ctx context.Context) *corev1.Pod {
 // <release namespace>-mps), apart from the release's other components.
 func mpsDaemonPod(ctx context.Context) *corev1.Pod {
 	list, err := clientset.CoreV1().Pods(*releaseNamespace+"-mps").List(ctx, metav1.ListOptions{
-		LabelSelector: sharing.LabelComponent + "=" + sharing.MPSDaemonComponent,
+		LabelSelector: mps.LabelComponent + "=" + mps.MPSDaemonComponent,
 		FieldSelector: "spec.nodeName=" + gpuNode,
 	})
 	Expect(err).NotTo(HaveOccurred())

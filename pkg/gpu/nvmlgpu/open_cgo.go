@@ -16,7 +16,7 @@ import (
 func Available() bool { return true }
 
 // Open loads and initialises the NVML library at libraryPath (the driver
-// root's libnvidia-ml.so.1, see pkg/driverroot) and returns a Source on it,
+// root's libnvidia-ml.so.1, see pkg/plugin/driverroot) and returns a Source on it,
 // plus a function that shuts NVML down; call it when done with the Source.
 func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
 	if libraryPath == "" {

@@ -1,5 +1,5 @@
 // Command nvidia-cuda-mps-control is the stand-in MPS control program of the
-// mock driver root (hack/mock-driver-root): pkg/sharing's stand-in daemon
+// mock driver root (hack/mock-driver-root): pkg/plugin/mps's stand-in daemon
 // and its client, with the real program's options. It enforces nothing.
 package main
 
@@ -9,12 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/tangram-gpu/tangram/pkg/sharing"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := sharing.StandInMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := mps.StandInMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

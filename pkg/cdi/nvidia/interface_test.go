@@ -1,6 +1,0 @@
-package nvidia
-
-import "github.com/tangram-gpu/tangram/pkg/cdi"
-
-// Both builds must satisfy the interface the spec builder uses.
-var _ cdi.HardwareEdits = (*Hardware)(nil)

@@ -1,0 +1,90 @@
+package cdi
+
+import (
+	"context"
+	"os"
+	"slices"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// ClaimSpecs writes the plugin's per-claim transient CDI specs: pure edits
+// from ComputeClaimEdits, the hardware edits of the cards, one spec file per
+// claim in Store.
+type ClaimSpecs struct {
+	Store    *SpecStore
+	Hardware HardwareEdits
+	// Cards are the node's cards by device name.
+	Cards map[string]gpu.GPU
+	// MemoryLimitHook is given to every share (Inputs.MemoryLimitHook);
+	// nil on nodes without hard enforcement.
+	MemoryLimitHook *MemoryLimitHook
+}
+
+// Write computes the claim's edits and writes its spec (atomically,
+// replacing an old one); client is how the claim's MPS shares reach their
+// daemon. It returns the CDI device IDs of each of the claim's devices, in
+// order.
+func (c ClaimSpecs) Write(_ context.Context, claim prepared.Claim, client mps.ClientConfig) ([][]string, error) {
+	edits, err := ComputeClaimEdits(claim, Inputs{Cards: c.Cards, MPSPipeDir: client.PipeDir, MemoryLimitHook: c.MemoryLimitHook})
+	if err != nil {
+		return nil, err
+	}
+	cdiSpec, err := BuildSpec(edits, claim, c.Cards, c.Hardware)
+	if err != nil {
+		return nil, err
+	}
+	if edits.MPS {
+		addMPSMounts(cdiSpec, edits, client.Mounts)
+	}
+	if err := c.Store.Write(claim.UID, cdiSpec); err != nil {
+		return nil, err
+	}
+	ids := make([][]string, len(edits.Devices))
+	for i, d := range edits.Devices {
+		ids[i] = []string{d.ID}
+	}
+	return ids, nil
+}
+
+// addMPSMounts adds the MPS client mounts ComputeClaimEdits does not add
+// itself (the daemon's /dev/shm) to the devices of MPS-shared cards, which
+// carry the other MPS settings: a container given only whole cards keeps
+// its own /dev/shm.
+func addMPSMounts(spec *cdispec.Spec, edits *ClaimEdits, mounts []mps.Mount) {
+	mpsDevices := map[string]bool{}
+	for _, d := range edits.Devices {
+		mpsDevices[d.Name] = d.MPS
+	}
+	for i := range spec.Devices {
+		if !mpsDevices[spec.Devices[i].Name] {
+			continue
+		}
+		edits := &spec.Devices[i].ContainerEdits
+		for _, m := range mounts {
+			if slices.ContainsFunc(edits.Mounts, func(have *cdispec.Mount) bool { return have.ContainerPath == m.ContainerPath }) {
+				continue
+			}
+			edits.Mounts = append(edits.Mounts, &cdispec.Mount{
+				HostPath: m.HostPath, ContainerPath: m.ContainerPath,
+				Options: []string{"rbind", "rw", "nosuid", "nodev"},
+			})
+		}
+	}
+}
+
+// Remove deletes the claim's spec; a missing spec is not an error.
+func (c ClaimSpecs) Remove(_ context.Context, claimUID string) error { return c.Store.Remove(claimUID) }
+
+// Exists reports whether the claim's spec file is there.
+func (c ClaimSpecs) Exists(_ context.Context, claimUID string) bool {
+	_, err := os.Stat(c.Store.Path(claimUID))
+	return err == nil
+}
+
+// List returns the UIDs of the claims that have a spec of ours.
+func (c ClaimSpecs) List(context.Context) ([]string, error) { return c.Store.List() }

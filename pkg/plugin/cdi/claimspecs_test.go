@@ -1,0 +1,58 @@
+package cdi
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// TestClaimSpecsMemoryLimitHook: on a hard-enforcement node the written spec
+// of a share runs tangram-cdi-hook with the card and the share's bytes;
+// without the hook configured it does not.
+func TestClaimSpecsMemoryLimitHook(t *testing.T) {
+	hook := &MemoryLimitHook{Path: "/var/lib/tangram/bin/tangram-cdi-hook", DriverRoot: "/"}
+	card := gpu.GPU{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", MemoryBytes: 80 << 30}
+	cfg := &configapi.GpuConfig{Sharing: &configapi.Sharing{Backend: configapi.BackendNone}}
+	cfg.Normalize()
+	claim := prepared.Claim{UID: "0b5e5a43-6b8e-4c16-9c7a-3d1d2b6f1a00", Namespace: "ml", Name: "train", Devices: []prepared.Device{{
+		Request: "shared", Device: "gpu-0", GPUUUID: card.UUID, ShareID: "5f1c9a62-3a0f-4f7e-8f1d-9f1b2a3c4d5e", Share: true,
+		MemoryBytes: 20 << 30, Config: cfg,
+	}}}
+	for _, tt := range []struct {
+		name string
+		hook *MemoryLimitHook
+		want [][]string
+	}{
+		{"hard node", hook, [][]string{{"tangram-cdi-hook", "--driver-root", "/", "--limit", card.UUID + "=21474836480"}}},
+		{"advisory node", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store, err := NewSpecStore(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs := ClaimSpecs{Store: store, Hardware: NoHardware{}, Cards: map[string]gpu.GPU{"gpu-0": card}, MemoryLimitHook: tt.hook}
+			if _, err := specs.Write(context.Background(), claim, mps.ClientConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			written, err := store.Read(claim.UID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got [][]string
+			for _, d := range written.Devices {
+				for _, h := range d.ContainerEdits.Hooks {
+					got = append(got, h.Args)
+				}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("hooks in the written spec %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

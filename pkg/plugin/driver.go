@@ -1,0 +1,474 @@
+// Package plugin is the kubelet plugin of gpu.tangram.dev: it prepares and
+// unprepares ResourceClaims (one transient CDI spec per claim, MPS
+// accounting for shares, a two-phase checkpoint) and publishes the node's
+// GPUs as ResourceSlices.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// Config wires a Driver.
+type Config struct {
+	// NodeName is the node and the name of its resource pool.
+	NodeName string
+	GPUs     []gpu.GPU
+	// AllocatableMemory is, by device name, the most memory one allocation
+	// may consume on a shareable card: the published memory request
+	// policy's maximum. A result that consumed that much holds the whole
+	// card. Cards without an entry use their memory.
+	AllocatableMemory map[string]int64
+	State             StateStore
+	Specs             SpecStore
+	Configs           ConfigResolver
+	// MPSPipeDir is the node's MPS pipe directory, recorded on every MPS
+	// share (prepared.Device.UsesMPS).
+	MPSPipeDir string
+	// Shares is the MPS accounting; nil on nodes with sharing disabled,
+	// where a share allocation is refused.
+	Shares Shares
+	// ListClaims is used only to rebuild state after a corrupt checkpoint.
+	ListClaims ClaimLister
+	// ClaimStatus, if set, receives each prepared claim's device data
+	// (ResourceClaim.status.devices); nil writes none.
+	ClaimStatus ClaimStatusWriter
+	// SimulatedMPS reports that MPS shares are simulated (fake GPUs), so
+	// the device status says they are not enforced.
+	SimulatedMPS bool
+	// MPSv3 reports that MPS shares get a v3 namespace whose compute cap
+	// the daemon holds, which the device status says.
+	MPSv3   bool
+	Metrics *Metrics
+	// Health is the cards' health for the kubelet (WatchHealthStatus); nil
+	// when it is not watched.
+	Health DeviceHealth
+	// OnFatal is called for background errors that retrying cannot fix,
+	// typically to cancel the plugin's context. May be nil.
+	OnFatal func(error)
+}
+
+// Driver implements kubeletplugin.DRAPlugin.
+type Driver struct {
+	cfg   Config
+	cards map[string]gpu.GPU
+
+	// mu guards records against readers outside calls (Records). Calls
+	// themselves are ordered by the state lock (StateStore.Lock), across
+	// plugin processes too.
+	mu      sync.Mutex
+	records map[string]prepared.Claim
+}
+
+var _ kubeletplugin.DRAPlugin = &Driver{}
+
+// New recovers the state left by an earlier process (see Recover) and
+// returns a driver ready to serve the kubelet.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	d := &Driver{
+		cfg:     cfg,
+		cards:   cardsByDevice(cfg.GPUs),
+		records: map[string]prepared.Claim{},
+	}
+	if cfg.MPSPipeDir == "" {
+		return nil, errors.New("internal error: the driver has no MPS pipe directory to record on MPS shares")
+	}
+	if cfg.Shares != nil {
+		// Before recovery's Reconcile lets the worker stop an idle daemon.
+		cfg.Shares.GuardStops(stopGuard{state: cfg.State})
+	}
+	// Under the lock, a record only started is truly abandoned: a plugin
+	// process still serving holds the lock for its whole call.
+	unlock, err := cfg.State.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the plugin state lock: %w", err)
+	}
+	defer unlock()
+	if err := d.recover(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// PrepareResourceClaims prepares each claim independently; one claim's
+// failure does not affect the others.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	unlock, err := d.lockState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	// One after the other: a call holds a pod's few claims, and preparing
+	// them in parallel saved nothing measurable (docs/prepare.md).
+	for _, claim := range claims {
+		out[claim.UID] = d.prepareOne(ctx, claim)
+	}
+	d.publishGauges()
+	return out, nil
+}
+
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	start := time.Now()
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+	devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim)
+	d.cfg.Metrics.observePrepare(start, err)
+	if err != nil {
+		err = fmt.Errorf("preparing claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		logger.Error(err, "Prepare failed")
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	logger.V(2).Info("Prepared", "devices", len(devices), "duration", time.Since(start))
+	return kubeletplugin.PrepareResult{Devices: devices}
+}
+
+// UnprepareResourceClaims undoes Prepare; unknown claims succeed.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	unlock, err := d.lockState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, claim := range claims {
+		start := time.Now()
+		logger := klog.FromContext(ctx).WithValues("claim", claim.NamespacedName, "claimUID", claim.UID)
+		err := d.unprepareClaim(klog.NewContext(ctx, logger), string(claim.UID))
+		d.cfg.Metrics.observeUnprepare(start, err)
+		if err != nil {
+			err = fmt.Errorf("unpreparing claim %s: %w", claim.String(), err)
+			logger.Error(err, "Unprepare failed")
+		} else {
+			logger.V(2).Info("Unprepared", "duration", time.Since(start))
+		}
+		out[claim.UID] = err
+	}
+	d.publishGauges()
+	return out, nil
+}
+
+// HandleError logs background errors (e.g. publishing ResourceSlices) and
+// calls OnFatal for those retrying cannot fix.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.cfg.OnFatal != nil {
+		d.cfg.OnFatal(fmt.Errorf("%s: %w", msg, err))
+	}
+}
+
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	uid := string(claim.UID)
+	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+	if err != nil {
+		return nil, err
+	}
+	if len(planned.Devices) == 0 {
+		// The kubelet only asks for claims with results of ours; nothing
+		// to write or remember otherwise.
+		return []kubeletplugin.Device{}, nil
+	}
+	configs, err := d.cfg.Configs(claim, planned.Devices)
+	if err != nil {
+		return nil, err
+	}
+	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+	if len(rec.MPSCards()) > 0 && d.cfg.Shares == nil {
+		return nil, fmt.Errorf("the claim holds shares of %v, but sharing is disabled on node %s; use a whole card or a node with --sharing=enabled",
+			rec.MPSCards(), d.cfg.NodeName)
+	}
+
+	d.mu.Lock()
+	old, found := d.records[uid]
+	var oldPtr *prepared.Claim
+	if found {
+		oldPtr = &old
+	}
+	d.mu.Unlock()
+	specPresent := found && old.State == prepared.PrepareCompleted && d.cfg.Specs.Exists(ctx, uid)
+	action := decidePrepare(oldPtr, specPresent, found && sameAllocation(old, rec))
+	if action == actionReturnExisting {
+		klog.FromContext(ctx).V(3).Info("Already prepared; returning the recorded devices")
+		return old.KubeletDevices(d.cfg.NodeName), nil
+	}
+	if action == actionRollbackThenPrepare {
+		if old.State == prepared.PrepareCompleted {
+			klog.FromContext(ctx).Info("Undoing the preparation of an earlier allocation of this claim", "oldAllocation", old.Allocation, "newAllocation", rec.Allocation)
+		} else {
+			klog.FromContext(ctx).Info("Rolling back a preparation that did not complete")
+		}
+		if err := d.undo(ctx, old); err != nil {
+			return nil, fmt.Errorf("rolling back an earlier incomplete preparation: %w", err)
+		}
+	}
+	// Reserve the cards by recording PrepareStarted.
+	d.mu.Lock()
+	held := d.holdingsLocked()
+	if err := checkOverlap(uid, rec.Key(), rec.Devices, held); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	if err := checkBackends(uid, rec.Key(), rec.Devices, held); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	d.records[uid] = rec
+	d.mu.Unlock()
+	if err := d.persist(ctx); err != nil {
+		d.mu.Lock()
+		if action == actionPrepare && found {
+			// A completed claim being redone still holds what it held.
+			d.records[uid] = old
+		} else {
+			delete(d.records, uid)
+		}
+		d.mu.Unlock()
+		return nil, fmt.Errorf("recording the start of preparation: %w", err)
+	}
+
+	// Side effects: MPS accounting (never a long wait, see mps.Manager)
+	// and the CDI spec.
+	completed, err := d.apply(ctx, rec)
+	if err == nil {
+		d.mu.Lock()
+		d.records[uid] = completed
+		d.mu.Unlock()
+		if err = d.persist(ctx); err != nil {
+			d.mu.Lock()
+			d.records[uid] = rec
+			d.mu.Unlock()
+			err = fmt.Errorf("recording the completed preparation: %w", err)
+		}
+	}
+	if err != nil {
+		if undoErr := d.undo(ctx, rec); undoErr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", undoErr))
+		}
+		return nil, err
+	}
+	d.writeStatus(ctx, completed)
+	return completed.KubeletDevices(d.cfg.NodeName), nil
+}
+
+// apply does the MPS accounting and writes the spec; it returns the
+// completed record.
+func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	var client mps.ClientConfig
+	if len(rec.MPSCards()) > 0 {
+		if err := d.cfg.Shares.Acquire(ctx, rec.UID, rec.MPSShares()); err != nil {
+			return rec, err
+		}
+		client = d.cfg.Shares.ClientConfig(rec.UID)
+	}
+	ids, err := d.cfg.Specs.Write(ctx, rec, client)
+	if err != nil {
+		return rec, fmt.Errorf("writing the CDI spec: %w", err)
+	}
+	return completed(rec, ids)
+}
+
+// completed is the record once its spec is written: PrepareCompleted, with
+// the CDI device IDs of each device. Pure.
+func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
+	if len(ids) != len(rec.Devices) {
+		return rec, fmt.Errorf("internal error: CDI spec has IDs for %d devices, want %d", len(ids), len(rec.Devices))
+	}
+	out := rec
+	out.State = prepared.PrepareCompleted
+	out.Devices = make([]prepared.Device, len(rec.Devices))
+	for i, dev := range rec.Devices {
+		dev.CDIDeviceIDs = ids[i]
+		out.Devices[i] = dev
+	}
+	return out, nil
+}
+
+// undo removes the claim's spec and MPS accounting, then its record. The
+// record is kept (as started) if cleanup failed, so a retry or the next
+// start-up tries again.
+func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
+	var errs []error
+	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
+		errs = append(errs, fmt.Errorf("removing the CDI spec: %w", err))
+	}
+	if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
+		if err := d.cfg.Shares.Release(ctx, rec.UID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.mu.Lock()
+	if len(errs) > 0 {
+		rec.State = prepared.PrepareStarted
+		d.records[rec.UID] = rec
+	} else {
+		delete(d.records, rec.UID)
+	}
+	d.mu.Unlock()
+	if err := d.persist(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("recording the removal: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
+	d.mu.Lock()
+	rec, found := d.records[uid]
+	d.mu.Unlock()
+	if !found {
+		klog.FromContext(ctx).V(3).Info("Not prepared; nothing to do")
+		return nil
+	}
+	if err := d.undo(ctx, rec); err != nil {
+		return err
+	}
+	d.clearStatus(ctx, rec)
+	return nil
+}
+
+// persist stores the records durably.
+func (d *Driver) persist(ctx context.Context) error {
+	d.mu.Lock()
+	snapshot := maps.Clone(d.records)
+	d.mu.Unlock()
+	return d.cfg.State.Save(ctx, snapshot)
+}
+
+// lockState takes the lock between this node's plugin processes and
+// re-reads the checkpoint under it: during a rolling update the other
+// plugin pod may have prepared or unprepared claims since this process's
+// last call. The kubelet helper serializes calls with a lock of its own;
+// this one also covers start-up recovery, which runs before the helper.
+// The returned function releases the lock.
+func (d *Driver) lockState(ctx context.Context) (func(), error) {
+	unlock, err := d.cfg.State.Lock(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the plugin state lock: %w", err)
+	}
+	if err := d.reload(ctx); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
+// reload replaces the records with the checkpoint's and brings the MPS
+// accounting in line with them.
+func (d *Driver) reload(ctx context.Context) error {
+	records, bootChanged, err := d.cfg.State.Load(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrMissing), err == nil && bootChanged:
+		// No plugin process writes such a file (each saves at start-up);
+		// what this one knows is the best left, and its next save
+		// rewrites the file.
+		klog.FromContext(ctx).Error(err, "Checkpoint unusable while running; keeping this process's records", "bootChanged", bootChanged)
+		return nil
+	case err != nil:
+		return fmt.Errorf("re-reading the checkpoint: %w", err)
+	}
+	d.mu.Lock()
+	old := d.records
+	d.records = records
+	d.mu.Unlock()
+	d.syncShares(ctx, old, records)
+	return nil
+}
+
+// syncShares tells the MPS accounting about shares another plugin process
+// prepared or unprepared: the accounting decides when the daemon is
+// needed and which cards are in EXCLUSIVE_PROCESS.
+func (d *Driver) syncShares(ctx context.Context, before, after map[string]prepared.Claim) {
+	if d.cfg.Shares == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	changed := false
+	uids := slices.Sorted(maps.Keys(before))
+	for uid := range after {
+		if _, ok := before[uid]; !ok {
+			uids = append(uids, uid)
+		}
+	}
+	for _, uid := range uids {
+		had, has := before[uid].MPSCards(), after[uid].MPSCards()
+		if slices.Equal(had, has) {
+			continue
+		}
+		logger.V(2).Info("Another plugin process changed the claim's MPS shares; accounting them here too", "claimUID", uid, "before", had, "after", has)
+		changed = true
+		if len(had) > 0 {
+			if err := d.cfg.Shares.Release(ctx, uid); err != nil {
+				logger.Error(err, "Releasing MPS shares another plugin process released", "claimUID", uid)
+			}
+		}
+		if len(has) > 0 {
+			d.cfg.Shares.Restore(ctx, uid, after[uid].MPSShares())
+		}
+	}
+	if changed {
+		// The other process may have started or stopped the daemon too.
+		d.cfg.Shares.Resync(ctx)
+	}
+}
+
+func (d *Driver) holdingsLocked() []Holding {
+	var out []Holding
+	for _, uid := range slices.Sorted(maps.Keys(d.records)) {
+		out = append(out, holdings(d.records[uid])...)
+	}
+	return out
+}
+
+// Records returns a copy of the current claim records.
+func (d *Driver) Records() map[string]prepared.Claim {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.records)
+}
+
+func (d *Driver) publishGauges() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	claims, whole, shares := 0, 0, 0
+	for _, rec := range d.records {
+		if rec.State != prepared.PrepareCompleted {
+			continue
+		}
+		claims++
+		for _, dev := range rec.Devices {
+			if dev.Share {
+				shares++
+			} else {
+				whole++
+			}
+		}
+	}
+	d.cfg.Metrics.setPrepared(claims, whole, shares)
+}
+
+// cardsByDevice keys the node's cards by their ResourceSlice device name.
+func cardsByDevice(gpus []gpu.GPU) map[string]gpu.GPU {
+	cards := make(map[string]gpu.GPU, len(gpus))
+	for _, g := range gpus {
+		cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
+	}
+	return cards
+}

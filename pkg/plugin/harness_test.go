@@ -1,0 +1,248 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
+	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// harness runs a Driver on temp dirs; restart() simulates a new process on
+// the same node (same files, same card compute modes, fresh memory).
+type harness struct {
+	t      testing.TB
+	dir    string
+	steps  *steps
+	state  *stepState
+	bootID string
+	specs  *stepSpecs
+	modes  *mps.RecordingComputeModeSetter
+	daemon *mps.SimulatedDaemon
+	shares stepShares
+	claims []resourceapi.ResourceClaim
+	// listErr makes listing claims from the API server fail.
+	listErr error
+	// wrapDaemon, when set, wraps the simulated daemon of each start
+	// (e.g. to make it slow or failing); timing replaces the Manager's.
+	wrapDaemon func(*mps.SimulatedDaemon) mps.Daemon
+	timing     mps.Timing
+	driver     *Driver
+}
+
+func newHarness(t testing.TB) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	for _, sub := range []string{"cdi", "state", "mps"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &mps.RecordingComputeModeSetter{}}
+	h.bootID = "boot-1"
+	h.state = &stepState{steps: h.steps, Claims: checkpoint.Claims{
+		Store: checkpoint.NewStore(filepath.Join(dir, "state", "checkpoint.json"),
+			checkpoint.WithBootID(func() (string, error) { return h.bootID, nil })),
+		StateLock: checkpoint.NewFileLock(filepath.Join(dir, "state", "checkpoint.lock")),
+	}}
+	store, err := cdi.NewSpecStore(filepath.Join(dir, "cdi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: h.steps}
+	t.Cleanup(func() {
+		if h.shares.Manager != nil {
+			h.shares.Close()
+		}
+	})
+	h.start()
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	if err := h.tryStart(); err != nil {
+		h.t.Fatalf("starting driver: %v", err)
+	}
+}
+
+// tryStart starts a new Driver and returns New's error.
+func (h *harness) tryStart() error {
+	layout := mps.Layout{Root: filepath.Join(h.dir, "mps")}
+	h.daemon = &mps.SimulatedDaemon{Layout: layout}
+	var uuids []string
+	for _, g := range testGPUs() {
+		uuids = append(uuids, g.UUID)
+	}
+	if h.shares.Manager != nil {
+		// The previous process's worker dies with it.
+		h.shares.Close()
+	}
+	var daemon mps.Daemon = h.daemon
+	if h.wrapDaemon != nil {
+		daemon = h.wrapDaemon(h.daemon)
+	}
+	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, mps.WithTiming(h.timing)), steps: h.steps}
+	d, err := New(context.Background(), Config{
+		NodeName: testNode,
+		GPUs:     testGPUs(),
+		State:    h.state,
+		Specs:    h.specs,
+		Configs:  ResolveConfigs,
+		Shares:   h.shares,
+		// The pipe directory recorded on MPS shares.
+		MPSPipeDir: layout.PipeDir(),
+		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
+			return h.claims, h.listErr
+		},
+	})
+	if err != nil {
+		return err
+	}
+	h.driver = d
+	return nil
+}
+
+// restart starts a new Driver as a new process would; crash hooks are off.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.steps.crashAt = ""
+	h.start()
+}
+
+func (h *harness) prepare(claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	h.t.Helper()
+	res, err := h.driver.PrepareResourceClaims(context.Background(), claims)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+func (h *harness) unprepare(uids ...string) map[types.UID]error {
+	h.t.Helper()
+	var objs []kubeletplugin.NamespacedObject
+	for _, uid := range uids {
+		objs = append(objs, kubeletplugin.NamespacedObject{UID: types.UID(uid)})
+	}
+	res, err := h.driver.UnprepareResourceClaims(context.Background(), objs)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+// crashing runs f and reports the step it crashed after (see steps), ""
+// if it did not crash. f runs in the calling goroutine, so that the crash
+// can be recovered here.
+func crashing(f func()) (crashed string) {
+	defer func() {
+		if r := recover(); r != nil {
+			sig, ok := r.(crashSignal)
+			if !ok {
+				panic(r)
+			}
+			crashed = sig.step
+		}
+	}()
+	f()
+	return ""
+}
+
+func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) string {
+	return crashing(func() { _ = h.driver.prepareOne(context.Background(), claim) })
+}
+
+// startCrashing starts a new Driver, as restart does, and reports the step
+// its recovery crashed after.
+func (h *harness) startCrashing() string {
+	return crashing(func() {
+		if err := h.tryStart(); err != nil {
+			h.t.Fatal(err)
+		}
+	})
+}
+
+func (h *harness) unprepareCrashing(uid string) string {
+	return crashing(func() {
+		_, _ = h.driver.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}})
+	})
+}
+
+// assertConsistent checks the invariants that must hold between calls:
+// every record is completed and has a spec, every spec has a record, MPS
+// holders match the records' shares, and exactly the held cards are in
+// EXCLUSIVE_PROCESS.
+func (h *harness) assertConsistent() {
+	h.t.Helper()
+	records := h.driver.Records()
+	var recordUIDs []string
+	wantHolders := map[string][]string{}
+	for uid, rec := range records {
+		recordUIDs = append(recordUIDs, uid)
+		if rec.State != prepared.PrepareCompleted {
+			h.t.Errorf("claim %s left in phase %s", uid, rec.State)
+		}
+		for _, card := range rec.MPSCards() {
+			wantHolders[card] = append(wantHolders[card], uid)
+		}
+	}
+	sort.Strings(recordUIDs)
+	specUIDs, err := h.specs.List(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !reflect.DeepEqual(nilIfEmpty(specUIDs), nilIfEmpty(recordUIDs)) {
+		h.t.Errorf("specs on disk %v, claim records %v: they must match", specUIDs, recordUIDs)
+	}
+	for card := range wantHolders {
+		sort.Strings(wantHolders[card])
+	}
+	if got := h.shares.Holders(); !reflect.DeepEqual(got, wantHolders) {
+		h.t.Errorf("MPS holders %v, want %v", got, wantHolders)
+	}
+	for _, g := range testGPUs() {
+		want := mps.ComputeModeDefault
+		if len(wantHolders[g.UUID]) > 0 {
+			want = mps.ComputeModeExclusiveProcess
+		}
+		if got := h.modes.Mode(g.UUID); got != want {
+			h.t.Errorf("card %s compute mode %s, want %s", g.UUID, got, want)
+		}
+	}
+	// The daemon is started and stopped in the background.
+	waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.shares.WaitIdle(waitCtx); err != nil {
+		h.t.Fatal(err)
+	}
+	if h.daemon.Running() != (len(wantHolders) > 0) {
+		h.t.Errorf("MPS daemon running %v with %d shared cards", h.daemon.Running(), len(wantHolders))
+	}
+	// The stored checkpoint matches memory.
+	stored, _, err := h.state.Load(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !reflect.DeepEqual(stored, records) {
+		h.t.Errorf("stored checkpoint %v differs from memory %v", stored, records)
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

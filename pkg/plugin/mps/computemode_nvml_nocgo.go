@@ -1,0 +1,9 @@
+//go:build !cgo
+
+package mps
+
+// NewNVMLComputeModeSetter reports ErrNVMLUnavailable: NVML is loaded
+// through cgo.
+func NewNVMLComputeModeSetter(libraryPath string) (ComputeModeSetter, error) {
+	return nil, ErrNVMLUnavailable
+}

@@ -1,0 +1,425 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Layout places the node-wide MPS daemon's directories under one root.
+type Layout struct {
+	// Root is e.g. /run/tangram/mps.
+	Root string
+}
+
+// PipeDir holds the control daemon's and server's pipes and sockets; every
+// share on every card of the node mounts it.
+func (l Layout) PipeDir() string { return filepath.Join(l.Root, "pipe") }
+
+// LogDir holds control.log and server.log.
+func (l Layout) LogDir() string { return filepath.Join(l.Root, "log") }
+
+// ShmDir is the shared-memory directory the daemon and its clients must have
+// in common as /dev/shm: MPS clients and server exchange data through POSIX
+// shared memory, so a container that only sees the pipes cannot connect.
+func (l Layout) ShmDir() string { return filepath.Join(l.Root, "shm") }
+
+// create makes the directories with the modes MPS needs: clients of any UID
+// create shared-memory segments (so shm is world-writable and sticky, like
+// /dev/shm), and a per-UID server writes its log as that user.
+func (l Layout) create() error {
+	for _, dir := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{l.PipeDir(), 0o755},
+		{l.LogDir(), 0o777 | os.ModeSticky},
+		{l.ShmDir(), 0o777 | os.ModeSticky},
+	} {
+		if err := os.MkdirAll(dir.path, 0o755); err != nil {
+			return fmt.Errorf("creating MPS directory %s: %w", dir.path, err)
+		}
+		// MkdirAll is subject to the umask and leaves existing modes alone.
+		if err := os.Chmod(dir.path, dir.mode); err != nil {
+			return fmt.Errorf("setting mode of MPS directory %s: %w", dir.path, err)
+		}
+	}
+	return nil
+}
+
+// Daemon is the node-wide MPS control daemon as the Manager sees it.
+type Daemon interface {
+	// Ensure makes sure the daemon runs (starting it if needed) and is
+	// supervised.
+	Ensure(ctx context.Context) error
+	// Stop asks the daemon to quit and stops supervising it. Stopping a
+	// daemon that does not run succeeds.
+	Stop(ctx context.Context) error
+	// Close stops supervision and leaves the daemon running, for a plugin
+	// that exits while shares are still in use: its successor adopts it.
+	Close()
+}
+
+// MPSDaemonConfig configures the real (exec-based) daemon.
+type MPSDaemonConfig struct {
+	Layout Layout
+	// Binary is the nvidia-cuda-mps-control executable.
+	Binary string
+	// Wrapper, when set, is put before "<Binary> -f" to start the daemon,
+	// e.g. a command that gives it a private /dev/shm.
+	Wrapper []string
+	// VisibleDevices are the UUIDs of the node's shareable cards; the daemon
+	// and its server see exactly these.
+	VisibleDevices []string
+	// MultiUser starts the daemon with -M, so that clients of different
+	// UIDs share one server. Without it the daemon runs one server per UID
+	// at a time, and pods running as different users wait for each other.
+	// Needs a driver whose control binary knows -M.
+	MultiUser bool
+	// Protocol 3 starts the daemon as MPS v3 (CUDA_MPS_PROTOCOL_VERSION,
+	// which NVIDIA documents as winning over -p); 0 or 2 is legacy MPS.
+	Protocol  int
+	Commander Commander
+	// ReadyTimeout bounds how long a start waits for the daemon to answer.
+	ReadyTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the delay between restarts.
+	MinBackoff, MaxBackoff time.Duration
+	// ProbeInterval is how often a daemon adopted from a previous plugin
+	// process (not our child, so we cannot wait for it) is checked.
+	ProbeInterval time.Duration
+	// StopTimeout is how long Stop waits after "quit" before killing.
+	StopTimeout time.Duration
+}
+
+// MPSDaemon runs nvidia-cuda-mps-control in the foreground (-f) as a child
+// process and restarts it with backoff when it dies.
+type MPSDaemon struct {
+	cfg MPSDaemonConfig
+
+	mu sync.Mutex
+	// cancel and done belong to the running supervisor; nil when none runs.
+	cancel func()
+	done   chan struct{}
+	// quitting tells the supervisor that its cancellation is a Stop (wait
+	// for the daemon to leave) rather than a Close (leave it running).
+	quitting atomic.Bool
+	// adopted is set while the supervised daemon is one a previous plugin
+	// process left running: it is not our child, so only quit stops it.
+	adopted atomic.Bool
+
+	starts atomic.Int64
+}
+
+// NewMPSDaemon fills in defaults for unset durations.
+func NewMPSDaemon(cfg MPSDaemonConfig) *MPSDaemon {
+	if cfg.Commander == nil {
+		cfg.Commander = ExecCommander{}
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = 500 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = 5 * time.Second
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 10 * time.Second
+	}
+	return &MPSDaemon{cfg: cfg}
+}
+
+// Starts counts the daemon processes this MPSDaemon has launched.
+func (d *MPSDaemon) Starts() int64 { return d.starts.Load() }
+
+func (d *MPSDaemon) env() []string {
+	env := []string{
+		"CUDA_VISIBLE_DEVICES=" + strings.Join(d.cfg.VisibleDevices, ","),
+		"CUDA_MPS_PIPE_DIRECTORY=" + d.cfg.Layout.PipeDir(),
+		"CUDA_MPS_LOG_DIRECTORY=" + d.cfg.Layout.LogDir(),
+	}
+	if d.cfg.Protocol == 3 {
+		env = append(env, "CUDA_MPS_PROTOCOL_VERSION=3")
+	}
+	return env
+}
+
+// Control sends one command to the running daemon and returns its answer;
+// it is the ControlFunc of MPS v3 mode.
+func (d *MPSDaemon) Control(ctx context.Context, command string) (string, error) {
+	out, err := d.cfg.Commander.Run(ctx, []string{d.cfg.Binary}, d.env(), command+"\n")
+	return string(out), err
+}
+
+// control sends one command to the running daemon.
+func (d *MPSDaemon) control(ctx context.Context, command string) error {
+	_, err := d.cfg.Commander.Run(ctx, []string{d.cfg.Binary}, d.env(), command+"\n")
+	return err
+}
+
+// probe reports whether a daemon answers on the pipe directory.
+func (d *MPSDaemon) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ReadyTimeout)
+	defer cancel()
+	return d.control(ctx, "get_server_list")
+}
+
+// Ensure starts the daemon when no supervisor runs. A daemon already
+// answering (left by a previous plugin process) is adopted, not duplicated.
+func (d *MPSDaemon) Ensure(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cancel != nil {
+		// The supervisor keeps it running; a dead daemon is being restarted.
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	if err := d.cfg.Layout.create(); err != nil {
+		return err
+	}
+	var proc Process
+	if err := d.probe(ctx); err == nil {
+		logger.Info("Adopting the MPS control daemon already running", "pipeDir", d.cfg.Layout.PipeDir())
+	} else {
+		p, err := d.start(ctx)
+		if err != nil {
+			return err
+		}
+		proc = p
+	}
+	supCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	d.done = make(chan struct{})
+	d.quitting.Store(false)
+	d.adopted.Store(proc == nil)
+	go d.supervise(supCtx, proc, d.done)
+	return nil
+}
+
+// start launches one daemon process and waits until it answers.
+func (d *MPSDaemon) start(ctx context.Context) (Process, error) {
+	logger := klog.FromContext(ctx)
+	argv := append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary, "-f")
+	if d.cfg.MultiUser {
+		argv = append(argv, "-M")
+	}
+	proc, err := d.cfg.Commander.Start(ctx, argv, d.env())
+	if err != nil {
+		return nil, fmt.Errorf("starting MPS control daemon: %w", err)
+	}
+	d.starts.Add(1)
+	exited := make(chan error, 1)
+	go func() { exited <- proc.Wait() }()
+	deadline := time.Now().Add(d.cfg.ReadyTimeout)
+	for {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("MPS control daemon exited right after start (see %s): %v", d.cfg.Layout.LogDir(), err)
+		default:
+		}
+		if err := d.probe(ctx); err == nil {
+			logger.Info("MPS control daemon started", "pid", proc.Pid(), "visibleDevices", d.cfg.VisibleDevices, "pipeDir", d.cfg.Layout.PipeDir())
+			return &startedProcess{Process: proc, exited: exited}, nil
+		} else if time.Now().After(deadline) {
+			_ = proc.Kill()
+			<-exited
+			return nil, fmt.Errorf("MPS control daemon did not answer within %s: %w", d.cfg.ReadyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = proc.Kill()
+			<-exited
+			return nil, fmt.Errorf("waiting for MPS control daemon: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// startedProcess remembers the goroutine already waiting on the process.
+type startedProcess struct {
+	Process
+	exited chan error
+}
+
+// supervise watches the daemon (proc nil = adopted) until cancelled and
+// restarts it whenever it dies.
+func (d *MPSDaemon) supervise(ctx context.Context, proc Process, done chan struct{}) {
+	defer close(done)
+	logger := klog.FromContext(ctx).WithName("mps-supervisor")
+	backoff := d.cfg.MinBackoff
+	for {
+		startedAt := time.Now()
+		if sp, ok := proc.(*startedProcess); ok {
+			select {
+			case <-ctx.Done():
+				if d.quitting.Load() {
+					select {
+					case <-sp.exited:
+					case <-time.After(d.cfg.StopTimeout):
+						logger.Info("MPS control daemon ignored quit; killing it", "pid", sp.Pid())
+						_ = sp.Kill()
+						<-sp.exited
+					}
+				}
+				return
+			case err := <-sp.exited:
+				if d.quitting.Load() {
+					// Stop's quit arrived before the cancellation.
+					return
+				}
+				logger.Error(err, "MPS control daemon died; restarting", "pid", sp.Pid(), "backoff", backoff)
+			}
+		} else if !d.watchAdopted(ctx, logger) {
+			return
+		}
+		if time.Since(startedAt) > d.cfg.MaxBackoff {
+			backoff = d.cfg.MinBackoff
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, d.cfg.MaxBackoff)
+			p, err := d.start(ctx)
+			if err == nil {
+				proc = p
+				d.adopted.Store(false)
+				break
+			}
+			logger.Error(err, "Restarting MPS control daemon failed", "nextBackoff", backoff)
+		}
+	}
+}
+
+// watchAdopted polls a daemon we did not start; false means cancelled.
+func (d *MPSDaemon) watchAdopted(ctx context.Context, logger klog.Logger) bool {
+	ticker := time.NewTicker(d.cfg.ProbeInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+			if err := d.probe(ctx); err != nil {
+				logger.Error(err, "Adopted MPS control daemon stopped answering; starting a new one")
+				return true
+			}
+		}
+	}
+}
+
+// Stop sends "quit" and waits for the supervisor to see the daemon leave.
+// Without a supervisor it still quits a daemon left by an earlier process.
+func (d *MPSDaemon) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	if d.cancel == nil {
+		if err := d.probe(ctx); err != nil {
+			return nil
+		}
+		logger.Info("Stopping an MPS control daemon nobody uses")
+		if err := d.control(ctx, "quit"); err != nil {
+			return fmt.Errorf("stopping MPS control daemon: %w", err)
+		}
+		return nil
+	}
+	d.quitting.Store(true)
+	quitErr := d.control(ctx, "quit")
+	d.cancel()
+	<-d.done
+	d.cancel, d.done = nil, nil
+	if quitErr != nil && d.adopted.Load() {
+		// An adopted daemon has no process handle to kill.
+		return fmt.Errorf("stopping the adopted MPS control daemon: %w", quitErr)
+	}
+	if quitErr != nil {
+		// Our child is gone either way: the supervisor waited for it or
+		// killed it, or it had died and was waiting to be restarted.
+		logger.V(2).Info("MPS control daemon did not take quit; it is stopped anyway", "err", quitErr)
+	}
+	logger.Info("MPS control daemon stopped")
+	return nil
+}
+
+// Close stops supervision and leaves the daemon running.
+func (d *MPSDaemon) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	<-d.done
+	d.cancel, d.done = nil, nil
+}
+
+// SimulatedDaemon stands in for MPS on nodes with fake GPUs: it creates the
+// directories containers mount, so CDI specs and mounts are exercised, and
+// starts nothing. It must never be used on real hardware.
+type SimulatedDaemon struct {
+	Layout Layout
+	mu     sync.Mutex
+	run    bool
+	starts int
+}
+
+// Ensure creates the directories and marks the daemon running.
+func (s *SimulatedDaemon) Ensure(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run {
+		return nil
+	}
+	if err := s.Layout.create(); err != nil {
+		return err
+	}
+	s.run = true
+	s.starts++
+	klog.FromContext(ctx).Info("SIMULATED MPS: no control daemon is started (fake GPUs); shares are recorded but not enforced", "pipeDir", s.Layout.PipeDir())
+	return nil
+}
+
+// Stop marks the daemon stopped.
+func (s *SimulatedDaemon) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.run {
+		klog.FromContext(ctx).Info("SIMULATED MPS: control daemon marked stopped")
+	}
+	s.run = false
+	return nil
+}
+
+// Close does nothing: there is no process.
+func (s *SimulatedDaemon) Close() {}
+
+// Running reports the simulated state.
+func (s *SimulatedDaemon) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.run
+}
+
+// Starts counts simulated starts.
+func (s *SimulatedDaemon) Starts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts
+}
+
+var errNotShareable = errors.New("card is not shareable on this node")

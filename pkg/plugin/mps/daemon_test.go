@@ -1,0 +1,390 @@
+package mps
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeMPSControl mimics nvidia-cuda-mps-control: "-f" records its pid and
+// stays in the foreground; as a client it answers get_server_list while the
+// recorded daemon lives and kills it on quit. It writes a log of what it did.
+const fakeMPSControl = `#!/bin/sh
+dir="$CUDA_MPS_PIPE_DIRECTORY"
+if [ "$1" = "-f" ]; then
+	echo "start $CUDA_VISIBLE_DEVICES $2" >> "$dir/fake.log"
+	ls /dev/shm > "$dir/shm.txt"
+	echo "$$" > "$dir/fake.pid.tmp" && mv "$dir/fake.pid.tmp" "$dir/fake.pid"
+	# Tests that wait for a start read the pids from this FIFO.
+	if [ -p "$dir/started" ]; then echo "$$" > "$dir/started"; fi
+	exec sleep 100000
+fi
+read cmd
+pid=$(cat "$dir/fake.pid" 2>/dev/null)
+if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+	echo "Cannot find MPS control daemon process" >&2
+	exit 1
+fi
+case "$cmd" in
+get_server_list) exit 0 ;;
+quit) echo "quit" >> "$dir/fake.log"; rm -f "$dir/fake.pid"; kill "$pid"; exit 0 ;;
+*) echo "unknown command $cmd" >&2; exit 1 ;;
+esac
+`
+
+// Scripts are written once before any test forks, to avoid ETXTBSY from a
+// write-open file descriptor inherited by a concurrently forked child.
+var fakeBinary, failingBinary, standInBinary string
+
+// standInEnv makes this test binary run as the stand-in
+// nvidia-cuda-mps-control (StandInMain), so that the client code is tested
+// against it as a separate process without building another program.
+const standInEnv = "TANGRAM_TEST_RUN_STANDIN_MPS_CONTROL"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(standInEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := StandInMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	dir, err := os.MkdirTemp("", "fake-mps")
+	if err != nil {
+		panic(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	standInBinary = filepath.Join(dir, "standin-mps-control")
+	if err := os.WriteFile(standInBinary, []byte("#!/bin/sh\n"+standInEnv+"=1 exec '"+self+"' \"$@\"\n"), 0o755); err != nil {
+		panic(err)
+	}
+	fakeBinary = filepath.Join(dir, "nvidia-cuda-mps-control")
+	failingBinary = filepath.Join(dir, "broken-mps-control")
+	if err := os.WriteFile(fakeBinary, []byte(fakeMPSControl), 0o755); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(failingBinary, []byte("#!/bin/sh\necho 'no GPU' >&2\nexit 3\n"), 0o755); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func newFakeDaemon(t *testing.T, root string) *MPSDaemon {
+	t.Helper()
+	return NewMPSDaemon(MPSDaemonConfig{
+		Layout:         Layout{Root: root},
+		Binary:         fakeBinary,
+		VisibleDevices: []string{"GPU-a", "GPU-b"},
+		MinBackoff:     10 * time.Millisecond,
+		MaxBackoff:     50 * time.Millisecond,
+		ProbeInterval:  20 * time.Millisecond,
+	})
+}
+
+func fakeLog(t *testing.T, root string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Layout{Root: root}.PipeDir(), "fake.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(string(data), "\n", " ; "))
+}
+
+func fakePid(t *testing.T, root string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(Layout{Root: root}.PipeDir(), "fake.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
+// startedPids makes every fake daemon started under root report its pid on
+// the returned channel, so a test waits for the start itself.
+func startedPids(t *testing.T, root string) <-chan int {
+	t.Helper()
+	fifo := filepath.Join(Layout{Root: root}.PipeDir(), "started")
+	if err := os.MkdirAll(filepath.Dir(fifo), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write, so that opening does not wait for a writer and reads
+	// never see end-of-file between two starts.
+	f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	pids := make(chan int)
+	go func() {
+		defer close(pids)
+		lines := bufio.NewScanner(f)
+		for lines.Scan() {
+			pid, err := strconv.Atoi(lines.Text())
+			if err != nil {
+				return
+			}
+			pids <- pid
+		}
+	}()
+	return pids
+}
+
+func TestMPSDaemonStartStop(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := newFakeDaemon(t, root)
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d.Starts() != 1 {
+		t.Fatalf("Starts() = %d after two Ensure calls, want 1", d.Starts())
+	}
+	pid := fakePid(t, root)
+	if pid == 0 {
+		t.Fatal("fake daemon recorded no pid")
+	}
+	for dir, mode := range map[string]os.FileMode{"pipe": 0o755 | os.ModeDir, "log": 0o777 | os.ModeDir | os.ModeSticky, "shm": 0o777 | os.ModeDir | os.ModeSticky} {
+		info, err := os.Stat(filepath.Join(root, dir))
+		if err != nil {
+			t.Errorf("MPS directory %s missing: %v", dir, err)
+		} else if info.Mode() != mode {
+			t.Errorf("MPS directory %s has mode %v, want %v", dir, info.Mode(), mode)
+		}
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("daemon pid %d still alive after Stop", pid)
+	}
+	// Stopping again, with nothing running, succeeds.
+	if err := d.Stop(ctx); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestMPSDaemonRestartsAfterDeath(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	pids := startedPids(t, root)
+	d := newFakeDaemon(t, root)
+	// Ensure returns once the daemon answers, after it reported its pid;
+	// the FIFO write blocks until read, so read it alongside.
+	ensured := make(chan error, 1)
+	go func() { ensured <- d.Ensure(ctx) }()
+	first := <-pids
+	if err := <-ensured; err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	second := <-pids
+	if second == first {
+		t.Fatalf("restarted daemon has the dead one's pid %d", first)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+	if d.Starts() != 2 {
+		t.Errorf("Starts() = %d, want 2", d.Starts())
+	}
+}
+
+func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	previous := newFakeDaemon(t, root)
+	if err := previous.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := fakePid(t, root)
+	// The previous plugin process exits and leaves the daemon for running clients.
+	previous.Close()
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("Close killed the daemon: %v", err)
+	}
+
+	next := newFakeDaemon(t, root)
+	if err := next.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if next.Starts() != 0 {
+		t.Errorf("adopting plugin started %d daemons, want 0", next.Starts())
+	}
+	if err := next.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The fake answers quit by killing the daemon; the first MPSDaemon's
+	// waiting goroutine reaps it.
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q: the adopted daemon was not told to quit", got, want)
+	}
+	if fakePid(t, root) != 0 {
+		t.Error("the adopted daemon still has its pid file after Stop")
+	}
+}
+
+func TestMPSDaemonStartFailure(t *testing.T) {
+	d := NewMPSDaemon(MPSDaemonConfig{
+		Layout:       Layout{Root: t.TempDir()},
+		Binary:       failingBinary,
+		ReadyTimeout: 5 * time.Second,
+	})
+	err := d.Ensure(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "MPS control daemon exited right after start") {
+		t.Fatalf("Ensure error %v, want an exited-right-after-start error", err)
+	}
+	missing := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: t.TempDir()}, Binary: "/nonexistent/nvidia-cuda-mps-control"})
+	err = missing.Ensure(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "starting MPS control daemon: starting /nonexistent/nvidia-cuda-mps-control") {
+		t.Fatalf("Ensure error %v, want a start error naming the binary", err)
+	}
+}
+
+func TestManagerWithFakeBinary(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := newFakeDaemon(t, root)
+	modes := &RecordingComputeModeSetter{}
+	m := NewManager(Layout{Root: root}, d, modes, []string{"GPU-a", "GPU-b"})
+	if err := m.Acquire(ctx, "c1", cardShares("GPU-a", "GPU-b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Acquire(ctx, "c2", cardShares("GPU-b")); err != nil {
+		t.Fatal(err)
+	}
+	if d.Starts() != 1 {
+		t.Errorf("Starts() = %d, want 1", d.Starts())
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if err := m.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, m)
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+	if modes.Mode("GPU-a") != ComputeModeDefault || modes.Mode("GPU-b") != ComputeModeDefault {
+		t.Errorf("modes after release: %s %s", modes.Mode("GPU-a"), modes.Mode("GPU-b"))
+	}
+}
+
+func TestSimulatedDaemon(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	sim := &SimulatedDaemon{Layout: Layout{Root: root}}
+	m := NewManager(Layout{Root: root}, sim, &RecordingComputeModeSetter{}, []string{"GPU-a"})
+	if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
+		t.Fatal(err)
+	}
+	if !sim.Running() || sim.Starts() != 1 {
+		t.Errorf("simulated daemon running %v starts %d, want true 1", sim.Running(), sim.Starts())
+	}
+	if _, err := os.Stat(filepath.Join(root, "pipe")); err != nil {
+		t.Errorf("pipe directory not created: %v", err)
+	}
+	if err := m.Release(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	if sim.Running() {
+		t.Error("simulated daemon still running after the last share")
+	}
+}
+
+// TestMPSDaemonPrivateShm starts the daemon through PrivateShmWrapper, as the
+// plugin does on real GPUs, and checks that it sees <mps-root>/shm as its
+// /dev/shm. It needs root (unshare, mount), which the plugin has too.
+func TestMPSDaemonPrivateShm(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	layout := Layout{Root: root}
+	if err := os.MkdirAll(layout.ShmDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(layout.ShmDir(), "marker-from-plugin"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: fakeBinary, Wrapper: PrivateShmWrapper(layout.ShmDir())})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatalf("starting the daemon in a private mount namespace (needs root): %v", err)
+	}
+	defer d.Stop(ctx)
+	data, err := os.ReadFile(filepath.Join(layout.PipeDir(), "shm.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(data)); got != "marker-from-plugin" {
+		t.Errorf("daemon's /dev/shm holds %q, want the plugin's shm directory (marker-from-plugin)", got)
+	}
+	if _, err := os.Stat("/dev/shm/marker-from-plugin"); err == nil {
+		t.Error("the bind mount leaked into the host's /dev/shm")
+	}
+}
+
+func TestMPSDaemonMultiUser(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: root}, Binary: fakeBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a -M ; quit ;"; got != want {
+		t.Errorf("fake log %q, want %q", got, want)
+	}
+}
+
+// Stopping a supervised daemon that has died (and waits for its restart)
+// succeeds: there is nothing left to quit, so the last share's unprepare
+// must not fail.
+func TestMPSDaemonStopAfterDeath(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d := NewMPSDaemon(MPSDaemonConfig{
+		Layout:     Layout{Root: root},
+		Binary:     fakeBinary,
+		MinBackoff: time.Hour, // no restart during the test
+		MaxBackoff: time.Hour,
+	})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(fakePid(t, root), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Errorf("Stop after the daemon died: %v", err)
+	}
+	if d.Starts() != 1 {
+		t.Errorf("Starts() = %d, want 1", d.Starts())
+	}
+}

@@ -1,0 +1,109 @@
+package mps
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// ControlDaemonConfig is what `dra-kubelet-plugin mps-daemon` runs inside
+// the daemon pod. The MPS variables (CUDA_MPS_PIPE_DIRECTORY,
+// CUDA_MPS_LOG_DIRECTORY, CUDA_VISIBLE_DEVICES) come from the pod's
+// environment, which BuildMPSDaemonPod sets.
+type ControlDaemonConfig struct {
+	// Binary is nvidia-cuda-mps-control.
+	Binary    string
+	MultiUser bool
+	Commander Commander
+	// QuitTimeout is how long the daemon may take to leave after quit
+	// before it is killed. Default 20s (the pod's grace period is 30s).
+	QuitTimeout time.Duration
+}
+
+// PipeDirFromEnv returns CUDA_MPS_PIPE_DIRECTORY, which the pod must set.
+func PipeDirFromEnv() (string, error) {
+	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	if dir == "" || !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("CUDA_MPS_PIPE_DIRECTORY must be an absolute path (got %q); the plugin sets it in the MPS daemon pod", dir)
+	}
+	return dir, nil
+}
+
+// RunControlDaemon runs nvidia-cuda-mps-control -f until ctx ends (the pod
+// is deleted: SIGTERM), then sends it quit so that its server shuts down
+// cleanly. It runs the daemon as a child rather than exec'ing it because
+// PID 1 of a container gets no SIGTERM it does not handle. A daemon that
+// exits on its own is an error: the container exits and the kubelet
+// restarts it.
+func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
+	logger := klog.FromContext(ctx)
+	if _, err := PipeDirFromEnv(); err != nil {
+		return err
+	}
+	if cfg.Commander == nil {
+		cfg.Commander = ExecCommander{}
+	}
+	if cfg.QuitTimeout == 0 {
+		cfg.QuitTimeout = 20 * time.Second
+	}
+	argv := []string{cfg.Binary, "-f"}
+	if cfg.MultiUser {
+		argv = append(argv, "-M")
+	}
+	proc, err := cfg.Commander.Start(ctx, argv, nil)
+	if err != nil {
+		return fmt.Errorf("starting the MPS control daemon: %w", err)
+	}
+	logger.Info("MPS control daemon started", "pid", proc.Pid(), "argv", argv,
+		"pipeDir", os.Getenv("CUDA_MPS_PIPE_DIRECTORY"), "visibleDevices", os.Getenv("CUDA_VISIBLE_DEVICES"))
+	exited := make(chan error, 1)
+	go func() { exited <- proc.Wait() }()
+	select {
+	case err := <-exited:
+		return fmt.Errorf("the MPS control daemon exited (see $CUDA_MPS_LOG_DIRECTORY/control.log): %v", err)
+	case <-ctx.Done():
+	}
+	logger.Info("Stopping: sending quit to the MPS control daemon")
+	quitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.QuitTimeout)
+	defer cancel()
+	if _, err := cfg.Commander.Run(quitCtx, []string{cfg.Binary}, nil, "quit\n"); err != nil {
+		logger.Error(err, "quit failed; waiting for the daemon anyway")
+	}
+	select {
+	case <-exited:
+		logger.Info("MPS control daemon stopped")
+	case <-quitCtx.Done():
+		logger.Info("MPS control daemon ignored quit; killing it", "pid", proc.Pid())
+		_ = proc.Kill()
+		<-exited
+	}
+	return nil
+}
+
+// RunSimulatedControlDaemon stands in for the control daemon on nodes with
+// fake GPUs: the stand-in daemon (RunStandInControlDaemon) on the control
+// socket of pipeDir, logging to the layout's log directory, so that the
+// plugin's readiness check and an e2e test can observe a daemon and the
+// commands it got. It never runs a server and enforces nothing.
+func RunSimulatedControlDaemon(ctx context.Context, pipeDir string) error {
+	if filepath.Base(pipeDir) != "pipe" {
+		return fmt.Errorf("simulated MPS daemon: pipe directory %s does not end in /pipe", pipeDir)
+	}
+	layout := Layout{Root: filepath.Dir(pipeDir)}
+	logDir := layout.LogDir()
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		logDir = "" // a read-only root: serve without the log
+	}
+	// The pod's CUDA_MPS_PROTOCOL_VERSION chooses MPS v3, as for the real
+	// control daemon.
+	protocol := 2
+	if os.Getenv("CUDA_MPS_PROTOCOL_VERSION") == "3" {
+		protocol = 3
+	}
+	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", layout.ControlSocket(), "protocol", protocol)
+	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol})
+}

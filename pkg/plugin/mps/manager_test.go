@@ -1,0 +1,589 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// countingDaemon records Ensure/Stop calls and whether the daemon "runs".
+type countingDaemon struct {
+	mu               sync.Mutex
+	running          bool
+	starts, stops    int
+	ensureErr        error
+	ensureCalls      int
+	stopCallsWhenOff int
+}
+
+func (d *countingDaemon) Ensure(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ensureCalls++
+	if d.ensureErr != nil {
+		return d.ensureErr
+	}
+	if !d.running {
+		d.running = true
+		d.starts++
+	}
+	return nil
+}
+
+func (d *countingDaemon) Stop(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running {
+		d.stops++
+	} else {
+		d.stopCallsWhenOff++
+	}
+	d.running = false
+	return nil
+}
+
+func (d *countingDaemon) Close() {}
+
+type step struct {
+	acquire string // claim to acquire (with cards) or ""
+	release string // claim to release or ""
+	cards   []string
+	wantErr string
+}
+
+func TestManagerAccounting(t *testing.T) {
+	cards := []string{"GPU-a", "GPU-b", "GPU-c"}
+	tests := []struct {
+		name        string
+		steps       []step
+		wantStarts  int
+		wantStops   int
+		wantRunning bool
+		wantCalls   []ComputeModeCall
+		wantHolders map[string][]string
+	}{
+		{
+			name:        "first share starts the daemon and sets exclusive process",
+			steps:       []step{{acquire: "c1", cards: []string{"GPU-a"}}},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantHolders: map[string][]string{"GPU-a": {"c1"}},
+		},
+		{
+			name: "second share on the same card neither restarts nor switches again",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a"}},
+				{acquire: "c2", cards: []string{"GPU-a"}},
+			},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantHolders: map[string][]string{"GPU-a": {"c1", "c2"}},
+		},
+		{
+			name: "acquire is idempotent",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a", "GPU-a"}},
+				{acquire: "c1", cards: []string{"GPU-a"}},
+			},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantHolders: map[string][]string{"GPU-a": {"c1"}},
+		},
+		{
+			name: "last share on a card restores default, daemon stays for other cards",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a"}},
+				{acquire: "c2", cards: []string{"GPU-b"}},
+				{release: "c1"},
+			},
+			wantStarts:  1,
+			wantRunning: true,
+			wantCalls: []ComputeModeCall{
+				{"GPU-a", ComputeModeExclusiveProcess},
+				{"GPU-b", ComputeModeExclusiveProcess},
+				{"GPU-a", ComputeModeDefault},
+			},
+			wantHolders: map[string][]string{"GPU-b": {"c2"}},
+		},
+		{
+			name: "last share on the node stops the daemon",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a", "GPU-b"}},
+				{acquire: "c2", cards: []string{"GPU-b"}},
+				{release: "c2"},
+				{release: "c1"},
+			},
+			wantStarts: 1,
+			wantStops:  1,
+			wantCalls: []ComputeModeCall{
+				{"GPU-a", ComputeModeExclusiveProcess},
+				{"GPU-b", ComputeModeExclusiveProcess},
+				{"GPU-a", ComputeModeDefault},
+				{"GPU-b", ComputeModeDefault},
+			},
+			wantHolders: map[string][]string{},
+		},
+		{
+			name: "daemon starts again after it was stopped",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a"}},
+				{release: "c1"},
+				{acquire: "c2", cards: []string{"GPU-c"}},
+			},
+			wantStarts:  2,
+			wantStops:   1,
+			wantRunning: true,
+			wantCalls: []ComputeModeCall{
+				{"GPU-a", ComputeModeExclusiveProcess},
+				{"GPU-a", ComputeModeDefault},
+				{"GPU-c", ComputeModeExclusiveProcess},
+			},
+			wantHolders: map[string][]string{"GPU-c": {"c2"}},
+		},
+		{
+			name:        "unknown claim release succeeds",
+			steps:       []step{{release: "nobody"}},
+			wantHolders: map[string][]string{},
+		},
+		{
+			name: "a card that is not shareable is refused and nothing is recorded",
+			steps: []step{
+				{acquire: "c1", cards: []string{"GPU-a", "GPU-z"}, wantErr: "share of claim c1 on card GPU-z: card is not shareable on this node; only cards published as shareable can hold shares"},
+			},
+			wantHolders: map[string][]string{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			daemon := &countingDaemon{}
+			modes := &RecordingComputeModeSetter{}
+			m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+			defer m.Close()
+			for i, s := range tt.steps {
+				var err error
+				if s.acquire != "" {
+					err = m.Acquire(ctx, s.acquire, cardShares(s.cards...))
+				} else {
+					err = m.Release(ctx, s.release)
+				}
+				if gotErr := errString(err); gotErr != s.wantErr {
+					t.Fatalf("step %d: error %q, want %q", i, gotErr, s.wantErr)
+				}
+				waitIdle(t, m)
+			}
+			if daemon.starts != tt.wantStarts || daemon.stops != tt.wantStops || daemon.running != tt.wantRunning {
+				t.Errorf("daemon starts/stops/running = %d/%d/%v, want %d/%d/%v",
+					daemon.starts, daemon.stops, daemon.running, tt.wantStarts, tt.wantStops, tt.wantRunning)
+			}
+			if got := modes.Calls(); !reflect.DeepEqual(got, tt.wantCalls) {
+				t.Errorf("compute mode calls = %v, want %v", got, tt.wantCalls)
+			}
+			if got := m.Holders(); !reflect.DeepEqual(got, tt.wantHolders) {
+				t.Errorf("holders = %v, want %v", got, tt.wantHolders)
+			}
+		})
+	}
+}
+
+func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a", "GPU-b"}
+
+	t.Run("compute mode failure on the second card restores the first", func(t *testing.T) {
+		modes := &RecordingComputeModeSetter{Fail: func(uuid string, mode ComputeMode) error {
+			if uuid == "GPU-b" && mode == ComputeModeExclusiveProcess {
+				return errors.New("insufficient permissions")
+			}
+			return nil
+		}}
+		daemon := &countingDaemon{}
+		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		err := m.Acquire(ctx, "c1", cardShares("GPU-a", "GPU-b"))
+		if want := "preparing card GPU-b for MPS shares: insufficient permissions"; errString(err) != want {
+			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.starts != 0 || len(m.Holders()) != 0 {
+			t.Errorf("after failure: GPU-a mode %s, daemon starts %d, holders %v; want Default, 0, none",
+				modes.Mode("GPU-a"), daemon.starts, m.Holders())
+		}
+	})
+
+	t.Run("daemon failure restores compute modes", func(t *testing.T) {
+		modes := &RecordingComputeModeSetter{}
+		daemon := &countingDaemon{ensureErr: errors.New("binary not found")}
+		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		defer m.Close()
+		err := m.Acquire(ctx, "c1", cardShares("GPU-a"))
+		if want := "starting the node's MPS daemon for claim c1: binary not found; retrying in the background, the kubelet retries this prepare"; errString(err) != want {
+			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		var notReady *DaemonNotReadyError
+		if !errors.As(err, &notReady) {
+			t.Errorf("error %T is not a *DaemonNotReadyError", err)
+		}
+		if modes.Mode("GPU-a") != ComputeModeDefault || len(m.Holders()) != 0 {
+			t.Errorf("after failure: GPU-a mode %s, holders %v", modes.Mode("GPU-a"), m.Holders())
+		}
+	})
+
+	t.Run("failed restore keeps the share so a retried release tries again", func(t *testing.T) {
+		fail := true
+		modes := &RecordingComputeModeSetter{Fail: func(uuid string, mode ComputeMode) error {
+			if fail && mode == ComputeModeDefault {
+				return errors.New("GPU is busy")
+			}
+			return nil
+		}}
+		daemon := &countingDaemon{}
+		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
+			t.Fatal(err)
+		}
+		err := m.Release(ctx, "c1")
+		if want := "releasing MPS shares of claim c1: restoring compute mode of card GPU-a: GPU is busy"; errString(err) != want {
+			t.Fatalf("error %q, want %q", errString(err), want)
+		}
+		if !reflect.DeepEqual(m.Holders(), map[string][]string{"GPU-a": {"c1"}}) || !daemon.running {
+			t.Fatalf("after failed release: holders %v, daemon running %v", m.Holders(), daemon.running)
+		}
+		fail = false
+		if err := m.Release(ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, m)
+		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.running || len(m.Holders()) != 0 {
+			t.Errorf("after retry: mode %s, daemon running %v, holders %v", modes.Mode("GPU-a"), daemon.running, m.Holders())
+		}
+	})
+}
+
+func TestManagerConcurrentShares(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a", "GPU-b"}
+	daemon := &countingDaemon{}
+	modes := &RecordingComputeModeSetter{}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	const claims = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*claims)
+	for i := range claims {
+		wg.Go(func() {
+			errs <- m.Acquire(ctx, fmt.Sprintf("c%d", i), cardShares(cards[i%2]))
+		})
+	}
+	wg.Wait()
+	if daemon.starts != 1 || len(modes.Calls()) != 2 {
+		t.Fatalf("after %d concurrent acquires: daemon starts %d, compute mode calls %v; want 1 start, 2 calls", claims, daemon.starts, modes.Calls())
+	}
+	for i := range claims {
+		wg.Go(func() { errs <- m.Release(ctx, fmt.Sprintf("c%d", i)) })
+	}
+	wg.Wait()
+	waitIdle(t, m)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if daemon.running || daemon.stops != 1 || modes.Mode("GPU-a") != ComputeModeDefault || modes.Mode("GPU-b") != ComputeModeDefault {
+		t.Errorf("after releases: running %v stops %d modes %s/%s", daemon.running, daemon.stops, modes.Mode("GPU-a"), modes.Mode("GPU-b"))
+	}
+}
+
+func TestClientConfigMountsPipeAndShm(t *testing.T) {
+	m := NewManager(Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &RecordingComputeModeSetter{}, nil)
+	want := ClientConfig{
+		PipeDir: "/run/tangram/mps/pipe",
+		Mounts: []Mount{
+			{HostPath: "/run/tangram/mps/pipe", ContainerPath: "/run/tangram/mps/pipe"},
+			{HostPath: "/run/tangram/mps/shm", ContainerPath: "/dev/shm"},
+		},
+	}
+	if got := m.ClientConfig("c1"); !reflect.DeepEqual(got, want) {
+		t.Errorf("ClientConfig() = %+v, want %+v", got, want)
+	}
+}
+
+// waitIdle waits until the Manager's worker is done with the daemon.
+func waitIdle(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestManagerReconcile(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a", "GPU-b", "GPU-c"}
+	daemon := &countingDaemon{running: true}
+	modes := &RecordingComputeModeSetter{}
+	// A previous process switched GPU-c and died before recording a share.
+	_ = modes.SetComputeMode(ctx, "GPU-c", ComputeModeExclusiveProcess)
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	if err := m.Acquire(ctx, "kept", cardShares("GPU-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	got := []ComputeMode{modes.Mode("GPU-a"), modes.Mode("GPU-b"), modes.Mode("GPU-c")}
+	want := []ComputeMode{ComputeModeExclusiveProcess, ComputeModeDefault, ComputeModeDefault}
+	if !reflect.DeepEqual(got, want) || !daemon.running {
+		t.Errorf("after reconcile with a share: modes %v running %v, want %v true", got, daemon.running, want)
+	}
+	if err := m.Release(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	daemon.mu.Lock()
+	daemon.running = true // a daemon left by an earlier process
+	daemon.mu.Unlock()
+	// A new process: nothing stopped yet.
+	m = NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	if daemon.running {
+		t.Error("reconcile with no share left the daemon running")
+	}
+}
+
+// unusedAwareDaemon records whether the Manager told it that no share uses
+// the daemon.
+type unusedAwareDaemon struct {
+	countingDaemon
+	calls []string
+}
+
+func (d *unusedAwareDaemon) Ensure(ctx context.Context) error {
+	d.calls = append(d.calls, "in use")
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func (d *unusedAwareDaemon) EnsureUnused(ctx context.Context) error {
+	d.calls = append(d.calls, "unused")
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func TestManagerTellsDaemonWhenUnused(t *testing.T) {
+	cards := []string{"GPU-a", "GPU-b"}
+	for _, tc := range []struct {
+		name string
+		// steps: "reconcile", "+claim card" (acquire), "-claim" (release).
+		steps []string
+		want  []string
+	}{
+		{
+			// Replaying the checkpoint: the first share has no holder yet
+			// but the others run and may use the daemon.
+			name:  "before Reconcile every share may be in use",
+			steps: []string{"+c1 GPU-a", "+c2 GPU-b", "reconcile"},
+			want:  []string{"in use", "in use"},
+		},
+		{
+			name:  "after Reconcile the node's first share finds it unused",
+			steps: []string{"reconcile", "+c1 GPU-a", "+c2 GPU-a", "+c3 GPU-b"},
+			want:  []string{"unused", "in use", "in use"},
+		},
+		{
+			name:  "unused again once the last share left",
+			steps: []string{"reconcile", "+c1 GPU-a", "+c2 GPU-b", "-c1", "+c3 GPU-a", "-c2", "-c3", "+c4 GPU-b"},
+			want:  []string{"unused", "in use", "in use", "unused"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			daemon := &unusedAwareDaemon{}
+			m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, cards)
+			for _, s := range tc.steps {
+				var err error
+				switch {
+				case s == "reconcile":
+					err = m.Reconcile(ctx)
+				case s[0] == '+':
+					claim, card, _ := strings.Cut(s[1:], " ")
+					err = m.Acquire(ctx, claim, cardShares(card))
+				case s[0] == '-':
+					err = m.Release(ctx, s[1:])
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+				waitIdle(t, m)
+			}
+			if !reflect.DeepEqual(daemon.calls, tc.want) {
+				t.Errorf("Ensure calls %v, want %v", daemon.calls, tc.want)
+			}
+		})
+	}
+}
+
+// blockingDaemon blocks in Ensure and Stop until released.
+type blockingDaemon struct {
+	countingDaemon
+	ensureGate, stopGate chan struct{}
+}
+
+func (d *blockingDaemon) Ensure(ctx context.Context) error {
+	select {
+	case <-d.ensureGate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.countingDaemon.Ensure(ctx)
+}
+
+func (d *blockingDaemon) Stop(ctx context.Context) error {
+	select {
+	case <-d.stopGate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return d.countingDaemon.Stop(ctx)
+}
+
+// While the daemon starts or stops, for however long, the Manager's lock
+// is free: every call returns (a share with a retryable error), none waits
+// for the daemon.
+func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
+	ctx := context.Background()
+	daemon := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
+		WithTiming(Timing{ReadyWait: 10 * time.Millisecond, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond}))
+	defer m.Close()
+	returns := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not return while the daemon was blocked", what)
+		}
+	}
+	var notReady *DaemonNotReadyError
+	returns("a share while the daemon starts", func() {
+		if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); !errors.As(err, &notReady) || notReady.Cause != nil {
+			t.Errorf("Acquire while starting: %v, want a DaemonNotReadyError without cause", err)
+		}
+	})
+	returns("Holders, Status, Release and another share", func() {
+		_ = m.Holders()
+		if st := m.Status(); !st.Wanted || st.Ready {
+			t.Errorf("status while starting %+v, want wanted and not ready", st)
+		}
+		if err := m.Release(ctx, "c0"); err != nil {
+			t.Error(err)
+		}
+		if err := m.Acquire(ctx, "c2", cardShares("GPU-b")); !errors.As(err, &notReady) {
+			t.Errorf("second Acquire while starting: %v", err)
+		}
+	})
+	close(daemon.ensureGate)
+	deadline := time.Now().Add(20 * time.Second)
+	for m.Acquire(ctx, "c1", cardShares("GPU-a")) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("share still refused after the daemon started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	returns("the last share's release while the daemon stops", func() {
+		if err := m.Release(ctx, "c1"); err != nil {
+			t.Error(err)
+		}
+	})
+	// Once the worker has begun stopping the daemon, shares must not count
+	// on it.
+	for m.Status().Ready {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never began to stop the daemon")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	returns("a share while the daemon stops", func() {
+		if err := m.Acquire(ctx, "c3", cardShares("GPU-a")); !errors.As(err, &notReady) {
+			t.Errorf("Acquire while stopping: %v, want a DaemonNotReadyError", err)
+		}
+	})
+	close(daemon.stopGate)
+	// The refused share keeps the daemon wanted: it is started again.
+	waitIdle(t, m)
+	if st := m.Status(); !st.Wanted || !st.Ready {
+		t.Errorf("status after the stop %+v, want the daemon running again for the refused share", st)
+	}
+}
+
+// cardShares is a share on each card, without limits.
+func cardShares(cards ...string) []Share {
+	out := make([]Share, len(cards))
+	for i, c := range cards {
+		out[i] = Share{Card: c}
+	}
+	return out
+}
+
+// Another plugin process on the node (a rolling update) starts or stops
+// the daemon behind this Manager's back; after Resync the worker brings it
+// back to what this Manager's shares want.
+func TestManagerResync(t *testing.T) {
+	ctx := context.Background()
+	cards := []string{"GPU-a"}
+	daemon := &countingDaemon{}
+	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, cards)
+	t.Cleanup(m.Close)
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	setRunning := func(running bool) {
+		daemon.mu.Lock()
+		daemon.running = running
+		daemon.mu.Unlock()
+	}
+	isRunning := func() bool {
+		daemon.mu.Lock()
+		defer daemon.mu.Unlock()
+		return daemon.running
+	}
+
+	// No share here, yet the other process started the daemon.
+	setRunning(true)
+	m.Resync(ctx)
+	waitIdle(t, m)
+	if isRunning() {
+		t.Error("after Resync with no share the daemon still runs")
+	}
+
+	// A share here, and the other process stopped the daemon.
+	if err := m.Acquire(ctx, "share", cardShares(cards...)); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, m)
+	setRunning(false)
+	m.Resync(ctx)
+	waitIdle(t, m)
+	if !isRunning() {
+		t.Error("after Resync with a share the daemon is not running")
+	}
+}

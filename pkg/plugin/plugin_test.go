@@ -1,0 +1,139 @@
+package plugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
+)
+
+// TestRunPublishesAndShutsDown runs the long-running mode against a fake
+// API server: it reads the Node's labels, publishes ResourceSlices, serves
+// the kubelet socket, and returns cleanly when its context ends (SIGTERM).
+// With a pod UID (rolling updates) its sockets are named by the UID, so
+// that the old and the new pod of a node can serve side by side.
+func TestRunPublishesAndShutsDown(t *testing.T) {
+	for _, podUID := range []string{"", "6c1b3f2e-0d4a-4e55-9b7a-2f0c8d9e1a11"} {
+		t.Run("podUID="+podUID, func(t *testing.T) { runPublishesAndShutsDown(t, podUID) })
+	}
+}
+
+func runPublishesAndShutsDown(t *testing.T, podUID string) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, Labels: map[string]string{"topology.kubernetes.io/zone": "zone-a"}}}
+	client := fake.NewClientset(node)
+	dir := t.TempDir()
+	sockDir, err := os.MkdirTemp("", "tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	if err := os.Mkdir(filepath.Join(sockDir, "reg"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// Watch before Run starts, so the published slice arrives as an event.
+	slicesWatch, err := client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slicesWatch.Stop()
+	var seenLabels map[string]string
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, PluginOptions{
+			NodeName: testNode,
+			GPUs:     testGPUs(),
+			FakeGPUs: true,
+			Sharing:  true,
+			Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
+				seenLabels = labels
+				return resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode, Sharing: true})
+			},
+			CDIRoot:      filepath.Join(dir, "cdi"),
+			RegistrarDir: filepath.Join(sockDir, "reg"),
+			PluginDir:    filepath.Join(sockDir, "plugin"),
+			StateDir:     filepath.Join(dir, "state"),
+			MPSRoot:      filepath.Join(dir, "mps"),
+			PodUID:       podUID,
+			KubeClient:   client,
+			Publish:      true,
+		})
+	}()
+	select {
+	case ev := <-slicesWatch.ResultChan():
+		slice, ok := ev.Object.(*resourceapi.ResourceSlice)
+		if ev.Type != watch.Added || !ok {
+			t.Fatalf("first ResourceSlice event %s %T, want an added slice", ev.Type, ev.Object)
+		}
+		if got := len(slice.Spec.Devices); got != 4 {
+			t.Errorf("published %d devices, want 4", got)
+		}
+	case err := <-done:
+		t.Fatalf("Run returned before publishing: %v", err)
+	}
+	draSocket, registrationSocket := "dra.sock", device.DriverName+"-reg.sock"
+	if podUID != "" {
+		draSocket = "dra-" + podUID + ".sock"
+		registrationSocket = kubeletplugin.RollingUpdateRegistrarSocketFile(filepath.Join(sockDir, "reg"), device.DriverName, types.UID(podUID))
+	}
+	for _, socket := range []string{filepath.Join(sockDir, "plugin", draSocket), filepath.Join(sockDir, "reg", registrationSocket)} {
+		if _, err := os.Stat(socket); err != nil {
+			t.Errorf("kubelet socket missing: %v", err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after cancellation: %v", err)
+	}
+	if seenLabels["topology.kubernetes.io/zone"] != "zone-a" {
+		t.Errorf("Resources got node labels %v, want the Node's", seenLabels)
+	}
+}
+
+// A real card's memory is rarely a whole number of share steps (an H100
+// reports 81559 MiB); a claim that names no memory gets the published
+// default, which is less than the card's memory, and must still be
+// prepared as a whole card: no MPS limits, no share accounting.
+func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
+	card := gpu.GPU{Index: 0, UUID: "GPU-0", MemoryBytes: 81559 << 20}
+	resources, err := resourceslices.DriverResources([]gpu.GPU{card}, resourceslices.Options{NodeName: testNode, Sharing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocatable := allocatableMemory(resources)
+	if got, want := allocatable["gpu-0"], int64(81408<<20); got != want {
+		t.Fatalf("allocatable memory of gpu-0 = %d, want %d (81559Mi rounded down to 256Mi)", got, want)
+	}
+	cards := map[string]gpu.GPU{"gpu-0": card}
+	for _, tc := range []struct {
+		memory    string
+		wantShare bool
+	}{
+		{memory: "81408Mi", wantShare: false},
+		{memory: "81152Mi", wantShare: true},
+	} {
+		plan, err := planClaim(claimWith("c", shareResult("gpu", "gpu-0", "s1", tc.memory, "")), testNode, cards, allocatable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Devices[0].Share != tc.wantShare {
+			t.Errorf("consumed %s: share = %v, want %v", tc.memory, plan.Devices[0].Share, tc.wantShare)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package plugin
+
+import (
+	"context"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// The Driver talks to storage, CDI and MPS through these small interfaces;
+// pkg/plugin/checkpoint (checkpoint.Claims), pkg/plugin/cdi (cdi.ClaimSpecs) and
+// pkg/plugin/mps implement them, tests bind them to the same packages on temp
+// dirs or to fault-injecting wrappers. All of them carry the one record
+// type, prepared.Claim.
+
+// StateStore persists the claim records crash-safely.
+type StateStore interface {
+	// Load returns the records of this boot. bootChanged reports that the
+	// stored records were written during an earlier boot. A corrupt file is
+	// moved aside and reported with an error wrapping checkpoint.ErrCorrupt;
+	// a missing one with checkpoint.ErrMissing.
+	Load(ctx context.Context) (records map[string]prepared.Claim, bootChanged bool, err error)
+	// Save replaces the stored records atomically and durably.
+	Save(ctx context.Context, records map[string]prepared.Claim) error
+	// Lock waits for the lock between the plugin processes of the node
+	// (two run side by side during a rolling update) and returns its
+	// release. The driver holds it from Load to its last Save of a call.
+	Lock(ctx context.Context) (unlock func(), err error)
+}
+
+// SpecStore computes and writes the per-claim transient CDI specs.
+type SpecStore interface {
+	// Write writes the claim's spec (atomically, replacing an old one) and
+	// returns the CDI device IDs of each device, in order. client is how the
+	// claim's MPS shares reach their daemon (empty without any).
+	Write(ctx context.Context, claim prepared.Claim, client mps.ClientConfig) ([][]string, error)
+	// Remove deletes the claim's spec; a missing spec is not an error.
+	Remove(ctx context.Context, claimUID string) error
+	// List returns the UIDs of the claims that have a spec of ours on disk.
+	List(ctx context.Context) ([]string, error)
+	// Exists reports whether the claim's spec is on disk.
+	Exists(ctx context.Context, claimUID string) bool
+}
+
+// ConfigResolver returns the effective config of each planned device
+// (class configs, then claim configs; later wins), in order.
+type ConfigResolver func(claim *resourceapi.ResourceClaim, devices []prepared.Device) ([]*configapi.GpuConfig, error)
+
+// Shares is the MPS accounting the driver needs. None of its calls waits
+// long on the MPS daemon (see mps.Manager).
+type Shares interface {
+	// Acquire accounts a new claim's shares; an error wrapping
+	// *mps.DaemonNotReadyError means the daemon is not ready yet and
+	// the kubelet should retry.
+	Acquire(ctx context.Context, claimUID string, shares []mps.Share) error
+	// Restore accounts, at start-up, shares that may be running; it never
+	// fails, so nothing a running share uses is torn down.
+	Restore(ctx context.Context, claimUID string, shares []mps.Share)
+	Release(ctx context.Context, claimUID string) error
+	Reconcile(ctx context.Context) error
+	// Resync makes the accounting look at the daemon again: another plugin
+	// process may have started or stopped it.
+	Resync(ctx context.Context)
+	// ClientConfig is how the claim's containers reach their MPS server.
+	ClientConfig(claimUID string) mps.ClientConfig
+	// GuardStops makes the daemon stop only under g: see mps.StopGuard.
+	GuardStops(g mps.StopGuard)
+}
+
+// ClaimLister lists the cluster's ResourceClaims, for rebuilding state from
+// our specs after a corrupt checkpoint. nil means no API server.
+type ClaimLister func(ctx context.Context) ([]resourceapi.ResourceClaim, error)

@@ -1,0 +1,177 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// recover brings the node to a consistent state at start-up:
+//   - a corrupt checkpoint (moved aside by the store) is rebuilt from our
+//     CDI specs and the API server's claims;
+//   - after a reboot every record is dropped;
+//   - claims only "started" are rolled back;
+//   - completed claims get their MPS accounting replayed (never failing,
+//     never waiting: the daemon is adopted in the background);
+//   - specs of ours that no record owns are removed;
+//   - an MPS daemon nobody needs any more is stopped.
+func (d *Driver) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	records, bootChanged, err := d.cfg.State.Load(ctx)
+	switch {
+	case errors.Is(err, checkpoint.ErrCorrupt):
+		logger.Error(err, "Checkpoint unusable; rebuilding state from CDI specs and the API server")
+		records, err = d.rebuild(ctx)
+		if err != nil {
+			return fmt.Errorf("rebuilding state after a corrupt checkpoint: %w", err)
+		}
+		bootChanged = false
+	case errors.Is(err, checkpoint.ErrMissing):
+		// Nothing to rebuild on a first start. Specs of ours without a
+		// checkpoint mean an earlier rebuild was interrupted (the corrupt
+		// file is already moved aside): rebuild again rather than take the
+		// specs of running claims for orphans.
+		records, err = d.rebuild(ctx)
+		if err != nil {
+			return fmt.Errorf("rebuilding state: there is no checkpoint but there are CDI specs of ours: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("loading checkpoint: %w", err)
+	}
+	specUIDs, err := d.cfg.Specs.List(ctx)
+	if err != nil {
+		return fmt.Errorf("listing CDI specs: %w", err)
+	}
+	plan := planStartup(records, specUIDs, bootChanged)
+	if bootChanged {
+		logger.Info("Node rebooted since the checkpoint was written; dropping its claims", "claims", len(records))
+	}
+
+	var errs []error
+	for _, rec := range plan.Keep {
+		d.records[rec.UID] = rec
+		if len(rec.MPSCards()) > 0 {
+			if d.cfg.Shares == nil {
+				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.Key()))
+				continue
+			}
+			// Accounted unconditionally and without waiting for the
+			// daemon: the claim's containers may be running on it.
+			d.cfg.Shares.Restore(ctx, rec.UID, rec.MPSShares())
+		}
+	}
+	for _, rec := range plan.Rollback {
+		logger.Info("Rolling back claim", "claim", rec.Key(), "claimUID", rec.UID, "state", rec.State)
+		if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
+			// Keep the record so the next start-up tries again.
+			rec.State = prepared.PrepareStarted
+			d.records[rec.UID] = rec
+			errs = append(errs, fmt.Errorf("rolling back claim %s: %w", rec.Key(), err))
+		}
+	}
+	for _, uid := range plan.RemoveSpecs {
+		if _, kept := d.records[uid]; kept {
+			continue
+		}
+		logger.Info("Removing CDI spec no claim record owns", "claimUID", uid)
+		if err := d.cfg.Specs.Remove(ctx, uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := d.cfg.State.Save(ctx, d.records); err != nil {
+		return fmt.Errorf("saving recovered checkpoint: %w", err)
+	}
+	if d.cfg.Shares != nil {
+		if err := d.cfg.Shares.Reconcile(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.publishGauges()
+	if err := errors.Join(errs...); err != nil {
+		// The plugin can still serve; what failed is logged and retried by
+		// the kubelet's unprepare/prepare calls.
+		logger.Error(err, "Start-up recovery was incomplete")
+	}
+	logger.Info("State recovered", "claims", len(d.records), "rolledBack", len(plan.Rollback), "orphanSpecsRemoved", len(plan.RemoveSpecs))
+	return nil
+}
+
+// rebuild reconstructs completed records for the claims that have a spec
+// of ours and still exist, allocated on this node, in the API server. The
+// spec is rewritten from the claim, which yields the same content and IDs.
+// Claims that cannot be found lose their spec (planStartup removes it).
+func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error) {
+	logger := klog.FromContext(ctx)
+	records := map[string]prepared.Claim{}
+	specUIDs, err := d.cfg.Specs.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing CDI specs: %w", err)
+	}
+	if len(specUIDs) == 0 {
+		return records, nil
+	}
+	if d.cfg.ListClaims == nil {
+		logger.Info("No API server to rebuild from; specs of unknown claims will be removed", "specs", len(specUIDs))
+		return records, nil
+	}
+	claims, err := d.cfg.ListClaims(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	byUID := map[string]*resourceapi.ResourceClaim{}
+	for i := range claims {
+		byUID[string(claims[i].UID)] = &claims[i]
+	}
+	for _, uid := range specUIDs {
+		claim, ok := byUID[uid]
+		if !ok {
+			continue
+		}
+		planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+		if err != nil || len(planned.Devices) == 0 {
+			logger.Info("Claim with a spec is not prepared on this node any more", "claim", klog.KObj(claim), "reason", err)
+			continue
+		}
+		configs, err := d.cfg.Configs(claim, planned.Devices)
+		if err != nil {
+			logger.Error(err, "Cannot rebuild claim", "claim", klog.KObj(claim))
+			continue
+		}
+		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+		var client mps.ClientConfig
+		if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
+			client = d.cfg.Shares.ClientConfig(rec.UID)
+		}
+		ids, err := d.cfg.Specs.Write(ctx, rec, client)
+		if err == nil {
+			rec, err = completed(rec, ids)
+		}
+		if err != nil {
+			logger.Error(err, "Cannot rewrite spec while rebuilding", "claim", klog.KObj(claim))
+			continue
+		}
+		records[uid] = rec
+		logger.Info("Rebuilt claim from its spec and the API server", "claim", klog.KObj(claim), "claimUID", uid)
+	}
+	return records, nil
+}
+
+// APIClaimLister lists every ResourceClaim through the API server.
+func APIClaimLister(client kubernetes.Interface) ClaimLister {
+	return func(ctx context.Context) ([]resourceapi.ResourceClaim, error) {
+		list, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+		}
+		return list.Items, nil
+	}
+}

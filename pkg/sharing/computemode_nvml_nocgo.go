@@ -1,9 +1,0 @@
-//go:build !cgo
-
-package sharing
-
-// NewNVMLComputeModeSetter reports ErrNVMLUnavailable: NVML is loaded
-// through cgo.
-func NewNVMLComputeModeSetter(libraryPath string) (ComputeModeSetter, error) {
-	return nil, ErrNVMLUnavailable
-}
