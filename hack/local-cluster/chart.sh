@@ -64,21 +64,6 @@ scheduler_leads() {
 	[ -n "$(K -n "$RELEASE_NAMESPACE" get lease "$RELEASE-scheduler" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null)" ]
 }
 
-# poll TIMEOUT WHAT CMD...: run CMD every second until it succeeds.
-poll() {
-	local timeout="$1" what="$2" start i
-	shift 2
-	start="$(now_s)"
-	for ((i = 0; i < timeout; i++)); do
-		if "$@" >/dev/null 2>&1; then
-			info "$what ($(elapsed "$start"))"
-			return 0
-		fi
-		sleep 1
-	done
-	return 1
-}
-
 # diagnose: what the cluster knows about the release's pods.
 diagnose() {
 	K -n "$RELEASE_NAMESPACE" get pods -o wide >&2 || true

@@ -148,22 +148,38 @@ fail_with_log() {
 	exit 1
 }
 
-# wait_until NAME TIMEOUT_SECONDS WHAT CMD...: poll CMD every second; while
-# waiting, fail early if the component NAME died.
-wait_until() {
-	local name="$1" timeout="$2" what="$3" start i
-	shift 3
+# poll TIMEOUT_SECONDS WHAT CMD...: run CMD every second until it succeeds
+# (0, saying how long WHAT took) or the time is up (1). With POLL_WHILE set,
+# a command that must keep succeeding meanwhile, stop at once when it fails (2).
+poll() {
+	local timeout="$1" what="$2" start i
+	shift 2
 	start="$(now_s)"
 	for ((i = 0; i < timeout; i++)); do
 		if "$@" >/dev/null 2>&1; then
 			info "$what ($(elapsed "$start"))"
 			return 0
 		fi
-		[ -n "$(proc_pid "$name")" ] || fail_with_log "$name" "$name exited while waiting until $what"
+		[ -z "${POLL_WHILE:-}" ] || $POLL_WHILE || return 2
 		sleep 1
 	done
-	fail_with_log "$name" "timed out after ${timeout}s waiting until $what"
+	return 1
 }
+
+# wait_until NAME TIMEOUT_SECONDS WHAT CMD...: poll CMD; while waiting, fail
+# early if the component NAME died.
+wait_until() {
+	local name="$1" timeout="$2" what="$3" rc=0
+	shift 3
+	POLL_WHILE="proc_alive $name" poll "$timeout" "$what" "$@" || rc=$?
+	case $rc in
+	0) return 0 ;;
+	2) fail_with_log "$name" "$name exited while waiting until $what" ;;
+	*) fail_with_log "$name" "timed out after ${timeout}s waiting until $what" ;;
+	esac
+}
+
+proc_alive() { [ -n "$(proc_pid "$1")" ]; }
 
 # Binaries, from the cache build-binaries.sh fills.
 KUBE_BIN="$(component_dir kubernetes "$KUBE_VERSION")/bin"
