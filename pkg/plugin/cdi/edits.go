@@ -43,7 +43,7 @@ type Inputs struct {
 	// claim names one (its index, memory and device nodes).
 	Cards map[string]gpu.GPU
 	// MPSPipeDir is the pipe directory of the MPS daemon serving the
-	// claim (sharing.ClientConfig); required when the claim has shares
+	// claim (mps.ClientConfig); required when the claim has shares
 	// whose backend is mps. One per claim: a container can reach only
 	// one MPS control daemon.
 	MPSPipeDir string
