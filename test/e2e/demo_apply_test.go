@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // The demo applies its YAML specs the way `kubectl apply -f` creates them:
@@ -43,7 +42,6 @@ var (
 
 // demoAPI is the dynamic client and REST mapper the demo applies with.
 type demoAPI struct {
-	config  *rest.Config
 	dynamic dynamic.Interface
 	mapper  meta.RESTMapper
 }
@@ -54,13 +52,11 @@ func demoClients() *demoAPI {
 	if demoAPIOnce != nil {
 		return demoAPIOnce
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	Expect(err).NotTo(HaveOccurred(), "loading kubeconfig %s", *kubeconfig)
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfig(restConfig)
 	Expect(err).NotTo(HaveOccurred())
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	disc, err := discovery.NewDiscoveryClientForConfig(restConfig)
 	Expect(err).NotTo(HaveOccurred())
-	demoAPIOnce = &demoAPI{config: cfg, dynamic: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
+	demoAPIOnce = &demoAPI{dynamic: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
 	return demoAPIOnce
 }
 
@@ -161,7 +157,7 @@ func deleteSpec(ctx context.Context, file string) {
 // service account with the node name a token bound to a pod on node
 // carries: what the chart's ResourceSlice admission policy judges.
 func pluginClientOn(node string) kubernetes.Interface {
-	cfg := rest.CopyConfig(demoClients().config)
+	cfg := rest.CopyConfig(restConfig)
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + *releaseNamespace + ":" + *helmRelease + "-kubelet-plugin",
 		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {node}},

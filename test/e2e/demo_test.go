@@ -623,14 +623,6 @@ func restartCount(p *corev1.Pod) int32 {
 	return n
 }
 
-func podLogOf(ctx context.Context, ns, name, container string) string {
-	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
-	if err != nil {
-		return ""
-	}
-	return string(raw)
-}
-
 // lastLogLine is the container's last log line without klog's header,
 // cut to fit a line.
 func lastLogLine(ctx context.Context, ns, name, container string) string {

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
@@ -37,8 +38,11 @@ var (
 var (
 	ctxSuite  context.Context
 	clientset kubernetes.Interface
-	gpuNode   string // runs pods: a real kubelet with the Tangram plugin
-	simNode   string // only schedules: a Node object without a kubelet
+	// restConfig is the suite's connection, loaded once from --kubeconfig;
+	// copy it (rest.CopyConfig) before changing it.
+	restConfig *rest.Config
+	gpuNode    string // runs pods: a real kubelet with the Tangram plugin
+	simNode    string // only schedules: a Node object without a kubelet
 )
 
 func TestE2E(t *testing.T) {
@@ -52,6 +56,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	Expect(err).NotTo(HaveOccurred(), "loading kubeconfig %s", *kubeconfig)
 	cfg.QPS, cfg.Burst = 50, 100
+	restConfig = cfg
 	clientset, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
@@ -276,9 +275,7 @@ func createNVLinkGangIn(ctx context.Context, ns, name string, members, cards int
 // gangClient is a dynamic client for GpuGangs: the controller has no
 // generated clientset for its one CRD.
 func gangClient() dynamic.NamespaceableResourceInterface {
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	Expect(err).NotTo(HaveOccurred(), "loading kubeconfig %s", *kubeconfig)
-	client, err := dynamic.NewForConfig(cfg)
+	client, err := dynamic.NewForConfig(restConfig)
 	Expect(err).NotTo(HaveOccurred())
 	return client.Resource(tangramv1alpha1.GroupVersionResource)
 }

@@ -113,8 +113,12 @@ func waitRunning(ctx context.Context, ns, name string) map[string]string {
 	return report
 }
 
-func podLog(ctx context.Context, ns, name string) string {
-	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+func podLog(ctx context.Context, ns, name string) string { return podLogOf(ctx, ns, name, "") }
+
+// podLogOf is the log of one container of the pod ("": its only one), or
+// "" when it cannot be read.
+func podLogOf(ctx context.Context, ns, name, container string) string {
+	raw, err := clientset.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
 	if err != nil {
 		return ""
 	}

@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
@@ -340,9 +339,7 @@ func pluginClient(ctx context.Context, namespace, serviceAccount string) kuberne
 	}, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred(), "requesting a token of %s bound to pod %s", serviceAccount, pod.Name)
 
-	admin, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	Expect(err).NotTo(HaveOccurred())
-	cfg := rest.AnonymousClientConfig(admin)
+	cfg := rest.AnonymousClientConfig(restConfig)
 	cfg.BearerToken = token.Status.Token
 	client, err := kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
