@@ -127,12 +127,6 @@ install() {
 	fi
 }
 
-# plugin_containers: IDs of the running plugin containers on this node.
-plugin_containers() {
-	CRI ps -q --state running --label "io.kubernetes.pod.namespace=$RELEASE_NAMESPACE" \
-		--label io.kubernetes.container.name=plugin
-}
-
 kill_plugin() {
 	need_root
 	local ids id pid i

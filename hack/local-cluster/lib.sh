@@ -197,6 +197,13 @@ CRI() {
 	"$CRICTL_BIN/crictl" --config "$conf" "$@"
 }
 
+# plugin_containers: IDs of the running containers of the chart's kubelet
+# plugin on this node.
+plugin_containers() {
+	CRI ps -q --state running --label "io.kubernetes.pod.namespace=$RELEASE_NAMESPACE" \
+		--label io.kubernetes.container.name=plugin
+}
+
 # cluster_lock: one cluster per machine, so scripts that start, stop or test
 # it take an exclusive host-wide lock (waiting up to 45 min for another run).
 # Nested calls (test-e2e.sh → up.sh) see TANGRAM_CLUSTER_LOCK_HELD and go on.

@@ -150,8 +150,7 @@ EOF
 follow_plugin_logs() {
 	local id last=""
 	while [ ! -e "$WORK/stop-logs" ]; do
-		id="$(CRI ps -q --state running --label "io.kubernetes.pod.namespace=$RELEASE_NAMESPACE" \
-			--label io.kubernetes.container.name=plugin 2>/dev/null | head -n 1)"
+		id="$(plugin_containers 2>/dev/null | head -n 1)"
 		if [ -n "$id" ] && [ "$id" != "$last" ]; then
 			last="$id"
 			CRI logs -f "$id" >>"$PLUGIN_LOG" 2>&1 || true
