@@ -22,8 +22,10 @@ func newMPSDaemonCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mps-daemon",
 		Short: "Run the node's MPS control daemon in the foreground (the daemon pod's command)",
-		Long: `Runs nvidia-cuda-mps-control -f with the MPS directories and cards of the
-pod's environment and sends it quit on SIGTERM. With --simulate (fake GPUs)
+		Long: `Runs nvidia-cuda-mps-control -f (MPS v3, when the pod's
+CUDA_MPS_PROTOCOL_VERSION is 3: -p 3 -m -f) with the MPS directories and
+cards of the pod's environment, its standard input held open, and sends it
+quit (MPS v3: -q) on SIGTERM. With --simulate (fake GPUs)
 it only listens on the control socket of $CUDA_MPS_PIPE_DIRECTORY, so that
 the plugin and tests can see a daemon; nothing is enforced.`,
 		Args: cobra.NoArgs,
@@ -36,20 +38,23 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 				}
 				return mps.RunSimulatedControlDaemon(ctx, pipeDir)
 			}
+			var env []string
 			if binary == "" {
-				found, err := driverroot.Root{Path: driverRoot}.Executable(driverroot.MPSControl)
+				root := driverroot.Root{Path: driverRoot}
+				found, err := root.Executable(driverroot.MPSControl)
 				if err != nil {
 					return fmt.Errorf("the MPS daemon pod runs the driver's nvidia-cuda-mps-control: %w; or pass --mps-control-binary", err)
 				}
-				binary = found
+				// The driver's binary runs with the driver's own libraries.
+				binary, env = found, root.ToolEnv()
 			}
-			return mps.RunControlDaemon(ctx, mps.ControlDaemonConfig{Binary: binary, MultiUser: multiUser})
+			return mps.RunControlDaemon(ctx, mps.ControlDaemonConfig{Binary: binary, MultiUser: multiUser, Env: env})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&binary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root")
 	f.StringVar(&driverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation (default: $NVIDIA_DRIVER_ROOT, which the plugin sets to the pod's /driver-root mount, else /)")
-	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon with -M")
+	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon in multi-user mode (-m with MPS v3, -M legacy)")
 	f.BoolVar(&simulate, "simulate", false, "fake GPUs: listen on the control socket instead of running MPS")
 	return cmd
 }

@@ -199,7 +199,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
 	f.StringVar(&flags.MPSMode, "mps-mode", string(mps.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
 	f.StringVar(&flags.MPSShmSize, "mps-shm-size", "64Mi", "size of each claim's /dev/shm tmpfs in MPS v3 mode (real GPUs); 0 leaves a plain directory under --mps-root")
-	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the MPS daemon with -M so that pods running as different users share it at once (needs a driver whose nvidia-cuda-mps-control has -M)")
+	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the classic MPS daemon with -M so that pods running as different users share it at once (MPS v3 always runs multi-user, with -m)")
 	f.StringVar(&flags.MPSDaemon, "mps-daemon", plugin.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
 	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")
 	f.StringVar(&flags.MPSDaemonPull, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "image pull policy of the MPS daemon pod")

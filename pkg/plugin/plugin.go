@@ -325,6 +325,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 		VisibleDevices: shareable,
 		MultiUser:      opts.MPSMultiUser || mode == mps.ModeV3,
 		Protocol:       protocolOf(mode),
+		Env:            mpsControlEnv(opts),
 	})
 	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
@@ -360,7 +361,11 @@ func v3Option(opts PluginOptions, mode mps.Mode, layout mps.Layout, ctl mps.Cont
 	if !opts.FakeGPUs && opts.MPSShmSizeBytes > 0 {
 		dirs.Mounter = mps.TmpfsMounter{}
 	}
-	return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl, shareable), dirs)}
+	namespaces := mps.NewV3Namespaces(ctl, shareable)
+	// A namespace's pipe directory as the daemon reports it is checked
+	// against the one containers mount.
+	namespaces.PipeDir = layout.PipeDir()
+	return []mps.ManagerOption{mps.WithV3(namespaces, dirs)}
 }
 
 // mpsControlBinary finds nvidia-cuda-mps-control: under the driver root
@@ -378,6 +383,16 @@ func mpsControlBinary(opts PluginOptions) (string, error) {
 		return "", fmt.Errorf("sharing is enabled but the MPS control binary %q was not found (%v); pass --mps-control-binary=<path>, leave it empty to use the driver root's, or pass --sharing=disabled", opts.MPSControlBinary, err)
 	}
 	return binary, nil
+}
+
+// mpsControlEnv runs the driver root's control binary with the driver
+// root's own libraries (as NVIDIA's DRA driver does); a binary given by
+// name or path runs as it is.
+func mpsControlEnv(opts PluginOptions) []string {
+	if opts.MPSControlBinary != "" {
+		return nil
+	}
+	return opts.DriverRoot.ToolEnv()
 }
 
 // MPS daemon modes (--mps-daemon).
@@ -425,7 +440,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 		if err != nil {
 			return nil, err
 		}
-		managerOpts = v3Option(opts, mode, layout, mps.BinaryControl(nil, binary, layout.PipeDir()), shareable)
+		managerOpts = v3Option(opts, mode, layout, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)
 	}
 	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
 	return mps.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil

@@ -39,7 +39,7 @@ func TestSpecMountsTheClaimsOwnMPSDirs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pipe := filepath.Join(dir, "mps", "pipe", "tangram", "tangram-"+uid)
+		pipe := filepath.Join(dir, "mps", "pipe", "tangram", "tangram_"+uid)
 		if got := env["CUDA_MPS_PIPE_DIRECTORY"]; got != pipe {
 			t.Errorf("%s: CUDA_MPS_PIPE_DIRECTORY=%q, want its namespace's directory %q", uid, got, pipe)
 		}

@@ -124,3 +124,37 @@ var ErrNotFound = errors.New("not found under the driver root")
 
 // Is lets errors.Is(err, ErrNotFound) match.
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// ToolEnv is the environment to run one of the driver's programs (such as
+// nvidia-cuda-mps-control) with the driver's own libraries, as NVIDIA's DRA
+// driver does: LD_LIBRARY_PATH of the root's library directories and PATH
+// with its binary directories first. For the host's own root ("/") it is
+// empty: the host's loader already finds the driver.
+func (r Root) ToolEnv() []string {
+	root := filepath.Clean(r.root())
+	if root == "/" {
+		return nil
+	}
+	existing := func(dirs []string) []string {
+		var out []string
+		for _, dir := range dirs {
+			path := filepath.Join(root, dir)
+			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+				out = append(out, path)
+			}
+		}
+		return out
+	}
+	var env []string
+	if libs := existing(LibraryDirs); len(libs) > 0 {
+		env = append(env, "LD_LIBRARY_PATH="+strings.Join(libs, ":"))
+	}
+	if bins := existing(BinaryDirs); len(bins) > 0 {
+		path := strings.Join(bins, ":")
+		if host := os.Getenv("PATH"); host != "" {
+			path += ":" + host
+		}
+		env = append(env, "PATH="+path)
+	}
+	return env
+}

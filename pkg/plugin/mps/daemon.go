@@ -76,18 +76,25 @@ type MPSDaemonConfig struct {
 	// Wrapper, when set, is put before "<Binary> -f" to start the daemon,
 	// e.g. a command that gives it a private /dev/shm.
 	Wrapper []string
+	// Env is added to the daemon's and its clients' environment, e.g. the
+	// driver root's PATH and LD_LIBRARY_PATH (driverroot.Root.ToolEnv), so
+	// the driver's binary runs with the driver's own libraries.
+	Env []string
 	// VisibleDevices are the UUIDs of the node's shareable cards; the daemon
 	// and its server see exactly these.
 	VisibleDevices []string
-	// MultiUser starts the daemon with -M, so that clients of different
-	// UIDs share one server. Without it the daemon runs one server per UID
-	// at a time, and pods running as different users wait for each other.
-	// Needs a driver whose control binary knows -M.
+	// MultiUser starts the daemon in multi-user mode, so that clients of
+	// different UIDs share one server: -m in MPS v3, the legacy -M
+	// otherwise. Without it the daemon runs one server per UID at a time,
+	// and pods running as different users wait for each other.
 	MultiUser bool
-	// Protocol 3 starts the daemon as MPS v3 (CUDA_MPS_PROTOCOL_VERSION,
-	// which NVIDIA documents as winning over -p); 0 or 2 is legacy MPS.
+	// Protocol 3 starts the daemon as MPS v3 (-p 3, and
+	// CUDA_MPS_PROTOCOL_VERSION, which NVIDIA documents as winning over
+	// -p); 0 or 2 is legacy MPS.
 	Protocol  int
 	Commander Commander
+	// ControlTimeout bounds each control command (DefaultControlTimeout).
+	ControlTimeout time.Duration
 	// ReadyTimeout bounds how long a start waits for the daemon to answer.
 	ReadyTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the delay between restarts.
@@ -100,7 +107,8 @@ type MPSDaemonConfig struct {
 }
 
 // MPSDaemon runs nvidia-cuda-mps-control in the foreground (-f) as a child
-// process and restarts it with backoff when it dies.
+// process, its standard input held open for its life (a -f daemon exits at
+// end of input), and restarts it with backoff when it dies.
 type MPSDaemon struct {
 	cfg MPSDaemonConfig
 
@@ -153,19 +161,25 @@ func (d *MPSDaemon) env() []string {
 	if d.cfg.Protocol == 3 {
 		env = append(env, "CUDA_MPS_PROTOCOL_VERSION=3")
 	}
-	return env
+	return append(env, d.cfg.Env...)
+}
+
+// client is the control binary as a client of this daemon, in its
+// protocol.
+func (d *MPSDaemon) client() ControlClient {
+	return ControlClient{Runner: d.cfg.Commander, Binary: d.cfg.Binary, PipeDir: d.cfg.Layout.PipeDir(),
+		Protocol: d.cfg.Protocol, Env: d.env(), Timeout: d.cfg.ControlTimeout}
 }
 
 // Control sends one command to the running daemon and returns its answer;
 // it is the ControlFunc of MPS v3 mode.
-func (d *MPSDaemon) Control(ctx context.Context, command string) (string, error) {
-	out, err := d.cfg.Commander.Run(ctx, []string{d.cfg.Binary}, d.env(), command+"\n")
-	return string(out), err
+func (d *MPSDaemon) Control(ctx context.Context, command []string) (string, error) {
+	return d.client().Command(ctx, command)
 }
 
 // control sends one command to the running daemon.
-func (d *MPSDaemon) control(ctx context.Context, command string) error {
-	_, err := d.cfg.Commander.Run(ctx, []string{d.cfg.Binary}, d.env(), command+"\n")
+func (d *MPSDaemon) control(ctx context.Context, command ...string) error {
+	_, err := d.client().Command(ctx, command)
 	return err
 }
 
@@ -173,7 +187,30 @@ func (d *MPSDaemon) control(ctx context.Context, command string) error {
 func (d *MPSDaemon) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ReadyTimeout)
 	defer cancel()
-	return d.control(ctx, "get_server_list")
+	return d.client().Probe(ctx)
+}
+
+// quit asks the daemon to quit.
+func (d *MPSDaemon) quit(ctx context.Context) error {
+	return d.client().Quit(ctx)
+}
+
+// daemonArgs are the control binary's options to run the daemon in the
+// foreground: MPS v3 "-p 3 [-m] -f" (NVIDIA's KAI project runs r615 so),
+// legacy "-f [-M]".
+func daemonArgs(protocol int, multiUser bool) []string {
+	if protocol == 3 {
+		args := []string{"-p", "3"}
+		if multiUser {
+			args = append(args, "-m")
+		}
+		return append(args, "-f")
+	}
+	args := []string{"-f"}
+	if multiUser {
+		args = append(args, "-M")
+	}
+	return args
 }
 
 // Ensure starts the daemon when no supervisor runs. A daemon already
@@ -211,10 +248,7 @@ func (d *MPSDaemon) Ensure(ctx context.Context) error {
 // start launches one daemon process and waits until it answers.
 func (d *MPSDaemon) start(ctx context.Context) (Process, error) {
 	logger := klog.FromContext(ctx)
-	argv := append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary, "-f")
-	if d.cfg.MultiUser {
-		argv = append(argv, "-M")
-	}
+	argv := append(append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary), daemonArgs(d.cfg.Protocol, d.cfg.MultiUser)...)
 	proc, err := d.cfg.Commander.Start(ctx, argv, d.env())
 	if err != nil {
 		return nil, fmt.Errorf("starting MPS control daemon: %w", err)
@@ -333,13 +367,13 @@ func (d *MPSDaemon) Stop(ctx context.Context) error {
 			return nil
 		}
 		logger.Info("Stopping an MPS control daemon nobody uses")
-		if err := d.control(ctx, "quit"); err != nil {
+		if err := d.quit(ctx); err != nil {
 			return fmt.Errorf("stopping MPS control daemon: %w", err)
 		}
 		return nil
 	}
 	d.quitting.Store(true)
-	quitErr := d.control(ctx, "quit")
+	quitErr := d.quit(ctx)
 	d.cancel()
 	<-d.done
 	d.cancel, d.done = nil, nil

@@ -16,8 +16,16 @@ import (
 // environment, which BuildMPSDaemonPod sets.
 type ControlDaemonConfig struct {
 	// Binary is nvidia-cuda-mps-control.
-	Binary    string
+	Binary string
+	// MultiUser runs the daemon in multi-user mode (-m in MPS v3, -M in
+	// legacy MPS).
 	MultiUser bool
+	// Protocol is 3 for MPS v3, 2 for legacy; 0 reads the pod's
+	// CUDA_MPS_PROTOCOL_VERSION.
+	Protocol int
+	// Env is added to the daemon's and the quit command's environment,
+	// e.g. the driver root's PATH and LD_LIBRARY_PATH.
+	Env       []string
 	Commander Commander
 	// QuitTimeout is how long the daemon may take to leave after quit
 	// before it is killed. Default 20s (the pod's grace period is 30s).
@@ -33,8 +41,9 @@ func PipeDirFromEnv() (string, error) {
 	return dir, nil
 }
 
-// RunControlDaemon runs nvidia-cuda-mps-control -f until ctx ends (the pod
-// is deleted: SIGTERM), then sends it quit so that its server shuts down
+// RunControlDaemon runs nvidia-cuda-mps-control -f (MPS v3: -p 3 -m -f),
+// its standard input held open, until ctx ends (the pod is deleted:
+// SIGTERM), then sends it quit (MPS v3: -q) so that its server shuts down
 // cleanly. It runs the daemon as a child rather than exec'ing it because
 // PID 1 of a container gets no SIGTERM it does not handle. A daemon that
 // exits on its own is an error: the container exits and the kubelet
@@ -50,11 +59,11 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 	if cfg.QuitTimeout == 0 {
 		cfg.QuitTimeout = 20 * time.Second
 	}
-	argv := []string{cfg.Binary, "-f"}
-	if cfg.MultiUser {
-		argv = append(argv, "-M")
+	if cfg.Protocol == 0 {
+		cfg.Protocol = protocolFromEnv()
 	}
-	proc, err := cfg.Commander.Start(ctx, argv, nil)
+	argv := append([]string{cfg.Binary}, daemonArgs(cfg.Protocol, cfg.MultiUser)...)
+	proc, err := cfg.Commander.Start(ctx, argv, cfg.Env)
 	if err != nil {
 		return fmt.Errorf("starting the MPS control daemon: %w", err)
 	}
@@ -70,7 +79,9 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 	logger.Info("Stopping: sending quit to the MPS control daemon")
 	quitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.QuitTimeout)
 	defer cancel()
-	if _, err := cfg.Commander.Run(quitCtx, []string{cfg.Binary}, nil, "quit\n"); err != nil {
+	pipeDir, _ := PipeDirFromEnv()
+	quit := ControlClient{Runner: cfg.Commander, Binary: cfg.Binary, PipeDir: pipeDir, Protocol: cfg.Protocol, Env: cfg.Env, Timeout: cfg.QuitTimeout}
+	if err := quit.Quit(quitCtx); err != nil {
 		logger.Error(err, "quit failed; waiting for the daemon anyway")
 	}
 	select {
@@ -89,6 +100,8 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 // socket of pipeDir, logging to the layout's log directory, so that the
 // plugin's readiness check and an e2e test can observe a daemon and the
 // commands it got. It never runs a server and enforces nothing.
+//
+// The stand-in's switches (standin.go) are read from the pod's environment.
 func RunSimulatedControlDaemon(ctx context.Context, pipeDir string) error {
 	if filepath.Base(pipeDir) != "pipe" {
 		return fmt.Errorf("simulated MPS daemon: pipe directory %s does not end in /pipe", pipeDir)
@@ -100,10 +113,16 @@ func RunSimulatedControlDaemon(ctx context.Context, pipeDir string) error {
 	}
 	// The pod's CUDA_MPS_PROTOCOL_VERSION chooses MPS v3, as for the real
 	// control daemon.
-	protocol := 2
-	if os.Getenv("CUDA_MPS_PROTOCOL_VERSION") == "3" {
-		protocol = 3
-	}
+	protocol := protocolFromEnv()
 	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", layout.ControlSocket(), "protocol", protocol)
-	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol})
+	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol,
+		UnderscoreColumns: os.Getenv(StandInEnvCSVSpelling) == "underscore", Hang: ParseStandInHang(os.Getenv(StandInEnvHang))})
+}
+
+// protocolFromEnv is 3 when CUDA_MPS_PROTOCOL_VERSION says so, else 2.
+func protocolFromEnv() int {
+	if os.Getenv("CUDA_MPS_PROTOCOL_VERSION") == "3" {
+		return 3
+	}
+	return 2
 }

@@ -3,16 +3,13 @@ package mps
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,13 +20,42 @@ import (
 // The stand-in MPS control daemon takes the place of nvidia-cuda-mps-control
 // where no GPU is: for fake GPUs (`dra-kubelet-plugin mps-daemon --simulate`)
 // and in a mock driver root (hack/mock-driver-root, whose
-// nvidia-cuda-mps-control is StandInMain). It speaks the control commands
-// of NVIDIA's documentation on the control socket of the pipe directory,
-// keeps their state (servers, default limits, MPS v3 servers and
-// namespaces), and logs every command to <log directory>/control.log, so
-// tests can see what the plugin asked for. It never starts an MPS server
-// and enforces nothing. Its wire format (one command per connection, the
-// reply until EOF) is its own: NVIDIA's is not public.
+// nvidia-cuda-mps-control is StandInMain). It was written from NVIDIA's
+// documentation and from projects that run the real tool on r615 (see
+// /work/shared/notes/NVIDIA-FACTS.md and docs/nvml.md, "The stand-in MPS
+// control"), not from the plugin's code, and it is as strict as they say
+// the real tool is: TestStandInRules (standin_test.go) lists every rule
+// with its source and checks each. It keeps the state of the commands (legacy
+// servers and defaults; MPS v3 servers, namespaces and clients), logs every
+// command with how it was given to <log directory>/control.log, and never
+// starts an MPS server or enforces anything.
+//
+// Its wire format between the client (the CLI) and the daemon is its own
+// (NVIDIA's is not public): one JSON request per connection, one JSON reply.
+// The client-side command line behaves like the real binary's.
+//
+// Switches, read by the daemon at start (environment of the -d/-f process):
+//
+//	TANGRAM_STANDIN_MPS_CSV_SPELLING=hyphen|underscore
+//	    how multi-word CSV columns are spelled (pipe-directory or
+//	    pipe_directory); NVIDIA's page spells hyphens, KAI reads
+//	    underscores: unconfirmed, default hyphen.
+//	TANGRAM_STANDIN_MPS_STDIN_EOF=exit|ignore
+//	    whether a -f daemon exits when its standard input reaches end of
+//	    file (KAI's report for r615; unconfirmed for r620), default exit.
+//	TANGRAM_STANDIN_MPS_HANG=<command>[,<command>...]
+//	    commands that never answer, for deadline tests: "<module> <verb>"
+//	    for MPS v3 (e.g. "namespace set"), the verb for legacy commands
+//	    (e.g. "get_server_list"), "quit" for -q / quit. The connection is
+//	    held until the daemon stops; other commands are still served. The
+//	    file <log directory>/standin-hang, in the same form, is read at
+//	    every command, so a running daemon can be made to hang (and stop
+//	    hanging) from outside.
+//
+// A test attaches an MPS client to a namespace with the stand-in's own
+// command `nvidia-cuda-mps-control standin attach-client <namespace>
+// --server=<server> [--pid=<pid>]` (the real binary has no such command: a
+// real client attaches by connecting to the namespace's pipe directory).
 
 // StandInConfig configures a stand-in daemon.
 type StandInConfig struct {
@@ -40,13 +66,47 @@ type StandInConfig struct {
 	// Protocol is 2 (legacy MPS) or 3 (MPS v3 module verb commands).
 	Protocol  int
 	MultiUser bool
+	// UnderscoreColumns spells multi-word CSV columns with underscores.
+	UnderscoreColumns bool
+	// Hang lists the commands that never answer (see the package comment).
+	Hang []string
 }
+
+// Names of the stand-in's switches (environment variables).
+const (
+	StandInEnvCSVSpelling = "TANGRAM_STANDIN_MPS_CSV_SPELLING"
+	StandInEnvStdinEOF    = "TANGRAM_STANDIN_MPS_STDIN_EOF"
+	StandInEnvHang        = "TANGRAM_STANDIN_MPS_HANG"
+	// StandInHangFile, in the log directory, lists commands that hang.
+	StandInHangFile = "standin-hang"
+)
 
 // standInControlLog is the log file, named like the real daemon's.
 const standInControlLog = "control.log"
 
-// standInCommandMark precedes each command in control.log.
-const standInCommandMark = " Cmd:"
+// Command lines in control.log: "[time] Cmd[<transport>]: <command>".
+const (
+	standInCommandMark = " Cmd["
+	standInRejectMark  = " Rejected: "
+)
+
+// How a command reached the daemon.
+const (
+	transportStdin = "stdin" // a line of the legacy interactive shell
+	transportArgv  = "argv"  // command-line arguments (MPS v3)
+	transportFlag  = "flag"  // a top-level option (-q)
+)
+
+// standInRequest is one command from the stand-in client.
+type standInRequest struct {
+	Transport string   `json:"transport"`
+	Args      []string `json:"args"`
+}
+
+type standInReply struct {
+	Out string `json:"out,omitempty"`
+	Err string `json:"err,omitempty"`
+}
 
 // RunStandInControlDaemon serves the control socket until ctx ends or a
 // client sends quit. A socket left by an earlier run is replaced.
@@ -73,60 +133,109 @@ func RunStandInControlDaemon(ctx context.Context, cfg StandInConfig) error {
 	if err != nil {
 		return fmt.Errorf("stand-in MPS daemon: listening on %s: %w", socket, err)
 	}
-	d := &standIn{cfg: cfg, defaultATP: 100, defaultPinned: map[string]string{}, servers: map[int]*standInServer{},
-		v3Servers: map[string]map[string]string{}, namespaces: map[string]map[string]string{}}
+	d := newStandInState(cfg)
 	d.log(fmt.Sprintf("Control daemon started (stand-in): protocol %d, multi-user %v, CUDA_VISIBLE_DEVICES=%s", cfg.Protocol, cfg.MultiUser, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	logger.Info("Stand-in MPS control daemon listening: no MPS server runs and nothing is enforced", "socket", socket, "protocol", cfg.Protocol)
-	quit := make(chan struct{})
+	serveCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	go func() {
-		select {
-		case <-ctx.Done():
-		case <-quit:
-		}
+		<-serveCtx.Done()
 		_ = listener.Close()
 	}()
-	var once sync.Once
+	var conns sync.WaitGroup
+	defer conns.Wait()
 	for {
 		conn, err := listener.Accept()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if serveCtx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				d.log("Control daemon stopped")
 				logger.Info("Stand-in MPS control daemon stopped", "socket", socket)
 				return nil
 			}
 			return fmt.Errorf("stand-in MPS daemon: accepting on %s: %w", socket, err)
 		}
-		if d.serve(conn) {
-			once.Do(func() { close(quit) })
-		}
+		// One goroutine per connection: a command made to hang holds its
+		// own connection only.
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			if d.serve(serveCtx, conn) {
+				stop()
+			}
+		}()
 	}
 }
 
 // serve answers one connection; true when the command was quit. A
 // connection that sends nothing (a readiness probe) is closed.
-func (d *standIn) serve(conn net.Conn) bool {
+func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 	defer func() { _ = conn.Close() }()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	line = strings.TrimSpace(line)
-	if line == "" {
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if len(strings.TrimSpace(string(line))) == 0 {
 		_ = err // EOF before a command: a probe
 		return false
 	}
-	d.log(standInCommandMark[1:] + line)
-	reply, quit, cmdErr := d.execute(line)
-	if cmdErr != nil {
-		reply = "error: " + cmdErr.Error() + "\n"
+	var req standInRequest
+	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
+		_ = json.NewEncoder(conn).Encode(standInReply{Err: fmt.Sprintf("malformed request %q", strings.TrimSpace(string(line)))})
+		return false
 	}
-	_, _ = conn.Write([]byte(reply))
+	command := strings.Join(req.Args, " ")
+	d.log(standInCommandMark[1:] + req.Transport + "]: " + command)
+	if d.hangs(req.Args) {
+		d.log("Hanging (stand-in switch): " + command)
+		<-ctx.Done()
+		return false
+	}
+	out, quit, cmdErr := d.execute(req)
+	reply := standInReply{Out: out}
+	if cmdErr != nil {
+		reply.Err = cmdErr.Error()
+		d.log(standInRejectMark[1:] + cmdErr.Error())
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_ = json.NewEncoder(conn).Encode(reply)
 	return quit
 }
 
-func (d *standIn) log(msg string) {
+// hangs reports whether the command is one the switch or the hang file
+// names.
+func (d *standInState) hangs(args []string) bool {
+	list := d.cfg.Hang
+	if d.cfg.LogDir != "" {
+		if data, err := os.ReadFile(filepath.Join(d.cfg.LogDir, StandInHangFile)); err == nil {
+			list = append(append([]string(nil), list...), ParseStandInHang(string(data))...)
+		}
+	}
+	for _, h := range list {
+		words := strings.Fields(h)
+		if len(words) > 0 && len(words) <= len(args) && strings.Join(args[:len(words)], " ") == strings.Join(words, " ") {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseStandInHang reads the hang switch's form: commands separated by
+// commas or new lines.
+func ParseStandInHang(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' }) {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (d *standInState) log(msg string) {
 	if d.cfg.LogDir == "" {
 		return
 	}
 	line := "[" + time.Now().Format("2006-01-02 15:04:05.000") + "] " + msg + "\n"
+	d.logMu.Lock()
+	defer d.logMu.Unlock()
 	f, err := os.OpenFile(filepath.Join(d.cfg.LogDir, standInControlLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return // the log is for tests; serving matters more
@@ -135,403 +244,45 @@ func (d *standIn) log(msg string) {
 	_ = f.Close()
 }
 
-// SendStandInCommand sends one command to the stand-in daemon of pipeDir
-// and returns its reply; a reply that is an error becomes the error.
-func SendStandInCommand(ctx context.Context, pipeDir, command string) (string, error) {
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
-	if err != nil {
-		return "", fmt.Errorf("cannot find MPS control daemon process (pipe directory %s): %w", pipeDir, err)
-	}
-	defer func() { _ = conn.Close() }()
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
-	}
-	if _, err := conn.Write([]byte(strings.TrimSpace(command) + "\n")); err != nil {
-		return "", fmt.Errorf("sending %q to the MPS control daemon: %w", command, err)
-	}
-	var reply strings.Builder
-	sc := bufio.NewScanner(conn)
-	for sc.Scan() {
-		reply.WriteString(sc.Text())
-		reply.WriteByte('\n')
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("reading the MPS control daemon's reply to %q: %w", command, err)
-	}
-	out := reply.String()
-	if msg, ok := strings.CutPrefix(out, "error: "); ok {
-		return "", errors.New(strings.TrimSpace(msg))
-	}
-	return out, nil
+// StandInLogEntry is one command in the stand-in's control.log.
+type StandInLogEntry struct {
+	// Transport is how it was given: "argv" (command-line arguments, the
+	// MPS v3 form), "stdin" (the legacy shell) or "flag" (-q).
+	Transport string
+	// Command is its words joined by spaces; -q is logged as quit.
+	Command string
+	// Rejected is the daemon's error, "" when it was accepted.
+	Rejected string
 }
 
-// StandInCommands returns the commands control.log in logDir recorded, in
-// order.
-func StandInCommands(logDir string) ([]string, error) {
+// StandInLog returns the commands control.log in logDir recorded, in order.
+func StandInLog(logDir string) ([]StandInLogEntry, error) {
 	data, err := os.ReadFile(filepath.Join(logDir, standInControlLog))
 	if err != nil {
 		return nil, fmt.Errorf("reading the stand-in MPS daemon's log: %w", err)
 	}
-	var out []string
+	var out []StandInLogEntry
 	for _, line := range strings.Split(string(data), "\n") {
-		if _, cmd, ok := strings.Cut(line, standInCommandMark); ok {
-			out = append(out, cmd)
+		if _, rest, ok := strings.Cut(line, standInCommandMark); ok {
+			transport, cmd, _ := strings.Cut(rest, "]: ")
+			out = append(out, StandInLogEntry{Transport: transport, Command: cmd})
+		} else if _, why, ok := strings.Cut(line, standInRejectMark); ok && len(out) > 0 {
+			out[len(out)-1].Rejected = why
 		}
 	}
 	return out, nil
 }
 
-type standInServer struct {
-	uid    int
-	atp    string
-	pinned map[string]string
-}
-
-// standIn is the daemon's state; execute is called from one goroutine.
-type standIn struct {
-	cfg           StandInConfig
-	defaultATP    float64
-	defaultPinned map[string]string
-	servers       map[int]*standInServer
-	nextPID       int
-	// MPS v3: named servers (name -> options) and namespaces
-	// ("<server>/<name>" -> settings, "server" and "name" among them).
-	v3Servers  map[string]map[string]string
-	namespaces map[string]map[string]string
-}
-
-var pinnedLimitForm = regexp.MustCompile(`^[0-9]+[KMGT]?$`)
-
-func percentage(s string) (float64, error) {
-	p, err := strconv.ParseFloat(s, 64)
-	if err != nil || p <= 0 || p > 100 {
-		return 0, fmt.Errorf("%q is not a percentage in (0, 100]", s)
-	}
-	return p, nil
-}
-
-func (d *standIn) server(pid string) (*standInServer, error) {
-	n, err := strconv.Atoi(pid)
-	if err == nil {
-		if s, ok := d.servers[n]; ok {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("no MPS server with PID %s", pid)
-}
-
-// execute runs one command: the reply, whether the daemon quits, or an
-// error (a wrong command or argument).
-func (d *standIn) execute(line string) (string, bool, error) {
-	f := strings.Fields(line)
-	args := f[1:]
-	want := func(n int, usage string) error {
-		if len(args) != n {
-			return fmt.Errorf("usage: %s", usage)
-		}
-		return nil
-	}
-	switch f[0] {
-	case "quit":
-		if len(args) != 0 && (len(args) != 2 || args[0] != "-t") {
-			return "", false, errors.New("usage: quit [-t <timeout>]")
-		}
-		return "", true, nil
-	case "get_server_list":
-		var pids []int
-		for pid := range d.servers {
-			pids = append(pids, pid)
-		}
-		slices.Sort(pids)
-		var b strings.Builder
-		for _, pid := range pids {
-			fmt.Fprintf(&b, "%d\n", pid)
-		}
-		return b.String(), false, nil
-	case "start_server":
-		if len(args) != 2 || args[0] != "-uid" {
-			return "", false, errors.New("usage: start_server -uid <uid>")
-		}
-		uid, err := strconv.Atoi(args[1])
-		if err != nil || uid < 0 {
-			return "", false, fmt.Errorf("%q is not a UID", args[1])
-		}
-		d.nextPID++
-		d.servers[100000+d.nextPID] = &standInServer{uid: uid, pinned: map[string]string{}}
-		return "", false, nil
-	case "shutdown_server":
-		if len(args) < 1 || len(args) > 2 || (len(args) == 2 && args[1] != "-f") {
-			return "", false, errors.New("usage: shutdown_server <pid> [-f]")
-		}
-		if _, err := d.server(args[0]); err != nil {
-			return "", false, err
-		}
-		pid, _ := strconv.Atoi(args[0])
-		delete(d.servers, pid)
-		return "", false, nil
-	case "get_client_list":
-		if err := want(1, "get_client_list <pid>"); err != nil {
-			return "", false, err
-		}
-		_, err := d.server(args[0])
-		return "", false, err
-	case "set_default_active_thread_percentage":
-		if err := want(1, "set_default_active_thread_percentage <percentage>"); err != nil {
-			return "", false, err
-		}
-		p, err := percentage(args[0])
-		if err != nil {
-			return "", false, err
-		}
-		d.defaultATP = p
-		return fmt.Sprintf("%.1f\n", p), false, nil
-	case "get_default_active_thread_percentage":
-		return fmt.Sprintf("%.1f\n", d.defaultATP), false, nil
-	case "set_active_thread_percentage":
-		if err := want(2, "set_active_thread_percentage <pid> <percentage>"); err != nil {
-			return "", false, err
-		}
-		s, err := d.server(args[0])
-		if err != nil {
-			return "", false, err
-		}
-		if _, err := percentage(args[1]); err != nil {
-			return "", false, err
-		}
-		s.atp = args[1]
-		return "", false, nil
-	case "set_default_device_pinned_mem_limit":
-		if err := want(2, "set_default_device_pinned_mem_limit <device> <limit, e.g. 2G>"); err != nil {
-			return "", false, err
-		}
-		if !pinnedLimitForm.MatchString(args[1]) {
-			return "", false, fmt.Errorf("%q is not a memory limit (e.g. 2G, 512M)", args[1])
-		}
-		d.defaultPinned[args[0]] = args[1]
-		return "", false, nil
-	case "get_default_device_pinned_mem_limit":
-		if err := want(1, "get_default_device_pinned_mem_limit <device>"); err != nil {
-			return "", false, err
-		}
-		if v, ok := d.defaultPinned[args[0]]; ok {
-			return v + "\n", false, nil
-		}
-		return "0\n", false, nil
-	case "set_device_pinned_mem_limit":
-		if err := want(3, "set_device_pinned_mem_limit <pid> <device> <limit>"); err != nil {
-			return "", false, err
-		}
-		s, err := d.server(args[0])
-		if err != nil {
-			return "", false, err
-		}
-		if !pinnedLimitForm.MatchString(args[2]) {
-			return "", false, fmt.Errorf("%q is not a memory limit (e.g. 2G, 512M)", args[2])
-		}
-		s.pinned[args[1]] = args[2]
-		return "", false, nil
-	case "server", "namespace":
-		if d.cfg.Protocol != 3 {
-			return "", false, fmt.Errorf("unknown command %q: MPS v3 module commands need a daemon started with -p 3", f[0])
-		}
-		return d.executeV3(f[0], args)
-	}
-	return "", false, fmt.Errorf("unknown command %q", f[0])
-}
-
-// executeV3 runs the MPS v3 "<module> <verb>" commands the plugin uses,
-// in the form NVIDIA documents for driver release 615 (MPS v3 Interface;
-// see docs/nvml.md): named servers and their namespaces, options as
-// --name=value, lists in CSV with --format=csv. A server's and a
-// namespace's pipe subdirectories (<pipe>/<server>/<namespace>/), through
-// which a client reaches its namespace, are created and removed with them.
-func (d *standIn) executeV3(module string, args []string) (string, bool, error) {
-	if len(args) == 0 {
-		return "", false, fmt.Errorf("usage: %s <create|delete|list|set|get> ...", module)
-	}
-	verb := args[0]
-	names, opts, err := v3Args(args[1:])
+// StandInCommands returns the commands (accepted or not) control.log in
+// logDir recorded, in order.
+func StandInCommands(logDir string) ([]string, error) {
+	entries, err := StandInLog(logDir)
 	if err != nil {
-		return "", false, err
+		return nil, err
 	}
-	csv := opts["format"] == "csv"
-	if f, ok := opts["format"]; ok && f != "csv" {
-		return "", false, fmt.Errorf("--format=%s: only csv is known", f)
+	out := make([]string, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, e.Command)
 	}
-	delete(opts, "format")
-	switch module + " " + verb {
-	case "server create":
-		if len(names) > 1 {
-			return "", false, errors.New("usage: server create [<name>] [--uid=<uid>] [--allowed-devices=<uuid>,...]")
-		}
-		name := "default"
-		if len(names) == 1 {
-			name = names[0]
-		}
-		if _, ok := d.v3Servers[name]; ok {
-			return "", false, fmt.Errorf("server %s exists", name)
-		}
-		for k := range opts {
-			if k != "uid" && k != "allowed-devices" {
-				return "", false, fmt.Errorf("server create: unknown option --%s", k)
-			}
-		}
-		if err := d.mkPipeSubdir(name); err != nil {
-			return "", false, err
-		}
-		d.v3Servers[name] = opts
-		return "", false, nil
-	case "server delete":
-		if len(names) != 1 {
-			return "", false, errors.New("usage: server delete <name>")
-		}
-		if _, ok := d.v3Servers[names[0]]; !ok {
-			return "", false, fmt.Errorf("no server %s", names[0])
-		}
-		for _, ns := range slices.Sorted(maps.Keys(d.namespaces)) {
-			if d.namespaces[ns]["server"] == names[0] {
-				return "", false, fmt.Errorf("server %s still has namespace %s", names[0], d.namespaces[ns]["name"])
-			}
-		}
-		delete(d.v3Servers, names[0])
-		d.rmPipeSubdir(names[0])
-		return "", false, nil
-	case "server list":
-		var rows [][]string
-		for _, name := range slices.Sorted(maps.Keys(d.v3Servers)) {
-			o := d.v3Servers[name]
-			rows = append(rows, []string{name, "running", o["uid"], o["allowed-devices"]})
-		}
-		return v3Table(csv, []string{"name", "status", "uid", "allowed_devices"}, rows), false, nil
-	case "namespace create", "namespace delete", "namespace set", "namespace get":
-		if len(names) != 1 || opts["server"] == "" {
-			return "", false, fmt.Errorf("usage: namespace %s <name> --server=<server> [--<setting>=<value>...]", verb)
-		}
-		server, name := opts["server"], names[0]
-		delete(opts, "server")
-		key := server + "/" + name
-		if _, ok := d.v3Servers[server]; !ok {
-			return "", false, fmt.Errorf("no server %s", server)
-		}
-		settings, exists := d.namespaces[key]
-		switch verb {
-		case "create":
-			if exists {
-				return "", false, fmt.Errorf("namespace %s exists on server %s", name, server)
-			}
-			if len(opts) > 0 {
-				return "", false, errors.New("namespace create takes no settings; use namespace set")
-			}
-			if err := d.mkPipeSubdir(server, name); err != nil {
-				return "", false, err
-			}
-			d.namespaces[key] = map[string]string{"server": server, "name": name}
-			return "", false, nil
-		case "delete":
-			if !exists {
-				return "", false, fmt.Errorf("no namespace %s on server %s", name, server)
-			}
-			delete(d.namespaces, key)
-			d.rmPipeSubdir(server, name)
-			return "", false, nil
-		case "set":
-			if !exists {
-				return "", false, fmt.Errorf("no namespace %s on server %s", name, server)
-			}
-			for k, v := range opts {
-				switch k {
-				case "active-thread-percentage":
-					if _, err := percentage(v); err != nil {
-						return "", false, err
-					}
-				case "pinned-memory-limit":
-					if !pinnedLimitForm.MatchString(v) {
-						return "", false, fmt.Errorf("%q is not a memory limit (e.g. 2G, 512M)", v)
-					}
-				case "client-priority":
-				default:
-					return "", false, fmt.Errorf("namespace set: unknown setting --%s", k)
-				}
-			}
-			for k, v := range opts {
-				settings[k] = v
-			}
-			return "", false, nil
-		default: // get
-			if !exists {
-				return "", false, fmt.Errorf("no namespace %s on server %s", name, server)
-			}
-			return v3Table(csv, namespaceColumns, [][]string{namespaceRow(settings)}), false, nil
-		}
-	case "namespace list":
-		var rows [][]string
-		for _, key := range slices.Sorted(maps.Keys(d.namespaces)) {
-			settings := d.namespaces[key]
-			if s := opts["server"]; s != "" && settings["server"] != s {
-				continue
-			}
-			rows = append(rows, namespaceRow(settings))
-		}
-		return v3Table(csv, namespaceColumns, rows), false, nil
-	}
-	return "", false, fmt.Errorf("unknown command %q", module+" "+verb)
-}
-
-var namespaceColumns = []string{"server", "name", "active_thread_percentage", "pinned_memory_limit", "client_priority"}
-
-func namespaceRow(s map[string]string) []string {
-	return []string{s["server"], s["name"], s["active-thread-percentage"], s["pinned-memory-limit"], s["client-priority"]}
-}
-
-// v3Args splits arguments into names and --key=value options.
-func v3Args(args []string) ([]string, map[string]string, error) {
-	var names []string
-	opts := map[string]string{}
-	for _, a := range args {
-		opt, ok := strings.CutPrefix(a, "--")
-		if !ok {
-			names = append(names, a)
-			continue
-		}
-		k, v, ok := strings.Cut(opt, "=")
-		if !ok || k == "" {
-			return nil, nil, fmt.Errorf("%q is not --<option>=<value>", a)
-		}
-		opts[k] = v
-	}
-	return names, opts, nil
-}
-
-// v3Table renders rows as CSV with a header, or as space-separated lines.
-func v3Table(csv bool, header []string, rows [][]string) string {
-	var b strings.Builder
-	sep := " "
-	if csv {
-		sep = ","
-		b.WriteString(strings.Join(header, sep) + "\n")
-	}
-	for _, r := range rows {
-		b.WriteString(strings.Join(r, sep) + "\n")
-	}
-	return b.String()
-}
-
-// mkPipeSubdir creates <pipe>/<parts...>, where the real daemon puts the
-// sockets of a server or namespace.
-func (d *standIn) mkPipeSubdir(parts ...string) error {
-	for _, p := range parts {
-		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, "/\x00") {
-			return fmt.Errorf("%q is not a valid name", p)
-		}
-	}
-	dir := filepath.Join(append([]string{d.cfg.PipeDir}, parts...)...)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	return nil
-}
-
-func (d *standIn) rmPipeSubdir(parts ...string) {
-	_ = os.RemoveAll(filepath.Join(append([]string{d.cfg.PipeDir}, parts...)...))
+	return out, nil
 }

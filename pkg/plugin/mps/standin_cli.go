@@ -2,9 +2,13 @@ package mps
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,148 +24,298 @@ const (
 	defaultMPSLogDir  = "/var/log/nvidia-mps"
 )
 
+// standInBackgroundEnv marks the -f process that -d started: its standard
+// input is not the caller's, so its end is no reason to exit.
+const standInBackgroundEnv = "TANGRAM_STANDIN_MPS_BACKGROUND"
+
 // StandInMain is the command line of the stand-in nvidia-cuda-mps-control
-// that hack/mock-driver-root installs. Like the real one it reads
-// CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY and
-// CUDA_MPS_PROTOCOL_VERSION and takes
-//
-//	-d, --daemon      start the daemon in the background
-//	-f, --foreground  run the daemon in the foreground
-//	-p, --protocol N  2 (legacy, default) or 3 (MPS v3); the variable wins
-//	-M, -m, --multiuser
-//	-q, --quit        ask the running daemon to quit
-//
-// Without -d or -f it is a client: every line of stdin is a command sent to
-// the running daemon, its reply printed. It returns the exit status.
+// that hack/mock-driver-root installs, with the process's environment. See
+// RunStandIn.
 func StandInMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	var daemon, foreground, multiUser, quit bool
+	return RunStandIn(ctx, StandInInvocation{Args: args, Getenv: os.Getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// StandInInvocation is one run of the stand-in program.
+type StandInInvocation struct {
+	// Args are the arguments after the program name.
+	Args []string
+	// Getenv reads the environment (os.Getenv for the program).
+	Getenv         func(string) string
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// RunStandIn runs the stand-in nvidia-cuda-mps-control and returns its exit
+// status. Like the real one (NVIDIA, "MPS v3 Interface", control daemon
+// options) it reads CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY and
+// CUDA_MPS_PROTOCOL_VERSION (which wins over -p) and takes
+//
+//	-d, --daemon        start the daemon in the background
+//	-f, --foreground    run the daemon in the foreground; it exits when its
+//	                    standard input ends (switch: StandInEnvStdinEOF)
+//	-p, --protocol N    2 (legacy, default) or 3 (MPS v3)
+//	-m, --multiuser     multi-user mode; -M is the legacy spelling, refused
+//	                    with protocol 3
+//	-q, --quit          ask the running daemon to quit
+//	<module> <verb> ... an MPS v3 command, as arguments
+//
+// With none of these it is the legacy shell: every line of standard input
+// is a command. A client follows the running daemon's protocol whatever
+// its own -p says; the daemon refuses a command given the wrong way (stdin
+// under v3, arguments under v2).
+func RunStandIn(ctx context.Context, inv StandInInvocation) int {
+	var daemon, foreground, multiUser, legacyMultiUser, quit bool
 	protocol := 2
+	args := inv.Args
+	var command []string
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; a {
 		case "-d", "--daemon":
 			daemon = true
 		case "-f", "--foreground":
 			foreground = true
-		case "-M", "-m", "--multiuser":
+		case "-m", "--multiuser":
 			multiUser = true
+		case "-M":
+			legacyMultiUser = true
 		case "-q", "--quit":
 			quit = true
 		case "-p", "--protocol":
 			if i+1 == len(args) {
-				fmt.Fprintf(stderr, "%s needs 2 or 3\n", a)
+				fmt.Fprintf(inv.Stderr, "%s needs 2 or 3\n", a)
 				return 2
 			}
 			i++
 			p, err := strconv.Atoi(args[i])
 			if err != nil || (p != 2 && p != 3) {
-				fmt.Fprintf(stderr, "%s %s: want 2 or 3\n", a, args[i])
+				fmt.Fprintf(inv.Stderr, "%s %s: want 2 or 3\n", a, args[i])
 				return 2
 			}
 			protocol = p
+		case "-a", "--apply":
+			fmt.Fprintf(inv.Stderr, "%s: configuration files are not supported by the stand-in\n", a)
+			return 2
 		case "-h", "--help":
-			fmt.Fprintln(stdout, "stand-in nvidia-cuda-mps-control (Tangram mock driver root): [-d|-f] [-p 2|3] [-M] [-q]; commands on stdin")
+			fmt.Fprintln(inv.Stdout, "stand-in nvidia-cuda-mps-control (Tangram): [-d|-f] [-p 2|3] [-m] [-q] | [-p 3] <module> <verb> ...; legacy commands on stdin")
 			return 0
 		default:
-			fmt.Fprintf(stderr, "unknown option %s\n", a)
-			return 2
+			if strings.HasPrefix(a, "-") {
+				fmt.Fprintf(inv.Stderr, "unknown option %s\n", a)
+				return 2
+			}
+			command = args[i:]
+			i = len(args)
 		}
 	}
-	if v := os.Getenv("CUDA_MPS_PROTOCOL_VERSION"); v != "" {
+	if v := inv.Getenv("CUDA_MPS_PROTOCOL_VERSION"); v != "" {
 		p, err := strconv.Atoi(v)
 		if err != nil || (p != 2 && p != 3) {
-			fmt.Fprintf(stderr, "CUDA_MPS_PROTOCOL_VERSION=%s: want 2 or 3\n", v)
+			fmt.Fprintf(inv.Stderr, "CUDA_MPS_PROTOCOL_VERSION=%s: want 2 or 3\n", v)
 			return 2
 		}
 		protocol = p
 	}
-	pipeDir := envOr("CUDA_MPS_PIPE_DIRECTORY", defaultMPSPipeDir)
-	logDir := envOr("CUDA_MPS_LOG_DIRECTORY", defaultMPSLogDir)
+	pipeDir := envOr(inv.Getenv, "CUDA_MPS_PIPE_DIRECTORY", defaultMPSPipeDir)
+	logDir := envOr(inv.Getenv, "CUDA_MPS_LOG_DIRECTORY", defaultMPSLogDir)
 	switch {
 	case daemon && foreground:
-		fmt.Fprintln(stderr, "-d and -f are exclusive")
+		fmt.Fprintln(inv.Stderr, "-d and -f are exclusive")
+		return 2
+	case (daemon || foreground) && (quit || len(command) > 0):
+		fmt.Fprintln(inv.Stderr, "-d/-f start a daemon and take no command")
+		return 2
+	case (daemon || foreground) && legacyMultiUser && protocol == 3:
+		// rule: v3-no-M.
+		fmt.Fprintln(inv.Stderr, "-M is the legacy multi-user option; MPS v3 (protocol 3) takes -m/--multiuser")
 		return 2
 	case foreground:
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			fmt.Fprintf(stderr, "creating the log directory: %v\n", err)
-			return 1
-		}
-		if err := RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol, MultiUser: multiUser}); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		return 0
+		return runForeground(ctx, inv, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol, MultiUser: multiUser || legacyMultiUser,
+			UnderscoreColumns: inv.Getenv(StandInEnvCSVSpelling) == "underscore", Hang: ParseStandInHang(inv.Getenv(StandInEnvHang))})
 	case daemon:
-		return startBackground(ctx, args, pipeDir, stderr)
+		return startBackground(ctx, inv, pipeDir)
+	case quit && len(command) > 0:
+		fmt.Fprintln(inv.Stderr, "-q takes no command")
+		return 2
 	case quit:
-		return sendLines(ctx, pipeDir, strings.NewReader("quit\n"), stdout, stderr)
+		return sendOne(ctx, pipeDir, standInRequest{Transport: transportFlag, Args: []string{"quit"}}, inv)
+	case len(command) > 0:
+		return sendOne(ctx, pipeDir, standInRequest{Transport: transportArgv, Args: command}, inv)
 	}
-	return sendLines(ctx, pipeDir, stdin, stdout, stderr)
+	return sendLines(ctx, pipeDir, inv)
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
 		return v
 	}
 	return def
 }
 
+// runForeground is -f: the daemon, until ctx ends, a client sends quit, or
+// (rule: fg-stdin-eof) its standard input ends.
+func runForeground(ctx context.Context, inv StandInInvocation, cfg StandInConfig) int {
+	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
+		fmt.Fprintf(inv.Stderr, "creating the log directory: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if inv.Getenv(standInBackgroundEnv) == "" && inv.Getenv(StandInEnvStdinEOF) != "ignore" {
+		stdin := inv.Stdin
+		if stdin == nil {
+			stdin = bytes.NewReader(nil)
+		}
+		go func() {
+			_, _ = io.Copy(io.Discard, stdin)
+			fmt.Fprintln(inv.Stderr, "standard input closed: the foreground daemon exits")
+			cancel()
+		}()
+	}
+	if err := RunStandInControlDaemon(ctx, cfg); err != nil {
+		fmt.Fprintln(inv.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
 // startBackground runs this program again with -f in a session of its own
 // and returns once it answers on the control socket.
-func startBackground(ctx context.Context, args []string, pipeDir string, stderr io.Writer) int {
+func startBackground(ctx context.Context, inv StandInInvocation, pipeDir string) int {
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "starting the daemon: %v\n", err)
+		fmt.Fprintf(inv.Stderr, "starting the daemon: %v\n", err)
 		return 1
 	}
 	var fgArgs []string
-	for _, a := range args {
+	for _, a := range inv.Args {
 		if a != "-d" && a != "--daemon" {
 			fgArgs = append(fgArgs, a)
 		}
 	}
 	cmd := exec.Command(self, append(fgArgs, "-f")...)
+	cmd.Env = append(os.Environ(), standInBackgroundEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "starting the daemon: %v\n", err)
+		fmt.Fprintf(inv.Stderr, "starting the daemon: %v\n", err)
 		return 1
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := SendStandInCommand(ctx, pipeDir, ""); err == nil {
+		if err := ProbeStandIn(ctx, pipeDir); err == nil {
 			return 0
 		}
 		select {
 		case err := <-exited:
-			fmt.Fprintf(stderr, "the daemon exited at start: %v\n", err)
+			fmt.Fprintf(inv.Stderr, "the daemon exited at start: %v\n", err)
 			return 1
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(stderr, "the daemon did not answer on %s within 10s\n", filepath.Join(pipeDir, "control"))
+			fmt.Fprintf(inv.Stderr, "the daemon did not answer on %s within 10s\n", filepath.Join(pipeDir, "control"))
 			return 1
 		}
 	}
 }
 
-// sendLines sends each command of in; any failed command makes the exit
-// status 1.
-func sendLines(ctx context.Context, pipeDir string, in io.Reader, stdout, stderr io.Writer) int {
+// sendOne sends one command and prints its answer; a refused command
+// prints the daemon's error and exits 1.
+func sendOne(ctx context.Context, pipeDir string, req standInRequest, inv StandInInvocation) int {
+	out, err := sendStandIn(ctx, pipeDir, req)
+	if err != nil {
+		fmt.Fprintln(inv.Stderr, err)
+		return 1
+	}
+	_, _ = io.WriteString(inv.Stdout, out)
+	return 0
+}
+
+// sendLines is the legacy shell: each line of stdin is a command; any
+// failed command makes the exit status 1.
+func sendLines(ctx context.Context, pipeDir string, inv StandInInvocation) int {
+	if inv.Stdin == nil {
+		return 0
+	}
 	status := 0
-	sc := bufio.NewScanner(in)
+	sc := bufio.NewScanner(inv.Stdin)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
+		words := strings.Fields(sc.Text())
+		if len(words) == 0 {
 			continue
 		}
-		reply, err := SendStandInCommand(ctx, pipeDir, line)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			status = 1
-			continue
+		if code := sendOne(ctx, pipeDir, standInRequest{Transport: transportStdin, Args: words}, inv); code != 0 {
+			status = code
 		}
-		_, _ = io.WriteString(stdout, reply)
 	}
 	return status
+}
+
+// ProbeStandIn reports whether a stand-in daemon listens on pipeDir.
+func ProbeStandIn(ctx context.Context, pipeDir string) error {
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
+	if err != nil {
+		return fmt.Errorf("cannot find MPS control daemon process (pipe directory %s): %w", pipeDir, err)
+	}
+	return conn.Close()
+}
+
+// sendStandIn sends one request to the stand-in daemon of pipeDir and
+// returns its answer; a refusal becomes the error. It gives up when ctx
+// ends, like a client killed at its deadline.
+func sendStandIn(ctx context.Context, pipeDir string, req standInRequest) (string, error) {
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
+	if err != nil {
+		return "", fmt.Errorf("cannot find MPS control daemon process (pipe directory %s): %w", pipeDir, err)
+	}
+	defer func() { _ = conn.Close() }()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	command := strings.Join(req.Args, " ")
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return "", fmt.Errorf("sending %q to the MPS control daemon: %w", command, err)
+	}
+	var reply standInReply
+	if err := json.NewDecoder(conn).Decode(&reply); err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return "", fmt.Errorf("reading the MPS control daemon's answer to %q: %w", command, err)
+	}
+	if reply.Err != "" {
+		return "", errors.New(reply.Err)
+	}
+	return reply.Out, nil
+}
+
+// StandInRunner runs the stand-in control program in this process, behind
+// the same Runner interface as the real binary (ExecCommander): argv[0] is
+// ignored, env is the program's whole environment. The plugin uses it on
+// fake GPUs, where there is no control binary.
+type StandInRunner struct{}
+
+// Run runs the stand-in client with argv and the given standard input.
+func (StandInRunner) Run(ctx context.Context, argv, env []string, stdin string) ([]byte, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("running the stand-in MPS control: empty command")
+	}
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	var out bytes.Buffer
+	code := RunStandIn(ctx, StandInInvocation{Args: argv[1:], Getenv: func(k string) string { return vars[k] },
+		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &out})
+	if code != 0 {
+		err := fmt.Errorf("exit status %d", code)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return out.Bytes(), fmt.Errorf("running %s (stand-in): %w (output: %q)", strings.Join(argv, " "), err, bytes.TrimSpace(out.Bytes()))
+	}
+	return out.Bytes(), nil
 }

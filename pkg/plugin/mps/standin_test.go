@@ -2,6 +2,9 @@ package mps
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,9 +13,408 @@ import (
 	"time"
 )
 
+// standInDaemon is a stand-in daemon run in the test process.
+type standInDaemon struct {
+	pipe, logDir string
+	done         chan error
+}
+
+// startStandIn runs RunStandInControlDaemon with cfg (its pipe and log
+// directories filled in) until the test ends.
+func startStandIn(t *testing.T, cfg StandInConfig) *standInDaemon {
+	t.Helper()
+	root := shortRoot(t)
+	d := &standInDaemon{pipe: filepath.Join(root, "pipe"), logDir: filepath.Join(root, "log"), done: make(chan error, 1)}
+	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.PipeDir, cfg.LogDir = d.pipe, d.logDir
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { d.done <- RunStandInControlDaemon(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-d.done; err != nil {
+			t.Error(err)
+		}
+	})
+	waitForStandIn(t, d.pipe)
+	return d
+}
+
+// cli runs the stand-in program in this process as a client of d, with
+// the given standard input and arguments.
+func (d *standInDaemon) cli(stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := StandInRunner{}.Run(ctx, append([]string{MPSControlName}, args...), []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.pipe}, stdin)
+	return string(out), err
+}
+
+// v3 runs one MPS v3 command as arguments.
+func (d *standInDaemon) v3(args ...string) (string, error) {
+	return d.cli("", append([]string{"-p", "3"}, args...)...)
+}
+
+func waitForStandIn(t *testing.T, pipe string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for ProbeStandIn(context.Background(), pipe) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in daemon does not answer")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runForegroundStandIn runs "nvidia-cuda-mps-control <args>" (a daemon
+// start) in this process with the given stdin and environment; the exit
+// status arrives on the channel.
+func runForegroundStandIn(t *testing.T, stdin io.Reader, env map[string]string, args ...string) (string, <-chan int) {
+	t.Helper()
+	root := shortRoot(t)
+	pipe := filepath.Join(root, "pipe")
+	vars := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": filepath.Join(root, "log")}
+	for k, v := range env {
+		vars[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	code, done := make(chan int, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		code <- RunStandIn(ctx, StandInInvocation{Args: args, Getenv: func(k string) string { return vars[k] },
+			Stdin: stdin, Stdout: io.Discard, Stderr: io.Discard})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the stand-in daemon did not stop")
+		}
+	})
+	return pipe, code
+}
+
+func wantErr(t *testing.T, what string, err error, substr string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), substr) {
+		t.Errorf("%s: error %v, want one containing %q", what, err, substr)
+	}
+}
+
+func wantOK(t *testing.T, what string, out string, err error, want string) {
+	t.Helper()
+	if err != nil || (want != "*" && out != want) {
+		t.Errorf("%s: %q, %v; want %q", what, out, err, want)
+	}
+}
+
+// TestStandInRules lists each documented behaviour of the real
+// nvidia-cuda-mps-control the stand-in follows, with its source (the pages
+// and projects /work/shared/notes/NVIDIA-FACTS.md names, summarised in
+// docs/nvml.md), and checks that the stand-in enforces it: a stand-in that
+// accepts what the real tool refuses would prove nothing.
+func TestStandInRules(t *testing.T) {
+	const (
+		v3Page   = "NVIDIA, MPS v3 Interface (docs.nvidia.com/deploy/mps, r615/r620)"
+		nsPage   = "NVIDIA, MPS v3 Namespaces (Namespace Routing)"
+		kai      = "NVIDIA KAI scheduler, kai-gpu-fractioning mpsctl (verified on driver 615)"
+		legacy   = "NVIDIA, MPS documentation / nvidia-cuda-mps-control(1), legacy shell"
+		dynamo   = "NVIDIA Dynamo, per-GPU compute and memory limits with MPS (615.71.09)"
+		v3Server = "s"
+	)
+	// v3 is a multi-user MPS v3 daemon with server s and namespace ns.
+	v3 := func(t *testing.T, cfg StandInConfig) *standInDaemon {
+		cfg.Protocol, cfg.MultiUser = 3, true
+		d := startStandIn(t, cfg)
+		for _, cmd := range [][]string{
+			{"server", "create", v3Server, "--uid=0", "--allowed-devices=GPU-a,GPU-b"},
+			{"namespace", "create", "ns", "--server=" + v3Server},
+			{"namespace", "set", "ns", "--server=" + v3Server, "--active-thread-percentage=30", "--pinned-memory-limit=20480M"},
+		} {
+			if _, err := d.v3(cmd...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	rules := []struct {
+		rule, source string
+		check        func(t *testing.T)
+	}{
+		{rule: "v3-no-stdin: MPS v3 takes commands as arguments; a command on stdin (the legacy shell) is refused", source: v3Page + "; " + kai,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				_, err := d.cli("server list --format=csv\n")
+				wantErr(t, "server list on stdin", err, "no interactive shell")
+				out, err := d.cli("", "-p", "3", "server", "list", "--format=csv")
+				wantOK(t, "server list as arguments", out, err, "*")
+			}},
+		{rule: "v3-quit-q: MPS v3 quits with -q; quit on stdin is refused", source: v3Page,
+			check: func(t *testing.T) {
+				d := startStandIn(t, StandInConfig{Protocol: 3})
+				_, err := d.cli("quit\n")
+				wantErr(t, "quit on stdin", err, "no interactive shell")
+				if _, err := d.cli("", "-q"); err != nil {
+					t.Fatal(err)
+				}
+				waitStopped(t, d)
+			}},
+		{rule: "v2-stdin: legacy MPS reads commands on stdin; <module> <verb> arguments need -p 3", source: legacy + "; " + v3Page,
+			check: func(t *testing.T) {
+				d := startStandIn(t, StandInConfig{Protocol: 2})
+				out, err := d.cli("get_server_list\n")
+				wantOK(t, "get_server_list on stdin", out, err, "")
+				_, err = d.cli("", "server", "list")
+				wantErr(t, "server list as arguments", err, "need a daemon started with -p 3")
+			}},
+		{rule: "client-follows-daemon: a client follows the running daemon's protocol, whatever its own -p", source: v3Page,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				out, err := d.cli("", "-p", "2", "namespace", "get", "ns", v3Server, "name")
+				wantOK(t, "a -p 2 client of a v3 daemon", out, err, "ns\n")
+			}},
+		{rule: "v3-no-M: -M (legacy multi-user) with protocol 3 is refused; v3 takes -m/--multiuser", source: v3Page + "; " + kai + " (runs -p 3 -m -f)",
+			check: func(t *testing.T) {
+				for _, start := range []struct {
+					env  map[string]string
+					args []string
+				}{
+					{args: []string{"-p", "3", "-M", "-f"}},
+					{env: map[string]string{"CUDA_MPS_PROTOCOL_VERSION": "3"}, args: []string{"-f", "-M"}},
+				} {
+					_, code := runForegroundStandIn(t, blockingReader(t), start.env, start.args...)
+					select {
+					case c := <-code:
+						if c != 2 {
+							t.Errorf("%v: exit %d, want 2", start.args, c)
+						}
+					case <-time.After(5 * time.Second):
+						t.Errorf("%v %v: the daemon started", start.env, start.args)
+					}
+				}
+				pipe, code := runForegroundStandIn(t, blockingReader(t), nil, "-p", "3", "-m", "-f")
+				waitRunning(t, pipe, code)
+				pipe, code = runForegroundStandIn(t, blockingReader(t), nil, "-f", "-M")
+				waitRunning(t, pipe, code)
+			}},
+		{rule: "env-wins: CUDA_MPS_PROTOCOL_VERSION wins over -p", source: v3Page,
+			check: func(t *testing.T) {
+				pipe, code := runForegroundStandIn(t, blockingReader(t), map[string]string{"CUDA_MPS_PROTOCOL_VERSION": "3"}, "-p", "2", "-f")
+				waitRunning(t, pipe, code)
+				d := &standInDaemon{pipe: pipe}
+				_, err := d.cli("get_server_list\n")
+				wantErr(t, "a legacy command", err, "no interactive shell")
+			}},
+		{rule: "fg-stdin-eof: a -f daemon exits when its stdin ends (unconfirmed for r620: switch " + StandInEnvStdinEOF + "=ignore)", source: kai + " (r615 report)",
+			check: func(t *testing.T) {
+				r, w := io.Pipe()
+				pipe, code := runForegroundStandIn(t, r, nil, "-p", "3", "-m", "-f")
+				waitRunning(t, pipe, code)
+				_ = w.Close()
+				select {
+				case c := <-code:
+					if c != 0 {
+						t.Errorf("exit %d at stdin EOF, want 0", c)
+					}
+				case <-time.After(5 * time.Second):
+					t.Error("the -f daemon still runs after its stdin ended")
+				}
+				r, w = io.Pipe()
+				pipe, code = runForegroundStandIn(t, r, map[string]string{StandInEnvStdinEOF: "ignore"}, "-p", "3", "-m", "-f")
+				waitRunning(t, pipe, code)
+				_ = w.Close()
+				select {
+				case c := <-code:
+					t.Errorf("with %s=ignore the daemon exited (%d) at stdin EOF", StandInEnvStdinEOF, c)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}},
+		{rule: "ns-name: namespace names are ^[a-z0-9_]{1,64}$", source: kai + "; " + nsPage,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				for _, bad := range []string{"tangram-0b7c3a8e-1f2d", "Upper", "dot.ted", strings.Repeat("a", 65), "../x"} {
+					_, err := d.v3("namespace", "create", bad, "--server="+v3Server)
+					wantErr(t, "namespace create "+bad, err, "invalid namespace name")
+				}
+				_, err := d.v3("namespace", "create", strings.Repeat("a", 64), "--server="+v3Server)
+				wantOK(t, "a 64-character name", "", err, "")
+				_, err = d.v3("namespace", "create", "tangram_0b7c3a8e_1f2d_4e5a_9b6c_7d8e9f0a1b2c", "--server="+v3Server)
+				wantOK(t, "tangram_ and a claim UID with underscores", "", err, "")
+			}},
+		{rule: "set-with-clients: namespace set fails while a client is attached", source: kai + " (r615)",
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				pid, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = d.v3("namespace", "set", "ns", "--server="+v3Server, "--active-thread-percentage=30")
+				wantErr(t, "set with a client", err, "attached client")
+				if _, err := d.v3("client", "terminate", strings.TrimSpace(pid), "--server="+v3Server); err != nil {
+					t.Fatal(err)
+				}
+				_, err = d.v3("namespace", "set", "ns", "--server="+v3Server, "--active-thread-percentage=40")
+				wantOK(t, "set after client terminate", "", err, "")
+			}},
+		{rule: "delete-with-clients: namespace delete fails while a client is attached, unless the clients were terminated or it is --force'd", source: kai + " (r615)",
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=4242"); err != nil {
+					t.Fatal(err)
+				}
+				_, err := d.v3("namespace", "delete", "ns", "--server="+v3Server)
+				wantErr(t, "delete with a client", err, "delete with --force")
+				_, err = d.v3("namespace", "delete", "ns", "--server="+v3Server, "--force")
+				wantOK(t, "delete --force", "", err, "")
+				if _, err := os.Stat(filepath.Join(d.pipe, v3Server, "ns")); !os.IsNotExist(err) {
+					t.Errorf("the namespace's pipe directory is still there: %v", err)
+				}
+			}},
+		{rule: "server-ready, server-list-columns: server list --format=csv: columns name, uid, pid, status, pipe-directory; status Ready", source: v3Page + "; " + dynamo,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				out, err := d.v3("server", "list", "--format=csv")
+				want := "name,uid,pid,status,pipe-directory,allowed-devices\ns,0,300001,Ready," + filepath.Join(d.pipe, v3Server) + ",\"GPU-a,GPU-b\"\n"
+				wantOK(t, "server list", out, err, want)
+			}},
+		{rule: "ns-list-columns: namespace list --format=csv spells columns with hyphens (underscores: unconfirmed, switch " + StandInEnvCSVSpelling + "=underscore); values like 30.00 and 20G", source: v3Page + "; " + kai + " (reads pipe_directory)",
+			check: func(t *testing.T) {
+				for _, underscore := range []bool{false, true} {
+					d := v3(t, StandInConfig{UnderscoreColumns: underscore})
+					out, err := d.v3("namespace", "list", "--server="+v3Server, "--format=csv")
+					header := "name,server,active-thread-percentage,pinned-memory-limit,client-priority,pipe-directory"
+					if underscore {
+						header = strings.ReplaceAll(header, "-", "_")
+					}
+					wantOK(t, "namespace list", out, err, header+"\nns,s,30.00,20G,,"+filepath.Join(d.pipe, v3Server, "ns")+"\n")
+				}
+			}},
+		{rule: "table-form: the table form prints upper-case headers with spaces (ACTIVE THREAD PERCENTAGE)", source: v3Page,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				out, err := d.v3("namespace", "list", "--server="+v3Server)
+				if err != nil || !strings.Contains(out, "ACTIVE THREAD PERCENTAGE") {
+					t.Errorf("table form %q, %v", out, err)
+				}
+			}},
+		{rule: "ns-get-pipe: namespace get <ns> <server> pipe_directory answers where clients reach the namespace", source: kai + "; " + nsPage,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				want := filepath.Join(d.pipe, v3Server, "ns") + "\n"
+				out, err := d.v3("namespace", "get", "ns", v3Server, "pipe_directory")
+				wantOK(t, "KAI's form", out, err, want)
+				out, err = d.v3("namespace", "get", "ns", "--server="+v3Server, "pipe-directory")
+				wantOK(t, "the option form", out, err, want)
+				if fi, err := os.Stat(strings.TrimSpace(want)); err != nil || !fi.IsDir() {
+					t.Errorf("the namespace's pipe directory: %v", err)
+				}
+			}},
+		{rule: "client-list: client list --format=csv,noheader lists the clients without a header", source: kai,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=1234567"); err != nil {
+					t.Fatal(err)
+				}
+				out, err := d.v3("client", "list", "--server="+v3Server, "--format=csv,noheader")
+				wantOK(t, "client list", out, err, "1234567,s,ns\n")
+			}},
+		{rule: "multiuser-uid0: servers of a multi-user daemon take UID 0", source: v3Page + " (server create --uid=0 for multi-user servers)",
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				_, err := d.v3("server", "create", "other", "--uid=1000")
+				wantErr(t, "a non-zero UID", err, "run as UID 0")
+			}},
+		{rule: "v3-size-unit: a v3 memory size names its unit", source: v3Page + " (e.g. --pinned-memory-limit=20G)",
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				_, err := d.v3("namespace", "set", "ns", "--server="+v3Server, "--pinned-memory-limit=20480")
+				wantErr(t, "a bare number", err, "not a memory size with a unit")
+			}},
+	}
+	for _, r := range rules {
+		t.Run(r.rule, func(t *testing.T) {
+			t.Logf("source: %s", r.source)
+			r.check(t)
+		})
+	}
+}
+
+// blockingReader is a stdin that never ends during the test.
+func blockingReader(t *testing.T) io.Reader {
+	r, w := io.Pipe()
+	t.Cleanup(func() { _ = w.Close() })
+	return r
+}
+
+func waitRunning(t *testing.T, pipe string, code <-chan int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for ProbeStandIn(context.Background(), pipe) != nil {
+		select {
+		case c := <-code:
+			t.Fatalf("the daemon exited (%d) at start", c)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in daemon does not answer")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitStopped(t *testing.T, d *standInDaemon) {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		d.done <- err // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Error("the daemon still runs after quit")
+	}
+}
+
+// TestStandInHang: the hang switch and file make a command never answer
+// while the others are served, so deadline tests can hang one command.
+func TestStandInHang(t *testing.T) {
+	d := startStandIn(t, StandInConfig{Protocol: 3, Hang: []string{"namespace set"}})
+	if _, err := d.v3("server", "create", "s", "--uid=0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.v3("namespace", "create", "ns", "--server=s"); err != nil {
+		t.Fatal(err)
+	}
+	ctl := StandInControl(d.pipe, WithControlTimeout(200*time.Millisecond))
+	start := time.Now()
+	_, err := ctl(context.Background(), []string{"namespace", "set", "ns", "--server=s", "--active-thread-percentage=10"})
+	wantErr(t, "a hung command", err, `"namespace set ns --server=s --active-thread-percentage=10" got no answer within 200ms`)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("a hung command: %v after %s, want the deadline", err, time.Since(start))
+	}
+	if _, err := ctl(context.Background(), []string{"server", "list", "--format=csv"}); err != nil {
+		t.Errorf("another command while one hangs: %v", err)
+	}
+	// The file form, read at each command.
+	if err := os.WriteFile(filepath.Join(d.logDir, StandInHangFile), []byte("server list\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ctl(context.Background(), []string{"server", "list", "--format=csv"})
+	wantErr(t, "a command the file names", err, "got no answer")
+	if err := os.Remove(filepath.Join(d.logDir, StandInHangFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctl(context.Background(), []string{"server", "list", "--format=csv"}); err != nil {
+		t.Errorf("after the file is removed: %v", err)
+	}
+	if got := ParseStandInHang(" namespace set, server list\nquit\n"); !slices.Equal(got, []string{"namespace set", "server list", "quit"}) {
+		t.Errorf("ParseStandInHang = %q", got)
+	}
+}
+
+// TestStandInCommands runs the commands' normal forms and answers.
 func TestStandInCommands(t *testing.T) {
 	type step struct {
-		cmd     string
+		stdin   string
+		args    []string
 		reply   string
 		wantErr string
 	}
@@ -24,123 +426,97 @@ func TestStandInCommands(t *testing.T) {
 		{
 			name: "legacy defaults and servers", protocol: 2,
 			steps: []step{
-				{cmd: "get_server_list", reply: ""},
-				{cmd: "get_default_active_thread_percentage", reply: "100.0\n"},
-				{cmd: "set_default_active_thread_percentage 40", reply: "40.0\n"},
-				{cmd: "get_default_active_thread_percentage", reply: "40.0\n"},
-				{cmd: "set_default_active_thread_percentage 0", wantErr: "not a percentage"},
-				{cmd: "set_default_device_pinned_mem_limit 0 2G"},
-				{cmd: "set_default_device_pinned_mem_limit GPU-1234 512M"},
-				{cmd: "get_default_device_pinned_mem_limit 0", reply: "2G\n"},
-				{cmd: "get_default_device_pinned_mem_limit 1", reply: "0\n"},
-				{cmd: "set_default_device_pinned_mem_limit 0 lots", wantErr: "not a memory limit"},
-				{cmd: "start_server -uid 1000"},
-				{cmd: "start_server -uid 0"},
-				{cmd: "get_server_list", reply: "100001\n100002\n"},
-				{cmd: "set_active_thread_percentage 100001 25"},
-				{cmd: "set_device_pinned_mem_limit 100002 0 1G"},
-				{cmd: "set_active_thread_percentage 7 25", wantErr: "no MPS server with PID 7"},
-				{cmd: "get_client_list 100001", reply: ""},
-				{cmd: "shutdown_server 100001 -f"},
-				{cmd: "get_server_list", reply: "100002\n"},
-				{cmd: "start_server", wantErr: "usage: start_server -uid <uid>"},
-				{cmd: "server create s0", wantErr: "need a daemon started with -p 3"},
-				{cmd: "frobnicate", wantErr: `unknown command "frobnicate"`},
-				{cmd: "quit -t 5"},
+				{stdin: "get_server_list", reply: ""},
+				{stdin: "get_default_active_thread_percentage", reply: "100.0\n"},
+				{stdin: "set_default_active_thread_percentage 40", reply: "40.0\n"},
+				{stdin: "get_default_active_thread_percentage", reply: "40.0\n"},
+				{stdin: "set_default_active_thread_percentage 0", wantErr: "not a percentage"},
+				{stdin: "set_default_device_pinned_mem_limit 0 2G"},
+				{stdin: "set_default_device_pinned_mem_limit GPU-1234 512M"},
+				{stdin: "get_default_device_pinned_mem_limit 0", reply: "2G\n"},
+				{stdin: "get_default_device_pinned_mem_limit 1", reply: "0\n"},
+				{stdin: "set_default_device_pinned_mem_limit 0 lots", wantErr: "not a memory limit"},
+				{stdin: "start_server -uid 1000"},
+				{stdin: "start_server -uid 0"},
+				{stdin: "get_server_list", reply: "100001\n100002\n"},
+				{stdin: "set_active_thread_percentage 100001 25"},
+				{stdin: "set_device_pinned_mem_limit 100002 0 1G"},
+				{stdin: "set_active_thread_percentage 7 25", wantErr: "no MPS server with PID 7"},
+				{stdin: "get_client_list 100001", reply: ""},
+				{stdin: "shutdown_server 100001 -f"},
+				{stdin: "get_server_list", reply: "100002\n"},
+				{stdin: "start_server", wantErr: "usage: start_server -uid <uid>"},
+				{stdin: "server create s0", wantErr: `unknown command \"server\"`},
+				{stdin: "frobnicate", wantErr: `unknown command \"frobnicate\"`},
+				{stdin: "quit -t 5"},
 			},
 		},
 		{
-			name: "MPS v3 servers and namespaces", protocol: 3,
+			name: "MPS v3 servers, namespaces and clients", protocol: 3,
 			steps: []step{
-				{cmd: "server create node-shares --uid=0 --allowed-devices=GPU-a,GPU-b"},
-				{cmd: "server create node-shares", wantErr: "server node-shares exists"},
-				{cmd: "server create other --colour=red", wantErr: "unknown option --colour"},
-				{cmd: "namespace create claim-1 --server=node-shares"},
-				{cmd: "namespace create claim-1 --server=node-shares", wantErr: "namespace claim-1 exists"},
-				{cmd: "namespace create claim-2", wantErr: "usage: namespace create"},
-				{cmd: "namespace create claim-2 --server=missing", wantErr: "no server missing"},
-				{cmd: "namespace create ../x --server=node-shares", wantErr: "not a valid name"},
-				{cmd: "namespace set claim-1 --server=node-shares --active-thread-percentage=50 --pinned-memory-limit=20480M"},
-				{cmd: "namespace set claim-1 --server=node-shares --active-thread-percentage=500", wantErr: "not a percentage"},
-				{cmd: "namespace set claim-1 --server=node-shares --pinned-memory-limit=lots", wantErr: "not a memory limit"},
-				{cmd: "namespace set claim-1 --server=node-shares --colour=red", wantErr: "unknown setting --colour"},
-				{cmd: "namespace get claim-1 --server=node-shares --format=csv",
-					reply: "server,name,active_thread_percentage,pinned_memory_limit,client_priority\nnode-shares,claim-1,50,20480M,\n"},
-				{cmd: "namespace list", reply: "node-shares claim-1 50 20480M \n"},
-				{cmd: "namespace list --server=other --format=csv", reply: "server,name,active_thread_percentage,pinned_memory_limit,client_priority\n"},
-				{cmd: "namespace list --format=json", wantErr: "only csv"},
-				{cmd: "server list --format=csv", reply: "name,status,uid,allowed_devices\nnode-shares,running,0,GPU-a,GPU-b\n"},
-				{cmd: "server delete node-shares", wantErr: "still has namespace claim-1"},
-				{cmd: "namespace delete claim-1 --server=node-shares"},
-				{cmd: "namespace delete claim-1 --server=node-shares", wantErr: "no namespace claim-1"},
-				{cmd: "server delete node-shares"},
-				{cmd: "server list", reply: ""},
-				{cmd: "namespace frob", wantErr: `unknown command "namespace frob"`},
-				// Legacy commands the plugin uses keep working.
-				{cmd: "get_server_list", reply: ""},
+				{args: []string{"server", "create", "node_shares", "--uid=0", "--allowed-devices=GPU-a,GPU-b"}},
+				{args: []string{"server", "create", "node_shares"}, wantErr: "server node_shares exists"},
+				{args: []string{"server", "create", "other", "--colour=red"}, wantErr: "unknown option --colour"},
+				{args: []string{"namespace", "create", "claim_1", "--server=node_shares"}},
+				{args: []string{"namespace", "create", "claim_1", "--server=node_shares"}, wantErr: "namespace claim_1 exists"},
+				{args: []string{"namespace", "create", "claim_2"}, wantErr: "usage: namespace create"},
+				{args: []string{"namespace", "create", "claim_2", "--server=missing"}, wantErr: "no server missing"},
+				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--active-thread-percentage=50", "--pinned-memory-limit=1536M"}},
+				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--active-thread-percentage=500"}, wantErr: "not a percentage"},
+				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--pinned-memory-limit=lots"}, wantErr: "not a memory size"},
+				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--colour=red"}, wantErr: "unknown option --colour"},
+				{args: []string{"namespace", "get", "claim_1", "node_shares", "pinned-memory-limit"}, reply: "1536M\n"},
+				{args: []string{"namespace", "get", "claim_1", "node_shares", "active_thread_percentage"}, reply: "50.00\n"},
+				{args: []string{"namespace", "get", "claim_1", "node_shares", "colour"}, wantErr: "unknown field"},
+				{args: []string{"namespace", "list", "--server=other", "--format=csv"}, wantErr: "no server other"},
+				{args: []string{"namespace", "list", "--format=json"}, wantErr: "want csv"},
+				{args: []string{"server", "delete", "node_shares"}, wantErr: "still has namespace claim_1"},
+				{args: []string{"client", "terminate", "12"}, wantErr: "no client with PID 12"},
+				{args: []string{"namespace", "delete", "claim_1", "--server=node_shares"}},
+				{args: []string{"namespace", "delete", "claim_1", "--server=node_shares"}, wantErr: "no namespace claim_1"},
+				{args: []string{"server", "delete", "node_shares"}},
+				{args: []string{"server", "list", "--format=csv,noheader"}, reply: ""},
+				{args: []string{"namespace", "frob"}, wantErr: `unknown command \"namespace frob\"`},
+				{args: []string{"get_server_list"}, wantErr: "usage"},
 			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := shortRoot(t)
-			pipe, logDir := filepath.Join(root, "pipe"), filepath.Join(root, "log")
-			if err := os.MkdirAll(logDir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				done <- RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipe, LogDir: logDir, Protocol: tt.protocol})
-			}()
-			waitForStandIn(t, pipe)
+			d := startStandIn(t, StandInConfig{Protocol: tt.protocol})
 			var sent []string
 			for _, s := range tt.steps {
-				sent = append(sent, s.cmd)
-				reply, err := SendStandInCommand(ctx, pipe, s.cmd)
+				var reply string
+				var err error
+				if s.stdin != "" {
+					sent = append(sent, s.stdin)
+					reply, err = d.cli(s.stdin + "\n")
+				} else {
+					sent = append(sent, strings.Join(s.args, " "))
+					reply, err = d.v3(s.args...)
+				}
+				what := fmt.Sprint(s.stdin, s.args)
 				if s.wantErr != "" {
-					if err == nil || !strings.Contains(err.Error(), s.wantErr) {
-						t.Errorf("%s: error %v, want %q", s.cmd, err, s.wantErr)
-					}
+					wantErr(t, what, err, s.wantErr)
 					continue
 				}
-				if err != nil || reply != s.reply {
-					t.Errorf("%s: %q, %v; want %q", s.cmd, reply, err, s.reply)
-				}
+				wantOK(t, what, reply, err, s.reply)
 			}
-			logged, err := StandInCommands(logDir)
+			logged, err := StandInCommands(d.logDir)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(logged, sent) {
 				t.Errorf("control.log has %q, want %q", logged, sent)
 			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
 		})
 	}
 }
 
-func waitForStandIn(t *testing.T, pipe string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := SendStandInCommand(context.Background(), pipe, ""); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stand-in daemon does not answer")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestStandInWithMPSDaemon drives the stand-in program (a separate process)
-// with the plugin's own client code: MPSDaemon starts it with -f, probes it
-// with get_server_list and stops it with quit, as on a real node.
+// with the plugin's own client code, legacy MPS: MPSDaemon starts it with
+// -f -M (its stdin held open), probes it with get_server_list on stdin and
+// stops it with quit, as on a real node.
 func TestStandInWithMPSDaemon(t *testing.T) {
 	root := shortRoot(t)
 	layout := Layout{Root: root}
@@ -149,37 +525,44 @@ func TestStandInWithMPSDaemon(t *testing.T) {
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The daemon lives on: its stdin has not ended.
+	time.Sleep(100 * time.Millisecond)
+	if err := d.control(ctx, "set_default_active_thread_percentage", "50"); err != nil {
+		t.Fatal(err)
+	}
 	if d.Starts() != 1 {
 		t.Errorf("%d starts, want 1", d.Starts())
 	}
-	if err := d.control(ctx, "set_default_active_thread_percentage 50"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.control(ctx, "start_server -uid nobody"); err == nil || !strings.Contains(err.Error(), `is not a UID`) {
+	if err := d.control(ctx, "start_server", "-uid", "nobody"); err == nil || !strings.Contains(err.Error(), `is not a UID`) {
 		t.Errorf("a bad command: %v, want the daemon's error", err)
 	}
 	if err := d.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := SendStandInCommand(ctx, layout.PipeDir(), ""); err == nil {
+	if err := ProbeStandIn(ctx, layout.PipeDir()); err == nil {
 		t.Error("the stand-in still answers after Stop")
 	}
-	logged, err := StandInCommands(layout.LogDir())
+	entries, err := StandInLog(layout.LogDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"get_server_list", "set_default_active_thread_percentage 50", "start_server -uid nobody", "quit"}
-	if !slices.Equal(logged, want) {
-		t.Errorf("control.log has %q, want %q", logged, want)
+	want := []StandInLogEntry{
+		{Transport: "stdin", Command: "get_server_list"},
+		{Transport: "stdin", Command: "set_default_active_thread_percentage 50"},
+		{Transport: "stdin", Command: "start_server -uid nobody", Rejected: `"nobody" is not a UID`},
+		{Transport: "stdin", Command: "quit"},
+	}
+	if !slices.Equal(entries, want) {
+		t.Errorf("control.log has %+v, want %+v", entries, want)
 	}
 	log, _ := os.ReadFile(filepath.Join(layout.LogDir(), "control.log"))
-	if !strings.Contains(string(log), "multi-user true, CUDA_VISIBLE_DEVICES=GPU-a,GPU-b") {
+	if !strings.Contains(string(log), "protocol 2, multi-user true, CUDA_VISIBLE_DEVICES=GPU-a,GPU-b") {
 		t.Errorf("control.log does not record -M and the cards:\n%s", log)
 	}
 }
 
-// TestStandInDaemonMode starts the stand-in with -d -p 3, as an admin or the
-// MPS v3 code would, talks to it and quits it with -q.
+// TestStandInDaemonMode starts the stand-in with -d -p 3, as an admin
+// would, talks to it with arguments and quits it with -q.
 func TestStandInDaemonMode(t *testing.T) {
 	root := shortRoot(t)
 	layout := Layout{Root: root}
@@ -192,24 +575,26 @@ func TestStandInDaemonMode(t *testing.T) {
 		out, err := ExecCommander{}.Run(ctx, append([]string{standInBinary}, args...), env, stdin)
 		return string(out), err
 	}
-	if _, err := run("", "-d", "-p", "3"); err != nil {
+	if _, err := run("", "-d", "-p", "3", "-m"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := run("server create s\nnamespace create ns --server=s\nnamespace list\n")
-	if err != nil || out != "s ns   \n" {
-		t.Errorf("v3 commands: %q, %v", out, err)
+	// -d's daemon does not end with its starter's stdin.
+	time.Sleep(100 * time.Millisecond)
+	if _, err := run("", "server", "create", "s", "--uid=0"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("", "namespace", "create", "ns", "--server=s")
+	if err != nil || out != "" {
+		t.Errorf("namespace create: %q, %v", out, err)
+	}
+	if _, err := run("namespace list\n"); err == nil || !strings.Contains(err.Error(), "no interactive shell") {
+		t.Errorf("a v3 command on stdin: %v", err)
 	}
 	if _, err := run("", "-q"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := run("get_server_list\n"); err != nil {
-			if !strings.Contains(err.Error(), "cannot find MPS control daemon process") {
-				t.Errorf("after quit: %v", err)
-			}
-			break
-		}
+	for ProbeStandIn(ctx, layout.PipeDir()) == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("the daemon still answers after -q")
 		}
@@ -221,28 +606,52 @@ func TestStandInDaemonMode(t *testing.T) {
 }
 
 // TestStandInUnderRunControlDaemon is the daemon pod's path: RunControlDaemon
-// runs the program with -f and sends quit when the pod is deleted.
+// runs the program with -f (v3: -p 3 -m -f), its stdin held open, and quits
+// it when the pod is deleted (v3: -q).
 func TestStandInUnderRunControlDaemon(t *testing.T) {
-	root := shortRoot(t)
-	layout := Layout{Root: root}
-	if err := layout.create(); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
-	t.Setenv("CUDA_MPS_LOG_DIRECTORY", layout.LogDir())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- RunControlDaemon(ctx, ControlDaemonConfig{Binary: standInBinary}) }()
-	waitForStandIn(t, layout.PipeDir())
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	logged, err := StandInCommands(layout.LogDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(logged, []string{"quit"}) {
-		t.Errorf("control.log has %q, want quit", logged)
+	for _, tt := range []struct {
+		protocol  int
+		multiUser bool
+		wantLog   []StandInLogEntry
+		wantStart string
+	}{
+		{protocol: 2, multiUser: true, wantLog: []StandInLogEntry{{Transport: "stdin", Command: "quit"}}, wantStart: "protocol 2, multi-user true"},
+		{protocol: 3, multiUser: true, wantLog: []StandInLogEntry{{Transport: "flag", Command: "quit"}}, wantStart: "protocol 3, multi-user true"},
+	} {
+		t.Run(fmt.Sprint("protocol ", tt.protocol), func(t *testing.T) {
+			root := shortRoot(t)
+			layout := Layout{Root: root}
+			if err := layout.create(); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
+			t.Setenv("CUDA_MPS_LOG_DIRECTORY", layout.LogDir())
+			t.Setenv("CUDA_MPS_PROTOCOL_VERSION", fmt.Sprint(tt.protocol))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- RunControlDaemon(ctx, ControlDaemonConfig{Binary: standInBinary, MultiUser: tt.multiUser})
+			}()
+			waitForStandIn(t, layout.PipeDir())
+			time.Sleep(100 * time.Millisecond) // its stdin has not ended
+			if err := ProbeStandIn(ctx, layout.PipeDir()); err != nil {
+				t.Fatalf("the daemon stopped on its own: %v", err)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			entries, err := StandInLog(layout.LogDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(entries, tt.wantLog) {
+				t.Errorf("control.log has %+v, want %+v", entries, tt.wantLog)
+			}
+			log, _ := os.ReadFile(filepath.Join(layout.LogDir(), "control.log"))
+			if !strings.Contains(string(log), tt.wantStart) {
+				t.Errorf("control.log does not record %q:\n%s", tt.wantStart, log)
+			}
+		})
 	}
 }

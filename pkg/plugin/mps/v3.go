@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -71,18 +75,45 @@ type NamespaceSpec struct {
 	Name string
 	// ActiveThreadPercentage is 0 when the claim asks for no cap.
 	ActiveThreadPercentage int64
-	// PinnedMemoryLimit in the control daemon's form (e.g. "20480M"), ""
-	// for none.
+	// PinnedMemoryLimit in the control daemon's form (e.g. "20480M" or, as
+	// listed, "20G"), "" for none. Compare with ParseMPSSize, never as text.
 	PinnedMemoryLimit string
+	// PipeDirectory is where the daemon says clients reach the namespace;
+	// set only on what the daemon lists, "" when it does not say.
+	PipeDirectory string
 }
 
-// namespacePrefix marks the namespaces this plugin owns; start-up removes
-// those no prepared claim owns and leaves any other alone.
-const namespacePrefix = "tangram-"
+// Namespace names: the control daemon takes lowercase letters, digits and
+// underscores only, at most 64 characters (NVIDIA's KAI project validates
+// ^[a-z0-9_]+$ against r615; docs/nvml.md).
+const (
+	namespacePrefix = "tangram_"
+	// legacyNamespacePrefix is what earlier versions of the plugin named
+	// their namespaces; a real daemon refuses such names, but start-up
+	// still removes any a daemon lists.
+	legacyNamespacePrefix = "tangram-"
+)
 
-// NamespaceName is the v3 namespace of a claim. Claim UIDs are lower-case
-// hex and dashes, valid in a name and a path element.
-func NamespaceName(claimUID string) string { return namespacePrefix + claimUID }
+var namespaceNameForm = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+
+// NamespaceName is the v3 namespace of a claim: the prefix and the claim
+// UID with dashes as underscores (a UID is 36 characters: 44 in all).
+func NamespaceName(claimUID string) string {
+	return namespacePrefix + strings.ReplaceAll(strings.ToLower(claimUID), "-", "_")
+}
+
+// ValidNamespaceName checks a name against the daemon's rule.
+func ValidNamespaceName(name string) error {
+	if !namespaceNameForm.MatchString(name) {
+		return fmt.Errorf("%q is not a valid MPS v3 namespace name: lowercase letters, digits and underscores only, 1 to 64 characters", name)
+	}
+	return nil
+}
+
+// ownNamespace reports whether the plugin made the namespace.
+func ownNamespace(name string) bool {
+	return strings.HasPrefix(name, namespacePrefix) || strings.HasPrefix(name, legacyNamespacePrefix)
+}
 
 // namespaceFor derives a claim's namespace from its shares. A claim has one
 // namespace whatever its number of cards, because its containers reach one
@@ -110,20 +141,83 @@ func namespaceFor(claimUID string, shares []Share) NamespaceSpec {
 
 const mib = 1 << 20
 
-// The v3 control commands, one line each.
-
-func v3ServerCreate(server string, uid int, devices []string) string {
-	return fmt.Sprintf("server create %s --uid=%d --allowed-devices=%s", server, uid, strings.Join(devices, ","))
+// ParseMPSSize reads a memory size as the control daemon writes or takes
+// it: a number with a binary unit K, M, G or T (optionally followed by B
+// or iB, any case; "20G" and "20480M" are the same), or bare bytes. "",
+// "0", "none", "unlimited", "-" and "n/a" mean no limit: 0.
+func ParseMPSSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	switch strings.ToLower(t) {
+	case "", "0", "none", "unlimited", "-", "n/a":
+		return 0, nil
+	}
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToUpper(strings.TrimSpace(t[i:]))
+	unit = strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "I")
+	shift := 0
+	if unit != "" {
+		shift = strings.Index("KMGT", unit) + 1
+	}
+	if len(unit) > 1 || (unit != "" && shift == 0) {
+		return 0, fmt.Errorf("memory size %q: unknown unit %q", s, unit)
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("memory size %q is not a number with a unit", s)
+	}
+	return int64(math.Round(v * float64(int64(1)<<(10*shift)))), nil
 }
 
-func v3ServerList() string { return "server list --format=csv" }
-
-func v3NamespaceCreate(server, name string) string {
-	return fmt.Sprintf("namespace create %s --server=%s", name, server)
+// parsePercent reads an active-thread percentage as listed ("30.00",
+// "30", "30%"), rounded to a whole percent; "", "none" and "-" are 0.
+func parsePercent(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.TrimSpace(s), "%")
+	switch strings.ToLower(t) {
+	case "", "none", "-", "n/a":
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || v > 100 {
+		return 0, fmt.Errorf("%q is not a percentage", s)
+	}
+	return int64(math.Round(v)), nil
 }
 
-// v3NamespaceSet sets what the spec names; "" when it names nothing.
-func v3NamespaceSet(server string, spec NamespaceSpec) string {
+// sameLimits compares the limits of what a claim wants with what the
+// daemon lists, as numbers: "20G" is "20480M", and no cap is 100%.
+func sameLimits(want, have NamespaceSpec) bool {
+	capOf := func(p int64) int64 {
+		if p <= 0 || p >= 100 {
+			return 100
+		}
+		return p
+	}
+	if capOf(want.ActiveThreadPercentage) != capOf(have.ActiveThreadPercentage) {
+		return false
+	}
+	w, errW := ParseMPSSize(want.PinnedMemoryLimit)
+	h, errH := ParseMPSSize(have.PinnedMemoryLimit)
+	return errW == nil && errH == nil && w == h
+}
+
+// The v3 control commands, as the words given to nvidia-cuda-mps-control
+// after "-p 3".
+
+func v3ServerCreate(server string, uid int, devices []string) []string {
+	return []string{"server", "create", server, fmt.Sprintf("--uid=%d", uid), "--allowed-devices=" + strings.Join(devices, ",")}
+}
+
+func v3ServerList() []string { return []string{"server", "list", "--format=csv"} }
+
+func v3NamespaceCreate(server, name string) []string {
+	return []string{"namespace", "create", name, "--server=" + server}
+}
+
+// v3NamespaceSet sets what the spec names; nil when it names nothing.
+func v3NamespaceSet(server string, spec NamespaceSpec) []string {
 	var opts []string
 	if spec.ActiveThreadPercentage > 0 {
 		opts = append(opts, fmt.Sprintf("--active-thread-percentage=%d", spec.ActiveThreadPercentage))
@@ -132,22 +226,45 @@ func v3NamespaceSet(server string, spec NamespaceSpec) string {
 		opts = append(opts, "--pinned-memory-limit="+spec.PinnedMemoryLimit)
 	}
 	if len(opts) == 0 {
-		return ""
+		return nil
 	}
-	return fmt.Sprintf("namespace set %s --server=%s %s", spec.Name, server, strings.Join(opts, " "))
+	return append([]string{"namespace", "set", spec.Name, "--server=" + server}, opts...)
 }
 
-func v3NamespaceList(server string) string {
-	return fmt.Sprintf("namespace list --server=%s --format=csv", server)
+func v3NamespaceList(server string) []string {
+	return []string{"namespace", "list", "--server=" + server, "--format=csv"}
 }
 
-func v3NamespaceDelete(server, name string) string {
-	return fmt.Sprintf("namespace delete %s --server=%s", name, server)
+// v3NamespacePipeDir asks where clients reach a namespace, in the form
+// NVIDIA's KAI project verified on r615 (server positional).
+func v3NamespacePipeDir(server, name string) []string {
+	return []string{"namespace", "get", name, server, "pipe_directory"}
+}
+
+// v3ClientList lists a server's clients; the table form truncates PIDs,
+// so CSV without a header (KAI, r615).
+func v3ClientList(server string) []string {
+	return []string{"client", "list", "--server=" + server, "--format=csv,noheader"}
+}
+
+func v3ClientTerminate(server string, pid int) []string {
+	return []string{"client", "terminate", strconv.Itoa(pid), "--server=" + server}
+}
+
+func v3NamespaceDelete(server, name string, force bool) []string {
+	cmd := []string{"namespace", "delete", name, "--server=" + server}
+	if force {
+		cmd = append(cmd, "--force")
+	}
+	return cmd
 }
 
 // parseCSV reads a --format=csv answer: a header, then one row per entry,
-// each a map from column name to value. Columns are found by name, so a
-// driver that adds or reorders columns is still read right.
+// each a map from column name to value. Columns are found by name, with
+// hyphens and underscores alike (NVIDIA's page spells pipe-directory, KAI
+// reads pipe_directory: which the CSV uses is unconfirmed), so a driver
+// that adds, reorders or respells columns is still read right. Keys are
+// the hyphenated spelling.
 func parseCSV(out string, required ...string) ([]map[string]string, error) {
 	r := csv.NewReader(strings.NewReader(out))
 	r.TrimLeadingSpace = true
@@ -160,10 +277,10 @@ func parseCSV(out string, required ...string) ([]map[string]string, error) {
 		return nil, fmt.Errorf("reading the MPS control daemon's CSV header: %w", err)
 	}
 	for i := range header {
-		header[i] = strings.ToLower(strings.TrimSpace(header[i]))
+		header[i] = columnKey(header[i])
 	}
 	for _, col := range required {
-		if !slices.Contains(header, col) {
+		if !slices.Contains(header, columnKey(col)) {
 			return nil, fmt.Errorf("the MPS control daemon's CSV has no %q column (header %q)", col, strings.Join(header, ","))
 		}
 	}
@@ -177,8 +294,6 @@ func parseCSV(out string, required ...string) ([]map[string]string, error) {
 			return nil, fmt.Errorf("reading the MPS control daemon's CSV: %w", err)
 		}
 		if len(rec) < len(header) {
-			// A last column may hold commas (a device list): the stand-in
-			// and possibly the driver write it unquoted.
 			return nil, fmt.Errorf("the MPS control daemon's CSV row %q has %d fields, the header %d", strings.Join(rec, ","), len(rec), len(header))
 		}
 		row := map[string]string{}
@@ -186,29 +301,60 @@ func parseCSV(out string, required ...string) ([]map[string]string, error) {
 			row[col] = strings.TrimSpace(rec[i])
 		}
 		if len(rec) > len(header) {
+			// A last column may hold commas (a device list) written
+			// unquoted.
 			row[header[len(header)-1]] = strings.Join(rec[len(header)-1:], ",")
 		}
 		rows = append(rows, row)
 	}
 }
 
-// serverStatus finds server in a "server list --format=csv" answer: its
-// status, "" when it is not listed.
-func serverStatus(out, server string) (string, error) {
-	rows, err := parseCSV(out, "name", "status")
+// columnKey is a column's name in one spelling: lower case, hyphens.
+func columnKey(col string) string {
+	return strings.NewReplacer("_", "-", " ", "-").Replace(strings.ToLower(strings.TrimSpace(col)))
+}
+
+// ServerState is the node's server as "server list" shows it.
+type ServerState struct {
+	// Listed is false when the server is not in the list.
+	Listed bool
+	Status string
+	PID    string
+}
+
+// Ready reports whether clients can use the server: status Ready (the
+// documented status, any case), or, where the status says nothing we
+// know, the server's PID listed (the server process runs).
+func (s ServerState) Ready() bool {
+	if !s.Listed {
+		return false
+	}
+	if strings.EqualFold(s.Status, "ready") {
+		return true
+	}
+	if s.Status == "" {
+		pid, err := strconv.Atoi(s.PID)
+		return err == nil && pid > 0
+	}
+	return false
+}
+
+// serverState finds server in a "server list --format=csv" answer.
+func serverState(out, server string) (ServerState, error) {
+	rows, err := parseCSV(out, "name")
 	if err != nil {
-		return "", err
+		return ServerState{}, err
 	}
 	for _, r := range rows {
 		if r["name"] == server {
-			return strings.ToLower(r["status"]), nil
+			return ServerState{Listed: true, Status: r["status"], PID: r["pid"]}, nil
 		}
 	}
-	return "", nil
+	return ServerState{}, nil
 }
 
 // parseNamespaces reads a "namespace list --format=csv" answer into specs,
-// by name.
+// by name, columns in either spelling.
 func parseNamespaces(out string) (map[string]NamespaceSpec, error) {
 	rows, err := parseCSV(out, "name")
 	if err != nil {
@@ -216,41 +362,43 @@ func parseNamespaces(out string) (map[string]NamespaceSpec, error) {
 	}
 	specs := map[string]NamespaceSpec{}
 	for _, r := range rows {
-		spec := NamespaceSpec{Name: r["name"], PinnedMemoryLimit: r["pinned_memory_limit"]}
-		if v := r["active_thread_percentage"]; v != "" {
-			if _, err := fmt.Sscan(v, &spec.ActiveThreadPercentage); err != nil {
-				return nil, fmt.Errorf("namespace %s: active_thread_percentage %q is not a number", spec.Name, v)
-			}
+		spec := NamespaceSpec{Name: r["name"], PinnedMemoryLimit: r["pinned-memory-limit"], PipeDirectory: r["pipe-directory"]}
+		if _, err := ParseMPSSize(spec.PinnedMemoryLimit); err != nil {
+			return nil, fmt.Errorf("namespace %s: pinned-memory-limit: %w", spec.Name, err)
+		}
+		if spec.ActiveThreadPercentage, err = parsePercent(r["active-thread-percentage"]); err != nil {
+			return nil, fmt.Errorf("namespace %s: active-thread-percentage %q is not a number", spec.Name, r["active-thread-percentage"])
 		}
 		specs[spec.Name] = spec
 	}
 	return specs, nil
 }
 
-// ControlFunc sends one command to the node's MPS control daemon and
-// returns its answer; an answer that reports a failure is an error.
-type ControlFunc func(ctx context.Context, command string) (string, error)
-
-// BinaryControl runs the control binary as a client of the daemon on
-// pipeDir, one command on its standard input, e.g. from the plugin when the
-// daemon runs in a pod and shares the host's pipe directory.
-func BinaryControl(commander Commander, binary, pipeDir string) ControlFunc {
-	if commander == nil {
-		commander = ExecCommander{}
+// parseClientPIDs reads "client list --format=csv,noheader": the PIDs of
+// the clients of namespace. The column order is not documented: a row
+// belongs to the namespace when one of its fields is the namespace's name,
+// and its PID is its first whole number.
+func parseClientPIDs(out, namespace string) ([]int, error) {
+	r := csv.NewReader(strings.NewReader(out))
+	r.TrimLeadingSpace = true
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("reading the MPS control daemon's client list: %w", err)
 	}
-	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir}
-	return func(ctx context.Context, command string) (string, error) {
-		out, err := commander.Run(ctx, []string{binary}, env, command+"\n")
-		return string(out), err
+	var pids []int
+	for _, rec := range recs {
+		if !slices.ContainsFunc(rec, func(f string) bool { return strings.TrimSpace(f) == namespace }) {
+			continue
+		}
+		for _, f := range rec {
+			if pid, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && pid > 0 {
+				pids = append(pids, pid)
+				break
+			}
+		}
 	}
-}
-
-// StandInControl talks to the stand-in daemon on pipeDir directly (fake
-// GPUs: the plugin has no control binary).
-func StandInControl(pipeDir string) ControlFunc {
-	return func(ctx context.Context, command string) (string, error) {
-		return SendStandInCommand(ctx, pipeDir, command)
-	}
+	return pids, nil
 }
 
 // V3Namespaces drives the node's MPS v3 server and its namespaces.
@@ -259,6 +407,12 @@ type V3Namespaces struct {
 	Server string
 	// Devices are the shareable cards the server may use.
 	Devices []string
+	// PipeDir is the control daemon's CUDA_MPS_PIPE_DIRECTORY. When set,
+	// a namespace's pipe directory as the daemon reports it must be
+	// <PipeDir>/<Server>/<namespace>, where the plugin mounts it: a wrong
+	// directory would silently put the client in the uncapped default
+	// namespace.
+	PipeDir string
 	ctl     ControlFunc
 }
 
@@ -271,27 +425,27 @@ func NewV3Namespaces(ctl ControlFunc, devices []string) *V3Namespaces {
 }
 
 // ServerNotRunningError answers a share whose server is not listed as
-// running; the caller should retry.
+// ready; the caller should retry.
 type ServerNotRunningError struct {
 	Server, Status string
 }
 
 func (e *ServerNotRunningError) Error() string {
 	if e.Status == "" {
-		return fmt.Sprintf("the node's MPS v3 server %q is not listed by the control daemon (server list)", e.Server)
+		return fmt.Sprintf("the node's MPS v3 server %q is not listed by the control daemon (server list), or not ready", e.Server)
 	}
-	return fmt.Sprintf("the node's MPS v3 server %q is %s, not running", e.Server, e.Status)
+	return fmt.Sprintf("the node's MPS v3 server %q is %s, not Ready", e.Server, e.Status)
 }
 
 // EnsureServer creates the node's server if the control daemon does not
 // list it. Servers run as UID 0 in a multi-user daemon: clients of any UID
 // share it, and the namespaces separate them.
 func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
-	status, err := v.serverStatus(ctx)
+	state, err := v.serverState(ctx)
 	if err != nil {
 		return err
 	}
-	if status != "" {
+	if state.Listed {
 		return nil
 	}
 	if _, err := v.ctl(ctx, v3ServerCreate(v.Server, 0, v.Devices)); err != nil {
@@ -302,26 +456,24 @@ func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
 }
 
 // CheckRunning fails with *ServerNotRunningError unless the server is
-// listed as running.
+// listed as ready.
 func (v *V3Namespaces) CheckRunning(ctx context.Context) error {
-	status, err := v.serverStatus(ctx)
+	state, err := v.serverState(ctx)
 	if err != nil {
 		return err
 	}
-	if status != "running" {
-		return &ServerNotRunningError{Server: v.Server, Status: status}
+	if !state.Ready() {
+		return &ServerNotRunningError{Server: v.Server, Status: state.Status}
 	}
 	return nil
 }
 
-// serverStatus is the node's server's status as the control daemon lists
-// it; "" when it is not listed.
-func (v *V3Namespaces) serverStatus(ctx context.Context) (string, error) {
+func (v *V3Namespaces) serverState(ctx context.Context) (ServerState, error) {
 	out, err := v.ctl(ctx, v3ServerList())
 	if err != nil {
-		return "", fmt.Errorf("listing MPS v3 servers: %w", err)
+		return ServerState{}, fmt.Errorf("listing MPS v3 servers: %w", err)
 	}
-	return serverStatus(out, v.Server)
+	return serverState(out, v.Server)
 }
 
 // List returns the server's namespaces by name.
@@ -334,39 +486,99 @@ func (v *V3Namespaces) List(ctx context.Context) (map[string]NamespaceSpec, erro
 }
 
 // Ensure makes the namespace exist with spec's settings: created if
-// missing, set if its settings differ (adopting one a previous plugin
-// process created).
+// missing, set if its settings differ as numbers (adopting one a previous
+// plugin process created). A namespace whose limits already match is not
+// set again: the daemon refuses to change a namespace with clients
+// attached. Its pipe directory is then checked against PipeDir.
 func (v *V3Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[string]NamespaceSpec) error {
+	if err := ValidNamespaceName(spec.Name); err != nil {
+		return err
+	}
 	got, exists := have[spec.Name]
 	if !exists {
 		if _, err := v.ctl(ctx, v3NamespaceCreate(v.Server, spec.Name)); err != nil {
 			return fmt.Errorf("creating MPS v3 namespace %s: %w", spec.Name, err)
 		}
-	} else if got == spec {
+	}
+	if !exists || !sameLimits(spec, got) {
+		if cmd := v3NamespaceSet(v.Server, spec); cmd != nil {
+			if _, err := v.ctl(ctx, cmd); err != nil {
+				return fmt.Errorf("setting the limits of MPS v3 namespace %s: %w", spec.Name, err)
+			}
+		}
+	}
+	return v.checkPipeDir(ctx, spec.Name, got.PipeDirectory)
+}
+
+// NamespacePipeDir asks the daemon where clients reach the namespace.
+func (v *V3Namespaces) NamespacePipeDir(ctx context.Context, name string) (string, error) {
+	out, err := v.ctl(ctx, v3NamespacePipeDir(v.Server, name))
+	if err != nil {
+		return "", fmt.Errorf("asking for the pipe directory of MPS v3 namespace %s: %w", name, err)
+	}
+	dir := strings.TrimSpace(out)
+	if dir == "" {
+		return "", fmt.Errorf("the MPS control daemon names no pipe directory for namespace %s", name)
+	}
+	return dir, nil
+}
+
+// checkPipeDir compares the namespace's pipe directory, as listed (listed)
+// or else asked for, with the one the plugin mounts.
+func (v *V3Namespaces) checkPipeDir(ctx context.Context, name, listed string) error {
+	if v.PipeDir == "" {
 		return nil
 	}
-	if cmd := v3NamespaceSet(v.Server, spec); cmd != "" {
-		if _, err := v.ctl(ctx, cmd); err != nil {
-			return fmt.Errorf("setting the limits of MPS v3 namespace %s: %w", spec.Name, err)
+	got := listed
+	if got == "" {
+		var err error
+		if got, err = v.NamespacePipeDir(ctx, name); err != nil {
+			return err
 		}
+	}
+	want := filepath.Join(v.PipeDir, v.Server, name)
+	if filepath.Clean(got) != want {
+		return fmt.Errorf("the MPS control daemon puts namespace %s's clients at %s, not %s where the plugin mounts it: a client there would land in the default namespace, without limits", name, got, want)
 	}
 	return nil
 }
 
 // Delete removes the namespace; one that is not listed is gone already.
+// The daemon refuses to delete a namespace with clients attached: they
+// are terminated first, and if one is still attached (or terminate is
+// refused), the delete is forced.
 func (v *V3Namespaces) Delete(ctx context.Context, name string, have map[string]NamespaceSpec) error {
 	if _, ok := have[name]; !ok {
 		return nil
 	}
-	if _, err := v.ctl(ctx, v3NamespaceDelete(v.Server, name)); err != nil {
-		return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, err)
+	logger := klog.FromContext(ctx)
+	out, err := v.ctl(ctx, v3ClientList(v.Server))
+	var pids []int
+	if err == nil {
+		pids, err = parseClientPIDs(out, name)
+	}
+	if err != nil {
+		logger.Error(err, "Listing the clients of MPS v3 namespace failed; deleting it with --force", "namespace", name)
+	}
+	for _, pid := range pids {
+		logger.Info("Terminating an MPS client left in a namespace being deleted", "namespace", name, "pid", pid)
+		if _, err := v.ctl(ctx, v3ClientTerminate(v.Server, pid)); err != nil {
+			logger.Error(err, "Terminating an MPS client failed; the delete will be forced", "namespace", name, "pid", pid)
+		}
+	}
+	if _, err := v.ctl(ctx, v3NamespaceDelete(v.Server, name, false)); err != nil {
+		if _, errForced := v.ctl(ctx, v3NamespaceDelete(v.Server, name, true)); errForced != nil {
+			return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, errors.Join(err, errForced))
+		}
+		logger.Info("Deleted MPS v3 namespace with --force", "namespace", name, "plainDeleteErr", err)
 	}
 	return nil
 }
 
 // Sync makes the server's namespaces of ours exactly want: missing ones
-// are created, changed ones set, and those of ours no claim wants deleted.
-// Namespaces without our prefix are left alone.
+// are created, changed ones set, and those of ours no claim wants deleted
+// (also any named as earlier versions named them). Other namespaces are
+// left alone.
 func (v *V3Namespaces) Sync(ctx context.Context, want []NamespaceSpec) error {
 	have, err := v.List(ctx)
 	if err != nil {
@@ -381,7 +593,7 @@ func (v *V3Namespaces) Sync(ctx context.Context, want []NamespaceSpec) error {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(have)) {
-		if wanted[name] || !strings.HasPrefix(name, namespacePrefix) {
+		if wanted[name] || !ownNamespace(name) {
 			continue
 		}
 		klog.FromContext(ctx).Info("Deleting MPS v3 namespace no prepared claim owns", "namespace", name)

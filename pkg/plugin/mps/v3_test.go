@@ -3,6 +3,7 @@ package mps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -45,6 +46,31 @@ func TestResolveMode(t *testing.T) {
 	}
 }
 
+func TestNamespaceName(t *testing.T) {
+	for _, tt := range []struct{ uid, want string }{
+		{"0b7c3a8e-1f2d-4e5a-9b6c-7d8e9f0a1b2c", "tangram_0b7c3a8e_1f2d_4e5a_9b6c_7d8e9f0a1b2c"},
+		{"c1", "tangram_c1"},
+	} {
+		got := NamespaceName(tt.uid)
+		if got != tt.want {
+			t.Errorf("NamespaceName(%q) = %q, want %q", tt.uid, got, tt.want)
+		}
+		if err := ValidNamespaceName(got); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, bad := range []string{"tangram-c1", "", strings.Repeat("a", 65), "A"} {
+		if ValidNamespaceName(bad) == nil {
+			t.Errorf("ValidNamespaceName(%q) accepted it", bad)
+		}
+	}
+	for name, ours := range map[string]bool{"tangram_c1": true, "tangram-c1": true, "admin_ns": false, "default": false} {
+		if ownNamespace(name) != ours {
+			t.Errorf("ownNamespace(%q) = %t", name, !ours)
+		}
+	}
+}
+
 func TestNamespaceFor(t *testing.T) {
 	const gib = 1 << 30
 	tests := []struct {
@@ -53,18 +79,18 @@ func TestNamespaceFor(t *testing.T) {
 		want   NamespaceSpec
 	}{
 		{name: "one share", shares: []Share{{Card: "GPU-a", MemoryBytes: 20 * gib, ThreadPercent: 30}},
-			want: NamespaceSpec{Name: "tangram-c", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}},
+			want: NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}},
 		{name: "no compute asked: no cap", shares: []Share{{Card: "GPU-a", MemoryBytes: 20 * gib}},
-			want: NamespaceSpec{Name: "tangram-c", PinnedMemoryLimit: "20480M"}},
+			want: NamespaceSpec{Name: "tangram_c", PinnedMemoryLimit: "20480M"}},
 		{name: "two cards: smallest cap, largest memory", shares: []Share{
 			{Card: "GPU-a", MemoryBytes: 10 * gib, ThreadPercent: 50},
 			{Card: "GPU-b", MemoryBytes: 20 * gib, ThreadPercent: 25},
 			{Card: "GPU-c", MemoryBytes: gib}},
-			want: NamespaceSpec{Name: "tangram-c", ActiveThreadPercentage: 25, PinnedMemoryLimit: "20480M"}},
+			want: NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 25, PinnedMemoryLimit: "20480M"}},
 		{name: "memory rounds up to MiB", shares: []Share{{Card: "GPU-a", MemoryBytes: mib + 1}},
-			want: NamespaceSpec{Name: "tangram-c", PinnedMemoryLimit: "2M"}},
+			want: NamespaceSpec{Name: "tangram_c", PinnedMemoryLimit: "2M"}},
 		{name: "cap above 100 is the whole card", shares: []Share{{Card: "GPU-a", ThreadPercent: 150}},
-			want: NamespaceSpec{Name: "tangram-c", ActiveThreadPercentage: 100}},
+			want: NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 100}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,54 +102,214 @@ func TestNamespaceFor(t *testing.T) {
 }
 
 func TestV3Commands(t *testing.T) {
-	spec := NamespaceSpec{Name: "tangram-c", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}
-	tests := []struct{ got, want string }{
+	spec := NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}
+	tests := []struct {
+		got  []string
+		want string
+	}{
 		{v3ServerCreate("tangram", 0, []string{"GPU-a", "GPU-b"}), "server create tangram --uid=0 --allowed-devices=GPU-a,GPU-b"},
 		{v3ServerList(), "server list --format=csv"},
-		{v3NamespaceCreate("tangram", "tangram-c"), "namespace create tangram-c --server=tangram"},
-		{v3NamespaceSet("tangram", spec), "namespace set tangram-c --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M"},
-		{v3NamespaceSet("tangram", NamespaceSpec{Name: "tangram-c"}), ""},
+		{v3NamespaceCreate("tangram", "tangram_c"), "namespace create tangram_c --server=tangram"},
+		{v3NamespaceSet("tangram", spec), "namespace set tangram_c --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M"},
+		{v3NamespaceSet("tangram", NamespaceSpec{Name: "tangram_c"}), ""},
 		{v3NamespaceList("tangram"), "namespace list --server=tangram --format=csv"},
-		{v3NamespaceDelete("tangram", "tangram-c"), "namespace delete tangram-c --server=tangram"},
+		{v3NamespacePipeDir("tangram", "tangram_c"), "namespace get tangram_c tangram pipe_directory"},
+		{v3ClientList("tangram"), "client list --server=tangram --format=csv,noheader"},
+		{v3ClientTerminate("tangram", 42), "client terminate 42 --server=tangram"},
+		{v3NamespaceDelete("tangram", "tangram_c", false), "namespace delete tangram_c --server=tangram"},
+		{v3NamespaceDelete("tangram", "tangram_c", true), "namespace delete tangram_c --server=tangram --force"},
 	}
 	for _, tt := range tests {
-		if tt.got != tt.want {
-			t.Errorf("got %q, want %q", tt.got, tt.want)
+		if got := strings.Join(tt.got, " "); got != tt.want {
+			t.Errorf("got %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// recordingRunner records the command lines it runs and answers out.
+type recordingRunner struct {
+	mu    sync.Mutex
+	calls []string
+	out   string
+}
+
+func (r *recordingRunner) Run(_ context.Context, argv, env []string, stdin string) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("%s stdin=%q env=%s", strings.Join(argv, " "), stdin, strings.Join(env, " ")))
+	return []byte(r.out), nil
+}
+
+// TestControlClientTransport: MPS v3 commands go as arguments after -p 3
+// and quit is -q; legacy commands go on stdin; each has the driver's
+// environment.
+func TestControlClientTransport(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		protocol int
+		want     []string
+	}{
+		{protocol: 3, want: []string{
+			`mps-control -p 3 namespace list --server=tangram --format=csv stdin="" env=CUDA_MPS_PIPE_DIRECTORY=/p LD_LIBRARY_PATH=/d/lib`,
+			`mps-control -p 3 server list --format=csv stdin="" env=CUDA_MPS_PIPE_DIRECTORY=/p LD_LIBRARY_PATH=/d/lib`,
+			`mps-control -p 3 -q stdin="" env=CUDA_MPS_PIPE_DIRECTORY=/p LD_LIBRARY_PATH=/d/lib`,
+		}},
+		{protocol: 2, want: []string{
+			`mps-control stdin="namespace list --server=tangram --format=csv\n" env=CUDA_MPS_PIPE_DIRECTORY=/p LD_LIBRARY_PATH=/d/lib`,
+			`mps-control stdin="get_server_list\n" env=CUDA_MPS_PIPE_DIRECTORY=/p LD_LIBRARY_PATH=/d/lib`,
+			`mps-control stdin="quit\n" env=CUDA_MPS_PIPE_DIRECTORY=/p LD_LIBRARY_PATH=/d/lib`,
+		}},
+	} {
+		r := &recordingRunner{}
+		c := ControlClient{Runner: r, Binary: "mps-control", PipeDir: "/p", Protocol: tt.protocol, Env: []string{"LD_LIBRARY_PATH=/d/lib"}}
+		_, _ = c.Command(ctx, v3NamespaceList("tangram"))
+		_ = c.Probe(ctx)
+		_ = c.Quit(ctx)
+		if !slices.Equal(r.calls, tt.want) {
+			t.Errorf("protocol %d:\n%s\nwant:\n%s", tt.protocol, strings.Join(r.calls, "\n"), strings.Join(tt.want, "\n"))
+		}
+	}
+	r := &recordingRunner{}
+	_, _ = BinaryControl(r, "mps-control", "/p", WithControlEnv("PATH=/d/bin"))(ctx, v3ServerList())
+	if want := []string{`mps-control -p 3 server list --format=csv stdin="" env=CUDA_MPS_PIPE_DIRECTORY=/p PATH=/d/bin`}; !slices.Equal(r.calls, want) {
+		t.Errorf("BinaryControl ran %q, want %q", r.calls, want)
+	}
+}
+
+// hangingRunner never answers until its context ends.
+type hangingRunner struct{}
+
+func (hangingRunner) Run(ctx context.Context, argv, _ []string, _ string) ([]byte, error) {
+	<-ctx.Done()
+	return nil, fmt.Errorf("running %s: %w", argv[0], ctx.Err())
+}
+
+// TestControlDeadline: a control command that never answers fails at its
+// deadline with an error naming the command.
+func TestControlDeadline(t *testing.T) {
+	ctl := BinaryControl(hangingRunner{}, "mps-control", "/p", WithControlTimeout(50*time.Millisecond))
+	start := time.Now()
+	_, err := ctl(context.Background(), v3NamespaceSet("tangram", NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) ||
+		!strings.Contains(err.Error(), `"namespace set tangram_c --server=tangram --active-thread-percentage=10" got no answer within 50ms`) {
+		t.Errorf("a hung command: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("the deadline was not kept: %s", time.Since(start))
+	}
+}
+
+func TestDaemonArgs(t *testing.T) {
+	for _, tt := range []struct {
+		protocol  int
+		multiUser bool
+		want      string
+	}{
+		{3, true, "-p 3 -m -f"},
+		{3, false, "-p 3 -f"},
+		{2, true, "-f -M"},
+		{0, false, "-f"},
+	} {
+		if got := strings.Join(daemonArgs(tt.protocol, tt.multiUser), " "); got != tt.want {
+			t.Errorf("daemonArgs(%d, %t) = %q, want %q", tt.protocol, tt.multiUser, got, tt.want)
+		}
+	}
+}
+
+func TestParseMPSSize(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{in: "20G", want: 20 << 30}, {in: "20480M", want: 20 << 30}, {in: "20GiB", want: 20 << 30}, {in: "20 GB", want: 20 << 30},
+		{in: "1.5G", want: 3 << 29}, {in: "512k", want: 512 << 10}, {in: "1T", want: 1 << 40}, {in: "4096", want: 4096},
+		{in: "", want: 0}, {in: "0", want: 0}, {in: "none", want: 0}, {in: "Unlimited", want: 0}, {in: "-", want: 0},
+		{in: "lots", wantErr: true}, {in: "20X", wantErr: true}, {in: "G", wantErr: true},
+	} {
+		got, err := ParseMPSSize(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseMPSSize(%q) = %d, %v; want %d (error %t)", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+	for _, b := range []int64{20 << 30, 1536 << 20, 3 << 29, 1 << 40, 4097} {
+		if got, err := ParseMPSSize(FormatMPSSize(b)); err != nil || got != b {
+			t.Errorf("%d -> %q -> %d, %v", b, FormatMPSSize(b), got, err)
+		}
+	}
+}
+
+func TestSameLimits(t *testing.T) {
+	want := NamespaceSpec{Name: "n", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}
+	for _, tt := range []struct {
+		have NamespaceSpec
+		same bool
+	}{
+		{NamespaceSpec{ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G"}, true},
+		{NamespaceSpec{ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}, true},
+		{NamespaceSpec{ActiveThreadPercentage: 30, PinnedMemoryLimit: "21474836480"}, true},
+		{NamespaceSpec{ActiveThreadPercentage: 40, PinnedMemoryLimit: "20G"}, false},
+		{NamespaceSpec{ActiveThreadPercentage: 30, PinnedMemoryLimit: "10G"}, false},
+		{NamespaceSpec{ActiveThreadPercentage: 30}, false},
+	} {
+		if got := sameLimits(want, tt.have); got != tt.same {
+			t.Errorf("sameLimits(%+v, %+v) = %t", want, tt.have, got)
+		}
+	}
+	// No cap asked: a namespace listed at 100% has none.
+	if !sameLimits(NamespaceSpec{PinnedMemoryLimit: "1024M"}, NamespaceSpec{ActiveThreadPercentage: 100, PinnedMemoryLimit: "1G"}) {
+		t.Error("no cap and 100% differ")
+	}
+	if !sameLimits(NamespaceSpec{}, NamespaceSpec{ActiveThreadPercentage: 100, PinnedMemoryLimit: "none"}) {
+		t.Error("no limits and the listed defaults differ")
 	}
 }
 
 func TestParseV3CSV(t *testing.T) {
 	tests := []struct {
-		name       string
-		out        string
-		server     string
-		wantStatus string
-		wantNS     map[string]NamespaceSpec
-		wantErr    string
+		name      string
+		out       string
+		server    string
+		wantState ServerState
+		wantReady bool
+		wantNS    map[string]NamespaceSpec
+		wantErr   string
 	}{
-		{name: "server running, columns in another order, device list unquoted",
-			out: "uid,status,name,allowed_devices\n0,Running,tangram,GPU-a,GPU-b\n", server: "tangram", wantStatus: "running"},
-		{name: "server not listed", out: "name,status\nother,running\n", server: "tangram", wantStatus: ""},
+		{name: "server Ready, columns in another order, device list quoted",
+			out: "uid,status,name,pid,pipe-directory,allowed-devices\n0,Ready,tangram,4242,/p/tangram,\"GPU-a,GPU-b\"\n", server: "tangram",
+			wantState: ServerState{Listed: true, Status: "Ready", PID: "4242"}, wantReady: true},
+		{name: "status in another case", out: "name,status\ntangram,READY\n", server: "tangram",
+			wantState: ServerState{Listed: true, Status: "READY"}, wantReady: true},
+		{name: "no status column: the pid tells", out: "name,pid\ntangram,4242\n", server: "tangram",
+			wantState: ServerState{Listed: true, PID: "4242"}, wantReady: true},
+		{name: "starting", out: "name,pid,status\ntangram,0,Starting\n", server: "tangram",
+			wantState: ServerState{Listed: true, Status: "Starting", PID: "0"}},
+		{name: "server not listed", out: "name,status\nother,Ready\n", server: "tangram"},
 		{name: "no header", out: "", server: "tangram", wantErr: "no header line"},
-		{name: "no status column", out: "name\ntangram\n", server: "tangram", wantErr: `no "status" column`},
+		{name: "no name column", out: "status\nReady\n", server: "tangram", wantErr: `no "name" column`},
 		{name: "short row", out: "name,status\ntangram\n", server: "tangram", wantErr: "has 1 fields, the header 2"},
-		{name: "namespaces",
-			out: "server,name,active_thread_percentage,pinned_memory_limit\ntangram,tangram-a,30,20480M\ntangram,other,,\n",
+		{name: "namespaces, hyphenated columns",
+			out: "name,server,active-thread-percentage,pinned-memory-limit,client-priority,pipe-directory\ntangram_a,tangram,30.00,20G,,/p/tangram/tangram_a\nother,tangram,100.00,none,,/p/tangram/other\n",
 			wantNS: map[string]NamespaceSpec{
-				"tangram-a": {Name: "tangram-a", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"},
-				"other":     {Name: "other"},
+				"tangram_a": {Name: "tangram_a", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G", PipeDirectory: "/p/tangram/tangram_a"},
+				"other":     {Name: "other", ActiveThreadPercentage: 100, PinnedMemoryLimit: "none", PipeDirectory: "/p/tangram/other"},
 			}},
-		{name: "bad percentage", out: "name,active_thread_percentage\nx,lots\n", wantErr: "not a number"},
+		{name: "namespaces, underscored columns",
+			out: "server,name,active_thread_percentage,pinned_memory_limit,pipe_directory\ntangram,tangram_a,30,20480M,/p/tangram/tangram_a\n",
+			wantNS: map[string]NamespaceSpec{
+				"tangram_a": {Name: "tangram_a", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M", PipeDirectory: "/p/tangram/tangram_a"},
+			}},
+		{name: "bad percentage", out: "name,active-thread-percentage\nx,lots\n", wantErr: "not a number"},
+		{name: "bad size", out: "name,pinned_memory_limit\nx,lots\n", wantErr: "pinned-memory-limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var err error
 			if tt.server != "" {
-				var status string
-				status, err = serverStatus(tt.out, tt.server)
-				if err == nil && status != tt.wantStatus {
-					t.Errorf("status %q, want %q", status, tt.wantStatus)
+				var state ServerState
+				state, err = serverState(tt.out, tt.server)
+				if err == nil && (state != tt.wantState || state.Ready() != tt.wantReady) {
+					t.Errorf("state %+v (ready %t), want %+v (ready %t)", state, state.Ready(), tt.wantState, tt.wantReady)
 				}
 			} else {
 				var ns map[string]NamespaceSpec
@@ -140,6 +326,20 @@ func TestParseV3CSV(t *testing.T) {
 	}
 }
 
+func TestParseClientPIDs(t *testing.T) {
+	out := "1234567,tangram,tangram_a\n42,tangram,tangram_b\n99,tangram,tangram_a\n"
+	if got, err := parseClientPIDs(out, "tangram_a"); err != nil || !slices.Equal(got, []int{1234567, 99}) {
+		t.Errorf("clients of tangram_a: %v, %v", got, err)
+	}
+	// Another column order: the namespace first.
+	if got, err := parseClientPIDs("tangram_b, 7\n", "tangram_b"); err != nil || !slices.Equal(got, []int{7}) {
+		t.Errorf("clients of tangram_b: %v, %v", got, err)
+	}
+	if got, err := parseClientPIDs("", "tangram_a"); err != nil || len(got) != 0 {
+		t.Errorf("no clients: %v, %v", got, err)
+	}
+}
+
 // newV3StandIn starts the stand-in control binary (a separate process) as
 // an MPS v3 daemon, as the plugin does on a node.
 func newV3StandIn(t *testing.T, root string, cards []string) *MPSDaemon {
@@ -150,17 +350,24 @@ func newV3StandIn(t *testing.T, root string, cards []string) *MPSDaemon {
 	return d
 }
 
+// TestV3NamespacesAgainstStandIn drives the strict stand-in, started by
+// MPSDaemon as on a node (-p 3 -m -f, stdin held open), with the plugin's
+// v3 code: commands as arguments, valid names, readiness from Ready,
+// numbers compared as numbers, clients terminated before a delete.
 func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	root := shortRoot(t)
+	layout := Layout{Root: root}
 	ctx := context.Background()
 	d := newV3StandIn(t, root, []string{"GPU-a", "GPU-b"})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The server through the control binary as a client (what the plugin
-	// runs on a node), the rest straight on the socket: each run of the
-	// binary is a fork of this test program, slow under the race detector.
+	// runs on a node), the rest through the stand-in in this process: each
+	// run of the binary is a fork of this test program, slow under the
+	// race detector.
 	v3 := NewV3Namespaces(d.Control, []string{"GPU-a", "GPU-b"})
+	v3.PipeDir = layout.PipeDir()
 	var notRunning *ServerNotRunningError
 	if err := v3.CheckRunning(ctx); !errors.As(err, &notRunning) || !strings.Contains(err.Error(), `server "tangram" is not listed`) {
 		t.Errorf("CheckRunning before the server exists: %v", err)
@@ -168,23 +375,32 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	v3 = NewV3Namespaces(StandInControl(Layout{Root: root}.PipeDir()), []string{"GPU-a", "GPU-b"})
+	v3 = NewV3Namespaces(StandInControl(layout.PipeDir()), []string{"GPU-a", "GPU-b"})
+	v3.PipeDir = layout.PipeDir()
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := v3.CheckRunning(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := NamespaceSpec{Name: "tangram-a", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}
-	b := NamespaceSpec{Name: "tangram-b", ActiveThreadPercentage: 50}
+	a := NamespaceSpec{Name: NamespaceName("a"), ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}
+	b := NamespaceSpec{Name: NamespaceName("b"), ActiveThreadPercentage: 50}
 	if err := v3.Sync(ctx, []NamespaceSpec{a, b}); err != nil {
 		t.Fatal(err)
 	}
-	// Someone else's namespace is left alone; ours that no claim wants goes.
-	if _, err := SendStandInCommand(ctx, Layout{Root: root}.PipeDir(), "namespace create admin-ns --server=tangram"); err != nil {
-		t.Fatal(err)
+	ctl := StandInControl(layout.PipeDir())
+	// Someone else's namespace is left alone; ours that no claim wants
+	// goes, its client terminated first; a client on ours keeps it
+	// unchanged (the daemon would refuse to set it).
+	for _, cmd := range [][]string{
+		{"namespace", "create", "admin_ns", "--server=tangram"},
+		{"standin", "attach-client", a.Name, "--server=tangram", "--pid=1001"},
+		{"standin", "attach-client", b.Name, "--server=tangram", "--pid=1002"},
+	} {
+		if _, err := ctl(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
 	}
-	a.ActiveThreadPercentage = 40
 	if err := v3.Sync(ctx, []NamespaceSpec{a}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,41 +408,128 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]NamespaceSpec{"tangram-a": a, "admin-ns": {Name: "admin-ns"}}
+	want := map[string]NamespaceSpec{
+		a.Name:     {Name: a.Name, ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G", PipeDirectory: layout.NamespacePipeDir("tangram", "a")},
+		"admin_ns": {Name: "admin_ns", ActiveThreadPercentage: 100, PinnedMemoryLimit: "none", PipeDirectory: filepath.Join(layout.PipeDir(), "tangram", "admin_ns")},
+	}
 	if !reflect.DeepEqual(have, want) {
 		t.Errorf("namespaces %+v, want %+v", have, want)
 	}
-	if err := v3.Delete(ctx, "tangram-a", have); err != nil {
+	// A changed limit is set once the client is gone.
+	if _, err := ctl(ctx, v3ClientTerminate("tangram", 1001)); err != nil {
 		t.Fatal(err)
 	}
-	if err := v3.Delete(ctx, "tangram-a", map[string]NamespaceSpec{}); err != nil {
+	a.ActiveThreadPercentage = 40
+	if err := v3.Sync(ctx, []NamespaceSpec{a}); err != nil {
+		t.Fatal(err)
+	}
+	// Delete with a client attached: terminated, then deleted.
+	if _, err := ctl(ctx, []string{"standin", "attach-client", a.Name, "--server=tangram", "--pid=1003"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v3.Delete(ctx, a.Name, have); err != nil {
+		t.Fatal(err)
+	}
+	if err := v3.Delete(ctx, a.Name, map[string]NamespaceSpec{}); err != nil {
 		t.Errorf("deleting an unlisted namespace: %v", err)
 	}
-	logged, err := StandInCommands(Layout{Root: root}.LogDir())
+	entries, err := StandInLog(layout.LogDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	var logged []string
+	for _, e := range entries {
+		if e.Transport != transportArgv || e.Rejected != "" {
+			t.Errorf("control.log: %+v; want every command as arguments and accepted", e)
+		}
+		logged = append(logged, e.Command)
+	}
+	an, bn := a.Name, b.Name
 	wantLog := []string{
-		"get_server_list",
+		"server list --format=csv", // the readiness probe
 		"server list --format=csv",
 		"server list --format=csv",
 		"server create tangram --uid=0 --allowed-devices=GPU-a,GPU-b",
 		"server list --format=csv",
 		"server list --format=csv",
 		"namespace list --server=tangram --format=csv",
-		"namespace create tangram-a --server=tangram",
-		"namespace set tangram-a --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M",
-		"namespace create tangram-b --server=tangram",
-		"namespace set tangram-b --server=tangram --active-thread-percentage=50",
-		"namespace create admin-ns --server=tangram",
+		"namespace create " + an + " --server=tangram",
+		"namespace set " + an + " --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M",
+		"namespace get " + an + " tangram pipe_directory",
+		"namespace create " + bn + " --server=tangram",
+		"namespace set " + bn + " --server=tangram --active-thread-percentage=50",
+		"namespace get " + bn + " tangram pipe_directory",
+		"namespace create admin_ns --server=tangram",
+		"standin attach-client " + an + " --server=tangram --pid=1001",
+		"standin attach-client " + bn + " --server=tangram --pid=1002",
 		"namespace list --server=tangram --format=csv",
-		"namespace set tangram-a --server=tangram --active-thread-percentage=40 --pinned-memory-limit=20480M",
-		"namespace delete tangram-b --server=tangram",
+		"client list --server=tangram --format=csv,noheader",
+		"client terminate 1002 --server=tangram",
+		"namespace delete " + bn + " --server=tangram",
 		"namespace list --server=tangram --format=csv",
-		"namespace delete tangram-a --server=tangram",
+		"client terminate 1001 --server=tangram",
+		"namespace list --server=tangram --format=csv",
+		"namespace set " + an + " --server=tangram --active-thread-percentage=40 --pinned-memory-limit=20480M",
+		"standin attach-client " + an + " --server=tangram --pid=1003",
+		"client list --server=tangram --format=csv,noheader",
+		"client terminate 1003 --server=tangram",
+		"namespace delete " + an + " --server=tangram",
 	}
 	if !slices.Equal(logged, wantLog) {
 		t.Errorf("control.log:\n%s\nwant:\n%s", strings.Join(logged, "\n"), strings.Join(wantLog, "\n"))
+	}
+}
+
+// TestV3PipeDirMismatch: a namespace the daemon reaches elsewhere than the
+// plugin mounts fails the share rather than leaving its client uncapped.
+func TestV3PipeDirMismatch(t *testing.T) {
+	ctx := context.Background()
+	d := startStandIn(t, StandInConfig{Protocol: 3, MultiUser: true})
+	v3 := NewV3Namespaces(StandInControl(d.pipe), []string{"GPU-a"})
+	v3.PipeDir = "/elsewhere"
+	if err := v3.EnsureServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := v3.Ensure(ctx, NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}, map[string]NamespaceSpec{})
+	wantErr(t, "Ensure", err, "not /elsewhere/tangram/tangram_c where the plugin mounts it")
+	err = v3.Ensure(ctx, NamespaceSpec{Name: "tangram-c"}, map[string]NamespaceSpec{})
+	wantErr(t, "Ensure with an old-style name", err, "not a valid MPS v3 namespace name")
+}
+
+// TestV3DeleteForced: when terminating a client is refused, the delete is
+// forced.
+func TestV3DeleteForced(t *testing.T) {
+	ctx := context.Background()
+	d := startStandIn(t, StandInConfig{Protocol: 3, MultiUser: true})
+	real := StandInControl(d.pipe)
+	// A daemon whose client terminate fails.
+	ctl := func(ctx context.Context, cmd []string) (string, error) {
+		if len(cmd) > 1 && cmd[0] == "client" && cmd[1] == "terminate" {
+			return "", errors.New("client terminate: not supported")
+		}
+		return real(ctx, cmd)
+	}
+	v3 := NewV3Namespaces(ctl, []string{"GPU-a"})
+	if err := v3.EnsureServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := v3.Sync(ctx, []NamespaceSpec{{Name: "tangram_c", ActiveThreadPercentage: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := real(ctx, []string{"standin", "attach-client", "tangram_c", "--server=tangram"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v3.Sync(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := StandInLog(d.logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := entries[len(entries)-2:]
+	if last[0].Command != "namespace delete tangram_c --server=tangram" || last[0].Rejected == "" ||
+		last[1].Command != "namespace delete tangram_c --server=tangram --force" || last[1].Rejected != "" {
+		t.Errorf("control.log ends %+v, want a refused delete, then a forced one", last)
 	}
 }
 
@@ -269,7 +572,7 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 	if d.done != nil {
 		return nil // started by us and supervised, as MPSDaemon does
 	}
-	if _, err := SendStandInCommand(ctx, d.layout.PipeDir(), ""); err == nil {
+	if err := ProbeStandIn(ctx, d.layout.PipeDir()); err == nil {
 		return nil // running (adopted)
 	}
 	if err := d.layout.create(); err != nil {
@@ -281,7 +584,7 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 		done <- RunStandInControlDaemon(context.Background(), StandInConfig{PipeDir: d.layout.PipeDir(), LogDir: d.layout.LogDir(), Protocol: 3, MultiUser: true})
 	}()
 	for range 500 {
-		if _, err := SendStandInCommand(ctx, d.layout.PipeDir(), ""); err == nil {
+		if err := ProbeStandIn(ctx, d.layout.PipeDir()); err == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -293,7 +596,8 @@ func (d *inProcessV3) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	d.done = nil
 	d.mu.Unlock()
-	if _, err := SendStandInCommand(ctx, d.layout.PipeDir(), "quit"); err != nil && !strings.Contains(err.Error(), "cannot find MPS control daemon") {
+	quit := ControlClient{Runner: StandInRunner{}, Binary: MPSControlName, PipeDir: d.layout.PipeDir(), Protocol: 3}
+	if err := quit.Quit(ctx); err != nil && !strings.Contains(err.Error(), "cannot find MPS control daemon") {
 		return err
 	}
 	return nil
@@ -301,8 +605,8 @@ func (d *inProcessV3) Stop(ctx context.Context) error {
 
 func (d *inProcessV3) Close() {}
 
-func (d *inProcessV3) Control(ctx context.Context, command string) (string, error) {
-	return SendStandInCommand(ctx, d.layout.PipeDir(), command)
+func (d *inProcessV3) Control(ctx context.Context, command []string) (string, error) {
+	return StandInControl(d.layout.PipeDir())(ctx, command)
 }
 
 func newInProcessV3(t *testing.T, root string) *inProcessV3 {
@@ -313,16 +617,18 @@ func newInProcessV3(t *testing.T, root string) *inProcessV3 {
 
 type controlDaemon interface {
 	Daemon
-	Control(ctx context.Context, command string) (string, error)
+	Control(ctx context.Context, command []string) (string, error)
 }
 
 func newV3Manager(t *testing.T, root string, d *inProcessV3, mounter ShmMounter) *Manager {
 	t.Helper()
 	cards := []string{"GPU-a", "GPU-b"}
 	layout := Layout{Root: root}
+	namespaces := NewV3Namespaces(d.Control, cards)
+	namespaces.PipeDir = layout.PipeDir()
 	m := NewManager(layout, d, &RecordingComputeModeSetter{}, cards,
 		WithTiming(Timing{ReadyWait: 5 * time.Second, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}),
-		WithV3(NewV3Namespaces(d.Control, cards), ClaimDirs{Layout: layout, Mounter: mounter, ShmSizeBytes: 64 << 20}))
+		WithV3(namespaces, ClaimDirs{Layout: layout, Mounter: mounter, ShmSizeBytes: 64 << 20}))
 	t.Cleanup(m.Close)
 	return m
 }
@@ -333,6 +639,10 @@ func namespacesOf(t *testing.T, d controlDaemon) map[string]NamespaceSpec {
 	have, err := v3.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
+	}
+	for name, spec := range have {
+		spec.PipeDirectory = "" // as the plugin mounts it: checked at Ensure
+		have[name] = spec
 	}
 	return have
 }
@@ -363,19 +673,20 @@ func TestManagerV3(t *testing.T) {
 	if err := m.Acquire(ctx, "c1", claims["c1"]); err != nil {
 		t.Fatal(err)
 	}
+	// As the daemon lists them: sizes in the largest exact unit.
 	want := map[string]NamespaceSpec{
-		"tangram-c1": {Name: "tangram-c1", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"},
-		"tangram-c2": {Name: "tangram-c2", ActiveThreadPercentage: 20, PinnedMemoryLimit: "20480M"},
-		"tangram-c3": {Name: "tangram-c3", ActiveThreadPercentage: 50, PinnedMemoryLimit: "20480M"},
+		"tangram_c1": {Name: "tangram_c1", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G"},
+		"tangram_c2": {Name: "tangram_c2", ActiveThreadPercentage: 20, PinnedMemoryLimit: "20G"},
+		"tangram_c3": {Name: "tangram_c3", ActiveThreadPercentage: 50, PinnedMemoryLimit: "20G"},
 	}
 	if got := namespacesOf(t, d); !reflect.DeepEqual(got, want) {
 		t.Errorf("namespaces %+v, want %+v", got, want)
 	}
 	cfg := m.ClientConfig("c1")
 	wantCfg := ClientConfig{
-		PipeDir: filepath.Join(root, "pipe", "tangram", "tangram-c1"),
+		PipeDir: filepath.Join(root, "pipe", "tangram", "tangram_c1"),
 		Mounts: []Mount{
-			{HostPath: filepath.Join(root, "pipe", "tangram", "tangram-c1"), ContainerPath: filepath.Join(root, "pipe", "tangram", "tangram-c1")},
+			{HostPath: filepath.Join(root, "pipe", "tangram", "tangram_c1"), ContainerPath: filepath.Join(root, "pipe", "tangram", "tangram_c1")},
 			{HostPath: filepath.Join(root, "claims", "c1", "shm"), ContainerPath: "/dev/shm"},
 		},
 	}
@@ -398,7 +709,7 @@ func TestManagerV3(t *testing.T) {
 	if err := m.Release(ctx, "c2"); err != nil {
 		t.Fatal(err)
 	}
-	delete(want, "tangram-c2")
+	delete(want, "tangram_c2")
 	if got := namespacesOf(t, d); !reflect.DeepEqual(got, want) {
 		t.Errorf("after releasing c2: namespaces %+v, want %+v", got, want)
 	}
@@ -414,7 +725,7 @@ func TestManagerV3(t *testing.T) {
 	if err := m.Release(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	delete(want, "tangram-c1")
+	delete(want, "tangram_c1")
 	if got := namespacesOf(t, d); !reflect.DeepEqual(got, want) {
 		t.Errorf("after releasing c1: namespaces %+v, want %+v", got, want)
 	}
@@ -426,7 +737,7 @@ func TestManagerV3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(logged, "namespace delete tangram-c3 --server=tangram") {
+	if !slices.Contains(logged, "namespace delete tangram_c3 --server=tangram") {
 		t.Errorf("the last claim's namespace was not deleted:\n%s", strings.Join(logged, "\n"))
 	}
 	var creates int
@@ -464,9 +775,9 @@ func TestManagerV3Failures(t *testing.T) {
 		root := shortRoot(t)
 		d := newInProcessV3(t, root)
 		// A control daemon that lists the server as starting.
-		ctl := func(ctx context.Context, cmd string) (string, error) {
-			if cmd == v3ServerList() {
-				return "name,status\ntangram,starting\n", nil
+		ctl := func(ctx context.Context, cmd []string) (string, error) {
+			if slices.Equal(cmd, v3ServerList()) {
+				return "name,pid,status\ntangram,0,Starting\n", nil
 			}
 			return d.Control(ctx, cmd)
 		}
@@ -477,14 +788,16 @@ func TestManagerV3Failures(t *testing.T) {
 		t.Cleanup(m.Close)
 		err := m.Acquire(ctx, "c1", []Share{{Card: "GPU-a", MemoryBytes: 1 << 30}})
 		var notReady *DaemonNotReadyError
-		if !errors.As(err, &notReady) || !strings.Contains(err.Error(), `MPS v3 server "tangram" is starting, not running`) {
+		if !errors.As(err, &notReady) || !strings.Contains(err.Error(), `MPS v3 server "tangram" is Starting, not Ready`) {
 			t.Errorf("Acquire: %v, want a retryable error naming the server's state", err)
 		}
 		if len(m.Holders()) != 0 {
 			t.Errorf("holders after a failed share: %v", m.Holders())
 		}
-		if got := namespacesOf(t, d); len(got) != 0 {
-			t.Errorf("namespaces after a failed share: %+v", got)
+		// The server was never created: no namespace anywhere.
+		out, err := d.Control(ctx, []string{"namespace", "list", "--format=csv"})
+		if got, perr := parseNamespaces(out); err != nil || perr != nil || len(got) != 0 {
+			t.Errorf("namespaces after a failed share: %+v (%v, %v)", got, err, perr)
 		}
 	})
 }
@@ -509,7 +822,7 @@ func TestManagerV3Restart(t *testing.T) {
 	// The plugin exits (the daemon keeps running); the kept claim's
 	// namespace is lost meanwhile.
 	first.Close()
-	if _, err := d.Control(ctx, v3NamespaceDelete("tangram", "tangram-kept")); err != nil {
+	if _, err := d.Control(ctx, v3NamespaceDelete("tangram", NamespaceName("kept"), false)); err != nil {
 		log, _ := os.ReadFile(filepath.Join(root, "log", "control.log"))
 		t.Fatalf("%v; control.log:\n%s", err, log)
 	}
@@ -520,7 +833,7 @@ func TestManagerV3Restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, next)
-	want := map[string]NamespaceSpec{"tangram-kept": {Name: "tangram-kept", ActiveThreadPercentage: 30, PinnedMemoryLimit: "1024M"}}
+	want := map[string]NamespaceSpec{"tangram_kept": {Name: "tangram_kept", ActiveThreadPercentage: 30, PinnedMemoryLimit: "1G"}}
 	if got := namespacesOf(t, d); !reflect.DeepEqual(got, want) {
 		t.Errorf("namespaces after restart %+v, want %+v", got, want)
 	}
