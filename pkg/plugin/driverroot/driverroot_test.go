@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -141,5 +142,26 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv(EnvDriverRoot, "/driver-root")
 	if got := FromEnv(); got != "/driver-root" {
 		t.Errorf("set: %q, want /driver-root", got)
+	}
+}
+
+func TestToolEnv(t *testing.T) {
+	if env := (Root{Path: "/"}).ToolEnv(); env != nil {
+		t.Errorf("the host's root: %q, want nothing", env)
+	}
+	root := t.TempDir()
+	for _, dir := range []string{"usr/lib64", "lib/x86_64-linux-gnu", "usr/bin"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", "/usr/bin:/bin")
+	got := Root{Path: root}.ToolEnv()
+	want := []string{
+		"LD_LIBRARY_PATH=" + filepath.Join(root, "usr/lib64") + ":" + filepath.Join(root, "lib/x86_64-linux-gnu") + ":" + filepath.Join(root, "lib"),
+		"PATH=" + filepath.Join(root, "usr/bin") + ":/usr/bin:/bin",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ToolEnv = %q, want %q", got, want)
 	}
 }
