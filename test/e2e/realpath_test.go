@@ -202,10 +202,10 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 			"the share must be pointed at its own MPS v3 namespace")
 		pipeDir := layout.PipeDir()
 		logDir := layout.LogDir()
-		mpsControl(ctx, pipeDir, "get_server_list")
+		mpsControl(ctx, pipeDir, "server", "list", "--format=csv")
 		commands, err := mps.StandInCommands(logDir)
 		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon's control.log")
-		Expect(commands).To(ContainElement("get_server_list"), "the stand-in MPS daemon on the share's pipe directory did not get the command")
+		Expect(commands).To(ContainElement("server list --format=csv"), "the stand-in MPS daemon on the share's pipe directory did not get the command")
 		GinkgoWriter.Printf("  %s: compute mode %s in calls.log; the stand-in MPS daemon on %s logged %q\n", uuid, exclusiveProcessMode, pipeDir, commands)
 
 		daemon := mpsDaemonPod(ctx)
@@ -228,13 +228,13 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(now.UID).To(Equal(daemon.UID), "the MPS daemon pod must survive the plugin's restart")
 		Expect(now.Status.ContainerStatuses).NotTo(BeEmpty())
 		Expect(now.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "the MPS daemon restarted")
-		mpsControl(ctx, pipeDir, "get_server_list")
+		mpsControl(ctx, pipeDir, "server", "list", "--format=csv")
 		after, err := mps.StandInCommands(logDir)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(len(after)).To(BeNumerically(">", len(commands)), "the stand-in MPS daemon no longer answers after the plugin's restart: %q", after)
 		Expect(after[:len(commands)]).To(Equal(commands), "the stand-in's log must continue, not start over")
 		Expect(after[len(commands):]).NotTo(ContainElement(HavePrefix("quit")), "the stand-in MPS daemon was told to quit under a running share")
-		Expect(after[len(after)-1]).To(Equal("get_server_list"), "the stand-in MPS daemon must still answer on the share's pipe directory")
+		Expect(after[len(after)-1]).To(Equal("server list --format=csv"), "the stand-in MPS daemon must still answer on the share's pipe directory")
 
 		By("a new share is prepared by the restarted plugin on the same daemon")
 		createPod(ctx, gpuPod(ns, "share-after", "share-10gi"))
@@ -284,9 +284,18 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 				"pod %s's /dev/shm must hold its own marker only, not another share's", pod)
 		}
 
-		commands, err := mps.StandInCommands(layout.LogDir())
+		entries, err := mps.StandInLog(layout.LogDir())
 		Expect(err).NotTo(HaveOccurred())
-		commands = commands[len(before):]
+		entries = entries[len(before):]
+		// The plugin drives MPS v3 as NVIDIA documents it: every command as
+		// arguments (v3 has no stdin shell), none refused by the strict
+		// stand-in (names of [a-z0-9_] only, no set of a namespace in use).
+		var commands []string
+		for _, e := range entries {
+			Expect(e.Transport).To(BeElementOf("argv", "flag"), "a command on stdin to the MPS v3 daemon: %+v", e)
+			Expect(e.Rejected).To(BeEmpty(), "the stand-in refused %q", e.Command)
+			commands = append(commands, e.Command)
+		}
 		// One server for the node, not one per claim: while these three
 		// shares came, at most one server was created (none if an earlier
 		// spec's daemon still ran with it), and every namespace below names it.
@@ -299,6 +308,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		Expect(serverCreates).To(BeNumerically("<=", 1), "one MPS v3 server for the node:\n%s", strings.Join(commands, "\n"))
 		for pod, uid := range claims {
 			nsName := mps.NamespaceName(uid)
+			Expect(mps.ValidNamespaceName(nsName)).To(Succeed())
 			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + mps.DefaultV3Server))
 			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+mps.DefaultV3Server+
 				" --active-thread-percentage="+percents[pod]+" --pinned-memory-limit=20480M"), "control.log:\n%s", strings.Join(commands, "\n"))
@@ -320,15 +330,15 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 	}, SpecTimeout(6*time.Minute))
 })
 
-// mpsControl sends one command to the MPS control daemon on pipeDir with
-// the mock driver root's nvidia-cuda-mps-control, as an MPS client would.
-func mpsControl(ctx context.Context, pipeDir, command string) string {
-	cmd := exec.CommandContext(ctx, filepath.Join(*mockDriverRoot, "usr/bin/nvidia-cuda-mps-control"))
+// mpsControl sends one MPS v3 command (the chart runs v3 here) to the MPS
+// control daemon on pipeDir with the mock driver root's
+// nvidia-cuda-mps-control, as an admin would: as arguments after -p 3.
+func mpsControl(ctx context.Context, pipeDir string, command ...string) string {
+	cmd := exec.CommandContext(ctx, filepath.Join(*mockDriverRoot, "usr/bin/nvidia-cuda-mps-control"), append([]string{"-p", "3"}, command...)...)
 	cmd.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
-	cmd.Stdin = strings.NewReader(command + "\n")
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), "%s to the MPS daemon on %s: %s", command, pipeDir, out)
+	Expect(err).NotTo(HaveOccurred(), "%s to the MPS daemon on %s: %s", strings.Join(command, " "), pipeDir, out)
 	return string(out)
 }
 
