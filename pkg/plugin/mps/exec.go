@@ -73,12 +73,22 @@ func (ExecCommander) Start(_ context.Context, argv, env []string) (Process, erro
 }
 
 // openEndlessStdin returns a standard input that never reaches end of
-// file and outlives this process: a FIFO opened for reading and writing,
-// already unlinked. The child holds the FIFO's only writer itself, so its
-// reads block for ever, also after the plugin that started it has exited
-// (a daemon left running across a plugin restart keeps its stdin open);
-// a pipe whose write end the plugin held would end with the plugin.
+// file and outlives this process: a pipe opened for reading and writing.
+// The child holds the pipe's only writer itself, so its reads block for
+// ever, also after the plugin that started it has exited (a daemon left
+// running across a plugin restart keeps its stdin open); a pipe whose
+// write end the plugin held would end with the plugin. Linux reopens a
+// pipe read and write through /proc/self/fd; where that fails, an
+// unlinked FIFO in the temporary directory does the same.
 func openEndlessStdin() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("creating the daemon's standard input: %w", err)
+	}
+	defer func() { _ = r.Close(); _ = w.Close() }()
+	if f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", r.Fd()), os.O_RDWR, 0); err == nil {
+		return f, nil
+	}
 	dir, err := os.MkdirTemp("", "mps-stdin")
 	if err != nil {
 		return nil, fmt.Errorf("creating the daemon's standard input: %w", err)
