@@ -323,8 +323,9 @@ type ServerState struct {
 }
 
 // Ready reports whether clients can use the server: status Ready (the
-// documented status, any case), or, where the status says nothing we
-// know, the server's PID listed (the server process runs).
+// documented status, any case), or the server's PID listed (its process
+// runs: NVIDIA documents no other status word, so one we do not know must
+// not hold every share back).
 func (s ServerState) Ready() bool {
 	if !s.Listed {
 		return false
@@ -332,11 +333,8 @@ func (s ServerState) Ready() bool {
 	if strings.EqualFold(s.Status, "ready") {
 		return true
 	}
-	if s.Status == "" {
-		pid, err := strconv.Atoi(s.PID)
-		return err == nil && pid > 0
-	}
-	return false
+	pid, err := strconv.Atoi(s.PID)
+	return err == nil && pid > 0
 }
 
 // serverState finds server in a "server list --format=csv" answer.
