@@ -1,6 +1,9 @@
 // Command nvidia-cuda-mps-control is the stand-in MPS control program of the
 // mock driver root (hack/mock-driver-root): pkg/plugin/mps's stand-in daemon
-// and its client, with the real program's options. It enforces nothing.
+// and its client, with the real program's options, as strict as NVIDIA
+// documents the real one (MPS v3 commands as arguments only, no -M with
+// -p 3, namespace names of [a-z0-9_], ...; docs/nvml.md lists the rules and
+// the TANGRAM_STANDIN_MPS_* switches). It enforces no limit.
 package main
 
 import (
