@@ -58,6 +58,8 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon": "pod", "mps-daemon-image": "localhost/tangram/dra-kubelet-plugin:dev",
 				"mps-daemon-image-pull-policy": "IfNotPresent", "mps-daemon-pod-prefix": "tangram",
 				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
+				// The daemon outlives short idle periods.
+				"mps-idle-grace": "5m",
 				// NVML and the driver's programs come from the mount.
 				"driver-root": "/driver-root", "host-driver-root": "/",
 				// GPU health: the default XID table, recovery after 10m quiet.
