@@ -10,7 +10,8 @@
 // The Manager does per-card accounting: the first share on a card switches
 // it to EXCLUSIVE_PROCESS and starts the daemon if needed; the last share
 // leaving a card switches it back to DEFAULT; when no share remains anywhere
-// the daemon is stopped. Whole-card claims never come here.
+// the daemon is stopped, after Timing.IdleGrace. Whole-card claims never
+// come here.
 package mps
 
 import (
