@@ -108,6 +108,12 @@ func TestPluginDaemonSet(t *testing.T) {
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
+			name:      "MPS daemon stopped as soon as idle",
+			sets:      []string{"kubeletPlugin.mps.idleGrace=0"},
+			wantFlags: map[string]string{"mps-idle-grace": "0"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
 			name:      "MPS daemon as a child process",
 			sets:      []string{"kubeletPlugin.mps.daemon=process"},
 			wantFlags: map[string]string{"mps-daemon": "process"},
