@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,18 +164,7 @@ func (h *hangingControl) set(on string) {
 // daemon answers again.
 func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 	const controlTimeout = 2 * time.Second
-	h := newHarness(t)
-	var ctl *hangingControl
-	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
-	h.managerOpts = func(layout mps.Layout, cards []string) []mps.ManagerOption {
-		ctl = &hangingControl{ctl: mps.StandInControl(layout.PipeDir()), hung: make(chan string, 100)}
-		return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl.Control, cards), mps.ClaimDirs{Layout: layout})}
-	}
-	h.timing = mps.Timing{ControlTimeout: controlTimeout, ReadyWait: 10 * time.Second, StartWait: 10 * time.Second,
-		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond}
-	h.restart()
-	t.Cleanup(func() { ctl.set("") })
-
+	h, ctl := newV3StandInHarness(t, controlTimeout)
 	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +210,77 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 		t.Fatalf("share once the control daemon answers: %v", err)
 	}
 	h.assertConsistent()
+}
+
+// newV3StandInHarness is a harness whose Manager drives MPS v3 namespaces
+// on the stand-in control daemon, run in the test process, through a
+// hangingControl; control commands time out after controlTimeout.
+func newV3StandInHarness(t *testing.T, controlTimeout time.Duration) (*harness, *hangingControl) {
+	t.Helper()
+	h := newHarness(t)
+	var ctl *hangingControl
+	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
+	h.managerOpts = func(layout mps.Layout, cards []string) []mps.ManagerOption {
+		ctl = &hangingControl{ctl: mps.StandInControl(layout.PipeDir()), hung: make(chan string, 100)}
+		return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl.Control, cards), mps.ClaimDirs{Layout: layout})}
+	}
+	h.timing = mps.Timing{ControlTimeout: controlTimeout, ReadyWait: 10 * time.Second, StartWait: 10 * time.Second,
+		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond}
+	h.restart()
+	t.Cleanup(func() { ctl.set("") })
+	return h, ctl
+}
+
+// A control daemon that stops answering shows in /healthz (a detail; the
+// probe still passes, restarting the plugin would not help) and in the
+// metrics, until it answers again.
+func TestHealthAndMetricsReportAnUnresponsiveControlDaemon(t *testing.T) {
+	h, ctl := newV3StandInHarness(t, 300*time.Millisecond)
+	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
+		t.Fatal(err)
+	}
+	health := &Health{Checks: map[string]HealthCheck{"dra": func(context.Context) error { return nil }},
+		Details: map[string]func() string{"mps": func() string { return h.shares.Status().String() }}}
+	metrics := NewMetrics()
+	metrics.RegisterMPSStatus(h.shares.Status)
+	healthz := func() (int, string) {
+		rec := httptest.NewRecorder()
+		health.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if got := gatherValue(t, metrics, "tangram_kubelet_plugin_mps_control_unresponsive"); got != 0 {
+		t.Errorf("tangram_kubelet_plugin_mps_control_unresponsive = %v with an answering daemon, want 0", got)
+	}
+
+	// Every prepare and every check of the worker lists something.
+	ctl.set("list")
+	if err := h.prepare(claimWith("s1", shareResult("gpu", "gpu-1", "share-1", "10Gi", "")))["s1"].Err; err == nil {
+		t.Fatal("share prepared although the control daemon does not answer")
+	}
+	code, body := healthz()
+	if code != http.StatusOK || !strings.HasPrefix(body, "ok\n") || !strings.Contains(body, "mps: control daemon UNRESPONSIVE since ") ||
+		!strings.Contains(body, "got no answer within 300ms") {
+		t.Errorf("/healthz = %d %q, want 200 with the unresponsive control daemon as a detail", code, body)
+	}
+	if got := gatherValue(t, metrics, "tangram_kubelet_plugin_mps_control_unresponsive"); got != 1 {
+		t.Errorf("tangram_kubelet_plugin_mps_control_unresponsive = %v, want 1", got)
+	}
+	if got := gatherValue(t, metrics, "tangram_kubelet_plugin_mps_control_timeouts_total"); got < 1 {
+		t.Errorf("tangram_kubelet_plugin_mps_control_timeouts_total = %v, want at least 1", got)
+	}
+	if got := gatherValue(t, metrics, "tangram_kubelet_plugin_mps_daemon_ready"); got != 0 {
+		t.Errorf("tangram_kubelet_plugin_mps_daemon_ready = %v with an unresponsive control daemon, want 0", got)
+	}
+
+	ctl.set("")
+	deadline := time.Now().Add(noWaitLimit)
+	for gatherValue(t, metrics, "tangram_kubelet_plugin_mps_control_unresponsive") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the control daemon answers again, but is still reported unresponsive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, body := healthz(); strings.Contains(body, "UNRESPONSIVE") {
+		t.Errorf("/healthz after recovery = %q", body)
+	}
 }
