@@ -340,3 +340,61 @@ func TestManagerIdleGrace(t *testing.T) {
 		t.Errorf("status after the grace %+v, want not wanted", st)
 	}
 }
+
+// countingGuard is a StopGuard that says no share is recorded and counts
+// the state locks it hands out and gets back.
+type countingGuard struct {
+	mu             sync.Mutex
+	locks, unlocks int
+}
+
+func (g *countingGuard) LockForStop(context.Context) (func(), bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.locks++
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.unlocks++
+	}, true, nil
+}
+
+func (g *countingGuard) counts() (locks, unlocks int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.locks, g.unlocks
+}
+
+// A stop that hangs holds the node's state lock no longer than
+// StopTimeout: the worker gives the lock back, reports the failure and
+// retries.
+func TestManagerStopThatHangsGivesTheStateLockBack(t *testing.T) {
+	ctx := context.Background()
+	const stopTimeout = 200 * time.Millisecond
+	d := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
+	close(d.ensureGate)
+	defer close(d.stopGate)
+	m := NewManager(Layout{Root: t.TempDir()}, d, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+		WithTiming(Timing{StopTimeout: stopTimeout, ReadyWait: 5 * time.Second, RetryMin: time.Second, RetryMax: time.Second}))
+	defer m.Close()
+	guard := &countingGuard{}
+	m.GuardStops(guard)
+	if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := m.Status()
+		locks, unlocks := guard.counts()
+		if locks >= 1 && unlocks == locks && strings.Contains(st.LastError, "took longer than "+stopTimeout.String()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a stop that hangs: %d state locks, %d given back, last error %q; want the lock given back and the timeout reported", locks, unlocks, st.LastError)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

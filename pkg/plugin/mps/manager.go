@@ -154,6 +154,10 @@ type Timing struct {
 	// sends (default 10s); a command that exceeds it fails with a
 	// *ControlTimeoutError naming it.
 	ControlTimeout time.Duration
+	// StopTimeout bounds a stop of the daemon (default 2m): the worker
+	// stops it under the node's state lock (StopGuard), which no daemon
+	// that hangs may hold forever; a stop that times out is retried.
+	StopTimeout time.Duration
 	// IdleGrace keeps the daemon running for this long after the node's
 	// last share is released, so that a share arriving soon after finds
 	// it ready (0, the default: stop at once; the plugin's
@@ -176,6 +180,9 @@ func (t Timing) withDefaults() Timing {
 	}
 	if t.ControlTimeout == 0 {
 		t.ControlTimeout = 10 * time.Second
+	}
+	if t.StopTimeout == 0 {
+		t.StopTimeout = 2 * time.Minute
 	}
 	if t.Linger == 0 {
 		t.Linger = 2 * time.Minute
@@ -1081,7 +1088,12 @@ func (m *Manager) lockForStop(ctx context.Context, guard StopGuard) (unlock func
 
 // stopDaemon stops the daemon and, in classic mode, clears its /dev/shm.
 func (m *Manager) stopDaemon(ctx context.Context) error {
-	err := m.daemon.Stop(ctx)
+	stopCtx, cancel := context.WithTimeout(ctx, m.timing.StopTimeout)
+	defer cancel()
+	err := m.daemon.Stop(stopCtx)
+	if err != nil && errors.Is(stopCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("stopping the MPS daemon took longer than %s: %w", m.timing.StopTimeout, err)
+	}
 	if err == nil && m.v3 == nil {
 		// Classic mode: the daemon and its clients are gone, so the
 		// segments they shared are litter.
