@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,7 @@ type runFlags struct {
 	MPSMultiUser     bool
 	MPSMode          string
 	MPSShmSize       string
+	MPSIdleGrace     time.Duration
 	MPSDaemon        string
 	MPSDaemonImage   string
 	MPSDaemonPull    string
@@ -96,6 +98,9 @@ func newRunCommand() *cobra.Command {
 			shmSize, err := resource.ParseQuantity(flags.MPSShmSize)
 			if err != nil || shmSize.Sign() < 0 {
 				return fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi (%v)", flags.MPSShmSize, err)
+			}
+			if flags.MPSIdleGrace < 0 {
+				return fmt.Errorf("--mps-idle-grace=%s is negative: use 0 to stop the MPS daemon as soon as the last share is released", flags.MPSIdleGrace)
 			}
 			healthPolicy, err := healthOpts.policy()
 			if err != nil {
@@ -173,6 +178,7 @@ func newRunCommand() *cobra.Command {
 				MPSMultiUser:     flags.MPSMultiUser,
 				MPSMode:          mpsMode,
 				MPSShmSizeBytes:  shmSize.Value(),
+				MPSIdleGrace:     flags.MPSIdleGrace,
 				MPSDaemonMode:    flags.MPSDaemon,
 				MPSDaemonPod:     mpsPod,
 				HealthzAddress:   flags.HealthzAddress,
@@ -199,6 +205,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
 	f.StringVar(&flags.MPSMode, "mps-mode", string(mps.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
 	f.StringVar(&flags.MPSShmSize, "mps-shm-size", "64Mi", "size of each claim's /dev/shm tmpfs in MPS v3 mode (real GPUs); 0 leaves a plain directory under --mps-root")
+	f.DurationVar(&flags.MPSIdleGrace, "mps-idle-grace", 5*time.Minute, "keep the node's MPS daemon running this long after its last share is released, so that the next share finds it ready; 0 stops it at once")
 	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the classic MPS daemon with -M so that pods running as different users share it at once (MPS v3 always runs multi-user, with -m)")
 	f.StringVar(&flags.MPSDaemon, "mps-daemon", plugin.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
 	f.StringVar(&flags.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")

@@ -210,8 +210,11 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 					p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "K", ValueFrom: &corev1.EnvVarSource{
 						SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}})
 				})), want: "takes nothing from secrets"},
-				{name: "the node's network", req: create(changed(func(p *corev1.Pod) { p.Spec.HostNetwork = true })), want: "does not share the node's network"},
-				{name: "the node's PIDs", req: create(changed(func(p *corev1.Pod) { p.Spec.HostPID = true })), want: "does not share the node's network, PID"},
+				{name: "the node's network", req: create(changed(func(p *corev1.Pod) { p.Spec.HostNetwork = true })), want: "not its network or IPC namespace"},
+				{name: "the node's IPC", req: create(changed(func(p *corev1.Pod) { p.Spec.HostIPC = true })), want: "not its network or IPC namespace"},
+				// The daemon registers its clients only in the host's PID
+				// namespace: a daemon pod without it is refused.
+				{name: "its own PID namespace", req: create(changed(func(p *corev1.Pod) { p.Spec.HostPID = false })), want: "shares the node's PID namespace"},
 				{name: "another priority class", req: create(changed(func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-cluster-critical" })),
 					want: "only the chart's image pull secrets and priority class"},
 				{name: "owned by something else", req: create(changed(func(p *corev1.Pod) {

@@ -58,6 +58,8 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon": "pod", "mps-daemon-image": "localhost/tangram/dra-kubelet-plugin:dev",
 				"mps-daemon-image-pull-policy": "IfNotPresent", "mps-daemon-pod-prefix": "tangram",
 				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
+				// The daemon outlives short idle periods.
+				"mps-idle-grace": "5m",
 				// NVML and the driver's programs come from the mount.
 				"driver-root": "/driver-root", "host-driver-root": "/",
 				// GPU health: the default XID table, recovery after 10m quiet.
@@ -103,6 +105,12 @@ func TestPluginDaemonSet(t *testing.T) {
 				"kubeletPlugin.deviceHealth.ignoredXIDs={31}", "kubeletPlugin.deviceHealth.recoverAfter=90s"},
 			wantFlags: map[string]string{"health-monitor": "false", "health-informational-xids": "13,79",
 				"health-ignored-xids": "31", "health-recover-after": "90s"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name:      "MPS daemon stopped as soon as idle",
+			sets:      []string{"kubeletPlugin.mps.idleGrace=0"},
+			wantFlags: map[string]string{"mps-idle-grace": "0"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{

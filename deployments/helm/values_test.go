@@ -50,6 +50,8 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "MPS namespace not a DNS label", sets: []string{"kubeletPlugin.mps.namespace.name=GPU_MPS"}, wantErr: []string{"namespace", "name"}},
 		{name: "MPS namespace is the release namespace", sets: []string{"kubeletPlugin.mps.namespace.name=" + namespace},
 			notSchema: true, wantErr: []string{"must not be the release namespace"}},
+		{name: "MPS idle grace without a unit", sets: []string{"kubeletPlugin.mps.idleGrace=300"}, wantErr: []string{"idleGrace"}},
+		{name: "MPS idle grace in words", sets: []string{"kubeletPlugin.mps.idleGrace=5 minutes"}, wantErr: []string{"idleGrace"}},
 		{name: "webhook certificate validity in days", sets: []string{"controller.webhook.certValidity=90d"}, wantErr: []string{"certValidity"}},
 		{name: "cert-manager issuer kind", sets: []string{"controller.webhook.certManager.issuerRef.kind=Vault"}, wantErr: []string{"kind"}},
 		{name: "network policy switch as a string", sets: []string{"networkPolicy.enabled=maybe"}, wantErr: []string{"networkPolicy"}},

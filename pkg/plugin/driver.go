@@ -113,6 +113,16 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 // PrepareResourceClaims prepares each claim independently; one claim's
 // failure does not affect the others.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	if len(claims) == 0 {
+		// The health check's call (DRASocketCheck): it proves the
+		// service answers, and takes no lock, so that a call holding
+		// the state lock never fails the probe.
+		return map[types.UID]kubeletplugin.PrepareResult{}, nil
+	}
+	// A share whose daemon is starting waits for it here, before the
+	// state lock, so that no other call waits with it (docs/prepare.md,
+	// "No long waits").
+	defer d.awaitMPSDaemon(ctx, claims)()
 	unlock, err := d.lockState(ctx)
 	if err != nil {
 		return nil, err
@@ -126,6 +136,42 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	d.publishGauges()
 	return out, nil
+}
+
+// awaitMPSDaemon waits for the MPS daemon when one of the claims holds an
+// MPS share on this node, holding no lock: the kubelet's calls are not
+// serialized by the helper (see plugin.go), so whole-card calls go on
+// meanwhile. The wait is bounded by the Manager's StartWait and the
+// call's deadline; a daemon still not ready is Acquire's to answer. The
+// returned function, called at the end of the call, lets the daemon go
+// when no share holds it.
+func (d *Driver) awaitMPSDaemon(ctx context.Context, claims []*resourceapi.ResourceClaim) (done func()) {
+	if d.cfg.Shares == nil || !slices.ContainsFunc(claims, d.wantsMPS) {
+		return func() {}
+	}
+	start := time.Now()
+	done, err := d.cfg.Shares.AwaitDaemon(ctx)
+	logger := klog.FromContext(ctx)
+	if err != nil {
+		logger.Info("MPS daemon not ready after waiting; the shares' prepares say so and the kubelet retries", "waited", time.Since(start).Round(time.Millisecond), "err", err)
+		return done
+	}
+	logger.V(3).Info("MPS daemon ready for the call's shares", "waited", time.Since(start).Round(time.Millisecond))
+	return done
+}
+
+// wantsMPS reports whether the claim holds an MPS share on this node.
+// Errors are prepareClaim's to report; here they mean no wait.
+func (d *Driver) wantsMPS(claim *resourceapi.ResourceClaim) bool {
+	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+	if err != nil || len(planned.Devices) == 0 || !slices.ContainsFunc(planned.Devices, func(dev prepared.Device) bool { return dev.Share }) {
+		return false
+	}
+	configs, err := d.cfg.Configs(claim, planned.Devices)
+	if err != nil {
+		return false
+	}
+	return len(withConfigs(planned, configs, d.cfg.MPSPipeDir).MPSCards()) > 0
 }
 
 func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
@@ -245,8 +291,9 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)
 	}
 
-	// Side effects: MPS accounting (never a long wait, see mps.Manager)
-	// and the CDI spec.
+	// Side effects: MPS accounting (never a long wait under this lock:
+	// the wait for a starting daemon was awaitMPSDaemon's, and every
+	// control command has a deadline; see mps.Manager) and the CDI spec.
 	completed, err := d.apply(ctx, rec)
 	if err == nil {
 		d.mu.Lock()

@@ -38,7 +38,10 @@ type harness struct {
 	// (e.g. to make it slow or failing); timing replaces the Manager's.
 	wrapDaemon func(*mps.SimulatedDaemon) mps.Daemon
 	timing     mps.Timing
-	driver     *Driver
+	// managerOpts, when set, adds options to each start's Manager (e.g.
+	// MPS v3 against a stand-in).
+	managerOpts func(layout mps.Layout, cards []string) []mps.ManagerOption
+	driver      *Driver
 }
 
 func newHarness(t testing.TB) *harness {
@@ -93,7 +96,11 @@ func (h *harness) tryStart() error {
 	if h.wrapDaemon != nil {
 		daemon = h.wrapDaemon(h.daemon)
 	}
-	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, mps.WithTiming(h.timing)), steps: h.steps}
+	opts := []mps.ManagerOption{mps.WithTiming(h.timing)}
+	if h.managerOpts != nil {
+		opts = append(opts, h.managerOpts(layout, uuids)...)
+	}
+	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, opts...), steps: h.steps}
 	d, err := New(context.Background(), Config{
 		NodeName: testNode,
 		GPUs:     testGPUs(),

@@ -138,6 +138,14 @@ func (m *Metrics) RegisterMPSStatus(status func() mps.Status) {
 			Name: "tangram_kubelet_plugin_mps_failures_total",
 			Help: "Failed MPS daemon starts, adoptions, stops and compute-mode restores (each is retried with back-off).",
 		}, func() float64 { return float64(status().Failures) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tangram_kubelet_plugin_mps_control_unresponsive",
+			Help: "1 while the node's MPS control daemon is unresponsive: a control command got no answer within its deadline and none was answered since. Shares wait; whole cards are unaffected.",
+		}, func() float64 { return boolValue(!status().ControlUnresponsiveSince.IsZero()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tangram_kubelet_plugin_mps_control_timeouts_total",
+			Help: "MPS control commands that got no answer within their deadline.",
+		}, func() float64 { return float64(status().ControlTimeouts) }),
 	)
 }
 

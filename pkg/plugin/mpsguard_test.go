@@ -113,11 +113,12 @@ func TestNewPluginProcessLeavesTheDaemonOfTheOldOnesFirstShare(t *testing.T) {
 	newPod.assertConsistent()
 }
 
-// A call of this process holds the state lock while the worker waits for
-// it to stop the daemon (another process released the node's last share),
-// and the call then prepares a share, waiting for the daemon: the worker
-// must give up the stop and start the daemon, so that the share is
-// prepared at once rather than refused as "still starting".
+// The worker of one process waits for the state lock to stop the daemon
+// (its call learnt that the other process released the node's last
+// share) while that call still holds the lock; a share's prepare arriving
+// then makes the worker give up the stop (the share waits for the daemon
+// before the state lock, AwaitDaemon) and is prepared with the daemon
+// running.
 func TestStopWaitingForTheLockGivesWayToAShare(t *testing.T) {
 	oldPod := newHarness(t)
 	newPod := oldPod.twin()
@@ -130,12 +131,14 @@ func TestStopWaitingForTheLockGivesWayToAShare(t *testing.T) {
 	}
 	newPod.assertConsistent()
 
-	// Old's next call learns that s0 is gone, so its worker goes to stop
-	// the daemon and waits for the lock that call holds. Hold the call
-	// until the worker waits.
+	// Old's next call (a whole card) learns that s0 is gone, so its
+	// worker goes to stop the daemon and waits for the lock that call
+	// holds. Hold the call until the worker waits, then let a share
+	// arrive.
 	var locks atomic.Int32
 	oldPod.state.onLock = func() { locks.Add(1) }
 	var saves atomic.Int32
+	var shareDone <-chan kubeletplugin.PrepareResult
 	oldPod.state.beforeSave = func() error {
 		if saves.Add(1) > 1 {
 			return nil
@@ -149,14 +152,32 @@ func TestStopWaitingForTheLockGivesWayToAShare(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		shareDone = oldPod.prepareAsync(claimWith("s1", shareResult("gpu", "gpu-2", "s1", "4Gi", "")))
+		// Hold the lock until the share waits for the daemon.
+		for !oldPod.shares.Status().Wanted {
+			if time.Now().After(deadline) {
+				t.Error("the share's prepare never asked for the daemon")
+				return nil
+			}
+			time.Sleep(time.Millisecond)
+		}
 		return nil
 	}
-	start := time.Now()
-	err := oldPod.prepare(claimWith("s1", shareResult("gpu", "gpu-2", "s1", "4Gi", "")))["s1"].Err
-	oldPod.state.beforeSave, oldPod.state.onLock = nil, nil
-	if err != nil {
-		t.Fatalf("preparing a share while the worker waited to stop the daemon: %v (after %s)", err, time.Since(start))
+	if err := oldPod.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
+		t.Fatal(err)
 	}
+	if shareDone == nil {
+		t.Fatal("the share was never prepared")
+	}
+	select {
+	case res := <-shareDone:
+		if res.Err != nil {
+			t.Fatalf("preparing a share while the worker waited to stop the daemon: %v", res.Err)
+		}
+	case <-time.After(noWaitLimit):
+		t.Fatal("the share's prepare did not return")
+	}
+	oldPod.state.beforeSave, oldPod.state.onLock = nil, nil
 	if !oldPod.daemon.Running() {
 		t.Error("the share's prepare returned while the MPS daemon was not running")
 	}

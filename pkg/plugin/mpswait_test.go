@@ -84,7 +84,7 @@ func newGatedHarness(t *testing.T) (*harness, *gatedDaemon) {
 		gated.SimulatedDaemon = sim
 		return gated
 	}
-	h.timing = mps.Timing{ReadyWait: 20 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond, Linger: time.Minute}
+	h.timing = mps.Timing{ReadyWait: 20 * time.Millisecond, StartWait: 20 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond, Linger: time.Minute}
 	h.restart()
 	return h, gated
 }

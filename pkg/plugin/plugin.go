@@ -66,6 +66,9 @@ type PluginOptions struct {
 	// MPSShmSizeBytes bounds each claim's /dev/shm in MPS v3 mode (a tmpfs
 	// per claim, real GPUs only).
 	MPSShmSizeBytes int64
+	// MPSIdleGrace keeps the MPS daemon running this long after the
+	// node's last share is released (mps.Timing.IdleGrace).
+	MPSIdleGrace time.Duration
 	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
 	// (a child of the plugin; the default) or MPSDaemonPod (a pod of its
 	// own, which outlives the plugin's pod).
@@ -197,12 +200,14 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			kubeletplugin.NodeName(opts.NodeName),
 			kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 			kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
-			// The contract with the helper (the default, stated): it
-			// serializes prepare and unprepare calls, across both pods
-			// of a rolling update with a lock file in PluginDir. The
-			// driver relies on no more than that and locks its own
-			// checkpoint too (see Driver.lockState).
-			kubeletplugin.Serialize(true),
+			// The helper does not serialize the calls: the driver does,
+			// with its state lock (Driver.lockState), across both pods
+			// of a rolling update too. The helper's own serialization
+			// would make every call wait while a share waits for a
+			// starting MPS daemon before that lock (Driver.awaitMPSDaemon,
+			// docs/prepare.md "No long waits"); nothing it does around
+			// our calls needs it (no device metadata is enabled).
+			kubeletplugin.Serialize(false),
 			kubeletplugin.RollingUpdate(types.UID(opts.PodUID)),
 		)
 		if err != nil {
@@ -312,7 +317,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	}
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", opts.MPSRoot)
-		return mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, shareable), nil
+		return mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, shareable, managerTiming(opts)), nil
 	}
 	binary, err := mpsControlBinary(opts)
 	if err != nil {
@@ -331,7 +336,13 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
-	return mps.NewManager(layout, daemon, computeModes, shareable, v3Option(opts, mode, layout, daemon.Control, shareable)...), nil
+	return mps.NewManager(layout, daemon, computeModes, shareable, append(v3Option(opts, mode, layout, daemon.Control, shareable), managerTiming(opts))...), nil
+}
+
+// managerTiming is the Manager's timing from the options: the idle grace;
+// the other waits keep their defaults (mps.Timing).
+func managerTiming(opts PluginOptions) mps.ManagerOption {
+	return mps.WithTiming(mps.Timing{IdleGrace: opts.MPSIdleGrace})
 }
 
 // resolveMPSMode is where --mps-mode=auto is decided: v3 where capability
@@ -426,13 +437,13 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
 		return mps.NewManager(layout, daemon, &mps.RecordingComputeModeSetter{}, shareable,
-			v3Option(opts, mode, layout, mps.StandInControl(layout.PipeDir()), shareable)...), nil
+			append(v3Option(opts, mode, layout, mps.StandInControl(layout.PipeDir()), shareable), managerTiming(opts))...), nil
 	}
 	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
-	var managerOpts []mps.ManagerOption
+	managerOpts := []mps.ManagerOption{managerTiming(opts)}
 	if mode == mps.ModeV3 {
 		// The plugin sends the v3 commands itself, as a client of the
 		// pod's daemon through the shared pipe directory.
@@ -440,7 +451,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 		if err != nil {
 			return nil, err
 		}
-		managerOpts = v3Option(opts, mode, layout, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)
+		managerOpts = append(managerOpts, v3Option(opts, mode, layout, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)...)
 	}
 	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
 	return mps.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil

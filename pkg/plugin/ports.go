@@ -56,6 +56,12 @@ type Shares interface {
 	// *mps.DaemonNotReadyError means the daemon is not ready yet and
 	// the kubelet should retry.
 	Acquire(ctx context.Context, claimUID string, shares []mps.Share) error
+	// AwaitDaemon waits, bounded by its own limit and ctx, for the daemon
+	// to be ready for a share; it holds no lock others need, and the
+	// driver calls it before taking the state lock. The daemon stays
+	// wanted until done is called, after the call. An error only says the
+	// daemon is not ready: Acquire then answers the share.
+	AwaitDaemon(ctx context.Context) (done func(), err error)
 	// Restore accounts, at start-up, shares that may be running; it never
 	// fails, so nothing a running share uses is torn down.
 	Restore(ctx context.Context, claimUID string, shares []mps.Share)

@@ -171,6 +171,12 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 					pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "key", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: webhookSecret}}})
 					return createPod(pod)
 				}},
+			{what: "the daemon pod on the host's network", want: "not its network or IPC namespace",
+				try: func() error {
+					pod := daemonPod(gpuNode)
+					pod.Spec.HostNetwork = true
+					return createPod(pod)
+				}},
 			{what: "the daemon pod mounting the host's root file system", want: "may mount only the host paths",
 				try: func() error {
 					pod := daemonPod(gpuNode)

@@ -10,7 +10,8 @@
 // The Manager does per-card accounting: the first share on a card switches
 // it to EXCLUSIVE_PROCESS and starts the daemon if needed; the last share
 // leaving a card switches it back to DEFAULT; when no share remains anywhere
-// the daemon is stopped. Whole-card claims never come here.
+// the daemon is stopped, after Timing.IdleGrace. Whole-card claims never
+// come here.
 package mps
 
 import (
@@ -47,12 +48,17 @@ type ClientConfig struct {
 // Manager accounts shares per card and drives the daemon and compute modes.
 // It is safe for concurrent use.
 //
-// No caller ever waits long on the daemon, and the lock is never held while
-// it starts or stops: one background worker starts, adopts, checks and stops
-// the daemon, retrying failures with back-off, and Acquire waits at most
-// Timing.ReadyWait for it before answering with a retryable
-// DaemonNotReadyError. The kubelet serializes prepare calls, so a share
-// whose daemon takes a minute to start must not hold up everyone else's.
+// No caller ever waits long on the daemon, and no lock of the Manager is
+// ever held while the daemon starts or stops or while a control command
+// runs: one background worker starts, adopts, checks and stops the daemon,
+// retrying failures with back-off; AwaitDaemon (called before the node's
+// state lock is taken) waits up to Timing.StartWait for a starting daemon,
+// and Acquire (under that lock) waits at most Timing.ReadyWait before
+// answering with a retryable DaemonNotReadyError. Every control command
+// has a deadline (Timing.ControlTimeout); one that gets no answer marks the
+// control daemon unresponsive (Status) until a later command is answered.
+// Namespace work is serialized per claim (nsLocks), never node-wide, so a
+// hung command holds up only the claim whose command it is.
 type Manager struct {
 	layout      Layout
 	daemon      Daemon
@@ -64,11 +70,12 @@ type Manager struct {
 	v3   *V3Namespaces
 	dirs ClaimDirs
 
-	// nsMu serializes namespace changes (Acquire once the claim is
-	// recorded, Release until it is dropped, the worker's sync), so a sync
-	// never deletes the namespace of a claim being prepared nor recreates
-	// one being released. Taken before mu, never while holding it.
-	nsMu sync.Mutex
+	// ns serializes the namespace work of each claim (Acquire once the
+	// claim is recorded, Release until it is dropped, the worker's sync of
+	// that namespace), so a sync never deletes the namespace of a claim
+	// being prepared nor recreates one being released. Taken before mu,
+	// never while holding it; its waits end with the caller's context.
+	ns nsLocks
 
 	mu sync.Mutex
 	// holders maps a card UUID to the claims holding a share on it; the
@@ -84,8 +91,15 @@ type Manager struct {
 	// restored: from then on no share in use means none uses the daemon.
 	settled bool
 	// wantUntil keeps the daemon wanted for a while after a share was
-	// refused because it was not ready, so the kubelet's retry finds it.
+	// refused because it was not ready, so the kubelet's retry finds it,
+	// or while a prepare waits for it (AwaitDaemon).
 	wantUntil time.Time
+	// idleUntil keeps the daemon running after the node's last share was
+	// released, for Timing.IdleGrace.
+	idleUntil time.Time
+	// awaiting counts calls between AwaitDaemon and its done: they want
+	// the daemon for the shares they are about to account.
+	awaiting int
 	// ready: the worker's last Ensure succeeded and no Stop followed.
 	// stopped: its last Stop succeeded, or was left to the plugin process
 	// whose shares use the daemon (see StopGuard), and no Ensure followed.
@@ -110,6 +124,12 @@ type Manager struct {
 	// busy: the worker is in a round; kicked: work was asked for since
 	// the round began.
 	busy, kicked bool
+	// unresponsiveSince is when a control command last got no answer
+	// within its deadline, zero once a later one was answered;
+	// stuckCommand is that command. controlTimeouts counts such commands.
+	unresponsiveSince time.Time
+	stuckCommand      string
+	controlTimeouts   int
 	// changed is closed and replaced whenever the state above changes.
 	changed chan struct{}
 
@@ -122,7 +142,27 @@ type Manager struct {
 // Timing bounds the Manager's waits; zero fields take the defaults.
 type Timing struct {
 	// ReadyWait is the longest Acquire waits for the daemon (default 1s).
+	// Acquire runs under the node's state lock, so this stays short; the
+	// long wait for a starting daemon is AwaitDaemon's, before that lock.
 	ReadyWait time.Duration
+	// StartWait is the longest AwaitDaemon waits for a starting daemon
+	// (default 25s), and at most half of what is left of its context's
+	// deadline (the kubelet's call), so a prepare that waited still has
+	// time to answer.
+	StartWait time.Duration
+	// ControlTimeout is the deadline of each control command the Manager
+	// sends (default 10s); a command that exceeds it fails with a
+	// *ControlTimeoutError naming it.
+	ControlTimeout time.Duration
+	// StopTimeout bounds a stop of the daemon (default 2m): the worker
+	// stops it under the node's state lock (StopGuard), which no daemon
+	// that hangs may hold forever; a stop that times out is retried.
+	StopTimeout time.Duration
+	// IdleGrace keeps the daemon running for this long after the node's
+	// last share is released, so that a share arriving soon after finds
+	// it ready (0, the default: stop at once; the plugin's
+	// --mps-idle-grace defaults to 5m).
+	IdleGrace time.Duration
 	// Linger keeps the daemon wanted after a share was refused for want of
 	// it, so that the retried prepare finds it running (default 2m).
 	Linger time.Duration
@@ -134,6 +174,15 @@ type Timing struct {
 func (t Timing) withDefaults() Timing {
 	if t.ReadyWait == 0 {
 		t.ReadyWait = time.Second
+	}
+	if t.StartWait == 0 {
+		t.StartWait = 25 * time.Second
+	}
+	if t.ControlTimeout == 0 {
+		t.ControlTimeout = 10 * time.Second
+	}
+	if t.StopTimeout == 0 {
+		t.StopTimeout = 2 * time.Minute
 	}
 	if t.Linger == 0 {
 		t.Linger = 2 * time.Minute
@@ -225,6 +274,13 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 		o(m)
 	}
 	m.timing = m.timing.withDefaults()
+	m.ns = newNSLocks()
+	if m.v3 != nil {
+		// A copy: the caller's V3Namespaces keeps its own control.
+		v3 := *m.v3
+		v3.ctl = m.deadlineControl(v3.ctl)
+		m.v3 = &v3
+	}
 	return m
 }
 
@@ -261,14 +317,21 @@ func (m *Manager) ClientConfig(claimUID string) ClientConfig {
 // too. Acquiring again for the same claim changes nothing. On error nothing
 // is recorded and compute modes it changed are restored.
 func (m *Manager) Acquire(ctx context.Context, claim string, shares []Share) error {
-	// Not under nsMu: the wait for the daemon must let the worker sync.
+	// Not under the claim's namespace lock: the wait for the daemon must
+	// let the worker sync.
 	added, err := m.acquire(ctx, claim, shares)
 	if err != nil || m.v3 == nil {
 		return err
 	}
 	// The claim is recorded, so a sync from now on keeps its namespace.
-	m.nsMu.Lock()
-	defer m.nsMu.Unlock()
+	unlock, err := m.ns.lock(ctx, NamespaceName(claim))
+	if err != nil {
+		if added {
+			err = errors.Join(err, m.release(ctx, claim))
+		}
+		return fmt.Errorf("preparing the MPS v3 namespace of claim %s: %w", claim, err)
+	}
+	defer unlock(true)
 	if err := m.prepareNamespace(ctx, claim, shares); err != nil {
 		if added {
 			// Undo this call only: a claim held before (in use) keeps
@@ -364,7 +427,7 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 	// With no other share in use, another plugin process may have stopped
 	// the daemon since this one last saw it running.
 	fresh := m.guard != nil && !m.inUseLocked()
-	if err := m.waitReadyLocked(ctx, fresh); err != nil {
+	if err := m.waitReadyLocked(ctx, fresh, m.timing.ReadyWait, true); err != nil {
 		for _, uuid := range added {
 			m.dropLocked(claim, uuid)
 		}
@@ -387,12 +450,53 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 	return true, nil
 }
 
+// AwaitDaemon waits until the daemon is ready for a share, for at most
+// Timing.StartWait and half of what is left of ctx's deadline, holding no
+// lock of the Manager meanwhile: the worker starts or checks the daemon.
+// The driver calls it for a call with shares before it takes the node's
+// state lock, so that a share whose daemon is starting waits for it (no
+// retryable error, no kubelet back-off) without holding up any other
+// call; Acquire, under that lock, then finds the daemon ready.
+//
+// The daemon stays wanted until the caller calls done (never nil), after
+// its call: between the wait and Acquire's accounting the daemon must not
+// be stopped for want of shares. A non-nil error says it is not ready
+// (yet); the caller goes on, and Acquire answers the share with a
+// DaemonNotReadyError.
+func (m *Manager) AwaitDaemon(ctx context.Context) (done func(), err error) {
+	m.startWorker(ctx)
+	wait := m.timing.StartWait
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.awaiting++
+	var once sync.Once
+	done = func() {
+		once.Do(func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			m.awaiting--
+			// No longer wanted, perhaps: the worker decides.
+			m.kickWorker()
+		})
+	}
+	fresh := m.guard != nil && !m.inUseLocked()
+	err = m.waitReadyLocked(ctx, fresh, wait, false)
+	if errors.Is(err, errStillStarting) {
+		err = fmt.Errorf("the node's MPS daemon is not ready after waiting %s", wait.Round(time.Millisecond))
+	}
+	return done, err
+}
+
 // waitReadyLocked waits, with m.mu released meanwhile, until the worker
-// has the daemon running, for at most ReadyWait. It returns nil when ready
-// and the worker's failure when an attempt made after the call failed; a
-// wait that times out returns errStillStarting. fresh asks for an Ensure
-// begun after this call: what the worker saw before may be stale.
-func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool) error {
+// has the daemon running, for at most wait. It returns nil when ready; with
+// failFast, the worker's failure when an attempt made after the call
+// failed (otherwise it waits on through the worker's retries); a wait that
+// times out returns errStillStarting. fresh asks for an Ensure begun after
+// this call: what the worker saw before may be stale.
+func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Duration, failFast bool) error {
 	if m.ready && !fresh {
 		// Running; let the worker check it in the background.
 		m.verify = true
@@ -404,10 +508,10 @@ func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool) error {
 	m.verify = true
 	m.kickWorker()
 	since := m.attempts
-	timer := time.NewTimer(m.timing.ReadyWait)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for !ready() {
-		if m.attempts > since && m.lastErr != nil {
+		if failFast && m.attempts > since && m.lastErr != nil {
 			return m.lastErr
 		}
 		changed := m.changed
@@ -511,9 +615,12 @@ func (m *Manager) Restore(ctx context.Context, claim string, shares []Share) {
 // In v3 mode the claim's namespace and /dev/shm go first; if that fails
 // the shares stay recorded, so a retried Release tries again.
 func (m *Manager) Release(ctx context.Context, claim string) error {
-	m.nsMu.Lock()
-	defer m.nsMu.Unlock()
 	if m.v3 != nil {
+		unlock, err := m.ns.lock(ctx, NamespaceName(claim))
+		if err != nil {
+			return fmt.Errorf("releasing MPS shares of claim %s: %w", claim, err)
+		}
+		defer unlock(true)
 		if err := m.dropNamespace(ctx, claim); err != nil {
 			return fmt.Errorf("releasing MPS shares of claim %s: %w", claim, err)
 		}
@@ -549,6 +656,7 @@ func (m *Manager) release(ctx context.Context, claim string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
+	dropped := len(m.claims[claim]) > 0
 	for _, uuid := range slices.Sorted(maps.Keys(m.claims[claim])) {
 		if len(m.holders[uuid]) == 1 {
 			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
@@ -563,6 +671,10 @@ func (m *Manager) release(ctx context.Context, claim string) error {
 		delete(m.shares, claim)
 	}
 	if len(m.holders) == 0 {
+		if m.timing.IdleGrace > 0 && dropped {
+			// A share arriving soon finds the daemon ready.
+			m.idleUntil = time.Now().Add(m.timing.IdleGrace)
+		}
 		m.kickWorker()
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -633,13 +745,30 @@ type Status struct {
 	// PendingModes are cards with shares still waiting for their
 	// EXCLUSIVE_PROCESS to be restored.
 	PendingModes []string
+	// ControlUnresponsiveSince is when a control command last got no
+	// answer within ControlTimeout, zero once a later one was answered;
+	// StuckCommand is that command. ControlTimeouts counts such commands
+	// since start.
+	ControlUnresponsiveSince time.Time
+	StuckCommand             string
+	ControlTimeout           time.Duration
+	ControlTimeouts          int
+	// IdleUntil is when the daemon, kept after the node's last share for
+	// the idle grace, stops; zero while shares hold cards or none is kept.
+	IdleUntil time.Time
 }
 
 // String is a one-line summary for health output; "" when the daemon is
 // not wanted and nothing failed.
 func (s Status) String() string {
 	var parts []string
+	if !s.ControlUnresponsiveSince.IsZero() {
+		parts = append(parts, fmt.Sprintf("control daemon UNRESPONSIVE since %s (%q got no answer within %s; shares wait for it, whole cards are unaffected)",
+			s.ControlUnresponsiveSince.UTC().Format(time.RFC3339), s.StuckCommand, s.ControlTimeout))
+	}
 	switch {
+	case s.Wanted && s.Ready && s.SharedCards == 0 && !s.IdleUntil.IsZero():
+		parts = append(parts, fmt.Sprintf("daemon ready, no share; kept until %s (idle grace)", s.IdleUntil.UTC().Format(time.RFC3339)))
 	case s.Wanted && s.Ready:
 		parts = append(parts, fmt.Sprintf("daemon ready for shares on %d cards", s.SharedCards))
 	case s.Wanted && s.SharedCards > 0:
@@ -663,12 +792,20 @@ func (s Status) String() string {
 func (m *Manager) Status() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := time.Now()
 	st := Status{
-		Wanted:       m.wantedLocked(time.Now()),
-		Ready:        m.ready,
-		SharedCards:  len(m.holders),
-		Failures:     m.failures,
-		PendingModes: slices.Sorted(maps.Keys(m.pendingModes)),
+		Wanted:                   m.wantedLocked(now),
+		Ready:                    m.ready && m.unresponsiveSince.IsZero(),
+		SharedCards:              len(m.holders),
+		Failures:                 m.failures,
+		PendingModes:             slices.Sorted(maps.Keys(m.pendingModes)),
+		ControlUnresponsiveSince: m.unresponsiveSince,
+		StuckCommand:             m.stuckCommand,
+		ControlTimeout:           m.timing.ControlTimeout,
+		ControlTimeouts:          m.controlTimeouts,
+	}
+	if len(m.holders) == 0 && now.Before(m.idleUntil) {
+		st.IdleUntil = m.idleUntil
 	}
 	if m.lastErr != nil {
 		st.LastError, st.LastErrorAt = m.lastErr.Error(), m.lastErrAt
@@ -699,7 +836,15 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 }
 
 func (m *Manager) wantedLocked(now time.Time) bool {
-	return len(m.holders) > 0 || now.Before(m.wantUntil)
+	return len(m.holders) > 0 || m.awaiting > 0 || now.Before(m.wantUntil) || now.Before(m.idleUntil)
+}
+
+// keptUntilLocked is when the daemon stops being wanted without shares.
+func (m *Manager) keptUntilLocked() time.Time {
+	if m.idleUntil.After(m.wantUntil) {
+		return m.idleUntil
+	}
+	return m.wantUntil
 }
 
 // inUseLocked reports whether some share is in use (not just waiting).
@@ -784,7 +929,7 @@ func (m *Manager) work(ctx context.Context) {
 		if !want || len(m.holders) > 0 {
 			lingerLeft = 0
 		} else {
-			lingerLeft = m.wantUntil.Sub(now)
+			lingerLeft = m.keptUntilLocked().Sub(now)
 		}
 		m.busy = act != "" || len(modes) > 0
 		m.mu.Unlock()
@@ -943,7 +1088,12 @@ func (m *Manager) lockForStop(ctx context.Context, guard StopGuard) (unlock func
 
 // stopDaemon stops the daemon and, in classic mode, clears its /dev/shm.
 func (m *Manager) stopDaemon(ctx context.Context) error {
-	err := m.daemon.Stop(ctx)
+	stopCtx, cancel := context.WithTimeout(ctx, m.timing.StopTimeout)
+	defer cancel()
+	err := m.daemon.Stop(stopCtx)
+	if err != nil && errors.Is(stopCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("stopping the MPS daemon took longer than %s: %w", m.timing.StopTimeout, err)
+	}
 	if err == nil && m.v3 == nil {
 		// Classic mode: the daemon and its clients are gone, so the
 		// segments they shared are litter.
@@ -954,38 +1104,84 @@ func (m *Manager) stopDaemon(ctx context.Context) error {
 
 // syncNamespaces creates the node's server if missing and makes its
 // namespaces of ours those of the claims holding shares; before Reconcile
-// (start-up replay still running) nothing is deleted.
+// (start-up replay still running) nothing is deleted. Each namespace is
+// changed under its claim's lock, never all at once, and one that a call
+// changed since the list was read is left as that call made it.
 func (m *Manager) syncNamespaces(ctx context.Context) error {
-	m.nsMu.Lock()
-	defer m.nsMu.Unlock()
 	if err := m.v3.EnsureServer(ctx); err != nil {
 		return err
 	}
 	if err := m.v3.CheckRunning(ctx); err != nil {
 		return err
 	}
+	since := m.ns.mark()
+	defer m.ns.forget(since)
+	have, err := m.v3.List(ctx)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	settled := m.settled
-	var want []NamespaceSpec
-	for _, claim := range slices.Sorted(maps.Keys(m.claims)) {
-		want = append(want, namespaceFor(claim, m.shares[claim]))
+	names := map[string]bool{}
+	for claim := range m.claims {
+		names[NamespaceName(claim)] = true
 	}
 	m.mu.Unlock()
-	if !settled {
-		have, err := m.v3.List(ctx)
-		if err != nil {
-			return err
+	for name := range have {
+		if settled && ownNamespace(name) {
+			names[name] = true
 		}
-		var errs []error
-		for _, spec := range want {
-			errs = append(errs, m.v3.Ensure(ctx, spec, have))
-		}
-		return errors.Join(errs...)
 	}
-	if err := m.v3.Sync(ctx, want); err != nil {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if err := m.syncNamespace(ctx, name, have, since, settled); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("syncing the MPS v3 namespaces with the prepared claims: %w", err)
 	}
 	return nil
+}
+
+// syncNamespace brings one namespace to what the accounting wants, under
+// its claim's lock: it exists with its claim's limits while the claim
+// holds shares, and (once settled) is deleted otherwise.
+func (m *Manager) syncNamespace(ctx context.Context, name string, have map[string]NamespaceSpec, since uint64, settled bool) error {
+	unlock, err := m.ns.lock(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer unlock(false)
+	if m.ns.touchedSince(name, since) {
+		// A prepare or release changed it after the list was read.
+		return nil
+	}
+	spec, wanted := m.wantedNamespace(name)
+	switch {
+	case wanted:
+		return m.v3.Ensure(ctx, spec, have)
+	case settled:
+		if _, listed := have[name]; !listed {
+			return nil
+		}
+		klog.FromContext(ctx).Info("Deleting MPS v3 namespace no prepared claim owns", "namespace", name)
+		return m.v3.Delete(ctx, name, have)
+	}
+	return nil
+}
+
+// wantedNamespace is the namespace a claim holding shares wants under
+// name; false when no such claim does.
+func (m *Manager) wantedNamespace(name string) (NamespaceSpec, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for claim := range m.claims {
+		if NamespaceName(claim) == name {
+			return namespaceFor(claim, m.shares[claim]), true
+		}
+	}
+	return NamespaceSpec{}, false
 }
 
 // clearDir removes what dir holds, leaving dir itself.

@@ -159,6 +159,13 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
+			// The host's PID namespace: the driver accounts an MPS
+			// client by its host PID, and a daemon in a PID namespace of
+			// its own cannot register its clients, so per-cgroup memory
+			// limits go unenforced (NVIDIA's field reports; NVIDIA's DRA
+			// driver runs its daemon so too). The chart's admission
+			// policy allows this, and nothing else of the host's.
+			HostPID: true,
 			// SIGTERM makes the daemon runner send quit; give it time.
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			Containers: []corev1.Container{{
@@ -383,6 +390,10 @@ func (d *PodDaemon) diff(have *corev1.Pod) []podDiff {
 		if f.have != f.want {
 			out = append(out, f)
 		}
+	}
+	if have.Spec.HostPID != want.Spec.HostPID {
+		// A daemon pod of an older plugin, outside the host's PIDs.
+		out = append(out, podDiff{"hostPID", fmt.Sprint(have.Spec.HostPID), fmt.Sprint(want.Spec.HostPID)})
 	}
 	return out
 }

@@ -112,6 +112,11 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 				if s.PriorityClassName != "system-node-critical" || s.RestartPolicy != corev1.RestartPolicyAlways {
 					t.Errorf("priority %q restart %q", s.PriorityClassName, s.RestartPolicy)
 				}
+				// The host's PIDs (the driver registers MPS clients by
+				// host PID), and no other host namespace.
+				if !s.HostPID || s.HostNetwork || s.HostIPC {
+					t.Errorf("hostPID %v hostNetwork %v hostIPC %v, want only hostPID", s.HostPID, s.HostNetwork, s.HostIPC)
+				}
 				c := s.Containers[0]
 				if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 					t.Error("container not privileged")
@@ -811,5 +816,23 @@ func setEnv(c *corev1.Container, name, value string) {
 		if c.Env[i].Name == name {
 			c.Env[i].Value = value
 		}
+	}
+}
+
+// A daemon pod an older plugin created outside the host's PID namespace
+// (its clients' memory limits unenforced) is replaced once unused.
+func TestPodDaemonReplacesAdoptedPodWithoutHostPIDWhenUnused(t *testing.T) {
+	ctx := context.Background()
+	client, kubelet, d := newPodDaemonOnFakeCluster(t, true)
+	old := createOldPod(ctx, t, client, d, func(p *corev1.Pod) { p.Spec.HostPID = false })
+	if err := d.EnsureUnused(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.UID == "old-uid" || !pod.Spec.HostPID || kubelet.starts != 2 {
+		t.Errorf("pod uid %s hostPID %v starts %d, want a new pod in the host's PID namespace", pod.UID, pod.Spec.HostPID, kubelet.starts)
 	}
 }
