@@ -113,11 +113,6 @@ func healthEventOf(index int, data nvml.EventData) (gpu.HealthEvent, bool) {
 	}
 }
 
-// Names of the event types the monitor registers for, as reported.
-const (
-	EventNameXidCriticalError  = "XidCriticalError"
-	EventNameGpuRecoveryAction = "GpuRecoveryAction"
-)
 
 func eventNames(mask uint64) []string {
 	names := []string{}
