@@ -8,7 +8,6 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/gpuacceptance"
 )
 
 // JudgeLimitedClient judges a client run under a memory limit of limitMiB
@@ -16,7 +15,7 @@ import (
 // more than the limit, and must have got at least half of it (the limit
 // also covers the context's own memory, so not all of it).
 func JudgeLimitedClient(limitMiB int64, log string) Outcome {
-	r, err := gpuacceptance.ParseAllocLog(log)
+	r, err := ParseAllocLog(log)
 	if err != nil {
 		return Fail("the client reported no result: %v", err)
 	}

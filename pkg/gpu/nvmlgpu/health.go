@@ -113,7 +113,6 @@ func healthEventOf(index int, data nvml.EventData) (gpu.HealthEvent, bool) {
 	}
 }
 
-
 func eventNames(mask uint64) []string {
 	names := []string{}
 	if mask&nvml.EventTypeXidCriticalError != 0 {
