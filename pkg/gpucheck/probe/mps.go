@@ -113,6 +113,12 @@ func (s *state) mpsProcesses() map[int]string {
 	return out
 }
 
+// environMentions reports whether process pid's environment contains s.
+func (s *state) environMentions(pid int, text string) bool {
+	env, err := os.ReadFile(filepath.Join(s.cfg.ProcRoot, strconv.Itoa(pid), "environ"))
+	return err == nil && strings.Contains(string(env), text)
+}
+
 // runClient runs the bundle's cuda-alloc with env, asking for tryMiB;
 // cgroupFD, when not negative, starts it in that cgroup.
 func (s *state) runClient(ctx context.Context, env []string, tryMiB int64, cgroupFD int) string {
@@ -205,9 +211,10 @@ func (ms *mpsSession) teardown(ctx context.Context, progress gpucheck.Progress) 
 	if len(left) > 0 {
 		slices.Sort(left)
 		errs = append(errs, fmt.Errorf("still running after the last share was released: %s", strings.Join(left, ", ")))
-		// The check started them: do not leave them behind.
+		// Do not leave behind what this check started: the processes whose
+		// environment names its private MPS directory, and no other.
 		for pid := range ms.s.mpsProcesses() {
-			if _, old := ms.before[pid]; !old {
+			if _, old := ms.before[pid]; !old && ms.s.environMentions(pid, ms.layout.Root) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
