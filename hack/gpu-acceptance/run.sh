@@ -94,10 +94,16 @@ kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -
 kubectl -n "$NAMESPACE" create configmap cuda-alloc --from-file=cuda-alloc="$work/cuda-alloc" --dry-run=client -o yaml |
 	kubectl apply -f - >/dev/null
 
-# run_shape SHAPE TRY_MIB CLAIM_SPEC_YAML [SHARE_MIB]
+# run_shape SHAPE TRY_MIB CLAIM_SPEC_YAML [SHARE_MIB]: one pod of the shape,
+# judged into the report. Whatever goes wrong is a failed row of the report,
+# never the end of the script: the other shapes still run.
 run_shape() {
 	local shape="$1" try="$2" spec="$3" share="${4:-0}" phase="" i
-	kubectl apply -f - >/dev/null <<EOF
+	# The chart's admission policy (admission-policy-shared-gpu.yaml) admits
+	# a pod with a shared GPU only when it runs as non-root; every shape's
+	# pod does, as a numeric user, so that the kubelet need not trust the
+	# image's USER.
+	if ! kubectl apply -f - >"$work/$shape.apply" 2>&1 <<EOF
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: $shape, namespace: $NAMESPACE}
@@ -111,16 +117,22 @@ metadata: {name: $shape, namespace: $NAMESPACE}
 spec:
   restartPolicy: Never
   nodeSelector: {kubernetes.io/hostname: "$hostname_label"}
+  securityContext: {runAsNonRoot: true, runAsUser: 65534, runAsGroup: 65534}
   containers:
     - name: cuda-alloc
       image: $WORKLOAD_IMAGE
       imagePullPolicy: IfNotPresent
+      securityContext: {allowPrivilegeEscalation: false}
       command: ["/acceptance/cuda-alloc", "$try"]
       volumeMounts: [{name: bin, mountPath: /acceptance}]
       resources: {claims: [{name: gpu}]}
   volumes: [{name: bin, configMap: {name: cuda-alloc, defaultMode: 0755}}]
   resourceClaims: [{name: gpu, resourceClaimTemplateName: $shape}]
 EOF
+	then
+		fail_row "$shape: the claim template or pod was refused: $(tr '\n' ' ' <"$work/$shape.apply")"
+		return 0
+	fi
 	for i in $(seq 1 120); do
 		phase="$(kubectl -n "$NAMESPACE" get pod "$shape" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
 		case "$phase" in Succeeded | Failed) break ;; esac
@@ -128,11 +140,13 @@ EOF
 	done
 	kubectl -n "$NAMESPACE" logs "$shape" >"$work/$shape.log" 2>&1 || true
 	if [ "$phase" != Succeeded ] && [ "$phase" != Failed ]; then
-		fail_row "$shape: pod still $phase after 4 minutes: $(kubectl -n "$NAMESPACE" describe pod "$shape" | tail -n 5 | tr '\n' ' ')"
-		return
+		fail_row "$shape: pod still ${phase:-absent} after 4 minutes: $(kubectl -n "$NAMESPACE" describe pod "$shape" 2>&1 | tail -n 5 | tr '\n' ' ')"
+		kubectl -n "$NAMESPACE" delete pod "$shape" --wait=false >/dev/null 2>&1 || true
+		return 0
 	fi
 	record "$work/gpu-acceptance" judge --shape "$shape" --try-mib "$try" --share-mib "$share" --log "$work/$shape.log"
 	kubectl -n "$NAMESPACE" delete pod "$shape" --wait=true >/dev/null 2>&1 || true
+	return 0
 }
 
 run_shape whole-card $((card_mib * 9 / 10)) "    devices:

@@ -6,7 +6,6 @@ package gpuacceptance
 
 import (
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"sort"
@@ -17,40 +16,19 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
-// SMICard is one <gpu> of `nvidia-smi -q -x`, with the fields compared.
-type SMICard struct {
-	ProductName  string `xml:"product_name"`
-	Architecture string `xml:"product_architecture"`
-	UUID         string `xml:"uuid"`
-	Minor        string `xml:"minor_number"`
-	PCIBusID     string `xml:"pci>pci_bus_id"`
-	// MemoryTotal is e.g. "81559 MiB".
-	MemoryTotal string `xml:"fb_memory_usage>total"`
-}
-
-// SMIReport is the part of `nvidia-smi -q -x` the checks read.
-type SMIReport struct {
-	DriverVersion string    `xml:"driver_version"`
-	Cards         []SMICard `xml:"gpu"`
-}
+// SMICard and SMIReport are the parts of `nvidia-smi -q -x` the checks
+// read; gpu-check reads the same (pkg/gpucheck).
+type (
+	SMICard   = gpucheck.SMICard
+	SMIReport = gpucheck.SMIReport
+)
 
 // ParseSMI reads the XML of `nvidia-smi -q -x`.
-func ParseSMI(r io.Reader) (SMIReport, error) {
-	var rep SMIReport
-	dec := xml.NewDecoder(r)
-	// nvidia-smi's XML names a DTD that is not available offline.
-	dec.Strict = false
-	if err := dec.Decode(&rep); err != nil {
-		return rep, fmt.Errorf("reading nvidia-smi -q -x output: %w", err)
-	}
-	if len(rep.Cards) == 0 {
-		return rep, fmt.Errorf("nvidia-smi -q -x lists no GPU")
-	}
-	return rep, nil
-}
+func ParseSMI(r io.Reader) (SMIReport, error) { return gpucheck.ParseSMI(r) }
 
 // ParseSlices reads the List that `dra-kubelet-plugin slices -o json` prints
 // and returns every device of every slice.
@@ -160,27 +138,15 @@ func memoryMiB(d resourceapi.Device) int64 {
 
 // smiMemoryMiB parses "81559 MiB"; -1 when it cannot.
 func smiMemoryMiB(s string) int64 {
-	num, unit, _ := strings.Cut(strings.TrimSpace(s), " ")
-	v, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || unit != "MiB" {
-		return -1
+	if v, ok := (SMICard{MemoryTotal: s}).MemoryMiB(); ok {
+		return v
 	}
-	return v
+	return -1
 }
 
 // normalBusID turns nvidia-smi's "00000000:1B:00.0" into the attribute's
 // "0000:1b:00.0".
-func normalBusID(s string) string {
-	domain, rest, ok := strings.Cut(strings.TrimSpace(s), ":")
-	if !ok {
-		return ""
-	}
-	d, err := strconv.ParseUint(domain, 16, 32)
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("%04x:%s", d, strings.ToLower(rest))
-}
+func normalBusID(s string) string { return gpucheck.NormalBusID(s) }
 
 // normalArchitecture turns "Ada Lovelace" into "ada-lovelace".
 func normalArchitecture(s string) string {

@@ -22,3 +22,10 @@ import "errors"
 
 // ErrNVMLUnavailable is returned by Open in a binary built without cgo.
 var ErrNVMLUnavailable = errors.New("this binary was built without cgo; NVML is unavailable: use --fake-profile or a cgo build")
+
+// Names of the NVML event types the health monitor registers for, as
+// gpu.HealthRegistration reports them.
+const (
+	EventNameXidCriticalError  = "XidCriticalError"
+	EventNameGpuRecoveryAction = "GpuRecoveryAction"
+)

@@ -39,32 +39,15 @@ func (s *source) WatchHealth(ctx context.Context, events chan<- gpu.HealthEvent)
 			logger.Error(ret, "Freeing the NVML event set")
 		}
 	}()
-	count, ret := s.lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("counting GPUs for health events: nvmlDeviceGetCount: %w", ret)
+	regs, err := s.registerHealth(logger, set)
+	if err != nil {
+		return err
 	}
 	var registered []int
-	for i := 0; i < count; i++ {
-		dev, ret := s.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			logger.Error(ret, "Not watching a GPU's health: cannot get its handle", "index", i)
-			continue
+	for _, r := range regs {
+		if r.Error == "" {
+			registered = append(registered, r.Index)
 		}
-		supported, ret := dev.GetSupportedEventTypes()
-		if ret != nvml.SUCCESS {
-			logger.Error(ret, "Not watching a GPU's health: cannot read its supported events", "index", i)
-			continue
-		}
-		types := supported & healthEventTypes
-		if types&nvml.EventTypeXidCriticalError == 0 {
-			logger.Info("GPU does not report XID events; its health is not watched", "index", i)
-			continue
-		}
-		if ret := dev.RegisterEvents(types, set); ret != nvml.SUCCESS {
-			logger.Error(ret, "Not watching a GPU's health: registering for events failed", "index", i)
-			continue
-		}
-		registered = append(registered, i)
 	}
 	if len(registered) == 0 {
 		return errors.New("no GPU on this node reports XID events through NVML")
@@ -128,4 +111,81 @@ func healthEventOf(index int, data nvml.EventData) (gpu.HealthEvent, bool) {
 	default:
 		return gpu.HealthEvent{}, false
 	}
+}
+
+func eventNames(mask uint64) []string {
+	names := []string{}
+	if mask&nvml.EventTypeXidCriticalError != 0 {
+		names = append(names, EventNameXidCriticalError)
+	}
+	if mask&nvml.EventTypeGpuRecoveryAction != 0 {
+		names = append(names, EventNameGpuRecoveryAction)
+	}
+	return names
+}
+
+// registerHealth registers every card that reports XID events on set for
+// the monitor's events, and says card by card what it did. Only a failure
+// to count the cards is an error.
+func (s *source) registerHealth(logger klog.Logger, set nvml.EventSet) ([]gpu.HealthRegistration, error) {
+	count, ret := s.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("counting GPUs for health events: nvmlDeviceGetCount: %w", ret)
+	}
+	regs := make([]gpu.HealthRegistration, 0, count)
+	for i := 0; i < count; i++ {
+		reg := gpu.HealthRegistration{Index: i, Wanted: eventNames(healthEventTypes), Supported: []string{}, Registered: []string{}}
+		dev, ret := s.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			logger.Error(ret, "Not watching a GPU's health: cannot get its handle", "index", i)
+			reg.Error = fmt.Sprintf("cannot get its handle: %v", ret)
+			regs = append(regs, reg)
+			continue
+		}
+		if id, ret := dev.GetUUID(); ret == nvml.SUCCESS {
+			reg.UUID = id
+		}
+		supported, ret := dev.GetSupportedEventTypes()
+		if ret != nvml.SUCCESS {
+			logger.Error(ret, "Not watching a GPU's health: cannot read its supported events", "index", i)
+			reg.Error = fmt.Sprintf("cannot read its supported events: %v", ret)
+			regs = append(regs, reg)
+			continue
+		}
+		reg.Supported = eventNames(supported)
+		types := supported & healthEventTypes
+		if types&nvml.EventTypeXidCriticalError == 0 {
+			logger.Info("GPU does not report XID events; its health is not watched", "index", i)
+			reg.Error = "the card does not report XID events"
+			regs = append(regs, reg)
+			continue
+		}
+		if ret := dev.RegisterEvents(types, set); ret != nvml.SUCCESS {
+			logger.Error(ret, "Not watching a GPU's health: registering for events failed", "index", i)
+			reg.Error = fmt.Sprintf("registering for events failed: %v", ret)
+			regs = append(regs, reg)
+			continue
+		}
+		reg.Registered = eventNames(types)
+		regs = append(regs, reg)
+	}
+	return regs, nil
+}
+
+var _ gpu.HealthProber = &source{}
+
+// ProbeHealth implements gpu.HealthProber: the registration WatchHealth
+// does, on an event set of its own that it frees before returning.
+func (s *source) ProbeHealth(ctx context.Context) ([]gpu.HealthRegistration, error) {
+	logger := klog.FromContext(ctx)
+	set, ret := s.lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("creating an NVML event set: %w", ret)
+	}
+	defer func() {
+		if ret := set.Free(); ret != nvml.SUCCESS {
+			logger.Error(ret, "Freeing the NVML event set")
+		}
+	}()
+	return s.registerHealth(logger, set)
 }

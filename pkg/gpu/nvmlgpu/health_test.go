@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,6 +93,43 @@ func TestHealthEventOf(t *testing.T) {
 		got, ok := healthEventOf(2, tt.data)
 		if got != tt.want || ok != tt.wantOK {
 			t.Errorf("healthEventOf(%+v) = %+v, %v; want %+v, %v", tt.data, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
+// TestProbeHealthOverMockLibrary: the registration gpu-check reports is the
+// one WatchHealth makes, card by card, on the C mock.
+func TestProbeHealthOverMockLibrary(t *testing.T) {
+	p, err := fakegpu.BuiltinProfile("pcie-l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices, err := mocknvml.Flatten(p, "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "devices")
+	if err := os.WriteFile(file, devices, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(mocknvml.EnvDevicesFile, file)
+	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+	_, ctx := ktesting.NewTestContext(t)
+	src, done, err := Open(ctx, mockLibraryPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	regs, err := src.(gpu.HealthProber).ProbeHealth(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(regs) != len(p.GPUs) {
+		t.Fatalf("%d registrations, want one per card (%d): %+v", len(regs), len(p.GPUs), regs)
+	}
+	for i, r := range regs {
+		if r.Index != i || r.UUID == "" || r.Error != "" || !slices.Contains(r.Registered, EventNameXidCriticalError) {
+			t.Errorf("card %d: %+v, want it registered for %s", i, r, EventNameXidCriticalError)
 		}
 	}
 }

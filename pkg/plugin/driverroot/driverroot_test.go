@@ -61,6 +61,20 @@ func TestFind(t *testing.T) {
 			wantErr: []string{"libnvidia-ml.so.1 not found under the NVIDIA driver root", "usr/lib64/libnvidia-ml.so.1, ", "/lib/libnvidia-ml.so.1)", "--driver-root"},
 		},
 		{
+			// A driver root of /usr/local/nvidia (cloud GPU images, the
+			// machine gpu-check runs on): lib64 and bin directly under it.
+			name:   "/usr/local/nvidia layout: NVML in lib64",
+			layout: func(t *testing.T, root string) { touch(t, filepath.Join(root, "lib64/libnvidia-ml.so.1"), 0o644) },
+			lookup: Root.NVMLLibraryPath,
+			want:   "lib64/libnvidia-ml.so.1",
+		},
+		{
+			name:   "/usr/local/nvidia layout: MPS control in bin",
+			layout: func(t *testing.T, root string) { touch(t, filepath.Join(root, "bin", MPSControl), 0o755) },
+			lookup: func(r Root) (string, error) { return r.Executable(MPSControl) },
+			want:   "bin/" + MPSControl,
+		},
+		{
 			name:   "MPS control in usr/bin",
 			layout: func(t *testing.T, root string) { touch(t, filepath.Join(root, "usr/bin", MPSControl), 0o755) },
 			lookup: func(r Root) (string, error) { return r.Executable(MPSControl) },

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestGPUCheckWithoutDriver: on a machine without the driver every check
+// still runs and reports, the reports are written, the summary is the last
+// line and the command fails.
+func TestGPUCheckWithoutDriver(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		subcommand string
+		checks     int
+	}{
+		{name: "all checks", subcommand: "gpu-check", checks: 9},
+		{name: "MPS only", subcommand: "mps-check", checks: 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "report")
+			stdout, err := runCommand(t, tc.subcommand, "--out", out, "--driver-root", t.TempDir())
+			if !errors.Is(err, errChecksFailed) {
+				t.Fatalf("error %v, want %v", err, errChecksFailed)
+			}
+			lines := strings.Split(strings.TrimSpace(stdout), "\n")
+			if last := lines[len(lines)-1]; last != "0 passed, 1 failed, "+itoa(tc.checks-1)+" skipped" {
+				t.Errorf("last line %q\n%s", last, stdout)
+			}
+			if n := strings.Count(stdout, "==> ["); n != tc.checks {
+				t.Errorf("%d checks ran, want %d", n, tc.checks)
+			}
+			for _, ext := range []string{".md", ".json"} {
+				files, _ := filepath.Glob(filepath.Join(out, "gpu-check-no-gpu-driver-unknown-kernel-*"+ext))
+				if len(files) != 1 {
+					t.Errorf("want one %s report in %s, got %v", ext, out, files)
+				}
+			}
+		})
+	}
+	if _, err := runCommand(t, "gpu-check"); err == nil || !strings.Contains(err.Error(), "--out is required") {
+		t.Errorf("without --out: %v", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,384 @@
+// Package probe runs gpu-check's checks on a GPU machine through the
+// plugin's own code: NVML inventory (pkg/gpu/nvmlgpu), CDI generation
+// (pkg/plugin/cdi/nvidia), health registration, enforcement detection
+// (pkg/plugin/enforcement) and the MPS sequence of a prepare
+// (pkg/plugin/mps, pkg/plugin/cdi). What is judged lives in pkg/gpucheck;
+// this package only reads the machine and runs programs. It reads the
+// GPU's settings and never changes them.
+package probe
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck"
+	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
+)
+
+// Config says where things are on the machine and in the bundle.
+type Config struct {
+	// DriverRoot is where the driver is installed: / or /usr/local/nvidia.
+	DriverRoot string
+	// DevRoot is where /dev is (default /).
+	DevRoot string
+	// ProcRoot, CgroupRoot and SysfsRoot default to /proc, /sys/fs/cgroup, /sys.
+	ProcRoot, CgroupRoot, SysfsRoot string
+	// CUDAAlloc is the bundle's client program (hack/gpu-acceptance/cuda-alloc).
+	CUDAAlloc string
+	// NVIDIACDIHook is nvidia-cdi-hook as the CDI specs should name it.
+	NVIDIACDIHook string
+	// TangramCDIHook is the bundle's tangram-cdi-hook.
+	TangramCDIHook string
+	// WorkDir holds the private MPS directories and scratch files; it must
+	// exist and be empty of anything else the check could collide with.
+	WorkDir string
+	// OutDir receives the artefacts (nvidia-smi output, CDI edits).
+	OutDir string
+	// ShareMiB is the memory limit of the MPS clients (default 2048).
+	ShareMiB int64
+}
+
+func (c *Config) defaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.DriverRoot, "/")
+	def(&c.DevRoot, "/")
+	def(&c.ProcRoot, "/proc")
+	def(&c.CgroupRoot, "/sys/fs/cgroup")
+	def(&c.SysfsRoot, "/sys")
+	if c.ShareMiB == 0 {
+		c.ShareMiB = 2048
+	}
+}
+
+// state is what earlier checks found, for the later ones.
+type state struct {
+	cfg   Config
+	root  driverroot.Root
+	smi   string // nvidia-smi
+	facts gpucheck.Facts
+	// smiOK: nvidia-smi -q -x was read.
+	smiOK bool
+	ref   gpucheck.Reference
+	cards []gpu.GPU
+	src   gpu.Source
+	close func()
+	// settingsBefore are compute and MIG modes by UUID at the start.
+	settingsBefore map[string]string
+}
+
+// Checks returns the checks in the order they run, and a function to call
+// when they are done (it shuts NVML down).
+func Checks(cfg Config) ([]gpucheck.Check, func()) {
+	cfg.defaults()
+	s := &state{cfg: cfg, root: driverroot.Root{Path: cfg.DriverRoot}, close: func() {}}
+	checks := []gpucheck.Check{
+		{Name: "driver: nvidia-smi report and GPU settings", Timeout: 45 * time.Second, Run: s.checkSMI},
+		{Name: "inventory: NVML (pkg/gpu/nvmlgpu) against nvidia-smi", Timeout: 45 * time.Second, Run: s.checkInventory},
+		{Name: "CDI: nvcdi edits against the driver root", Timeout: 60 * time.Second, Run: s.checkCDI},
+		{Name: "health: NVML event registration of the monitor", Timeout: 30 * time.Second, Run: s.checkHealth},
+		{Name: "enforcement: detected level and reasons", Timeout: 15 * time.Second, Run: s.checkEnforcement},
+		{Name: "MPS classic: private daemon, pinned limit, teardown", Timeout: 150 * time.Second, Run: s.checkClassicMPS},
+		{Name: "MPS v3: a namespace per client, limits, teardown", Timeout: 150 * time.Second, Run: s.checkV3},
+		{Name: "memory limit: tangram-cdi-hook on a scratch cgroup", Timeout: 90 * time.Second, Run: s.checkMemoryLimitHook},
+		{Name: "settings unchanged: compute mode and MIG as found", Timeout: 30 * time.Second, Run: s.checkSettingsUnchanged},
+	}
+	return checks, func() { s.close() }
+}
+
+// Machine describes the machine for the report, from what the checks read.
+func Machine(cfg Config) gpucheck.Machine {
+	cfg.defaults()
+	m := gpucheck.Machine{DriverRoot: cfg.DriverRoot}
+	m.Hostname, _ = os.Hostname()
+	if b, err := os.ReadFile(filepath.Join(cfg.ProcRoot, "sys/kernel/osrelease")); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	smi, err := driverroot.Root{Path: cfg.DriverRoot}.Executable("nvidia-smi")
+	if err != nil {
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, smi, "-q", "-x").Output()
+	if err != nil {
+		return m
+	}
+	rep, err := gpucheck.ParseSMI(bytes.NewReader(out))
+	if err != nil {
+		return m
+	}
+	m.DriverVersion, m.CUDAVersion = rep.DriverVersion, rep.CUDAVersion
+	for _, c := range rep.Cards {
+		m.GPUs = append(m.GPUs, strings.TrimSpace(c.ProductName))
+	}
+	return m
+}
+
+func (s *state) writeArtefact(name string, data []byte) {
+	if s.cfg.OutDir == "" {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(s.cfg.OutDir, name), data, 0o644)
+}
+
+func (s *state) checkSMI(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	smi, err := s.root.Executable("nvidia-smi")
+	if err != nil {
+		return gpucheck.Fail("%v", err)
+	}
+	s.smi = smi
+	progress("running %s -q -x", smi)
+	out, err := exec.CommandContext(ctx, smi, "-q", "-x").Output()
+	if err != nil {
+		return gpucheck.Fail("%s -q -x: %v", smi, exitDetail(err))
+	}
+	s.writeArtefact("nvidia-smi-q.xml", out)
+	rep, err := gpucheck.ParseSMI(bytes.NewReader(out))
+	if err != nil {
+		return gpucheck.Fail("%v", err)
+	}
+	s.ref.SMI = rep
+	s.smiOK = true
+	progress("running %s topo -m", smi)
+	if topo, err := exec.CommandContext(ctx, smi, "topo", "-m").Output(); err == nil {
+		s.writeArtefact("nvidia-smi-topo.txt", topo)
+		if t, err := gpucheck.ParseTopology(bytes.NewReader(topo)); err == nil {
+			s.ref.Topology = t
+		} else {
+			progress("nvidia-smi topo -m unreadable: %v", err)
+		}
+	}
+	s.ref.NUMA = map[string]int{}
+	for _, c := range rep.Cards {
+		b, err := os.ReadFile(filepath.Join(s.cfg.SysfsRoot, "bus/pci/devices", c.BusID(), "numa_node"))
+		if err != nil {
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			s.ref.NUMA[c.BusID()] = n
+		}
+	}
+	s.facts = s.readFacts(rep)
+	s.settingsBefore = settings(rep)
+	var cards []string
+	for _, c := range rep.Cards {
+		cards = append(cards, fmt.Sprintf("%s %s (compute mode %s, MIG %s)", strings.TrimSpace(c.ProductName), c.UUID, c.ComputeMode, orNA(c.MIGMode)))
+	}
+	return gpucheck.Pass("driver %s, CUDA %s: %s", rep.DriverVersion, rep.CUDAVersion, strings.Join(cards, "; "))
+}
+
+func (s *state) readFacts(rep gpucheck.SMIReport) gpucheck.Facts {
+	f := gpucheck.Facts{DriverVersion: rep.DriverVersion, Cards: rep.Cards}
+	if b, err := os.ReadFile(filepath.Join(s.cfg.ProcRoot, "sys/kernel/osrelease")); err == nil {
+		f.KernelRelease = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile(filepath.Join(s.cfg.CgroupRoot, "cgroup.controllers")); err == nil {
+		f.CgroupV2 = true
+		f.RootControllers = strings.Fields(string(b))
+		if b, err := os.ReadFile(filepath.Join(s.cfg.CgroupRoot, "cgroup.subtree_control")); err == nil {
+			f.RootSubtree = strings.Fields(string(b))
+		}
+	}
+	if p, err := s.root.Executable(driverroot.MPSControl); err == nil {
+		f.MPSControl = p
+	}
+	for _, dir := range driverroot.LibraryDirs {
+		p := filepath.Join(s.cfg.DriverRoot, dir, "libcuda.so.1")
+		if _, err := os.Stat(p); err == nil {
+			f.CUDADriver = p
+			break
+		}
+	}
+	return f
+}
+
+func settings(rep gpucheck.SMIReport) map[string]string {
+	out := map[string]string{}
+	for _, c := range rep.Cards {
+		out[strings.TrimSpace(c.UUID)] = fmt.Sprintf("compute mode %s, MIG %s", strings.TrimSpace(c.ComputeMode), orNA(c.MIGMode))
+	}
+	return out
+}
+
+func orNA(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "N/A"
+	}
+	return strings.TrimSpace(s)
+}
+
+// openNVML opens the plugin's NVML source once.
+func (s *state) openNVML(ctx context.Context) (gpu.Source, error) {
+	if s.src != nil {
+		return s.src, nil
+	}
+	lib, err := s.root.NVMLLibraryPath()
+	if err != nil {
+		return nil, err
+	}
+	// NVML outlives this check's context: later checks use it too.
+	src, done, err := nvmlgpu.Open(klog.NewContext(context.WithoutCancel(ctx), klog.FromContext(ctx)), lib)
+	if err != nil {
+		return nil, err
+	}
+	s.src, s.close = src, done
+	return src, nil
+}
+
+func (s *state) needSMI() (gpucheck.Outcome, bool) {
+	if !s.smiOK {
+		return gpucheck.Skip("needs nvidia-smi's report, which the first check could not read"), false
+	}
+	return gpucheck.Outcome{}, true
+}
+
+func (s *state) checkInventory(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needSMI(); !ok {
+		return out
+	}
+	progress("opening NVML under %s", s.cfg.DriverRoot)
+	src, err := s.openNVML(ctx)
+	if err != nil {
+		return gpucheck.Fail("opening NVML: %v", err)
+	}
+	cards, err := src.GPUs(ctx)
+	if err != nil {
+		return gpucheck.Fail("listing GPUs through NVML: %v", err)
+	}
+	s.cards = cards
+	if b, err := json.MarshalIndent(cards, "", "  "); err == nil {
+		s.writeArtefact("nvml-inventory.json", b)
+	}
+	return gpucheck.InventoryOutcome(cards, s.ref)
+}
+
+func (s *state) needCards() (gpucheck.Outcome, bool) {
+	if len(s.cards) == 0 {
+		// The failure is counted once, where it happened.
+		return gpucheck.Skip("needs the NVML inventory, which the inventory check could not read"), false
+	}
+	return gpucheck.Outcome{}, true
+}
+
+func (s *state) checkCDI(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needCards(); !ok {
+		return out
+	}
+	lib, err := s.root.NVMLLibraryPath()
+	if err != nil {
+		return gpucheck.Fail("%v", err)
+	}
+	hook := s.cfg.NVIDIACDIHook
+	if hook == "" {
+		if p, err := s.root.Executable(driverroot.NVIDIACDIHook); err == nil {
+			hook = p
+		}
+	}
+	progress("generating CDI edits with nvcdi (driver root %s, dev root %s, hook %s)", s.cfg.DriverRoot, s.cfg.DevRoot, hook)
+	hw, err := nvidia.New(ctx, nvidia.Options{DriverRoot: s.cfg.DriverRoot, DevRoot: s.cfg.DevRoot, CDIHookPath: hook, NVMLLibrary: lib})
+	if err != nil {
+		return gpucheck.Fail("creating the CDI generator: %v", err)
+	}
+	common, err := hw.CommonEdits()
+	if err != nil {
+		return gpucheck.Fail("common edits: %v", err)
+	}
+	all := map[string]cdispec.ContainerEdits{"common": common}
+	edits := []cdispec.ContainerEdits{common}
+	for _, g := range s.cards {
+		e, err := hw.CardEdits(g)
+		if err != nil {
+			return gpucheck.Fail("edits of card %d (%s): %v", g.Index, g.UUID, err)
+		}
+		all[g.UUID] = e
+		edits = append(edits, e)
+	}
+	if b, err := json.MarshalIndent(all, "", "  "); err == nil {
+		s.writeArtefact("cdi-edits.json", b)
+	}
+	return gpucheck.SpecPathsOutcome(len(s.cards), gpucheck.SpecPaths(edits...), exists)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func exitDetail(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err.Error()
+}
+
+func (s *state) checkHealth(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needCards(); !ok {
+		return out
+	}
+	prober, ok := s.src.(gpu.HealthProber)
+	if !ok {
+		return gpucheck.Fail("the NVML source cannot probe health registration (internal error)")
+	}
+	progress("registering an NVML event set for %s and %s", nvmlgpu.EventNameXidCriticalError, nvmlgpu.EventNameGpuRecoveryAction)
+	regs, err := prober.ProbeHealth(ctx)
+	if err != nil {
+		return gpucheck.Fail("%v", err)
+	}
+	return gpucheck.HealthOutcome(regs, len(s.cards), nvmlgpu.EventNameXidCriticalError)
+}
+
+// detectEnforcement is the plugin's detection, as the slices and run
+// subcommands call it (cmd/dra-kubelet-plugin deviceModelFlags.Enforcement).
+func (s *state) detectEnforcement() gpucheck.Detected {
+	versions := make([]string, len(s.cards))
+	for i, g := range s.cards {
+		versions[i] = g.DriverVersion
+	}
+	c := enforcement.ForNode(false, versions, s.cfg.ProcRoot, s.cfg.CgroupRoot)
+	return gpucheck.Detected{Level: string(c.Level), Reason: c.Reason, DriverMajor: c.DriverMajor,
+		KernelMajor: c.KernelMajor, KernelMinor: c.KernelMinor, CgroupV2: c.CgroupV2, Dmem: c.Dmem}
+}
+
+func (s *state) checkEnforcement(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needCards(); !ok {
+		return out
+	}
+	progress("detecting share enforcement from %s and %s", s.cfg.ProcRoot, s.cfg.CgroupRoot)
+	return gpucheck.EnforcementOutcome(s.detectEnforcement(), s.facts)
+}
+
+func (s *state) checkSettingsUnchanged(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needSMI(); !ok {
+		return out
+	}
+	out, err := exec.CommandContext(ctx, s.smi, "-q", "-x").Output()
+	if err != nil {
+		return gpucheck.Fail("%s -q -x: %v", s.smi, exitDetail(err))
+	}
+	rep, err := gpucheck.ParseSMI(bytes.NewReader(out))
+	if err != nil {
+		return gpucheck.Fail("%v", err)
+	}
+	return gpucheck.SettingsOutcome(s.settingsBefore, settings(rep))
+}

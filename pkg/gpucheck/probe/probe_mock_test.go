@@ -1,0 +1,153 @@
+//go:build cgo
+
+package probe
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck"
+)
+
+// smiXML writes what nvidia-smi -q -x would say about cards, in the
+// elements the checks read (NVIDIA's nvsmi_device DTD).
+func smiXML(driver string, cards []gpu.GPU) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<driver_version>%s</driver_version>\n<cuda_version>13.0</cuda_version>\n", driver)
+	for _, c := range cards {
+		fmt.Fprintf(&b, "<gpu id=\"0000%s\"><product_name>%s</product_name><product_architecture>%s</product_architecture>"+
+			"<mig_mode><current_mig>Disabled</current_mig></mig_mode><uuid>%s</uuid><minor_number>%d</minor_number>"+
+			"<pci><pci_bus_id>0000%s</pci_bus_id></pci><fb_memory_usage><total>%d MiB</total></fb_memory_usage>"+
+			"<compute_mode>Default</compute_mode></gpu>\n",
+			strings.ToUpper(c.PCIBusID), c.ProductName, c.Architecture, c.UUID, c.Minor, strings.ToUpper(c.PCIBusID), c.MemoryBytes>>20)
+	}
+	b.WriteString("</nvidia_smi_log>\n")
+	return b.String()
+}
+
+// TestChecksOverMockLibrary runs the checks through the plugin's code on
+// go-nvml loading the C mock libnvidia-ml.so.1, with an nvidia-smi that
+// prints what the profile's cards are: the driver, inventory, health and
+// enforcement checks pass, the CDI check finds the device nodes this
+// machine lacks, and the MPS steps are skipped for want of the driver's
+// MPS binary, with the reason.
+func TestChecksOverMockLibrary(t *testing.T) {
+	const node = "gpu-check-node"
+	p, err := fakegpu.BuiltinProfile("pcie-l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices, err := mocknvml.Flatten(p, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "devices")
+	if err := os.WriteFile(file, devices, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(mocknvml.EnvDevicesFile, file)
+	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	cards, err := fakegpu.NewFakeSource(node, p).GPUs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	root := filepath.Join(dir, "driver-root")
+	for _, d := range []string{"usr/lib64", "usr/bin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(lib, filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	// nvcdi finds the driver's files by its version, from libcuda.so.<version>.
+	libcuda := filepath.Join(root, "usr/lib64", "libcuda.so."+cards[0].DriverVersion)
+	if err := os.WriteFile(libcuda, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Base(libcuda), filepath.Join(root, "usr/lib64/libcuda.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	xml := filepath.Join(dir, "smi.xml")
+	if err := os.WriteFile(xml, []byte(smiXML(cards[0].DriverVersion, cards)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	smi := fmt.Sprintf("#!/bin/sh\ncase \"$1\" in -q) cat %s ;; topo) printf '\\tGPU0\\tGPU1\\tGPU2\\tGPU3\\tCPU Affinity\\nGPU0\\t X \\tPHB\\tSYS\\tSYS\\t0\\nGPU1\\tPHB\\t X \\tSYS\\tSYS\\t0\\nGPU2\\tSYS\\tSYS\\t X \\tPHB\\t1\\nGPU3\\tSYS\\tSYS\\tPHB\\t X \\t1\\n' ;; *) exit 2 ;; esac\n", xml)
+	if err := os.WriteFile(filepath.Join(root, "usr/bin/nvidia-smi"), []byte(smi), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The host's kernel release and a cgroup v2 root without dmem.
+	proc := filepath.Join(dir, "proc")
+	cgroup := filepath.Join(dir, "cgroup")
+	for _, d := range []string{filepath.Join(proc, "sys/kernel"), cgroup} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(proc, "sys/kernel/osrelease"), []byte("6.18.0-test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.controllers"), []byte("cpu memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	checks, done := Checks(Config{DriverRoot: root, ProcRoot: proc, CgroupRoot: cgroup, SysfsRoot: filepath.Join(dir, "sys"),
+		OutDir: out, WorkDir: t.TempDir(), NVIDIACDIHook: "/nonexistent/nvidia-cdi-hook"})
+	var progress bytes.Buffer
+	records := gpucheck.Runner{Out: &progress}.Run(context.Background(), checks)
+	done()
+
+	want := map[string]struct {
+		result gpucheck.Result
+		says   string
+	}{
+		"driver":             {gpucheck.Passed, "NVIDIA L4"},
+		"inventory":          {gpucheck.Passed, "4 cards"},
+		"CDI":                {gpucheck.Failed, "do not exist"},
+		"health":             {gpucheck.Passed, "every card registered"},
+		"enforcement":        {gpucheck.Passed, "level advisory"},
+		"MPS classic":        {gpucheck.Skipped, "no nvidia-cuda-mps-control"},
+		"MPS v3":             {gpucheck.Skipped, "older than 615"},
+		"memory limit":       {gpucheck.Skipped, "older than 615"},
+		"settings unchanged": {gpucheck.Passed, "4 card(s)"},
+	}
+	if len(records) != len(want) {
+		t.Fatalf("%d records, want %d:\n%s", len(records), len(want), progress.String())
+	}
+	for _, r := range records {
+		key, _, _ := strings.Cut(r.Name, ":")
+		w, ok := want[key]
+		if !ok {
+			t.Errorf("unexpected check %q", r.Name)
+			continue
+		}
+		if r.Result != w.result || !strings.Contains(r.Detail, w.says) {
+			t.Errorf("%s: %s: %s; want %s saying %q", r.Name, r.Result, r.Detail, w.result, w.says)
+		}
+	}
+	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "cdi-edits.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("artefact %s: %v", f, err)
+		}
+	}
+	if t.Failed() {
+		t.Logf("progress:\n%s", progress.String())
+	}
+}
