@@ -129,9 +129,18 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 		name string
 		sets []string
 		fake bool
+		// multiUser: the values of MPSDaemonPodConfig.MultiUser the plugin
+		// may build with the chart's flags (pkg/plugin: v3 runs
+		// multi-user; auto picks v3 or classic by the driver); refused:
+		// the pods built with the other value.
+		multiUser, refused []bool
 	}{
-		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}},
-		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true},
+		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}, multiUser: []bool{false, true}},
+		{name: "real GPUs, classic", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic"},
+			multiUser: []bool{false}, refused: []bool{true}},
+		{name: "real GPUs, v3", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=v3"},
+			multiUser: []bool{true}, refused: []bool{false}},
+		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true, multiUser: []bool{false, true}},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			objs := render(t, variant.sets...)
@@ -140,13 +149,13 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", mpsPolicyName).(*admissionv1.ValidatingAdmissionPolicy))
 			mpsNS := flags["mps-daemon-namespace"]
 			// The pod exactly as the plugin builds it from the chart's flags.
-			daemon := func(node string) *corev1.Pod {
+			build := func(node string, multiUser bool) *corev1.Pod {
 				cfg := mps.MPSDaemonPodConfig{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
 					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
-					Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: mps.Layout{Root: flags["mps-root"]},
+					Command: mps.DaemonPodCommand, Layout: mps.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
-					DriverRoot: flags["mps-daemon-driver-root"],
+					DriverRoot: flags["mps-daemon-driver-root"], MultiUser: multiUser,
 				}
 				pod, err := mps.BuildMPSDaemonPod(cfg)
 				if err != nil {
@@ -157,6 +166,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 				pod.Spec.ServiceAccountName = "default"
 				return pod
 			}
+			daemon := func(node string) *corev1.Pod { return build(node, variant.multiUser[0]) }
 			changed := func(change func(*corev1.Pod)) *corev1.Pod {
 				pod := daemon("node-a")
 				change(pod)
@@ -187,6 +197,13 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 					want: "runs `/dra-kubelet-plugin mps-daemon`"},
 				{name: "extra arguments", req: create(changed(func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"--evil"} })),
 					want: "runs `/dra-kubelet-plugin mps-daemon`"},
+				// The command is pinned exactly: no word may be added.
+				{name: "an extra command word", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command, "--mps-control-binary=/tmp/evil")
+				})), want: "with exactly the command"},
+				{name: "only the first two words", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command[:2:2], "--log-file=/etc/cron.d/x")
+				})), want: "with exactly the command"},
 				{name: "a second container", req: create(changed(func(p *corev1.Pod) {
 					p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "x", Image: "evil"})
 				})), want: "exactly one container"},
@@ -237,6 +254,19 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 						t.Errorf("denial %q, want one containing %q", got, tc.want)
 					}
 				})
+			}
+			// Every command the plugin builds with the chart's flags is
+			// admitted; a multi-user flag where the mode never gives one
+			// is refused.
+			for _, multiUser := range variant.multiUser {
+				if got := denied(t, policy, create(build("node-a", multiUser))); got != "" {
+					t.Errorf("the daemon pod built with MultiUser=%v: denied: %s", multiUser, got)
+				}
+			}
+			for _, multiUser := range variant.refused {
+				if got := denied(t, policy, create(build("node-a", multiUser))); !strings.Contains(got, "with exactly the command") {
+					t.Errorf("the daemon pod built with MultiUser=%v: denial %q, want the command refused", multiUser, got)
+				}
 			}
 			if !variant.fake {
 				// The driver root may only be the read-only volume driver-root.
