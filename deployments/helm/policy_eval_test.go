@@ -4,11 +4,13 @@ package helm
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -440,5 +442,126 @@ func TestSharedGPUNonRootPolicyDecisions(t *testing.T) {
 	off := render(t, "admissionPolicy.sharedGPURunAsNonRoot.enabled=false")
 	if off.has("ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate") || off.has("ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaim") {
 		t.Error("admissionPolicy.sharedGPURunAsNonRoot.enabled=false must drop the policies and bindings")
+	}
+}
+
+// TestControllerWebhookConfigPolicyDecisions: the controller may change only
+// the caBundle of its own ValidatingWebhookConfiguration (RBAC grants update
+// of the whole object); its rules, target, failure policy and selectors stay
+// as the chart wrote them, so a compromised controller cannot intercept or
+// block writes cluster-wide.
+func TestControllerWebhookConfigPolicyDecisions(t *testing.T) {
+	const name = "tangram-controller-webhook-cabundle-only"
+	objs := render(t, "controller.enabled=true", "controller.webhook.enabled=true")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", name).(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", name).(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if binding.Spec.PolicyName != name || len(binding.Spec.ValidationActions) != 1 || binding.Spec.ValidationActions[0] != admissionv1.Deny {
+		t.Errorf("binding %+v, want Deny for %s", binding.Spec, name)
+	}
+	rendered := objs.get(t, "ValidatingWebhookConfiguration", "tangram-controller-gpuconfig").(*admissionv1.ValidatingWebhookConfiguration)
+	controller := &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":tangram-controller"}
+	gvk := admissionv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration")
+	gvr := admissionv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
+	// update is the controller's update from the rendered configuration
+	// (with an older caBundle) to one changed by change.
+	update := func(who user.Info, change func(*admissionv1.ValidatingWebhookConfiguration)) request {
+		old := rendered.DeepCopy()
+		old.Webhooks[0].ClientConfig.CABundle = []byte("old CA")
+		obj := old.DeepCopy()
+		obj.Webhooks[0].ClientConfig.CABundle = []byte("new CA")
+		change(obj)
+		return request{user: who, op: admission.Update, object: obj, old: old, gvk: gvk, gvr: gvr}
+	}
+	for _, tc := range []struct {
+		name string
+		req  request
+		want string
+	}{
+		{name: "the caBundle", req: update(controller, func(*admissionv1.ValidatingWebhookConfiguration) {})},
+		{name: "an admin may change anything", req: update(&user.DefaultInfo{Name: "admin"}, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].FailurePolicy = ptr.To(admissionv1.Ignore)
+		})},
+		{name: "rules", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].Rules[0].Resources = []string{"*"}
+		}), want: "may change only the caBundle"},
+		{name: "the target service", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].ClientConfig.Service.Namespace = "evil"
+		}), want: "may change only the caBundle"},
+		{name: "a URL", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].ClientConfig.Service = nil
+			c.Webhooks[0].ClientConfig.URL = ptr.To("https://evil.example/validate")
+		}), want: "may change only the caBundle"},
+		{name: "the failure policy", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].FailurePolicy = ptr.To(admissionv1.Ignore)
+		}), want: "may change only the caBundle"},
+		{name: "a namespace selector", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}
+		}), want: "may change only the caBundle"},
+		{name: "an object selector", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}
+		}), want: "may change only the caBundle"},
+		{name: "side effects", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].SideEffects = ptr.To(admissionv1.SideEffectClassNoneOnDryRun)
+		}), want: "may change only the caBundle"},
+		{name: "match policy", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].MatchPolicy = ptr.To(admissionv1.Exact)
+		}), want: "may change only the caBundle"},
+		{name: "match conditions", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].MatchConditions = nil
+		}), want: "may change only the caBundle"},
+		{name: "the timeout", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].TimeoutSeconds = ptr.To[int32](30)
+		}), want: "may change only the caBundle"},
+		{name: "a webhook added", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			extra := c.Webhooks[0].DeepCopy()
+			extra.Name = "pods.evil.dev"
+			extra.Rules[0].Resources = []string{"pods"}
+			c.Webhooks = append(c.Webhooks, *extra)
+		}), want: "may change only the caBundle"},
+		{name: "the webhook removed", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks = nil
+		}), want: "may change only the caBundle"},
+		{name: "the webhook renamed", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].Name = "other.tangram.dev"
+		}), want: "may change only the caBundle"},
+		{name: "labels", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Labels = map[string]string{"x": "y"}
+		}), want: "may change only the caBundle"},
+		{name: "annotations", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Annotations = map[string]string{"cert-manager.io/inject-ca-from": "kube-system/x"}
+		}), want: "may change only the caBundle"},
+		{name: "another configuration", req: func() request {
+			r := update(controller, func(*admissionv1.ValidatingWebhookConfiguration) {})
+			o, old := r.object.(*admissionv1.ValidatingWebhookConfiguration), r.old.(*admissionv1.ValidatingWebhookConfiguration)
+			o.Name, old.Name = "other", "other"
+			return r
+		}(), want: "may change only the caBundle of ValidatingWebhookConfiguration tangram-controller-gpuconfig"},
+		{name: "creating one", req: request{user: controller, op: admission.Create, object: rendered.DeepCopy(), gvk: gvk, gvr: gvr},
+			want: "may change only the caBundle"},
+		{name: "deleting it", req: request{user: controller, op: admission.Delete, old: rendered.DeepCopy(), gvk: gvk, gvr: gvr},
+			want: "may change only the caBundle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("denial %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+	// With cert-manager the CA injector writes the caBundle: the controller
+	// gets no write on webhook configurations at all, so no policy either.
+	cm := render(t, "controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.certManager.enabled=true")
+	if cm.has("ValidatingAdmissionPolicy", name) {
+		t.Error("the caBundle policy is rendered although cert-manager writes the caBundle")
+	}
+	for _, obj := range cm["ClusterRole"] {
+		for _, rule := range obj.(*rbacv1.ClusterRole).Rules {
+			if slices.Contains(rule.Resources, "validatingwebhookconfigurations") && obj.(*rbacv1.ClusterRole).Name == "tangram-controller-gpugangs" {
+				t.Errorf("with cert-manager the controller may still %v webhook configurations", rule.Verbs)
+			}
+		}
 	}
 }
