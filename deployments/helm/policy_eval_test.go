@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
@@ -25,7 +26,11 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	tangramslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // compilePolicy compiles a rendered ValidatingAdmissionPolicy with the API
@@ -563,5 +568,143 @@ func TestControllerWebhookConfigPolicyDecisions(t *testing.T) {
 				t.Errorf("with cert-manager the controller may still %v webhook configurations", rule.Verbs)
 			}
 		}
+	}
+}
+
+// TestClaimRequestPolicyDecisions: the whole-card class yields whole cards
+// only, and memory 0 is for admin access only, refused when the claim or
+// template is created (not at prepare, where the pod would wait in
+// ContainerCreating for ever). The 1.37 allocator cannot tell a class
+// selector what a request asks for, so the policy is what holds this: every
+// claim it admits on gpu.tangram.dev is allocated by the real allocator
+// (pkg/dra) a whole card on a node whose shares are only advisory.
+func TestClaimRequestPolicyDecisions(t *testing.T) {
+	objs := render(t)
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-claim-requests").(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-claim-requests").(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if binding.Spec.PolicyName != "tangram-claim-requests" || len(binding.Spec.ValidationActions) != 1 || binding.Spec.ValidationActions[0] != admissionv1.Deny {
+		t.Errorf("binding %+v, want Deny", binding.Spec)
+	}
+	capacity := func(kv ...string) *resourceapi.CapacityRequirements {
+		c := &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+		for i := 0; i < len(kv); i += 2 {
+			c.Requests[resourceapi.QualifiedName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return c
+	}
+	exact := func(class string, admin bool, c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
+		r := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, Capacity: c,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}
+		if admin {
+			r.Exactly.AdminAccess = ptr.To(true)
+		}
+		return r
+	}
+	firstAvailable := func(class string, c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "share", DeviceClassName: class, Capacity: c, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}
+	}
+	const whole, shared = "gpu.tangram.dev", "shared-gpu.tangram.dev"
+	const wantWhole = "asks class gpu.tangram.dev, which gives whole cards, for a capacity"
+	const wantZero = "asks for memory 0 without adminAccess"
+	claimGVK, claimGVR := resourceapi.SchemeGroupVersion.WithKind("ResourceClaim"), resourceapi.SchemeGroupVersion.WithResource("resourceclaims")
+	templateGVK, templateGVR := resourceapi.SchemeGroupVersion.WithKind("ResourceClaimTemplate"), resourceapi.SchemeGroupVersion.WithResource("resourceclaimtemplates")
+	claimOf := func(name string, r resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", UID: types.UID(name)},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{r}}}}
+	}
+	alice := &user.DefaultInfo{Name: "alice"}
+	cases := []struct {
+		name string
+		req  resourceapi.DeviceRequest
+		want string
+	}{
+		{name: "a whole card", req: exact(whole, false, nil)},
+		{name: "a share of the shared class", req: exact(shared, false, capacity("memory", "20Gi"))},
+		{name: "memory on the whole-card class", req: exact(whole, false, capacity("memory", "20Gi")), want: wantWhole},
+		{name: "compute on the whole-card class", req: exact(whole, false, capacity("compute", "50")), want: wantWhole},
+		{name: "memory on the whole-card class as an alternative", req: firstAvailable(whole, capacity("memory", "20Gi")), want: wantWhole},
+		{name: "monitoring: admin access with memory 0", req: exact(whole, true, capacity("memory", "0"))},
+		{name: "admin access with memory on the whole-card class", req: exact(whole, true, capacity("memory", "20Gi")), want: wantWhole},
+		{name: "memory 0 on the shared class", req: exact(shared, false, capacity("memory", "0")), want: wantZero},
+		{name: "memory 0Gi on the shared class", req: exact(shared, false, capacity("memory", "0Gi")), want: wantZero},
+		{name: "memory 0 on the whole-card class", req: exact(whole, false, capacity("memory", "0")), want: wantZero},
+		{name: "memory 0 as an alternative", req: firstAvailable(shared, capacity("memory", "0")), want: wantZero},
+		{name: "admin access with memory 0 on the shared class", req: exact(shared, true, capacity("memory", "0"))},
+		{name: "memory 0 on another driver's class", req: exact("gpu.nvidia.com", false, capacity("memory", "0"))},
+	}
+	// A node whose shares are only advisory: the shared class (hard
+	// enforcement by default) has no card there.
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := fakegpu.NewFakeSource("node-a", p).GPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tangramslices.DriverResources(gpus, tangramslices.Options{NodeName: "node-a", Sharing: true, ShareEnforcement: "advisory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := tangramslices.ResourceSlices("node-a", res)
+	cardMemory := map[string]resource.Quantity{}
+	for _, s := range published {
+		for _, d := range s.Spec.Devices {
+			cardMemory[d.Name] = *d.Capacity["memory"].RequestPolicy.Default
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := claimOf("c", tc.req)
+			template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "team"},
+				Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim.Spec}}
+			for _, req := range []request{
+				{user: alice, op: admission.Create, namespace: "team", object: claim, gvk: claimGVK, gvr: claimGVR},
+				{user: alice, op: admission.Create, namespace: "team", object: template, gvk: templateGVK, gvr: templateGVR},
+			} {
+				got := denied(t, policy, req)
+				switch {
+				case tc.want == "" && got != "":
+					t.Errorf("%s denied: %s", req.gvk.Kind, got)
+				case tc.want != "" && !strings.Contains(got, tc.want):
+					t.Errorf("%s: denial %q, want one containing %q", req.gvk.Kind, got, tc.want)
+				}
+				if tc.want == "" && got != "" || tc.want != "" && got == "" {
+					return
+				}
+			}
+			if tc.want != "" || tc.req.Exactly == nil || tc.req.Exactly.DeviceClassName != whole || ptr.Deref(tc.req.Exactly.AdminAccess, false) {
+				return
+			}
+			// Admitted on the whole-card class: the allocator must give a
+			// whole card.
+			node := &dra.Node{Name: "node-a", Slices: published, Classes: device.HardEnforcedDeviceClasses()}
+			allocated, err := node.Allocate(context.Background(), claim)
+			if err != nil {
+				t.Fatalf("allocating an admitted whole-card claim: %v", err)
+			}
+			for _, r := range allocated.Status.Allocation.Devices.Results {
+				if got, want := r.ConsumedCapacity["memory"], cardMemory[r.Device]; got.Cmp(want) != 0 {
+					t.Errorf("class %s gave %s of %s's %s: a share, not a whole card", whole, got.String(), r.Device, want.String())
+				}
+			}
+		})
+	}
+	// What the policy refuses on the whole-card class is a partial card to
+	// the allocator, past the shared class's hard-enforcement requirement.
+	node := &dra.Node{Name: "node-a", Slices: published, Classes: device.HardEnforcedDeviceClasses()}
+	if _, err := node.Allocate(context.Background(), claimOf("s", exact(shared, false, capacity("memory", "20Gi")))); err == nil {
+		t.Error("a share of the shared class was allocated on an advisory node although the class requires hard enforcement")
+	}
+	allocated, err := node.Allocate(context.Background(), claimOf("w", exact(whole, false, capacity("memory", "20Gi"))))
+	if err != nil {
+		t.Fatalf("the allocator alone: %v", err)
+	}
+	if r := allocated.Status.Allocation.Devices.Results[0]; ptr.To(r.ConsumedCapacity["memory"]).Cmp(cardMemory[r.Device]) >= 0 {
+		t.Errorf("the allocator gave a whole card for a memory request on %s: the policy may no longer be needed (docs/enforcement.md)", whole)
+	}
+	if render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
+		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
 	}
 }
