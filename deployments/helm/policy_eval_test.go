@@ -147,6 +147,9 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			multiUser: []bool{false}, refused: []bool{true}},
 		{name: "real GPUs, v3", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=v3"},
 			multiUser: []bool{true}, refused: []bool{false}},
+		{name: "real GPUs, classic, multi-user and a control binary by extraArgs", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic",
+			"kubeletPlugin.extraArgs={--mps-control-binary=/opt/mps/nvidia-cuda-mps-control,--mps-multi-user}"},
+			multiUser: []bool{true}, refused: []bool{false}},
 		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true, multiUser: []bool{false, true}},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
@@ -163,6 +166,8 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 					Command: mps.DaemonPodCommand, Layout: mps.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
 					DriverRoot: flags["mps-daemon-driver-root"], MultiUser: multiUser,
+					// As pkg/plugin passes --mps-control-binary on.
+					ControlBinary: flags["mps-control-binary"],
 				}
 				pod, err := mps.BuildMPSDaemonPod(cfg)
 				if err != nil {
