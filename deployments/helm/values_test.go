@@ -60,6 +60,8 @@ func TestSchemaRejects(t *testing.T) {
 			notSchema: true, wantErr: []string{"kube-*"}},
 		{name: "MPS namespace any kube-", sets: []string{"kubeletPlugin.mps.namespace.name=kube-gpu"},
 			notSchema: true, wantErr: []string{"kube-*"}},
+		{name: "a release in kube-system with the default MPS namespace", sets: []string{"--namespace=kube-system"},
+			notSchema: true, wantErr: []string{"kubeletPlugin.mps.namespace.name=kube-system-mps", "kube-*"}},
 		// Without the daemon-pod policy, root on one GPU node could create
 		// any pod in the MPS namespace on any node (a control-plane node).
 		{name: "MPS daemon pods without admission policies", sets: []string{"admissionPolicy.enabled=false"},
