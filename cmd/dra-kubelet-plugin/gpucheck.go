@@ -77,9 +77,23 @@ func newMPSCheckCommand() *cobra.Command {
 	return cmd
 }
 
-func runGPUCheck(cmd *cobra.Command, f gpuCheckFlags, keep func(string) bool) error {
-	if f.cfg.OutDir == "" {
+// validate refuses what would make every check meaningless: no report
+// folder, a share limit of no memory (or below it), a run with no time.
+func (f gpuCheckFlags) validate() error {
+	switch {
+	case f.cfg.OutDir == "":
 		return errors.New("--out is required: the folder the report is written to")
+	case f.cfg.ShareMiB <= 0:
+		return fmt.Errorf("--share-mib=%d: the clients' memory limit must be positive (MiB)", f.cfg.ShareMiB)
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout=%s: the run needs a positive time limit", f.timeout)
+	}
+	return nil
+}
+
+func runGPUCheck(cmd *cobra.Command, f gpuCheckFlags, keep func(string) bool) error {
+	if err := f.validate(); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(f.cfg.OutDir, 0o755); err != nil {
 		return fmt.Errorf("creating the report folder: %w", err)

@@ -41,8 +41,22 @@ func TestGPUCheckWithoutDriver(t *testing.T) {
 			}
 		})
 	}
-	if _, err := runCommand(t, "gpu-check"); err == nil || !strings.Contains(err.Error(), "--out is required") {
-		t.Errorf("without --out: %v", err)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{want: "--out is required"},
+		{args: []string{"--share-mib=0"}, want: "--share-mib=0: the clients' memory limit must be positive"},
+		{args: []string{"--share-mib=-2048"}, want: "--share-mib=-2048"},
+		{args: []string{"--timeout=-1m"}, want: "--timeout=-1m0s: the run needs a positive time limit"},
+	} {
+		args := append([]string{"gpu-check"}, tc.args...)
+		if len(tc.args) > 0 {
+			args = append(args, "--out", filepath.Join(t.TempDir(), "report"))
+		}
+		if _, err := runCommand(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,12 +96,9 @@ func newRunCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			shmSize, err := resource.ParseQuantity(flags.MPSShmSize)
-			if err != nil || shmSize.Sign() < 0 {
-				return fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi (%v)", flags.MPSShmSize, err)
-			}
-			if flags.MPSIdleGrace < 0 {
-				return fmt.Errorf("--mps-idle-grace=%s is negative: use 0 to stop the MPS daemon as soon as the last share is released", flags.MPSIdleGrace)
+			shmSizeBytes, err := flags.mpsShmSizeBytes()
+			if err != nil {
+				return err
 			}
 			healthPolicy, err := healthOpts.policy()
 			if err != nil {
@@ -177,7 +175,7 @@ func newRunCommand() *cobra.Command {
 				NVMLLibrary:      nvmlLibrary,
 				MPSMultiUser:     flags.MPSMultiUser,
 				MPSMode:          mpsMode,
-				MPSShmSizeBytes:  shmSize.Value(),
+				MPSShmSizeBytes:  shmSizeBytes,
 				MPSIdleGrace:     flags.MPSIdleGrace,
 				MPSDaemonMode:    flags.MPSDaemon,
 				MPSDaemonPod:     mpsPod,
@@ -231,7 +229,24 @@ func newRunCommand() *cobra.Command {
 
 // mpsDaemonPodCommand runs the daemon in the plugin's image (the chart's
 // command is the same binary).
-var mpsDaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
+var mpsDaemonPodCommand = mps.DaemonPodCommand
+
+// mpsShmSizeBytes checks --mps-shm-size and --mps-idle-grace and returns
+// the size in bytes. A negative size would leave each claim's /dev/shm
+// without a bound, a negative grace is meaningless: both are refused.
+func (f *runFlags) mpsShmSizeBytes() (int64, error) {
+	size, err := resource.ParseQuantity(f.MPSShmSize)
+	if err != nil {
+		return 0, fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi, or 0 for plain directories (%v)", f.MPSShmSize, err)
+	}
+	if size.Sign() < 0 {
+		return 0, fmt.Errorf("--mps-shm-size=%s is negative: each claim's /dev/shm would have no bound; want a size such as 64Mi, or 0 for plain directories", f.MPSShmSize)
+	}
+	if f.MPSIdleGrace < 0 {
+		return 0, fmt.Errorf("--mps-idle-grace=%s is negative: use 0 to stop the MPS daemon as soon as the last share is released", f.MPSIdleGrace)
+	}
+	return size.Value(), nil
+}
 
 // driverRoot is the driver root as the plugin and as the host see it.
 func (f *runFlags) driverRoot(source gpuSourceFlags) driverroot.Root {
@@ -302,6 +317,15 @@ func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (mps.MPSDaemonPodC
 		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
 	case namespace == "":
 		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
+	case strings.HasPrefix(namespace, "kube-"):
+		// The plugin may create pods where its daemon lives; kube-*
+		// namespaces hold the cluster's own components and are often
+		// exempt from admission policies.
+		source := "--mps-daemon-namespace"
+		if f.MPSDaemonNamespace == "" {
+			source = "$POD_NAMESPACE"
+		}
+		return mps.MPSDaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
 	}
 	pull := corev1.PullPolicy(f.MPSDaemonPull)
 	switch pull {

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -30,6 +31,12 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 			flags:     runFlags{MPSDaemon: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonNamespace: "ns-mps"},
 			namespace: "ns", fake: true, wantImage: "img:v1", wantNamespace: "ns-mps",
 		},
+		{name: "kube-system", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Never", MPSDaemonNamespace: "kube-system"},
+			namespace: "ns", wantErr: "--mps-daemon-namespace=kube-system: the MPS daemon pod may not live in a kube-* namespace"},
+		{name: "kube-node-lease", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Never", MPSDaemonNamespace: "kube-node-lease"},
+			namespace: "ns", wantErr: "kube-* namespace"},
+		{name: "a plugin in kube-system without a namespace flag", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Never"},
+			namespace: "kube-system", wantErr: "$POD_NAMESPACE=kube-system: the MPS daemon pod may not live in a kube-* namespace"},
 		{name: "bad pull policy", flags: runFlags{MPSDaemon: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Sometimes"}, namespace: "ns", wantErr: "pull-policy"},
 		{
 			name:      "real GPUs: driver root passed on",
@@ -125,5 +132,39 @@ func TestMPSDaemonCommandFindsControlBinary(t *testing.T) {
 	f := newMPSDaemonCommand().Flags()
 	if got, _ := f.GetString("driver-root"); got != "/driver-root" {
 		t.Errorf("--driver-root defaults to %q, want $NVIDIA_DRIVER_ROOT", got)
+	}
+}
+
+// TestMPSSizeFlags: a size or duration that makes no sense is refused at
+// start-up with the flag's name, before anything touches the node; a
+// negative /dev/shm size would otherwise leave each claim's /dev/shm
+// without a bound.
+func TestMPSSizeFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		shm       string
+		idle      time.Duration
+		wantBytes int64
+		wantErr   string
+	}{
+		{name: "defaults", shm: "64Mi", idle: 5 * time.Minute, wantBytes: 64 << 20},
+		{name: "0: plain directories", shm: "0", wantBytes: 0},
+		{name: "negative shm size", shm: "-64Mi", wantErr: "--mps-shm-size=-64Mi is negative"},
+		{name: "shm size in words", shm: "64 megabytes", wantErr: "--mps-shm-size=64 megabytes: want a size such as 64Mi"},
+		{name: "negative idle grace", shm: "64Mi", idle: -time.Second, wantErr: "--mps-idle-grace=-1s is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := runFlags{MPSShmSize: tc.shm, MPSIdleGrace: tc.idle}
+			got, err := f.mpsShmSizeBytes()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.wantBytes {
+				t.Fatalf("got %d, %v; want %d", got, err, tc.wantBytes)
+			}
+		})
 	}
 }

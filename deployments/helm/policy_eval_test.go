@@ -4,16 +4,19 @@ package helm
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
@@ -23,7 +26,11 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/dra"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	tangramslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // compilePolicy compiles a rendered ValidatingAdmissionPolicy with the API
@@ -129,9 +136,21 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 		name string
 		sets []string
 		fake bool
+		// multiUser: the values of MPSDaemonPodConfig.MultiUser the plugin
+		// may build with the chart's flags (pkg/plugin: v3 runs
+		// multi-user; auto picks v3 or classic by the driver); refused:
+		// the pods built with the other value.
+		multiUser, refused []bool
 	}{
-		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}},
-		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true},
+		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}, multiUser: []bool{false, true}},
+		{name: "real GPUs, classic", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic"},
+			multiUser: []bool{false}, refused: []bool{true}},
+		{name: "real GPUs, v3", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=v3"},
+			multiUser: []bool{true}, refused: []bool{false}},
+		{name: "real GPUs, classic, multi-user and a control binary by extraArgs", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic",
+			"kubeletPlugin.extraArgs={--mps-control-binary=/opt/mps/nvidia-cuda-mps-control,--mps-multi-user}"},
+			multiUser: []bool{true}, refused: []bool{false}},
+		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true, multiUser: []bool{false, true}},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			objs := render(t, variant.sets...)
@@ -140,13 +159,15 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", mpsPolicyName).(*admissionv1.ValidatingAdmissionPolicy))
 			mpsNS := flags["mps-daemon-namespace"]
 			// The pod exactly as the plugin builds it from the chart's flags.
-			daemon := func(node string) *corev1.Pod {
+			build := func(node string, multiUser bool) *corev1.Pod {
 				cfg := mps.MPSDaemonPodConfig{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
 					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
-					Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: mps.Layout{Root: flags["mps-root"]},
+					Command: mps.DaemonPodCommand, Layout: mps.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
-					DriverRoot: flags["mps-daemon-driver-root"],
+					DriverRoot: flags["mps-daemon-driver-root"], MultiUser: multiUser,
+					// As pkg/plugin passes --mps-control-binary on.
+					ControlBinary: flags["mps-control-binary"],
 				}
 				pod, err := mps.BuildMPSDaemonPod(cfg)
 				if err != nil {
@@ -157,6 +178,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 				pod.Spec.ServiceAccountName = "default"
 				return pod
 			}
+			daemon := func(node string) *corev1.Pod { return build(node, variant.multiUser[0]) }
 			changed := func(change func(*corev1.Pod)) *corev1.Pod {
 				pod := daemon("node-a")
 				change(pod)
@@ -187,6 +209,13 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 					want: "runs `/dra-kubelet-plugin mps-daemon`"},
 				{name: "extra arguments", req: create(changed(func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"--evil"} })),
 					want: "runs `/dra-kubelet-plugin mps-daemon`"},
+				// The command is pinned exactly: no word may be added.
+				{name: "an extra command word", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command, "--mps-control-binary=/tmp/evil")
+				})), want: "with exactly the command"},
+				{name: "only the first two words", req: create(changed(func(p *corev1.Pod) {
+					p.Spec.Containers[0].Command = append(p.Spec.Containers[0].Command[:2:2], "--log-file=/etc/cron.d/x")
+				})), want: "with exactly the command"},
 				{name: "a second container", req: create(changed(func(p *corev1.Pod) {
 					p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "x", Image: "evil"})
 				})), want: "exactly one container"},
@@ -237,6 +266,19 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 						t.Errorf("denial %q, want one containing %q", got, tc.want)
 					}
 				})
+			}
+			// Every command the plugin builds with the chart's flags is
+			// admitted; a multi-user flag where the mode never gives one
+			// is refused.
+			for _, multiUser := range variant.multiUser {
+				if got := denied(t, policy, create(build("node-a", multiUser))); got != "" {
+					t.Errorf("the daemon pod built with MultiUser=%v: denied: %s", multiUser, got)
+				}
+			}
+			for _, multiUser := range variant.refused {
+				if got := denied(t, policy, create(build("node-a", multiUser))); !strings.Contains(got, "with exactly the command") {
+					t.Errorf("the daemon pod built with MultiUser=%v: denial %q, want the command refused", multiUser, got)
+				}
 			}
 			if !variant.fake {
 				// The driver root may only be the read-only volume driver-root.
@@ -410,5 +452,264 @@ func TestSharedGPUNonRootPolicyDecisions(t *testing.T) {
 	off := render(t, "admissionPolicy.sharedGPURunAsNonRoot.enabled=false")
 	if off.has("ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate") || off.has("ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaim") {
 		t.Error("admissionPolicy.sharedGPURunAsNonRoot.enabled=false must drop the policies and bindings")
+	}
+}
+
+// TestControllerWebhookConfigPolicyDecisions: the controller may change only
+// the caBundle of its own ValidatingWebhookConfiguration (RBAC grants update
+// of the whole object); its rules, target, failure policy and selectors stay
+// as the chart wrote them, so a compromised controller cannot intercept or
+// block writes cluster-wide.
+func TestControllerWebhookConfigPolicyDecisions(t *testing.T) {
+	const name = "tangram-controller-webhook-cabundle-only"
+	objs := render(t, "controller.enabled=true", "controller.webhook.enabled=true")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", name).(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", name).(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if binding.Spec.PolicyName != name || len(binding.Spec.ValidationActions) != 1 || binding.Spec.ValidationActions[0] != admissionv1.Deny {
+		t.Errorf("binding %+v, want Deny for %s", binding.Spec, name)
+	}
+	rendered := objs.get(t, "ValidatingWebhookConfiguration", "tangram-controller-gpuconfig").(*admissionv1.ValidatingWebhookConfiguration)
+	controller := &user.DefaultInfo{Name: "system:serviceaccount:" + namespace + ":tangram-controller"}
+	gvk := admissionv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration")
+	gvr := admissionv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
+	// update is the controller's update from the rendered configuration
+	// (with an older caBundle) to one changed by change.
+	update := func(who user.Info, change func(*admissionv1.ValidatingWebhookConfiguration)) request {
+		old := rendered.DeepCopy()
+		old.Webhooks[0].ClientConfig.CABundle = []byte("old CA")
+		obj := old.DeepCopy()
+		obj.Webhooks[0].ClientConfig.CABundle = []byte("new CA")
+		change(obj)
+		return request{user: who, op: admission.Update, object: obj, old: old, gvk: gvk, gvr: gvr}
+	}
+	for _, tc := range []struct {
+		name string
+		req  request
+		want string
+	}{
+		{name: "the caBundle", req: update(controller, func(*admissionv1.ValidatingWebhookConfiguration) {})},
+		{name: "an admin may change anything", req: update(&user.DefaultInfo{Name: "admin"}, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].FailurePolicy = ptr.To(admissionv1.Ignore)
+		})},
+		{name: "rules", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].Rules[0].Resources = []string{"*"}
+		}), want: "may change only the caBundle"},
+		{name: "the target service", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].ClientConfig.Service.Namespace = "evil"
+		}), want: "may change only the caBundle"},
+		{name: "a URL", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].ClientConfig.Service = nil
+			c.Webhooks[0].ClientConfig.URL = ptr.To("https://evil.example/validate")
+		}), want: "may change only the caBundle"},
+		{name: "the failure policy", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].FailurePolicy = ptr.To(admissionv1.Ignore)
+		}), want: "may change only the caBundle"},
+		{name: "a namespace selector", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}
+		}), want: "may change only the caBundle"},
+		{name: "an object selector", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}
+		}), want: "may change only the caBundle"},
+		{name: "side effects", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].SideEffects = ptr.To(admissionv1.SideEffectClassNoneOnDryRun)
+		}), want: "may change only the caBundle"},
+		{name: "match policy", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].MatchPolicy = ptr.To(admissionv1.Exact)
+		}), want: "may change only the caBundle"},
+		{name: "match conditions", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].MatchConditions = nil
+		}), want: "may change only the caBundle"},
+		{name: "the timeout", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].TimeoutSeconds = ptr.To[int32](30)
+		}), want: "may change only the caBundle"},
+		{name: "a webhook added", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			extra := c.Webhooks[0].DeepCopy()
+			extra.Name = "pods.evil.dev"
+			extra.Rules[0].Resources = []string{"pods"}
+			c.Webhooks = append(c.Webhooks, *extra)
+		}), want: "may change only the caBundle"},
+		{name: "the webhook removed", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks = nil
+		}), want: "may change only the caBundle"},
+		{name: "the webhook renamed", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Webhooks[0].Name = "other.tangram.dev"
+		}), want: "may change only the caBundle"},
+		{name: "labels", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Labels = map[string]string{"x": "y"}
+		}), want: "may change only the caBundle"},
+		{name: "annotations", req: update(controller, func(c *admissionv1.ValidatingWebhookConfiguration) {
+			c.Annotations = map[string]string{"cert-manager.io/inject-ca-from": "kube-system/x"}
+		}), want: "may change only the caBundle"},
+		{name: "another configuration", req: func() request {
+			r := update(controller, func(*admissionv1.ValidatingWebhookConfiguration) {})
+			o, old := r.object.(*admissionv1.ValidatingWebhookConfiguration), r.old.(*admissionv1.ValidatingWebhookConfiguration)
+			o.Name, old.Name = "other", "other"
+			return r
+		}(), want: "may change only the caBundle of ValidatingWebhookConfiguration tangram-controller-gpuconfig"},
+		{name: "creating one", req: request{user: controller, op: admission.Create, object: rendered.DeepCopy(), gvk: gvk, gvr: gvr},
+			want: "may change only the caBundle"},
+		{name: "deleting it", req: request{user: controller, op: admission.Delete, old: rendered.DeepCopy(), gvk: gvk, gvr: gvr},
+			want: "may change only the caBundle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("denied: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("denial %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+	// With cert-manager the CA injector writes the caBundle: the controller
+	// gets no write on webhook configurations at all, so no policy either.
+	cm := render(t, "controller.enabled=true", "controller.webhook.enabled=true", "controller.webhook.certManager.enabled=true")
+	if cm.has("ValidatingAdmissionPolicy", name) {
+		t.Error("the caBundle policy is rendered although cert-manager writes the caBundle")
+	}
+	for _, obj := range cm["ClusterRole"] {
+		for _, rule := range obj.(*rbacv1.ClusterRole).Rules {
+			if slices.Contains(rule.Resources, "validatingwebhookconfigurations") && obj.(*rbacv1.ClusterRole).Name == "tangram-controller-gpugangs" {
+				t.Errorf("with cert-manager the controller may still %v webhook configurations", rule.Verbs)
+			}
+		}
+	}
+}
+
+// TestClaimRequestPolicyDecisions: the whole-card class yields whole cards
+// only, and memory 0 is for admin access only, refused when the claim or
+// template is created (not at prepare, where the pod would wait in
+// ContainerCreating for ever). The 1.37 allocator cannot tell a class
+// selector what a request asks for, so the policy is what holds this: every
+// claim it admits on gpu.tangram.dev is allocated by the real allocator
+// (pkg/dra) a whole card on a node whose shares are only advisory.
+func TestClaimRequestPolicyDecisions(t *testing.T) {
+	objs := render(t)
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-claim-requests").(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-claim-requests").(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if binding.Spec.PolicyName != "tangram-claim-requests" || len(binding.Spec.ValidationActions) != 1 || binding.Spec.ValidationActions[0] != admissionv1.Deny {
+		t.Errorf("binding %+v, want Deny", binding.Spec)
+	}
+	capacity := func(kv ...string) *resourceapi.CapacityRequirements {
+		c := &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+		for i := 0; i < len(kv); i += 2 {
+			c.Requests[resourceapi.QualifiedName(kv[i])] = resource.MustParse(kv[i+1])
+		}
+		return c
+	}
+	exact := func(class string, admin bool, c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
+		r := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, Capacity: c,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}
+		if admin {
+			r.Exactly.AdminAccess = ptr.To(true)
+		}
+		return r
+	}
+	firstAvailable := func(class string, c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "share", DeviceClassName: class, Capacity: c, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}
+	}
+	const whole, shared = "gpu.tangram.dev", "shared-gpu.tangram.dev"
+	const wantWhole = "asks class gpu.tangram.dev, which gives whole cards, for a capacity"
+	const wantZero = "asks for memory 0 without adminAccess"
+	claimGVK, claimGVR := resourceapi.SchemeGroupVersion.WithKind("ResourceClaim"), resourceapi.SchemeGroupVersion.WithResource("resourceclaims")
+	templateGVK, templateGVR := resourceapi.SchemeGroupVersion.WithKind("ResourceClaimTemplate"), resourceapi.SchemeGroupVersion.WithResource("resourceclaimtemplates")
+	claimOf := func(name string, r resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", UID: types.UID(name)},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{r}}}}
+	}
+	alice := &user.DefaultInfo{Name: "alice"}
+	cases := []struct {
+		name string
+		req  resourceapi.DeviceRequest
+		want string
+	}{
+		{name: "a whole card", req: exact(whole, false, nil)},
+		{name: "a share of the shared class", req: exact(shared, false, capacity("memory", "20Gi"))},
+		{name: "memory on the whole-card class", req: exact(whole, false, capacity("memory", "20Gi")), want: wantWhole},
+		{name: "compute on the whole-card class", req: exact(whole, false, capacity("compute", "50")), want: wantWhole},
+		{name: "memory on the whole-card class as an alternative", req: firstAvailable(whole, capacity("memory", "20Gi")), want: wantWhole},
+		{name: "monitoring: admin access with memory 0", req: exact(whole, true, capacity("memory", "0"))},
+		{name: "admin access with memory on the whole-card class", req: exact(whole, true, capacity("memory", "20Gi")), want: wantWhole},
+		{name: "memory 0 on the shared class", req: exact(shared, false, capacity("memory", "0")), want: wantZero},
+		{name: "memory 0Gi on the shared class", req: exact(shared, false, capacity("memory", "0Gi")), want: wantZero},
+		{name: "memory 0 on the whole-card class", req: exact(whole, false, capacity("memory", "0")), want: wantZero},
+		{name: "memory 0 as an alternative", req: firstAvailable(shared, capacity("memory", "0")), want: wantZero},
+		{name: "admin access with memory 0 on the shared class", req: exact(shared, true, capacity("memory", "0"))},
+		{name: "memory 0 on another driver's class", req: exact("gpu.nvidia.com", false, capacity("memory", "0"))},
+	}
+	// A node whose shares are only advisory: the shared class (hard
+	// enforcement by default) has no card there.
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := fakegpu.NewFakeSource("node-a", p).GPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tangramslices.DriverResources(gpus, tangramslices.Options{NodeName: "node-a", Sharing: true, ShareEnforcement: "advisory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := tangramslices.ResourceSlices("node-a", res)
+	cardMemory := map[string]resource.Quantity{}
+	for _, s := range published {
+		for _, d := range s.Spec.Devices {
+			cardMemory[d.Name] = *d.Capacity["memory"].RequestPolicy.Default
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := claimOf("c", tc.req)
+			template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "team"},
+				Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim.Spec}}
+			for _, req := range []request{
+				{user: alice, op: admission.Create, namespace: "team", object: claim, gvk: claimGVK, gvr: claimGVR},
+				{user: alice, op: admission.Create, namespace: "team", object: template, gvk: templateGVK, gvr: templateGVR},
+			} {
+				got := denied(t, policy, req)
+				switch {
+				case tc.want == "" && got != "":
+					t.Errorf("%s denied: %s", req.gvk.Kind, got)
+				case tc.want != "" && !strings.Contains(got, tc.want):
+					t.Errorf("%s: denial %q, want one containing %q", req.gvk.Kind, got, tc.want)
+				}
+				if tc.want == "" && got != "" || tc.want != "" && got == "" {
+					return
+				}
+			}
+			if tc.want != "" || tc.req.Exactly == nil || tc.req.Exactly.DeviceClassName != whole || ptr.Deref(tc.req.Exactly.AdminAccess, false) {
+				return
+			}
+			// Admitted on the whole-card class: the allocator must give a
+			// whole card.
+			node := &dra.Node{Name: "node-a", Slices: published, Classes: device.HardEnforcedDeviceClasses()}
+			allocated, err := node.Allocate(context.Background(), claim)
+			if err != nil {
+				t.Fatalf("allocating an admitted whole-card claim: %v", err)
+			}
+			for _, r := range allocated.Status.Allocation.Devices.Results {
+				if got, want := r.ConsumedCapacity["memory"], cardMemory[r.Device]; got.Cmp(want) != 0 {
+					t.Errorf("class %s gave %s of %s's %s: a share, not a whole card", whole, got.String(), r.Device, want.String())
+				}
+			}
+		})
+	}
+	// What the policy refuses on the whole-card class is a partial card to
+	// the allocator, past the shared class's hard-enforcement requirement.
+	node := &dra.Node{Name: "node-a", Slices: published, Classes: device.HardEnforcedDeviceClasses()}
+	if _, err := node.Allocate(context.Background(), claimOf("s", exact(shared, false, capacity("memory", "20Gi")))); err == nil {
+		t.Error("a share of the shared class was allocated on an advisory node although the class requires hard enforcement")
+	}
+	allocated, err := node.Allocate(context.Background(), claimOf("w", exact(whole, false, capacity("memory", "20Gi"))))
+	if err != nil {
+		t.Fatalf("the allocator alone: %v", err)
+	}
+	if r := allocated.Status.Allocation.Devices.Results[0]; ptr.To(r.ConsumedCapacity["memory"]).Cmp(cardMemory[r.Device]) >= 0 {
+		t.Errorf("the allocator gave a whole card for a memory request on %s: the policy may no longer be needed (docs/enforcement.md)", whole)
+	}
+	if render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
+		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
 	}
 }

@@ -413,7 +413,7 @@ func TestAdmissionPolicy(t *testing.T) {
 		t.Errorf("binding = %+v, want Deny for policy %s", binding.Spec, vap.Name)
 	}
 
-	if off := render(t, "admissionPolicy.enabled=false"); len(off["ValidatingAdmissionPolicy"]) != 0 {
+	if off := render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process"); len(off["ValidatingAdmissionPolicy"]) != 0 {
 		t.Errorf("admissionPolicy.enabled=false still renders a policy")
 	}
 }

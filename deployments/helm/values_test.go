@@ -50,6 +50,26 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "MPS namespace not a DNS label", sets: []string{"kubeletPlugin.mps.namespace.name=GPU_MPS"}, wantErr: []string{"namespace", "name"}},
 		{name: "MPS namespace is the release namespace", sets: []string{"kubeletPlugin.mps.namespace.name=" + namespace},
 			notSchema: true, wantErr: []string{"must not be the release namespace"}},
+		// kube-* namespaces hold the cluster's own components and are often
+		// exempt from admission policies: no plugin pod rights there.
+		{name: "MPS namespace kube-system", sets: []string{"kubeletPlugin.mps.namespace.name=kube-system"},
+			notSchema: true, wantErr: []string{"kubeletPlugin.mps.namespace.name=kube-system", "kube-*"}},
+		{name: "MPS namespace kube-public", sets: []string{"kubeletPlugin.mps.namespace.name=kube-public"},
+			notSchema: true, wantErr: []string{"kube-*"}},
+		{name: "MPS namespace kube-node-lease", sets: []string{"kubeletPlugin.mps.namespace.name=kube-node-lease"},
+			notSchema: true, wantErr: []string{"kube-*"}},
+		{name: "MPS namespace any kube-", sets: []string{"kubeletPlugin.mps.namespace.name=kube-gpu"},
+			notSchema: true, wantErr: []string{"kube-*"}},
+		{name: "a release in kube-system with the default MPS namespace", sets: []string{"--namespace=kube-system"},
+			notSchema: true, wantErr: []string{"kubeletPlugin.mps.namespace.name=kube-system-mps", "kube-*"}},
+		// Without the daemon-pod policy, root on one GPU node could create
+		// any pod in the MPS namespace on any node (a control-plane node).
+		{name: "MPS daemon pods without admission policies", sets: []string{"admissionPolicy.enabled=false"},
+			notSchema: true, wantErr: []string{"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=pod", "kubeletPlugin.mps.daemon=process"}},
+		// A negative size would leave each claim's /dev/shm unbounded.
+		{name: "MPS shm size negative", sets: []string{"kubeletPlugin.mps.shmSize=-64Mi"}, wantErr: []string{"shmSize"}},
+		{name: "MPS shm size negative integer", sets: []string{"kubeletPlugin.mps.shmSize=-1"}, wantErr: []string{"shmSize"}},
+		{name: "MPS shm size in words", sets: []string{"kubeletPlugin.mps.shmSize=64 megabytes"}, wantErr: []string{"shmSize"}},
 		{name: "MPS idle grace without a unit", sets: []string{"kubeletPlugin.mps.idleGrace=300"}, wantErr: []string{"idleGrace"}},
 		{name: "MPS idle grace in words", sets: []string{"kubeletPlugin.mps.idleGrace=5 minutes"}, wantErr: []string{"idleGrace"}},
 		{name: "webhook certificate validity in days", sets: []string{"controller.webhook.certValidity=90d"}, wantErr: []string{"certValidity"}},

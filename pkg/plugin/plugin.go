@@ -102,8 +102,29 @@ type PluginOptions struct {
 	HealthRecoverAfter time.Duration
 }
 
+// validate refuses options no flag check should have let through: a
+// negative /dev/shm size would mount each claim's /dev/shm without a bound
+// (only sizes above 0 get a tmpfs), a negative grace or recovery time is
+// meaningless.
+func (opts PluginOptions) validate() error {
+	var errs []error
+	if opts.MPSShmSizeBytes < 0 {
+		errs = append(errs, fmt.Errorf("the MPS /dev/shm size is %d bytes: it must not be negative (0: plain directories)", opts.MPSShmSizeBytes))
+	}
+	if opts.MPSIdleGrace < 0 {
+		errs = append(errs, fmt.Errorf("the MPS idle grace is %v: it must not be negative", opts.MPSIdleGrace))
+	}
+	if opts.HealthRecoverAfter < 0 {
+		errs = append(errs, fmt.Errorf("the health recovery time is %v: it must not be negative", opts.HealthRecoverAfter))
+	}
+	return errors.Join(errs...)
+}
+
 // Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error.
 func Run(ctx context.Context, opts PluginOptions) error {
+	if err := opts.validate(); err != nil {
+		return fmt.Errorf("plugin options: %w", err)
+	}
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -135,5 +137,26 @@ func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 		if plan.Devices[0].Share != tc.wantShare {
 			t.Errorf("consumed %s: share = %v, want %v", tc.memory, plan.Devices[0].Share, tc.wantShare)
 		}
+	}
+}
+
+// TestRunRefusesNegativeSizes: a negative size or duration is refused
+// before anything starts, whoever builds the options.
+func TestRunRefusesNegativeSizes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts PluginOptions
+		want string
+	}{
+		{name: "/dev/shm size", opts: PluginOptions{MPSShmSizeBytes: -1}, want: "the MPS /dev/shm size is -1 bytes: it must not be negative"},
+		{name: "idle grace", opts: PluginOptions{MPSIdleGrace: -time.Second}, want: "the MPS idle grace is -1s"},
+		{name: "health recovery", opts: PluginOptions{HealthRecoverAfter: -time.Minute}, want: "the health recovery time is -1m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
 	}
 }

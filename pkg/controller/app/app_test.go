@@ -25,6 +25,8 @@ func TestOptionsFlagsAndValidate(t *testing.T) {
 			err: "--leader-elect needs --leader-elect-namespace or $POD_NAMESPACE"},
 		{name: "bad timings and workers", args: []string{"--leader-elect", "--leader-elect-namespace=x", "--leader-elect-renew-deadline=20s", "--workers=0"},
 			err: "leader election needs retry period (2s) < renew deadline (20s) < lease duration (15s)\n--workers is 0; it must be at least 1"},
+		{name: "a negative retry period", args: []string{"--leader-elect", "--leader-elect-namespace=x", "--identity=a", "--leader-elect-retry-period=-1s"},
+			err: "--leader-elect-retry-period is -1s; it must be positive"},
 		{name: "self-managed webhook certificate needs a namespace", args: []string{"--webhook-address=:9443"}, env: map[string]string{"POD_NAMESPACE": ""},
 			err: "a self-managed webhook certificate needs --webhook-namespace or $POD_NAMESPACE (or pass --webhook-cert-dir)"},
 		{name: "webhook certificate validity too short", args: []string{"--webhook-address=:9443", "--webhook-namespace=tangram", "--webhook-cert-validity=30m"},

@@ -95,6 +95,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("leader election needs retry period (%v) < renew deadline (%v) < lease duration (%v)",
 			o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
 	}
+	if o.LeaderElect && o.RetryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--leader-elect-retry-period is %v; it must be positive", o.RetryPeriod))
+	}
 	if o.LeaderElect && o.Identity == "" {
 		errs = append(errs, errors.New("--leader-elect needs --identity, $POD_NAME or a host name"))
 	}

@@ -53,8 +53,8 @@ type MPSDaemonPodConfig struct {
 	ImagePullPolicy corev1.PullPolicy
 	// ImagePullSecrets name secrets of Namespace, as the plugin's pod has.
 	ImagePullSecrets []string
-	// Command runs the daemon in the image, e.g.
-	// ["/dra-kubelet-plugin", "mps-daemon"]; flags are appended.
+	// Command runs the daemon in the image (DaemonPodCommand); flags are
+	// appended.
 	Command []string
 	Layout  Layout
 	// VisibleDevices are the shareable cards' UUIDs (CUDA_VISIBLE_DEVICES).
@@ -88,6 +88,19 @@ func MPSDaemonPodName(prefix, node string) string {
 	return strings.TrimRight(name[:maxPodNameLength-len(suffix)], "-.") + suffix
 }
 
+// DaemonPodCommand runs the daemon in the plugin's image (the chart's
+// command is the same binary). The chart's daemon-pod admission policy
+// allows exactly this command followed by the words BuildMPSDaemonPod
+// appends (the DaemonFlag constants), and nothing else.
+var DaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
+
+// The words BuildMPSDaemonPod appends to the command.
+const (
+	DaemonFlagSimulate      = "--simulate"
+	DaemonFlagMultiUser     = "--mps-multi-user"
+	DaemonFlagControlBinary = "--mps-control-binary="
+)
+
 // BuildMPSDaemonPod returns the pod that runs the node's MPS control daemon.
 // It is pinned with spec.nodeName (no scheduler: it must run on this node,
 // even one the scheduler would refuse) and tolerates every taint.
@@ -103,13 +116,13 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 	}
 	args := []string{}
 	if cfg.Simulate {
-		args = append(args, "--simulate")
+		args = append(args, DaemonFlagSimulate)
 	} else {
 		if cfg.ControlBinary != "" {
-			args = append(args, "--mps-control-binary="+cfg.ControlBinary)
+			args = append(args, DaemonFlagControlBinary+cfg.ControlBinary)
 		}
 		if cfg.MultiUser {
-			args = append(args, "--mps-multi-user")
+			args = append(args, DaemonFlagMultiUser)
 		}
 	}
 	hostDir := corev1.HostPathDirectoryOrCreate

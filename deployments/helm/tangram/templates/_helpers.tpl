@@ -74,6 +74,28 @@ scheduler and the webhook key live.
 {{- default (printf "%s-mps" .Release.Namespace) .Values.kubeletPlugin.mps.namespace.name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+Refuses values that would hand the plugin's pod rights more than the
+daemon pod (kubeletPlugin.mps.daemon=pod). The plugin may create pods in the
+MPS namespace, and only the daemon-pod ValidatingAdmissionPolicy narrows that
+to its own node's daemon pod: without it, root on one GPU node could start a
+privileged pod on any node, a control-plane node included. kube-* namespaces
+hold the cluster's own components and are commonly exempt from admission
+checks (the plugin refuses them at start-up too: --mps-daemon-namespace).
+*/}}
+{{- define "tangram.validateMPSDaemonPod" -}}
+{{- $ns := include "tangram.mpsNamespace" . }}
+{{- if not .Values.admissionPolicy.enabled }}
+{{- fail "admissionPolicy.enabled=false with kubeletPlugin.mps.daemon=pod: the plugin may create pods in the MPS namespace, and only the daemon-pod admission policy limits that to its own node's MPS daemon pod (without it, root on one GPU node can start a privileged pod on any node). Keep admissionPolicy.enabled=true, or set kubeletPlugin.mps.daemon=process" }}
+{{- end }}
+{{- if eq $ns .Release.Namespace }}
+{{- fail "kubeletPlugin.mps.namespace.name must not be the release namespace: the MPS daemon pods need a namespace of their own, so that the plugin's pod rights cannot reach the controller, the scheduler or the webhook key" }}
+{{- end }}
+{{- if hasPrefix "kube-" $ns }}
+{{- fail (printf "kubeletPlugin.mps.namespace.name=%s: the MPS daemon pods may not live in a kube-* namespace, which holds the cluster's own components (often exempt from admission policies) and would come within reach of the plugin's pod rights; name a namespace of their own (with a release in kube-system, the default <release namespace>-mps is kube-system-mps: set kubeletPlugin.mps.namespace.name)" $ns) }}
+{{- end }}
+{{- end -}}
+
 {{/* The username of the kubelet plugin's service account, as admission sees it. */}}
 {{- define "tangram.kubeletPlugin.username" -}}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tangram.kubeletPlugin.fullname" .) -}}
