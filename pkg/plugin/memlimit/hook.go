@@ -56,8 +56,11 @@ func ParseFlags(args []string) (Config, error) {
 	if len(cfg.Limits) == 0 {
 		return Config{}, errors.New("arguments: no --limit <card UUID>=<bytes> given")
 	}
-	if cfg.Claim == "" || cfg.StateDir == "" {
-		return Config{}, errors.New("arguments: --claim and --state-dir are required (a CDI spec written by an older plugin lacks them: unprepare and prepare the claim again)")
+	// A CDI spec an older plugin wrote for a claim still prepared has
+	// neither (the plugin does not rewrite kept specs): such a hook still
+	// sets the pod's limit, without the one-pod-per-claim record.
+	if (cfg.Claim == "") != (cfg.StateDir == "") {
+		return Config{}, errors.New("arguments: give --claim and --state-dir together")
 	}
 	if strings.ContainsAny(cfg.Claim, "/.") {
 		return Config{}, fmt.Errorf("arguments: --claim %q is not a claim UID", cfg.Claim)
@@ -93,5 +96,8 @@ func Run(cfg Config, stdin io.Reader, lib nvml.Interface) error {
 		return fmt.Errorf("initialising NVML to set memory limits on pod cgroup %s: %s", pod.Dir, nvmlError(ret))
 	}
 	defer func() { _ = lib.Shutdown() }()
+	if cfg.Claim == "" {
+		return ApplyUnrecorded(lib, pod, cfg.Limits)
+	}
 	return Apply(lib, records.Dir{Path: cfg.StateDir}, cfg.Claim, pod, cfg.Limits)
 }

@@ -178,6 +178,32 @@ func Apply(lib nvml.Interface, recs records.Dir, claimUID string, pod PodCgroup,
 	if err != nil {
 		return err
 	}
+	if err := setPodLimits(lib, pod, limits, totals); err != nil {
+		return err
+	}
+	return recs.Save(claimUID, rec)
+}
+
+// ApplyUnrecorded sets limits on pod's cgroup as Apply does, for a hook
+// without a claim (a CDI spec of an older plugin): no record, so neither
+// the one-pod-per-claim check nor the sum over the pod's claims.
+func ApplyUnrecorded(lib nvml.Interface, pod PodCgroup, limits []Limit) error {
+	if len(limits) == 0 {
+		return errors.New("no --limit given: the CDI spec must name at least one card")
+	}
+	if err := HasMemoryLimits(lib); err != nil {
+		return err
+	}
+	totals := map[string]uint64{}
+	for _, l := range limits {
+		totals[l.UUID] = l.Bytes
+	}
+	return setPodLimits(lib, pod, limits, totals)
+}
+
+// setPodLimits sets, on each card of limits, pod's hard limit to its
+// total, unless NVML already reports exactly that.
+func setPodLimits(lib nvml.Interface, pod PodCgroup, limits []Limit, totals map[string]uint64) error {
 	for _, l := range limits {
 		want := totals[l.UUID]
 		dev, ret := lib.DeviceGetHandleByUUID(l.UUID)
@@ -192,7 +218,7 @@ func Apply(lib nvml.Interface, recs records.Dir, claimUID string, pod PodCgroup,
 			return fmt.Errorf("card %s: setting a %d-byte memory limit on pod cgroup %s: %v", l.UUID, want, pod.Dir, nvmlError(ret))
 		}
 	}
-	return recs.Save(claimUID, rec)
+	return nil
 }
 
 // nvmlError is NVML's text for ret with its code, which NVIDIA's docs list.

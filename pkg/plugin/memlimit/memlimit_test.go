@@ -387,6 +387,30 @@ func TestClaimsOfOnePodAddUp(t *testing.T) {
 	}
 }
 
+// TestSpecOfAnOlderPlugin: a hook without --claim (a kept CDI spec an
+// older plugin wrote) still limits the pod once, without records.
+func TestSpecOfAnOlderPlugin(t *testing.T) {
+	n := newNode(t)
+	lib := newFakeNVML(nvml.SUCCESS, nil, true, uuidA)
+	n.container(t, 1, "0::"+systemdPodDir+"/cri-containerd-c1.scope\n", systemdPodDir+"/cri-containerd-c1.scope")
+	n.container(t, 2, "0::"+systemdPodDir+"/cri-containerd-c2.scope\n", systemdPodDir+"/cri-containerd-c2.scope")
+	for _, pid := range []int{1, 2} {
+		cfg, err := ParseFlags([]string{"--proc-root", n.proc, "--cgroup-root", n.cgroups, "--limit", uuidA + "=21474836480"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Run(cfg, strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.2.0","id":"c","status":"creating","pid":%d}`, pid)), lib); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{uuidA + " " + systemdPodDir + " 0 21474836480"}; !reflect.DeepEqual(n.rel(lib.calls), want) {
+		t.Errorf("limits set %v, want %v", n.rel(lib.calls), want)
+	}
+	if _, err := os.Stat(n.state); !os.IsNotExist(err) {
+		t.Errorf("records directory %s: %v, want none", n.state, err)
+	}
+}
+
 // TestOnePodPerClaim: a second pod on a hard share claim is refused while
 // the first pod's cgroup exists; once it is gone, the next pod takes the
 // claim with its own limit.
@@ -441,8 +465,9 @@ func TestParseFlags(t *testing.T) {
 		{"one", append([]string{"--limit", uuidA + "=20"}, req...), []Limit{{uuidA, 20}}, ""},
 		{"two", append([]string{"--limit", uuidA + "=20", "--limit", uuidB + "=30"}, req...), []Limit{{uuidA, 20}, {uuidB, 30}}, ""},
 		{"none", req, nil, "no --limit"},
-		{"no claim", []string{"--limit", uuidA + "=20", "--state-dir", "/x"}, nil, "--claim and --state-dir are required"},
-		{"no state dir", []string{"--limit", uuidA + "=20", "--claim", claimX}, nil, "--claim and --state-dir are required"},
+		{"an older plugin's spec: no claim, no state dir", []string{"--limit", uuidA + "=20"}, []Limit{{uuidA, 20}}, ""},
+		{"no claim", []string{"--limit", uuidA + "=20", "--state-dir", "/x"}, nil, "give --claim and --state-dir together"},
+		{"no state dir", []string{"--limit", uuidA + "=20", "--claim", claimX}, nil, "give --claim and --state-dir together"},
 		{"claim with a path", append([]string{"--limit", uuidA + "=20", "--claim", "../x"}, "--state-dir", "/x"), nil, "is not a claim UID"},
 		{"no bytes", append([]string{"--limit", uuidA}, req...), nil, "want <card UUID>=<bytes>"},
 		{"zero bytes", append([]string{"--limit", uuidA + "=0"}, req...), nil, "not a positive number of bytes"},
@@ -467,7 +492,7 @@ func TestParseFlags(t *testing.T) {
 			if !reflect.DeepEqual(cfg.Limits, tt.want) {
 				t.Errorf("limits %v, want %v", cfg.Limits, tt.want)
 			}
-			if cfg.ProcRoot != "/proc" || cfg.CgroupRoot != "/sys/fs/cgroup" || cfg.DriverRoot != "/" || cfg.Claim != claimX {
+			if cfg.ProcRoot != "/proc" || cfg.CgroupRoot != "/sys/fs/cgroup" || cfg.DriverRoot != "/" || (cfg.Claim != claimX && cfg.Claim != "") {
 				t.Errorf("defaults %+v", cfg)
 			}
 			var strs []string
