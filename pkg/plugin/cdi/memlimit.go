@@ -32,11 +32,17 @@ const hookName = "tangram-cdi-hook"
 // process starts, so the workload never runs unlimited; the hook exits
 // non-zero if it cannot set the limit (or another pod holds the claim),
 // and the runtime then refuses to start the container.
+//
+// Without a StateDir the hook keeps no record of the claim's pod (no
+// one-pod-per-claim check): for callers outside a node's plugin.
 func (h MemoryLimitHook) hook(claimUID, uuid string, limitBytes int64) *cdispec.Hook {
+	args := []string{hookName, "--driver-root", h.DriverRoot}
+	if h.StateDir != "" {
+		args = append(args, "--state-dir", h.StateDir, "--claim", claimUID)
+	}
 	return &cdispec.Hook{
 		HookName: cdiapi.CreateRuntimeHook,
 		Path:     h.Path,
-		Args: []string{hookName, "--driver-root", h.DriverRoot, "--state-dir", h.StateDir, "--claim", claimUID,
-			"--limit", uuid + "=" + strconv.FormatInt(limitBytes, 10)},
+		Args:     append(args, "--limit", uuid+"="+strconv.FormatInt(limitBytes, 10)),
 	}
 }

@@ -52,6 +52,15 @@ func TestMemoryLimitHooks(t *testing.T) {
 			want:    [][][]string{nil},
 		},
 		{
+			name: "no state directory: no claim record",
+			results: []testResult{func() testResult {
+				r := share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)
+				r.MemoryLimitHook = &MemoryLimitHook{Path: hook.Path, DriverRoot: "/run/nvidia/driver"}
+				return r
+			}()},
+			want: [][][]string{{{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--limit", uuid0 + "=21474836480"}}},
+		},
+		{
 			name:    "no hook configured (advisory or compute-only node)",
 			results: []testResult{share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)},
 			want:    [][][]string{nil},
