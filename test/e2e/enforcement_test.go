@@ -139,6 +139,7 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 			g.Expect(eventText(ctx, ns, "second")).To(ContainSubstring("is a hard memory share held by pod " + string(first.UID)))
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
 		Expect(getPod(ctx, ns, "second").Status.Phase).NotTo(Equal(corev1.PodRunning))
+		GinkgoWriter.Printf("  second pod's events:\n%s", eventText(ctx, ns, "second"))
 
 		Expect(clientset.CoreV1().Pods(ns).Delete(ctx, first.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})).To(Succeed())
 		// The claim is free once the kubelet has removed the first pod's cgroup.
