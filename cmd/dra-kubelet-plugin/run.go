@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
-	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
@@ -140,7 +139,7 @@ func newRunCommand() *cobra.Command {
 				}
 				hardware = hw
 			}
-			caps := model.Enforcement(klog.FromContext(ctx), source.Fake(), gpus)
+			caps := model.Enforcement(ctx, source.Fake(), src, gpus)
 			var memoryLimitHook *cdi.MemoryLimitHook
 			if caps.Level == enforcement.Hard {
 				if memoryLimitHook, err = flags.installMemoryLimitHook(root); err != nil {
@@ -161,7 +160,7 @@ func newRunCommand() *cobra.Command {
 						return nil, err
 					}
 					opts.Sysfs = source.Sysfs()
-					opts.ShareEnforcement = string(caps.Level)
+					opts.ShareEnforcement, opts.ShareEnforcementReason = string(caps.Level), caps.ReasonCode
 					return resourceslices.DriverResources(gpus, opts)
 				},
 				CDIRoot:          flags.CDIRoot,
@@ -280,7 +279,13 @@ func (f *runFlags) installMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimi
 	if hostDriverRoot == "" {
 		hostDriverRoot = root.Path
 	}
-	return &cdi.MemoryLimitHook{Path: filepath.Join(hostDir, filepath.Base(installed)), DriverRoot: hostDriverRoot}, nil
+	// Which pod holds each claim, for the hook (pkg/plugin/memlimit/records):
+	// the state directory is mounted at the same path on the host.
+	stateDir := filepath.Join(f.StateDir, "memory-limits")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the memory limit hook's state directory: %w", err)
+	}
+	return &cdi.MemoryLimitHook{Path: filepath.Join(hostDir, filepath.Base(installed)), DriverRoot: hostDriverRoot, StateDir: stateDir}, nil
 }
 
 // cdiHookPath is --nvidia-cdi-hook-path, or else nvidia-cdi-hook under the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,9 +27,11 @@ type deviceModelFlags struct {
 	NodeLabelAttributes []string
 	MemoryStep          string
 	// ProcRoot and CgroupRoot are where share enforcement is detected from
-	// (pkg/plugin/enforcement): the kernel release and the host's cgroup root.
-	ProcRoot   string
-	CgroupRoot string
+	// (pkg/plugin/enforcement): the kernel release and the host's cgroup
+	// root, and KubeletPodsCgroup the kubelet's pods cgroup under it.
+	ProcRoot          string
+	CgroupRoot        string
+	KubeletPodsCgroup string
 }
 
 func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
@@ -36,18 +39,23 @@ func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
 	flags.StringVar(&f.MemoryStep, "memory-step", device.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
 	flags.StringVar(&f.ProcRoot, "proc-root", "/proc", "proc file system the kernel release is read from (sys/kernel/osrelease), for share enforcement detection")
-	flags.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup root as this process sees it; its cgroup.controllers (cgroup v2, dmem) decides share enforcement (chart: kubeletPlugin.cgroupRoot)")
+	flags.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup root as this process sees it; cgroup v2, the dmem controller and +dmem down to the kubelet's pod cgroups decide share enforcement (chart: kubeletPlugin.cgroupRoot)")
+	flags.StringVar(&f.KubeletPodsCgroup, "kubelet-pods-cgroup", "", "the kubelet's pods cgroup under --cgroup-root (kubepods with the cgroupfs driver, kubepods.slice with systemd, deeper with a kubelet --cgroup-root); default: whichever of kubepods.slice and kubepods exists (chart: kubeletPlugin.kubeletPodsCgroup)")
 }
 
 // Enforcement detects the node's share enforcement level (published as the
-// shareEnforcement attribute) for these cards.
-func (f *deviceModelFlags) Enforcement(logger klog.Logger, fake bool, gpus []gpu.GPU) enforcement.Capabilities {
+// shareEnforcement attribute, with shareEnforcementReason below hard) for
+// these cards of src, which a real node's NVML source lets detection ask
+// about the driver (enforcement.Driver).
+func (f *deviceModelFlags) Enforcement(ctx context.Context, fake bool, src gpu.Source, gpus []gpu.GPU) enforcement.Capabilities {
 	versions := make([]string, len(gpus))
 	for i, g := range gpus {
 		versions[i] = g.DriverVersion
 	}
-	c := enforcement.ForNode(fake, versions, f.ProcRoot, f.CgroupRoot)
-	logger.Info("Share enforcement", "level", c.Level, "reason", c.Reason, "driverMajor", c.DriverMajor,
+	driver, _ := src.(enforcement.Driver)
+	c := enforcement.ForNode(ctx, fake, versions, driver,
+		enforcement.Host{ProcRoot: f.ProcRoot, CgroupRoot: f.CgroupRoot, KubeletCgroup: f.KubeletPodsCgroup})
+	klog.FromContext(ctx).Info("Share enforcement", "level", c.Level, "reasonCode", c.ReasonCode, "reason", c.Reason, "driverMajor", c.DriverMajor,
 		"mpsV3", c.MPSv3, "cgroupV2", c.CgroupV2, "dmem", c.Dmem, "kernel", fmt.Sprintf("%d.%d", c.KernelMajor, c.KernelMinor))
 	return c
 }
@@ -119,7 +127,8 @@ func newSlicesCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
-			opts.ShareEnforcement = string(model.Enforcement(opts.Logger, source.Fake(), gpus).Level)
+			caps := model.Enforcement(klog.NewContext(ctx, opts.Logger), source.Fake(), src, gpus)
+			opts.ShareEnforcement, opts.ShareEnforcementReason = string(caps.Level), caps.ReasonCode
 			res, err := resourceslices.DriverResources(gpus, opts)
 			if err != nil {
 				return err

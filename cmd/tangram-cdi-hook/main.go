@@ -1,12 +1,15 @@
 //go:build cgo
 
-// Command tangram-cdi-hook is the CDI createRuntime hook that sets a
-// container's hard GPU memory limit on each of its cards through NVML
-// before the container's process runs (pkg/plugin/memlimit, docs/enforcement.md).
-// The kubelet plugin installs it on the host and names it, with the cards
-// and byte limits, in the CDI specs of shares on hard-enforcement nodes.
+// Command tangram-cdi-hook is the CDI createRuntime hook that holds a share
+// claim to its GPU memory: before the container's process runs, it sets
+// the claim's hard limit on each of its cards, through NVML, on the cgroup
+// of the container's pod, which bounds all of the pod's containers together
+// (pkg/plugin/memlimit, docs/enforcement.md). The kubelet plugin installs it
+// on the host and names it, with the claim, the cards and byte limits, in
+// the CDI specs of shares on hard-enforcement nodes.
 //
-//	tangram-cdi-hook --limit <card UUID>=<bytes> [--limit …] [--driver-root /] [--cgroup-root /sys/fs/cgroup] [--proc-root /proc]
+//	tangram-cdi-hook --claim <claim UID> --state-dir <dir> --limit <card UUID>=<bytes> [--limit …]
+//	    [--driver-root /] [--cgroup-root /sys/fs/cgroup] [--proc-root /proc]
 //
 // Any failure exits 1 with one line on stderr, which the container runtime
 // reports as the reason the container did not start.

@@ -14,8 +14,11 @@
 #   TANGRAM_MOCK_NVML_DRIVER_VERSION  driver version the library reports instead
 #                                of the profile's (615.23.01 and later: per-cgroup
 #                                memory limits and MPS v3)
-#   TANGRAM_MOCK_CGROUP_DMEM     1: lay out ROOT/sys/fs/cgroup/cgroup.controllers
-#                                of a cgroup v2 host with the dmem controller,
+#   TANGRAM_MOCK_CGROUP_DMEM     1: lay out ROOT/sys/fs/cgroup as a cgroup v2 host
+#                                configured for hard enforcement: the dmem
+#                                controller in cgroup.controllers and +dmem in
+#                                cgroup.subtree_control of the root, kubepods and
+#                                its QoS cgroups (the kubelet's cgroupfs layout),
 #                                for the plugin's --cgroup-root (chart:
 #                                kubeletPlugin.cgroupRoot); nothing is enforced
 #
@@ -42,7 +45,7 @@ fi
 # A new root is a freshly booted driver: no compute modes set, no calls, no
 # events (only the library's own files are removed from the state directory).
 state="$TANGRAM_MOCK_NVML_STATE_DIR"
-rm -rf "$state/calls.log" "$state/events" "$state/compute-mode" "$state/memory-limits" "$state/fail-memory-limits"
+rm -rf "$state/calls.log" "$state/events" "$state/compute-mode" "$state/mig-mode" "$state/memory-limits" "$state/fail-memory-limits"
 
 lib="$(hack/mock-nvml/build.sh | tail -n1)"
 hook="$(hack/nvidia-cdi-hook/build.sh | tail -n1)"
@@ -97,15 +100,21 @@ mknod -m 0666 "$root/dev/nvidia-uvm" c 511 0
 mknod -m 0666 "$root/dev/nvidia-uvm-tools" c 511 1
 
 # What the plugin will detect (pkg/plugin/enforcement) and publish as
-# shareEnforcement: hard needs driver 615+ and cgroup v2 with dmem, which
-# this host only has as the fixture below (its kernel's own enforcement is
-# never exercised).
+# shareEnforcement: hard needs driver 615+ (whose library has the memory
+# limit calls) and cgroup v2 with dmem enabled from the root down to the
+# kubelet's pod cgroups, which this host only has as the fixture below, as
+# a good node is configured (the kernel's own enforcement is never
+# exercised; the mock library answers as the running kernel allows).
 enforcement=advisory
 if [ "${version%%.*}" -ge 615 ]; then
 	enforcement=compute-only
 	if [ "${TANGRAM_MOCK_CGROUP_DMEM:-}" = 1 ]; then
-		mkdir -p "$root/sys/fs/cgroup"
-		echo "cpuset cpu io memory hugetlb pids rdma misc dmem" >"$root/sys/fs/cgroup/cgroup.controllers"
+		cg="$root/sys/fs/cgroup"
+		mkdir -p "$cg/kubepods/burstable" "$cg/kubepods/besteffort"
+		echo "cpuset cpu io memory hugetlb pids rdma misc dmem" >"$cg/cgroup.controllers"
+		for level in "" kubepods kubepods/burstable kubepods/besteffort; do
+			echo "cpuset cpu io memory hugetlb pids rdma misc dmem" >"$cg/$level/cgroup.subtree_control"
+		done
 		enforcement=hard
 	fi
 fi

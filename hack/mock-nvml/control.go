@@ -22,13 +22,31 @@ const (
 	// EnvStateDir names the state directory (calls.log, events, compute
 	// modes) instead of the one built in.
 	EnvStateDir = "TANGRAM_MOCK_NVML_STATE_DIR"
+	// EnvKernelDmem, "1" or "0", says whether the kernel the library
+	// stands in on has the dmem cgroup controller (then a memory limit
+	// needs a cgroup with dmem.* files); unset, the running kernel's.
+	EnvKernelDmem = "TANGRAM_MOCK_NVML_KERNEL_DMEM"
+	// EnvBuildDriverVersion, at build time, is the driver version built
+	// in; from 615 the library has the per-cgroup memory limit calls.
+	EnvBuildDriverVersion = "TANGRAM_MOCK_NVML_DRIVER_VERSION"
 )
+
+// MemoryLimitsDriver is a driver version whose library has the per-cgroup
+// memory limit calls (release 615 and later); BuildDriver(dir,
+// MemoryLimitsDriver) builds one.
+const MemoryLimitsDriver = "615.23.01"
 
 // Build compiles the library into outDir with hack/mock-nvml/build.sh and
 // returns its path; an empty outDir means the build's cache directory
 // (~/.cache/tangram/mock-nvml/<hash of the inputs>), reused while the
 // inputs stay the same. It needs gcc and the go command.
-func Build(outDir string) (string, error) {
+func Build(outDir string) (string, error) { return BuildDriver(outDir, "") }
+
+// BuildDriver is Build as driver version driverVersion (empty: the
+// profile's, or $TANGRAM_MOCK_NVML_DRIVER_VERSION): a library before
+// release 615 has no nvmlDeviceSetMemoryLimits_v1 symbol, and Init fails
+// when a devices file names a driver of the other kind.
+func BuildDriver(outDir, driverVersion string) (string, error) {
 	_, self, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("building the mock NVML library: cannot locate hack/mock-nvml")
@@ -38,6 +56,9 @@ func Build(outDir string) (string, error) {
 	cmd.Env = os.Environ()
 	if outDir != "" {
 		cmd.Env = append(cmd.Env, "MOCK_NVML_OUT="+outDir)
+	}
+	if driverVersion != "" {
+		cmd.Env = append(cmd.Env, EnvBuildDriverVersion+"="+driverVersion)
 	}
 	out, err := cmd.Output()
 	if err != nil {
@@ -88,6 +109,24 @@ func (s State) FailMemoryLimits(ret int) error {
 func (s State) AllowMemoryLimits() error {
 	if err := os.Remove(s.failMemoryLimitsFile()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("letting mock NVML memory limits succeed again: %w", err)
+	}
+	return nil
+}
+
+// SetMigMode turns MIG mode of the card with this UUID on or off, as
+// nvmlDeviceGetMigMode then reports it (a card never set is not
+// MIG-capable: NOT_SUPPORTED).
+func (s State) SetMigMode(uuid string, enabled bool) error {
+	dir := filepath.Join(s.Dir, "mig-mode")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating mock NVML MIG mode directory: %w", err)
+	}
+	mode := "0\n"
+	if enabled {
+		mode = "1\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, uuid), []byte(mode), 0o644); err != nil {
+		return fmt.Errorf("setting mock NVML MIG mode of %s: %w", uuid, err)
 	}
 	return nil
 }

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,14 +25,36 @@ const node = "node-a"
 
 var libraryPath string
 
+// buildDir holds the builds of this test process, removed at its end.
+var buildDir string
+
+// Environment of a child test process (inVariant): the library it loads
+// and the profile driver version it serves.
+const (
+	envChildLibrary = "MOCK_NVML_TEST_CHILD_LIBRARY"
+	envChildDriver  = "MOCK_NVML_TEST_CHILD_DRIVER"
+)
+
 // TestMain builds the library once: every test loads it through go-nvml,
-// exactly as the plugin does.
+// exactly as the plugin does. One process can use one build only (the
+// first library loaded binds every NVML symbol), so a test of another
+// variant runs in a child process (inVariant), which loads the library
+// its parent built.
 func TestMain(m *testing.M) {
+	if lib := os.Getenv(envChildLibrary); lib != "" {
+		libraryPath = lib
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "mock-nvml-")
+	if err == nil {
+		// Readable by a child test process whatever its user.
+		err = os.Chmod(dir, 0o755)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	buildDir = dir
 	libraryPath, err = mocknvml.Build(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -40,10 +65,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// serve points the library at profile p (as node-a) and a fresh state
-// directory, initialises NVML and shuts it down at the end of the test.
+// serve points the library at profile p (as node-a; in a child, with the
+// child's driver version) and a fresh state directory, initialises NVML
+// and shuts it down at the end of the test.
 func serve(t *testing.T, p *fakegpu.Profile) (nvml.Interface, mocknvml.State) {
 	t.Helper()
+	if v := os.Getenv(envChildDriver); v != "" {
+		for i := range p.GPUs {
+			p.GPUs[i].DriverVersion = v
+		}
+	}
 	devices, err := mocknvml.Flatten(p, node)
 	if err != nil {
 		t.Fatal(err)
@@ -369,78 +400,305 @@ func cstr(b []int8) string {
 	return string(s)
 }
 
-func TestMemoryLimitsAreLoggedAndKept(t *testing.T) {
+// variantLibraries are the libraries built for inVariant, by driver version.
+var (
+	variantMu        sync.Mutex
+	variantLibraries = map[string]string{}
+)
+
+// inVariant runs the calling test again in a child process that loads the
+// library built as driver version driver, as user uid (0: root). It
+// returns true in the child, where the test goes on; in the parent it
+// returns false after failing the test with the child's output if the
+// child failed.
+func inVariant(t *testing.T, driver string, uid int) bool {
+	t.Helper()
+	if os.Getenv(envChildLibrary) != "" {
+		return true
+	}
+	variantMu.Lock()
+	lib, ok := variantLibraries[driver]
+	if !ok {
+		var err error
+		if lib, err = mocknvml.BuildDriver(filepath.Join(buildDir, "driver-"+driver), driver); err != nil {
+			variantMu.Unlock()
+			t.Fatal(err)
+		}
+		variantLibraries[driver] = lib
+	}
+	variantMu.Unlock()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid != 0 {
+		// The test binary sits in a directory only root may enter.
+		bin := filepath.Join(filepath.Dir(lib), "mock-nvml.test")
+		if _, err := os.Stat(bin); err != nil {
+			data, err := os.ReadFile(self)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(bin, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		self = bin
+	}
+	cmd := exec.Command(self, "-test.run=^"+t.Name()+"$", "-test.v")
+	cmd.Env = append(os.Environ(), envChildLibrary+"="+lib, envChildDriver+"="+driver)
+	if uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+		// t.TempDir of the child lives under $TMPDIR: a fresh one it may write.
+		tmp, err := os.MkdirTemp("", "mock-nvml-child-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(tmp) })
+		if err := os.Chmod(tmp, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "TMPDIR="+tmp, "HOME="+tmp, "GOCACHE="+tmp)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Errorf("%s with the library built as driver %s (uid %d): %v\n%s", t.Name(), driver, uid, err, out)
+	}
+	return false
+}
+
+// dmemCgroup is a cgroup directory as a dmem kernel lays it out when the
+// parent enables dmem in cgroup.subtree_control.
+func dmemCgroup(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "dmem.max"), []byte("drm/0000:1b:00.0/vram0 max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestMemoryLimitRules holds the mock's per-cgroup memory limits to what
+// NVIDIA documents, one rule a row, each with its source: nvml.h as
+// go-nvml v0.13.4-1 ships it (the header of the r615 library), and
+// /work/shared/notes/NVIDIA-FACTS.md ("Per-cgroup GPU memory limits").
+// It runs in a child process on the library built as driver 615.
+func TestMemoryLimitRules(t *testing.T) {
+	if !inVariant(t, mocknvml.MemoryLimitsDriver, 0) {
+		return
+	}
+	const share = 20 << 30
+	tests := []struct {
+		rule, source string
+		kernelDmem   string // TANGRAM_MOCK_NVML_KERNEL_DMEM
+		mig          bool   // MIG mode on for the card
+		cgroup       func(t *testing.T) string
+		soft, hard   uint64
+		want         nvml.Return
+		wantLogged   bool // the call reaches calls.log (past the argument checks)
+	}{
+		{"a cgroup with dmem.* files on a dmem kernel takes the limit", "NVIDIA-FACTS.md, Kernel row",
+			"1", false, dmemCgroup, 0, share, nvml.SUCCESS, true},
+		{"a cgroup without dmem.* files on a dmem kernel: not found", "NVIDIA-FACTS.md, Kernel row (\"returns not found\")",
+			"1", false, func(t *testing.T) string { return t.TempDir() }, 0, share, nvml.ERROR_NOT_FOUND, true},
+		{"a kernel without dmem: the driver's own backend takes an existing cgroup (unconfirmed)", "NVIDIA-FACTS.md, Kernel row (\"older kernels use a driver-internal backend\")",
+			"0", false, func(t *testing.T) string { return t.TempDir() }, 0, share, nvml.SUCCESS, true},
+		{"MIG mode on: not supported", "nvml.h nvmlDeviceSetMemoryLimits_v1 (\"MIG handles are not supported\"); NVIDIA-FACTS.md, Not supported row",
+			"1", true, dmemCgroup, 0, share, nvml.ERROR_NOT_SUPPORTED, true},
+		{"a cgroup path that cannot be opened", "nvml.h nvmlDeviceSetMemoryLimits_v1 (OPERATING_SYSTEM)",
+			"0", false, func(t *testing.T) string { return filepath.Join(t.TempDir(), "gone") }, 0, share, nvml.ERROR_OPERATING_SYSTEM, true},
+		{"soft limit above the hard limit", "nvml.h nvmlDeviceSetMemoryLimits_v1 (INVALID_ARGUMENT)",
+			"1", false, dmemCgroup, 2, 1, nvml.ERROR_INVALID_ARGUMENT, false},
+		{"hard limit above the card's memory", "nvml.h nvmlDeviceSetMemoryLimits_v1 (INVALID_ARGUMENT)",
+			"1", false, dmemCgroup, 0, 81 << 30, nvml.ERROR_INVALID_ARGUMENT, false},
+		{"a relative cgroup path: the namespace is the cgroup's full sysfs path", "nvml.h nvmlSetMemoryLimits_v1_t.nameSpace; NVIDIA-FACTS.md, API row",
+			"0", false, func(*testing.T) string { return "kubepods/pod" }, 0, share, nvml.ERROR_INVALID_ARGUMENT, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule, func(t *testing.T) {
+			t.Setenv(mocknvml.EnvKernelDmem, tt.kernelDmem)
+			lib, state := serve(t, builtin(t, "dgx-h100"))
+			dev, ret := lib.DeviceGetHandleByIndex(2)
+			ok(t, "DeviceGetHandleByIndex", ret)
+			uuid := fakegpu.FakeGPUUUID(node, 2)
+			if tt.mig {
+				if err := state.SetMigMode(uuid, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cgroup := tt.cgroup(t)
+			before := time.Now()
+			if ret := dev.SetMemoryLimits_v1(cgroup, tt.soft, tt.hard); ret != tt.want {
+				t.Fatalf("SetMemoryLimits_v1 = %v, want %v (source: %s)", ret, tt.want, tt.source)
+			}
+			calls, err := state.Calls()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.wantLogged {
+				if len(calls) != 0 {
+					t.Errorf("calls.log has %v, want nothing for refused arguments", calls)
+				}
+				return
+			}
+			want := fmt.Sprintf("nvmlDeviceSetMemoryLimits_v1 index=2 uuid=%s namespace=%s soft=%d hard=%d result=%d", uuid, cgroup, tt.soft, tt.hard, int(tt.want))
+			if len(calls) != 1 || calls[0].String() != want {
+				t.Fatalf("calls.log %v, want one line %q", calls, want)
+			}
+			at, err := calls[0].Time()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.Before(before.Add(-time.Second)) || at.After(time.Now().Add(time.Second)) {
+				t.Errorf("call logged at %v, not while the test ran (from %v)", at, before)
+			}
+			// Read back as nvidia-smi memory-limits --get does: the limit
+			// only if it was set.
+			got, ret := dev.GetMemoryLimits_v1(cgroup)
+			switch {
+			case tt.want == nvml.SUCCESS && (ret != nvml.SUCCESS || got.SoftLimit != tt.soft || got.HardLimit != tt.hard):
+				t.Errorf("GetMemoryLimits_v1 = %+v, %v; want soft %d hard %d", got, ret, tt.soft, tt.hard)
+			case tt.want != nvml.SUCCESS && ret == nvml.SUCCESS:
+				t.Errorf("GetMemoryLimits_v1 = %+v after a refused set, want no limit", got)
+			}
+		})
+	}
+}
+
+// TestMemoryLimitsReadBackAndFailureKnob: the last limit set is what a
+// later reader in another process gets (nvml.h nvmlDeviceGetMemoryLimits_v1:
+// NOT_FOUND without limits), and the fail-closed knob refuses every set,
+// still logged.
+func TestMemoryLimitsReadBackAndFailureKnob(t *testing.T) {
+	if !inVariant(t, mocknvml.MemoryLimitsDriver, 0) {
+		return
+	}
+	t.Setenv(mocknvml.EnvKernelDmem, "1")
 	lib, state := serve(t, builtin(t, "dgx-h100"))
 	dev, ret := lib.DeviceGetHandleByIndex(2)
 	ok(t, "DeviceGetHandleByIndex", ret)
-	uuid := fakegpu.FakeGPUUUID(node, 2)
-	cgroup := t.TempDir()
-	const share = 20 << 30
-
-	before := time.Now()
-	ok(t, "SetMemoryLimits_v1", dev.SetMemoryLimits_v1(cgroup, 0, share))
-	got, ret := dev.GetMemoryLimits_v1(cgroup)
-	ok(t, "GetMemoryLimits_v1", ret)
-	if got.SoftLimit != 0 || got.HardLimit != share {
-		t.Errorf("GetMemoryLimits_v1 = soft %d hard %d, want 0 %d", got.SoftLimit, got.HardLimit, uint64(share))
+	cgroup := dmemCgroup(t)
+	if _, ret := dev.GetMemoryLimits_v1(cgroup); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("GetMemoryLimits_v1 before any set = %v, want ERROR_NOT_FOUND", ret)
 	}
-	if _, ret := dev.GetMemoryLimits_v1(t.TempDir()); ret != nvml.ERROR_NOT_FOUND {
-		t.Errorf("GetMemoryLimits_v1 of a cgroup without limits = %v, want ERROR_NOT_FOUND", ret)
-	}
-
-	for _, tt := range []struct {
-		name       string
-		namespace  string
-		soft, hard uint64
-		want       nvml.Return
-	}{
-		{"soft above hard", cgroup, 2, 1, nvml.ERROR_INVALID_ARGUMENT},
-		{"hard above the card's memory", cgroup, 0, 81 << 30, nvml.ERROR_INVALID_ARGUMENT},
-		{"relative path", "kubepods/pod", 0, share, nvml.ERROR_INVALID_ARGUMENT},
-		{"missing cgroup", filepath.Join(cgroup, "gone"), 0, share, nvml.ERROR_OPERATING_SYSTEM},
-	} {
-		if ret := dev.SetMemoryLimits_v1(tt.namespace, tt.soft, tt.hard); ret != tt.want {
-			t.Errorf("%s: SetMemoryLimits_v1 = %v, want %v", tt.name, ret, tt.want)
-		}
-	}
-
-	// The fail-closed knob: the call is refused, and still logged.
+	ok(t, "SetMemoryLimits_v1", dev.SetMemoryLimits_v1(cgroup, 0, 20<<30))
 	if err := state.FailMemoryLimits(int(nvml.ERROR_NO_PERMISSION)); err != nil {
 		t.Fatal(err)
 	}
-	if ret := dev.SetMemoryLimits_v1(cgroup, 0, share); ret != nvml.ERROR_NO_PERMISSION {
+	if ret := dev.SetMemoryLimits_v1(cgroup, 0, 30<<30); ret != nvml.ERROR_NO_PERMISSION {
 		t.Errorf("SetMemoryLimits_v1 with the failure knob = %v, want ERROR_NO_PERMISSION", ret)
 	}
 	if err := state.AllowMemoryLimits(); err != nil {
 		t.Fatal(err)
 	}
-	ok(t, "SetMemoryLimits_v1 after AllowMemoryLimits", dev.SetMemoryLimits_v1(cgroup, 0, share/2))
-
+	ok(t, "SetMemoryLimits_v1 after AllowMemoryLimits", dev.SetMemoryLimits_v1(cgroup, 0, 10<<30))
+	got, ret := dev.GetMemoryLimits_v1(cgroup)
+	ok(t, "GetMemoryLimits_v1", ret)
+	if got.HardLimit != 10<<30 {
+		t.Errorf("GetMemoryLimits_v1 hard %d, want the last limit set, %d", got.HardLimit, uint64(10<<30))
+	}
 	calls, err := state.Calls()
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := "nvmlDeviceSetMemoryLimits_v1 index=2 uuid=" + uuid + " namespace=" + cgroup + " soft=0 hard="
-	want := []string{
-		prefix + "21474836480 result=0",
-		prefix + "21474836480 result=4", // NVML_ERROR_NO_PERMISSION
-		prefix + "10737418240 result=0",
-	}
-	var lines []string
+	var results []string
 	for _, c := range calls {
-		if c.Args["namespace"] != cgroup || c.Args["soft"] != "0" {
-			continue // the refused arguments
+		results = append(results, c.Args["hard"]+":"+c.Args["result"])
+	}
+	if want := []string{"21474836480:0", "32212254720:4", "10737418240:0"}; !reflect.DeepEqual(results, want) {
+		t.Errorf("calls.log hard:result %v, want %v", results, want)
+	}
+}
+
+// TestMemoryLimitsNeedRoot: nvml.h nvmlDeviceSetMemoryLimits_v1 "requires
+// root/admin permissions" (NVIDIA-FACTS.md, API row: root only).
+func TestMemoryLimitsNeedRoot(t *testing.T) {
+	if os.Getenv(envChildLibrary) == "" && os.Geteuid() != 0 {
+		t.Fatal("run this test as root: it checks that another user is refused")
+	}
+	if !inVariant(t, mocknvml.MemoryLimitsDriver, 65534) {
+		return
+	}
+	if os.Geteuid() == 0 {
+		t.Fatal("the child should run as uid 65534")
+	}
+	t.Setenv(mocknvml.EnvKernelDmem, "0")
+	lib, state := serve(t, builtin(t, "dgx-h100"))
+	dev, ret := lib.DeviceGetHandleByIndex(0)
+	ok(t, "DeviceGetHandleByIndex", ret)
+	if ret := dev.SetMemoryLimits_v1(t.TempDir(), 0, 1<<30); ret != nvml.ERROR_NO_PERMISSION {
+		t.Errorf("SetMemoryLimits_v1 as uid %d = %v, want ERROR_NO_PERMISSION", os.Geteuid(), ret)
+	}
+	if calls, err := state.Calls(); err != nil || len(calls) != 1 || calls[0].Args["result"] != "4" {
+		t.Errorf("calls.log %v (%v), want the refused call with result 4", calls, err)
+	}
+}
+
+// TestMemoryLimitSymbolFollowsTheDriver: before r615 the library has no
+// nvmlDeviceSetMemoryLimits_v1 or nvmlDeviceGetMemoryLimits_v1 at all
+// (NVIDIA-FACTS.md, Older drivers row; added between r610 and r615);
+// go-nvml would die on calling it, so callers look it up first. A devices
+// file naming a driver of the other kind fails Init: one library, one
+// driver.
+func TestMemoryLimitSymbolFollowsTheDriver(t *testing.T) {
+	check := func(t *testing.T, wantSymbol bool) {
+		lib, _ := serve(t, builtin(t, "pcie-l4"))
+		for _, sym := range []string{"nvmlDeviceSetMemoryLimits_v1", "nvmlDeviceGetMemoryLimits_v1"} {
+			err := lib.Extensions().LookupSymbol(sym)
+			if (err == nil) != wantSymbol {
+				t.Errorf("LookupSymbol(%s) = %v, want the symbol present: %v", sym, err, wantSymbol)
+			}
 		}
-		lines = append(lines, c.String())
-		at, err := c.Time()
+		d, ret := lib.DeviceGetHandleByIndex(0)
+		ok(t, "DeviceGetHandleByIndex", ret)
+		if cur, pending, ret := d.GetMigMode(); ret != nvml.ERROR_NOT_SUPPORTED {
+			t.Errorf("GetMigMode of a card never set = %d/%d %v, want ERROR_NOT_SUPPORTED", cur, pending, ret)
+		}
+	}
+	t.Run("580: absent", func(t *testing.T) { check(t, false) })
+	t.Run("580 library, 615 devices file: Init fails", func(t *testing.T) {
+		p := builtin(t, "pcie-l4")
+		for i := range p.GPUs {
+			p.GPUs[i].DriverVersion = mocknvml.MemoryLimitsDriver
+		}
+		devices, err := mocknvml.Flatten(p, node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if at.Before(before.Add(-time.Second)) || at.After(time.Now().Add(time.Second)) {
-			t.Errorf("call logged at %v, not while the test ran (from %v)", at, before)
+		file := filepath.Join(t.TempDir(), "devices")
+		if err := os.WriteFile(file, devices, 0o644); err != nil {
+			t.Fatal(err)
 		}
+		t.Setenv(mocknvml.EnvDevicesFile, file)
+		t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+		if ret := nvml.New(nvml.WithLibraryPath(libraryPath)).Init(); ret != nvml.ERROR_UNKNOWN {
+			t.Errorf("Init = %v, want ERROR_UNKNOWN", ret)
+		}
+	})
+	t.Run("615: present", func(t *testing.T) {
+		if inVariant(t, mocknvml.MemoryLimitsDriver, 0) {
+			check(t, true)
+		}
+	})
+}
+
+// TestMigModeIsKept: a card set to MIG mode reports it to any process.
+func TestMigModeIsKept(t *testing.T) {
+	lib, state := serve(t, builtin(t, "dgx-h100"))
+	uuid := fakegpu.FakeGPUUUID(node, 3)
+	if err := state.SetMigMode(uuid, true); err != nil {
+		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(lines, want) {
-		t.Errorf("calls.log:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	dev, ret := lib.DeviceGetHandleByIndex(3)
+	ok(t, "DeviceGetHandleByIndex", ret)
+	cur, pending, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE || pending != nvml.DEVICE_MIG_ENABLE {
+		t.Errorf("GetMigMode = %d/%d %v, want enabled", cur, pending, ret)
+	}
+	if err := state.SetMigMode(uuid, false); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, ret := dev.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_DISABLE {
+		t.Errorf("GetMigMode after turning it off = %d %v, want disabled", cur, ret)
 	}
 }

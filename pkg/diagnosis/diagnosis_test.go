@@ -134,7 +134,16 @@ func TestClaim(t *testing.T) {
 			claim:   withSelector(fixture.Share("default", "new", "10Gi", 0), `"shareEnforcement" in device.attributes["gpu.tangram.dev"] && device.attributes["gpu.tangram.dev"].shareEnforcement == "hard"`),
 			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster; ` +
 				`the selectors require a gpu.tangram.dev/shareEnforcement level the devices do not have (they are: 1 none published): ` +
-				`shares need driver 615+, cgroup v2 and the dmem controller for hard enforcement (docs/enforcement.md), ` +
+				`shares need driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups for hard enforcement (docs/enforcement.md), ` +
+				`or the chart value sharing.requireHardEnforcement=false accepts advisory nodes`,
+		},
+		{
+			name:    "hard enforcement required, node says why it is not",
+			cluster: newTestCluster().node("n1", "", true, "d0", "d0").enforcement("n1", "compute-only", device.ReasonDmemNotEnabled),
+			claim:   withSelector(fixture.Share("default", "new", "10Gi", 0), `"shareEnforcement" in device.attributes["gpu.tangram.dev"] && device.attributes["gpu.tangram.dev"].shareEnforcement == "hard"`),
+			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 2 devices in the cluster; ` +
+				`the selectors require a gpu.tangram.dev/shareEnforcement level the devices do not have (they are: 2 compute-only (dmem-not-enabled-to-pod-cgroups)): ` +
+				`shares need driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups for hard enforcement (docs/enforcement.md), ` +
 				`or the chart value sharing.requireHardEnforcement=false accepts advisory nodes`,
 		},
 		{

@@ -49,6 +49,21 @@ func (c *testCluster) node(name, zone string, shareable bool, domains ...string)
 	return c
 }
 
+// enforcement publishes a share enforcement level and reason on every card
+// of the node, as the plugin does.
+func (c *testCluster) enforcement(node, level, reason string) *testCluster {
+	for _, s := range c.snap.Slices {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+			continue
+		}
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].Attributes[device.AttrShareEnforcement] = resourceapi.DeviceAttribute{StringValue: ptr.To(level)}
+			s.Spec.Devices[i].Attributes[device.AttrShareEnforcementReason] = resourceapi.DeviceAttribute{StringValue: ptr.To(reason)}
+		}
+	}
+	return c
+}
+
 func card(node string, i int, domain string, shareable bool) resourceapi.Device {
 	mem := resource.MustParse("80Gi")
 	d := resourceapi.Device{

@@ -220,6 +220,9 @@ func enforcementHint(exprs []string, devices []*cluster.DeviceState) string {
 		if a, ok := d.Device.Attributes[device.AttrShareEnforcement]; ok && a.StringValue != nil {
 			level = *a.StringValue
 		}
+		if a, ok := d.Device.Attributes[device.AttrShareEnforcementReason]; ok && a.StringValue != nil {
+			level += " (" + *a.StringValue + ")"
+		}
 		levels[level]++
 	}
 	var parts []string
@@ -227,7 +230,7 @@ func enforcementHint(exprs []string, devices []*cluster.DeviceState) string {
 		parts = append(parts, fmt.Sprintf("%d %s", levels[level], level))
 	}
 	return fmt.Sprintf("; the selectors require a %s/%s level the devices do not have (they are: %s): "+
-		"shares need driver 615+, cgroup v2 and the dmem controller for hard enforcement (docs/enforcement.md), "+
+		"shares need driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups for hard enforcement (docs/enforcement.md), "+
 		"or the chart value sharing.requireHardEnforcement=false accepts advisory nodes",
 		device.DriverName, device.AttrShareEnforcement, strings.Join(parts, ", "))
 }

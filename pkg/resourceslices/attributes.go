@@ -143,7 +143,7 @@ var builtinAttributes = map[resourceapi.QualifiedName]bool{
 	device.AttrType: true, device.AttrUUID: true, device.AttrIndex: true, device.AttrMinor: true,
 	device.AttrProductName: true, device.AttrBrand: true, device.AttrArchitecture: true,
 	device.AttrCUDAComputeCapability: true, device.AttrDriverVersion: true, device.AttrCUDADriverVersion: true,
-	device.AttrNVLinkDomain: true, device.AttrNVLinkPeers: true, device.AttrShareable: true, device.AttrShareEnforcement: true,
+	device.AttrNVLinkDomain: true, device.AttrNVLinkPeers: true, device.AttrShareable: true, device.AttrShareEnforcement: true, device.AttrShareEnforcementReason: true,
 	deviceattribute.StandardDeviceAttributePCIBusID: true,
 	deviceattribute.StandardDeviceAttributePCIeRoot: true,
 	deviceattribute.StandardDeviceAttributeNUMANode: true,

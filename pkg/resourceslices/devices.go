@@ -42,6 +42,10 @@ type Options struct {
 	// ShareEnforcement is the node's enforcement level (pkg/plugin/enforcement),
 	// published on every card as shareEnforcement; empty leaves it out.
 	ShareEnforcement string
+	// ShareEnforcementReason is why the level is not hard (a
+	// device.Reason… code), published as shareEnforcementReason; empty
+	// leaves it out.
+	ShareEnforcementReason string
 
 	// Sysfs, when set, is the host's /sys used to resolve each card's
 	// resource.kubernetes.io/pcieRoot. Nil leaves pcieRoot out: fake cards
@@ -135,6 +139,9 @@ func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, o
 	setVersion(logger, attrs, device.AttrCUDADriverVersion, g.CUDADriverVersion)
 	if opts.ShareEnforcement != "" {
 		setString(logger, attrs, device.AttrShareEnforcement, opts.ShareEnforcement)
+	}
+	if opts.ShareEnforcementReason != "" {
+		setString(logger, attrs, device.AttrShareEnforcementReason, opts.ShareEnforcementReason)
 	}
 	for _, attr := range standardAttributes(logger, g, opts.Sysfs) {
 		attrs[attr.Name] = attr.Value

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
@@ -30,10 +31,13 @@ var (
 const setMemoryLimitsCall = "nvmlDeviceSetMemoryLimits_v1"
 
 // Hard share enforcement on the real path: the mock driver root reports
-// driver 615 and the plugin's cgroup root is a cgroup v2 + dmem fixture, so
-// the node is "hard" and every share's container runs tangram-cdi-hook,
-// which sets its memory limit through the mock NVML library (the kernel's
-// enforcement is not exercised: this host is cgroup v1, docs/enforcement.md).
+// driver 615 and the plugin's cgroup root is a cgroup v2 fixture with dmem
+// enabled down to the kubelet's QoS cgroups, so the node is "hard" and
+// every share's container runs tangram-cdi-hook, which sets the claim's
+// limit on the container's pod cgroup (here the cgroup v1 memory
+// hierarchy's) through the mock NVML library (the kernel's enforcement is
+// not exercised: this host is cgroup v1 and its kernel has no dmem,
+// docs/enforcement.md).
 var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func() {
 	var state mocknvml.State
 
@@ -47,8 +51,8 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		state = mocknvml.State{Dir: *mockNVMLStateDir}
 	})
 
-	It("sets a 20 GiB limit on each of three containers' cgroups before their processes run", func(ctx SpecContext) {
-		scenario("hard enforcement: three 20Gi shares of one card, one memory limit per container cgroup in the mock NVML call log")
+	It("sets a 20 GiB limit on each of three pods' cgroups before their containers run", func(ctx SpecContext) {
+		scenario("hard enforcement: three 20Gi shares of one card, one memory limit per pod cgroup in the mock NVML call log")
 		ns := newNamespace(ctx)
 		createTemplate(ctx, ns, "share-20gi", memoryShare("20Gi"))
 		pods := []string{"tenant-a", "tenant-b", "tenant-c"}
@@ -71,22 +75,10 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		calls, err := state.Calls()
 		Expect(err).NotTo(HaveOccurred(), "the mock NVML call log")
 		for _, p := range pods {
-			cri := containerID(ctx, ns, p)
-			_, id, _ := strings.Cut(cri, "://")
-			var limits []mocknvml.Call
-			for _, c := range calls {
-				if c.Function == setMemoryLimitsCall && strings.Contains(c.Args["namespace"], id) {
-					limits = append(limits, c)
-				}
-			}
-			Expect(limits).To(HaveLen(1), "pod %s: one memory limit on container %s's cgroup; calls.log has %v", p, id, calls)
-			c := limits[0]
-			Expect(c.Args).To(HaveKeyWithValue("uuid", uuid))
-			Expect(c.Args).To(HaveKeyWithValue("soft", "0"))
-			Expect(c.Args).To(HaveKeyWithValue("hard", "21474836480"))
-			Expect(c.Args).To(HaveKeyWithValue("result", "0"))
+			c := podLimit(ctx, calls, ns, p, uuid)
 			set, err := c.Time()
 			Expect(err).NotTo(HaveOccurred())
+			_, id, _ := strings.Cut(containerID(ctx, ns, p), "://")
 			started := containerStartedAt(ctx, id)
 			Expect(set.Before(started)).To(BeTrue(), "pod %s: the limit (set %s) must come before the container's process started (%s)",
 				p, set.Format(time.RFC3339Nano), started.Format(time.RFC3339Nano))
@@ -94,6 +86,78 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 				p, uuid, c.Args["namespace"], set.Format(time.RFC3339Nano), started.Sub(set))
 		}
 	}, SpecTimeout(5*time.Minute))
+
+	It("gives the two containers of one pod one 20 GiB limit on the pod's cgroup, not one each", func(ctx SpecContext) {
+		scenario("hard enforcement: one pod of two containers on one 20Gi share, one 20 GiB limit for the pod cgroup (not 40, not per container)")
+		ns := newNamespace(ctx)
+		createTemplate(ctx, ns, "share-20gi", memoryShare("20Gi"))
+		pod := gpuPod(ns, "two-containers", "share-20gi")
+		second := *pod.Spec.Containers[0].DeepCopy()
+		second.Name = "gpu-info-2"
+		pod.Spec.Containers = append(pod.Spec.Containers, second)
+		createPod(ctx, pod)
+		Eventually(func(g Gomega) {
+			p := getPod(ctx, ns, pod.Name)
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod is %s; events:\n%s", p.Status.Phase, eventText(ctx, ns, pod.Name))
+		}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(pollEvery).Should(Succeed())
+		res := results(allocatedClaim(ctx, ns, pod.Name))
+		Expect(res).To(HaveLen(1))
+		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], device.AttrUUID)
+
+		calls, err := state.Calls()
+		Expect(err).NotTo(HaveOccurred(), "the mock NVML call log")
+		c := podLimit(ctx, calls, ns, pod.Name, uuid)
+		set, err := c.Time()
+		Expect(err).NotTo(HaveOccurred())
+		for _, cs := range getPod(ctx, ns, pod.Name).Status.ContainerStatuses {
+			_, id, _ := strings.Cut(cs.ContainerID, "://")
+			for _, other := range calls {
+				Expect(other.Args["namespace"]).NotTo(ContainSubstring(id), "a limit on container %s's own cgroup: %v", cs.Name, other)
+			}
+			started := containerStartedAt(ctx, id)
+			Expect(set.Before(started)).To(BeTrue(), "container %s started (%s) before the pod's limit was set (%s)", cs.Name, started, set)
+		}
+		GinkgoWriter.Printf("  one limit for both containers: %s\n", c)
+	}, SpecTimeout(5*time.Minute))
+
+	It("refuses a second pod on a hard share claim while the first pod lives, and lets the next pod take it once it is gone", func(ctx SpecContext) {
+		scenario("hard enforcement: a 20Gi share claim used by two pods; the second pod's container is refused with the reason")
+		ns := newNamespace(ctx)
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared-20gi", Namespace: ns},
+			Spec: resourceapi.ResourceClaimSpec{Devices: memoryShare("20Gi")}}
+		_, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		onClaim := func(name string) *corev1.Pod {
+			p := gpuPod(ns, name, "unused")
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: claimName, ResourceClaimName: ptr.To(claim.Name)}}
+			return p
+		}
+		first := createPod(ctx, onClaim("first"))
+		waitRunning(ctx, ns, first.Name)
+		createPod(ctx, onClaim("second"))
+		Eventually(func(g Gomega) {
+			g.Expect(eventText(ctx, ns, "second")).To(ContainSubstring("is a hard memory share held by pod " + string(first.UID)))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		Expect(getPod(ctx, ns, "second").Status.Phase).NotTo(Equal(corev1.PodRunning))
+		GinkgoWriter.Printf("  second pod's events:\n%s", eventText(ctx, ns, "second"))
+
+		Expect(clientset.CoreV1().Pods(ns).Delete(ctx, first.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})).To(Succeed())
+		// The claim is free once the kubelet has removed the first pod's cgroup.
+		Eventually(func() []string { return podCgroups(string(first.UID)) }).WithContext(ctx).
+			WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(BeEmpty())
+		third := createPod(ctx, onClaim("third"))
+		// The second pod may get there first once the first is gone;
+		// either way one pod, and then only one, runs on the claim.
+		Eventually(func(g Gomega) {
+			running := 0
+			for _, name := range []string{"second", third.Name} {
+				if getPod(ctx, ns, name).Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			g.Expect(running).To(Equal(1), "events of second:\n%s\nevents of third:\n%s", eventText(ctx, ns, "second"), eventText(ctx, ns, third.Name))
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	}, SpecTimeout(7*time.Minute))
 
 	It("never starts a container whose memory limit cannot be set, and says why in the pod's events", func(ctx SpecContext) {
 		scenario("hard enforcement fails closed: the mock NVML refuses the limit, the pod does not start")
@@ -174,6 +238,43 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		GinkgoWriter.Printf("  %s stays Pending: %s\n", strict.Name, eventText(ctx, ns, strict.Name))
 	}, SpecTimeout(4*time.Minute))
 })
+
+// podLimit is the one memory limit the mock NVML call log has on the
+// pod's cgroup (/…/pod<uid>, v1 or v2) for the card: 20 GiB, soft 0,
+// successful; a second set on it fails the spec.
+func podLimit(ctx context.Context, calls []mocknvml.Call, ns, pod, uuid string) mocknvml.Call {
+	uid := string(getPod(ctx, ns, pod).UID)
+	var limits []mocknvml.Call
+	for _, c := range calls {
+		if c.Function == setMemoryLimitsCall && strings.HasSuffix(c.Args["namespace"], "/pod"+uid) {
+			limits = append(limits, c)
+		}
+	}
+	Expect(limits).To(HaveLen(1), "pod %s: one memory limit on its pod cgroup (…/pod%s); calls.log has %v", pod, uid, calls)
+	c := limits[0]
+	Expect(c.Args).To(HaveKeyWithValue("uuid", uuid))
+	Expect(c.Args).To(HaveKeyWithValue("soft", "0"))
+	Expect(c.Args).To(HaveKeyWithValue("hard", "21474836480"))
+	Expect(c.Args).To(HaveKeyWithValue("result", "0"))
+	return c
+}
+
+// podCgroups are the host's cgroup directories of the pod with this UID
+// (cgroupfs and systemd names, v1 hierarchies and v2); the realpath specs
+// run on the GPU node.
+func podCgroups(uid string) []string {
+	var found []string
+	for _, pattern := range []string{
+		"/sys/fs/cgroup/*/kubepods/pod" + uid, "/sys/fs/cgroup/*/kubepods/*/pod" + uid,
+		"/sys/fs/cgroup/kubepods/pod" + uid, "/sys/fs/cgroup/kubepods/*/pod" + uid,
+		"/sys/fs/cgroup/kubepods.slice/*pod" + strings.ReplaceAll(uid, "-", "_") + ".slice",
+		"/sys/fs/cgroup/kubepods.slice/*/*pod" + strings.ReplaceAll(uid, "-", "_") + ".slice",
+	} {
+		m, _ := filepath.Glob(pattern)
+		found = append(found, m...)
+	}
+	return found
+}
 
 // containerStartedAt is when the runtime started the container's process,
 // to the nanosecond (the pod status has whole seconds only).

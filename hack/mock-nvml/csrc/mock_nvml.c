@@ -6,15 +6,19 @@
  * hack/mock-nvml/cmd/mock-nvml-profile from a fake-GPU profile), keeps
  * compute modes across processes in its state directory, appends every
  * mutating call to <state>/calls.log, and delivers events that tests append
- * to <state>/events, and keeps per-cgroup memory limits in
- * <state>/memory-limits (<state>/fail-memory-limits makes setting them
- * fail). Every other NVML entry point is a weak stub
+ * to <state>/events, keeps MIG modes in <state>/mig-mode and per-cgroup
+ * memory limits in <state>/memory-limits (<state>/fail-memory-limits makes
+ * setting them fail; the calls exist only in a library built as driver
+ * r615 or later). Every other NVML entry point is a weak stub
  * (stubs.c, generated from go-nvml's nvml.h) answering
  * NVML_ERROR_NOT_SUPPORTED.
  *
  * Environment:
  *   TANGRAM_MOCK_NVML_DEVICES_FILE  flat device table (default: built in)
  *   TANGRAM_MOCK_NVML_STATE_DIR     state directory (default: built in)
+ *   TANGRAM_MOCK_NVML_KERNEL_DMEM   1|0: whether the kernel has the dmem
+ *                                   cgroup controller (default: the running
+ *                                   kernel's)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -321,13 +325,15 @@ static const char *compute_mode_name(nvmlComputeMode_t mode) {
     }
 }
 
+static int check_driver_symbols(void);
+
 /* ---- lifecycle ---- */
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     nvmlReturn_t ret = NVML_SUCCESS;
     pthread_mutex_lock(&lock);
-    if (init_count == 0 && load() != 0)
+    if (init_count == 0 && (load() != 0 || check_driver_symbols() != 0))
         ret = NVML_ERROR_UNKNOWN;
     if (ret == NVML_SUCCESS)
         init_count++;
@@ -827,11 +833,79 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     return NVML_SUCCESS;
 }
 
-/* ---- per-cgroup memory limits (driver 615+): every set is logged to
- * calls.log with the cgroup path, both limits and the wall-clock time, and
- * kept in <state>/memory-limits so a getter in another process sees it.
- * A test makes every set fail by writing <state>/fail-memory-limits; its
- * content is the nvmlReturn_t to answer (empty: NVML_ERROR_UNKNOWN). ---- */
+/* ---- MIG mode: kept in <state>/mig-mode/<uuid> ("1" on, "0" off), so
+ * that a test can turn it on for one card. A card without the file is not
+ * MIG-capable, as the profile says nothing of MIG: NOT_SUPPORTED. ---- */
+
+static nvmlReturn_t mig_mode(const struct nvmlDevice_st *g, unsigned int *mode) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/mig-mode/%s", state_dir, g->uuid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    int m = 0;
+    int n = fscanf(f, "%d", &m);
+    fclose(f);
+    if (n != 1)
+        return NVML_ERROR_UNKNOWN;
+    *mode = m ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS || current == NULL || pending == NULL)
+        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int mode;
+    ret = mig_mode(d.handle, &mode);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    *current = *pending = mode;
+    return NVML_SUCCESS;
+}
+
+/* The driver release the library was built as decides whether it has the
+ * per-cgroup memory limit calls (r615 and later; NVIDIA-FACTS.md): before,
+ * the symbols do not exist at all, as in NVIDIA's own library. The build
+ * defines TANGRAM_MOCK_MEMORY_LIMITS to 0 or 1 from the built-in driver
+ * version; a devices file naming a driver of the other kind fails Init. */
+#ifndef TANGRAM_MOCK_MEMORY_LIMITS
+#error "build with -DTANGRAM_MOCK_MEMORY_LIMITS=0|1 (hack/mock-nvml/build.sh)"
+#endif
+
+static int check_driver_symbols(void) {
+    int major = atoi(driver_version);
+    if (driver_version[0] == '\0')
+        return 0;
+    if ((major >= 615) != (TANGRAM_MOCK_MEMORY_LIMITS != 0)) {
+        complain("the devices file names driver %s, but this library was built as a driver %s r615 (%s nvmlDeviceSetMemoryLimits_v1): "
+                 "build it with TANGRAM_MOCK_NVML_DRIVER_VERSION=%s", driver_version,
+                 TANGRAM_MOCK_MEMORY_LIMITS ? "from" : "before", TANGRAM_MOCK_MEMORY_LIMITS ? "with" : "without", driver_version);
+        return -1;
+    }
+    return 0;
+}
+
+#if TANGRAM_MOCK_MEMORY_LIMITS
+/* ---- per-cgroup memory limits (driver 615+), as NVIDIA documents them
+ * (nvml.h of go-nvml v0.13.4-1; NVIDIA-FACTS.md "Per-cgroup GPU memory
+ * limits"):
+ *   - root only: NO_PERMISSION otherwise;
+ *   - MIG mode on: NOT_SUPPORTED;
+ *   - soft above hard, or a limit above the card's memory: INVALID_ARGUMENT;
+ *   - a cgroup path that cannot be opened: OPERATING_SYSTEM;
+ *   - on a kernel with the dmem controller, a cgroup without dmem.* files
+ *     (dmem not enabled in its parent's cgroup.subtree_control): NOT_FOUND.
+ *     Whether the kernel has dmem: TANGRAM_MOCK_NVML_KERNEL_DMEM=1|0, else
+ *     the running kernel's (dmem in /proc/cgroups or the cgroup v2 root's
+ *     cgroup.controllers); without it the driver's own backend takes any
+ *     existing cgroup directory (unconfirmed: NVIDIA documents no more).
+ * Every set that passes the argument checks is logged to calls.log with
+ * the cgroup path, both limits, the wall-clock time and its result, and a
+ * successful one is kept in <state>/memory-limits, so that a getter in
+ * another process reads it back (nvidia-smi memory-limits --get). A test
+ * makes every set fail by writing <state>/fail-memory-limits; its content
+ * is the nvmlReturn_t to answer (empty: NVML_ERROR_UNKNOWN). ---- */
 
 static nvmlReturn_t memory_limit_failure(void) {
     char path[4200];
@@ -846,11 +920,43 @@ static nvmlReturn_t memory_limit_failure(void) {
     return ret;
 }
 
+static int file_lists_word(const char *path, const char *word) {
+    char buf[256];
+    int found = 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    while (!found && fscanf(f, "%255s", buf) == 1)
+        found = strcmp(buf, word) == 0;
+    fclose(f);
+    return found;
+}
+
+static int kernel_has_dmem(void) {
+    const char *knob = getenv("TANGRAM_MOCK_NVML_KERNEL_DMEM");
+    if (knob != NULL && *knob != '\0')
+        return strcmp(knob, "1") == 0;
+    return file_lists_word("/proc/cgroups", "dmem") || file_lists_word("/sys/fs/cgroup/cgroup.controllers", "dmem");
+}
+
+/* cgroup_answer is what the driver says of the cgroup at path. */
+static nvmlReturn_t cgroup_answer(const char *path) {
+    char file[4200];
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return NVML_ERROR_OPERATING_SYSTEM;
+    if (!kernel_has_dmem())
+        return NVML_SUCCESS;
+    if (snprintf(file, sizeof file, "%s/dmem.max", path) >= (int)sizeof file)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return stat(file, &st) == 0 ? NVML_SUCCESS : NVML_ERROR_NOT_FOUND;
+}
+
 nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, nvmlSetMemoryLimits_v1_t *limits) {
     char path[4200], stamp[64];
-    struct stat st;
     struct timespec now;
     struct tm tm;
+    unsigned int mig;
     nvmlReturn_t ret = device(d);
     if (ret != NVML_SUCCESS)
         return ret;
@@ -858,9 +964,12 @@ nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, nvmlSetMemoryLimits_v1
         strpbrk(limits->nameSpace, " \t\n") != NULL || limits->softLimit > limits->hardLimit ||
         (limits->hardLimit > d.handle->memory && limits->hardLimit != NVML_DEVICE_MEMORY_LIMIT_MAX))
         return NVML_ERROR_INVALID_ARGUMENT;
-    /* As the driver: the cgroup must exist. */
-    if (stat(limits->nameSpace, &st) != 0 || !S_ISDIR(st.st_mode))
-        ret = NVML_ERROR_OPERATING_SYSTEM;
+    if (geteuid() != 0)
+        ret = NVML_ERROR_NO_PERMISSION;
+    else if (mig_mode(d.handle, &mig) == NVML_SUCCESS && mig == NVML_DEVICE_MIG_ENABLE)
+        ret = NVML_ERROR_NOT_SUPPORTED;
+    else
+        ret = cgroup_answer(limits->nameSpace);
     if (ret == NVML_SUCCESS)
         ret = memory_limit_failure();
     clock_gettime(CLOCK_REALTIME, &now);
@@ -891,15 +1000,23 @@ nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t d, nvmlSetMemoryLimits_v1
     return w == len ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 
-/* The last limits set for this card and cgroup; NOT_FOUND if none. */
+/* The last limits set for this card and cgroup; NOT_FOUND if none,
+ * OPERATING_SYSTEM if the cgroup cannot be opened, NOT_SUPPORTED in MIG
+ * mode. */
 nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, nvmlGetMemoryLimits_v1_t *limits) {
     char path[4200], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], ns[4096];
     unsigned long long soft, hard;
+    struct stat st;
+    unsigned int mig;
     nvmlReturn_t ret = device(d);
     if (ret != NVML_SUCCESS)
         return ret;
     if (limits == NULL || limits->nameSpace == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig_mode(d.handle, &mig) == NVML_SUCCESS && mig == NVML_DEVICE_MIG_ENABLE)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (stat(limits->nameSpace, &st) != 0 || !S_ISDIR(st.st_mode))
+        return NVML_ERROR_OPERATING_SYSTEM;
     if (state_path(path, sizeof path, "memory-limits") != 0)
         return NVML_ERROR_UNKNOWN;
     ret = NVML_ERROR_NOT_FOUND;
@@ -917,3 +1034,4 @@ nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, nvmlGetMemoryLimits_v1
     fclose(f);
     return ret;
 }
+#endif

@@ -64,6 +64,12 @@ type DeviceGrant struct {
 	ComputePercent int64 `json:"computePercent"`
 	// Missing is true when no current ResourceSlice publishes the device.
 	Missing bool `json:"missing,omitempty"`
+	// ShareEnforcement is how hard the device's node holds a share to its
+	// limits ("hard", "compute-only", "advisory"), and
+	// ShareEnforcementReason why not harder (a device.Reason… code), as
+	// the plugin publishes them; empty for whole cards and unknown.
+	ShareEnforcement       string `json:"shareEnforcement,omitempty"`
+	ShareEnforcementReason string `json:"shareEnforcementReason,omitempty"`
 }
 
 // PodReport is a pod and each of its claims.
@@ -149,6 +155,10 @@ func grant(inv *cluster.Inventory, claim *resourceapi.ResourceClaim, res *resour
 			continue
 		}
 		g.Whole = a.Whole
+		if !a.Whole {
+			g.ShareEnforcement = ds.StringAttribute(device.AttrShareEnforcement)
+			g.ShareEnforcementReason = ds.StringAttribute(device.AttrShareEnforcementReason)
+		}
 		if q, ok := a.Consumed[device.CapacityMemory]; ok {
 			g.MemoryBytes = q.Value()
 		}

@@ -88,6 +88,47 @@ func TestDescribeClaimGolden(t *testing.T) {
 	}
 }
 
+// TestDescribeShareEnforcement: a share says how its node enforces it and,
+// below hard, why (the plugin's shareEnforcement and shareEnforcementReason).
+func TestDescribeShareEnforcement(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ level, reason, golden string }{
+		{"compute-only", device.ReasonDmemNotEnabled, "claim-share-compute-only.golden"},
+		{"hard", "", "claim-share-hard.golden"},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			c, err := fixture.Demo(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range c.Snap.Slices {
+				if s.Spec.NodeName == nil || *s.Spec.NodeName != "dgx-a" {
+					continue
+				}
+				for i := range s.Spec.Devices {
+					attrs := s.Spec.Devices[i].Attributes
+					attrs[device.AttrShareEnforcement] = resourceapi.DeviceAttribute{StringValue: ptr.To(tc.level)}
+					if tc.reason != "" {
+						attrs[device.AttrShareEnforcementReason] = resourceapi.DeviceAttribute{StringValue: ptr.To(tc.reason)}
+					}
+				}
+			}
+			r, err := DescribeClaim(ctx, &c.Snap, claimNamed(t, &c.Snap, "serve", "infer-a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := r.Devices[0]; g.ShareEnforcement != tc.level || g.ShareEnforcementReason != tc.reason {
+				t.Errorf("grant %+v, want enforcement %q (%q)", g, tc.level, tc.reason)
+			}
+			var out bytes.Buffer
+			if err := WriteClaim(&out, r, clusterview.Style{}); err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tc.golden, out.Bytes())
+		})
+	}
+}
+
 func TestDescribePodGolden(t *testing.T) {
 	ctx := context.Background()
 	c, err := fixture.Demo(ctx)

@@ -1,6 +1,7 @@
 package describe
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // WriteClaim renders a claim report as text.
@@ -89,7 +91,41 @@ func writeClaim(b *strings.Builder, indent string, r *ClaimReport, st clustervie
 	field(b, indent, "Devices", "", st)
 	_ = t.Write(b, st)
 	if hasShare(r) {
+		writeEnforcement(b, indent, r, st)
+	}
+}
+
+// writeEnforcement says how each node holding a share of the claim
+// enforces it, and why not harder.
+func writeEnforcement(b *strings.Builder, indent string, r *ClaimReport, st clusterview.Style) {
+	seen := map[string]bool{}
+	var lines []string
+	for _, g := range r.Devices {
+		if g.Whole || g.ShareEnforcement == "" {
+			continue
+		}
+		var line string
+		switch g.ShareEnforcement {
+		case device.ShareEnforcementHard:
+			line = st.Paint(clusterview.Green, "hard") + ": the driver limits the memory of the pod's containers together; MPS v3 holds compute"
+		default:
+			line = st.Paint(clusterview.Yellow, g.ShareEnforcement)
+			if g.ShareEnforcementReason != "" {
+				line += ": " + device.ShareEnforcementReasonText(g.ShareEnforcementReason)
+			}
+		}
+		node := cmp.Or(g.Node, g.Pool)
+		if key := node + "\x00" + line; !seen[key] {
+			seen[key] = true
+			lines = append(lines, node+": "+line)
+		}
+	}
+	if len(lines) == 0 {
 		fmt.Fprintf(b, "%s  A share's memory and compute are the limits enforced in the container (MPS).\n", indent)
+		return
+	}
+	for _, l := range lines {
+		field(b, indent, "Enforcement", l, st)
 	}
 }
 

@@ -15,32 +15,58 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 )
 
-// scratchCgroup is a cgroup of the check's own under the root, with dmem
-// enabled for its one child, where the client runs.
+// scratchCgroup is a tree of the check's own under the root, laid out as
+// the kubelet lays out a pod (…/kubepods/pod<uid>/<container>), because the
+// hook sets a share's limit on the pod's cgroup, which bounds its containers
+// together; dmem is enabled on each level below the check's top cgroup. The
+// client runs in the container cgroup.
 type scratchCgroup struct {
-	parent, child string
+	// dirs from the top down; child is the last.
+	dirs  []string
+	child string
 }
 
+// scratchPodUID names the scratch pod cgroup (a UID as the kubelet writes it).
+const scratchPodUID = "00000000-0000-4000-8000-67707563686b"
+
 func newScratchCgroup(root string) (*scratchCgroup, error) {
-	parent := filepath.Join(root, fmt.Sprintf("tangram-gpu-check-%d", os.Getpid()))
-	if err := os.Mkdir(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("creating the scratch cgroup: %w", err)
-	}
-	sc := &scratchCgroup{parent: parent, child: filepath.Join(parent, "client")}
-	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+dmem"), 0o644); err != nil {
-		return sc, fmt.Errorf("enabling dmem for the scratch cgroup's children: %w", err)
+	top := filepath.Join(root, fmt.Sprintf("tangram-gpu-check-%d", os.Getpid()))
+	pods := filepath.Join(top, "kubepods")
+	pod := filepath.Join(pods, "pod"+scratchPodUID)
+	sc := &scratchCgroup{child: filepath.Join(pod, "client")}
+	for _, dir := range []string{top, pods, pod} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nilIfEmpty(sc), fmt.Errorf("creating the scratch cgroup %s: %w", dir, err)
+		}
+		sc.dirs = append(sc.dirs, dir)
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+dmem"), 0o644); err != nil {
+			return sc, fmt.Errorf("enabling dmem for the children of scratch cgroup %s: %w", dir, err)
+		}
 	}
 	if err := os.Mkdir(sc.child, 0o755); err != nil {
 		return sc, fmt.Errorf("creating the scratch cgroup: %w", err)
 	}
+	sc.dirs = append(sc.dirs, sc.child)
 	return sc, nil
 }
 
-// remove deletes the scratch cgroups, once their processes are gone.
+// nilIfEmpty is nil when nothing was created, so there is nothing to remove.
+func nilIfEmpty(sc *scratchCgroup) *scratchCgroup {
+	if len(sc.dirs) == 0 {
+		return nil
+	}
+	return sc
+}
+
+// remove deletes the scratch cgroups, bottom up, once their processes are gone.
 func (sc *scratchCgroup) remove() error {
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		err = errors.Join(rmdirIfThere(sc.child), rmdirIfThere(sc.parent))
+		var errs []error
+		for i := len(sc.dirs) - 1; i >= 0; i-- {
+			errs = append(errs, rmdirIfThere(sc.dirs[i]))
+		}
+		err = errors.Join(errs...)
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}

@@ -350,13 +350,21 @@ func (s *state) checkHealth(ctx context.Context, progress gpucheck.Progress) gpu
 
 // detectEnforcement is the plugin's detection, as the slices and run
 // subcommands call it (cmd/dra-kubelet-plugin deviceModelFlags.Enforcement).
-func (s *state) detectEnforcement() gpucheck.Detected {
+// The NVML source answers detection's driver questions (the memory-limit
+// symbol, MIG modes); a bare machine has no kubelet, so the pods cgroup is
+// whichever of kubepods.slice or kubepods exists, as the plugin's default.
+func (s *state) detectEnforcement(ctx context.Context) gpucheck.Detected {
 	versions := make([]string, len(s.cards))
 	for i, g := range s.cards {
 		versions[i] = g.DriverVersion
 	}
-	c := enforcement.ForNode(false, versions, s.cfg.ProcRoot, s.cfg.CgroupRoot)
-	return gpucheck.Detected{Level: string(c.Level), Reason: c.Reason, DriverMajor: c.DriverMajor,
+	driver, _ := s.src.(enforcement.Driver)
+	c := enforcement.ForNode(ctx, false, versions, driver, enforcement.Host{ProcRoot: s.cfg.ProcRoot, CgroupRoot: s.cfg.CgroupRoot})
+	reason := c.Reason
+	if c.ReasonCode != "" {
+		reason = fmt.Sprintf("%s (%s)", c.Reason, c.ReasonCode)
+	}
+	return gpucheck.Detected{Level: string(c.Level), Reason: reason, DriverMajor: c.DriverMajor,
 		KernelMajor: c.KernelMajor, KernelMinor: c.KernelMinor, CgroupV2: c.CgroupV2, Dmem: c.Dmem}
 }
 
@@ -365,7 +373,7 @@ func (s *state) checkEnforcement(ctx context.Context, progress gpucheck.Progress
 		return out
 	}
 	progress("detecting share enforcement from %s and %s", s.cfg.ProcRoot, s.cfg.CgroupRoot)
-	return gpucheck.EnforcementOutcome(s.detectEnforcement(), s.facts)
+	return gpucheck.EnforcementOutcome(s.detectEnforcement(ctx), s.facts)
 }
 
 func (s *state) checkSettingsUnchanged(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {

@@ -8,6 +8,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
@@ -78,7 +79,16 @@ func addMPSMounts(spec *cdispec.Spec, edits *ClaimEdits, mounts []mps.Mount) {
 }
 
 // Remove deletes the claim's spec; a missing spec is not an error.
-func (c ClaimSpecs) Remove(_ context.Context, claimUID string) error { return c.Store.Remove(claimUID) }
+// With a memory limit hook, the claim's record of its owning pod goes too
+// (the pod's cgroup, and with it the limit, goes with the pod).
+func (c ClaimSpecs) Remove(_ context.Context, claimUID string) error {
+	if c.MemoryLimitHook != nil && c.MemoryLimitHook.StateDir != "" {
+		if err := (records.Dir{Path: c.MemoryLimitHook.StateDir}).Remove(claimUID); err != nil {
+			return err
+		}
+	}
+	return c.Store.Remove(claimUID)
+}
 
 // Exists reports whether the claim's spec file is there.
 func (c ClaimSpecs) Exists(_ context.Context, claimUID string) bool {

@@ -8,30 +8,41 @@ import (
 )
 
 // MemoryLimitHook is how a share's CDI device calls tangram-cdi-hook, which
-// sets the share's hard memory limit on the container's cgroup through NVML
-// before the container's process runs (docs/enforcement.md). The plugin
-// sets it only on nodes whose enforcement level is hard.
+// sets the claim's hard memory limit on the cgroup of the container's pod
+// through NVML before the container's process runs (docs/enforcement.md).
+// The plugin sets it only on nodes whose enforcement level is hard.
 type MemoryLimitHook struct {
 	// Path is the hook binary as the host (the container runtime) sees it.
 	Path string
 	// DriverRoot is the NVIDIA driver root as the host sees it, where the
 	// hook finds libnvidia-ml.so.1.
 	DriverRoot string
+	// StateDir is where the hook keeps which pod holds each claim
+	// (memlimit.Records), as the host sees it: the plugin's
+	// <state-dir>/memory-limits.
+	StateDir string
 }
 
 // hookName is the program name the hook is given as argv[0].
 const hookName = "tangram-cdi-hook"
 
-// memoryLimitHook is the createRuntime hook limiting the container to
-// limitBytes of the card: createRuntime runs after the container's cgroup
-// exists and before its process starts, so the workload never runs
-// unlimited; the hook exits non-zero if it cannot set the limit, and the
-// runtime then refuses to start the container.
-func (h MemoryLimitHook) hook(uuid string, limitBytes int64) *cdispec.Hook {
+// memoryLimitHook is the createRuntime hook limiting claim claimUID's
+// containers to limitBytes of the card, together, on their pod's cgroup:
+// createRuntime runs after the container's cgroup exists and before its
+// process starts, so the workload never runs unlimited; the hook exits
+// non-zero if it cannot set the limit (or another pod holds the claim),
+// and the runtime then refuses to start the container.
+//
+// Without a StateDir the hook keeps no record of the claim's pod (no
+// one-pod-per-claim check): for callers outside a node's plugin.
+func (h MemoryLimitHook) hook(claimUID, uuid string, limitBytes int64) *cdispec.Hook {
+	args := []string{hookName, "--driver-root", h.DriverRoot}
+	if h.StateDir != "" {
+		args = append(args, "--state-dir", h.StateDir, "--claim", claimUID)
+	}
 	return &cdispec.Hook{
 		HookName: cdiapi.CreateRuntimeHook,
 		Path:     h.Path,
-		Args: []string{hookName, "--driver-root", h.DriverRoot,
-			"--limit", uuid + "=" + strconv.FormatInt(limitBytes, 10)},
+		Args:     append(args, "--limit", uuid+"="+strconv.FormatInt(limitBytes, 10)),
 	}
 }

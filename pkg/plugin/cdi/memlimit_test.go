@@ -8,10 +8,12 @@ import (
 )
 
 func TestMemoryLimitHooks(t *testing.T) {
-	hook := &MemoryLimitHook{Path: "/var/lib/tangram/bin/tangram-cdi-hook", DriverRoot: "/run/nvidia/driver"}
+	hook := &MemoryLimitHook{Path: "/var/lib/tangram/bin/tangram-cdi-hook", DriverRoot: "/run/nvidia/driver", StateDir: "/var/lib/tangram/memory-limits"}
 	withHook := func(r testResult) testResult { r.MemoryLimitHook = hook; return r }
 	args := func(uuid, bytes string) []string {
-		return []string{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--limit", uuid + "=" + bytes}
+		// The claim names the pod-level limit's record (pkg/plugin/memlimit).
+		return []string{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--state-dir", "/var/lib/tangram/memory-limits",
+			"--claim", uid, "--limit", uuid + "=" + bytes}
 	}
 	tests := []struct {
 		name    string
@@ -48,6 +50,15 @@ func TestMemoryLimitHooks(t *testing.T) {
 			name:    "whole card: no limit",
 			results: []testResult{withHook(whole("gpu-0", testGPU(0, uuid0)))},
 			want:    [][][]string{nil},
+		},
+		{
+			name: "no state directory: no claim record",
+			results: []testResult{func() testResult {
+				r := share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)
+				r.MemoryLimitHook = &MemoryLimitHook{Path: hook.Path, DriverRoot: "/run/nvidia/driver"}
+				return r
+			}()},
+			want: [][][]string{{{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--limit", uuid0 + "=21474836480"}}},
 		},
 		{
 			name:    "no hook configured (advisory or compute-only node)",

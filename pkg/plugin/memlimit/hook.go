@@ -8,12 +8,18 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 )
 
 // Config is the hook's command line.
 type Config struct {
-	// Limits are the cards' limits, one --limit each.
+	// Limits are the claim's limits, one --limit per card.
 	Limits []Limit
+	// Claim is the UID of the claim the limits belong to.
+	Claim string
+	// StateDir holds the claim records (records.Dir), on the host.
+	StateDir string
 	// ProcRoot is where /proc/<pid>/cgroup is read (tests: a fixture).
 	ProcRoot string
 	// CgroupRoot is the host's cgroup file system (tests: a fake tree).
@@ -31,7 +37,9 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "proc file system the container's /proc/<pid>/cgroup is read from")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup file system")
 	fs.StringVar(&cfg.DriverRoot, "driver-root", "/", "NVIDIA driver root on the host, where libnvidia-ml.so.1 is looked up")
-	fs.Func("limit", "<card UUID>=<bytes>: the container's hard memory limit on that card (repeatable)", func(s string) error {
+	fs.StringVar(&cfg.Claim, "claim", "", "UID of the claim whose share limits these are")
+	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's memory limit records (the plugin's <state-dir>/memory-limits)")
+	fs.Func("limit", "<card UUID>=<bytes>: the claim's hard memory limit on that card (repeatable)", func(s string) error {
 		l, err := ParseLimit(s)
 		if err != nil {
 			return err
@@ -48,6 +56,15 @@ func ParseFlags(args []string) (Config, error) {
 	if len(cfg.Limits) == 0 {
 		return Config{}, errors.New("arguments: no --limit <card UUID>=<bytes> given")
 	}
+	// A CDI spec an older plugin wrote for a claim still prepared has
+	// neither (the plugin does not rewrite kept specs): such a hook still
+	// sets the pod's limit, without the one-pod-per-claim record.
+	if (cfg.Claim == "") != (cfg.StateDir == "") {
+		return Config{}, errors.New("arguments: give --claim and --state-dir together")
+	}
+	if strings.ContainsAny(cfg.Claim, "/.") {
+		return Config{}, fmt.Errorf("arguments: --claim %q is not a claim UID", cfg.Claim)
+	}
 	seen := map[string]bool{}
 	for _, l := range cfg.Limits {
 		if seen[l.UUID] {
@@ -59,20 +76,28 @@ func ParseFlags(args []string) (Config, error) {
 }
 
 // Run is the hook: it reads the container's pid from the OCI state on
-// stdin, finds its cgroup and sets every limit there through lib, which it
-// initialises and shuts down. Any error means the container must not start.
+// stdin, finds its pod's cgroup and sets the claim's limits there through
+// lib, which it initialises and shuts down (Apply). Any error means the
+// container must not start.
 func Run(cfg Config, stdin io.Reader, lib nvml.Interface) error {
 	pid, err := ReadPID(stdin)
 	if err != nil {
 		return err
 	}
-	cgroup, err := ContainerCgroup(cfg.ProcRoot, cfg.CgroupRoot, pid)
+	container, err := ContainerCgroup(cfg.ProcRoot, cfg.CgroupRoot, pid)
+	if err != nil {
+		return err
+	}
+	pod, err := FindPodCgroup(cfg.CgroupRoot, container)
 	if err != nil {
 		return err
 	}
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("initialising NVML to set memory limits on cgroup %s: %s", cgroup, nvmlError(ret))
+		return fmt.Errorf("initialising NVML to set memory limits on pod cgroup %s: %s", pod.Dir, nvmlError(ret))
 	}
 	defer func() { _ = lib.Shutdown() }()
-	return Apply(lib, cgroup, cfg.Limits)
+	if cfg.Claim == "" {
+		return ApplyUnrecorded(lib, pod, cfg.Limits)
+	}
+	return Apply(lib, records.Dir{Path: cfg.StateDir}, cfg.Claim, pod, cfg.Limits)
 }

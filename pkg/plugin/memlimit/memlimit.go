@@ -1,9 +1,11 @@
 // Package memlimit is the logic of tangram-cdi-hook, the CDI createRuntime
-// hook that gives a container a hard GPU memory limit per card: it finds the
-// container's cgroup from the OCI state the runtime passes on stdin and sets
-// each card's limit on that cgroup through NVML's per-cgroup memory limits
-// (nvmlDeviceSetMemoryLimits_v1, driver 615+). It fails closed: any error
-// stops the container (docs/enforcement.md).
+// hook that holds a share claim to its GPU memory: it finds the container's
+// cgroup from the OCI state the runtime passes on stdin, goes up to its
+// pod's cgroup, and sets the claim's limit on each card there through
+// NVML's per-cgroup memory limits (nvmlDeviceSetMemoryLimits_v1, driver
+// 615+), so that all containers of the pod share one limit. A claim belongs
+// to one pod at a time. It fails closed: any error stops the container
+// (docs/enforcement.md).
 package memlimit
 
 import (
@@ -19,13 +21,15 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 )
 
-// Limit is the hard memory limit of one card for one container.
+// Limit is a claim's hard memory limit on one card.
 type Limit struct {
 	// UUID is the card's NVML UUID, GPU-….
 	UUID string
-	// Bytes is the most the container may allocate on the card.
+	// Bytes is the most the claim's containers may allocate on the card.
 	Bytes uint64
 }
 
@@ -116,20 +120,102 @@ func ContainerCgroup(procRoot, cgroupRoot string, pid int) (string, error) {
 	return dir, nil
 }
 
-// Apply sets each limit on cgroup, soft limit 0 (nothing guaranteed beyond
-// the hard limit), in order; it stops at the first failure, whose error
-// names the card, the cgroup and NVML's answer.
-func Apply(lib nvml.Interface, cgroup string, limits []Limit) error {
+// Symbols are the NVML calls the hook needs: both arrived with driver
+// release 615, and an older library has neither (NVIDIA-FACTS.md).
+var Symbols = []string{"nvmlDeviceSetMemoryLimits_v1", "nvmlDeviceGetMemoryLimits_v1"}
+
+// ErrNoMemoryLimits is the answer of a library without Symbols.
+var ErrNoMemoryLimits = errors.New("the NVIDIA driver's NVML has no nvmlDeviceSetMemoryLimits_v1: a driver older than r615 has no per-cgroup memory limits")
+
+// HasMemoryLimits looks Symbols up in lib (initialised): calling a symbol
+// the library lacks would kill the process (go-nvml binds lazily), so
+// every caller asks first.
+func HasMemoryLimits(lib nvml.Interface) error {
+	for _, sym := range Symbols {
+		if err := lib.Extensions().LookupSymbol(sym); err != nil {
+			return fmt.Errorf("%w (%v)", ErrNoMemoryLimits, err)
+		}
+	}
+	return nil
+}
+
+// Apply gives pod's cgroup the claim's limits, under the node-wide lock of
+// recs: it refuses a claim another live pod holds, records the claim
+// as pod's, and sets on each of the claim's cards the sum of the limits of
+// pod's claims there, unless NVML already reports exactly that (a second
+// container of the pod, or a restarted one, changes nothing). Soft limits
+// are 0: nothing is guaranteed beyond the hard limit. The claim's record
+// is saved only once every limit is set.
+func Apply(lib nvml.Interface, recs records.Dir, claimUID string, pod PodCgroup, limits []Limit) error {
 	if len(limits) == 0 {
 		return errors.New("no --limit given: the CDI spec must name at least one card")
 	}
+	if err := HasMemoryLimits(lib); err != nil {
+		return err
+	}
+	unlock, err := recs.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := recs.Load(claimUID)
+	if err != nil {
+		return err
+	}
+	if rec.PodCgroup != "" && rec.PodCgroup != pod.Dir && rec.OwnerAlive() {
+		return fmt.Errorf("claim %s is a hard memory share held by pod %s (cgroup %s); pod %s cannot use it too: "+
+			"one share bounds the containers of one pod together, so give each pod its own claim (a ResourceClaimTemplate)",
+			claimUID, rec.PodUID, rec.PodCgroup, pod.PodUID)
+	}
+	if rec.PodCgroup != pod.Dir {
+		// A new claim, or one whose pod is gone: the limits start afresh.
+		rec = records.Claim{PodCgroup: pod.Dir, PodUID: pod.PodUID, Limits: map[string]uint64{}}
+	}
 	for _, l := range limits {
+		rec.Limits[l.UUID] = l.Bytes
+	}
+	totals, err := recs.PodTotals(pod.Dir, claimUID, rec)
+	if err != nil {
+		return err
+	}
+	if err := setPodLimits(lib, pod, limits, totals); err != nil {
+		return err
+	}
+	return recs.Save(claimUID, rec)
+}
+
+// ApplyUnrecorded sets limits on pod's cgroup as Apply does, for a hook
+// without a claim (a CDI spec of an older plugin): no record, so neither
+// the one-pod-per-claim check nor the sum over the pod's claims.
+func ApplyUnrecorded(lib nvml.Interface, pod PodCgroup, limits []Limit) error {
+	if len(limits) == 0 {
+		return errors.New("no --limit given: the CDI spec must name at least one card")
+	}
+	if err := HasMemoryLimits(lib); err != nil {
+		return err
+	}
+	totals := map[string]uint64{}
+	for _, l := range limits {
+		totals[l.UUID] = l.Bytes
+	}
+	return setPodLimits(lib, pod, limits, totals)
+}
+
+// setPodLimits sets, on each card of limits, pod's hard limit to its
+// total, unless NVML already reports exactly that.
+func setPodLimits(lib nvml.Interface, pod PodCgroup, limits []Limit, totals map[string]uint64) error {
+	for _, l := range limits {
+		want := totals[l.UUID]
 		dev, ret := lib.DeviceGetHandleByUUID(l.UUID)
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("card %s: finding it in NVML: %v", l.UUID, nvmlError(ret))
 		}
-		if ret := dev.SetMemoryLimits_v1(cgroup, 0, l.Bytes); ret != nvml.SUCCESS {
-			return fmt.Errorf("card %s: setting a %d-byte memory limit on cgroup %s: %v", l.UUID, l.Bytes, cgroup, nvmlError(ret))
+		cur, ret := dev.GetMemoryLimits_v1(pod.Dir)
+		if ret == nvml.SUCCESS && cur.SoftLimit == 0 && cur.HardLimit == want {
+			continue
+		}
+		if ret := dev.SetMemoryLimits_v1(pod.Dir, 0, want); ret != nvml.SUCCESS {
+			return fmt.Errorf("card %s: setting a %d-byte memory limit on pod cgroup %s: %v", l.UUID, want, pod.Dir, nvmlError(ret))
 		}
 	}
 	return nil
