@@ -16,6 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
 // A share that arrives while the node's MPS daemon starts waits for it,
@@ -123,40 +124,6 @@ func (d *standInV3Daemon) Stop(ctx context.Context) error {
 	return d.SimulatedDaemon.Stop(ctx)
 }
 
-// hangingControl passes commands to ctl, except that a command containing
-// hangOn blocks, ignoring its context, until hangOn is changed.
-type hangingControl struct {
-	ctl    mps.ControlFunc
-	mu     sync.Mutex
-	hangOn string
-	gate   chan struct{}
-	hung   chan string
-}
-
-func (h *hangingControl) Control(ctx context.Context, argv []string) (string, error) {
-	command := strings.Join(argv, " ")
-	h.mu.Lock()
-	on, gate := h.hangOn, h.gate
-	h.mu.Unlock()
-	if on != "" && strings.Contains(command, on) {
-		select {
-		case h.hung <- command:
-		default:
-		}
-		<-gate
-	}
-	return h.ctl(ctx, argv)
-}
-
-func (h *hangingControl) set(on string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.gate != nil {
-		close(h.gate)
-	}
-	h.hangOn, h.gate = on, make(chan struct{})
-}
-
 // In MPS v3 mode a control command that never answers fails the share
 // whose command it is, by the command's deadline, with an error naming
 // it; a whole-card prepare succeeds meanwhile (waiting for the state lock
@@ -169,7 +136,7 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
 		t.Fatal(err)
 	}
-	ctl.set(mps.NamespaceName("s1"))
+	ctl.Set(mps.NamespaceName("s1"))
 	shareDone := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -181,7 +148,7 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 		}
 		shareDone <- err
 	}()
-	<-ctl.hung
+	<-ctl.Hung
 	returnsWithin(t, time.Second, "the MPS status while a control command hangs", func() mps.Status { return h.shares.Status() })
 	returnsWithin(t, controlTimeout+noWaitLimit, "a whole-card prepare while a share's control command hangs", func() error {
 		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
@@ -206,7 +173,7 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 		t.Errorf("status %+v, want the control timeout counted", st)
 	}
 
-	ctl.set("")
+	ctl.Set("")
 	if err := h.prepareLikeKubelet(claimWith("s1", shareResult("gpu", "gpu-1", "share-1", "10Gi", ""))); err != nil {
 		t.Fatalf("share once the control daemon answers: %v", err)
 	}
@@ -215,20 +182,20 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 
 // newV3StandInHarness is a harness whose Manager drives MPS v3 namespaces
 // on the stand-in control daemon, run in the test process, through a
-// hangingControl; control commands time out after controlTimeout.
-func newV3StandInHarness(t *testing.T, controlTimeout time.Duration) (*harness, *hangingControl) {
+// mpstest.HangingControl; control commands time out after controlTimeout.
+func newV3StandInHarness(t *testing.T, controlTimeout time.Duration) (*harness, *mpstest.HangingControl) {
 	t.Helper()
 	h := newHarness(t)
-	var ctl *hangingControl
+	var ctl *mpstest.HangingControl
 	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
 	h.managerOpts = func(layout mps.Layout, cards []string) []mps.ManagerOption {
-		ctl = &hangingControl{ctl: mps.StandInControl(layout.PipeDir()), hung: make(chan string, 100)}
+		ctl = mpstest.NewHangingControl(mps.StandInControl(layout.PipeDir()))
 		return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl.Control, cards), mps.ClaimDirs{Layout: layout})}
 	}
 	h.timing = mps.Timing{ControlTimeout: controlTimeout, ReadyWait: 10 * time.Second, StartWait: 10 * time.Second,
 		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond}
 	h.restart()
-	t.Cleanup(func() { ctl.set("") })
+	t.Cleanup(func() { ctl.Set("") })
 	return h, ctl
 }
 
@@ -254,7 +221,7 @@ func TestHealthAndMetricsReportAnUnresponsiveControlDaemon(t *testing.T) {
 	}
 
 	// Every prepare and every check of the worker lists something.
-	ctl.set("list")
+	ctl.Set("list")
 	if err := h.prepare(claimWith("s1", shareResult("gpu", "gpu-1", "share-1", "10Gi", "")))["s1"].Err; err == nil {
 		t.Fatal("share prepared although the control daemon does not answer")
 	}
@@ -273,7 +240,7 @@ func TestHealthAndMetricsReportAnUnresponsiveControlDaemon(t *testing.T) {
 		t.Errorf("tangram_kubelet_plugin_mps_daemon_ready = %v with an unresponsive control daemon, want 0", got)
 	}
 
-	ctl.set("")
+	ctl.Set("")
 	deadline := time.Now().Add(noWaitLimit)
 	for gatherValue(t, metrics, "tangram_kubelet_plugin_mps_control_unresponsive") != 0 {
 		if time.Now().After(deadline) {

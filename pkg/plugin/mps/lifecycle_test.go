@@ -7,53 +7,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
-// hangingControl passes commands to the stand-in, except that a command
-// containing hangOn blocks until the gate closes, ignoring its context: the
-// worst case of a control daemon that never answers.
-type hangingControl struct {
-	ctl    ControlFunc
-	mu     sync.Mutex
-	hangOn string
-	gate   chan struct{}
-	// hung is signalled each time a command starts hanging.
-	hung chan string
-}
-
-func newHangingControl(t *testing.T, ctl ControlFunc) *hangingControl {
-	h := &hangingControl{ctl: ctl, hung: make(chan string, 100)}
-	t.Cleanup(func() { h.set("") })
+func newHangingControl(t *testing.T, ctl ControlFunc) *mpstest.HangingControl {
+	h := mpstest.NewHangingControl(ctl)
+	t.Cleanup(func() { h.Set("") })
 	return h
 }
 
-func (h *hangingControl) Control(ctx context.Context, argv []string) (string, error) {
-	command := strings.Join(argv, " ")
-	h.mu.Lock()
-	on, gate := h.hangOn, h.gate
-	h.mu.Unlock()
-	if on != "" && strings.Contains(command, on) {
-		select {
-		case h.hung <- command:
-		default: // nobody counts the hangs any more
-		}
-		<-gate
-	}
-	return h.ctl(ctx, argv)
-}
-
-// set makes commands containing on hang ("" for none) and frees those
-// hanging so far.
-func (h *hangingControl) set(on string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.gate != nil {
-		close(h.gate)
-	}
-	h.hangOn, h.gate = on, make(chan struct{})
-}
-
-func newHangingV3Manager(t *testing.T, timing Timing) (*Manager, *hangingControl) {
+func newHangingV3Manager(t *testing.T, timing Timing) (*Manager, *mpstest.HangingControl) {
 	t.Helper()
 	root := shortRoot(t)
 	d := newInProcessV3(t, root)
@@ -93,11 +57,11 @@ func TestManagerControlCommandThatNeverAnswers(t *testing.T) {
 	}
 	waitIdle(t, m)
 
-	ctl.set("list") // server list and namespace list: every prepare needs one
+	ctl.Set("list") // server list and namespace list: every prepare needs one
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", MemoryBytes: 1 << 30}}) }()
-	<-ctl.hung
+	<-ctl.Hung
 	// While the command hangs, the Manager's state is readable.
 	returnsIn(t, time.Second, "Status while a control command hangs", func() Status { return m.Status() })
 	returnsIn(t, time.Second, "Holders while a control command hangs", func() map[string][]string { return m.Holders() })
@@ -135,7 +99,7 @@ func TestManagerControlCommandThatNeverAnswers(t *testing.T) {
 		t.Errorf("share while unresponsive: %v, want a DaemonNotReadyError", err)
 	}
 
-	ctl.set("")
+	ctl.Set("")
 	deadline := time.Now().Add(20 * time.Second)
 	for m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", MemoryBytes: 1 << 30}}) != nil {
 		if time.Now().After(deadline) {
@@ -158,10 +122,10 @@ func TestManagerHungClaimHoldsUpNoOtherClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, m)
-	ctl.set(NamespaceName("c1"))
+	ctl.Set(NamespaceName("c1"))
 	done := make(chan error, 1)
 	go func() { done <- m.Acquire(ctx, "c1", []Share{{Card: "GPU-a"}}) }()
-	<-ctl.hung
+	<-ctl.Hung
 	returnsIn(t, 10*time.Second, "another claim's share while c1's command hangs", func() error {
 		if err := m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", ThreadPercent: 30}}); err != nil {
 			t.Errorf("c2: %v", err)
@@ -182,7 +146,7 @@ func TestManagerHungClaimHoldsUpNoOtherClaim(t *testing.T) {
 		t.Fatalf("c1's Acquire returned (%v) while its command hangs", err)
 	default:
 	}
-	ctl.set("")
+	ctl.Set("")
 	if err := <-done; err != nil {
 		t.Fatalf("c1 once its command answered: %v", err)
 	}

@@ -1,0 +1,55 @@
+// Package mpstest has test doubles of the MPS control daemon shared by the
+// tests of pkg/plugin/mps and pkg/plugin. It does not import mps, so that
+// package's own tests can use it.
+package mpstest
+
+import (
+	"context"
+	"strings"
+	"sync"
+)
+
+// HangingControl passes control commands (an mps.ControlFunc's argv) to
+// the wrapped function, except that a command whose words contain the hang
+// string blocks, ignoring its context, until Set is called again: the worst
+// case of a control daemon that never answers.
+type HangingControl struct {
+	ctl    func(ctx context.Context, argv []string) (string, error)
+	mu     sync.Mutex
+	hangOn string
+	gate   chan struct{}
+	// Hung receives each command that starts hanging (dropped when full).
+	Hung chan string
+}
+
+// NewHangingControl wraps ctl; nothing hangs until Set.
+func NewHangingControl(ctl func(ctx context.Context, argv []string) (string, error)) *HangingControl {
+	return &HangingControl{ctl: ctl, Hung: make(chan string, 100)}
+}
+
+// Control is the wrapped mps.ControlFunc.
+func (h *HangingControl) Control(ctx context.Context, argv []string) (string, error) {
+	command := strings.Join(argv, " ")
+	h.mu.Lock()
+	on, gate := h.hangOn, h.gate
+	h.mu.Unlock()
+	if on != "" && strings.Contains(command, on) {
+		select {
+		case h.Hung <- command:
+		default: // nobody counts the hangs any more
+		}
+		<-gate
+	}
+	return h.ctl(ctx, argv)
+}
+
+// Set makes commands containing on hang ("" for none) and frees those
+// hanging so far.
+func (h *HangingControl) Set(on string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gate != nil {
+		close(h.gate)
+	}
+	h.hangOn, h.gate = on, make(chan struct{})
+}
