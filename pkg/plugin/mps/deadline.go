@@ -31,6 +31,8 @@ func (m *Manager) deadlineControl(ctl ControlFunc) ControlFunc {
 	return func(ctx context.Context, argv []string) (string, error) {
 		command := strings.Join(argv, " ")
 		start := time.Now()
+		done := m.sending(command, start)
+		defer done()
 		callCtx, cancel := context.WithTimeout(ctx, m.timing.ControlTimeout)
 		defer cancel()
 		type answer struct {
@@ -76,6 +78,7 @@ func (m *Manager) controlTimedOut(ctx context.Context, err *ControlTimeoutError)
 		klog.FromContext(ctx).Error(err, "The node's MPS control daemon is unresponsive; shares wait for it, whole cards are unaffected")
 	}
 	m.stuckCommand = err.Command
+	m.lastTimeout, m.lastTimeoutAt = err, time.Now()
 	m.ready = false
 	m.verify = true
 	m.kickWorker()
@@ -92,4 +95,57 @@ func (m *Manager) controlAnswered(ctx context.Context) {
 	klog.FromContext(ctx).Info("The node's MPS control daemon answers again", "unresponsiveFor", time.Since(m.unresponsiveSince).Round(time.Millisecond))
 	m.unresponsiveSince, m.stuckCommand = time.Time{}, ""
 	m.changedLocked()
+}
+
+// sending records a command in flight until done is called, so that a
+// share refused while waiting can name what the daemon has not answered.
+func (m *Manager) sending(command string, at time.Time) (done func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inFlightSeq++
+	id := m.inFlightSeq
+	if m.inFlight == nil {
+		m.inFlight = map[int]inFlightCommand{}
+	}
+	m.inFlight[id] = inFlightCommand{command: command, since: at}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.inFlight, id)
+	}
+}
+
+type inFlightCommand struct {
+	command string
+	since   time.Time
+}
+
+// waitingOnLocked explains why a share waited in vain since from: the
+// command that timed out meanwhile, or the oldest one still unanswered;
+// nil when neither (the daemon is really starting).
+func (m *Manager) waitingOnLocked(from time.Time) error {
+	if m.lastTimeout != nil && !m.lastTimeoutAt.Before(from) {
+		return m.lastTimeout
+	}
+	var oldest *inFlightCommand
+	for _, c := range m.inFlight {
+		if oldest == nil || c.since.Before(oldest.since) {
+			oldest = &c
+		}
+	}
+	if oldest == nil {
+		return nil
+	}
+	return &ControlPendingError{Command: oldest.command, For: time.Since(oldest.since).Round(time.Millisecond), Timeout: m.timing.ControlTimeout}
+}
+
+// ControlPendingError answers a share that waited while a control command
+// was still unanswered, before its deadline.
+type ControlPendingError struct {
+	Command      string
+	For, Timeout time.Duration
+}
+
+func (e *ControlPendingError) Error() string {
+	return fmt.Sprintf("the node's MPS control daemon has not answered %q for %s (its deadline is %s)", e.Command, e.For, e.Timeout)
 }

@@ -363,3 +363,37 @@ func TestManagerStopThatHangsGivesTheStateLockBack(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A share whose namespace command hangs is refused naming that command,
+// whichever of the prepare and the worker's sync sent it: the e2e run
+// showed the worker's sync creating the new claim's namespace first and
+// the prepare refused with "still starting", which sent the reader after a
+// daemon start that never happened.
+func TestManagerShareRefusedNamesTheHungCommand(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 300 * time.Millisecond
+	// Both orders: the share's wait ends after the hung command's deadline,
+	// and before it (the command still unanswered).
+	for i, readyWait := range []time.Duration{time.Second, time.Second, 50 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond} {
+		m, ctl := newHangingV3Manager(t, Timing{ControlTimeout: timeout, ReadyWait: readyWait, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
+		// With a stop guard and no share in use, the share waits for a
+		// fresh worker round, whose namespace sync sends the claim's
+		// create: the order the e2e run saw.
+		m.GuardStops(&fakeGuard{noShares: false})
+		if err := m.Acquire(ctx, "c1", []Share{{Card: "GPU-a", MemoryBytes: 1 << 30}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Release(ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		waitIdle(t, m)
+		ctl.Set("namespace create")
+		err := returnsIn(t, 20*timeout, "a share whose namespace create hangs", func() error {
+			return m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", MemoryBytes: 1 << 30}})
+		})
+		if err == nil || !strings.Contains(err.Error(), "namespace create") || !strings.Contains(err.Error(), "answer") {
+			t.Fatalf("round %d (ready wait %s): share with a hung namespace create: %v, want the hung command named", i, readyWait, err)
+		}
+		ctl.Set("")
+	}
+}

@@ -129,7 +129,15 @@ type Manager struct {
 	// stuckCommand is that command. controlTimeouts counts such commands.
 	unresponsiveSince time.Time
 	stuckCommand      string
-	controlTimeouts   int
+	// lastTimeout is the last command without answer and when it timed
+	// out, so that a share refused meanwhile can say which command hung
+	// (the mark itself may be cleared by then).
+	lastTimeout   *ControlTimeoutError
+	lastTimeoutAt time.Time
+	// inFlight are the control commands sent and not yet answered.
+	inFlight        map[int]inFlightCommand
+	inFlightSeq     int
+	controlTimeouts int
 	// changed is closed and replaced whenever the state above changes.
 	changed chan struct{}
 
@@ -218,6 +226,11 @@ type DaemonNotReadyError struct {
 }
 
 func (e *DaemonNotReadyError) Error() string {
+	var hung *ControlTimeoutError
+	var pending *ControlPendingError
+	if errors.As(e.Cause, &hung) || errors.As(e.Cause, &pending) {
+		return fmt.Sprintf("the node's MPS control daemon is unresponsive, so the share of claim %s cannot be set up: %v; whole cards are unaffected, the kubelet retries this prepare", e.Claim, e.Cause)
+	}
 	if e.Cause != nil {
 		return fmt.Sprintf("starting the node's MPS daemon for claim %s: %v; retrying in the background, the kubelet retries this prepare", e.Claim, e.Cause)
 	}
@@ -427,6 +440,7 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 	// With no other share in use, another plugin process may have stopped
 	// the daemon since this one last saw it running.
 	fresh := m.guard != nil && !m.inUseLocked()
+	waitFrom := time.Now()
 	if err := m.waitReadyLocked(ctx, fresh, m.timing.ReadyWait, true); err != nil {
 		for _, uuid := range added {
 			m.dropLocked(claim, uuid)
@@ -435,7 +449,9 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 		m.wantUntil = time.Now().Add(m.timing.Linger)
 		m.kickWorker()
 		if errors.Is(err, errStillStarting) {
-			err = nil
+			// Not starting but hung, if a command timed out meanwhile:
+			// say which, rather than "still starting".
+			err = m.waitingOnLocked(waitFrom)
 		}
 		return false, &DaemonNotReadyError{Claim: claim, Cause: err}
 	}
