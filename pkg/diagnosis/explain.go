@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/device"
@@ -161,6 +162,13 @@ func hasRoom(r exactRequest, d *cluster.DeviceState) bool {
 	if _, over := overMax(needs, d); over {
 		return false
 	}
+	admin := ptr.Deref(r.spec.AdminAccess, false)
+	if admin && !d.Shareable {
+		// Admin access skips the allocator's "in use" check, and a card
+		// without allowMultipleAllocations has no consumed capacity to
+		// check it against.
+		return true
+	}
 	for name, q := range needs {
 		free := d.Free(name)
 		if q.Cmp(free) > 0 {
@@ -170,13 +178,18 @@ func hasRoom(r exactRequest, d *cluster.DeviceState) bool {
 	if !d.Shareable {
 		return len(d.Allocations) == 0
 	}
-	return !d.HeldWhole()
+	// On a shareable card the 1.37 allocator checks an admin request's
+	// capacity beside the holders' (above), nothing more.
+	return admin || !d.HeldWhole()
 }
 
 // noRoom explains why no matching device has room: the request is larger
 // than any card, or the capacity that runs out first and where the most of
 // it is left.
 func noRoom(r exactRequest, matching []*cluster.DeviceState) string {
+	if problem := adminNoRoom(r, matching); problem != "" {
+		return problem
+	}
 	wholeCard := r.spec.Capacity == nil || len(r.spec.Capacity.Requests) == 0
 	if wholeCard {
 		held, shared := 0, 0
@@ -261,6 +274,43 @@ func noRoom(r exactRequest, matching []*cluster.DeviceState) string {
 			quantityText(name, bestFree), deviceName(best))
 	}
 	return "no matching card has room for it"
+}
+
+// adminNoRoom explains an admin-access request that does not ask for
+// memory 0 and finds no room: the form the Kubernetes docs show (no
+// capacity) asks for all of a shareable card's memory, and the 1.37
+// allocator checks it beside the holders (docs/resourceslices.md). The
+// chart's claim-requests policy refuses such a request at creation; this is
+// what a cluster without the policies sees. "" when it does not apply.
+func adminNoRoom(r exactRequest, matching []*cluster.DeviceState) string {
+	if !ptr.Deref(r.spec.AdminAccess, false) {
+		return ""
+	}
+	var requests map[resourceapi.QualifiedName]resource.Quantity
+	if r.spec.Capacity != nil {
+		requests = r.spec.Capacity.Requests
+	}
+	var asked string
+	if mem, ok := requests[device.CapacityMemory]; ok {
+		if mem.IsZero() {
+			return ""
+		}
+		asked = "asks for " + quantityText(device.CapacityMemory, mem)
+	} else {
+		asked = "names no memory, which asks for all of it"
+	}
+	shareable := 0
+	for _, d := range matching {
+		if d.Shareable {
+			shareable++
+		}
+	}
+	if shareable == 0 {
+		return ""
+	}
+	return fmt.Sprintf("has adminAccess: true but %s: the 1.37 scheduler checks that an admin request fits beside the holders of a shared card, "+
+		"and none of the %d matching shared %s has that free; add capacity: {requests: {memory: \"0\"}} to the request (admin access takes nothing from the card)",
+		asked, shareable, cardWord(r, int64(shareable)))
 }
 
 // capacityOrder is memory, then compute, then the rest by name.

@@ -84,7 +84,7 @@ func card(node string, i int, domain string, shareable bool) resourceapi.Device 
 		d.AllowMultipleAllocations = ptr.To(true)
 		d.Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    ptr.To(mem.DeepCopy()),
-			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("256Mi")), Max: ptr.To(mem.DeepCopy()), Step: ptr.To(resource.MustParse("256Mi"))},
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("0")), Max: ptr.To(mem.DeepCopy()), Step: ptr.To(resource.MustParse("256Mi"))},
 		}}
 		d.Capacity[device.CapacityCompute] = resourceapi.DeviceCapacity{Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    ptr.To(resource.MustParse("0")),
