@@ -220,3 +220,68 @@ func admitted(t *testing.T, policy validating.Validator, claim *resourceapi.Reso
 	}
 	return got[0]
 }
+
+// TestAdminAccessPolicyWithoutSharing: with sharing.enabled=false no card
+// allows multiple allocations, so the allocator places the documented form
+// beside any holder and the policy does not refuse it.
+func TestAdminAccessPolicyWithoutSharing(t *testing.T) {
+	objs := render(t, "sharing.enabled=false")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-claim-requests").(*admissionv1.ValidatingAdmissionPolicy))
+	documented := resourceapi.DeviceRequest{Name: "monitor", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: device.DeviceClassName,
+		AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, AdminAccess: ptr.To(true),
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tangram.dev"].index == 0`}}}}}
+	claim := claimWith("monitor", []resourceapi.DeviceRequest{documented})
+	if got := admitted(t, policy, claim); got != "" {
+		t.Fatalf("with sharing disabled the documented admin form was refused: %s", got)
+	}
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := fakegpu.NewFakeSource("node-a", p).GPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tangramslices.DriverResources(gpus, tangramslices.Options{NodeName: "node-a", Sharing: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &dra.Node{Name: "node-a", Slices: tangramslices.ResourceSlices("node-a", res), Classes: device.DeviceClasses()}
+	if _, err := n.Allocate(context.Background(), dra.Claim("holder", nil, dra.WholeGPUs("gpu", 1, `device.attributes["gpu.tangram.dev"].index == 0`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Allocate(context.Background(), claim); err != nil {
+		t.Errorf("admitted without sharing, but not placed beside the whole-card holder: %v", err)
+	}
+}
+
+// TestClaimRequestPolicyOnlyOnCreate: a claim's and a template's spec are
+// immutable, so the policy has nothing to check on UPDATE; matching UPDATE
+// would refuse the metadata updates of an object created before the policy
+// (or before a chart upgrade tightened it): the scheduler adding its
+// finalizer, the claim controller removing it, so such a claim could never
+// be allocated or deleted. Here: the documented admin form, allocated on a
+// whole-card node before the upgrade, losing its finalizer.
+func TestClaimRequestPolicyOnlyOnCreate(t *testing.T) {
+	objs := render(t)
+	vap := objs.get(t, "ValidatingAdmissionPolicy", "tangram-claim-requests").(*admissionv1.ValidatingAdmissionPolicy)
+	policy := compilePolicy(t, vap)
+	legacy := claimWith("monitor", []resourceapi.DeviceRequest{{Name: "monitor", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: device.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1, AdminAccess: ptr.To(true)}}})
+	legacy.Finalizers = []string{resourceapi.Finalizer}
+	released := legacy.DeepCopy()
+	released.Finalizers = nil
+	update := request{user: &user.DefaultInfo{Name: "system:serviceaccount:kube-system:resource-claim-controller"}, op: admission.Update,
+		namespace: legacy.Namespace, object: released, old: legacy,
+		gvk: resourceapi.SchemeGroupVersion.WithKind("ResourceClaim"), gvr: resourceapi.SchemeGroupVersion.WithResource("resourceclaims")}
+	for _, rule := range vap.Spec.MatchConstraints.ResourceRules {
+		for _, op := range rule.Operations {
+			if op != admissionv1.Update && op != admissionv1.OperationAll {
+				continue
+			}
+			if got := denied(t, policy, update); got != "" {
+				t.Errorf("the policy matches %s and refuses the claim controller removing the finalizer of a claim created before it: %s", op, got)
+			}
+		}
+	}
+}
