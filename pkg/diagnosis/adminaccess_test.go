@@ -108,3 +108,35 @@ func TestClaimAdminAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestWholeCardBesideAdminAccess: a card that only a monitoring (admin
+// access) claim holds is free for a whole-card claim, as the allocator sees
+// it, and the "none is entirely free" counts name only cards really held.
+func TestWholeCardBesideAdminAccess(t *testing.T) {
+	monitored := func(c *testCluster, node, dev string) *testCluster {
+		return c.allocated("monitor-"+dev, []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: device.DriverName, Pool: node, Device: dev, AdminAccess: ptr.To(true)}})
+	}
+	t.Run("only monitored: fits", func(t *testing.T) {
+		c := monitored(newTestCluster().node("n1", "", false, "d0"), "n1", "gpu-0")
+		d, err := Claim(context.Background(), &c.snap, fixture.Whole("default", "w", 1, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(d.FitsOn, []string{"n1"}) || len(d.Reasons) != 0 {
+			t.Errorf("got fitsOn %v reasons %q, want fitsOn [n1]", d.FitsOn, d.Reasons)
+		}
+	})
+	t.Run("held and monitored: counts", func(t *testing.T) {
+		c := newTestCluster().node("n1", "", false, "d0", "d0").whole("holder", "n1", "gpu-0", "gpu-1")
+		c = monitored(c, "n1", "gpu-1")
+		d, err := Claim(context.Background(), &c.snap, fixture.Whole("default", "w", 1, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "(2 held whole, 0 partly shared)"
+		if len(d.Reasons) != 1 || !strings.Contains(d.Reasons[0], want) {
+			t.Errorf("reasons %q, want one containing %q", d.Reasons, want)
+		}
+	})
+}

@@ -176,7 +176,8 @@ func hasRoom(r exactRequest, d *cluster.DeviceState) bool {
 		}
 	}
 	if !d.Shareable {
-		return len(d.Allocations) == 0
+		// A monitoring (admin access) result does not make a card busy.
+		return !d.InUse()
 	}
 	// On a shareable card the 1.37 allocator checks an admin request's
 	// capacity beside the holders' (above), nothing more.
@@ -194,9 +195,10 @@ func noRoom(r exactRequest, matching []*cluster.DeviceState) string {
 	if wholeCard {
 		held, shared := 0, 0
 		for _, d := range matching {
-			if d.HeldWhole() || !d.Shareable {
+			switch {
+			case d.HeldWhole() || (!d.Shareable && d.InUse()):
 				held++
-			} else {
+			case d.InUse():
 				shared++
 			}
 		}
