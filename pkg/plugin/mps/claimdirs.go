@@ -111,7 +111,7 @@ func (c ClaimDirs) Create(ctx context.Context, claimUID string) error {
 	if c.Mounter != nil {
 		if err := c.Mounter.Mount(dir, c.ShmSizeBytes); err != nil {
 			_ = os.RemoveAll(filepath.Dir(dir))
-			return fmt.Errorf("bounding the /dev/shm of claim %s: %w", claimUID, err)
+			return fmt.Errorf("bounding the /dev/shm of claim %s: %w; the plugin needs CAP_SYS_ADMIN for it (chart kubeletPlugin.privileged=true, with the MPS root mounted Bidirectional), or --mps-shm-size=0 (kubeletPlugin.mps.shmSize=0) for unbounded plain directories", claimUID, err)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Created the claim's /dev/shm", "claimUID", claimUID, "dir", dir, "sizeBytes", c.ShmSizeBytes)
