@@ -319,8 +319,8 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	return completed.KubeletDevices(d.cfg.NodeName), nil
 }
 
-// apply does the MPS accounting and writes the spec; it returns the
-// completed record.
+// apply makes the claim's /dev/shm, does the MPS accounting and writes the
+// spec; it returns the completed record.
 func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
 	if d.cfg.ClaimDirs != nil {
 		if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
@@ -357,9 +357,9 @@ func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
 	return out, nil
 }
 
-// undo removes the claim's spec and MPS accounting, then its record. The
-// record is kept (as started) if cleanup failed, so a retry or the next
-// start-up tries again.
+// undo removes the claim's spec, MPS accounting and /dev/shm, then its
+// record. The record is kept (as started) if cleanup failed, so a retry or
+// the next start-up tries again.
 func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {

@@ -73,9 +73,10 @@ func (c ClaimSpecs) shmDir(claimUID string, client mps.ClientConfig) string {
 }
 
 // addMPSMounts adds the MPS client mounts ComputeClaimEdits does not add
-// itself (the daemon's /dev/shm) to the devices of MPS-shared cards, which
-// carry the other MPS settings: a container given only whole cards keeps
-// its own /dev/shm.
+// itself to the devices of MPS-shared cards, which carry the other MPS
+// settings. ComputeClaimEdits already mounts the pipe directory and (as
+// Inputs.ShmDir) the client's /dev/shm, so this adds only what a client
+// configuration may list beyond them.
 func addMPSMounts(spec *cdispec.Spec, edits *ClaimEdits, mounts []mps.Mount) {
 	mpsDevices := map[string]bool{}
 	for _, d := range edits.Devices {
