@@ -201,7 +201,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&flags.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
 	f.StringVar(&flags.MPSMode, "mps-mode", string(mps.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
-	f.StringVar(&flags.MPSShmSize, "mps-shm-size", "64Mi", "size of each claim's /dev/shm tmpfs in MPS v3 mode (real GPUs); 0 leaves a plain directory under --mps-root")
+	f.StringVar(&flags.MPSShmSize, "mps-shm-size", "64Mi", "size of each claim's own /dev/shm tmpfs (every claim, whole cards and shares; real GPUs); 0 leaves a plain directory under --mps-root")
 	f.DurationVar(&flags.MPSIdleGrace, "mps-idle-grace", 5*time.Minute, "keep the node's MPS daemon running this long after its last share is released, so that the next share finds it ready; 0 stops it at once")
 	f.BoolVar(&flags.MPSMultiUser, "mps-multi-user", false, "start the classic MPS daemon with -M so that pods running as different users share it at once (MPS v3 always runs multi-user, with -m)")
 	f.StringVar(&flags.MPSDaemon, "mps-daemon", plugin.MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")

@@ -45,6 +45,9 @@ type Config struct {
 	// Shares is the MPS accounting; nil on nodes with sharing disabled,
 	// where a share allocation is refused.
 	Shares Shares
+	// ClaimDirs makes each claim's own /dev/shm, which its spec mounts
+	// (cdi.ClaimSpecs.ClaimShmDir); nil makes none.
+	ClaimDirs ClaimDirs
 	// ListClaims is used only to rebuild state after a corrupt checkpoint.
 	ListClaims ClaimLister
 	// ClaimStatus, if set, receives each prepared claim's device data
@@ -316,9 +319,14 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	return completed.KubeletDevices(d.cfg.NodeName), nil
 }
 
-// apply does the MPS accounting and writes the spec; it returns the
-// completed record.
+// apply makes the claim's /dev/shm, does the MPS accounting and writes the
+// spec; it returns the completed record.
 func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	if d.cfg.ClaimDirs != nil {
+		if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
+			return rec, fmt.Errorf("creating the claim's /dev/shm: %w", err)
+		}
+	}
 	var client mps.ClientConfig
 	if len(rec.MPSCards()) > 0 {
 		if err := d.cfg.Shares.Acquire(ctx, rec.UID, rec.MPSShares()); err != nil {
@@ -349,9 +357,9 @@ func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
 	return out, nil
 }
 
-// undo removes the claim's spec and MPS accounting, then its record. The
-// record is kept (as started) if cleanup failed, so a retry or the next
-// start-up tries again.
+// undo removes the claim's spec, MPS accounting and /dev/shm, then its
+// record. The record is kept (as started) if cleanup failed, so a retry or
+// the next start-up tries again.
 func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
@@ -360,6 +368,11 @@ func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
 		if err := d.cfg.Shares.Release(ctx, rec.UID); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if d.cfg.ClaimDirs != nil {
+		if err := d.cfg.ClaimDirs.Remove(ctx, rec.UID); err != nil {
+			errs = append(errs, fmt.Errorf("removing the claim's /dev/shm: %w", err))
 		}
 	}
 	d.mu.Lock()

@@ -107,8 +107,11 @@ func TestPrepareShapes(t *testing.T) {
 				t.Errorf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q, want %q", got, tt.wantThreads)
 			}
 			mps := h.shares.ClientConfig("")
-			wantMounts := []string(nil)
+			// Every claim gets a /dev/shm: its own, or, with classic MPS
+			// shares, the MPS server's, beside the daemon's pipe directory.
+			wantMounts := []string{h.claimDirs().ShmDir(string(tt.claim.UID)) + ":/dev/shm"}
 			if len(tt.wantHolders) > 0 {
+				wantMounts = nil
 				for _, m := range mps.Mounts {
 					wantMounts = append(wantMounts, m.HostPath+":"+m.ContainerPath)
 				}

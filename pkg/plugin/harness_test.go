@@ -63,7 +63,8 @@ func newHarness(t testing.TB) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: h.steps}
+	h.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs()),
+		ClaimShmDir: h.claimDirs().ShmDir}, steps: h.steps}
 	t.Cleanup(func() {
 		if h.shares.Manager != nil {
 			h.shares.Close()
@@ -102,12 +103,13 @@ func (h *harness) tryStart() error {
 	}
 	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, opts...), steps: h.steps}
 	d, err := New(context.Background(), Config{
-		NodeName: testNode,
-		GPUs:     testGPUs(),
-		State:    h.state,
-		Specs:    h.specs,
-		Configs:  ResolveConfigs,
-		Shares:   h.shares,
+		NodeName:  testNode,
+		GPUs:      testGPUs(),
+		State:     h.state,
+		Specs:     h.specs,
+		Configs:   ResolveConfigs,
+		Shares:    h.shares,
+		ClaimDirs: h.claimDirs(),
 		// The pipe directory recorded on MPS shares.
 		MPSPipeDir: layout.PipeDir(),
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
@@ -119,6 +121,12 @@ func (h *harness) tryStart() error {
 	}
 	h.driver = d
 	return nil
+}
+
+// claimDirs are the claims' own /dev/shm directories, under the MPS root
+// as the plugin makes them (plain directories: no tmpfs in tests).
+func (h *harness) claimDirs() mps.ClaimDirs {
+	return mps.ClaimDirs{Layout: mps.Layout{Root: filepath.Join(h.dir, "mps")}}
 }
 
 // restart starts a new Driver as a new process would; crash hooks are off.

@@ -55,7 +55,7 @@ func TestNewSharesDaemonMode(t *testing.T) {
 			for _, g := range testGPUs() {
 				allocatable[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = 1 << 30
 			}
-			m, err := newShares(ctx, opts, allocatable)
+			m, err := newShares(ctx, opts, allocatable, newClaimDirs(opts))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -126,7 +127,8 @@ func TestAdminAccessToAShareableCard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(mounts) > 0 {
+	// No MPS: only the claim's own /dev/shm.
+	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || !slices.Equal(mounts, []string{h.claimDirs().ShmDir("monitor") + ":/dev/shm"}) {
 		t.Errorf("admin access got MPS edits: env %v mounts %v", env, mounts)
 	}
 	if got := env["TANGRAM_SHARING_BACKEND"]; got != "exclusive" {
@@ -161,7 +163,7 @@ func TestAdminAccessOnBusyCards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(mounts) > 0 {
+		if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok || !slices.Equal(mounts, []string{h.claimDirs().ShmDir(string(claim.UID)) + ":/dev/shm"}) {
 			t.Errorf("admin access to %s got MPS edits: env %v mounts %v", device, env, mounts)
 		}
 		if got := env["TANGRAM_SHARING_BACKEND"]; got != "exclusive" {

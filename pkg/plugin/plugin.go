@@ -143,7 +143,8 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 
 	allocatable := allocatableMemory(resources)
-	shares, err := newShares(ctx, opts, allocatable)
+	claimDirs := newClaimDirs(opts)
+	shares, err := newShares(ctx, opts, allocatable, claimDirs)
 	if err != nil {
 		return err
 	}
@@ -174,7 +175,9 @@ func Run(ctx context.Context, opts PluginOptions) error {
 			Store:     checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
 			StateLock: checkpoint.NewFileLock(filepath.Join(opts.StateDir, "checkpoint.lock")),
 		},
-		Specs:      cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(opts.GPUs), MemoryLimitHook: opts.MemoryLimitHook},
+		Specs: cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(opts.GPUs), MemoryLimitHook: opts.MemoryLimitHook,
+			ClaimShmDir: claimDirs.ShmDir},
+		ClaimDirs:  claimDirs,
 		Configs:    ResolveConfigs,
 		MPSPipeDir: mps.Layout{Root: opts.MPSRoot}.PipeDir(),
 		Metrics:    metrics,
@@ -313,7 +316,7 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 // newShares builds the MPS accounting for the cards published as
 // shareable (the keys of allocatable): simulated on fake GPUs, the real
 // daemon otherwise.
-func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]int64) (*mps.Manager, error) {
+func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]int64, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
 	if !opts.Sharing {
 		return nil, nil
 	}
@@ -329,7 +332,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	switch opts.MPSDaemonMode {
 	case "", MPSDaemonProcess:
 	case MPSDaemonPod:
-		return newPodShares(ctx, opts, layout, shareable, mode)
+		return newPodShares(ctx, opts, layout, shareable, mode, claimDirs)
 	default:
 		return nil, fmt.Errorf("unknown MPS daemon mode %q: want %q or %q", opts.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
 	}
@@ -357,7 +360,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
-	return mps.NewManager(layout, daemon, computeModes, shareable, append(v3Option(opts, mode, layout, daemon.Control, shareable), managerTiming(opts))...), nil
+	return mps.NewManager(layout, daemon, computeModes, shareable, append(v3Option(mode, claimDirs, daemon.Control, shareable), managerTiming(opts))...), nil
 }
 
 // managerTiming is the Manager's timing from the options: the idle grace;
@@ -383,20 +386,28 @@ func protocolOf(mode mps.Mode) int {
 	return 2
 }
 
-// v3Option configures a Manager for MPS v3: namespaces through ctl, and a
-// /dev/shm per claim, a size-bounded tmpfs on real GPUs.
-func v3Option(opts PluginOptions, mode mps.Mode, layout mps.Layout, ctl mps.ControlFunc, shareable []string) []mps.ManagerOption {
-	if mode != mps.ModeV3 {
-		return nil
-	}
-	dirs := mps.ClaimDirs{Layout: layout, ShmSizeBytes: opts.MPSShmSizeBytes}
+// newClaimDirs makes each claim's own /dev/shm (whole cards and shares
+// alike): a size-bounded tmpfs on real GPUs (--mps-shm-size above 0),
+// plain directories under the MPS root otherwise.
+func newClaimDirs(opts PluginOptions) mps.ClaimDirs {
+	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.MPSShmSizeBytes}
 	if !opts.FakeGPUs && opts.MPSShmSizeBytes > 0 {
 		dirs.Mounter = mps.TmpfsMounter{}
+	}
+	return dirs
+}
+
+// v3Option configures a Manager for MPS v3: namespaces through ctl, and
+// the claims' own /dev/shm (the same directories the driver makes for
+// every claim).
+func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl mps.ControlFunc, shareable []string) []mps.ManagerOption {
+	if mode != mps.ModeV3 {
+		return nil
 	}
 	namespaces := mps.NewV3Namespaces(ctl, shareable)
 	// A namespace's pipe directory as the daemon reports it is checked
 	// against the one containers mount.
-	namespaces.PipeDir = layout.PipeDir()
+	namespaces.PipeDir = dirs.Layout.PipeDir()
 	return []mps.ManagerOption{mps.WithV3(namespaces, dirs)}
 }
 
@@ -435,7 +446,7 @@ const (
 
 // newPodShares runs the node's daemon in a pod of its own: a stand-in
 // daemon on fake GPUs, nvidia-cuda-mps-control on real ones.
-func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, shareable []string, mode mps.Mode) (*mps.Manager, error) {
+func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, shareable []string, mode mps.Mode, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
 	if opts.KubeClient == nil {
 		return nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
 	}
@@ -458,7 +469,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
 		return mps.NewManager(layout, daemon, &mps.RecordingComputeModeSetter{}, shareable,
-			append(v3Option(opts, mode, layout, mps.StandInControl(layout.PipeDir()), shareable), managerTiming(opts))...), nil
+			append(v3Option(mode, claimDirs, mps.StandInControl(layout.PipeDir()), shareable), managerTiming(opts))...), nil
 	}
 	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
@@ -472,7 +483,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 		if err != nil {
 			return nil, err
 		}
-		managerOpts = append(managerOpts, v3Option(opts, mode, layout, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)...)
+		managerOpts = append(managerOpts, v3Option(mode, claimDirs, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)...)
 	}
 	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
 	return mps.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil

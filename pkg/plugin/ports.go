@@ -45,6 +45,17 @@ type SpecStore interface {
 	Exists(ctx context.Context, claimUID string) bool
 }
 
+// ClaimDirs makes each prepared claim's own /dev/shm directory
+// (mps.ClaimDirs): created before the claim's spec is written, removed
+// when the claim is undone, and those of claims no record holds swept at
+// start-up.
+type ClaimDirs interface {
+	Create(ctx context.Context, claimUID string) error
+	Remove(ctx context.Context, claimUID string) error
+	// Sweep removes the directories of claims not in keep.
+	Sweep(ctx context.Context, keep []string) error
+}
+
 // ConfigResolver returns the effective config of each planned device
 // (class configs, then claim configs; later wins), in order.
 type ConfigResolver func(claim *resourceapi.ResourceClaim, devices []prepared.Device) ([]*configapi.GpuConfig, error)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +24,8 @@ import (
 //   - claims only "started" are rolled back;
 //   - completed claims get their MPS accounting replayed (never failing,
 //     never waiting: the daemon is adopted in the background);
-//   - specs of ours that no record owns are removed;
+//   - specs of ours that no record owns are removed, and so are the
+//     /dev/shm directories of claims no record holds;
 //   - an MPS daemon nobody needs any more is stopped.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -87,6 +90,13 @@ func (d *Driver) recover(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if d.cfg.ClaimDirs != nil {
+		// Under the state lock: a claim of the other plugin process of a
+		// rolling update gets its directory only once it is recorded.
+		if err := d.cfg.ClaimDirs.Sweep(ctx, slices.Collect(maps.Keys(d.records))); err != nil {
+			errs = append(errs, fmt.Errorf("removing the /dev/shm directories of claims not prepared: %w", err))
+		}
+	}
 	if err := d.cfg.State.Save(ctx, d.records); err != nil {
 		return fmt.Errorf("saving recovered checkpoint: %w", err)
 	}
@@ -147,6 +157,12 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 			continue
 		}
 		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+		if d.cfg.ClaimDirs != nil {
+			if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
+				logger.Error(err, "Cannot recreate the claim's /dev/shm while rebuilding", "claim", klog.KObj(claim))
+				continue
+			}
+		}
 		var client mps.ClientConfig
 		if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
 			client = d.cfg.Shares.ClientConfig(rec.UID)

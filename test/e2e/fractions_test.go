@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -52,6 +53,12 @@ var _ = Describe("Memory fractions", func() {
 			Expect(report).To(HaveKeyWithValue("NVIDIA_VISIBLE_DEVICES", uuid))
 			Expect(report).To(HaveKeyWithValue("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", fmt.Sprintf("%s=%dM", uuid, 20*1024)),
 				"pod %s should see its own 20Gi memory limit", p)
+			if filepath.Base(report["CUDA_MPS_PIPE_DIRECTORY"]) == "pipe" {
+				// Classic MPS: the node daemon's pipe directory, shared by
+				// every share of the node, is mounted read-only.
+				Expect(report).To(HaveKeyWithValue("MPS_PIPE_WRITE", "read-only file system"),
+					"pod %s could write into the classic MPS daemon's pipe directory", p)
+			}
 		}
 
 		big := "share-30gi"

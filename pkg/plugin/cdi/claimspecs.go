@@ -24,6 +24,10 @@ type ClaimSpecs struct {
 	// MemoryLimitHook is given to every share (Inputs.MemoryLimitHook);
 	// nil on nodes without hard enforcement.
 	MemoryLimitHook *MemoryLimitHook
+	// ClaimShmDir, when set, names each claim's own /dev/shm directory
+	// (mps.ClaimDirs.ShmDir), which the driver creates before the spec is
+	// written; nil leaves the runtime's /dev/shm (tests, older set-ups).
+	ClaimShmDir func(claimUID string) string
 }
 
 // Write computes the claim's edits and writes its spec (atomically,
@@ -31,7 +35,8 @@ type ClaimSpecs struct {
 // daemon. It returns the CDI device IDs of each of the claim's devices, in
 // order.
 func (c ClaimSpecs) Write(_ context.Context, claim prepared.Claim, client mps.ClientConfig) ([][]string, error) {
-	edits, err := ComputeClaimEdits(claim, Inputs{Cards: c.Cards, MPSPipeDir: client.PipeDir, MemoryLimitHook: c.MemoryLimitHook})
+	edits, err := ComputeClaimEdits(claim, Inputs{Cards: c.Cards, MPSPipeDir: client.PipeDir, MPSPipeReadOnly: client.PipeReadOnly,
+		ShmDir: c.shmDir(claim.UID, client), MemoryLimitHook: c.MemoryLimitHook})
 	if err != nil {
 		return nil, err
 	}
@@ -52,10 +57,26 @@ func (c ClaimSpecs) Write(_ context.Context, claim prepared.Claim, client mps.Cl
 	return ids, nil
 }
 
+// shmDir is the claim's /dev/shm: the one its MPS clients must use when
+// the claim has MPS shares (classic MPS: the server's; v3: the claim's
+// own), else the claim's own directory; "" without claim directories.
+func (c ClaimSpecs) shmDir(claimUID string, client mps.ClientConfig) string {
+	for _, m := range client.Mounts {
+		if m.ContainerPath == ShmContainerPath {
+			return m.HostPath
+		}
+	}
+	if c.ClaimShmDir == nil {
+		return ""
+	}
+	return c.ClaimShmDir(claimUID)
+}
+
 // addMPSMounts adds the MPS client mounts ComputeClaimEdits does not add
-// itself (the daemon's /dev/shm) to the devices of MPS-shared cards, which
-// carry the other MPS settings: a container given only whole cards keeps
-// its own /dev/shm.
+// itself to the devices of MPS-shared cards, which carry the other MPS
+// settings. ComputeClaimEdits already mounts the pipe directory and (as
+// Inputs.ShmDir) the client's /dev/shm, so this adds only what a client
+// configuration may list beyond them.
 func addMPSMounts(spec *cdispec.Spec, edits *ClaimEdits, mounts []mps.Mount) {
 	mpsDevices := map[string]bool{}
 	for _, d := range edits.Devices {
@@ -70,9 +91,13 @@ func addMPSMounts(spec *cdispec.Spec, edits *ClaimEdits, mounts []mps.Mount) {
 			if slices.ContainsFunc(edits.Mounts, func(have *cdispec.Mount) bool { return have.ContainerPath == m.ContainerPath }) {
 				continue
 			}
+			mode := "rw"
+			if m.ReadOnly {
+				mode = "ro"
+			}
 			edits.Mounts = append(edits.Mounts, &cdispec.Mount{
 				HostPath: m.HostPath, ContainerPath: m.ContainerPath,
-				Options: []string{"rbind", "rw", "nosuid", "nodev"},
+				Options: []string{"rbind", mode, "nosuid", "nodev"},
 			})
 		}
 	}

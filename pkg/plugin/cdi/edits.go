@@ -47,6 +47,18 @@ type Inputs struct {
 	// whose backend is mps. One per claim: a container can reach only
 	// one MPS control daemon.
 	MPSPipeDir string
+	// MPSPipeReadOnly mounts MPSPipeDir read-only (classic MPS, where it
+	// is the node daemon's directory; mps.ClientConfig.PipeReadOnly).
+	MPSPipeReadOnly bool
+	// ShmDir, when set, is the host directory mounted at /dev/shm on
+	// every device of the claim's cards: the claim's own directory
+	// (claim-scoped IPC, shared by all containers of all pods of the
+	// claim), or, for a claim with classic MPS shares, the MPS server's
+	// (its clients must share /dev/shm with the server). One per claim, so
+	// that a container given several of the claim's devices gets one
+	// /dev/shm whichever is injected last. The claim-wide device carries
+	// none (it only adds lists to the cards' devices).
+	ShmDir string
 	// MemoryLimitHook, when set, gives a share's device a createRuntime
 	// hook that holds the container to the claim's memory on the card
 	// (nodes with hard enforcement only). Whole cards get none.
@@ -156,7 +168,7 @@ func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 			requestCards[base] = append(requestCards[base], c)
 		}
 	}
-	mps := mpsEdits(cards, pipeDir)
+	mps := mpsEdits(cards, pipeDir, in.MPSPipeReadOnly)
 
 	out := &ClaimEdits{ClaimUID: claim.UID, MPS: pipeDir != ""}
 	seen := map[string]bool{}
@@ -177,6 +189,9 @@ func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 		if usesMPS {
 			edits.Env = append(edits.Env, mps.Env...)
 			edits.Mounts = mps.Mounts
+		}
+		if in.ShmDir != "" {
+			edits.Mounts = append(edits.Mounts, ShmMount(in.ShmDir))
 		}
 		if h := in.MemoryLimitHook; h != nil && !c.whole {
 			// The claim's memory on the card, so that shares of one card
@@ -332,9 +347,25 @@ func (c *card) backendName() string {
 	return string(c.backend)
 }
 
+// ShmContainerPath is where the claim's /dev/shm is mounted.
+const ShmContainerPath = "/dev/shm"
+
+// ShmMount mounts hostDir at /dev/shm with the options of a container's
+// own /dev/shm (no devices, no set-UID, no executables). A CDI mount
+// replaces a mount at the same path, so it also replaces the runtime's
+// /dev/shm and any volume the pod mounts there (docs/prepare.md).
+func ShmMount(hostDir string) *cdispec.Mount {
+	return &cdispec.Mount{
+		HostPath:      hostDir,
+		ContainerPath: ShmContainerPath,
+		Options:       []string{"rbind", "rw", "nosuid", "nodev", "noexec"},
+	}
+}
+
 // mpsEdits builds the MPS client settings of the claim: the same on every
-// device of an MPS-shared card. Empty when the claim has no MPS share.
-func mpsEdits(cards []*card, pipeDir string) cdispec.ContainerEdits {
+// device of an MPS-shared card. Empty when the claim has no MPS share. The
+// pipe directory is mounted read-only when readOnly (classic MPS).
+func mpsEdits(cards []*card, pipeDir string, readOnly bool) cdispec.ContainerEdits {
 	var edits cdispec.ContainerEdits
 	if pipeDir == "" {
 		return edits
@@ -356,10 +387,14 @@ func mpsEdits(cards []*card, pipeDir string) cdispec.ContainerEdits {
 	if threadCap != math.MaxInt32 {
 		edits.Env = append(edits.Env, EnvMPSActiveThreadPct+"="+strconv.Itoa(int(threadCap)))
 	}
+	mode := "rw"
+	if readOnly {
+		mode = "ro"
+	}
 	edits.Mounts = []*cdispec.Mount{{
 		HostPath:      pipeDir,
 		ContainerPath: pipeDir,
-		Options:       []string{"rbind", "rw", "nosuid", "nodev"},
+		Options:       []string{"rbind", mode, "nosuid", "nodev"},
 	}}
 	return edits
 }

@@ -13,11 +13,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Per-claim directories (MPS v3 mode): each claim's containers get a
-// /dev/shm of their own, <mps-root>/claims/<claimUID>/shm, instead of the
-// node daemon's, so a tenant cannot see or fill another tenant's shared
-// memory. The directory is created at prepare, removed at unprepare, and
-// those no prepared claim owns are swept at start-up.
+// Per-claim directories: each claim's containers get a /dev/shm of their
+// own, <mps-root>/claims/<claimUID>/shm, shared by every container of every
+// pod of the claim (so CUDA IPC between them works without hostIPC) and by
+// nothing else: a tenant cannot see or fill another claim's shared memory.
+// Every claim gets one (whole cards, shares, admin access); the MPS v3
+// Manager uses the same directory for its shares. Only a classic MPS
+// share's containers use the node daemon's /dev/shm instead (classic MPS
+// clients share /dev/shm with the MPS server; see docs/enforcement.md). The
+// directory is created at prepare, removed at unprepare, and those no
+// prepared claim owns are swept at start-up (pkg/plugin recover.go).
 
 // ClaimsDir holds the per-claim directories.
 func (l Layout) ClaimsDir() string { return filepath.Join(l.Root, "claims") }
@@ -73,6 +78,8 @@ func (TmpfsMounter) Unmount(dir string) error {
 }
 
 // ClaimDirs creates, removes and sweeps the per-claim directories.
+// Negative sizes are refused before it is built (the plugin's options); 0
+// (or no Mounter) leaves plain directories.
 type ClaimDirs struct {
 	Layout Layout
 	// Mounter bounds each directory; nil leaves plain directories on the
@@ -81,6 +88,9 @@ type ClaimDirs struct {
 	// ShmSizeBytes is the bound, used with Mounter.
 	ShmSizeBytes int64
 }
+
+// ShmDir is the claim's /dev/shm directory on the host.
+func (c ClaimDirs) ShmDir(claimUID string) string { return c.Layout.ClaimShmDir(claimUID) }
 
 // Create makes the claim's /dev/shm: world-writable and sticky like
 // /dev/shm, for the containers' UIDs. Creating it again is a no-op.
@@ -101,7 +111,7 @@ func (c ClaimDirs) Create(ctx context.Context, claimUID string) error {
 	if c.Mounter != nil {
 		if err := c.Mounter.Mount(dir, c.ShmSizeBytes); err != nil {
 			_ = os.RemoveAll(filepath.Dir(dir))
-			return fmt.Errorf("bounding the /dev/shm of claim %s: %w", claimUID, err)
+			return fmt.Errorf("bounding the /dev/shm of claim %s: %w; the plugin needs CAP_SYS_ADMIN for it (chart kubeletPlugin.privileged=true, with the MPS root mounted Bidirectional), or --mps-shm-size=0 (kubeletPlugin.mps.shmSize=0) for unbounded plain directories", claimUID, err)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Created the claim's /dev/shm", "claimUID", claimUID, "dir", dir, "sizeBytes", c.ShmSizeBytes)

@@ -34,6 +34,8 @@ import (
 type Mount struct {
 	HostPath      string
 	ContainerPath string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
 }
 
 // ClientConfig is what a share's container needs to reach the daemon.
@@ -41,7 +43,13 @@ type ClientConfig struct {
 	// PipeDir is the daemon's pipe directory, CUDA_MPS_PIPE_DIRECTORY in
 	// the container, where it is mounted at the same path.
 	PipeDir string
-	// Mounts holds the pipe directory and the daemon's /dev/shm.
+	// PipeReadOnly mounts the pipe directory read-only (classic MPS: the
+	// node daemon's directory, shared by every share of the node; a client
+	// only connects to the sockets and opens the pipes there, which a
+	// read-only bind mount allows, and cannot remove or replace them).
+	PipeReadOnly bool
+	// Mounts holds the pipe directory and the /dev/shm the client must
+	// share with its MPS server.
 	Mounts []Mount
 }
 
@@ -299,8 +307,10 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 
 // ClientConfig returns the pipe directory and mounts of a claim's
 // containers. In classic mode they are the same for every claim: the
-// daemon's pipe directory and /dev/shm. In v3 mode each claim gets its
-// namespace's pipe directory and a /dev/shm of its own.
+// daemon's pipe directory, read-only, and its /dev/shm, which classic MPS
+// clients share with the server (docs/enforcement.md, "Classic MPS: what
+// every share still shares"). In v3 mode each claim gets its namespace's
+// pipe directory and a /dev/shm of its own.
 func (m *Manager) ClientConfig(claimUID string) ClientConfig {
 	if m.v3 != nil {
 		pipe := m.layout.NamespacePipeDir(m.v3.Server, claimUID)
@@ -313,9 +323,10 @@ func (m *Manager) ClientConfig(claimUID string) ClientConfig {
 		}
 	}
 	return ClientConfig{
-		PipeDir: m.layout.PipeDir(),
+		PipeDir:      m.layout.PipeDir(),
+		PipeReadOnly: true,
 		Mounts: []Mount{
-			{HostPath: m.layout.PipeDir(), ContainerPath: m.layout.PipeDir()},
+			{HostPath: m.layout.PipeDir(), ContainerPath: m.layout.PipeDir(), ReadOnly: true},
 			{HostPath: m.layout.ShmDir(), ContainerPath: "/dev/shm"},
 		},
 	}
@@ -705,8 +716,10 @@ func (m *Manager) release(ctx context.Context, claim string) error {
 // the share), and the worker stops a daemon left running for shares that
 // are gone, or adopts the one running shares use. It does not wait.
 //
-// In v3 mode it also removes the /dev/shm directories of claims that hold
-// no share, and the worker deletes the namespaces of ours no claim owns.
+// In v3 mode the worker also deletes the namespaces of ours no claim owns.
+// The claims' /dev/shm directories are not the Manager's to sweep: every
+// claim has one, whole cards too, and the driver removes those of claims
+// no record holds (pkg/plugin recover.go).
 func (m *Manager) Reconcile(ctx context.Context) error {
 	m.startWorker(ctx)
 	m.mu.Lock()
@@ -716,9 +729,6 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if m.v3 != nil {
 		// Sync again now that unowned namespaces may be deleted.
 		m.verify = true
-		if err := m.dirs.Sweep(ctx, slices.Collect(maps.Keys(m.claims))); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	for _, uuid := range slices.Sorted(maps.Keys(m.shareable)) {
 		if len(m.holders[uuid]) > 0 {

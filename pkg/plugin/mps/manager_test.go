@@ -302,10 +302,14 @@ func TestManagerConcurrentShares(t *testing.T) {
 
 func TestClientConfigMountsPipeAndShm(t *testing.T) {
 	m := NewManager(Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &RecordingComputeModeSetter{}, nil)
+	// Classic mode: the daemon's pipe directory, read-only (a client only
+	// connects to its sockets), and the daemon's /dev/shm, which classic
+	// MPS clients share with the server.
 	want := ClientConfig{
-		PipeDir: "/run/tangram/mps/pipe",
+		PipeDir:      "/run/tangram/mps/pipe",
+		PipeReadOnly: true,
 		Mounts: []Mount{
-			{HostPath: "/run/tangram/mps/pipe", ContainerPath: "/run/tangram/mps/pipe"},
+			{HostPath: "/run/tangram/mps/pipe", ContainerPath: "/run/tangram/mps/pipe", ReadOnly: true},
 			{HostPath: "/run/tangram/mps/shm", ContainerPath: "/dev/shm"},
 		},
 	}

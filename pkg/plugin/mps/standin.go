@@ -56,6 +56,27 @@ import (
 // command `nvidia-cuda-mps-control standin attach-client <namespace>
 // --server=<server> [--pid=<pid>]` (the real binary has no such command: a
 // real client attaches by connecting to the namespace's pipe directory).
+//
+// `nvidia-cuda-mps-control standin client` plays a CUDA program starting
+// under classic MPS, with what NVIDIA documents such a client needs (rules
+// classic-client-*): it reaches the control daemon only through the
+// daemon's own pipe directory (CUDA_MPS_PIPE_DIRECTORY), and it must share
+// /dev/shm with the MPS server, which the daemon starts at the first client
+// and which leaves its mark in the daemon's /dev/shm (StandInConfig.ShmDir).
+// The client's view of a container is given by the environment:
+//
+//	CUDA_MPS_PIPE_DIRECTORY              the pipe directory it sees
+//	TANGRAM_STANDIN_MPS_CLIENT_SHM       the directory its /dev/shm is
+//	                                     (default /dev/shm)
+//	TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO=1 its pipe directory is a read-only
+//	                                     mount (writes there fail)
+//	TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE=1
+//	                                     the client creates an entry in the
+//	                                     pipe directory: whether a real
+//	                                     classic client does is not
+//	                                     documented (unconfirmed; default
+//	                                     no), so a read-only pipe mount is
+//	                                     tested both ways.
 
 // StandInConfig configures a stand-in daemon.
 type StandInConfig struct {
@@ -70,6 +91,9 @@ type StandInConfig struct {
 	UnderscoreColumns bool
 	// Hang lists the commands that never answer (see the package comment).
 	Hang []string
+	// ShmDir is the daemon's /dev/shm, where the MPS server it starts for
+	// the first classic client leaves its mark; "" is /dev/shm.
+	ShmDir string
 }
 
 // Names of the stand-in's switches (environment variables).
@@ -77,6 +101,12 @@ const (
 	StandInEnvCSVSpelling = "TANGRAM_STANDIN_MPS_CSV_SPELLING"
 	StandInEnvStdinEOF    = "TANGRAM_STANDIN_MPS_STDIN_EOF"
 	StandInEnvHang        = "TANGRAM_STANDIN_MPS_HANG"
+	// The view of a stand-in client (`standin client`), see above.
+	StandInEnvClientShm        = "TANGRAM_STANDIN_MPS_CLIENT_SHM"
+	StandInEnvClientPipeRO     = "TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO"
+	StandInEnvClientWritesPipe = "TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE"
+	standInServerShmMark       = "nvidia-mps-standin-server"
+	standInClientCommand       = "standin client"
 	// StandInHangFile, in the log directory, lists commands that hang.
 	StandInHangFile = "standin-hang"
 )
@@ -95,6 +125,9 @@ const (
 	transportStdin = "stdin" // a line of the legacy interactive shell
 	transportArgv  = "argv"  // command-line arguments (MPS v3)
 	transportFlag  = "flag"  // a top-level option (-q)
+	// transportClient is a CUDA client connecting (standin client), not a
+	// command.
+	transportClient = "client"
 )
 
 // standInRequest is one command from the stand-in client.

@@ -138,6 +138,8 @@ func RunStandIn(ctx context.Context, inv StandInInvocation) int {
 		return 2
 	case quit:
 		return sendOne(ctx, pipeDir, standInRequest{Transport: transportFlag, Args: []string{"quit"}}, inv)
+	case strings.Join(command, " ") == standInClientCommand:
+		return runStandInClient(ctx, inv, pipeDir)
 	case len(command) > 0:
 		return sendOne(ctx, pipeDir, standInRequest{Transport: transportArgv, Args: command}, inv)
 	}
@@ -249,6 +251,42 @@ func sendLines(ctx context.Context, pipeDir string, inv StandInInvocation) int {
 		}
 	}
 	return status
+}
+
+// runStandInClient is `standin client`: a CUDA program starting under
+// classic MPS, in the view its environment describes (see the package
+// comment). It exits 0 once connected, 1 with the reason otherwise.
+func runStandInClient(ctx context.Context, inv StandInInvocation, pipeDir string) int {
+	if inv.Getenv(StandInEnvClientWritesPipe) == "1" {
+		// Unconfirmed behaviour, switched on: an entry of the client's
+		// own in the pipe directory.
+		if inv.Getenv(StandInEnvClientPipeRO) == "1" {
+			fmt.Fprintf(inv.Stderr, "MPS client: creating its entry in the pipe directory %s: read-only file system\n", pipeDir)
+			return 1
+		}
+		entry := filepath.Join(pipeDir, fmt.Sprintf("standin-client-%d", os.Getpid()))
+		if err := os.WriteFile(entry, nil, 0o600); err != nil {
+			fmt.Fprintf(inv.Stderr, "MPS client: creating its entry in the pipe directory: %v\n", err)
+			return 1
+		}
+		defer func() { _ = os.Remove(entry) }()
+	}
+	mark, err := sendStandIn(ctx, pipeDir, standInRequest{Transport: transportClient, Args: []string{"client"}})
+	if err != nil {
+		// rule: classic-client-pipe.
+		fmt.Fprintf(inv.Stderr, "MPS client: %v\n", err)
+		return 1
+	}
+	shm := envOr(inv.Getenv, StandInEnvClientShm, "/dev/shm")
+	seen, err := os.ReadFile(filepath.Join(shm, standInServerShmMark))
+	if err != nil || string(seen) != strings.TrimSpace(mark) {
+		// rule: classic-client-shm.
+		fmt.Fprintf(inv.Stderr, "MPS client: the MPS server's shared memory (%s) is not in this client's /dev/shm %s: a classic MPS client must share /dev/shm with the server\n",
+			strings.TrimSpace(mark), shm)
+		return 1
+	}
+	fmt.Fprintln(inv.Stdout, "connected to "+strings.TrimSpace(mark))
+	return 0
 }
 
 // ProbeStandIn reports whether a stand-in daemon listens on pipeDir.

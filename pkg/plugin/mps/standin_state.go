@@ -56,6 +56,9 @@ type standInState struct {
 	servers       map[int]*standInServer
 	nextPID       int
 	v3Servers     map[string]*v3Server
+	// serverMark is what the MPS server started for classic clients wrote
+	// into the daemon's /dev/shm; "" until the first client.
+	serverMark string
 }
 
 func newStandInState(cfg StandInConfig) *standInState {
@@ -99,6 +102,9 @@ func (d *standInState) execute(req standInRequest) (string, bool, error) {
 			return "", true, nil
 		}
 		return "", false, fmt.Errorf("unknown option %q", strings.Join(req.Args, " "))
+	}
+	if req.Transport == transportClient {
+		return d.clientConnect()
 	}
 	switch d.cfg.Protocol {
 	case 3:
@@ -628,6 +634,32 @@ func (d *standInState) attachClient(inv v3Invocation) (string, bool, error) {
 	}
 	ns.clients[pid] = true
 	return strconv.Itoa(pid) + "\n", false, nil
+}
+
+// clientConnect answers a CUDA client on the control socket: in classic
+// MPS the daemon starts the MPS server for the first client, and the
+// server's shared memory lives in the daemon's /dev/shm, which each client
+// must share (rule: classic-client-shm). The reply names the server's mark
+// there. Under MPS v3 clients connect through their namespace's pipe
+// directory, never the control socket (rule: v3-client-namespace).
+func (d *standInState) clientConnect() (string, bool, error) {
+	if d.cfg.Protocol == 3 {
+		return "", false, errors.New("MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's")
+	}
+	shm := d.cfg.ShmDir
+	if shm == "" {
+		shm = "/dev/shm"
+	}
+	if d.serverMark == "" {
+		d.nextPID++
+		mark := fmt.Sprintf("server %d of control daemon %d", 200000+d.nextPID, os.Getpid())
+		if err := os.WriteFile(filepath.Join(shm, standInServerShmMark), []byte(mark), 0o644); err != nil {
+			return "", false, fmt.Errorf("starting the MPS server: its shared memory in %s: %w", shm, err)
+		}
+		d.serverMark = mark
+		d.log("NEW SERVER (stand-in): " + mark)
+	}
+	return d.serverMark + "\n", false, nil
 }
 
 // renderTable writes rows as CSV (quoted where a value holds a comma) or

@@ -15,8 +15,8 @@ import (
 
 // standInDaemon is a stand-in daemon run in the test process.
 type standInDaemon struct {
-	pipe, logDir string
-	done         chan error
+	pipe, logDir, shm string
+	done              chan error
 }
 
 // startStandIn runs RunStandInControlDaemon with cfg (its pipe and log
@@ -24,11 +24,13 @@ type standInDaemon struct {
 func startStandIn(t *testing.T, cfg StandInConfig) *standInDaemon {
 	t.Helper()
 	root := shortRoot(t)
-	d := &standInDaemon{pipe: filepath.Join(root, "pipe"), logDir: filepath.Join(root, "log"), done: make(chan error, 1)}
-	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
-		t.Fatal(err)
+	d := &standInDaemon{pipe: filepath.Join(root, "pipe"), logDir: filepath.Join(root, "log"), shm: filepath.Join(root, "shm"), done: make(chan error, 1)}
+	for _, dir := range []string{d.logDir, d.shm} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cfg.PipeDir, cfg.LogDir = d.pipe, d.logDir
+	cfg.PipeDir, cfg.LogDir, cfg.ShmDir = d.pipe, d.logDir, d.shm
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { d.done <- RunStandInControlDaemon(ctx, cfg) }()
 	t.Cleanup(func() {
@@ -47,6 +49,16 @@ func (d *standInDaemon) cli(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out, err := StandInRunner{}.Run(ctx, append([]string{MPSControlName}, args...), []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.pipe}, stdin)
+	return string(out), err
+}
+
+// client runs `standin client`, a CUDA program starting under MPS, whose
+// view is pipe (its CUDA_MPS_PIPE_DIRECTORY), shm (its /dev/shm) and env.
+func (d *standInDaemon) client(pipe, shm string, env ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := StandInRunner{}.Run(ctx, []string{MPSControlName, "standin", "client"},
+		append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, StandInEnvClientShm + "=" + shm}, env...), "")
 	return string(out), err
 }
 
@@ -120,6 +132,8 @@ func TestStandInRules(t *testing.T) {
 		nsPage   = "NVIDIA, MPS v3 Namespaces (Namespace Routing)"
 		kai      = "NVIDIA KAI scheduler, kai-gpu-fractioning mpsctl (verified on driver 615)"
 		legacy   = "NVIDIA, MPS documentation / nvidia-cuda-mps-control(1), legacy shell"
+		pipeEnv  = "NVIDIA, MPS documentation, CUDA_MPS_PIPE_DIRECTORY (Appendix: Environment Variables): control daemon, server and clients communicate through named pipes and UNIX sockets there; the value must be the same for the daemon and all its clients"
+		sample   = "NVIDIA's MPS container sample (gitlab.com/nvidia/samples, mps/docker-compose.yml, from NVIDIA container-wiki 'MPS (EXPERIMENTAL)'): clients share the IPC namespace, so /dev/shm, of the MPS daemon; NVIDIA's k8s-device-plugin and DRA driver mount the daemon's /dev/shm into clients instead of hostIPC (k8s-device-plugin#843)"
 		dynamo   = "NVIDIA Dynamo, per-GPU compute and memory limits with MPS (615.71.09)"
 		v3Server = "s"
 	)
@@ -324,6 +338,41 @@ func TestStandInRules(t *testing.T) {
 				d := v3(t, StandInConfig{})
 				_, err := d.v3("server", "create", "other", "--uid=1000")
 				wantErr(t, "a non-zero UID", err, "run as UID 0")
+			}},
+		{rule: "classic-client-pipe: a classic client reaches the control daemon only through the daemon's own pipe directory, not another (e.g. a per-claim empty one)", source: pipeEnv,
+			check: func(t *testing.T) {
+				d := startStandIn(t, StandInConfig{Protocol: 2})
+				out, err := d.client(d.pipe, d.shm)
+				wantOK(t, "a client of the daemon's pipe directory", out, err, "*")
+				_, err = d.client(t.TempDir(), d.shm)
+				wantErr(t, "a client of another directory", err, "cannot find MPS control daemon")
+			}},
+		{rule: "classic-client-shm: a classic client shares /dev/shm with the MPS server; with a /dev/shm of its own it fails", source: sample,
+			check: func(t *testing.T) {
+				d := startStandIn(t, StandInConfig{Protocol: 2})
+				_, err := d.client(d.pipe, t.TempDir())
+				wantErr(t, "a client with its own /dev/shm", err, "must share /dev/shm with the server")
+				out, err := d.client(d.pipe, d.shm)
+				wantOK(t, "a client with the daemon's /dev/shm", out, err, "*")
+			}},
+		{rule: "classic-client-pipe-ro: a classic client connects in the pipe directory (a read-only mount allows it); whether it creates entries there is undocumented (switch " + StandInEnvClientWritesPipe + "=1: it does, and a read-only mount fails)", source: pipeEnv + " (it names no client-created entry: unconfirmed)",
+			check: func(t *testing.T) {
+				d := startStandIn(t, StandInConfig{Protocol: 2})
+				out, err := d.client(d.pipe, d.shm, StandInEnvClientPipeRO+"=1")
+				wantOK(t, "a read-only pipe directory", out, err, "*")
+				_, err = d.client(d.pipe, d.shm, StandInEnvClientPipeRO+"=1", StandInEnvClientWritesPipe+"=1")
+				wantErr(t, "a client that writes, on a read-only pipe directory", err, "read-only file system")
+				out, err = d.client(d.pipe, d.shm, StandInEnvClientWritesPipe+"=1")
+				wantOK(t, "a client that writes, on a writable pipe directory", out, err, "*")
+				if entries, _ := os.ReadDir(d.pipe); len(entries) != 1 {
+					t.Errorf("the pipe directory holds %v after the clients, want only the control socket", entries)
+				}
+			}},
+		{rule: "v3-client-namespace: under MPS v3 a client connects through its namespace's pipe directory, not the control socket", source: nsPage + "; " + dynamo,
+			check: func(t *testing.T) {
+				d := v3(t, StandInConfig{})
+				_, err := d.client(d.pipe, d.shm)
+				wantErr(t, "a client on a v3 daemon's control socket", err, "namespace's pipe directory")
 			}},
 		{rule: "v3-size-unit: a v3 memory size names its unit", source: v3Page + " (e.g. --pinned-memory-limit=20G)",
 			check: func(t *testing.T) {

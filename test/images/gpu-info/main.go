@@ -3,10 +3,13 @@
 // a stable KEY=VALUE form the e2e suite parses from the pod log, then sleeps
 // until it is stopped. It also leaves a marker file in /dev/shm and reports
 // what /dev/shm holds (SHM_FILES), so the suite can tell whether two
-// containers share a /dev/shm.
+// containers share a /dev/shm. Given an MPS pipe directory, it tries to
+// create a file there and reports how that went (MPS_PIPE_WRITE: ok, or
+// the error, e.g. "read-only file system" for a read-only mount).
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +25,11 @@ import (
 var reportedPrefixes = []string{"NVIDIA_", "TANGRAM_", "CUDA_"}
 
 func main() {
-	report(os.Stdout, os.Environ(), deviceNodes(), shmFiles("/dev/shm"))
+	var extra []string
+	if dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); dir != "" {
+		extra = append(extra, "MPS_PIPE_WRITE="+tryWrite(dir))
+	}
+	report(os.Stdout, os.Environ(), deviceNodes(), shmFiles("/dev/shm"), extra...)
 	if len(os.Args) > 1 && os.Args[1] == "--once" {
 		return
 	}
@@ -33,7 +40,7 @@ func main() {
 
 // report writes the interesting environment variables, sorted, between
 // begin/end markers so a reader can tell a complete report from a cut one.
-func report(w io.Writer, environ []string, devices, shm []string) {
+func report(w io.Writer, environ []string, devices, shm []string, extra ...string) {
 	fmt.Fprintln(w, "gpu-info: begin")
 	var lines []string
 	for _, kv := range environ {
@@ -50,6 +57,9 @@ func report(w io.Writer, environ []string, devices, shm []string) {
 	}
 	fmt.Fprintf(w, "DEVICE_NODES=%s\n", strings.Join(devices, ","))
 	fmt.Fprintf(w, "SHM_FILES=%s\n", strings.Join(shm, ","))
+	for _, kv := range extra {
+		fmt.Fprintln(w, kv)
+	}
 	fmt.Fprintln(w, "gpu-info: end")
 }
 
@@ -78,4 +88,20 @@ func shmFiles(dir string) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// tryWrite creates and removes a file in dir: "ok", or why it failed
+// (the system's words, without the path).
+func tryWrite(dir string) string {
+	f, err := os.CreateTemp(dir, ".gpu-info-*")
+	if err != nil {
+		var pathErr *os.PathError
+		if errors.As(err, &pathErr) {
+			return pathErr.Err.Error()
+		}
+		return err.Error()
+	}
+	_ = f.Close()
+	_ = os.Remove(f.Name())
+	return "ok"
 }

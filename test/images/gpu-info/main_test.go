@@ -14,6 +14,7 @@ func TestReport(t *testing.T) {
 		environ []string
 		devices []string
 		shm     []string
+		extra   []string
 		want    string
 	}{
 		{
@@ -25,6 +26,12 @@ func TestReport(t *testing.T) {
 				"DEVICE_NODES=/dev/nvidia0,/dev/nvidiactl\nSHM_FILES=gpu-info-a,other\ngpu-info: end\n",
 		},
 		{
+			name:    "the MPS pipe directory's write test",
+			environ: []string{"CUDA_MPS_PIPE_DIRECTORY=/mps"},
+			extra:   []string{"MPS_PIPE_WRITE=read-only file system"},
+			want:    "gpu-info: begin\nCUDA_MPS_PIPE_DIRECTORY=/mps\nDEVICE_NODES=\nSHM_FILES=\nMPS_PIPE_WRITE=read-only file system\ngpu-info: end\n",
+		},
+		{
 			name:    "nothing injected",
 			environ: []string{"PATH=/bin"},
 			want:    "gpu-info: begin\nDEVICE_NODES=\nSHM_FILES=\ngpu-info: end\n",
@@ -33,7 +40,7 @@ func TestReport(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			report(&buf, tc.environ, tc.devices, tc.shm)
+			report(&buf, tc.environ, tc.devices, tc.shm, tc.extra...)
 			if got := buf.String(); got != tc.want {
 				t.Errorf("report() =\n%s\nwant\n%s", got, tc.want)
 			}
@@ -54,5 +61,18 @@ func TestShmFiles(t *testing.T) {
 	}
 	if shmFiles(filepath.Join(dir, "missing")) != nil {
 		t.Error("a missing directory must list nothing")
+	}
+}
+
+func TestTryWrite(t *testing.T) {
+	dir := t.TempDir()
+	if got := tryWrite(dir); got != "ok" {
+		t.Errorf("tryWrite(writable) = %q", got)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("tryWrite left %v", entries)
+	}
+	if got := tryWrite(filepath.Join(dir, "missing")); got != "no such file or directory" {
+		t.Errorf("tryWrite(missing) = %q", got)
 	}
 }

@@ -1,0 +1,98 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestClaimDirs: a claim's /dev/shm is made world-writable and sticky and
+// bounded by the configured size, made again at no cost, removed with its
+// contents and its bound; Sweep removes the directories of claims not kept
+// and leaves what is not a claim's; a failed bound leaves nothing behind
+// and says how to fix it.
+func TestClaimDirs(t *testing.T) {
+	ctx := context.Background()
+	const uid = "0b5e5a43-6b8e-4c16-9c7a-3d1d2b6f1a00"
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T, dirs ClaimDirs, m *recordingMounter)
+	}{
+		{"create: mode 1777, bounded, idempotent", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+			for range 2 {
+				if err := dirs.Create(ctx, uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fi, err := os.Stat(dirs.ShmDir(uid))
+			if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+				t.Errorf("%s: %v, %v; want drwxrwxrwt", dirs.ShmDir(uid), fi, err)
+			}
+			if got := m.mounted[dirs.ShmDir(uid)]; got != 64<<20 {
+				t.Errorf("bound %d, want %d", got, 64<<20)
+			}
+		}},
+		{"remove: unbounded, gone with its contents; removing again succeeds", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+			if err := dirs.Create(ctx, uid); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dirs.ShmDir(uid), "segment"), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := dirs.Remove(ctx, uid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dirs.Layout.ClaimsDir(), uid)); !os.IsNotExist(err) {
+				t.Errorf("the claim's directory is left: %v", err)
+			}
+			if len(m.mounted) != 0 {
+				t.Errorf("bounds left: %v", m.mounted)
+			}
+		}},
+		{"sweep: orphans go, kept claims and other names stay", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+			for _, c := range []string{uid, "orphan"} {
+				if err := dirs.Create(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := filepath.Join(dirs.Layout.ClaimsDir(), "Not.A-Claim")
+			if err := os.MkdirAll(other, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := dirs.Sweep(ctx, []string{uid}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(dirs.Layout.ClaimsDir(), "orphan")); !os.IsNotExist(err) {
+				t.Errorf("the orphan's directory is left: %v", err)
+			}
+			for _, keep := range []string{dirs.ShmDir(uid), other} {
+				if _, err := os.Stat(keep); err != nil {
+					t.Errorf("%s was swept: %v", keep, err)
+				}
+			}
+			if _, bounded := m.mounted[dirs.ShmDir("orphan")]; bounded {
+				t.Error("the orphan's bound is left")
+			}
+		}},
+		{"a failed bound leaves nothing and says how to fix it", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+			m.fail = errors.New("operation not permitted")
+			err := dirs.Create(ctx, uid)
+			if err == nil || !strings.Contains(err.Error(), "operation not permitted") || !strings.Contains(err.Error(), "kubeletPlugin.mps.shmSize=0") {
+				t.Errorf("Create with a failing bound: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dirs.Layout.ClaimsDir(), uid)); !os.IsNotExist(err) {
+				t.Errorf("a directory is left after the failure: %v", err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &recordingMounter{mounted: map[string]int64{}}
+			tt.run(t, ClaimDirs{Layout: Layout{Root: t.TempDir()}, Mounter: m, ShmSizeBytes: 64 << 20}, m)
+		})
+	}
+}
