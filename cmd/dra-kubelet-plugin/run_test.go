@@ -147,7 +147,7 @@ func TestMPSSizeFlags(t *testing.T) {
 		wantBytes int64
 		wantErr   string
 	}{
-		{name: "defaults", shm: "64Mi", idle: 5 * time.Minute, wantBytes: 64 << 20},
+		{name: "defaults", shm: "8Gi", idle: 5 * time.Minute, wantBytes: 8 << 30},
 		{name: "0: plain directories", shm: "0", wantBytes: 0},
 		{name: "negative shm size", shm: "-64Mi", wantErr: "--mps-shm-size=-64Mi is negative"},
 		{name: "shm size in words", shm: "64 megabytes", wantErr: "--mps-shm-size=64 megabytes: want a size such as 64Mi"},
