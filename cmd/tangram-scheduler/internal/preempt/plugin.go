@@ -13,8 +13,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -23,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
@@ -43,6 +46,13 @@ const draPlugin = "DynamicResources"
 type Plugin struct {
 	handle fwk.Handle
 	pdbs   policylisters.PodDisruptionBudgetLister
+
+	// evicted are the pods this plugin evicted that the scheduler's
+	// snapshot may still show running (its informer lags the Eviction
+	// API): they count as terminating, so no other preemptor evicts or
+	// displaces them again.
+	mu      sync.Mutex
+	evicted map[types.UID]bool
 }
 
 var _ fwk.PostFilterPlugin = (*Plugin)(nil)
@@ -56,7 +66,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			return nil, fmt.Errorf("%s takes no args (remove its pluginConfig entry): %w", Name, err)
 		}
 	}
-	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}, nil
+	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(), evicted: map[types.UID]bool{}}, nil
 }
 
 func (*Plugin) Name() string { return Name }
@@ -112,10 +122,15 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err))
 	}
+	evicted := p.evictedNotSeen()
 	var best *candidate
 	var reasons []string
 	for _, ni := range nodeInfos {
 		node := state.node(ni)
+		node.Evicted = evicted
+		if node.Nominated, err = p.nominated(pod, node.Name, dra.ResourceClaims()); err != nil {
+			return nil, fwk.AsStatus(err)
+		}
 		d, err := preemption.SelectVictims(ctx, node, pod, claims, pdbs, preemption.Limits{})
 		if err != nil {
 			return nil, fwk.AsStatus(err)
@@ -204,11 +219,41 @@ func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node stri
 	if err != nil {
 		return fmt.Errorf("evicting pod %s/%s to make room for %s/%s on node %s: %w", victim.Namespace, victim.Name, preemptor.Namespace, preemptor.Name, node, err)
 	}
+	p.mu.Lock()
+	if p.evicted == nil {
+		p.evicted = map[types.UID]bool{}
+	}
+	p.evicted[victim.UID] = true
+	p.mu.Unlock()
 	if r := p.handle.EventRecorder(); r != nil {
 		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting",
 			"Preempted by pod %s on node %s to free GPU devices", preemptor.UID, node)
 	}
 	return nil
+}
+
+// evictedNotSeen returns the pods this plugin evicted that the snapshot
+// still shows without a deletion timestamp, and forgets the others.
+func (p *Plugin) evictedNotSeen() map[types.UID]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.evicted) == 0 {
+		return nil
+	}
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return maps.Clone(p.evicted)
+	}
+	seen := map[types.UID]bool{}
+	for _, ni := range nodes {
+		for _, pi := range ni.GetPods() {
+			if pod := pi.GetPod(); p.evicted[pod.UID] && pod.DeletionTimestamp == nil {
+				seen[pod.UID] = true
+			}
+		}
+	}
+	p.evicted = seen
+	return maps.Clone(seen)
 }
 
 // clusterState is the DRA state read once per PostFilter call.
@@ -238,11 +283,40 @@ func (p *Plugin) readState(dra fwk.SharedDRAManager) (*clusterState, error) {
 		}
 	}
 	for _, c := range claims {
-		if c.Status.Allocation != nil {
-			s.claims = append(s.claims, c)
+		if c.Status.Allocation == nil {
+			// A claim the DRA plugin allocated for a pod in its binding
+			// cycle holds its devices already, though the API server has
+			// not been told yet.
+			pending := dra.ResourceClaims().GetPendingAllocation(c.UID)
+			if pending == nil {
+				continue
+			}
+			c = c.DeepCopy()
+			c.Status.Allocation = pending
 		}
+		s.claims = append(s.claims, c)
 	}
 	return s, nil
+}
+
+// nominated lists the other pods nominated to node, with their pending
+// claims; pkg/preemption counts those of at least pod's priority first.
+func (p *Plugin) nominated(pod *v1.Pod, node string, claims fwk.ResourceClaimTracker) ([]preemption.Nominated, error) {
+	var out []preemption.Nominated
+	for _, pi := range p.handle.NominatedPodsForNode(node) {
+		other := pi.GetPod()
+		if other.UID == pod.UID {
+			continue
+		}
+		pending, _, err := podClaims(other, claims)
+		if err != nil {
+			return nil, err
+		}
+		if len(pending) > 0 {
+			out = append(out, preemption.Nominated{Pod: other, Claims: pending})
+		}
+	}
+	return out, nil
 }
 
 // node is what preemption needs of one node: its own slices (devices

@@ -107,6 +107,9 @@ func TestEvict(t *testing.T) {
 			case tc.wantErr != nil && !strings.Contains(err.Error(), "default/low"):
 				t.Errorf("evict: %q does not name the victim", err)
 			}
+			if remembered := p.evicted["low-uid"]; remembered != (tc.apiErr == nil) {
+				t.Errorf("the victim is remembered as evicted: %v, want %v", remembered, tc.apiErr == nil)
+			}
 			if got == nil || got.Name != "low" || got.DeleteOptions == nil || got.DeleteOptions.Preconditions == nil ||
 				*got.DeleteOptions.Preconditions.UID != "low-uid" {
 				t.Errorf("eviction sent: %+v, want pod default/low with its UID as precondition", got)
