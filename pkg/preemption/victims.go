@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
@@ -60,6 +61,9 @@ type Freed struct {
 	Pod     *v1.Pod
 	Claim   *resourceapi.ResourceClaim
 	Devices []string
+	// Whole is true when the claim holds some card whole (no share, or
+	// all of the card's memory), false when it holds only shares.
+	Whole bool
 }
 
 // Decision is the outcome for one node.
@@ -570,10 +574,32 @@ func (s *search) decision(set []int) (Decision, error) {
 			continue
 		}
 		for _, uid := range f.pods {
-			d.Freed = append(d.Freed, Freed{Pod: victims[uid], Claim: f.claim, Devices: dra.Devices(f.claim.Status.Allocation)})
+			d.Freed = append(d.Freed, Freed{Pod: victims[uid], Claim: f.claim, Devices: dra.Devices(f.claim.Status.Allocation), Whole: s.holdsWhole(f.claim)})
 		}
 	}
 	return d, nil
+}
+
+// holdsWhole says whether one of the claim's results takes a whole device:
+// no share ID, no consumed capacity, or all of the device's memory.
+func (s *search) holdsWhole(c *resourceapi.ResourceClaim) bool {
+	for _, r := range c.Status.Allocation.Devices.Results {
+		used, ok := r.ConsumedCapacity[device.CapacityMemory]
+		if r.ShareID == nil || !ok {
+			return true
+		}
+		for _, sl := range s.node.Slices {
+			if sl.Spec.Driver != r.Driver || sl.Spec.Pool.Name != r.Pool {
+				continue
+			}
+			for _, d := range sl.Spec.Devices {
+				if capacity, ok := d.Capacity[device.CapacityMemory]; ok && d.Name == r.Device && used.Cmp(capacity.Value) >= 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // binomial is n choose k, saturating well above any budget.

@@ -332,6 +332,24 @@ func TestSelectVictims(t *testing.T) {
 			if got.Fits != tc.wantFits || !cmp.Equal(victims, tc.wantVictims) {
 				t.Errorf("fits %v, victims %v (reason %q); want fits %v, victims %v", got.Fits, victims, got.Reason, tc.wantFits, tc.wantVictims)
 			}
+			// Each victim's freed claims are named, whole cards told from
+			// shares.
+			freed := map[string]bool{}
+			for _, f := range got.Freed {
+				freed[f.Pod.Name] = true
+				var i int
+				if _, err := fmt.Sscanf(f.Claim.Name, "claim-%d", &i); err != nil {
+					t.Fatalf("freed claim %s is not one of the node's", f.Claim.Name)
+				}
+				if wantWhole := tc.claims[i].memory == ""; f.Whole != wantWhole || len(f.Devices) != 1 {
+					t.Errorf("freed %s (%v): whole %v, want %v", f.Claim.Name, f.Devices, f.Whole, wantWhole)
+				}
+			}
+			for _, v := range victims {
+				if !freed[v] {
+					t.Errorf("victim %s frees no claim in the decision", v)
+				}
+			}
 			if !cmp.Equal(got.Displaced, tc.wantDisplaced) {
 				t.Errorf("displaced nominated pods %v, want %v", got.Displaced, tc.wantDisplaced)
 			}

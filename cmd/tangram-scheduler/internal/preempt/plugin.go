@@ -66,6 +66,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			return nil, fmt.Errorf("%s takes no args (remove its pluginConfig entry): %w", Name, err)
 		}
 	}
+	register()
 	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(), evicted: map[types.UID]bool{}}, nil
 }
 
@@ -73,27 +74,38 @@ func (*Plugin) Name() string { return Name }
 
 // PostFilter looks for a node where evicting lower-priority pods lets the
 // pod's claims be allocated, nominates the best one and evicts its victims.
-func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	result, status, outcome := p.postFilter(ctx, state, pod, statuses)
+	if outcome != "" {
+		preemptions.WithLabelValues(kindPod, outcome).Inc()
+	}
+	return result, status
+}
+
+// postFilter is PostFilter; outcome is the metric's result label, empty
+// when the pod was no preemptor at all (no pending claims, policy Never,
+// rejected for other reasons than its claims).
+func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status, string) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
 	ctx = klog.NewContext(ctx, logger)
 	if !preemption.MayPreempt(pod) {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod's preemptionPolicy is Never")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod's preemptionPolicy is Never"), ""
 	}
 	dra := p.handle.SharedDRAManager()
 	if dra == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "no DRA state")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no DRA state"), ""
 	}
 	claims, allocated, err := podClaims(pod, dra.ResourceClaims())
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, fwk.AsStatus(err), resultError
 	}
 	if len(claims) == 0 {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod has no pending ResourceClaims")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod has no pending ResourceClaims"), ""
 	}
 	if allocated {
 		// An allocated claim ties the pod to its node; evicting for the
 		// rest is left to a later version.
-		return nil, fwk.NewStatus(fwk.Unschedulable, "some of the pod's ResourceClaims are allocated already")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "some of the pod's ResourceClaims are allocated already"), ""
 	}
 	// The DRA filter rejects a node whose devices are taken as
 	// UnschedulableAndUnresolvable, since the stock preemption cannot free
@@ -102,7 +114,7 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	for _, code := range []fwk.Code{fwk.Unschedulable, fwk.UnschedulableAndUnresolvable} {
 		nis, err := statuses.NodesForStatusCode(p.handle.SnapshotSharedLister().NodeInfos(), code)
 		if err != nil {
-			return nil, fwk.AsStatus(fmt.Errorf("listing the nodes that rejected the pod: %w", err))
+			return nil, fwk.AsStatus(fmt.Errorf("listing the nodes that rejected the pod: %w", err)), resultError
 		}
 		nodeInfos = append(nodeInfos, nis...)
 	}
@@ -112,15 +124,15 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 		return ni.Node() == nil || statuses.Get(ni.Node().Name).Plugin() != draPlugin
 	})
 	if len(nodeInfos) == 0 {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "no node rejected the pod only for its ResourceClaims")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no node rejected the pod only for its ResourceClaims"), ""
 	}
 	state, err := p.readState(dra)
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, fwk.AsStatus(err), resultError
 	}
 	pdbs, err := p.pdbs.List(labels.Everything())
 	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err))
+		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err)), resultError
 	}
 	evicted := p.evictedNotSeen()
 	var best *candidate
@@ -129,11 +141,11 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 		node := state.node(ni)
 		node.Evicted = evicted
 		if node.Nominated, err = p.nominated(pod, node.Name, dra.ResourceClaims()); err != nil {
-			return nil, fwk.AsStatus(err)
+			return nil, fwk.AsStatus(err), resultError
 		}
 		d, err := preemption.SelectVictims(ctx, node, pod, claims, pdbs, preemption.Limits{})
 		if err != nil {
-			return nil, fwk.AsStatus(err)
+			return nil, fwk.AsStatus(err), resultError
 		}
 		if !d.Fits {
 			logger.V(5).Info("Preemption cannot help on node", "node", node.Name, "reason", d.Reason)
@@ -146,21 +158,29 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 		}
 	}
 	if best == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "preemption cannot make room for the pod's claims: "+summarize(reasons))
+		return nil, fwk.NewStatus(fwk.Unschedulable, "preemption cannot make room for the pod's claims: "+summarize(reasons)), resultNotHelpful
 	}
-	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(best.decision.Victims))
-	for _, victim := range best.decision.Victims {
-		if err := p.evict(ctx, pod, victim, best.node); err != nil {
+	d := best.decision
+	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(d.Victims),
+		"nominatedFirst", d.Reserved, "displacedNominated", d.Displaced)
+	for _, victim := range d.Victims {
+		if err := p.evict(ctx, pod, victim, best.node, freedBy(d.Freed, victim)); err != nil {
 			if apierrors.IsTooManyRequests(err) {
 				// A PodDisruptionBudget changed since the lister saw it: not
 				// an error, the pod is retried with the budget in view.
-				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
+				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
 			}
-			return nil, fwk.AsStatus(err)
+			return nil, fwk.AsStatus(err), resultError
 		}
+		victims.WithLabelValues(kindPod, evictionReason(freedBy(d.Freed, victim))).Inc()
+	}
+	outcome := resultWaiting
+	if len(d.Victims) > 0 {
+		outcome = resultEvicted
+		p.announce(pod, best.node, claims, d)
 	}
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: best.node, NominatingMode: fwk.ModeOverride}},
-		fwk.NewStatus(fwk.Success)
+		fwk.NewStatus(fwk.Success), outcome
 }
 
 type candidate struct {
@@ -206,8 +226,9 @@ func summarize(reasons []string) string {
 }
 
 // evict asks the API server to evict victim, so its PodDisruptionBudgets
-// are checked once more; a victim already gone is fine.
-func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string) error {
+// are checked once more; a victim already gone is fine. The victim's event
+// names the preemptor, the node and the claims and devices it frees.
+func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string, freed []preemption.Freed) error {
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: victim.Name, Namespace: victim.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &victim.UID}},
@@ -226,10 +247,74 @@ func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node stri
 	p.evicted[victim.UID] = true
 	p.mu.Unlock()
 	if r := p.handle.EventRecorder(); r != nil {
-		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting",
-			"Preempted by pod %s on node %s to free GPU devices", preemptor.UID, node)
+		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting", "%s",
+			truncate(fmt.Sprintf("Preempted by pod %s/%s (priority %d) on node %s to free GPU devices: %s",
+				preemptor.Namespace, preemptor.Name, preemption.PodPriority(preemptor), node, describeFreed(freed))))
 	}
 	return nil
+}
+
+// announce tells the preemptor which pods it evicts, for which of its
+// claims and which devices they free.
+func (p *Plugin) announce(preemptor *v1.Pod, node string, claims []*resourceapi.ResourceClaim, d preemption.Decision) {
+	r := p.handle.EventRecorder()
+	if r == nil {
+		return
+	}
+	var names []string
+	for _, c := range claims {
+		names = append(names, c.Namespace+"/"+c.Name)
+	}
+	var parts []string
+	for _, v := range d.Victims {
+		parts = append(parts, fmt.Sprintf("%s/%s (priority %d, %s)", v.Namespace, v.Name, preemption.PodPriority(v), describeFreed(freedBy(d.Freed, v))))
+	}
+	r.Eventf(preemptor, nil, v1.EventTypeNormal, "Preempting", "Preempting", "%s",
+		truncate(fmt.Sprintf("Evicting %d lower-priority pod(s) on node %s for claim(s) %s: %s",
+			len(d.Victims), node, strings.Join(names, ", "), strings.Join(parts, "; "))))
+}
+
+// freedBy is what evicting victim frees.
+func freedBy(freed []preemption.Freed, victim *v1.Pod) []preemption.Freed {
+	var out []preemption.Freed
+	for _, f := range freed {
+		if f.Pod.UID == victim.UID {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// describeFreed is "claim ns/name: gpu-3, …" for each freed claim.
+func describeFreed(freed []preemption.Freed) string {
+	if len(freed) == 0 {
+		return "no claim of its own (it shares its claims with other victims)"
+	}
+	var parts []string
+	for _, f := range freed {
+		parts = append(parts, fmt.Sprintf("claim %s/%s: %s", f.Claim.Namespace, f.Claim.Name, strings.Join(f.Devices, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// evictionReason is the victims metric's reason: whole_card when one of
+// the freed claims holds a whole card, share otherwise.
+func evictionReason(freed []preemption.Freed) string {
+	for _, f := range freed {
+		if f.Whole {
+			return reasonWholeCard
+		}
+	}
+	return reasonShare
+}
+
+// truncate keeps an event note within the API's 1 kB.
+func truncate(note string) string {
+	const limit = 1024
+	if len(note) <= limit {
+		return note
+	}
+	return note[:limit-3] + "..."
 }
 
 // evictedNotSeen returns the pods this plugin evicted that the snapshot

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -57,6 +59,8 @@ func TestSchedulerPreemptsForGPUs(t *testing.T) {
 		{"tangram, 40Gi share", "tangram", share, []string{"low-3"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			evictedBefore := counter(t, victims.WithLabelValues(kindPod, reasonWholeCard))
+			preemptionsBefore := counter(t, preemptions.WithLabelValues(kindPod, resultEvicted))
 			got := runPreemption(t, tc.schedulerName, tc.request)
 			if fmt.Sprint(got.evicted) != fmt.Sprint(tc.wantEvicted) {
 				t.Errorf("evicted %v, want %v", got.evicted, tc.wantEvicted)
@@ -70,6 +74,26 @@ func TestSchedulerPreemptsForGPUs(t *testing.T) {
 			if tc.wantBound && got.nominated != "a" {
 				t.Errorf("the pod was nominated to %q, want a", got.nominated)
 			}
+			if d := counter(t, victims.WithLabelValues(kindPod, reasonWholeCard)) - evictedBefore; d != float64(len(tc.wantEvicted)) {
+				t.Errorf("tangram_scheduler_preemption_victims_total{kind=pod,reason=whole_card} grew by %v, want %d", d, len(tc.wantEvicted))
+			}
+			wantPreemptions := 0.0
+			if len(tc.wantEvicted) > 0 {
+				wantPreemptions = 1
+			}
+			if d := counter(t, preemptions.WithLabelValues(kindPod, resultEvicted)) - preemptionsBefore; d != wantPreemptions {
+				t.Errorf("tangram_scheduler_preemptions_total{kind=pod,result=evicted} grew by %v, want %v", d, wantPreemptions)
+			}
+			var wantEvents []string
+			if tc.wantBound {
+				wantEvents = []string{
+					"high Preempting: Evicting 1 lower-priority pod(s) on node a for claim(s) default/high: default/low-3 (priority 5, claim default/low-3: gpu-3)",
+					"low-3 Preempted: Preempted by pod default/high (priority 1000) on node a to free GPU devices: claim default/low-3: gpu-3",
+				}
+			}
+			if !slices.Equal(got.events, wantEvents) {
+				t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got.events, "\n"), strings.Join(wantEvents, "\n"))
+			}
 		})
 	}
 }
@@ -78,6 +102,44 @@ type outcome struct {
 	evicted   []string
 	nominated string
 	boundTo   string
+	// events are the preemption events, "regarding reason: note", sorted.
+	events []string
+}
+
+func counter(t *testing.T, c metrics.CounterMetric) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// preemptionEvents waits until the events of the victims (Preempted) and
+// the preemptor (Preempting) have reached the API server, want of them,
+// and returns them as "regarding reason: note", sorted.
+func preemptionEvents(ctx context.Context, t *testing.T, client *fake.Clientset, want int) []string {
+	for {
+		list, err := client.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range list.Items {
+			if e.Reason == "Preempted" || e.Reason == "Preempting" {
+				got = append(got, fmt.Sprintf("%s %s: %s", e.Regarding.Name, e.Reason, e.Note))
+			}
+		}
+		slices.Sort(got)
+		if len(got) >= want {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			return got
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func runPreemption(t *testing.T, schedulerName string, request resourceapi.DeviceRequest) outcome {
@@ -174,6 +236,7 @@ func runPreemption(t *testing.T, schedulerName string, request resourceapi.Devic
 
 	informers := scheduler.NewInformerFactory(client, 0, nil)
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
 	sched, err := scheduler.New(ctx, client, informers, nil, profile.NewRecorderFactory(broadcaster),
 		scheduler.WithProfiles(cfg.Profiles[0], *tangram),
@@ -191,6 +254,7 @@ func runPreemption(t *testing.T, schedulerName string, request resourceapi.Devic
 	if schedulerName == "tangram" {
 		select {
 		case <-bound:
+			out.events = preemptionEvents(ctx, t, client, 2)
 		case <-ctx.Done():
 			t.Error("the pod was not bound within 30s")
 		}
