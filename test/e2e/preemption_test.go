@@ -82,6 +82,46 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 				tl.evicted, tl.victimStopped, tl.claimGone, tl.bound, tl.running)
 		}
 	}, SpecTimeout(6*time.Minute))
+
+	It("runs a high-priority whole card and a 40Gi share created together, evicting exactly two low-priority pods", func(ctx SpecContext) {
+		scenario("preemption under contention: every card of " + gpuNode + " held by a low-priority pod; a high-priority whole card and a 40Gi share created at once with " + *tangramScheduler)
+		ns := newNamespace(ctx)
+		low := createPriorityClass(ctx, ns+"-low", 100)
+		high := createPriorityClass(ctx, ns+"-high", 1000000)
+		createTemplate(ctx, ns, "whole-gpu", wholeGPUs(1))
+		createTemplate(ctx, ns, "share-40gi", memoryShare("40Gi"))
+		cards := len(nodeDevices(ctx, gpuNode))
+		lowPods := make([]string, cards)
+		for i := range lowPods {
+			lowPods[i] = fmt.Sprintf("low-%d", i)
+			createPod(ctx, priorityPod(ns, lowPods[i], "whole-gpu", low, ""))
+		}
+		for _, name := range lowPods {
+			waitRunning(ctx, ns, name)
+		}
+
+		start := time.Now()
+		highPods := map[string]string{"high-whole": "whole-gpu", "high-share": "share-40gi"}
+		for name, template := range highPods {
+			createPod(ctx, priorityPod(ns, name, template, high, *tangramScheduler))
+		}
+		// Both run within 30 s (the issue: the share stayed Pending with
+		// no second eviction for more than 100 s).
+		Eventually(func(g Gomega) {
+			for name := range highPods {
+				pod := getPod(ctx, ns, name)
+				g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
+			}
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		took := time.Since(start).Round(100 * time.Millisecond)
+		left := runningOf(ctx, ns, lowPods)
+		Expect(left).To(HaveLen(cards-2), "exactly two low-priority pods must be evicted")
+		for name := range highPods {
+			msg := waitEvent(ctx, ns, name, "Preempting", "lower-priority pod(s) on node "+gpuNode)
+			GinkgoWriter.Printf("  %s (%s): %s\n", name, highPods[name], msg)
+		}
+		GinkgoWriter.Printf("  both Running %s after creation; %d of %d low-priority pods left\n", took, len(left), cards)
+	}, SpecTimeout(4*time.Minute))
 })
 
 // createPriorityClass creates a PriorityClass that never becomes the
