@@ -370,7 +370,13 @@ type nominee struct {
 // the claims with the real allocator, each pinned to its card.
 func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testClaim) preemption.Node {
 	t.Helper()
-	profile, err := fakegpu.BuiltinProfile("dgx-h100")
+	return buildProfileNode(ctx, t, nodeName, "dgx-h100", pods, claims)
+}
+
+// buildProfileNode is buildNode for another node name and fake profile.
+func buildProfileNode(ctx context.Context, t testing.TB, nodeName, profileName string, pods []testPod, claims []testClaim) preemption.Node {
+	t.Helper()
+	profile, err := fakegpu.BuiltinProfile(profileName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +391,9 @@ func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testC
 	an := &dra.Node{Name: nodeName, Slices: devslices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	node := preemption.Node{Name: nodeName, Slices: an.Slices, Classes: an.Classes}
 	for i, p := range pods {
-		node.Pods = append(node.Pods, newPod(p, i))
+		pod := newPod(p, i)
+		pod.Spec.NodeName = nodeName
+		node.Pods = append(node.Pods, pod)
 	}
 	for i, c := range claims {
 		onCard := fmt.Sprintf(`device.attributes["gpu.tangram.dev"].index == %d`, c.card)
@@ -393,7 +401,7 @@ func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testC
 		if c.memory != "" {
 			req = dra.SharedGPU("gpu", resource.MustParse(c.memory), resource.Quantity{}, onCard)
 		}
-		allocated, err := an.Allocate(ctx, dra.Claim(fmt.Sprintf("claim-%d", i), nil, req))
+		allocated, err := an.Allocate(ctx, dra.Claim(fmt.Sprintf("%sclaim-%d", claimPrefix(nodeName), i), nil, req))
 		if err != nil {
 			t.Fatalf("setting up claim %d: %v", i, err)
 		}
@@ -430,4 +438,13 @@ func newPod(p testPod, age int) *v1.Pod {
 		pod.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
 	}
 	return pod
+}
+
+// claimPrefix keeps claim names apart across nodes; empty for the default
+// node, whose claims the tests name claim-<i>.
+func claimPrefix(node string) string {
+	if node == nodeName {
+		return ""
+	}
+	return node + "-"
 }
