@@ -33,9 +33,9 @@ func TestSelectGangVictims(t *testing.T) {
 	const high = 1000
 	db := map[string]string{"app": "db"}
 	type nodeSpec struct {
-		name     string
-		pods     []testPod
-		claims   []testClaim
+		name   string
+		pods   []testPod
+		claims []testClaim
 	}
 	node := func(name string, labels map[string]string, priorities ...int32) nodeSpec {
 		pods, claims := pairsNode(name+"-", labels, priorities...)
