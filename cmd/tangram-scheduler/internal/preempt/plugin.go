@@ -229,6 +229,12 @@ func summarize(reasons []string) string {
 // are checked once more; a victim already gone is fine. The victim's event
 // names the preemptor, the node and the claims and devices it frees.
 func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string, freed []preemption.Freed) error {
+	return p.evictFor(ctx, preemptor, fmt.Sprintf("pod %s/%s (priority %d)", preemptor.Namespace, preemptor.Name, preemption.PodPriority(preemptor)), victim, node, freed)
+}
+
+// evictFor is evict with the preemptor described by by ("pod ns/name
+// (priority N)" or a gang).
+func (p *Plugin) evictFor(ctx context.Context, preemptor *v1.Pod, by string, victim *v1.Pod, node string, freed []preemption.Freed) error {
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: victim.Name, Namespace: victim.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &victim.UID}},
@@ -248,8 +254,7 @@ func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node stri
 	p.mu.Unlock()
 	if r := p.handle.EventRecorder(); r != nil {
 		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting", "%s",
-			truncate(fmt.Sprintf("Preempted by pod %s/%s (priority %d) on node %s to free GPU devices: %s",
-				preemptor.Namespace, preemptor.Name, preemption.PodPriority(preemptor), node, describeFreed(freed))))
+			truncate(fmt.Sprintf("Preempted by %s on node %s to free GPU devices: %s", by, node, describeFreed(freed))))
 	}
 	return nil
 }
