@@ -91,6 +91,12 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	if !preemption.MayPreempt(pod) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod's preemptionPolicy is Never"), ""
 	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		// A gang member alone must not evict anyone: the gang may still
+		// not fit. Gangs preempt as a whole in the pod-group cycle
+		// (PodGroupPostFilter), which needs GenericWorkload on.
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the pod is a member of PodGroup %s: GPU preemption for gangs runs for the whole group (tangram-scheduler needs --feature-gates=GenericWorkload=true)", *g.PodGroupName)), ""
+	}
 	dra := p.handle.SharedDRAManager()
 	if dra == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "no DRA state"), ""

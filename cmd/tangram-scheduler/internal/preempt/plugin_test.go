@@ -145,3 +145,28 @@ func TestEvict(t *testing.T) {
 		})
 	}
 }
+
+// A gang member never preempts on its own (the gang might still not fit),
+// nor does a pod whose preemptionPolicy is Never; neither counts as a
+// preemption attempt.
+func TestPostFilterRefusesGangMembersAndNever(t *testing.T) {
+	member := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: "ml"},
+		Spec: v1.PodSpec{SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: ptr.To("train")}}}
+	never := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "polite", Namespace: "ml"},
+		Spec: v1.PodSpec{PreemptionPolicy: ptr.To(v1.PreemptNever)}}
+	for _, tc := range []struct {
+		pod  *v1.Pod
+		want string
+	}{
+		{member, "member of PodGroup train"},
+		{never, "preemptionPolicy is Never"},
+	} {
+		t.Run(tc.pod.Name, func(t *testing.T) {
+			p := &Plugin{} // no handle: it must not get that far
+			result, status, outcome := p.postFilter(context.Background(), nil, tc.pod, nil)
+			if result != nil || status.Code() != fwk.Unschedulable || !strings.Contains(status.Message(), tc.want) || outcome != "" {
+				t.Errorf("postFilter = %v, %v, %q; want no result, Unschedulable saying %q, no outcome", result, status, outcome, tc.want)
+			}
+		})
+	}
+}
