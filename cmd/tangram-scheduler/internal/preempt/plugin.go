@@ -6,7 +6,11 @@
 // (pkg/preemption), then nominates the node and evicts the victims through
 // the Eviction API, so PodDisruptionBudgets are enforced by the API server
 // as well. The preemptor binds once the resourceclaim controller has
-// deallocated the victims' claims.
+// deallocated the victims' claims. Devices being freed are counted once:
+// pods already nominated to a node keep first claim on them (see
+// pkg/preemption). As a PodGroupPostFilter it preempts for a whole gang
+// (gang.go). Each preemption leaves events on the preemptor and the victims
+// naming the claims and devices, and counts in two metrics (metrics.go).
 package preempt
 
 import (
