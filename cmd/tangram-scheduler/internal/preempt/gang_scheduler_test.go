@@ -54,7 +54,15 @@ func TestSchedulerPreemptsForGangs(t *testing.T) {
 		{"three members, two pairs of lower priority: nobody evicted", 3, []int32{5, 5, 10, 10, 2000, 2000, 2000, 2000}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			victimsBefore := counter(t, victims.WithLabelValues(kindGang, reasonWholeCard))
+			notHelpfulBefore := counter(t, preemptions.WithLabelValues(kindGang, resultNotHelpful))
 			got := runGang(t, tc.members, tc.priorities, tc.wantEvicted != nil)
+			if d := counter(t, victims.WithLabelValues(kindGang, reasonWholeCard)) - victimsBefore; d != float64(len(tc.wantEvicted)) {
+				t.Errorf("tangram_scheduler_preemption_victims_total{kind=gang,reason=whole_card} grew by %v, want %d", d, len(tc.wantEvicted))
+			}
+			if d := counter(t, preemptions.WithLabelValues(kindGang, resultNotHelpful)) - notHelpfulBefore; (d > 0) != (tc.wantEvicted == nil) {
+				t.Errorf("tangram_scheduler_preemptions_total{kind=gang,result=not_helpful} grew by %v; want growth only for the gang that cannot fit", d)
+			}
 			slices.Sort(got.evicted)
 			if fmt.Sprint(got.evicted) != fmt.Sprint(tc.wantEvicted) {
 				t.Errorf("evicted %v, want %v", got.evicted, tc.wantEvicted)
