@@ -33,10 +33,11 @@ type schedulerConfig struct {
 	Profiles []struct {
 		SchedulerName string `json:"schedulerName"`
 		Plugins       struct {
-			PreScore   pluginSet `json:"preScore"`
-			Score      pluginSet `json:"score"`
-			Reserve    pluginSet `json:"reserve"`
-			PostFilter pluginSet `json:"postFilter"`
+			PreScore           pluginSet `json:"preScore"`
+			Score              pluginSet `json:"score"`
+			Reserve            pluginSet `json:"reserve"`
+			PostFilter         pluginSet `json:"postFilter"`
+			PodGroupPostFilter pluginSet `json:"podGroupPostFilter"`
 		} `json:"plugins"`
 		PluginConfig []struct {
 			Name string `json:"name"`
@@ -239,6 +240,9 @@ func TestSchedulerDeployment(t *testing.T) {
 			// GPU preemption runs after the stock DefaultPreemption (enabled
 			// by default, so not listed), and only with its RBAC.
 			on, _ := prof.Plugins.PostFilter.weightOf("TangramPreemption")
+			if gang, _ := prof.Plugins.PodGroupPostFilter.weightOf("TangramPreemption"); gang != on {
+				t.Errorf("TangramPreemption in podGroupPostFilter %v, in postFilter %v; want both or neither", gang, on)
+			}
 			_, hasRole := objs["ClusterRole"][schedulerName+"-preemption"]
 			_, hasBinding := objs["ClusterRoleBinding"][schedulerName+"-preemption"]
 			if on == tc.wantNoPreemption || hasRole == tc.wantNoPreemption || hasBinding == tc.wantNoPreemption {

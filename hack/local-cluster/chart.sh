@@ -31,6 +31,10 @@ CONTROLLER_METRICS_PORT=9401
 WEBHOOK_NS_LABEL=tangram.dev/gpuconfig-webhook
 PLUGIN_SELECTOR=app.kubernetes.io/component=kubelet-plugin
 IMAGES=(dra-kubelet-plugin dra-controller tangram-scheduler)
+# tangram-scheduler gets the cluster's workload-aware scheduling gates
+# (FEATURE_GATES in config.sh), so gangs with schedulerName tangram are
+# placed, and preempt, as a whole.
+SCHEDULER_FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
 
 need_cluster() {
 	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: $KUBECONFIG_FILE is missing; run 'make cluster-up' first"
@@ -105,6 +109,7 @@ install() {
 		--set "scheduler.securePort=$SCHEDULER_PORT" \
 		--set "scheduler.policy=${TANGRAM_SCHEDULER_POLICY:-tangram}" \
 		--set-json "scheduler.extraEnv=$LOOPBACK_API_ENV" \
+		--set-json "scheduler.extraArgs=[\"--feature-gates=$SCHEDULER_FEATURE_GATES\"]" \
 		"$@" >/dev/null; then
 		diagnose
 		die "helm upgrade --install of the chart failed"

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 )
 
@@ -35,8 +37,33 @@ type Node struct {
 	Classes []*resourceapi.DeviceClass
 	// Pods are the pods bound (or being bound) to the node.
 	Pods []*v1.Pod
-	// Claims are the allocated claims holding devices of the node.
+	// Claims are the allocated claims holding devices of the node,
+	// including allocations the scheduler is still writing (in flight).
 	Claims []*resourceapi.ResourceClaim
+	// Nominated are the pods nominated to the node by an earlier
+	// preemption and not bound yet. Those of at least the preemptor's
+	// priority keep first claim on the devices being freed (see
+	// SelectVictims).
+	Nominated []Nominated
+	// Evicted are pods (by UID) evicted already whose deletion the
+	// caller's view of Pods does not show yet; they count as terminating.
+	Evicted map[types.UID]bool
+}
+
+// Nominated is a pod nominated to a node with its pending claims.
+type Nominated struct {
+	Pod    *v1.Pod
+	Claims []*resourceapi.ResourceClaim
+}
+
+// Freed is one claim evicting a victim frees.
+type Freed struct {
+	Pod     *v1.Pod
+	Claim   *resourceapi.ResourceClaim
+	Devices []string
+	// Whole is true when the claim holds some card whole (no share, or
+	// all of the card's memory), false when it holds only shares.
+	Whole bool
 }
 
 // Decision is the outcome for one node.
@@ -46,6 +73,13 @@ type Decision struct {
 	// pods that are already terminating or gone are being freed.
 	Fits    bool
 	Victims []*v1.Pod
+	// Freed are the victims' claims that their eviction frees, for the
+	// events saying which devices go to whom.
+	Freed []Freed
+	// Reserved names the nominated pods whose claims were counted first;
+	// Displaced those of them whose claims no longer fit on the node (their
+	// devices went to someone else): they preempt again when next tried.
+	Reserved, Displaced []string
 	// Score is the placement score (pkg/placement's tangram policy) of the
 	// preemptor on the node after the victims are gone; higher means the
 	// cards are left less fragmented.
@@ -78,6 +112,16 @@ func MayPreempt(pod *v1.Pod) bool {
 
 // SelectVictims finds the fewest, lowest-priority pods of node whose
 // eviction lets claims (the preemptor's pending claims) be allocated there.
+//
+// Devices that are being freed (claims of terminating or gone pods) are
+// counted once: the pods nominated to the node with at least the
+// preemptor's priority, most important first, have their claims allocated
+// before the preemptor's in every simulation, on the node as it is without
+// further evictions; a nominated pod whose claims do not fit any more is
+// left out (it preempts again when the scheduler next tries it). So two
+// preemptors never count on the same victim, a victim is never evicted
+// twice, and a higher-priority preemptor may take devices a lower one was
+// waiting for.
 // Among equally good sets it prefers the one whose removal leaves the cards
 // least fragmented. A victim is a pod of lower priority than preemptor that
 // is not terminating and whose eviction, with the other victims', stays
@@ -112,7 +156,11 @@ func SelectVictims(ctx context.Context, node Node, preemptor *v1.Pod, claims []*
 	if fits, err := s.fits(all); err != nil {
 		return Decision{}, err
 	} else if !fits {
-		return Decision{Reason: "the claims cannot be allocated even with every lower-priority pod gone"}, nil
+		reason := "the claims cannot be allocated even with every lower-priority pod gone"
+		if len(s.reserved) > 0 {
+			reason += fmt.Sprintf(" and the claims of %s (nominated to the node, of at least the same priority) allocated first", strings.Join(s.reserved, ", "))
+		}
+		return Decision{Reason: reason, Reserved: s.reserved, Displaced: s.displaced}, nil
 	}
 	best, err := s.smallest(limits.Simulations)
 	if err != nil {
@@ -146,6 +194,9 @@ type search struct {
 	budgets []budget
 	runs    int
 	model   *scoreModel
+	// reserved and displaced are the nominated pods counted first and
+	// those whose claims no longer fit.
+	reserved, displaced []string
 }
 
 type freeableClaim struct {
@@ -162,7 +213,7 @@ func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*reso
 	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims}
 	running := map[types.UID]*v1.Pod{}
 	for _, p := range node.Pods {
-		if p.DeletionTimestamp == nil {
+		if p.DeletionTimestamp == nil && !node.Evicted[p.UID] {
 			running[p.UID] = p
 		}
 	}
@@ -213,7 +264,46 @@ func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*reso
 			s.budgets = append(s.budgets, *b)
 		}
 	}
+	if err := s.reserve(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// reserve allocates the claims of the nominated pods of at least the
+// preemptor's priority on the node with no further eviction and keeps them
+// for every simulation.
+func (s *search) reserve() error {
+	priority := PodPriority(s.preemptor)
+	var nominated []Nominated
+	for _, n := range s.node.Nominated {
+		if n.Pod.UID != s.preemptor.UID && PodPriority(n.Pod) >= priority {
+			nominated = append(nominated, n)
+		}
+	}
+	slices.SortStableFunc(nominated, func(a, b Nominated) int { return cmp.Compare(PodPriority(b.Pod), PodPriority(a.Pod)) })
+	base := &dra.Node{Name: s.node.Name, Slices: s.node.Slices, Classes: s.node.Classes, Allocated: s.remaining(nil)}
+	for _, n := range nominated {
+		try := &dra.Node{Name: base.Name, Slices: base.Slices, Classes: base.Classes, Allocated: slices.Clone(base.Allocated)}
+		fits := true
+		for _, c := range n.Claims {
+			if _, err := try.Allocate(s.ctx, c); err != nil {
+				if !errors.Is(err, dra.ErrUnschedulable) {
+					return fmt.Errorf("simulating the claims of pod %s/%s, nominated to node %s: %w", n.Pod.Namespace, n.Pod.Name, s.node.Name, err)
+				}
+				fits = false
+				break
+			}
+		}
+		if !fits {
+			s.displaced = append(s.displaced, n.Pod.Name)
+			continue
+		}
+		s.kept = append(s.kept, try.Allocated[len(base.Allocated):]...)
+		s.reserved = append(s.reserved, n.Pod.Name)
+		base = try
+	}
+	return nil
 }
 
 // podConsumers lists the pods a claim is reserved for that are still
@@ -473,11 +563,43 @@ func (s *search) reprieve() ([]int, error) {
 }
 
 func (s *search) decision(set []int) (Decision, error) {
-	d := Decision{Fits: true, Score: s.score(set)}
+	d := Decision{Fits: true, Score: s.score(set), Reserved: s.reserved, Displaced: s.displaced}
+	victims := map[types.UID]*v1.Pod{}
 	for _, i := range set {
 		d.Victims = append(d.Victims, s.candidates[i])
+		victims[s.candidates[i].UID] = s.candidates[i]
+	}
+	for _, f := range s.freeable {
+		if len(f.pods) == 0 || slices.ContainsFunc(f.pods, func(uid types.UID) bool { return victims[uid] == nil }) {
+			continue
+		}
+		for _, uid := range f.pods {
+			d.Freed = append(d.Freed, Freed{Pod: victims[uid], Claim: f.claim, Devices: dra.Devices(f.claim.Status.Allocation), Whole: s.holdsWhole(f.claim)})
+		}
 	}
 	return d, nil
+}
+
+// holdsWhole says whether one of the claim's results takes a whole device:
+// no share ID, no consumed capacity, or all of the device's memory.
+func (s *search) holdsWhole(c *resourceapi.ResourceClaim) bool {
+	for _, r := range c.Status.Allocation.Devices.Results {
+		used, ok := r.ConsumedCapacity[device.CapacityMemory]
+		if r.ShareID == nil || !ok {
+			return true
+		}
+		for _, sl := range s.node.Slices {
+			if sl.Spec.Driver != r.Driver || sl.Spec.Pool.Name != r.Pool {
+				continue
+			}
+			for _, d := range sl.Spec.Devices {
+				if capacity, ok := d.Capacity[device.CapacityMemory]; ok && d.Name == r.Device && used.Cmp(capacity.Value) >= 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // binomial is n choose k, saturating well above any budget.

@@ -94,6 +94,10 @@ func TestSelectVictims(t *testing.T) {
 		preemptor   *testPod
 		wantFits    bool
 		wantVictims []string
+		// nominated are pods nominated to the node earlier, each with
+		// one claim of its request.
+		nominated     []nominee
+		wantDisplaced []string
 	}
 	with := func(pods []testPod, claims []testClaim, extraPods []testPod, extraClaims ...testClaim) ([]testPod, []testClaim) {
 		return append(slices.Clone(pods), extraPods...), append(slices.Clone(claims), extraClaims...)
@@ -101,6 +105,11 @@ func TestSelectVictims(t *testing.T) {
 	// Seven cards held by pods the preemptor may not evict; card 7 is left
 	// to each test.
 	stayPods, stayClaims := fullNode(high, high, high, high, high, high, high)
+	// A full node of priority-10 pods where w2 is terminating (evicted for
+	// an earlier preemptor).
+	leavingPods, leavingClaims := fullNode(10, 10, 10, 10, 10, 10, 10, 10)
+	leavingPods[2].terminating = true
+	share60 := dra.SharedGPU("gpu", resource.MustParse("60Gi"), resource.Quantity{})
 	tests := []testCase{
 		{
 			name: "whole card: the one lowest-priority pod of a full node", request: wholeRequest,
@@ -250,11 +259,62 @@ func TestSelectVictims(t *testing.T) {
 				pods:   pods, claims: claims, wantFits: true, wantVictims: []string{"a"},
 			}
 		}(),
+		{
+			name: "a terminating victim's card is not counted twice: the preemptor evicts another", request: wholeRequest,
+			pods: leavingPods, claims: leavingClaims, nominated: []nominee{{"first", high, wholeRequest}},
+			wantFits: true, wantVictims: []string{"w7"},
+		},
+		{
+			name: "a terminating victim's card alone: fits without evicting", request: wholeRequest,
+			pods: leavingPods, claims: leavingClaims,
+			wantFits: true,
+		},
+		{
+			name: "a whole card nominated first: a share evicts another", request: shareRequest,
+			pods: leavingPods, claims: leavingClaims, nominated: []nominee{{"first", high, wholeRequest}},
+			wantFits: true, wantVictims: []string{"w7"},
+		},
+		{
+			name: "two 40Gi shares share one freed card", request: shareRequest,
+			pods: leavingPods, claims: leavingClaims, nominated: []nominee{{"first", high, shareRequest}},
+			wantFits: true,
+		},
+		{
+			name: "a 60Gi share nominated first: a 40Gi share evicts another", request: shareRequest,
+			pods: leavingPods, claims: leavingClaims, nominated: []nominee{{"first", high, share60}},
+			wantFits: true, wantVictims: []string{"w7"},
+		},
+		{
+			name: "a lower-priority nominated pod does not hold the freed card", request: wholeRequest,
+			pods: leavingPods, claims: leavingClaims, nominated: []nominee{{"earlier", 500, wholeRequest}},
+			wantFits: true,
+		},
+		{
+			name: "higher priority first: of two nominated pods the one that no longer fits is displaced", request: wholeRequest,
+			pods: leavingPods, claims: leavingClaims,
+			nominated: []nominee{{"second", high, wholeRequest}, {"urgent", 2000, wholeRequest}},
+			wantFits:  true, wantVictims: []string{"w7"}, wantDisplaced: []string{"second"},
+		},
+		{
+			name: "nothing lower-priority and the freed card taken: no eviction", request: wholeRequest,
+			pods: func() []testPod {
+				p, _ := with(stayPods, stayClaims, []testPod{{name: "leaving", priority: 1, terminating: true}})
+				return p
+			}(),
+			claims:    func() []testClaim { _, c := with(stayPods, stayClaims, nil, whole(7, "leaving")); return c }(),
+			nominated: []nominee{{"first", high, wholeRequest}},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			node := buildNode(ctx, t, tc.pods, tc.claims)
+			for i, n := range tc.nominated {
+				p := newPod(testPod{name: n.name, priority: n.priority}, 50+i)
+				p.Spec.NodeName = ""
+				node.Nominated = append(node.Nominated, preemption.Nominated{Pod: p,
+					Claims: []*resourceapi.ResourceClaim{dra.Claim(n.name+"-gpu", nil, n.request)}})
+			}
 			preemptor := pod("high", high)
 			if tc.preemptor != nil {
 				preemptor = *tc.preemptor
@@ -272,6 +332,27 @@ func TestSelectVictims(t *testing.T) {
 			if got.Fits != tc.wantFits || !cmp.Equal(victims, tc.wantVictims) {
 				t.Errorf("fits %v, victims %v (reason %q); want fits %v, victims %v", got.Fits, victims, got.Reason, tc.wantFits, tc.wantVictims)
 			}
+			// Each victim's freed claims are named, whole cards told from
+			// shares.
+			freed := map[string]bool{}
+			for _, f := range got.Freed {
+				freed[f.Pod.Name] = true
+				var i int
+				if _, err := fmt.Sscanf(f.Claim.Name, "claim-%d", &i); err != nil {
+					t.Fatalf("freed claim %s is not one of the node's", f.Claim.Name)
+				}
+				if wantWhole := tc.claims[i].memory == ""; f.Whole != wantWhole || len(f.Devices) != 1 {
+					t.Errorf("freed %s (%v): whole %v, want %v", f.Claim.Name, f.Devices, f.Whole, wantWhole)
+				}
+			}
+			for _, v := range victims {
+				if !freed[v] {
+					t.Errorf("victim %s frees no claim in the decision", v)
+				}
+			}
+			if !cmp.Equal(got.Displaced, tc.wantDisplaced) {
+				t.Errorf("displaced nominated pods %v, want %v", got.Displaced, tc.wantDisplaced)
+			}
 			if !got.Fits && got.Reason == "" {
 				t.Error("no reason given for a node where preemption cannot help")
 			}
@@ -279,11 +360,23 @@ func TestSelectVictims(t *testing.T) {
 	}
 }
 
+type nominee struct {
+	name     string
+	priority int32
+	request  resourceapi.DeviceRequest
+}
+
 // buildNode publishes a dgx-h100 node with shareable cards and allocates
 // the claims with the real allocator, each pinned to its card.
 func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testClaim) preemption.Node {
 	t.Helper()
-	profile, err := fakegpu.BuiltinProfile("dgx-h100")
+	return buildProfileNode(ctx, t, nodeName, "dgx-h100", pods, claims)
+}
+
+// buildProfileNode is buildNode for another node name and fake profile.
+func buildProfileNode(ctx context.Context, t testing.TB, nodeName, profileName string, pods []testPod, claims []testClaim) preemption.Node {
+	t.Helper()
+	profile, err := fakegpu.BuiltinProfile(profileName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +391,9 @@ func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testC
 	an := &dra.Node{Name: nodeName, Slices: devslices.ResourceSlices(nodeName, res), Classes: device.DeviceClasses()}
 	node := preemption.Node{Name: nodeName, Slices: an.Slices, Classes: an.Classes}
 	for i, p := range pods {
-		node.Pods = append(node.Pods, newPod(p, i))
+		pod := newPod(p, i)
+		pod.Spec.NodeName = nodeName
+		node.Pods = append(node.Pods, pod)
 	}
 	for i, c := range claims {
 		onCard := fmt.Sprintf(`device.attributes["gpu.tangram.dev"].index == %d`, c.card)
@@ -306,7 +401,7 @@ func buildNode(ctx context.Context, t testing.TB, pods []testPod, claims []testC
 		if c.memory != "" {
 			req = dra.SharedGPU("gpu", resource.MustParse(c.memory), resource.Quantity{}, onCard)
 		}
-		allocated, err := an.Allocate(ctx, dra.Claim(fmt.Sprintf("claim-%d", i), nil, req))
+		allocated, err := an.Allocate(ctx, dra.Claim(fmt.Sprintf("%sclaim-%d", claimPrefix(nodeName), i), nil, req))
 		if err != nil {
 			t.Fatalf("setting up claim %d: %v", i, err)
 		}
@@ -343,4 +438,13 @@ func newPod(p testPod, age int) *v1.Pod {
 		pod.Spec.PreemptionPolicy = ptr.To(v1.PreemptNever)
 	}
 	return pod
+}
+
+// claimPrefix keeps claim names apart across nodes; empty for the default
+// node, whose claims the tests name claim-<i>.
+func claimPrefix(node string) string {
+	if node == nodeName {
+		return ""
+	}
+	return node + "-"
 }

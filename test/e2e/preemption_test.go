@@ -12,8 +12,10 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 var _ = Describe("GPU preemption with tangram-scheduler", func() {
@@ -82,6 +84,94 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 				tl.evicted, tl.victimStopped, tl.claimGone, tl.bound, tl.running)
 		}
 	}, SpecTimeout(6*time.Minute))
+
+	It("runs a high-priority whole card and a 40Gi share created together, evicting exactly two low-priority pods", func(ctx SpecContext) {
+		scenario("preemption under contention: every card of " + gpuNode + " held by a low-priority pod; a high-priority whole card and a 40Gi share created at once with " + *tangramScheduler)
+		ns := newNamespace(ctx)
+		low := createPriorityClass(ctx, ns+"-low", 100)
+		high := createPriorityClass(ctx, ns+"-high", 1000000)
+		createTemplate(ctx, ns, "whole-gpu", wholeGPUs(1))
+		createTemplate(ctx, ns, "share-40gi", memoryShare("40Gi"))
+		cards := len(nodeDevices(ctx, gpuNode))
+		lowPods := make([]string, cards)
+		for i := range lowPods {
+			lowPods[i] = fmt.Sprintf("low-%d", i)
+			createPod(ctx, priorityPod(ns, lowPods[i], "whole-gpu", low, ""))
+		}
+		for _, name := range lowPods {
+			waitRunning(ctx, ns, name)
+		}
+
+		start := time.Now()
+		highPods := map[string]string{"high-whole": "whole-gpu", "high-share": "share-40gi"}
+		for name, template := range highPods {
+			createPod(ctx, priorityPod(ns, name, template, high, *tangramScheduler))
+		}
+		// Both run within 30 s (the issue: the share stayed Pending with
+		// no second eviction for more than 100 s).
+		Eventually(func(g Gomega) {
+			for name := range highPods {
+				pod := getPod(ctx, ns, name)
+				g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
+			}
+		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		took := time.Since(start).Round(100 * time.Millisecond)
+		left := runningOf(ctx, ns, lowPods)
+		Expect(left).To(HaveLen(cards-2), "exactly two low-priority pods must be evicted")
+		for name := range highPods {
+			msg := waitEvent(ctx, ns, name, "Preempting", "lower-priority pod(s) on node "+gpuNode)
+			GinkgoWriter.Printf("  %s (%s): %s\n", name, highPods[name], msg)
+		}
+		GinkgoWriter.Printf("  both Running %s after creation; %d of %d low-priority pods left\n", took, len(left), cards)
+	}, SpecTimeout(4*time.Minute))
+
+	It("evicts exactly four low-priority pods for a high-priority gang of two members with two NVLinked cards each, and both members run", func(ctx SpecContext) {
+		scenario("gang preemption: every card of " + gpuNode + " held by a low-priority pod; a high-priority PodGroup of 2 members x 2 NVLinked cards with " + *tangramScheduler + " (GenericWorkload on)")
+		ns := newNamespace(ctx)
+		low := createPriorityClass(ctx, ns+"-low", 100)
+		high := createPriorityClass(ctx, ns+"-high", 1000000)
+		createTemplate(ctx, ns, "whole-gpu", wholeGPUs(1))
+		createTemplate(ctx, ns, "nvlink-2", nvlinkGang(2))
+		cards := len(nodeDevices(ctx, gpuNode))
+		lowPods := make([]string, cards)
+		for i := range lowPods {
+			lowPods[i] = fmt.Sprintf("low-%d", i)
+			createPod(ctx, priorityPod(ns, lowPods[i], "whole-gpu", low, ""))
+		}
+		for _, name := range lowPods {
+			waitRunning(ctx, ns, name)
+		}
+
+		_, err := clientset.SchedulingV1beta1().PodGroups(ns).Create(ctx, &schedulingv1beta1.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: "train"},
+			Spec: schedulingv1beta1.PodGroupSpec{
+				PriorityClassName: high,
+				SchedulingPolicy:  schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
+			},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "creating PodGroup train")
+		start := time.Now()
+		members := []string{"train-0", "train-1"}
+		for _, name := range members {
+			pod := priorityPod(ns, name, "nvlink-2", high, *tangramScheduler)
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("train")}
+			createPod(ctx, pod)
+		}
+		Eventually(func(g Gomega) {
+			for _, name := range members {
+				pod := getPod(ctx, ns, name)
+				g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "member %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
+			}
+		}).WithContext(ctx).WithTimeout(60 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		took := time.Since(start).Round(100 * time.Millisecond)
+		left := runningOf(ctx, ns, lowPods)
+		Expect(left).To(HaveLen(cards-4), "exactly four low-priority pods (two NVLinked cards per member) must be evicted")
+		for _, name := range members {
+			msg := waitEvent(ctx, ns, name, "Preempting", "members of gang "+ns+"/train")
+			GinkgoWriter.Printf("  %s: %s\n", name, msg)
+		}
+		GinkgoWriter.Printf("  both members Running %s after creation; %d of %d low-priority pods left\n", took, len(left), cards)
+	}, SpecTimeout(4*time.Minute))
 })
 
 // createPriorityClass creates a PriorityClass that never becomes the

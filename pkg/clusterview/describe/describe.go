@@ -83,6 +83,9 @@ type PodReport struct {
 	// allocated although each could be on its own: the scheduler needs one
 	// node for all of them.
 	Together string `json:"together,omitempty"`
+	// Preemption, for a pod not bound yet but nominated to a node, says
+	// whether the scheduler is evicting lower-priority pods for it.
+	Preemption *PreemptionReport `json:"preemption,omitempty"`
 }
 
 // PodClaim is one entry of the pod's spec.resourceClaims.
@@ -201,6 +204,7 @@ func DescribePod(ctx context.Context, snap *cluster.Snapshot, pod *corev1.Pod) (
 		}
 		r.Claims = append(r.Claims, entry)
 	}
+	r.Preemption = preemptionOf(snap.Pods, allocatedClaimsByPod(snap), pod)
 	if err := checkTogether(ctx, snap, r); err != nil {
 		return nil, err
 	}

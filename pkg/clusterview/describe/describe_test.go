@@ -233,3 +233,63 @@ func TestStatusWithReasonsGolden(t *testing.T) {
 	}
 	checkGolden(t, "status-with-reasons.golden", out.Bytes())
 }
+
+// TestDescribePreemption: a pending pod nominated to a node after a
+// preemption says whether the victims are still terminating there, and a
+// pod that is not nominated says nothing about preemption.
+func TestDescribePreemption(t *testing.T) {
+	ctx := context.Background()
+	c, err := fixture.Demo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preemptor := podNamed(t, &c.Snap, "serve", "big-share-pod").DeepCopy()
+	preemptor.Name, preemptor.Spec.Priority = "urgent", ptr.To[int32](1000)
+	preemptor.Status.NominatedNodeName = "dgx-a"
+	// eval (whole card) is evicted; a higher-priority terminating pod is
+	// not a victim of this preemptor.
+	victim := podNamed(t, &c.Snap, "ml", "eval-pod")
+	victim.DeletionTimestamp = ptr.To(metav1.Now())
+	victim.Spec.Priority = ptr.To[int32](10)
+	other := podNamed(t, &c.Snap, "serve", "infer-a-pod")
+	other.DeletionTimestamp = ptr.To(metav1.Now())
+	other.Spec.Priority = ptr.To[int32](2000)
+
+	for _, tc := range []struct {
+		name         string
+		pod          *corev1.Pod
+		terminating  bool
+		golden       string
+		wantVictims  int
+		wantReported bool
+	}{
+		{"victim terminating", preemptor, true, "pod-preempting.golden", 1, true},
+		{"victim gone", preemptor, false, "pod-preempting-victims-gone.golden", 0, true},
+		{"not nominated", podNamed(t, &c.Snap, "serve", "big-share-pod"), true, "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			victim.DeletionTimestamp = nil
+			if tc.terminating {
+				victim.DeletionTimestamp = ptr.To(metav1.Now())
+			}
+			r, err := DescribePod(ctx, &c.Snap, tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (r.Preemption != nil) != tc.wantReported {
+				t.Fatalf("preemption reported: %+v, want reported %v", r.Preemption, tc.wantReported)
+			}
+			if r.Preemption != nil && len(r.Preemption.Victims) != tc.wantVictims {
+				t.Errorf("victims %+v, want %d", r.Preemption.Victims, tc.wantVictims)
+			}
+			if tc.golden == "" {
+				return
+			}
+			var out bytes.Buffer
+			if err := WritePod(&out, r, clusterview.Style{}); err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tc.golden, out.Bytes())
+		})
+	}
+}

@@ -31,6 +31,16 @@ func WritePod(w io.Writer, r *PodReport, st clusterview.Style) error {
 		where += ", not scheduled"
 	}
 	field(&b, "", "Phase", where, st)
+	if p := r.Preemption; p != nil {
+		field(&b, "", "Preemption", st.Paint(clusterview.Yellow, p.Summary), st)
+		for _, v := range p.Victims {
+			claims := "no allocated claim left"
+			if len(v.Claims) > 0 {
+				claims = "holds " + strings.Join(v.Claims, "; ")
+			}
+			fmt.Fprintf(&b, "  - %s: terminating, %s\n", v.Pod, claims)
+		}
+	}
 	if len(r.Claims) == 0 {
 		b.WriteString("The pod uses no resource claims.\n")
 	} else if r.Node == "" && allAllocated(r) {

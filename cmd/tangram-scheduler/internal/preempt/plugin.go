@@ -6,15 +6,21 @@
 // (pkg/preemption), then nominates the node and evicts the victims through
 // the Eviction API, so PodDisruptionBudgets are enforced by the API server
 // as well. The preemptor binds once the resourceclaim controller has
-// deallocated the victims' claims.
+// deallocated the victims' claims. Devices being freed are counted once:
+// pods already nominated to a node keep first claim on them (see
+// pkg/preemption). As a PodGroupPostFilter it preempts for a whole gang
+// (gang.go). Each preemption leaves events on the preemptor and the victims
+// naming the claims and devices, and counts in two metrics (metrics.go).
 package preempt
 
 import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -23,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2"
@@ -43,6 +50,13 @@ const draPlugin = "DynamicResources"
 type Plugin struct {
 	handle fwk.Handle
 	pdbs   policylisters.PodDisruptionBudgetLister
+
+	// evicted are the pods this plugin evicted that the scheduler's
+	// snapshot may still show running (its informer lags the Eviction
+	// API): they count as terminating, so no other preemptor evicts or
+	// displaces them again.
+	mu      sync.Mutex
+	evicted map[types.UID]bool
 }
 
 var _ fwk.PostFilterPlugin = (*Plugin)(nil)
@@ -56,34 +70,52 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			return nil, fmt.Errorf("%s takes no args (remove its pluginConfig entry): %w", Name, err)
 		}
 	}
-	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}, nil
+	register()
+	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(), evicted: map[types.UID]bool{}}, nil
 }
 
 func (*Plugin) Name() string { return Name }
 
 // PostFilter looks for a node where evicting lower-priority pods lets the
 // pod's claims be allocated, nominates the best one and evicts its victims.
-func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	result, status, outcome := p.postFilter(ctx, state, pod, statuses)
+	if outcome != "" {
+		preemptions.WithLabelValues(kindPod, outcome).Inc()
+	}
+	return result, status
+}
+
+// postFilter is PostFilter; outcome is the metric's result label, empty
+// when the pod was no preemptor at all (no pending claims, policy Never,
+// rejected for other reasons than its claims).
+func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status, string) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
 	ctx = klog.NewContext(ctx, logger)
 	if !preemption.MayPreempt(pod) {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod's preemptionPolicy is Never")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod's preemptionPolicy is Never"), ""
+	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		// A gang member alone must not evict anyone: the gang may still
+		// not fit. Gangs preempt as a whole in the pod-group cycle
+		// (PodGroupPostFilter), which needs GenericWorkload on.
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the pod is a member of PodGroup %s: GPU preemption for gangs runs for the whole group (tangram-scheduler needs --feature-gates=GenericWorkload=true)", *g.PodGroupName)), ""
 	}
 	dra := p.handle.SharedDRAManager()
 	if dra == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "no DRA state")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no DRA state"), ""
 	}
 	claims, allocated, err := podClaims(pod, dra.ResourceClaims())
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, fwk.AsStatus(err), resultError
 	}
 	if len(claims) == 0 {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod has no pending ResourceClaims")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "the pod has no pending ResourceClaims"), ""
 	}
 	if allocated {
 		// An allocated claim ties the pod to its node; evicting for the
 		// rest is left to a later version.
-		return nil, fwk.NewStatus(fwk.Unschedulable, "some of the pod's ResourceClaims are allocated already")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "some of the pod's ResourceClaims are allocated already"), ""
 	}
 	// The DRA filter rejects a node whose devices are taken as
 	// UnschedulableAndUnresolvable, since the stock preemption cannot free
@@ -92,7 +124,7 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	for _, code := range []fwk.Code{fwk.Unschedulable, fwk.UnschedulableAndUnresolvable} {
 		nis, err := statuses.NodesForStatusCode(p.handle.SnapshotSharedLister().NodeInfos(), code)
 		if err != nil {
-			return nil, fwk.AsStatus(fmt.Errorf("listing the nodes that rejected the pod: %w", err))
+			return nil, fwk.AsStatus(fmt.Errorf("listing the nodes that rejected the pod: %w", err)), resultError
 		}
 		nodeInfos = append(nodeInfos, nis...)
 	}
@@ -102,23 +134,28 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 		return ni.Node() == nil || statuses.Get(ni.Node().Name).Plugin() != draPlugin
 	})
 	if len(nodeInfos) == 0 {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "no node rejected the pod only for its ResourceClaims")
+		return nil, fwk.NewStatus(fwk.Unschedulable, "no node rejected the pod only for its ResourceClaims"), ""
 	}
 	state, err := p.readState(dra)
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, fwk.AsStatus(err), resultError
 	}
 	pdbs, err := p.pdbs.List(labels.Everything())
 	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err))
+		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err)), resultError
 	}
+	evicted := p.evictedNotSeen()
 	var best *candidate
 	var reasons []string
 	for _, ni := range nodeInfos {
 		node := state.node(ni)
+		node.Evicted = evicted
+		if node.Nominated, err = p.nominated(pod, node.Name, dra.ResourceClaims()); err != nil {
+			return nil, fwk.AsStatus(err), resultError
+		}
 		d, err := preemption.SelectVictims(ctx, node, pod, claims, pdbs, preemption.Limits{})
 		if err != nil {
-			return nil, fwk.AsStatus(err)
+			return nil, fwk.AsStatus(err), resultError
 		}
 		if !d.Fits {
 			logger.V(5).Info("Preemption cannot help on node", "node", node.Name, "reason", d.Reason)
@@ -131,21 +168,29 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 		}
 	}
 	if best == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "preemption cannot make room for the pod's claims: "+summarize(reasons))
+		return nil, fwk.NewStatus(fwk.Unschedulable, "preemption cannot make room for the pod's claims: "+summarize(reasons)), resultNotHelpful
 	}
-	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(best.decision.Victims))
-	for _, victim := range best.decision.Victims {
-		if err := p.evict(ctx, pod, victim, best.node); err != nil {
+	d := best.decision
+	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(d.Victims),
+		"nominatedFirst", d.Reserved, "displacedNominated", d.Displaced)
+	for _, victim := range d.Victims {
+		if err := p.evict(ctx, pod, victim, best.node, freedBy(d.Freed, victim)); err != nil {
 			if apierrors.IsTooManyRequests(err) {
 				// A PodDisruptionBudget changed since the lister saw it: not
 				// an error, the pod is retried with the budget in view.
-				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
+				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
 			}
-			return nil, fwk.AsStatus(err)
+			return nil, fwk.AsStatus(err), resultError
 		}
+		victims.WithLabelValues(kindPod, evictionReason(freedBy(d.Freed, victim))).Inc()
+	}
+	outcome := resultWaiting
+	if len(d.Victims) > 0 {
+		outcome = resultEvicted
+		p.announce(pod, best.node, claims, d)
 	}
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: best.node, NominatingMode: fwk.ModeOverride}},
-		fwk.NewStatus(fwk.Success)
+		fwk.NewStatus(fwk.Success), outcome
 }
 
 type candidate struct {
@@ -191,8 +236,15 @@ func summarize(reasons []string) string {
 }
 
 // evict asks the API server to evict victim, so its PodDisruptionBudgets
-// are checked once more; a victim already gone is fine.
-func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string) error {
+// are checked once more; a victim already gone is fine. The victim's event
+// names the preemptor, the node and the claims and devices it frees.
+func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string, freed []preemption.Freed) error {
+	return p.evictFor(ctx, preemptor, fmt.Sprintf("pod %s/%s (priority %d)", preemptor.Namespace, preemptor.Name, preemption.PodPriority(preemptor)), victim, node, freed)
+}
+
+// evictFor is evict with the preemptor described by by ("pod ns/name
+// (priority N)" or a gang).
+func (p *Plugin) evictFor(ctx context.Context, preemptor *v1.Pod, by string, victim *v1.Pod, node string, freed []preemption.Freed) error {
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: victim.Name, Namespace: victim.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &victim.UID}},
@@ -204,11 +256,104 @@ func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node stri
 	if err != nil {
 		return fmt.Errorf("evicting pod %s/%s to make room for %s/%s on node %s: %w", victim.Namespace, victim.Name, preemptor.Namespace, preemptor.Name, node, err)
 	}
+	p.mu.Lock()
+	if p.evicted == nil {
+		p.evicted = map[types.UID]bool{}
+	}
+	p.evicted[victim.UID] = true
+	p.mu.Unlock()
 	if r := p.handle.EventRecorder(); r != nil {
-		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting",
-			"Preempted by pod %s on node %s to free GPU devices", preemptor.UID, node)
+		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting", "%s",
+			truncate(fmt.Sprintf("Preempted by %s on node %s to free GPU devices: %s", by, node, describeFreed(freed))))
 	}
 	return nil
+}
+
+// announce tells the preemptor which pods it evicts, for which of its
+// claims and which devices they free.
+func (p *Plugin) announce(preemptor *v1.Pod, node string, claims []*resourceapi.ResourceClaim, d preemption.Decision) {
+	r := p.handle.EventRecorder()
+	if r == nil {
+		return
+	}
+	var names []string
+	for _, c := range claims {
+		names = append(names, c.Namespace+"/"+c.Name)
+	}
+	var parts []string
+	for _, v := range d.Victims {
+		parts = append(parts, fmt.Sprintf("%s/%s (priority %d, %s)", v.Namespace, v.Name, preemption.PodPriority(v), describeFreed(freedBy(d.Freed, v))))
+	}
+	r.Eventf(preemptor, nil, v1.EventTypeNormal, "Preempting", "Preempting", "%s",
+		truncate(fmt.Sprintf("Evicting %d lower-priority pod(s) on node %s for claim(s) %s: %s",
+			len(d.Victims), node, strings.Join(names, ", "), strings.Join(parts, "; "))))
+}
+
+// freedBy is what evicting victim frees.
+func freedBy(freed []preemption.Freed, victim *v1.Pod) []preemption.Freed {
+	var out []preemption.Freed
+	for _, f := range freed {
+		if f.Pod.UID == victim.UID {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// describeFreed is "claim ns/name: gpu-3, …" for each freed claim.
+func describeFreed(freed []preemption.Freed) string {
+	if len(freed) == 0 {
+		return "no claim of its own (it shares its claims with other victims)"
+	}
+	var parts []string
+	for _, f := range freed {
+		parts = append(parts, fmt.Sprintf("claim %s/%s: %s", f.Claim.Namespace, f.Claim.Name, strings.Join(f.Devices, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// evictionReason is the victims metric's reason: whole_card when one of
+// the freed claims holds a whole card, share otherwise.
+func evictionReason(freed []preemption.Freed) string {
+	for _, f := range freed {
+		if f.Whole {
+			return reasonWholeCard
+		}
+	}
+	return reasonShare
+}
+
+// truncate keeps an event note within the API's 1 kB.
+func truncate(note string) string {
+	const limit = 1024
+	if len(note) <= limit {
+		return note
+	}
+	return note[:limit-3] + "..."
+}
+
+// evictedNotSeen returns the pods this plugin evicted that the snapshot
+// still shows without a deletion timestamp, and forgets the others.
+func (p *Plugin) evictedNotSeen() map[types.UID]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.evicted) == 0 {
+		return nil
+	}
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return maps.Clone(p.evicted)
+	}
+	seen := map[types.UID]bool{}
+	for _, ni := range nodes {
+		for _, pi := range ni.GetPods() {
+			if pod := pi.GetPod(); p.evicted[pod.UID] && pod.DeletionTimestamp == nil {
+				seen[pod.UID] = true
+			}
+		}
+	}
+	p.evicted = seen
+	return maps.Clone(seen)
 }
 
 // clusterState is the DRA state read once per PostFilter call.
@@ -238,11 +383,40 @@ func (p *Plugin) readState(dra fwk.SharedDRAManager) (*clusterState, error) {
 		}
 	}
 	for _, c := range claims {
-		if c.Status.Allocation != nil {
-			s.claims = append(s.claims, c)
+		if c.Status.Allocation == nil {
+			// A claim the DRA plugin allocated for a pod in its binding
+			// cycle holds its devices already, though the API server has
+			// not been told yet.
+			pending := dra.ResourceClaims().GetPendingAllocation(c.UID)
+			if pending == nil {
+				continue
+			}
+			c = c.DeepCopy()
+			c.Status.Allocation = pending
 		}
+		s.claims = append(s.claims, c)
 	}
 	return s, nil
+}
+
+// nominated lists the other pods nominated to node, with their pending
+// claims; pkg/preemption counts those of at least pod's priority first.
+func (p *Plugin) nominated(pod *v1.Pod, node string, claims fwk.ResourceClaimTracker) ([]preemption.Nominated, error) {
+	var out []preemption.Nominated
+	for _, pi := range p.handle.NominatedPodsForNode(node) {
+		other := pi.GetPod()
+		if other.UID == pod.UID {
+			continue
+		}
+		pending, _, err := podClaims(other, claims)
+		if err != nil {
+			return nil, err
+		}
+		if len(pending) > 0 {
+			out = append(out, preemption.Nominated{Pod: other, Claims: pending})
+		}
+	}
+	return out, nil
 }
 
 // node is what preemption needs of one node: its own slices (devices

@@ -3,11 +3,14 @@ package preempt
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,15 +69,32 @@ func TestBetterNode(t *testing.T) {
 // handleWithClient is the part of the framework handle evict uses.
 type handleWithClient struct {
 	fwk.Handle
-	client kubernetes.Interface
+	client   kubernetes.Interface
+	recorder *recorder
 }
 
-func (h handleWithClient) ClientSet() kubernetes.Interface           { return h.client }
-func (h handleWithClient) EventRecorder() events.EventRecorderLogger { return nil }
+func (h handleWithClient) ClientSet() kubernetes.Interface { return h.client }
+func (h handleWithClient) EventRecorder() events.EventRecorderLogger {
+	if h.recorder == nil {
+		return nil
+	}
+	return h.recorder
+}
+
+// recorder keeps the events' "regarding reason: note".
+type recorder struct {
+	events.EventRecorderLogger
+	got []string
+}
+
+func (r *recorder) Eventf(regarding, _ runtime.Object, _, reason, _, note string, args ...any) {
+	r.got = append(r.got, fmt.Sprintf("%s %s: %s", regarding.(metav1.Object).GetName(), reason, fmt.Sprintf(note, args...)))
+}
 
 func TestEvict(t *testing.T) {
 	victim := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "low", Namespace: "default", UID: "low-uid"}}
-	preemptor := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "high", Namespace: "default", UID: "high-uid"}}
+	preemptor := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "high", Namespace: "default", UID: "high-uid"}, Spec: v1.PodSpec{Priority: ptr.To[int32](1000)}}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "low-gpu", Namespace: "default"}}
 	for _, tc := range []struct {
 		name    string
 		apiErr  error
@@ -97,8 +117,9 @@ func TestEvict(t *testing.T) {
 				got = action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
 				return true, nil, tc.apiErr
 			})
-			p := &Plugin{handle: handleWithClient{client: client}}
-			err := p.evict(context.Background(), preemptor, victim, "node-a")
+			events := &recorder{}
+			p := &Plugin{handle: handleWithClient{client: client, recorder: events}}
+			err := p.evict(context.Background(), preemptor, victim, "node-a", []preemption.Freed{{Pod: victim, Claim: claim, Devices: []string{"gpu-3"}}})
 			switch {
 			case tc.wantErr == nil && err != nil:
 				t.Errorf("evict: %v, want no error", err)
@@ -107,9 +128,44 @@ func TestEvict(t *testing.T) {
 			case tc.wantErr != nil && !strings.Contains(err.Error(), "default/low"):
 				t.Errorf("evict: %q does not name the victim", err)
 			}
+			if remembered := p.evicted["low-uid"]; remembered != (tc.apiErr == nil) {
+				t.Errorf("the victim is remembered as evicted: %v, want %v", remembered, tc.apiErr == nil)
+			}
+			wantEvents := []string(nil)
+			if tc.apiErr == nil {
+				wantEvents = []string{"low Preempted: Preempted by pod default/high (priority 1000) on node node-a to free GPU devices: claim default/low-gpu: gpu-3"}
+			}
+			if !slices.Equal(events.got, wantEvents) {
+				t.Errorf("events %q, want %q", events.got, wantEvents)
+			}
 			if got == nil || got.Name != "low" || got.DeleteOptions == nil || got.DeleteOptions.Preconditions == nil ||
 				*got.DeleteOptions.Preconditions.UID != "low-uid" {
 				t.Errorf("eviction sent: %+v, want pod default/low with its UID as precondition", got)
+			}
+		})
+	}
+}
+
+// A gang member never preempts on its own (the gang might still not fit),
+// nor does a pod whose preemptionPolicy is Never; neither counts as a
+// preemption attempt.
+func TestPostFilterRefusesGangMembersAndNever(t *testing.T) {
+	member := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: "ml"},
+		Spec: v1.PodSpec{SchedulingGroup: &v1.PodSchedulingGroup{PodGroupName: ptr.To("train")}}}
+	never := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "polite", Namespace: "ml"},
+		Spec: v1.PodSpec{PreemptionPolicy: ptr.To(v1.PreemptNever)}}
+	for _, tc := range []struct {
+		pod  *v1.Pod
+		want string
+	}{
+		{member, "member of PodGroup train"},
+		{never, "preemptionPolicy is Never"},
+	} {
+		t.Run(tc.pod.Name, func(t *testing.T) {
+			p := &Plugin{} // no handle: it must not get that far
+			result, status, outcome := p.postFilter(context.Background(), nil, tc.pod, nil)
+			if result != nil || status.Code() != fwk.Unschedulable || !strings.Contains(status.Message(), tc.want) || outcome != "" {
+				t.Errorf("postFilter = %v, %v, %q; want no result, Unschedulable saying %q, no outcome", result, status, outcome, tc.want)
 			}
 		})
 	}
