@@ -62,6 +62,8 @@ type runFlags struct {
 	MemoryLimitHookBinary  string
 	MemoryLimitHookDir     string
 	MemoryLimitHookHostDir string
+
+	NonRootDeviceClasses []string
 }
 
 func newRunCommand() *cobra.Command {
@@ -186,6 +188,8 @@ func newRunCommand() *cobra.Command {
 				HealthWatcher:      healthOpts.watcher(ctx, src, source.Fake(), flags.StateDir),
 				HealthPolicy:       healthPolicy,
 				HealthRecoverAfter: healthOpts.RecoverAfter,
+
+				NonRootClasses: flags.NonRootDeviceClasses,
 			})
 		},
 	}
@@ -222,6 +226,7 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MemoryLimitHookBinary, "memory-limit-hook-binary", "", "tangram-cdi-hook in this container, copied to the host on nodes with hard share enforcement (default: tangram-cdi-hook beside this program)")
 	f.StringVar(&flags.MemoryLimitHookDir, "memory-limit-hook-dir", "", "directory tangram-cdi-hook is copied to, a host directory mounted here (default: <state-dir>/bin)")
 	f.StringVar(&flags.MemoryLimitHookHostDir, "memory-limit-hook-host-dir", "", "the same directory as the host sees it, written into CDI specs (default: --memory-limit-hook-dir)")
+	f.StringSliceVar(&flags.NonRootDeviceClasses, "nonroot-device-classes", nil, "device classes whose claims only locked-down pods may use (runAsNonRoot, allowPrivilegeEscalation: false, no added capabilities, not privileged on every container), checked again at prepare with the pods that reserve the claim; the chart passes admissionPolicy.sharedGPURunAsNonRoot's classes. Empty: no check")
 	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 	return cmd
 }

@@ -100,6 +100,11 @@ type PluginOptions struct {
 	HealthPolicy gpuhealth.Policy
 	// HealthRecoverAfter is the quiet time after which an XID taint goes.
 	HealthRecoverAfter time.Duration
+	// NonRootClasses are the device classes whose claims only pods that
+	// run as non-root, without privilege escalation, added capabilities
+	// or privileged mode may use, checked again at prepare
+	// (--nonroot-device-classes; Config.NonRootClasses).
+	NonRootClasses []string
 }
 
 // validate refuses options no flag check should have let through: a
@@ -186,6 +191,8 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	if opts.KubeClient != nil {
 		cfg.ListClaims = APIClaimLister(opts.KubeClient)
 		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
+		cfg.NonRootClasses = opts.NonRootClasses
+		cfg.ReservingPods = APIReservingPods(opts.KubeClient, opts.NodeName)
 	}
 	cfg.SimulatedMPS = opts.FakeGPUs
 	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == mps.ModeV3
