@@ -774,3 +774,115 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
 	}
 }
+
+// TestGPUOnlyThroughClaimsPolicyDecisions: a pod that would get GPUs from
+// NVIDIA's container runtime without a claim (device-selection environment,
+// the runtime's volume-mount device list, a CDI annotation, the host's
+// device nodes through hostPath) is refused with the reason and what to do;
+// void/none/empty values, CUDA_VISIBLE_DEVICES, other host paths, the
+// chart's plugin pods and the plugin's MPS daemon pods pass.
+func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
+	objs := render(t, "kubeletPlugin.mps.daemon=pod")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims").(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-gpu-only-through-claims").(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if sel := binding.Spec.MatchResources.NamespaceSelector; sel == nil || len(sel.MatchExpressions) != 1 ||
+		sel.MatchExpressions[0].Key != "gpu.tangram.dev/direct-gpu-access" || sel.MatchExpressions[0].Operator != metav1.LabelSelectorOpDoesNotExist {
+		t.Errorf("the binding must exempt namespaces labelled gpu.tangram.dev/direct-gpu-access: %+v", sel)
+	}
+	ds, _ := daemonSet(t, objs)
+
+	pod := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "cuda"}}}}
+		mutate(p)
+		return p
+	}
+	env := func(name, value string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: name, Value: value}) }
+	}
+	hostPath := func(path string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}})
+		}
+	}
+	create := func(p *corev1.Pod) request {
+		return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Create, namespace: p.Namespace, object: p, gvk: podGVK, gvr: podGVR}
+	}
+	pluginPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tangram-kubelet-plugin-x", Namespace: namespace, Labels: ds.Spec.Template.Labels},
+		Spec: ds.Spec.Template.Spec}
+	fakePluginPod := pluginPod.DeepCopy()
+	fakePluginPod.Namespace = "team"
+	daemon := pod(hostPath("/"))
+	daemon.Namespace = "tangram-system-mps"
+	daemonReq := create(daemon)
+	daemonReq.user = pluginUser("gpu-node")
+	withClaim := pod(env("NVIDIA_VISIBLE_DEVICES", "all"))
+	withClaim.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("share")}}
+	const what = "ask for a claim of gpu.tangram.dev (whole cards) or shared-gpu.tangram.dev (a share) instead"
+
+	for _, tc := range []struct {
+		name string
+		req  request
+		want []string
+	}{
+		{name: "NVIDIA_VISIBLE_DEVICES=all", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "all"))),
+			want: []string{`pod team/p container "app" sets NVIDIA_VISIBLE_DEVICES or `, "NVIDIA's container runtime would give it GPUs outside any claim", what}},
+		{name: "NVIDIA_VISIBLE_DEVICES=0,1", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "0,1"))), want: []string{`container "app" sets NVIDIA_VISIBLE_DEVICES`}},
+		{name: "NVIDIA_VISIBLE_DEVICES from a config map", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "gpus"}, Key: "all"}}}}
+		})), want: []string{"takes it from a secret or config map"}},
+		{name: "init container with a MIG variable", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "x", Env: []corev1.EnvVar{{Name: "NVIDIA_MIG_CONFIG_DEVICES", Value: "all"}}}}
+		})), want: []string{`init container "setup" sets`}},
+		{name: "with a claim too", req: create(withClaim), want: []string{`container "app" sets NVIDIA_VISIBLE_DEVICES`}},
+		{name: "NVIDIA_VISIBLE_DEVICES=void", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "void")))},
+		{name: "NVIDIA_VISIBLE_DEVICES=none", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", " None")))},
+		{name: "NVIDIA_VISIBLE_DEVICES empty", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "")))},
+		{name: "CUDA_VISIBLE_DEVICES is the application's", req: create(pod(env("CUDA_VISIBLE_DEVICES", "0")))},
+		{name: "NVIDIA_DRIVER_CAPABILITIES selects no device", req: create(pod(env("NVIDIA_DRIVER_CAPABILITIES", "all")))},
+		{name: "the runtime's volume-mount device list", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/var/run/nvidia-container-devices/all"}}
+		})), want: []string{`pod team/p container "app" mounts a volume under /var/run/nvidia-container-devices`}},
+		{name: "hostPath /dev", req: create(pod(hostPath("/dev"))), want: []string{"pod team/p mounts the host's device nodes through hostPath volume host (/, /dev"}},
+		{name: "hostPath /dev/nvidia0", req: create(pod(hostPath("/dev/nvidia0"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath //dev/./nvidiactl", req: create(pod(hostPath("//dev/./nvidiactl"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /dev/char/195:0", req: create(pod(hostPath("/dev/char/195:0"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /dev/nvidia-caps", req: create(pod(hostPath("/dev/nvidia-caps/"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /", req: create(pod(hostPath("/"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /var/log", req: create(pod(hostPath("/var/log")))},
+		{name: "hostPath /devices", req: create(pod(hostPath("/devices")))},
+		{name: "CDI annotation", req: create(pod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
+		})), want: []string{"pod team/p has the CDI annotation cdi.k8s.io/gpus, which asks the container runtime for devices outside any claim"}},
+		{name: "ephemeral container setting NVIDIA_VISIBLE_DEVICES", req: func() request {
+			old := pod(func(*corev1.Pod) {})
+			p := old.DeepCopy()
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debug", Image: "cuda", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}}}
+			return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Update, namespace: "team", subresource: "ephemeralcontainers",
+				object: p, old: old, gvk: podGVK, gvr: podGVR}
+		}(), want: []string{`ephemeral container "debug" sets`}},
+		{name: "a plain pod", req: create(pod(func(*corev1.Pod) {}))},
+		{name: "the chart's plugin pod", req: create(pluginPod)},
+		{name: "the plugin's labels outside the release namespace", req: create(fakePluginPod), want: []string{"hostPath volume"}},
+		{name: "the plugin's MPS daemon pod", req: daemonReq},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			if len(tc.want) == 0 && got != "" {
+				t.Errorf("denied: %s", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("denial %q, want one containing %q", got, w)
+				}
+			}
+		})
+	}
+	for _, sets := range [][]string{{"admissionPolicy.gpuOnlyThroughClaims.enabled=false"}, {"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process"}} {
+		if render(t, sets...).has("ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims") {
+			t.Errorf("%v must drop the policy", sets)
+		}
+	}
+}
