@@ -785,9 +785,10 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 	objs := render(t, "kubeletPlugin.mps.daemon=pod")
 	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims").(*admissionv1.ValidatingAdmissionPolicy))
 	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-gpu-only-through-claims").(*admissionv1.ValidatingAdmissionPolicyBinding)
-	if sel := binding.Spec.MatchResources.NamespaceSelector; sel == nil || len(sel.MatchExpressions) != 1 ||
-		sel.MatchExpressions[0].Key != "gpu.tangram.dev/direct-gpu-access" || sel.MatchExpressions[0].Operator != metav1.LabelSelectorOpDoesNotExist {
-		t.Errorf("the binding must exempt namespaces labelled gpu.tangram.dev/direct-gpu-access: %+v", sel)
+	if sel := binding.Spec.MatchResources.NamespaceSelector; sel == nil || len(sel.MatchExpressions) != 2 ||
+		sel.MatchExpressions[0].Key != "gpu.tangram.dev/direct-gpu-access" || sel.MatchExpressions[0].Operator != metav1.LabelSelectorOpDoesNotExist ||
+		sel.MatchExpressions[1].Key != "kubernetes.io/metadata.name" || !slices.Equal(sel.MatchExpressions[1].Values, []string{"kube-system"}) {
+		t.Errorf("the binding must exempt kube-system and namespaces labelled gpu.tangram.dev/direct-gpu-access: %+v", sel)
 	}
 	ds, _ := daemonSet(t, objs)
 
@@ -808,11 +809,14 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 	create := func(p *corev1.Pod) request {
 		return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Create, namespace: p.Namespace, object: p, gvk: podGVK, gvr: podGVR}
 	}
+	// The chart's plugin pod, with a /dev mount added so that only the
+	// exemption lets it through.
 	pluginPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tangram-kubelet-plugin-x", Namespace: namespace, Labels: ds.Spec.Template.Labels},
 		Spec: ds.Spec.Template.Spec}
+	hostPath("/dev")(pluginPod)
 	fakePluginPod := pluginPod.DeepCopy()
 	fakePluginPod.Namespace = "team"
-	daemon := pod(hostPath("/"))
+	daemon := pod(hostPath("/dev"))
 	daemon.Namespace = "tangram-system-mps"
 	daemonReq := create(daemon)
 	daemonReq.user = pluginUser("gpu-node")
@@ -844,12 +848,15 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 		{name: "the runtime's volume-mount device list", req: create(pod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/var/run/nvidia-container-devices/all"}}
 		})), want: []string{`pod team/p container "app" mounts a volume under /var/run/nvidia-container-devices`}},
-		{name: "hostPath /dev", req: create(pod(hostPath("/dev"))), want: []string{"pod team/p mounts the host's device nodes through hostPath volume host (/, /dev"}},
+		{name: "hostPath /dev", req: create(pod(hostPath("/dev"))), want: []string{"pod team/p mounts the host's device nodes through hostPath volume host (/dev, /dev/nvidia* or /dev/char)"}},
+		{name: "hostPath /dev/", req: create(pod(hostPath("/dev/"))), want: []string{"hostPath volume host"}},
 		{name: "hostPath /dev/nvidia0", req: create(pod(hostPath("/dev/nvidia0"))), want: []string{"hostPath volume host"}},
 		{name: "hostPath //dev/./nvidiactl", req: create(pod(hostPath("//dev/./nvidiactl"))), want: []string{"hostPath volume host"}},
 		{name: "hostPath /dev/char/195:0", req: create(pod(hostPath("/dev/char/195:0"))), want: []string{"hostPath volume host"}},
 		{name: "hostPath /dev/nvidia-caps", req: create(pod(hostPath("/dev/nvidia-caps/"))), want: []string{"hostPath volume host"}},
-		{name: "hostPath /", req: create(pod(hostPath("/"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath / is Pod Security's", req: create(pod(hostPath("/")))},
+		{name: "hostPath /dev/kmsg", req: create(pod(hostPath("/dev/kmsg")))},
+		{name: "hostPath /proc/1/root/dev/nvidia0 is Pod Security's", req: create(pod(hostPath("/proc/1/root/dev/nvidia0")))},
 		{name: "hostPath /var/log", req: create(pod(hostPath("/var/log")))},
 		{name: "hostPath /devices", req: create(pod(hostPath("/devices")))},
 		{name: "CDI annotation", req: create(pod(func(p *corev1.Pod) {
