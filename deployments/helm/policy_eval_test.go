@@ -493,6 +493,9 @@ func TestSharedGPUNonRootPolicyDecisions(t *testing.T) {
 			{name: "root pod, strict claim", policy: byClaim, req: create(pod(fromClaim, root)), params: claim,
 				want: []string{`for a share of class hard-shared-gpu.tangram.dev (ResourceClaim mine)`}},
 			{name: "locked-down pod, strict claim", policy: byClaim, req: create(pod(fromClaim, nil)), params: claim},
+			{name: "root ephemeral container on the claim generated from a template", policy: byClaim, req: debug(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("mine")}}
+			})), params: claim, want: []string{`pod team/p ephemeral container "debug": securityContext.allowPrivilegeEscalation must be false for a share of class hard-shared-gpu.tangram.dev (ResourceClaim mine)`}},
 			{name: "pod without claims", policy: byTemplate, req: create(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "x"}}}}), params: template("share", share(strict))},
 		} {
