@@ -342,6 +342,8 @@ func TestNonRootDeviceClasses(t *testing.T) {
 	for _, tc := range []struct {
 		sets []string
 		want string // "": no flag, no pod rights, no policy
+		// wantNamespaces: --nonroot-namespace-selector, and get namespaces.
+		wantNamespaces string
 	}{
 		{sets: []string{"sharing.requireHardEnforcement=false"}, want: "hard-shared-gpu.tangram.dev"},
 		{sets: []string{"sharing.requireHardEnforcement=true"}, want: "hard-shared-gpu.tangram.dev,shared-gpu.tangram.dev"},
@@ -350,6 +352,9 @@ func TestNonRootDeviceClasses(t *testing.T) {
 		{sets: []string{"admissionPolicy.sharedGPURunAsNonRoot.enabled=false"}},
 		// The plugin's check does not need the admission policies.
 		{sets: []string{"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process", "sharing.requireHardEnforcement=false"}, want: "hard-shared-gpu.tangram.dev"},
+		// The same namespaces as the admission policies.
+		{sets: []string{"sharing.requireHardEnforcement=false", "admissionPolicy.sharedGPURunAsNonRoot.namespaceSelector.matchLabels.tenancy=shared"},
+			want: "hard-shared-gpu.tangram.dev", wantNamespaces: `{"matchLabels":{"tenancy":"shared"}}`},
 	} {
 		t.Run(strings.Join(tc.sets, ","), func(t *testing.T) {
 			objs := render(t, tc.sets...)
@@ -358,11 +363,20 @@ func TestNonRootDeviceClasses(t *testing.T) {
 			if got != tc.want || ok != (tc.want != "") {
 				t.Errorf("--nonroot-device-classes=%q (set: %t), want %q", got, ok, tc.want)
 			}
-			readsPods := false
+			if got, ok := flagValues(c.Args)["nonroot-namespace-selector"]; got != tc.wantNamespaces || ok != (tc.wantNamespaces != "") {
+				t.Errorf("--nonroot-namespace-selector=%q (set: %t), want %q", got, ok, tc.wantNamespaces)
+			}
+			readsPods, readsNamespaces := false, false
 			for _, r := range objs.get(t, "ClusterRole", pluginName).(*rbacv1.ClusterRole).Rules {
 				if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "pods") {
 					readsPods = true
 				}
+				if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "namespaces") {
+					readsNamespaces = true
+				}
+			}
+			if readsNamespaces != (tc.wantNamespaces != "") {
+				t.Errorf("plugin may read namespaces: %t, want %t", readsNamespaces, tc.wantNamespaces != "")
 			}
 			if readsPods != (tc.want != "") {
 				t.Errorf("plugin may read pods: %t, want %t", readsPods, tc.want != "")

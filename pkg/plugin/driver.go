@@ -69,6 +69,9 @@ type Config struct {
 	// empty: no check at prepare.
 	NonRootClasses []string
 	ReservingPods  ReservingPods
+	// NonRootNamespaces, if set, limits the check to the namespaces it
+	// matches (the admission policies' namespaceSelector); nil: all.
+	NonRootNamespaces NamespaceMatcher
 }
 
 // Driver implements kubeletplugin.DRAPlugin.

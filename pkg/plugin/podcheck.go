@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -64,6 +66,44 @@ func APIReservingPods(client kubernetes.Interface, node string) ReservingPods {
 	}
 }
 
+// NamespaceMatcher reports whether the strict classes' check applies to
+// pods of a namespace (the chart's admissionPolicy.sharedGPURunAsNonRoot.namespaceSelector,
+// which the admission policies use too).
+type NamespaceMatcher func(ctx context.Context, namespace string) (bool, error)
+
+// APINamespaceMatcher matches a namespace's labels, read through the API
+// server (RBAC: get namespaces), against selector.
+func APINamespaceMatcher(client kubernetes.Interface, selector labels.Selector) NamespaceMatcher {
+	return func(ctx context.Context, namespace string) (bool, error) {
+		ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("reading namespace %s for its labels: %w", namespace, err)
+		}
+		return selector.Matches(labels.Set(ns.Labels)), nil
+	}
+}
+
+// ParseNamespaceSelector reads a metav1.LabelSelector in JSON
+// (--nonroot-namespace-selector, as the chart renders its value); "" and
+// "{}" select every namespace (nil).
+func ParseNamespaceSelector(text string) (labels.Selector, error) {
+	if text == "" {
+		return nil, nil
+	}
+	var sel metav1.LabelSelector
+	if err := json.Unmarshal([]byte(text), &sel); err != nil {
+		return nil, fmt.Errorf("namespace selector %q: not a label selector in JSON: %w", text, err)
+	}
+	selector, err := metav1.LabelSelectorAsSelector(&sel)
+	if err != nil {
+		return nil, fmt.Errorf("namespace selector %q: %w", text, err)
+	}
+	if selector.Empty() {
+		return nil, nil
+	}
+	return selector, nil
+}
+
 // checkPodSecurity refuses the claims of a strict class (Config.NonRootClasses)
 // that a pod not locked down reserves (pkg/plugin/podsecurity), before any
 // lock is taken: it may read the API server. Claims of other classes cost
@@ -77,6 +117,16 @@ func (d *Driver) checkPodSecurity(ctx context.Context, claims []*resourceapi.Res
 	for _, claim := range claims {
 		if len(podsecurity.StrictClasses(claim, device.DriverName, d.cfg.NonRootClasses)) == 0 {
 			continue
+		}
+		if d.cfg.NonRootNamespaces != nil {
+			applies, err := d.cfg.NonRootNamespaces(ctx, claim.Namespace)
+			if err != nil {
+				refused[claim.UID] = fmt.Errorf("checking that the pods using the claim run as non-root: %w", err)
+				continue
+			}
+			if !applies {
+				continue
+			}
 		}
 		pods, err := d.cfg.ReservingPods(ctx, claim)
 		if err == nil {

@@ -67,7 +67,11 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 		claim    *resourceapi.ResourceClaim
 		classes  []string
 		apiError error
-		want     string // "" prepared
+		// namespaces: the --nonroot-namespace-selector; nsLabels: the
+		// labels of the claim's namespace.
+		namespaces string
+		nsLabels   map[string]string
+		want       string // "" prepared
 	}{
 		{name: "root pod, strict class", claim: reservedShare("c1", strictClass, podRef(root)), classes: []string{strictClass},
 			want: `pod default/root container "cuda": securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class hard-shared-gpu.tangram.dev`},
@@ -88,16 +92,30 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 		{name: "pods cannot be read: fail closed", claim: reservedShare("c10", strictClass, podRef(locked)), classes: []string{strictClass},
 			apiError: errors.New("pods is forbidden"), want: "checking that the pods using the claim run as non-root: reading pod default/locked, which the claim is reserved for: pods is forbidden"},
 		{name: "no classes: no check", claim: reservedShare("c11", strictClass, podRef(root))},
+		{name: "namespace outside the selector", claim: reservedShare("c12", strictClass, podRef(root)), classes: []string{strictClass},
+			namespaces: `{"matchLabels":{"tenancy":"shared"}}`},
+		{name: "namespace inside the selector", claim: reservedShare("c13", strictClass, podRef(root)), classes: []string{strictClass},
+			namespaces: `{"matchExpressions":[{"key":"tenancy","operator":"Exists"}]}`, nsLabels: map[string]string{"tenancy": "shared"},
+			want: `pod default/root container "cuda": securityContext.runAsNonRoot`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			client := fake.NewClientset(root, locked, escalating, gangMember)
+			client := fake.NewClientset(root, locked, escalating, gangMember,
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: tc.nsLabels}})
 			if tc.apiError != nil {
 				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.apiError })
 			}
-			d, err := New(context.Background(), Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
+			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
 				Shares: h.shares, MPSPipeDir: mps.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir(),
-				NonRootClasses: tc.classes, ReservingPods: APIReservingPods(client, testNode)})
+				NonRootClasses: tc.classes, ReservingPods: APIReservingPods(client, testNode)}
+			selector, err := ParseNamespaceSelector(tc.namespaces)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if selector != nil {
+				cfg.NonRootNamespaces = APINamespaceMatcher(client, selector)
+			}
+			d, err := New(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,6 +141,40 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 			}
 			if _, ok := d.Records()[string(tc.claim.UID)]; ok || h.specs.Exists(context.Background(), string(tc.claim.UID)) {
 				t.Error("a refused claim left a record or a spec")
+			}
+		})
+	}
+}
+
+func TestParseNamespaceSelector(t *testing.T) {
+	for _, tc := range []struct {
+		text, want string // want: the selector's string; "<nil>" every namespace
+		wantErr    string
+	}{
+		{text: "", want: "<nil>"},
+		{text: "{}", want: "<nil>"},
+		{text: `{"matchLabels":{"a":"b"}}`, want: "a=b"},
+		{text: `{"matchExpressions":[{"key":"x","operator":"NotIn","values":["y"]}]}`, want: "x notin (y)"},
+		{text: `{"matchLabels":`, wantErr: "not a label selector in JSON"},
+		{text: `{"matchExpressions":[{"key":"x","operator":"Near"}]}`, wantErr: `"Near" is not a valid label selector operator`},
+	} {
+		t.Run(tc.text, func(t *testing.T) {
+			got, err := ParseNamespaceSelector(tc.text)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := "<nil>"
+			if got != nil {
+				s = got.String()
+			}
+			if s != tc.want {
+				t.Errorf("selector %s, want %s", s, tc.want)
 			}
 		})
 	}
