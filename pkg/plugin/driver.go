@@ -135,7 +135,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// A share whose daemon is starting waits for it here, before the
 	// state lock, so that no other call waits with it (docs/prepare.md,
 	// "No long waits").
-	defer d.awaitMPSDaemon(ctx, claims)()
+	defer d.awaitMPSDaemon(ctx, slices.DeleteFunc(slices.Clone(claims), func(c *resourceapi.ResourceClaim) bool { return refused[c.UID] != nil }))()
 	unlock, err := d.lockState(ctx)
 	if err != nil {
 		return nil, err
