@@ -802,7 +802,9 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 		return p
 	}
 	env := func(name, value string) func(*corev1.Pod) {
-		return func(p *corev1.Pod) { p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: name, Value: value}) }
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: name, Value: value})
+		}
 	}
 	hostPath := func(path string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
