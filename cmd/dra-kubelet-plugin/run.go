@@ -62,6 +62,9 @@ type runFlags struct {
 	MemoryLimitHookBinary  string
 	MemoryLimitHookDir     string
 	MemoryLimitHookHostDir string
+
+	NonRootDeviceClasses []string
+	NonRootNamespaces    string
 }
 
 func newRunCommand() *cobra.Command {
@@ -98,6 +101,10 @@ func newRunCommand() *cobra.Command {
 			shmSizeBytes, err := flags.mpsShmSizeBytes()
 			if err != nil {
 				return err
+			}
+			nonRootNamespaces, err := plugin.ParseNamespaceSelector(flags.NonRootNamespaces)
+			if err != nil {
+				return fmt.Errorf("--nonroot-namespace-selector: %w", err)
 			}
 			healthPolicy, err := healthOpts.policy()
 			if err != nil {
@@ -186,6 +193,9 @@ func newRunCommand() *cobra.Command {
 				HealthWatcher:      healthOpts.watcher(ctx, src, source.Fake(), flags.StateDir),
 				HealthPolicy:       healthPolicy,
 				HealthRecoverAfter: healthOpts.RecoverAfter,
+
+				NonRootClasses:    flags.NonRootDeviceClasses,
+				NonRootNamespaces: nonRootNamespaces,
 			})
 		},
 	}
@@ -222,6 +232,8 @@ func newRunCommand() *cobra.Command {
 	f.StringVar(&flags.MemoryLimitHookBinary, "memory-limit-hook-binary", "", "tangram-cdi-hook in this container, copied to the host on nodes with hard share enforcement (default: tangram-cdi-hook beside this program)")
 	f.StringVar(&flags.MemoryLimitHookDir, "memory-limit-hook-dir", "", "directory tangram-cdi-hook is copied to, a host directory mounted here (default: <state-dir>/bin)")
 	f.StringVar(&flags.MemoryLimitHookHostDir, "memory-limit-hook-host-dir", "", "the same directory as the host sees it, written into CDI specs (default: --memory-limit-hook-dir)")
+	f.StringSliceVar(&flags.NonRootDeviceClasses, "nonroot-device-classes", nil, "device classes whose claims only locked-down pods may use (runAsNonRoot, allowPrivilegeEscalation: false, no added capabilities, not privileged on every container), checked again at prepare with the pods that reserve the claim; the chart passes admissionPolicy.sharedGPURunAsNonRoot's classes. Empty: no check")
+	f.StringVar(&flags.NonRootNamespaces, "nonroot-namespace-selector", "", "with --nonroot-device-classes: check only the pods of namespaces this label selector (a metav1.LabelSelector in JSON, as the chart renders admissionPolicy.sharedGPURunAsNonRoot.namespaceSelector) selects; empty or {}: every namespace")
 	f.BoolVar(&flags.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 	return cmd
 }

@@ -4,6 +4,7 @@ package helm
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -379,75 +380,138 @@ func TestControllerSecretPolicyDecisions(t *testing.T) {
 	}
 }
 
-// TestSharedGPUNonRootPolicyDecisions: a pod using a template or claim that
-// asks for a shared GPU must run as non-root; other pods pass.
+// TestSharedGPUNonRootPolicyDecisions: a pod that uses a template or claim
+// asking for a share of a strict class (hard-shared-gpu.tangram.dev, and
+// shared-gpu.tangram.dev with sharing.requireHardEnforcement) must be locked
+// down: runAsNonRoot, allowPrivilegeEscalation false, no added
+// capabilities, not privileged, on every container; the denial names the
+// container and the field. A root pod of the default class passes.
 func TestSharedGPUNonRootPolicyDecisions(t *testing.T) {
-	objs := render(t)
-	byTemplate := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate").(*admissionv1.ValidatingAdmissionPolicy))
-	byClaim := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaim").(*admissionv1.ValidatingAdmissionPolicy))
-	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaimtemplate").(*admissionv1.ValidatingAdmissionPolicyBinding)
-	if binding.Spec.ParamRef == nil || binding.Spec.ParamRef.Selector == nil || binding.Spec.ParamRef.ParameterNotFoundAction == nil ||
-		*binding.Spec.ParamRef.ParameterNotFoundAction != admissionv1.AllowAction {
-		t.Errorf("the binding must select every template of the pod's namespace and allow when there is none: %+v", binding.Spec.ParamRef)
-	}
-
+	const strict, shared = "hard-shared-gpu.tangram.dev", "shared-gpu.tangram.dev"
 	memory := map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("20Gi")}
-	shared := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-		DeviceClassName: "shared-gpu.tangram.dev", Capacity: &resourceapi.CapacityRequirements{Requests: memory}}}}}
-	memoryOnAnyClass := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-		{Name: "share", DeviceClassName: "gpu.tangram.dev", Capacity: &resourceapi.CapacityRequirements{Requests: memory}}}}}}
+	share := func(class string) resourceapi.DeviceClaim {
+		return resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: class, Capacity: &resourceapi.CapacityRequirements{Requests: memory}}}}}
+	}
+	strictSubrequest := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "whole", DeviceClassName: "gpu.tangram.dev"},
+		{Name: "share", DeviceClassName: strict, Capacity: &resourceapi.CapacityRequirements{Requests: memory}}}}}}
 	whole := resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.tangram.dev"}}}}
 	template := func(name string, devices resourceapi.DeviceClaim) *resourceapi.ResourceClaimTemplate {
 		return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"},
 			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: devices}}}
 	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "team"}, Spec: resourceapi.ResourceClaimSpec{Devices: shared}}
-	nonRoot := &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000)}
-	pod := func(sc *corev1.PodSecurityContext, claims ...corev1.PodResourceClaim) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}, Spec: corev1.PodSpec{
-			SecurityContext: sc, ResourceClaims: claims,
-			Containers: []corev1.Container{{Name: "app", Image: "x"}, {Name: "sidecar", Image: "y"}}}}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: "team"}, Spec: resourceapi.ResourceClaimSpec{Devices: share(strict)}}
+	locked := func() *corev1.SecurityContext {
+		return &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
 	}
 	fromTemplate := corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("share")}
 	fromClaim := corev1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr.To("mine")}
-	rootSidecar := pod(nonRoot, fromTemplate)
-	rootSidecar.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(false)}
-	perContainer := pod(nil, fromTemplate)
-	for i := range perContainer.Spec.Containers {
-		perContainer.Spec.Containers[i].SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(true)}
+	// pod is locked down, then changed by mutate.
+	pod := func(claim corev1.PodResourceClaim, mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}, Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000)},
+			ResourceClaims:  []corev1.PodResourceClaim{claim},
+			Containers:      []corev1.Container{{Name: "app", Image: "x", SecurityContext: locked()}, {Name: "sidecar", Image: "y", SecurityContext: locked()}}}}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	root := func(p *corev1.Pod) {
+		p.Spec.SecurityContext = nil
+		for i := range p.Spec.Containers {
+			p.Spec.Containers[i].SecurityContext = nil
+		}
 	}
 	create := func(p *corev1.Pod) request {
 		return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Create, namespace: "team", object: p, gvk: podGVK, gvr: podGVR}
 	}
-	const want = "pod p uses ResourceClaimTemplate share, which asks for a shared GPU: set securityContext.runAsNonRoot: true"
-	for _, tc := range []struct {
-		name   string
-		policy validating.Validator
-		req    request
-		params runtime.Object
-		want   string
-	}{
-		{name: "root pod with a shared template", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("share", shared), want: want},
-		{name: "non-root pod with a shared template", policy: byTemplate, req: create(pod(nonRoot, fromTemplate)), params: template("share", shared)},
-		{name: "every container non-root", policy: byTemplate, req: create(perContainer), params: template("share", shared)},
-		{name: "a container overrides the pod back to root", policy: byTemplate, req: create(rootSidecar), params: template("share", shared), want: want},
-		{name: "a memory capacity on any class is a share", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("share", memoryOnAnyClass), want: want},
-		{name: "root pod with a whole-card template", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("share", whole)},
-		{name: "another template of the namespace", policy: byTemplate, req: create(pod(nil, fromTemplate)), params: template("other", shared)},
-		{name: "root pod with a shared claim", policy: byClaim, req: create(pod(nil, fromClaim)), params: claim,
-			want: "pod p uses ResourceClaim mine, which asks for a shared GPU"},
-		{name: "non-root pod with a shared claim", policy: byClaim, req: create(pod(nonRoot, fromClaim)), params: claim},
-		{name: "pod without claims", policy: byTemplate, req: create(pod(nil)), params: template("share", shared)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := deniedWithParams(t, tc.policy, tc.req, tc.params)
-			switch {
-			case tc.want == "" && got != "":
-				t.Errorf("denied: %s", got)
-			case tc.want != "" && !strings.Contains(got, tc.want):
-				t.Errorf("denial %q, want one containing %q", got, tc.want)
-			}
-		})
+	debug := func(p *corev1.Pod) request {
+		withDebug := p.DeepCopy()
+		withDebug.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}}
+		return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Update, namespace: "team", subresource: "ephemeralcontainers",
+			object: withDebug, old: p, gvk: podGVK, gvr: podGVR}
+	}
+	const tail = ": the isolation of a strict share relies on its MPS clients being unprivileged"
+
+	for _, requireHard := range []bool{false, true} {
+		objs := render(t, fmt.Sprintf("sharing.requireHardEnforcement=%t", requireHard))
+		byTemplate := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate").(*admissionv1.ValidatingAdmissionPolicy))
+		byClaim := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaim").(*admissionv1.ValidatingAdmissionPolicy))
+		binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaimtemplate").(*admissionv1.ValidatingAdmissionPolicyBinding)
+		if binding.Spec.ParamRef == nil || binding.Spec.ParamRef.Selector == nil || binding.Spec.ParamRef.ParameterNotFoundAction == nil ||
+			*binding.Spec.ParamRef.ParameterNotFoundAction != admissionv1.AllowAction {
+			t.Errorf("the binding must select every template of the pod's namespace and allow when there is none: %+v", binding.Spec.ParamRef)
+		}
+		defaultRoot := ""
+		if requireHard {
+			defaultRoot = `pod team/p container "app", container "sidecar": securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class shared-gpu.tangram.dev (ResourceClaimTemplate share)`
+		}
+		for _, tc := range []struct {
+			name   string
+			policy validating.Validator
+			req    request
+			params runtime.Object
+			want   []string
+		}{
+			{name: "locked-down pod, strict template", policy: byTemplate, req: create(pod(fromTemplate, nil)), params: template("share", share(strict))},
+			{name: "root pod, strict template", policy: byTemplate, req: create(pod(fromTemplate, root)), params: template("share", share(strict)), want: []string{
+				`pod team/p container "app", container "sidecar": securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class hard-shared-gpu.tangram.dev (ResourceClaimTemplate share)` + tail + "; the default class shared-gpu.tangram.dev takes root pods",
+				`pod team/p container "app", container "sidecar": securityContext.allowPrivilegeEscalation must be false for a share of class hard-shared-gpu.tangram.dev`}},
+			{name: "runAsNonRoot on every container", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.SecurityContext = nil
+				for i := range p.Spec.Containers {
+					p.Spec.Containers[i].SecurityContext.RunAsNonRoot = ptr.To(true)
+				}
+			})), params: template("share", share(strict))},
+			{name: "a container overrides the pod back to root", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.Containers[1].SecurityContext.RunAsNonRoot = ptr.To(false)
+			})), params: template("share", share(strict)), want: []string{`pod team/p container "sidecar": securityContext.runAsNonRoot must be true`}},
+			{name: "escalation allowed", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
+			})), params: template("share", share(strict)), want: []string{`pod team/p container "app": securityContext.allowPrivilegeEscalation must be false for a share of class hard-shared-gpu.tangram.dev`}},
+			{name: "escalation not set", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.Containers[1].SecurityContext.AllowPrivilegeEscalation = nil
+			})), params: template("share", share(strict)), want: []string{`pod team/p container "sidecar": securityContext.allowPrivilegeEscalation must be false`}},
+			{name: "capabilities added", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
+			})), params: template("share", share(strict)), want: []string{`pod team/p container "app": securityContext.capabilities.add must be empty for a share of class hard-shared-gpu.tangram.dev`}},
+			{name: "privileged", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.Containers[0].SecurityContext.Privileged = ptr.To(true)
+			})), params: template("share", share(strict)), want: []string{`pod team/p container "app": securityContext.privileged must be false`}},
+			{name: "root init container", policy: byTemplate, req: create(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "z", SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false)}}}
+			})), params: template("share", share(strict)), want: []string{`pod team/p init container "setup": securityContext.runAsNonRoot must be true`}},
+			{name: "root ephemeral container added", policy: byTemplate, req: debug(pod(fromTemplate, nil)), params: template("share", share(strict)),
+				want: []string{`pod team/p ephemeral container "debug": securityContext.allowPrivilegeEscalation must be false`}},
+			{name: "firstAvailable subrequest of the strict class", policy: byTemplate, req: create(pod(fromTemplate, root)), params: template("share", strictSubrequest),
+				want: []string{`securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class hard-shared-gpu.tangram.dev`}},
+			{name: "root pod, default class", policy: byTemplate, req: create(pod(fromTemplate, root)), params: template("share", share(shared)), want: []string{defaultRoot}},
+			{name: "root pod, whole-card template", policy: byTemplate, req: create(pod(fromTemplate, root)), params: template("share", whole)},
+			{name: "another template of the namespace", policy: byTemplate, req: create(pod(fromTemplate, root)), params: template("other", share(strict))},
+			{name: "root pod, strict claim", policy: byClaim, req: create(pod(fromClaim, root)), params: claim,
+				want: []string{`for a share of class hard-shared-gpu.tangram.dev (ResourceClaim mine)`}},
+			{name: "locked-down pod, strict claim", policy: byClaim, req: create(pod(fromClaim, nil)), params: claim},
+			{name: "root ephemeral container on the claim generated from a template", policy: byClaim, req: debug(pod(fromTemplate, func(p *corev1.Pod) {
+				p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("mine")}}
+			})), params: claim, want: []string{`pod team/p ephemeral container "debug": securityContext.allowPrivilegeEscalation must be false for a share of class hard-shared-gpu.tangram.dev (ResourceClaim mine)`}},
+			{name: "pod without claims", policy: byTemplate, req: create(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "x"}}}}), params: template("share", share(strict))},
+		} {
+			t.Run(fmt.Sprintf("requireHardEnforcement=%t/%s", requireHard, tc.name), func(t *testing.T) {
+				got := deniedWithParams(t, tc.policy, tc.req, tc.params)
+				want := slices.DeleteFunc(slices.Clone(tc.want), func(s string) bool { return s == "" })
+				if len(want) == 0 && got != "" {
+					t.Errorf("denied: %s", got)
+				}
+				for _, w := range want {
+					if !strings.Contains(got, w) {
+						t.Errorf("denial %q, want one containing %q", got, w)
+					}
+				}
+			})
+		}
 	}
 	off := render(t, "admissionPolicy.sharedGPURunAsNonRoot.enabled=false")
 	if off.has("ValidatingAdmissionPolicy", "tangram-shared-gpu-non-root-resourceclaimtemplate") || off.has("ValidatingAdmissionPolicyBinding", "tangram-shared-gpu-non-root-resourceclaim") {
@@ -711,5 +775,126 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 	}
 	if render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
 		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
+	}
+}
+
+// TestGPUOnlyThroughClaimsPolicyDecisions: a pod that would get GPUs from
+// NVIDIA's container runtime without a claim (device-selection environment,
+// the runtime's volume-mount device list, a CDI annotation, the host's
+// device nodes through hostPath) is refused with the reason and what to do;
+// void/none/empty values, CUDA_VISIBLE_DEVICES, other host paths, the
+// chart's plugin pods and the plugin's MPS daemon pods pass.
+func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
+	objs := render(t, "kubeletPlugin.mps.daemon=pod")
+	policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims").(*admissionv1.ValidatingAdmissionPolicy))
+	binding := objs.get(t, "ValidatingAdmissionPolicyBinding", "tangram-gpu-only-through-claims").(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if sel := binding.Spec.MatchResources.NamespaceSelector; sel == nil || len(sel.MatchExpressions) != 2 ||
+		sel.MatchExpressions[0].Key != "gpu.tangram.dev/direct-gpu-access" || sel.MatchExpressions[0].Operator != metav1.LabelSelectorOpDoesNotExist ||
+		sel.MatchExpressions[1].Key != "kubernetes.io/metadata.name" || !slices.Equal(sel.MatchExpressions[1].Values, []string{"kube-system"}) {
+		t.Errorf("the binding must exempt kube-system and namespaces labelled gpu.tangram.dev/direct-gpu-access: %+v", sel)
+	}
+	ds, _ := daemonSet(t, objs)
+
+	pod := func(mutate func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "cuda"}}}}
+		mutate(p)
+		return p
+	}
+	env := func(name, value string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: name, Value: value})
+		}
+	}
+	hostPath := func(path string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}})
+		}
+	}
+	create := func(p *corev1.Pod) request {
+		return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Create, namespace: p.Namespace, object: p, gvk: podGVK, gvr: podGVR}
+	}
+	// The chart's plugin pod, with a /dev mount added so that only the
+	// exemption lets it through.
+	pluginPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tangram-kubelet-plugin-x", Namespace: namespace, Labels: ds.Spec.Template.Labels},
+		Spec: ds.Spec.Template.Spec}
+	hostPath("/dev")(pluginPod)
+	fakePluginPod := pluginPod.DeepCopy()
+	fakePluginPod.Namespace = "team"
+	daemon := pod(hostPath("/dev"))
+	daemon.Namespace = "tangram-system-mps"
+	daemonReq := create(daemon)
+	daemonReq.user = pluginUser("gpu-node")
+	withClaim := pod(env("NVIDIA_VISIBLE_DEVICES", "all"))
+	withClaim.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("share")}}
+	const what = "ask for a claim of gpu.tangram.dev (whole cards) or shared-gpu.tangram.dev (a share) instead"
+
+	for _, tc := range []struct {
+		name string
+		req  request
+		want []string
+	}{
+		{name: "NVIDIA_VISIBLE_DEVICES=all", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "all"))),
+			want: []string{`pod team/p container "app" sets NVIDIA_VISIBLE_DEVICES or `, "NVIDIA's container runtime would give it GPUs outside any claim", what}},
+		{name: "NVIDIA_VISIBLE_DEVICES=0,1", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "0,1"))), want: []string{`container "app" sets NVIDIA_VISIBLE_DEVICES`}},
+		{name: "NVIDIA_VISIBLE_DEVICES from a config map", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "gpus"}, Key: "all"}}}}
+		})), want: []string{"takes it from a secret or config map"}},
+		{name: "init container with a MIG variable", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "x", Env: []corev1.EnvVar{{Name: "NVIDIA_MIG_CONFIG_DEVICES", Value: "all"}}}}
+		})), want: []string{`init container "setup" sets`}},
+		{name: "with a claim too", req: create(withClaim), want: []string{`container "app" sets NVIDIA_VISIBLE_DEVICES`}},
+		{name: "NVIDIA_VISIBLE_DEVICES=void", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "void")))},
+		{name: "NVIDIA_VISIBLE_DEVICES=none", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", " None")))},
+		{name: "NVIDIA_VISIBLE_DEVICES empty", req: create(pod(env("NVIDIA_VISIBLE_DEVICES", "")))},
+		{name: "CUDA_VISIBLE_DEVICES is the application's", req: create(pod(env("CUDA_VISIBLE_DEVICES", "0")))},
+		{name: "NVIDIA_DRIVER_CAPABILITIES selects no device", req: create(pod(env("NVIDIA_DRIVER_CAPABILITIES", "all")))},
+		{name: "the runtime's volume-mount device list", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/var/run/nvidia-container-devices/all"}}
+		})), want: []string{`pod team/p container "app" mounts a volume under /var/run/nvidia-container-devices`}},
+		{name: "hostPath /dev", req: create(pod(hostPath("/dev"))), want: []string{"pod team/p mounts the host's device nodes through hostPath volume host (/dev, /dev/nvidia* or /dev/char)"}},
+		{name: "hostPath /dev/", req: create(pod(hostPath("/dev/"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /dev/nvidia0", req: create(pod(hostPath("/dev/nvidia0"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath //dev/./nvidiactl", req: create(pod(hostPath("//dev/./nvidiactl"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /dev/char/195:0", req: create(pod(hostPath("/dev/char/195:0"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath /dev/nvidia-caps", req: create(pod(hostPath("/dev/nvidia-caps/"))), want: []string{"hostPath volume host"}},
+		{name: "hostPath / is Pod Security's", req: create(pod(hostPath("/")))},
+		{name: "hostPath /dev/kmsg", req: create(pod(hostPath("/dev/kmsg")))},
+		{name: "hostPath /proc/1/root/dev/nvidia0 is Pod Security's", req: create(pod(hostPath("/proc/1/root/dev/nvidia0")))},
+		{name: "hostPath /var/log", req: create(pod(hostPath("/var/log")))},
+		{name: "hostPath /devices", req: create(pod(hostPath("/devices")))},
+		{name: "CDI annotation", req: create(pod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"cdi.k8s.io/gpus": "nvidia.com/gpu=all"}
+		})), want: []string{"pod team/p has the CDI annotation cdi.k8s.io/gpus, which asks the container runtime for devices outside any claim"}},
+		{name: "ephemeral container setting NVIDIA_VISIBLE_DEVICES", req: func() request {
+			old := pod(func(*corev1.Pod) {})
+			p := old.DeepCopy()
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debug", Image: "cuda", Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}}}
+			return request{user: &user.DefaultInfo{Name: "alice"}, op: admission.Update, namespace: "team", subresource: "ephemeralcontainers",
+				object: p, old: old, gvk: podGVK, gvr: podGVR}
+		}(), want: []string{`ephemeral container "debug" sets`}},
+		{name: "a plain pod", req: create(pod(func(*corev1.Pod) {}))},
+		{name: "the chart's plugin pod", req: create(pluginPod)},
+		{name: "the plugin's labels outside the release namespace", req: create(fakePluginPod), want: []string{"hostPath volume"}},
+		{name: "the plugin's MPS daemon pod", req: daemonReq},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := denied(t, policy, tc.req)
+			if len(tc.want) == 0 && got != "" {
+				t.Errorf("denied: %s", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("denial %q, want one containing %q", got, w)
+				}
+			}
+		})
+	}
+	for _, sets := range [][]string{{"admissionPolicy.gpuOnlyThroughClaims.enabled=false"}, {"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process"}} {
+		if render(t, sets...).has("ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims") {
+			t.Errorf("%v must drop the policy", sets)
+		}
 	}
 }

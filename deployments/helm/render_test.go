@@ -283,6 +283,9 @@ func TestRBAC(t *testing.T) {
 		// Node events when a GPU is tainted or recovers.
 		"/events":              {"create", "patch", "update"},
 		"events.k8s.io/events": {"create", "patch", "update"},
+		// The pods reserving a claim of a strict class, checked again at
+		// prepare (TestNonRootDeviceClasses).
+		"/pods": {"get", "list"},
 	}
 	got := map[string][]string{}
 	for _, r := range plugin.Rules {
@@ -328,6 +331,57 @@ func TestRBAC(t *testing.T) {
 	binding := objs.get(t, "ClusterRoleBinding", pluginName).(*rbacv1.ClusterRoleBinding)
 	if len(binding.Subjects) != 1 || binding.Subjects[0].Name != pluginName || binding.Subjects[0].Namespace != namespace {
 		t.Errorf("plugin binding subjects = %+v, want the plugin service account in %s", binding.Subjects, namespace)
+	}
+}
+
+// TestNonRootDeviceClasses: the plugin checks again at prepare the classes
+// the admission policies check (--nonroot-device-classes): the strict class,
+// plus the default one when sharing.requireHardEnforcement makes it strict;
+// it may read pods only then.
+func TestNonRootDeviceClasses(t *testing.T) {
+	for _, tc := range []struct {
+		sets []string
+		want string // "": no flag, no pod rights, no policy
+		// wantNamespaces: --nonroot-namespace-selector, and get namespaces.
+		wantNamespaces string
+	}{
+		{sets: []string{"sharing.requireHardEnforcement=false"}, want: "hard-shared-gpu.tangram.dev"},
+		{sets: []string{"sharing.requireHardEnforcement=true"}, want: "hard-shared-gpu.tangram.dev,shared-gpu.tangram.dev"},
+		{sets: []string{"sharing.requireHardEnforcement=true", "admissionPolicy.sharedGPURunAsNonRoot.deviceClasses={shared-gpu.tangram.dev,my-class}"},
+			want: "shared-gpu.tangram.dev,my-class"},
+		{sets: []string{"admissionPolicy.sharedGPURunAsNonRoot.enabled=false"}},
+		// The plugin's check does not need the admission policies.
+		{sets: []string{"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process", "sharing.requireHardEnforcement=false"}, want: "hard-shared-gpu.tangram.dev"},
+		// The same namespaces as the admission policies.
+		{sets: []string{"sharing.requireHardEnforcement=false", "admissionPolicy.sharedGPURunAsNonRoot.namespaceSelector.matchLabels.tenancy=shared"},
+			want: "hard-shared-gpu.tangram.dev", wantNamespaces: `{"matchLabels":{"tenancy":"shared"}}`},
+	} {
+		t.Run(strings.Join(tc.sets, ","), func(t *testing.T) {
+			objs := render(t, tc.sets...)
+			_, c := daemonSet(t, objs)
+			got, ok := flagValues(c.Args)["nonroot-device-classes"]
+			if got != tc.want || ok != (tc.want != "") {
+				t.Errorf("--nonroot-device-classes=%q (set: %t), want %q", got, ok, tc.want)
+			}
+			if got, ok := flagValues(c.Args)["nonroot-namespace-selector"]; got != tc.wantNamespaces || ok != (tc.wantNamespaces != "") {
+				t.Errorf("--nonroot-namespace-selector=%q (set: %t), want %q", got, ok, tc.wantNamespaces)
+			}
+			readsPods, readsNamespaces := false, false
+			for _, r := range objs.get(t, "ClusterRole", pluginName).(*rbacv1.ClusterRole).Rules {
+				if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "pods") {
+					readsPods = true
+				}
+				if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "namespaces") {
+					readsNamespaces = true
+				}
+			}
+			if readsNamespaces != (tc.wantNamespaces != "") {
+				t.Errorf("plugin may read namespaces: %t, want %t", readsNamespaces, tc.wantNamespaces != "")
+			}
+			if readsPods != (tc.want != "") {
+				t.Errorf("plugin may read pods: %t, want %t", readsPods, tc.want != "")
+			}
+		})
 	}
 }
 

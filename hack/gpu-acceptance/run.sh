@@ -100,9 +100,9 @@ kubectl -n "$NAMESPACE" create configmap cuda-alloc --from-file=cuda-alloc="$wor
 run_shape() {
 	local shape="$1" try="$2" spec="$3" share="${4:-0}" phase="" i
 	# The chart's admission policy (admission-policy-shared-gpu.yaml) admits
-	# a pod with a shared GPU only when it runs as non-root; every shape's
-	# pod does, as a numeric user, so that the kubelet need not trust the
-	# image's USER.
+	# a pod on a strict class's share only when it is locked down (non-root,
+	# no privilege escalation, no added capabilities); every shape's pod is,
+	# as a numeric user, so that the kubelet need not trust the image's USER.
 	if ! kubectl apply -f - >"$work/$shape.apply" 2>&1 <<EOF
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -122,7 +122,7 @@ spec:
     - name: cuda-alloc
       image: $WORKLOAD_IMAGE
       imagePullPolicy: IfNotPresent
-      securityContext: {allowPrivilegeEscalation: false}
+      securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
       command: ["/acceptance/cuda-alloc", "$try"]
       volumeMounts: [{name: bin, mountPath: /acceptance}]
       resources: {claims: [{name: gpu}]}

@@ -101,13 +101,14 @@ spec:
   # Not nodeName: the scheduler must allocate the claim.
   nodeSelector: {kubernetes.io/hostname: $NODE_NAME}
   tolerations: [{operator: Exists}]
-  # The chart refuses shared-GPU pods that may run as root
-  # (admissionPolicy.sharedGPURunAsNonRoot).
+  # Locked down, as the chart requires of a strict class's shares
+  # (admissionPolicy.sharedGPURunAsNonRoot), whichever class the soak uses.
   securityContext: {runAsNonRoot: true, runAsUser: 65534}
   containers:
   - name: c
     image: $PAUSE_IMAGE
     imagePullPolicy: IfNotPresent
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
     resources:
       claims: [{name: gpu}]
   resourceClaims:

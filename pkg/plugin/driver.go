@@ -66,6 +66,15 @@ type Config struct {
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
+	// NonRootClasses are the device classes whose claims only locked-down
+	// pods may use (--nonroot-device-classes; pkg/plugin/podsecurity);
+	// ReservingPods reads the pods that reserve such a claim. Either
+	// empty: no check at prepare.
+	NonRootClasses []string
+	ReservingPods  ReservingPods
+	// NonRootNamespaces, if set, limits the check to the namespaces it
+	// matches (the admission policies' namespaceSelector); nil: all.
+	NonRootNamespaces NamespaceMatcher
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -122,10 +131,14 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		// the state lock never fails the probe.
 		return map[types.UID]kubeletplugin.PrepareResult{}, nil
 	}
+	// A pod that is not locked down refuses a claim of a strict class
+	// here, before any wait or lock: the admission policies could not
+	// check a pod created before its claim or template.
+	refused := d.checkPodSecurity(ctx, claims)
 	// A share whose daemon is starting waits for it here, before the
 	// state lock, so that no other call waits with it (docs/prepare.md,
 	// "No long waits").
-	defer d.awaitMPSDaemon(ctx, claims)()
+	defer d.awaitMPSDaemon(ctx, slices.DeleteFunc(slices.Clone(claims), func(c *resourceapi.ResourceClaim) bool { return refused[c.UID] != nil }))()
 	unlock, err := d.lockState(ctx)
 	if err != nil {
 		return nil, err
@@ -135,7 +148,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// One after the other: a call holds a pod's few claims, and preparing
 	// them in parallel saved nothing measurable (docs/prepare.md).
 	for _, claim := range claims {
-		out[claim.UID] = d.prepareOne(ctx, claim)
+		out[claim.UID] = d.prepareOne(ctx, claim, refused[claim.UID])
 	}
 	d.publishGauges()
 	return out, nil
@@ -177,10 +190,15 @@ func (d *Driver) wantsMPS(claim *resourceapi.ResourceClaim) bool {
 	return len(withConfigs(planned, configs, d.cfg.MPSPipeDir).MPSCards()) > 0
 }
 
-func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+// prepareOne prepares one claim, or answers refused when the pod check
+// refused it.
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, refused error) kubeletplugin.PrepareResult {
 	start := time.Now()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
-	devices, err := d.prepareClaim(klog.NewContext(ctx, logger), claim)
+	devices, err := []kubeletplugin.Device(nil), refused
+	if refused == nil {
+		devices, err = d.prepareClaim(klog.NewContext(ctx, logger), claim)
+	}
 	d.cfg.Metrics.observePrepare(start, err)
 	if err != nil {
 		err = fmt.Errorf("preparing claim %s/%s: %w", claim.Namespace, claim.Name, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -100,6 +101,14 @@ type PluginOptions struct {
 	HealthPolicy gpuhealth.Policy
 	// HealthRecoverAfter is the quiet time after which an XID taint goes.
 	HealthRecoverAfter time.Duration
+	// NonRootClasses are the device classes whose claims only pods that
+	// run as non-root, without privilege escalation, added capabilities
+	// or privileged mode may use, checked again at prepare
+	// (--nonroot-device-classes; Config.NonRootClasses).
+	NonRootClasses []string
+	// NonRootNamespaces limits that check to the namespaces whose labels it
+	// selects (--nonroot-namespace-selector); nil: every namespace.
+	NonRootNamespaces labels.Selector
 }
 
 // validate refuses options no flag check should have let through: a
@@ -189,6 +198,11 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	if opts.KubeClient != nil {
 		cfg.ListClaims = APIClaimLister(opts.KubeClient)
 		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
+		cfg.NonRootClasses = opts.NonRootClasses
+		cfg.ReservingPods = APIReservingPods(opts.KubeClient, opts.NodeName)
+		if opts.NonRootNamespaces != nil {
+			cfg.NonRootNamespaces = APINamespaceMatcher(opts.KubeClient, opts.NonRootNamespaces)
+		}
 	}
 	cfg.SimulatedMPS = opts.FakeGPUs
 	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == mps.ModeV3

@@ -159,6 +159,26 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(pollEvery).Should(Succeed())
 	}, SpecTimeout(7*time.Minute))
 
+	It("refuses at prepare a root pod admitted before its strict share claim existed, naming the container and the field", func(ctx SpecContext) {
+		scenario("non-root at prepare: a root pod names a claim that does not exist yet (admission cannot check it); the claim of the strict shared class (sharing.requireHardEnforcement=true) is then created; the plugin refuses the prepare naming the pod, container and field")
+		ns := newNamespace(ctx)
+		early := rootPod(ns, "early-root", "unused")
+		early.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: claimName, ResourceClaimName: ptr.To("late-share")}}
+		createPod(ctx, early)
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "late-share", Namespace: ns},
+			Spec: resourceapi.ResourceClaimSpec{Devices: memoryShare("20Gi")}}
+		_, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		want := `pod ` + ns + `/early-root container "gpu-info": securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class ` + device.SharedDeviceClassName
+		Eventually(func(g Gomega) {
+			events := eventText(ctx, ns, "early-root")
+			g.Expect(events).To(ContainSubstring(want))
+			g.Expect(events).To(ContainSubstring(`container "gpu-info": securityContext.allowPrivilegeEscalation must be false`))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		Expect(getPod(ctx, ns, "early-root").Status.Phase).NotTo(Equal(corev1.PodRunning))
+		GinkgoWriter.Printf("  pod events:\n%s", eventText(ctx, ns, "early-root"))
+	}, SpecTimeout(3*time.Minute))
+
 	It("never starts a container whose memory limit cannot be set, and says why in the pod's events", func(ctx SpecContext) {
 		scenario("hard enforcement fails closed: the mock NVML refuses the limit, the pod does not start")
 		Expect(state.FailMemoryLimits(4)).To(Succeed(), "NVML_ERROR_NO_PERMISSION for every limit") // nvml.ERROR_NO_PERMISSION

@@ -69,8 +69,9 @@ func gpuPod(ns, name, template string) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			NodeSelector:                 map[string]string{corev1.LabelHostname: gpuNode},
 			AutomountServiceAccountToken: ptr.To(false),
-			// Shared-GPU pods must run as non-root (the chart's admission
-			// policy); the workload needs no root anyway.
+			// Locked down, as the chart requires of a strict class's shares
+			// (the realpath cluster's shared class is strict); the workload
+			// needs no root anyway. rootPod undoes it.
 			SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534)},
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -80,9 +81,20 @@ func gpuPod(ns, name, template string) *corev1.Pod {
 				Image:           *workloadImage,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Resources:       corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: claimName}}},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 			}},
 		},
 	}
+}
+
+// rootPod is gpuPod as most CUDA images run it: as root, no security
+// context at all.
+func rootPod(ns, name, template string) *corev1.Pod {
+	p := gpuPod(ns, name, template)
+	p.Spec.SecurityContext = nil
+	p.Spec.Containers[0].SecurityContext = nil
+	return p
 }
 
 func createPod(ctx context.Context, pod *corev1.Pod) *corev1.Pod {

@@ -105,3 +105,23 @@ checks (the plugin refuses them at start-up too: --mps-daemon-namespace).
 {{- define "tangram.webhookCertManager" -}}
 {{- if and .Values.controller.webhook.enabled .Values.controller.webhook.certManager.enabled }}true{{ end -}}
 {{- end -}}
+
+{{/*
+The device classes whose claims only locked-down pods may use (non-root, no
+privilege escalation, no added capabilities, not privileged), as a comma
+list: admissionPolicy.sharedGPURunAsNonRoot.deviceClasses (by default the
+strict hard-shared-gpu.tangram.dev), plus shared-gpu.tangram.dev when
+sharing.requireHardEnforcement makes the default class strict too. Empty when
+admissionPolicy.sharedGPURunAsNonRoot.enabled is false. Read by the
+admission policies and by the kubelet plugin (--nonroot-device-classes).
+*/}}
+{{- define "tangram.nonRootDeviceClasses" -}}
+{{- $cfg := .Values.admissionPolicy.sharedGPURunAsNonRoot }}
+{{- if $cfg.enabled }}
+{{- $classes := $cfg.deviceClasses }}
+{{- if .Values.sharing.requireHardEnforcement }}
+{{- $classes = append $classes "shared-gpu.tangram.dev" }}
+{{- end }}
+{{- $classes | uniq | join "," }}
+{{- end }}
+{{- end -}}

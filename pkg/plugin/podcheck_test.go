@@ -1,0 +1,181 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+)
+
+const (
+	strictClass  = "hard-shared-gpu.tangram.dev"
+	defaultClass = "shared-gpu.tangram.dev"
+)
+
+// reservedShare is a share claim of class, reserved for the given consumers.
+func reservedShare(uid, class string, consumers ...resourceapi.ResourceClaimConsumerReference) *resourceapi.ResourceClaim {
+	c := claimWith(uid, shareResult("gpu", "gpu-0", "s-"+uid, "10Gi", ""))
+	c.Spec.Devices.Requests[0].Exactly = &resourceapi.ExactDeviceRequest{DeviceClassName: class}
+	c.Status.ReservedFor = consumers
+	return c
+}
+
+func podRef(p *corev1.Pod) resourceapi.ResourceClaimConsumerReference {
+	return resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID}
+}
+
+func testPod(name string, locked bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: testNode, Containers: []corev1.Container{{Name: "cuda"}}}}
+	if locked {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}
+	}
+	return p
+}
+
+// TestPrepareChecksReservingPods: a claim of a strict class is refused at
+// prepare when a pod reserving it is not locked down (a pod admitted before
+// its claim or template existed passed the admission policies), with the
+// pod, container and field named, and nothing prepared; a locked-down pod's
+// claim and a root pod's claim of the default class are prepared.
+func TestPrepareChecksReservingPods(t *testing.T) {
+	root := testPod("root", false)
+	locked := testPod("locked", true)
+	escalating := testPod("escalating", true)
+	escalating.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
+	gangMember := testPod("member", false)
+	gangMember.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("trainers")}
+	gone := resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "gone", UID: "uid-gone"}
+	reincarnated := podRef(locked)
+	reincarnated.UID = "uid-of-an-earlier-pod"
+
+	for _, tc := range []struct {
+		name     string
+		claim    *resourceapi.ResourceClaim
+		classes  []string
+		apiError error
+		// namespaces: the --nonroot-namespace-selector; nsLabels: the
+		// labels of the claim's namespace.
+		namespaces string
+		nsLabels   map[string]string
+		want       string // "" prepared
+	}{
+		{name: "root pod, strict class", claim: reservedShare("c1", strictClass, podRef(root)), classes: []string{strictClass},
+			want: `pod default/root container "cuda": securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class hard-shared-gpu.tangram.dev`},
+		{name: "escalation allowed, strict class", claim: reservedShare("c2", strictClass, podRef(escalating)), classes: []string{strictClass},
+			want: `pod default/escalating container "cuda": securityContext.allowPrivilegeEscalation must be false for a share of class hard-shared-gpu.tangram.dev`},
+		{name: "locked-down pod, strict class", claim: reservedShare("c3", strictClass, podRef(locked)), classes: []string{strictClass}},
+		{name: "root pod, default class", claim: reservedShare("c4", defaultClass, podRef(root)), classes: []string{strictClass}},
+		{name: "root pod, default class made strict", claim: reservedShare("c5", defaultClass, podRef(root)), classes: []string{strictClass, defaultClass},
+			want: `for a share of class shared-gpu.tangram.dev`},
+		{name: "root gang member of a PodGroup", classes: []string{strictClass},
+			claim: reservedShare("c6", strictClass, resourceapi.ResourceClaimConsumerReference{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "trainers", UID: "pg"}),
+			want:  `pod default/member container "cuda": securityContext.runAsNonRoot`},
+		{name: "a reserved pod that is gone", claim: reservedShare("c7", strictClass, gone, podRef(locked)), classes: []string{strictClass}},
+		{name: "another incarnation of a pod", claim: reservedShare("c8", strictClass, reincarnated), classes: []string{strictClass}},
+		{name: "unknown consumer kind", classes: []string{strictClass},
+			claim: reservedShare("c9", strictClass, resourceapi.ResourceClaimConsumerReference{APIGroup: "example.com", Resource: "jobs", Name: "j", UID: "j"}),
+			want:  "the claim is reserved for jobs j (group \"example.com\"), whose pods the plugin cannot read"},
+		{name: "pods cannot be read: fail closed", claim: reservedShare("c10", strictClass, podRef(locked)), classes: []string{strictClass},
+			apiError: errors.New("pods is forbidden"), want: "checking that the pods using the claim run as non-root: reading pod default/locked, which the claim is reserved for: pods is forbidden"},
+		{name: "no classes: no check", claim: reservedShare("c11", strictClass, podRef(root))},
+		{name: "namespace outside the selector", claim: reservedShare("c12", strictClass, podRef(root)), classes: []string{strictClass},
+			namespaces: `{"matchLabels":{"tenancy":"shared"}}`},
+		{name: "namespace inside the selector", claim: reservedShare("c13", strictClass, podRef(root)), classes: []string{strictClass},
+			namespaces: `{"matchExpressions":[{"key":"tenancy","operator":"Exists"}]}`, nsLabels: map[string]string{"tenancy": "shared"},
+			want: `pod default/root container "cuda": securityContext.runAsNonRoot`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			client := fake.NewClientset(root, locked, escalating, gangMember,
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: tc.nsLabels}})
+			if tc.apiError != nil {
+				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.apiError })
+			}
+			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
+				Shares: h.shares, MPSPipeDir: mps.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir(),
+				NonRootClasses: tc.classes, ReservingPods: APIReservingPods(client, testNode)}
+			selector, err := ParseNamespaceSelector(tc.namespaces)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if selector != nil {
+				cfg.NonRootNamespaces = APINamespaceMatcher(client, selector)
+			}
+			d, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{tc.claim})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := res[tc.claim.UID]
+			if tc.want == "" {
+				if got.Err != nil {
+					t.Fatalf("refused: %v", got.Err)
+				}
+				if len(got.Devices) != 1 {
+					t.Errorf("devices %v, want one", got.Devices)
+				}
+				return
+			}
+			if got.Err == nil || !strings.Contains(got.Err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", got.Err, tc.want)
+			}
+			if !strings.HasPrefix(got.Err.Error(), "preparing claim default/claim-"+string(tc.claim.UID)+": ") {
+				t.Errorf("error %q does not name the claim", got.Err)
+			}
+			if _, ok := d.Records()[string(tc.claim.UID)]; ok || h.specs.Exists(context.Background(), string(tc.claim.UID)) {
+				t.Error("a refused claim left a record or a spec")
+			}
+		})
+	}
+}
+
+func TestParseNamespaceSelector(t *testing.T) {
+	for _, tc := range []struct {
+		text, want string // want: the selector's string; "<nil>" every namespace
+		wantErr    string
+	}{
+		{text: "", want: "<nil>"},
+		{text: "{}", want: "<nil>"},
+		{text: `{"matchLabels":{"a":"b"}}`, want: "a=b"},
+		{text: `{"matchExpressions":[{"key":"x","operator":"NotIn","values":["y"]}]}`, want: "x notin (y)"},
+		{text: `{"matchLabels":`, wantErr: "not a label selector in JSON"},
+		{text: `{"matchExpressions":[{"key":"x","operator":"Near"}]}`, wantErr: `"Near" is not a valid label selector operator`},
+	} {
+		t.Run(tc.text, func(t *testing.T) {
+			got, err := ParseNamespaceSelector(tc.text)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := "<nil>"
+			if got != nil {
+				s = got.String()
+			}
+			if s != tc.want {
+				t.Errorf("selector %s, want %s", s, tc.want)
+			}
+		})
+	}
+}
