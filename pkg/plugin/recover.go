@@ -146,7 +146,7 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 			logger.Error(err, "Cannot rebuild claim", "claim", klog.KObj(claim))
 			continue
 		}
-		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
 		var client mps.ClientConfig
 		if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
 			client = d.cfg.Shares.ClientConfig(rec.UID)
