@@ -299,3 +299,37 @@ func TestDeviceClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestNotesSayHowSharesAreEnforced: the notes after install say that the
+// default shared class runs advisory shares, name the hard class, and give
+// the command that shows each node's enforcement level (a fresh install has
+// no ResourceSlices to look up yet); strict, they say the class is strict.
+func TestNotesSayHowSharesAreEnforced(t *testing.T) {
+	notes := func(sets ...string) string {
+		t.Helper()
+		args := append([]string{"install", releaseName, chartDir, "--namespace", namespace, "--dry-run=client"}, setArgs(sets)...)
+		out, err := runHelm(t, args...)
+		if err != nil {
+			t.Fatalf("helm install --dry-run %v: %v", sets, err)
+		}
+		_, after, ok := strings.Cut(out, "NOTES:")
+		if !ok {
+			t.Fatalf("no NOTES in:\n%s", out)
+		}
+		return after
+	}
+	def := notes()
+	for _, want := range []string{
+		`runs "advisory"`, "Warning event", device.HardSharedDeviceClassName,
+		"no node has published its GPUs yet",
+		"custom-columns='NODE:.spec.nodeName,SHARES:.spec.devices[0].attributes.shareEnforcement.string,WHY:.spec.devices[0].attributes.shareEnforcementReason.string",
+		"Backend: mps",
+	} {
+		if !strings.Contains(def, want) {
+			t.Errorf("default notes do not say %q:\n%s", want, def)
+		}
+	}
+	if strict := notes("sharing.requireHardEnforcement=true"); !strings.Contains(strict, `takes only nodes whose shareEnforcement is "hard"`) {
+		t.Errorf("strict notes do not say the default class is strict:\n%s", strict)
+	}
+}
