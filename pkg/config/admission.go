@@ -1,7 +1,6 @@
 package config
 
 import (
-
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 

@@ -73,7 +73,7 @@ type Config struct {
 	ShareEnforcementReason string
 	// Events, if set, receives a Warning event on each pod reserving a
 	// claim whose shares are not enforced hard; nil records none.
-	Events record.EventRecorder
+	Events  record.EventRecorder
 	Metrics *Metrics
 	// Health is the cards' health for the kubelet (WatchHealthStatus); nil
 	// when it is not watched.

@@ -479,7 +479,9 @@ func TestPrepareNodeBackend(t *testing.T) {
 		mps  = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"mps"}}`
 		tune = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":30}}}`
 	)
-	share := func() *resourceapi.ResourceClaim { return claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")) }
+	share := func() *resourceapi.ResourceClaim {
+		return claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", ""))
+	}
 	tests := []struct {
 		name     string
 		node     string
