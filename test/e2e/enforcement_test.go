@@ -220,10 +220,10 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 			g.Expect(cond.Reason).To(Equal(corev1.PodReasonUnschedulable))
 			g.Expect(cond.Message).To(ContainSubstring("cannot allocate all claims"))
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
-		// The stock scheduler's message is generic; the diagnosis names the class.
-		why := tangramDescribe(ctx, ns, strict.Name)
-		Expect(why).To(ContainSubstring("class " + device.HardSharedDeviceClassName + " requires"))
-		GinkgoWriter.Printf("  %s stays Pending; kubectl tangram describe:\n%s", strict.Name, why)
+		// The stock scheduler's message is generic. The diagnosis naming the
+		// class is checked where no node is hard (the r580 stage,
+		// advisory_test.go): here the GPU node is, and the claim fits there.
+		GinkgoWriter.Printf("  %s stays Pending: %s\n", strict.Name, eventText(ctx, ns, strict.Name))
 	}, SpecTimeout(4*time.Minute))
 })
 
