@@ -158,6 +158,15 @@ func TestClaim(t *testing.T) {
 				`or ask class shared-gpu.tangram.dev, which also takes compute-only and advisory nodes (a tenant can exceed its share there)`,
 		},
 		{
+			// The shared class takes only cards of the admin's backend:
+			// a node sharing with none has none for it.
+			name:    "shared class on a node of another sharing backend",
+			cluster: newTestCluster().node("n1", "", true, "d0").backend("n1", "none"),
+			claim:   fixture.Share("default", "new", "10Gi", 0),
+			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster; ` +
+				`class shared-gpu.tangram.dev selects cards by the nodes' sharing backend (gpu.tangram.dev/shareBackend, set by the admin with the chart value sharing.backend); the devices have: 1 none`,
+		},
+		{
 			name:    "selector that does not compile",
 			cluster: newTestCluster().node("n1", "", false, "d0"),
 			claim:   withSelector(fixture.Whole("default", "new", 1, false), `device.attributes[`),
