@@ -13,7 +13,8 @@
 # e2e-realpath-r580): a second mock root as NVIDIA driver 580 (what most
 # clusters run: no MPS v3, no per-cgroup memory limits), the release
 # reinstalled on it with default sharing values, and the specs labelled
-# `realpath && r580` (test/e2e/advisory_test.go). SKIP_R580=1 leaves it out.
+# `realpath && r580` (test/e2e/advisory_test.go). SKIP_R580=1 leaves it out;
+# ONLY_R580=1 runs only it (after cluster-up).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 need_root
@@ -71,11 +72,14 @@ install_chart() {
 }
 
 # install_chart_r580: the release again, on the r580 mock root, with the
-# chart's default sharing values (no mps.mode, no shmSize, no
-# requireHardEnforcement; the host's cgroup root): what an admin of an r580
-# cluster gets out of the box.
+# chart's default sharing values (no mps.mode, no requireHardEnforcement, no
+# backend; the host's cgroup root): what an admin of an r580 cluster gets
+# out of the box. shmSize=0 only because the local cluster's MPS root is
+# not a shared mount (a size-bounded /dev/shm per claim needs Bidirectional
+# propagation; classic MPS does not use it anyway).
 install_chart_r580() {
-	"$HERE/chart.sh" uninstall
+	# The first stage's release, if any: its MPS daemon pod (v3) goes with it.
+	"$HERE/chart.sh" uninstall || true
 	mkdir -p "$R580_STATE_DIR" "$R580_MPS_ROOT"
 	TANGRAM_MOCK_NVML_NODE_NAME="$NODE_NAME" TANGRAM_MOCK_NVML_DRIVER_VERSION=580.105.08 TANGRAM_MOCK_NVML_STATE_DIR="$R580_NVML_STATE_DIR" \
 		"$REPO_ROOT/hack/mock-driver-root/create.sh" "$R580_DRIVER_ROOT" >/dev/null
@@ -89,7 +93,8 @@ install_chart_r580() {
 		--set "image.tag=${PLUGIN_IMAGE##*:}" \
 		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$R580_NVML_STATE_DIR\"}]" \
 		--set "kubeletPlugin.hostPaths.stateDir=$R580_STATE_DIR" \
-		--set "kubeletPlugin.hostPaths.mpsRoot=$R580_MPS_ROOT"
+		--set "kubeletPlugin.hostPaths.mpsRoot=$R580_MPS_ROOT" \
+		--set kubeletPlugin.mps.shmSize=0
 }
 
 # run_specs LABEL_FILTER DRIVER_ROOT NVML_STATE_DIR MPS_ROOT [go test -args...]
@@ -115,8 +120,10 @@ stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
 # calls.log.
 stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 \
 	TANGRAM_MOCK_NVML_STATE_DIR="$MOCK_NVML_STATE_DIR" "$HERE/up.sh"
-stage chart-install install_chart
-stage e2e-realpath run_specs "realpath && !r580" "$MOCK_DRIVER_ROOT" "$MOCK_NVML_STATE_DIR" "$MPS_ROOT" "$@"
+if [ -z "${ONLY_R580:-}" ]; then
+	stage chart-install install_chart
+	stage e2e-realpath run_specs "realpath && !r580" "$MOCK_DRIVER_ROOT" "$MOCK_NVML_STATE_DIR" "$MPS_ROOT" "$@"
+fi
 if [ -z "${SKIP_R580:-}" ]; then
 	stage chart-install-r580 install_chart_r580
 	stage e2e-realpath-r580 run_specs "realpath && r580" "$R580_DRIVER_ROOT" "$R580_NVML_STATE_DIR" "$R580_MPS_ROOT" "$@"
