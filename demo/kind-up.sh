@@ -69,8 +69,8 @@ for archive in "$IMAGE_DIR"/dra-kubelet-plugin.tar "$IMAGE_DIR"/dra-controller.t
 done
 
 step "helm install tangram (fake GPU profile $PROFILE on the workers)"
-# Fake GPUs are "advisory" (docs/enforcement.md): the shared class must accept them.
-demo_install_chart --set "fakeGPU.profile=$PROFILE" --set sharing.requireHardEnforcement=false \
+# Fake GPUs are "advisory" (docs/enforcement.md): the default shared class runs shares there, saying so.
+demo_install_chart --set "fakeGPU.profile=$PROFILE" \
 	--set-json 'kubeletPlugin.nodeSelector={"tangram.dev/fake-gpus":"true"}'
 demo_wait_slices 120
 

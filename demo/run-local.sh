@@ -92,8 +92,8 @@ H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hac
 # controller with its webhook, tangram-scheduler for the packing scenarios).
 # Its webhook is opt-in per namespace for the e2e suite; the demo's mistake
 # scenario needs it everywhere. Fake GPUs enforce nothing (shareEnforcement
-# "advisory"), so the shared class accepts advisory nodes; on real GPUs leave
-# sharing.requireHardEnforcement at its default (true).
+# "advisory"): the default shared class runs shares there and says so, the
+# hard class (hard-shared-gpu.tangram.dev) takes none (scenario 11).
 if [ "$DEMO_CLUSTER" = local ]; then
 	TANGRAM_FAKE_PROFILE="$PROFILE" "$REPO_ROOT/hack/local-cluster/chart.sh" install \
 		--set-json 'controller.webhook.namespaceSelector={}' || die "installing the chart failed (logs: hack/local-cluster/chart.sh logs plugin)"
@@ -109,7 +109,6 @@ else
 	fi
 	demo_install_chart \
 		"${gpu_args[@]}" \
-		--set sharing.requireHardEnforcement=false \
 		--set kubeletPlugin.hostNetwork=true \
 		--set-json "kubeletPlugin.extraEnv=$API_ENV" \
 		--set controller.enabled=true \

@@ -146,7 +146,7 @@ func TestSpecs(t *testing.T) {
 		{
 			file:          "05-mistake-bad-config.yaml",
 			wantDevices:   map[string]int64{"bad-config": 1},
-			wantConfigErr: `sharing.backend: Unsupported value: "vcuda": supported values: "mps", "none"`,
+			wantConfigErr: `sharing.mps.defaultActiveThreadPercentage: Invalid value: 150: must be between 1 and 100 (percent of the card's streaming multiprocessors)`,
 		},
 		{file: "06-packing-stock.yaml", wantDevices: map[string]int64{"next-share-stock": 1}},
 		// The chart's default scheduler.schedulerName.
@@ -157,8 +157,9 @@ func TestSpecs(t *testing.T) {
 		}, wantPriorityClass: "tangram-demo-low"},
 		{file: "10-preemption-high.yaml", wantDevices: map[string]int64{"urgent": 1}, wantScheduler: "tangram",
 			wantPriorityClass: "tangram-demo-high"},
-		// One card's share, if the node were "hard"; on fake GPUs it stays Pending.
-		{file: "11-hard-enforcement.yaml", wantDevices: map[string]int64{"needs-hard": 1}},
+		// A share of any node runs (advisory on fake GPUs); one of the hard
+		// class would take a card of a "hard" node, and stays Pending here.
+		{file: "11-hard-enforcement.yaml", wantDevices: map[string]int64{"runs-advisory": 1, "needs-hard": 1}},
 	}
 	seen := map[string]bool{"00-namespace.yaml": true}
 	for _, tc := range tests {
@@ -247,7 +248,7 @@ func checkPod(t *testing.T, pod *corev1.Pod, spec specFile) int64 {
 				continue
 			}
 			switch req.Exactly.DeviceClassName {
-			case device.DeviceClassName, device.SharedDeviceClassName:
+			case device.DeviceClassName, device.SharedDeviceClassName, device.HardSharedDeviceClassName:
 			default:
 				t.Errorf("template %s request %s: class %q is not one the chart installs", tmplName, req.Name, req.Exactly.DeviceClassName)
 			}

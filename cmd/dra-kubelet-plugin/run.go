@@ -154,13 +154,16 @@ func newRunCommand() *cobra.Command {
 				}
 			}
 			return plugin.Run(ctx, plugin.PluginOptions{
-				Hardware:        hardware,
-				MemoryLimitHook: memoryLimitHook,
-				MPSv3Available:  caps.MPSv3,
-				NodeName:        source.NodeName,
-				GPUs:            gpus,
-				FakeGPUs:        source.Fake(),
-				Sharing:         model.Sharing == "enabled",
+				Hardware:               hardware,
+				MemoryLimitHook:        memoryLimitHook,
+				MPSv3Available:         caps.MPSv3,
+				NodeName:               source.NodeName,
+				GPUs:                   gpus,
+				FakeGPUs:               source.Fake(),
+				Sharing:                model.Sharing == "enabled",
+				ShareBackend:           model.ShareBackend,
+				ShareEnforcement:       string(caps.Level),
+				ShareEnforcementReason: caps.ReasonCode,
 				Resources: func(labels map[string]string) (*resourceslice.DriverResources, error) {
 					opts, err := model.Options(source.NodeName, labels)
 					if err != nil {
@@ -168,6 +171,7 @@ func newRunCommand() *cobra.Command {
 					}
 					opts.Sysfs = source.Sysfs()
 					opts.ShareEnforcement, opts.ShareEnforcementReason = string(caps.Level), caps.ReasonCode
+					// opts.ShareBackend comes from --share-backend (model.Options).
 					return resourceslices.DriverResources(gpus, opts)
 				},
 				CDIRoot:          flags.CDIRoot,

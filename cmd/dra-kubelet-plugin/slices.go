@@ -24,6 +24,7 @@ import (
 // slices and run subcommands share them.
 type deviceModelFlags struct {
 	Sharing             string
+	ShareBackend        string
 	NodeLabelAttributes []string
 	MemoryStep          string
 	// ProcRoot and CgroupRoot are where share enforcement is detected from
@@ -36,6 +37,7 @@ type deviceModelFlags struct {
 
 func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.Sharing, "sharing", "enabled", "enabled: cards can be shared by several claims (memory/compute shares); disabled: whole cards only")
+	flags.StringVar(&f.ShareBackend, "share-backend", device.ShareBackendMPS, "how this node keeps the shares of a card apart, published as the shareBackend attribute the shared DeviceClasses select on: mps (NVIDIA MPS) or none (accounted by the scheduler only); the admin's choice: a claim's GpuConfig may not name a backend (chart: sharing.backend)")
 	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
 	flags.StringVar(&f.MemoryStep, "memory-step", device.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
 	flags.StringVar(&f.ProcRoot, "proc-root", "/proc", "proc file system the kernel release is read from (sys/kernel/osrelease), for share enforcement detection")
@@ -69,6 +71,12 @@ func (f *deviceModelFlags) Options(nodeName string, nodeLabels map[string]string
 	case "disabled":
 	default:
 		return opts, fmt.Errorf("--sharing=%q: want enabled or disabled", f.Sharing)
+	}
+	switch f.ShareBackend {
+	case device.ShareBackendMPS, device.ShareBackendNone:
+		opts.ShareBackend = f.ShareBackend
+	default:
+		return opts, fmt.Errorf("--share-backend=%q: want %s or %s", f.ShareBackend, device.ShareBackendMPS, device.ShareBackendNone)
 	}
 	step, err := resource.ParseQuantity(f.MemoryStep)
 	if err != nil {

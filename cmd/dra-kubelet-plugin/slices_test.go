@@ -159,6 +159,7 @@ func TestSlicesBadFlags(t *testing.T) {
 		{"unknown profile", []string{"--node-name", "n", "--fake-profile", "dgx-b300"}, `--fake-profile: unknown built-in GPU profile "dgx-b300"`},
 		{"missing profile file", []string{"--node-name", "n", "--fake-profile-file", missing}, "--fake-profile-file:"},
 		{"bad sharing", []string{"--node-name", "n", "--fake-profile", "pcie-l4", "--sharing=maybe"}, `--sharing="maybe": want enabled or disabled`},
+		{"bad share backend", []string{"--node-name", "n", "--fake-profile", "pcie-l4", "--share-backend=vcuda"}, `--share-backend="vcuda": want mps or none`},
 		{"bad output", []string{"--node-name", "n", "--fake-profile", "pcie-l4", "-o", "xml"}, `-o "xml": want yaml or json`},
 		{"labels without attributes", []string{"--node-name", "n", "--fake-profile", "pcie-l4", "--node-labels", "a=b"}, "--node-labels has no effect without --node-label-attributes"},
 		{"bad label key", []string{"--node-name", "n", "--fake-profile", "pcie-l4", "--node-label-attributes", "a/b/c"}, `--node-label-attributes: node label key "a/b/c"`},

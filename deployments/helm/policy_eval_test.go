@@ -702,8 +702,8 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 		{name: "admin access with memory 0 on the shared class", req: exact(shared, true, capacity("memory", "0"))},
 		{name: "memory 0 on another driver's class", req: exact("gpu.nvidia.com", false, capacity("memory", "0"))},
 	}
-	// A node whose shares are only advisory: the shared class (hard
-	// enforcement by default) has no card there.
+	// A node whose shares are only advisory: the shared class with
+	// sharing.requireHardEnforcement has no card there.
 	p, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
@@ -748,7 +748,7 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 			}
 			// Admitted on the whole-card class: the allocator must give a
 			// whole card.
-			node := &dra.Node{Name: "node-a", Slices: published, Classes: device.HardEnforcedDeviceClasses()}
+			node := &dra.Node{Name: "node-a", Slices: published, Classes: device.StrictDeviceClasses()}
 			allocated, err := node.Allocate(context.Background(), claim)
 			if err != nil {
 				t.Fatalf("allocating an admitted whole-card claim: %v", err)
@@ -762,9 +762,9 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 	}
 	// What the policy refuses on the whole-card class is a partial card to
 	// the allocator, past the shared class's hard-enforcement requirement.
-	node := &dra.Node{Name: "node-a", Slices: published, Classes: device.HardEnforcedDeviceClasses()}
+	node := &dra.Node{Name: "node-a", Slices: published, Classes: device.StrictDeviceClasses()}
 	if _, err := node.Allocate(context.Background(), claimOf("s", exact(shared, false, capacity("memory", "20Gi")))); err == nil {
-		t.Error("a share of the shared class was allocated on an advisory node although the class requires hard enforcement")
+		t.Error("a share of the strict shared class was allocated on an advisory node although the class requires hard enforcement")
 	}
 	allocated, err := node.Allocate(context.Background(), claimOf("w", exact(whole, false, capacity("memory", "20Gi"))))
 	if err != nil {
@@ -775,6 +775,44 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 	}
 	if render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
 		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
+	}
+
+	// A claim's config may not name a sharing backend (the admin's, per
+	// node and class); MPS tuning and other drivers' configs pass.
+	const wantBackend = "names sharing.backend"
+	opaque := func(driver, params string) resourceapi.DeviceClaimConfiguration {
+		return resourceapi.DeviceClaimConfiguration{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		config resourceapi.DeviceClaimConfiguration
+		want   string
+	}{
+		{name: "backend none", config: opaque("gpu.tangram.dev", `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`), want: wantBackend + " none"},
+		{name: "backend mps", config: opaque("gpu.tangram.dev", `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"mps"}}`), want: wantBackend + " mps"},
+		{name: "MPS tuning", config: opaque("gpu.tangram.dev", `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":30}}}`)},
+		{name: "no sharing section", config: opaque("gpu.tangram.dev", `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig"}`)},
+		{name: "another driver's backend", config: opaque("gpu.example.com", `{"sharing":{"backend":"none"}}`)},
+	} {
+		t.Run("config: "+tc.name, func(t *testing.T) {
+			claim := claimOf("c", exact(shared, false, capacity("memory", "20Gi")))
+			claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{tc.config}
+			template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "team"},
+				Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim.Spec}}
+			for _, req := range []request{
+				{user: alice, op: admission.Create, namespace: "team", object: claim, gvk: claimGVK, gvr: claimGVR},
+				{user: alice, op: admission.Update, namespace: "team", object: template, old: template, gvk: templateGVK, gvr: templateGVR},
+			} {
+				got := denied(t, policy, req)
+				switch {
+				case tc.want == "" && got != "":
+					t.Errorf("%s denied: %s", req.gvk.Kind, got)
+				case tc.want != "" && !strings.Contains(got, tc.want):
+					t.Errorf("%s: denial %q, want one containing %q", req.gvk.Kind, got, tc.want)
+				}
+			}
+		})
 	}
 }
 

@@ -153,6 +153,12 @@ func TestPluginDaemonSet(t *testing.T) {
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
+			name:      "the admin's sharing backend",
+			sets:      []string{"sharing.backend=none"},
+			wantFlags: map[string]string{"share-backend": "none"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
 			name:      "custom fake profile file",
 			sets:      []string{"fakeGPU.profileFile=name: tiny\ngpus: []\n"},
 			wantFlags: map[string]string{"fake-profile-file": "/etc/tangram/fake-profile.yaml"},

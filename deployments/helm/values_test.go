@@ -84,6 +84,15 @@ func TestSchemaRejects(t *testing.T) {
 			sets:    []string{`deviceClasses.shared.defaultConfig@json={"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"vcuda"}}`},
 			wantErr: []string{"backend"},
 		},
+		{name: "unknown sharing backend", sets: []string{"sharing.backend=vcuda"}, wantErr: []string{"backend"}},
+		{
+			// The shared classes select sharing.backend's cards: a
+			// config naming another backend would fail every prepare.
+			name:      "default GpuConfig naming another backend than the nodes'",
+			sets:      []string{`deviceClasses.shared.defaultConfig@json={"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`},
+			wantErr:   []string{`names sharing backend "none" but the nodes share with sharing.backend="mps"`},
+			notSchema: true,
+		},
 		{
 			name:    "default GpuConfig of the wrong kind",
 			sets:    []string{`deviceClasses.shared.defaultConfig@json={"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GPUConfig"}`},
@@ -137,18 +146,20 @@ func TestSchemaProfiles(t *testing.T) {
 }
 
 // TestDeviceClassesMatchGo: the chart publishes exactly the classes of
-// device.HardEnforcedDeviceClasses() by default and of
-// device.DeviceClasses() with sharing.requireHardEnforcement=false (which
-// the simulator, the scheduler plugin's tests and the e2e testdata use);
-// only the chart's labels, the shared class's default config and the opt-in
-// extended resource name are extra.
+// device.DeviceClasses() by default (which the simulator, the scheduler
+// plugin's tests and the fixtures use), of device.StrictDeviceClasses()
+// with sharing.requireHardEnforcement=true and of
+// device.DeviceClassesFor("none", false) with sharing.backend=none; only the
+// chart's labels, the shared classes' config and the opt-in extended
+// resource name are extra.
 func TestDeviceClassesMatchGo(t *testing.T) {
 	for _, tc := range []struct {
 		sets []string
 		want []*resourceapi.DeviceClass
 	}{
-		{nil, device.HardEnforcedDeviceClasses()},
-		{[]string{"sharing.requireHardEnforcement=false"}, device.DeviceClasses()},
+		{nil, device.DeviceClasses()},
+		{[]string{"sharing.requireHardEnforcement=true"}, device.StrictDeviceClasses()},
+		{[]string{"sharing.backend=none"}, device.DeviceClassesFor(device.ShareBackendNone, false)},
 	} {
 		rendered := render(t, tc.sets...)["DeviceClass"]
 		var got []*resourceapi.DeviceClass
@@ -186,15 +197,24 @@ func TestDeviceClasses(t *testing.T) {
 	if len(whole.Spec.Config) != 0 {
 		t.Errorf("%s carries config %+v; whole cards need none", whole.Name, whole.Spec.Config)
 	}
-	if len(shared.Spec.Config) != 1 || shared.Spec.Config[0].Opaque == nil || shared.Spec.Config[0].Opaque.Driver != device.DriverName {
-		t.Fatalf("%s config = %+v, want one opaque config for %s", shared.Name, shared.Spec.Config, device.DriverName)
+	// By default the shared classes carry no config: the backend is the
+	// nodes' (sharing.backend). A defaultConfig is attached to both.
+	if len(shared.Spec.Config) != 0 {
+		t.Errorf("%s carries config %+v by default; the backend is the nodes'", shared.Name, shared.Spec.Config)
 	}
-	cfg, err := v1alpha1.Parse(shared.Spec.Config[0].Opaque.Parameters.Raw)
-	if err != nil {
-		t.Fatalf("the shared class's default config is rejected by the plugin: %v", err)
-	}
-	if cfg.Sharing == nil || cfg.Sharing.Backend != v1alpha1.BackendMPS {
-		t.Errorf("shared class default config = %v, want the mps backend", cfg)
+	tuned := render(t, `deviceClasses.shared.defaultConfig@json={"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":50}}}`)
+	for _, name := range []string{device.SharedDeviceClassName, device.HardSharedDeviceClassName} {
+		dc := tuned.get(t, "DeviceClass", name).(*resourceapi.DeviceClass)
+		if len(dc.Spec.Config) != 1 || dc.Spec.Config[0].Opaque == nil || dc.Spec.Config[0].Opaque.Driver != device.DriverName {
+			t.Fatalf("%s config = %+v, want the defaultConfig for %s", name, dc.Spec.Config, device.DriverName)
+		}
+		cfg, err := v1alpha1.Parse(dc.Spec.Config[0].Opaque.Parameters.Raw)
+		if err != nil {
+			t.Fatalf("%s's config is rejected by the plugin: %v", name, err)
+		}
+		if cfg.Sharing == nil || cfg.Sharing.MPS == nil || *cfg.Sharing.MPS.DefaultActiveThreadPercentage != 50 {
+			t.Errorf("%s config = %v, want the defaultConfig", name, cfg)
+		}
 	}
 	if whole.Spec.ExtendedResourceName != nil {
 		t.Errorf("%s serves extended resource %q by default; it must be opt-in", whole.Name, *whole.Spec.ExtendedResourceName)
@@ -206,9 +226,6 @@ func TestDeviceClasses(t *testing.T) {
 	if got := ext.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.ExtendedResourceName; got != nil {
 		t.Errorf("the shared class serves extended resource %q; shares cannot be sized by an extended resource", *got)
 	}
-	if noCfg := render(t, "deviceClasses.shared.defaultConfig=null"); len(noCfg.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass).Spec.Config) != 0 {
-		t.Errorf("defaultConfig=null still attaches a config")
-	}
 
 	profile, err := fakegpu.BuiltinProfile("dgx-h100")
 	if err != nil {
@@ -219,24 +236,32 @@ func TestDeviceClasses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fake GPUs: %v", err)
 	}
-	optOut := render(t, "sharing.requireHardEnforcement=false").get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
+	hard := objs.get(t, "DeviceClass", device.HardSharedDeviceClassName).(*resourceapi.DeviceClass)
+	strict := render(t, "sharing.requireHardEnforcement=true").get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
+	noneShared := render(t, "sharing.backend=none").get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
 	tests := []struct {
 		sharing     bool
 		enforcement string // the node's shareEnforcement; "" = not published
+		backend     string // the node's shareBackend; "" = not published (older plugins: mps)
 		wantWhole   bool
-		wantShared  bool // with sharing.requireHardEnforcement (the default)
-		wantOptOut  bool // with sharing.requireHardEnforcement=false
+		wantShared  bool // shared-gpu.tangram.dev by default: every level
+		wantHard    bool // hard-shared-gpu.tangram.dev
+		wantStrict  bool // shared-gpu.tangram.dev with sharing.requireHardEnforcement=true
+		wantNone    bool // shared-gpu.tangram.dev with sharing.backend=none
 		otherDriver bool
 	}{
-		{sharing: true, enforcement: "hard", wantWhole: true, wantShared: true, wantOptOut: true},
-		{sharing: true, enforcement: "compute-only", wantWhole: true, wantShared: false, wantOptOut: true},
-		{sharing: true, enforcement: "advisory", wantWhole: true, wantShared: false, wantOptOut: true},
-		{sharing: true, enforcement: "", wantWhole: true, wantShared: false, wantOptOut: true},
-		{sharing: false, enforcement: "hard", wantWhole: true, wantShared: false, wantOptOut: false},
-		{sharing: true, enforcement: "hard", otherDriver: true},
+		{sharing: true, enforcement: "hard", backend: "mps", wantWhole: true, wantShared: true, wantHard: true, wantStrict: true},
+		{sharing: true, enforcement: "compute-only", backend: "mps", wantWhole: true, wantShared: true},
+		{sharing: true, enforcement: "advisory", backend: "mps", wantWhole: true, wantShared: true},
+		{sharing: true, enforcement: "", backend: "mps", wantWhole: true, wantShared: true},
+		{sharing: true, enforcement: "hard", backend: "", wantWhole: true, wantShared: true, wantHard: true, wantStrict: true},
+		{sharing: true, enforcement: "advisory", backend: "none", wantWhole: true, wantNone: true},
+		{sharing: true, enforcement: "hard", backend: "none", wantWhole: true, wantNone: true},
+		{sharing: false, enforcement: "hard", backend: "mps", wantWhole: true},
+		{sharing: true, enforcement: "hard", backend: "mps", otherDriver: true},
 	}
 	for _, tc := range tests {
-		devices, err := tangramslices.Devices(gpus, tangramslices.Options{NodeName: "node-a", Sharing: tc.sharing, ShareEnforcement: tc.enforcement})
+		devices, err := tangramslices.Devices(gpus, tangramslices.Options{NodeName: "node-a", Sharing: tc.sharing, ShareEnforcement: tc.enforcement, ShareBackend: tc.backend})
 		if err != nil {
 			t.Fatalf("publishing devices: %v", err)
 		}
@@ -248,7 +273,8 @@ func TestDeviceClasses(t *testing.T) {
 			what string
 			dc   *resourceapi.DeviceClass
 			want bool
-		}{{"", whole, tc.wantWhole}, {"", shared, tc.wantShared}, {" (requireHardEnforcement=false)", optOut, tc.wantOptOut}} {
+		}{{"", whole, tc.wantWhole}, {"", shared, tc.wantShared}, {"", hard, tc.wantHard},
+			{" (requireHardEnforcement=true)", strict, tc.wantStrict}, {" (backend=none)", noneShared, tc.wantNone}} {
 			for _, d := range devices {
 				got := true
 				for _, sel := range class.dc.Spec.Selectors {
@@ -261,15 +287,49 @@ func TestDeviceClasses(t *testing.T) {
 						Attributes: d.Attributes, Capacity: d.Capacity,
 					})
 					if err != nil {
-						t.Errorf("%s%s on %s (sharing=%v, enforcement %q): evaluation error %v", class.dc.Name, class.what, d.Name, tc.sharing, tc.enforcement, err)
+						t.Errorf("%s%s on %s (sharing=%v, enforcement %q, backend %q): evaluation error %v", class.dc.Name, class.what, d.Name, tc.sharing, tc.enforcement, tc.backend, err)
 					}
 					got = got && ok
 				}
 				if got != class.want {
-					t.Errorf("%s%s matches %s of driver %s with sharing=%v, enforcement %q: %v, want %v",
-						class.dc.Name, class.what, d.Name, driver, tc.sharing, tc.enforcement, got, class.want)
+					t.Errorf("%s%s matches %s of driver %s with sharing=%v, enforcement %q, backend %q: %v, want %v",
+						class.dc.Name, class.what, d.Name, driver, tc.sharing, tc.enforcement, tc.backend, got, class.want)
 				}
 			}
 		}
+	}
+}
+
+// TestNotesSayHowSharesAreEnforced: the notes after install say that the
+// default shared class runs advisory shares, name the hard class, and give
+// the command that shows each node's enforcement level (a fresh install has
+// no ResourceSlices to look up yet); strict, they say the class is strict.
+func TestNotesSayHowSharesAreEnforced(t *testing.T) {
+	notes := func(sets ...string) string {
+		t.Helper()
+		args := append([]string{"install", releaseName, chartDir, "--namespace", namespace, "--dry-run=client"}, setArgs(sets)...)
+		out, err := runHelm(t, args...)
+		if err != nil {
+			t.Fatalf("helm install --dry-run %v: %v", sets, err)
+		}
+		_, after, ok := strings.Cut(out, "NOTES:")
+		if !ok {
+			t.Fatalf("no NOTES in:\n%s", out)
+		}
+		return after
+	}
+	def := notes()
+	for _, want := range []string{
+		`runs "advisory"`, "Warning event", device.HardSharedDeviceClassName,
+		"no node has published its GPUs yet",
+		"custom-columns='NODE:.spec.nodeName,SHARES:.spec.devices[0].attributes.shareEnforcement.string,WHY:.spec.devices[0].attributes.shareEnforcementReason.string",
+		"Backend: mps",
+	} {
+		if !strings.Contains(def, want) {
+			t.Errorf("default notes do not say %q:\n%s", want, def)
+		}
+	}
+	if strict := notes("sharing.requireHardEnforcement=true"); !strings.Contains(strict, `takes only nodes whose shareEnforcement is "hard"`) {
+		t.Errorf("strict notes do not say the default class is strict:\n%s", strict)
 	}
 }

@@ -89,7 +89,6 @@ install() {
 	if ! "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$CHART_DIR" \
 		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
 		--set "fakeGPU.profile=$profile" \
-		--set sharing.requireHardEnforcement=false \
 		--set logVerbosity=4 \
 		--set scheduler.logVerbosity=2 \
 		--set kubeletPlugin.hostNetwork=true \

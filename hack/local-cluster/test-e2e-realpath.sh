@@ -9,6 +9,12 @@
 # MPS runs in v3 mode (namespaces per claim on the stand-in); shmSize=0:
 # per-claim /dev/shm directories without a tmpfs of their own (the plugin
 # pod would need Bidirectional propagation on a shared host mount).
+# Then, on the same cluster, driver r580 with the chart's defaults (stage
+# e2e-realpath-r580): a second mock root as NVIDIA driver 580 (what most
+# clusters run: no MPS v3, no per-cgroup memory limits), the release
+# reinstalled on it with default sharing values, and the specs labelled
+# `realpath && r580` (test/e2e/advisory_test.go). SKIP_R580=1 leaves it out;
+# ONLY_R580=1 runs only it (after cluster-up).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 need_root
@@ -21,6 +27,11 @@ PLUGIN_IMAGE=localhost/tangram/dra-kubelet-plugin:dev
 STATE_DIR="$CLUSTER_DIR/realpath/state"
 MPS_ROOT="$CLUSTER_DIR/realpath/mps"
 MOCK_NVML_STATE_DIR="$STATE_DIR/mock-nvml"
+# The r580 stage: its own mock root, plugin state and MPS root.
+R580_DRIVER_ROOT="$MOCK_DRIVER_ROOT-r580"
+R580_STATE_DIR="$CLUSTER_DIR/realpath-r580/state"
+R580_MPS_ROOT="$CLUSTER_DIR/realpath-r580/mps"
+R580_NVML_STATE_DIR="$R580_STATE_DIR/mock-nvml"
 
 finish() {
 	local rc=$?
@@ -30,6 +41,9 @@ finish() {
 		"$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=60 >&2
 	fi
 	down_unless_kept stage cluster-down "$HERE/down.sh"
+	if [ -z "${KEEP_CLUSTER:-}" ] && [ -f "$R580_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT" ]; then
+		rm -rf --one-file-system "$R580_DRIVER_ROOT" "$CLUSTER_DIR/realpath-r580"
+	fi
 	stage_summary
 	[ $rc -eq 0 ] && log "test-e2e-realpath passed" || log "test-e2e-realpath FAILED (exit $rc); component logs in $LOG_DIR"
 	exit $rc
@@ -37,8 +51,8 @@ finish() {
 trap finish EXIT
 
 # install_chart: the local cluster's chart install (chart.sh), with the
-# plugin on the mock driver root instead of a fake profile, hard enforcement
-# required, and no controller or scheduler (no realpath spec needs them).
+# plugin on the mock driver root instead of a fake profile, and no
+# controller or scheduler (no realpath spec needs them).
 install_chart() {
 	mkdir -p "$STATE_DIR" "$MPS_ROOT"
 	"$HERE/chart.sh" install \
@@ -47,7 +61,6 @@ install_chart() {
 		--set scheduler.enabled=false \
 		--set "driverRoot=$MOCK_DRIVER_ROOT" \
 		--set "kubeletPlugin.cgroupRoot=$MOCK_DRIVER_ROOT/sys/fs/cgroup" \
-		--set sharing.requireHardEnforcement=true \
 		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
 		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
 		--set "image.tag=${PLUGIN_IMAGE##*:}" \
@@ -58,13 +71,42 @@ install_chart() {
 		--set kubeletPlugin.mps.shmSize=0
 }
 
+# install_chart_r580: the release again, on the r580 mock root, with the
+# chart's default sharing values (no mps.mode, no requireHardEnforcement, no
+# backend; the host's cgroup root): what an admin of an r580 cluster gets
+# out of the box. shmSize=0 only because the local cluster's MPS root is
+# not a shared mount (a size-bounded /dev/shm per claim needs Bidirectional
+# propagation; classic MPS does not use it anyway).
+install_chart_r580() {
+	# The first stage's release, if any: its MPS daemon pod (v3) goes with it.
+	"$HERE/chart.sh" uninstall || true
+	mkdir -p "$R580_STATE_DIR" "$R580_MPS_ROOT"
+	TANGRAM_MOCK_NVML_NODE_NAME="$NODE_NAME" TANGRAM_MOCK_NVML_DRIVER_VERSION=580.105.08 TANGRAM_MOCK_NVML_STATE_DIR="$R580_NVML_STATE_DIR" \
+		"$REPO_ROOT/hack/mock-driver-root/create.sh" "$R580_DRIVER_ROOT" >/dev/null
+	"$HERE/chart.sh" install \
+		--set fakeGPU.profile= \
+		--set controller.enabled=false \
+		--set scheduler.enabled=false \
+		--set "driverRoot=$R580_DRIVER_ROOT" \
+		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
+		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
+		--set "image.tag=${PLUGIN_IMAGE##*:}" \
+		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$R580_NVML_STATE_DIR\"}]" \
+		--set "kubeletPlugin.hostPaths.stateDir=$R580_STATE_DIR" \
+		--set "kubeletPlugin.hostPaths.mpsRoot=$R580_MPS_ROOT" \
+		--set kubeletPlugin.mps.shmSize=0
+}
+
+# run_specs LABEL_FILTER DRIVER_ROOT NVML_STATE_DIR MPS_ROOT [go test -args...]
 run_specs() {
+	local filter="$1" root="$2" nvml_state="$3" mps_root="$4"
+	shift 4
 	cd "$REPO_ROOT"
 	go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-20m}" ./test/e2e -args \
-		--kubeconfig "$KUBECONFIG_FILE" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter=realpath \
+		--kubeconfig "$KUBECONFIG_FILE" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="$filter" \
 		--gpu-node "$NODE_NAME" --cdi-dir "$CDI_DIR" \
-		--mock-driver-root "$MOCK_DRIVER_ROOT" --mock-nvml-state-dir "$MOCK_NVML_STATE_DIR" \
-		--mps-root "$MPS_ROOT" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" \
+		--mock-driver-root "$root" --mock-nvml-state-dir "$nvml_state" \
+		--mps-root "$mps_root" --release-namespace "$RELEASE_NAMESPACE" --plugin-image "$PLUGIN_IMAGE" \
 		--helm "$HELM_BIN/helm" --helm-release "$RELEASE" \
 		--crictl "$CRICTL_BIN/crictl" --cri-endpoint "unix://$CONTAINERD_SOCK" "$@"
 }
@@ -78,5 +120,11 @@ stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
 # calls.log.
 stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 \
 	TANGRAM_MOCK_NVML_STATE_DIR="$MOCK_NVML_STATE_DIR" "$HERE/up.sh"
-stage chart-install install_chart
-stage e2e-realpath run_specs "$@"
+if [ -z "${ONLY_R580:-}" ]; then
+	stage chart-install install_chart
+	stage e2e-realpath run_specs "realpath && !r580" "$MOCK_DRIVER_ROOT" "$MOCK_NVML_STATE_DIR" "$MPS_ROOT" "$@"
+fi
+if [ -z "${SKIP_R580:-}" ]; then
+	stage chart-install-r580 install_chart_r580
+	stage e2e-realpath-r580 run_specs "realpath && r580" "$R580_DRIVER_ROOT" "$R580_NVML_STATE_DIR" "$R580_MPS_ROOT" "$@"
+fi

@@ -83,10 +83,10 @@ func PendingClaims(snap *Snapshot) []*resourceapi.ResourceClaim {
 }
 
 // OurClasses is the set of DeviceClass names that select our driver's
-// devices: the two the chart publishes, plus any class whose selectors
+// devices: the three the chart publishes, plus any class whose selectors
 // name our driver.
 func OurClasses(classes []*resourceapi.DeviceClass) map[string]bool {
-	ours := map[string]bool{device.DeviceClassName: true, device.SharedDeviceClassName: true}
+	ours := map[string]bool{device.DeviceClassName: true, device.SharedDeviceClassName: true, device.HardSharedDeviceClassName: true}
 	for _, c := range classes {
 		for _, s := range c.Spec.Selectors {
 			if s.CEL != nil && strings.Contains(s.CEL.Expression, device.DriverName) {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tangram-gpu/tangram/pkg/cluster"
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // Output formats of the -o flag.
@@ -53,7 +54,7 @@ func WriteStatus(w io.Writer, v *View, st Style) error {
 		b.WriteString("No gpu.tangram.dev devices found: is the Tangram kubelet plugin running on any node?\n")
 	}
 	for _, n := range v.Nodes {
-		fmt.Fprintf(&b, "%s %s  %s\n", st.Paint(Bold, "NODE"), st.Paint(Bold, n.Name), totalsLine(n.Totals))
+		fmt.Fprintf(&b, "%s %s  %s%s\n", st.Paint(Bold, "NODE"), st.Paint(Bold, n.Name), totalsLine(n.Totals), SharesText(n, st))
 		t := Table{Indent: "  "}
 		t.Add(header("CARD", "PRODUCT", "MEMORY", "", "COMPUTE", "SHARES", "NVLINK", "CLAIM", "PODS")...)
 		for _, c := range n.Cards {
@@ -77,6 +78,27 @@ func WriteStatus(w io.Writer, v *View, st Style) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// SharesText says how the node's shares are enforced, e.g. "  shares:
+// advisory (NVIDIA driver older than r615: ...)"; "" when its cards publish
+// no level.
+func SharesText(n NodeView, st Style) string {
+	if n.ShareEnforcement == "" {
+		return ""
+	}
+	level := n.ShareEnforcement
+	if n.ShareBackend == device.ShareBackendNone {
+		level = "accounted only (sharing backend none)"
+	}
+	if n.ShareEnforcement == device.ShareEnforcementHard && n.ShareBackend != device.ShareBackendNone {
+		return "  shares: " + st.Paint(Green, level)
+	}
+	text := "  shares: " + st.Paint(Yellow, level)
+	if n.ShareEnforcementReason != "" {
+		text += " (" + device.ShareEnforcementReasonText(n.ShareEnforcementReason) + ")"
+	}
+	return text
 }
 
 func plural(n int, word string) string {

@@ -50,6 +50,13 @@ type NodeView struct {
 	Name   string     `json:"name"`
 	Cards  []CardView `json:"cards"`
 	Totals Totals     `json:"totals"`
+	// ShareEnforcement is how hard the node holds a share to its limits
+	// ("hard", "compute-only", "advisory"; its cards' shareEnforcement),
+	// ShareEnforcementReason why not hard (a device.Reason… code) and
+	// ShareBackend its sharing backend; empty when its cards publish none.
+	ShareEnforcement       string `json:"shareEnforcement,omitempty"`
+	ShareEnforcementReason string `json:"shareEnforcementReason,omitempty"`
+	ShareBackend           string `json:"shareBackend,omitempty"`
 }
 
 // CardView is one GPU and what is allocated on it.
@@ -170,6 +177,11 @@ func Build(snap *cluster.Snapshot, opts Options) *View {
 			v.Nodes = append(v.Nodes, NodeView{Name: ds.Node, Cards: []CardView{}})
 		}
 		v.Nodes[i].Cards = append(v.Nodes[i].Cards, cardView(ds, claimGang))
+		if n := &v.Nodes[i]; ds.Shareable && n.ShareEnforcement == "" {
+			n.ShareEnforcement = ds.StringAttribute(device.AttrShareEnforcement)
+			n.ShareEnforcementReason = ds.StringAttribute(device.AttrShareEnforcementReason)
+			n.ShareBackend = ds.StringAttribute(device.AttrShareBackend)
+		}
 	}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]

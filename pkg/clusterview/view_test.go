@@ -288,3 +288,26 @@ func TestDemoGangDiagnosisIsReal(t *testing.T) {
 		t.Errorf("pkg/diagnosis says\n%s\nthe fixture says\n%s", d.Message, fixture.BigRunDiagnosis)
 	}
 }
+
+// TestNodeShareEnforcement: `kubectl tangram status` says, on each node's
+// line, how the node holds its shares, with the reason below hard, from
+// the node's shareable cards.
+func TestNodeShareEnforcement(t *testing.T) {
+	for _, tt := range []struct {
+		name                   string
+		level, reason, backend string
+		want                   string
+	}{
+		{name: "advisory", level: "advisory", reason: device.ReasonDriverBefore615, backend: "mps",
+			want: "  shares: advisory (" + device.ShareEnforcementReasonText(device.ReasonDriverBefore615) + ")"},
+		{name: "hard", level: "hard", backend: "mps", want: "  shares: hard"},
+		{name: "backend none", level: "hard", backend: "none", want: "  shares: accounted only (sharing backend none)"},
+		{name: "nothing published", want: ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := clusterview.SharesText(clusterview.NodeView{ShareEnforcement: tt.level, ShareEnforcementReason: tt.reason, ShareBackend: tt.backend}, clusterview.Style{}); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -5,8 +5,11 @@
 // those of the DeviceClasses (Source FromClass) and those written in the
 // claim (FromClaim). For each request the class configs apply first, then the
 // claim configs, each in its listed order, and the last one that applies
-// wins as a whole (configs are not merged field by field). A request with no
-// config gets v1alpha1.Default(). Configs of other drivers are ignored.
+// wins as a whole (configs are not merged field by field), with one
+// exception: a claim's config may lower the class's compute cap for
+// time-shared MPS shares (defaultActiveThreadPercentage), never raise or
+// drop it. A request with no config gets v1alpha1.Default(). Configs of
+// other drivers are ignored.
 //
 // ValidateClaimSpec and ValidateDeviceClassSpec apply the same checks to
 // objects being admitted, with field paths, for the controller's webhook.
@@ -109,14 +112,45 @@ func Resolve(configs []resourceapi.DeviceAllocationConfiguration, requestNames [
 	out := make(Resolved, len(requestNames))
 	for _, name := range requestNames {
 		cfg := v1alpha1.Default()
+		var classCap *int32
 		for _, p := range ordered {
 			if appliesTo(p.requests, name) {
 				cfg = p.cfg
+				if p.source == resourceapi.AllocationConfigSourceClass {
+					classCap = defaultCap(p.cfg)
+				}
 			}
 		}
-		out[name] = cfg.DeepCopy()
+		out[name] = capAt(cfg.DeepCopy(), classCap)
 	}
 	return out, nil
+}
+
+// defaultCap is a config's sharing.mps.defaultActiveThreadPercentage.
+func defaultCap(c *v1alpha1.GpuConfig) *int32 {
+	if c.Sharing == nil || c.Sharing.MPS == nil {
+		return nil
+	}
+	return c.Sharing.MPS.DefaultActiveThreadPercentage
+}
+
+// capAt keeps an admin's compute cap for time-shared shares (the class
+// config's defaultActiveThreadPercentage) when a claim's config won: the
+// claim may lower it, never raise or drop it (a tenant's time-shared share
+// would otherwise take the SMs the admin meant for the card's other
+// shares). Only MPS shares have a cap.
+func capAt(c *v1alpha1.GpuConfig, classCap *int32) *v1alpha1.GpuConfig {
+	if classCap == nil || c.Sharing == nil || c.Sharing.Backend != v1alpha1.BackendMPS {
+		return c
+	}
+	if c.Sharing.MPS == nil {
+		c.Sharing.MPS = &v1alpha1.MPSSettings{}
+	}
+	if p := c.Sharing.MPS.DefaultActiveThreadPercentage; p == nil || *p > *classCap {
+		limit := *classCap
+		c.Sharing.MPS.DefaultActiveThreadPercentage = &limit
+	}
+	return c
 }
 
 // appliesTo follows the API: an empty list means every request; a main

@@ -36,6 +36,8 @@ const (
 	mpsCfg   = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"mps"}}`
 	mps50Cfg = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":50}}}`
 	noneCfg  = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
+	mps30Cfg = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":30}}}`
+	mps10Cfg = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":10}}}`
 )
 
 // summary reduces a config to what the tests compare: backend and default %.
@@ -73,6 +75,20 @@ func TestResolve(t *testing.T) {
 			configs:  []resourceapi.DeviceAllocationConfiguration{ours(fromClass, noneCfg)},
 			requests: []string{"a", "b"},
 			want:     map[string]summary{"a": none, "b": none},
+		},
+		{
+			// The admin's cap for time-shared shares holds: a claim may
+			// lower it, not raise or drop it.
+			name: "a claim's cap above the class's is held to the class's",
+			configs: []resourceapi.DeviceAllocationConfiguration{
+				ours(fromClass, mps30Cfg),
+				ours(fromClaim, mps50Cfg, "a"),
+				ours(fromClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig"}`, "b"),
+				ours(fromClaim, mps10Cfg, "c"),
+			},
+			requests: []string{"a", "b", "c", "d"},
+			want: map[string]summary{"a": {backend: v1alpha1.BackendMPS, percent: 30}, "b": {backend: v1alpha1.BackendMPS, percent: 30},
+				"c": {backend: v1alpha1.BackendMPS, percent: 10}, "d": {backend: v1alpha1.BackendMPS, percent: 30}},
 		},
 		{
 			name: "claim config wins over class config even when listed first",

@@ -17,7 +17,22 @@ const (
 	// DeviceClass names published by the Helm chart.
 	DeviceClassName       = "gpu.tangram.dev"
 	SharedDeviceClassName = "shared-gpu.tangram.dev"
+	// HardSharedDeviceClassName is the strict shared class: only cards of
+	// nodes whose shareEnforcement is "hard" and whose sharing backend is
+	// mps. A tenant who must not share on an advisory node names it.
+	HardSharedDeviceClassName = "hard-shared-gpu.tangram.dev"
 )
+
+// IsTangramClass reports whether name is one of the DeviceClasses the
+// chart publishes.
+func IsTangramClass(name string) bool {
+	return name == DeviceClassName || IsSharedClass(name)
+}
+
+// IsSharedClass reports whether name is one of the chart's shared classes.
+func IsSharedClass(name string) bool {
+	return name == SharedDeviceClassName || name == HardSharedDeviceClassName
+}
 
 // Device attribute names, without the driver domain; in CEL they are written
 // device.attributes["gpu.tangram.dev"].<name>.
@@ -38,6 +53,12 @@ const (
 	// AttrShareEnforcement says how hard the node enforces a share's limits:
 	// "hard", "compute-only" or "advisory" (pkg/plugin/enforcement).
 	AttrShareEnforcement = "shareEnforcement"
+	// AttrShareBackend is the sharing backend the node's admin chose for
+	// its shareable cards (--share-backend): "mps" or "none". The shared
+	// classes select on it, so shares of different backends never meet on
+	// one card; a card without it (a plugin before the attribute) counts
+	// as "mps".
+	AttrShareBackend = "shareBackend"
 
 	// TypeGPU is the value of the "type" attribute of every device we publish.
 	TypeGPU = "gpu"

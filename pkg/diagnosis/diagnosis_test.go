@@ -133,18 +133,38 @@ func TestClaim(t *testing.T) {
 			cluster: newTestCluster().node("n1", "", true, "d0"),
 			claim:   withSelector(fixture.Share("default", "new", "10Gi", 0), `"shareEnforcement" in device.attributes["gpu.tangram.dev"] && device.attributes["gpu.tangram.dev"].shareEnforcement == "hard"`),
 			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster; ` +
-				`the selectors require a gpu.tangram.dev/shareEnforcement level the devices do not have (they are: 1 none published): ` +
-				`shares need driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups for hard enforcement (docs/enforcement.md), ` +
-				`or the chart value sharing.requireHardEnforcement=false accepts advisory nodes`,
+				`class shared-gpu.tangram.dev requires a gpu.tangram.dev/shareEnforcement level of hard, which the devices do not have (they are: 1 none published): ` +
+				`hard enforcement needs driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups (docs/enforcement.md), ` +
+				`or set the chart value sharing.requireHardEnforcement=false (the default), with which this class also takes compute-only and advisory nodes`,
 		},
 		{
 			name:    "hard enforcement required, node says why it is not",
 			cluster: newTestCluster().node("n1", "", true, "d0", "d0").enforcement("n1", "compute-only", device.ReasonDmemNotEnabled),
 			claim:   withSelector(fixture.Share("default", "new", "10Gi", 0), `"shareEnforcement" in device.attributes["gpu.tangram.dev"] && device.attributes["gpu.tangram.dev"].shareEnforcement == "hard"`),
 			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 2 devices in the cluster; ` +
-				`the selectors require a gpu.tangram.dev/shareEnforcement level the devices do not have (they are: 2 compute-only (dmem-not-enabled-to-pod-cgroups)): ` +
-				`shares need driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups for hard enforcement (docs/enforcement.md), ` +
-				`or the chart value sharing.requireHardEnforcement=false accepts advisory nodes`,
+				`class shared-gpu.tangram.dev requires a gpu.tangram.dev/shareEnforcement level of hard, which the devices do not have (they are: 2 compute-only (dmem-not-enabled-to-pod-cgroups)): ` +
+				`hard enforcement needs driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups (docs/enforcement.md), ` +
+				`or set the chart value sharing.requireHardEnforcement=false (the default), with which this class also takes compute-only and advisory nodes`,
+		},
+		{
+			// The strict class (the one line a tenant adds) names itself
+			// and the class that runs the share anyway.
+			name:    "the hard class on an advisory node",
+			cluster: newTestCluster().node("n1", "", true, "d0").enforcement("n1", "advisory", device.ReasonDriverBefore615),
+			claim:   withClass(fixture.Share("default", "new", "10Gi", 0), device.HardSharedDeviceClassName),
+			reason: `request "gpu": class hard-shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster; ` +
+				`class hard-shared-gpu.tangram.dev requires a gpu.tangram.dev/shareEnforcement level of hard, which the devices do not have (they are: 1 advisory (driver-before-615)): ` +
+				`hard enforcement needs driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups (docs/enforcement.md), ` +
+				`or ask class shared-gpu.tangram.dev, which also takes compute-only and advisory nodes (a tenant can exceed its share there)`,
+		},
+		{
+			// The shared class takes only cards of the admin's backend:
+			// a node sharing with none has none for it.
+			name:    "shared class on a node of another sharing backend",
+			cluster: newTestCluster().node("n1", "", true, "d0").backend("n1", "none"),
+			claim:   fixture.Share("default", "new", "10Gi", 0),
+			reason: `request "gpu": class shared-gpu.tangram.dev with the request's selectors matches none of the 1 devices in the cluster; ` +
+				`class shared-gpu.tangram.dev selects cards by the nodes' sharing backend (gpu.tangram.dev/shareBackend, set by the admin with the chart value sharing.backend); the devices have: 1 none`,
 		},
 		{
 			name:    "selector that does not compile",

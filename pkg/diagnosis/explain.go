@@ -44,7 +44,10 @@ func analyse(ctx context.Context, inv *cluster.Inventory, classes dra.ClassListe
 	}
 	if len(matching) == 0 {
 		a.problem = fmt.Sprintf("class %s with the request's selectors matches none of the %d devices in the cluster",
-			r.spec.DeviceClassName, len(inv.Devices)) + enforcementHint(m.exprs, inv.Devices)
+			r.spec.DeviceClassName, len(inv.Devices)) + enforcementHint(r.spec.DeviceClassName, m.exprs, inv.Devices)
+		if !strings.Contains(a.problem, "; class") {
+			a.problem += backendHint(r.spec.DeviceClassName, m.exprs, inv.Devices)
+		}
 		return a
 	}
 
@@ -410,7 +413,7 @@ func groupWord(attr string) string {
 // cardWord says "card(s)" for our GPUs and "device(s)" for others.
 func cardWord(r exactRequest, n int64) string {
 	word := "device"
-	if r.spec.DeviceClassName == device.DeviceClassName || r.spec.DeviceClassName == device.SharedDeviceClassName {
+	if device.IsTangramClass(r.spec.DeviceClassName) {
 		word = "card"
 	}
 	if n != 1 {

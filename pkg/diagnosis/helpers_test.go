@@ -64,6 +64,20 @@ func (c *testCluster) enforcement(node, level, reason string) *testCluster {
 	return c
 }
 
+// backend publishes a sharing backend on every card of the node, as the
+// plugin does with --share-backend.
+func (c *testCluster) backend(node, backend string) *testCluster {
+	for _, s := range c.snap.Slices {
+		if s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+			continue
+		}
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].Attributes[device.AttrShareBackend] = resourceapi.DeviceAttribute{StringValue: ptr.To(backend)}
+		}
+	}
+	return c
+}
+
 func card(node string, i int, domain string, shareable bool) resourceapi.Device {
 	mem := resource.MustParse("80Gi")
 	d := resourceapi.Device{

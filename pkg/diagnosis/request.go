@@ -202,35 +202,69 @@ func quantityText(name resourceapi.QualifiedName, q resource.Quantity) string {
 }
 
 // enforcementHint explains a selector requiring a share enforcement level
-// (the chart's shared class requires "hard" unless the value
-// sharing.requireHardEnforcement is false): it lists the levels the
+// (class hard-shared-gpu.tangram.dev, and shared-gpu.tangram.dev with the
+// chart value sharing.requireHardEnforcement): it lists the levels the
 // devices have, so an admin sees that the nodes, not the request, fall
-// short. Empty when no selector names the attribute.
-func enforcementHint(exprs []string, devices []*cluster.DeviceState) string {
-	named := false
-	for _, e := range exprs {
-		named = named || strings.Contains(e, device.AttrShareEnforcement)
-	}
-	if !named {
+// short, and says which class runs the share anyway. Empty when no
+// selector names the attribute.
+func enforcementHint(class string, exprs []string, devices []*cluster.DeviceState) string {
+	if !names(exprs, device.AttrShareEnforcement) || !slices.ContainsFunc(devices, func(d *cluster.DeviceState) bool {
+		a, ok := d.Device.Attributes[device.AttrShareEnforcement]
+		return !ok || a.StringValue == nil || *a.StringValue != device.ShareEnforcementHard
+	}) {
 		return ""
 	}
-	levels := map[string]int{}
+	levels := attributeCounts(devices, device.AttrShareEnforcement, device.AttrShareEnforcementReason)
+	other := fmt.Sprintf("or ask class %s, which also takes compute-only and advisory nodes (a tenant can exceed its share there)", device.SharedDeviceClassName)
+	switch class {
+	case device.SharedDeviceClassName:
+		other = "or set the chart value sharing.requireHardEnforcement=false (the default), with which this class also takes compute-only and advisory nodes"
+	case device.HardSharedDeviceClassName:
+	default:
+		other = fmt.Sprintf("or ask class %s, which also takes compute-only and advisory nodes", device.SharedDeviceClassName)
+	}
+	return fmt.Sprintf("; class %s requires a %s/%s level of hard, which the devices do not have (they are: %s): "+
+		"hard enforcement needs driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups (docs/enforcement.md), %s",
+		class, device.DriverName, device.AttrShareEnforcement, levels, other)
+}
+
+// backendHint explains a selector on the nodes' sharing backend: the
+// shared classes take only cards of one backend (the chart's
+// sharing.backend). Empty when no selector names the attribute.
+func backendHint(class string, exprs []string, devices []*cluster.DeviceState) string {
+	if !names(exprs, device.AttrShareBackend) {
+		return ""
+	}
+	return fmt.Sprintf("; class %s selects cards by the nodes' sharing backend (%s/%s, set by the admin with the chart value sharing.backend); the devices have: %s",
+		class, device.DriverName, device.AttrShareBackend, attributeCounts(devices, device.AttrShareBackend, ""))
+}
+
+func names(exprs []string, attr string) bool {
+	for _, e := range exprs {
+		if strings.Contains(e, attr) {
+			return true
+		}
+	}
+	return false
+}
+
+// attributeCounts is "2 advisory (driver-before-615), 1 hard": how many
+// devices have each value of attr (with reason's value in parentheses).
+func attributeCounts(devices []*cluster.DeviceState, attr, reason string) string {
+	counts := map[string]int{}
 	for _, d := range devices {
-		level := "none published"
-		if a, ok := d.Device.Attributes[device.AttrShareEnforcement]; ok && a.StringValue != nil {
-			level = *a.StringValue
+		value := "none published"
+		if a, ok := d.Device.Attributes[resourceapi.QualifiedName(attr)]; ok && a.StringValue != nil {
+			value = *a.StringValue
 		}
-		if a, ok := d.Device.Attributes[device.AttrShareEnforcementReason]; ok && a.StringValue != nil {
-			level += " (" + *a.StringValue + ")"
+		if a, ok := d.Device.Attributes[resourceapi.QualifiedName(reason)]; reason != "" && ok && a.StringValue != nil {
+			value += " (" + *a.StringValue + ")"
 		}
-		levels[level]++
+		counts[value]++
 	}
 	var parts []string
-	for _, level := range slices.Sorted(maps.Keys(levels)) {
-		parts = append(parts, fmt.Sprintf("%d %s", levels[level], level))
+	for _, value := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[value], value))
 	}
-	return fmt.Sprintf("; the selectors require a %s/%s level the devices do not have (they are: %s): "+
-		"shares need driver 615+ whose NVML has per-cgroup memory limits, no card in MIG mode, cgroup v2 and dmem enabled down to the kubelet's pod cgroups for hard enforcement (docs/enforcement.md), "+
-		"or the chart value sharing.requireHardEnforcement=false accepts advisory nodes",
-		device.DriverName, device.AttrShareEnforcement, strings.Join(parts, ", "))
+	return strings.Join(parts, ", ")
 }

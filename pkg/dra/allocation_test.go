@@ -406,3 +406,50 @@ func TestAdminAccessOnBusyCards(t *testing.T) {
 		})
 	}
 }
+
+// TestClassesSelectTheNodesBackendAndLevel: the allocator, with the
+// chart's classes, never puts a share of one backend on a card of the
+// other (a tenant's none share beside other tenants' MPS shares, refused
+// at prepare only, was the bug), and the hard class takes only hard nodes
+// while the default shared class takes every level.
+func TestClassesSelectTheNodesBackendAndLevel(t *testing.T) {
+	const noneClass = "none-shared-gpu.example.com"
+	classes := append(device.DeviceClasses(), device.SharedDeviceClass(noneClass, device.ShareBackendNone, false))
+	shareOf := func(class string) *resourceapi.ResourceClaim {
+		r := dra.SharedGPU("gpu", q("10Gi"), none)
+		r.Exactly.DeviceClassName = class
+		return dra.Claim("c", nil, r)
+	}
+	tests := []struct {
+		backend, level string // the node's shareBackend and shareEnforcement
+		class          string
+		want           bool
+	}{
+		{"mps", "advisory", device.SharedDeviceClassName, true},
+		{"mps", "advisory", device.HardSharedDeviceClassName, false},
+		{"mps", "advisory", noneClass, false},
+		{"mps", "hard", device.HardSharedDeviceClassName, true},
+		{"mps", "hard", noneClass, false},
+		{"none", "advisory", device.SharedDeviceClassName, false},
+		{"none", "hard", device.HardSharedDeviceClassName, false},
+		{"none", "advisory", noneClass, true},
+		{"", "advisory", device.SharedDeviceClassName, true}, // an older plugin: mps
+		{"", "advisory", noneClass, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s node, %s, %s", tt.backend, tt.level, tt.class), func(t *testing.T) {
+			gpus := []gpu.GPU{{Index: 0, MemoryBytes: 80 << 30}, {Index: 1, MemoryBytes: 80 << 30}}
+			res, err := resourceslices.DriverResources(gpus, resourceslices.Options{NodeName: nodeName, Sharing: true,
+				ShareBackend: tt.backend, ShareEnforcement: tt.level, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := &dra.Node{Name: nodeName, Slices: resourceslices.ResourceSlices(nodeName, res), Classes: classes}
+			_, ctx := ktesting.NewTestContext(t)
+			_, err = node.Try(ctx, shareOf(tt.class))
+			if got := err == nil; got != tt.want {
+				t.Errorf("allocated %v (err %v), want %v", got, err, tt.want)
+			}
+		})
+	}
+}

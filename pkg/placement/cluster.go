@@ -180,7 +180,7 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 		}
 		for _, req := range claim.Spec.Devices.Requests {
 			e := req.Exactly
-			if e == nil || (e.DeviceClassName != device.DeviceClassName && e.DeviceClassName != device.SharedDeviceClassName) {
+			if e == nil || !device.IsTangramClass(e.DeviceClassName) {
 				continue
 			}
 			found = true

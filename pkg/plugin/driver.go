@@ -16,9 +16,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/config"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
@@ -58,7 +60,23 @@ type Config struct {
 	SimulatedMPS bool
 	// MPSv3 reports that MPS shares get a v3 namespace whose compute cap
 	// the daemon holds, which the device status says.
-	MPSv3   bool
+	MPSv3 bool
+	// ShareBackend is the node's sharing backend (--share-backend: "mps"
+	// or "none"), published as shareBackend: every share of the node uses
+	// it, and a DeviceClass config naming another is refused
+	// (config.CheckAllocationBackends). Empty: the class config decides,
+	// as before nodes published one (tests of the mixed-backend guard).
+	ShareBackend string
+	// ShareEnforcement and ShareEnforcementReason are the node's published
+	// shareEnforcement level (pkg/plugin/enforcement) and, below hard,
+	// its reason code: a share's status condition LimitsEnforced and the
+	// Warning event on its pods say them. Empty level: not detected
+	// (tests), the status says what the MPS mode holds.
+	ShareEnforcement       string
+	ShareEnforcementReason string
+	// Events, if set, receives a Warning event on each pod reserving a
+	// claim whose shares are not enforced hard; nil records none.
+	Events  record.EventRecorder
 	Metrics *Metrics
 	// Health is the cards' health for the kubelet (WatchHealthStatus); nil
 	// when it is not watched.
@@ -187,7 +205,7 @@ func (d *Driver) wantsMPS(claim *resourceapi.ResourceClaim) bool {
 	if err != nil {
 		return false
 	}
-	return len(withConfigs(planned, configs, d.cfg.MPSPipeDir).MPSCards()) > 0
+	return len(withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend).MPSCards()) > 0
 }
 
 // prepareOne prepares one claim, or answers refused when the pod check
@@ -258,7 +276,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if err != nil {
 		return nil, err
 	}
-	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
 	if len(rec.MPSCards()) > 0 && d.cfg.Shares == nil {
 		return nil, fmt.Errorf("the claim holds shares of %v, but sharing is disabled on node %s; use a whole card or a node with --sharing=enabled",
 			rec.MPSCards(), d.cfg.NodeName)
@@ -276,6 +294,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	if action == actionReturnExisting {
 		klog.FromContext(ctx).V(3).Info("Already prepared; returning the recorded devices")
 		return old.KubeletDevices(d.cfg.NodeName), nil
+	}
+	// The sharing backend is the node's (and its classes'), never the
+	// claim's: defence in depth behind admission, checked before anything
+	// is reserved. A claim already prepared was returned above.
+	if err := config.CheckAllocationBackends(claim.Status.Allocation.Devices.Config, d.cfg.ShareBackend, d.cfg.NodeName); err != nil {
+		return nil, err
 	}
 	if action == actionRollbackThenPrepare {
 		if old.State == prepared.PrepareCompleted {
@@ -334,6 +358,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, err
 	}
 	d.writeStatus(ctx, completed)
+	d.warnUnenforced(ctx, claim, completed)
 	return completed.KubeletDevices(d.cfg.NodeName), nil
 }
 

@@ -12,8 +12,12 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/config"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
@@ -74,7 +78,7 @@ func TestPrepareShapes(t *testing.T) {
 		{
 			name: "backend none accounts shares without MPS",
 			claim: withConfig(claimWith("c6", shareResult("gpu", "gpu-3", "s6", "10Gi", "")),
-				resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
+				resourceapi.AllocationConfigSourceClass, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
 			wantIDs:      []string{"k8s.gpu.tangram.dev/claim=c6-gpu-3-s6"},
 			wantHolders:  map[string][]string{},
 			wantBackends: "none",
@@ -362,7 +366,7 @@ func TestPrepareWithAnotherAllocationOfTheSameUID(t *testing.T) {
 		{
 			name:   "same card, other config",
 			first:  claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
-			second: withConfig(claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")), resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
+			second: withConfig(claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", "")), resourceapi.AllocationConfigSourceClass, `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`),
 		},
 	}
 	for _, tt := range tests {
@@ -410,17 +414,18 @@ func TestPrepareWithAnotherAllocationOfTheSameUID(t *testing.T) {
 	}
 }
 
-// TestPrepareRefusesMixedBackendsOnACard: the webhook sees one claim only,
-// so a card whose shares would mix mps and none across claims is refused
-// here, naming both claims; the same backend, another card, or the first
-// claim gone are fine.
+// TestPrepareRefusesMixedBackendsOnACard: on a node that names no backend
+// (older wiring), DeviceClass configs decide, and a card whose shares would
+// mix mps and none across claims is refused here, naming both claims; the
+// same backend, another card, or the first claim gone are fine. Nodes
+// with --share-backend never get that far (TestPrepareNodeBackend).
 func TestPrepareRefusesMixedBackendsOnACard(t *testing.T) {
 	const none = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
 	mps := func(name, device, share string) *resourceapi.ResourceClaim {
 		return claimWith(name, shareResult("gpu", device, share, "10Gi", ""))
 	}
 	noneShare := func(name, device, share string) *resourceapi.ResourceClaim {
-		return withConfig(mps(name, device, share), resourceapi.AllocationConfigSourceClaim, none)
+		return withConfig(mps(name, device, share), resourceapi.AllocationConfigSourceClass, none)
 	}
 	tests := []struct {
 		name          string
@@ -460,6 +465,126 @@ func TestPrepareRefusesMixedBackendsOnACard(t *testing.T) {
 			}
 			if err := h.prepare(tt.second)["c2"].Err; err != nil {
 				t.Errorf("prepare c2 after c1 is gone: %v", err)
+			}
+		})
+	}
+}
+
+// TestPrepareNodeBackend: on a node with --share-backend, every share uses
+// the node's backend; a claim's config naming any backend is refused
+// before anything is reserved (defence in depth behind admission), and so
+// is a DeviceClass config naming another backend than the node's. Before,
+// a tenant's "none" claim config was prepared beside other tenants' MPS
+// shares of the card (or made theirs fail).
+func TestPrepareNodeBackend(t *testing.T) {
+	const (
+		none = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
+		mps  = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"mps"}}`
+		tune = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":30}}}`
+	)
+	share := func() *resourceapi.ResourceClaim {
+		return claimWith("c1", shareResult("gpu", "gpu-0", "s1", "10Gi", ""))
+	}
+	tests := []struct {
+		name     string
+		node     string
+		claim    *resourceapi.ResourceClaim
+		wantErr  string
+		wantMPS  bool
+		wantBack configapi.SharingBackend
+	}{
+		{name: "mps node, no config", node: "mps", claim: share(), wantMPS: true, wantBack: configapi.BackendMPS},
+		{name: "none node, no config", node: "none", claim: share(), wantBack: configapi.BackendNone},
+		{name: "none node, the class's MPS tuning is dropped", node: "none", claim: withConfig(share(), resourceapi.AllocationConfigSourceClass, tune), wantBack: configapi.BackendNone},
+		{name: "mps node, the claim tunes MPS", node: "mps", claim: withConfig(share(), resourceapi.AllocationConfigSourceClaim, tune), wantMPS: true, wantBack: configapi.BackendMPS},
+		{name: "mps node, the claim names none", node: "mps", claim: withConfig(share(), resourceapi.AllocationConfigSourceClaim, none),
+			wantErr: `names sharing.backend "none": ` + config.TenantBackendDetail},
+		{name: "none node, the claim names mps", node: "none", claim: withConfig(share(), resourceapi.AllocationConfigSourceClaim, mps),
+			wantErr: `names sharing.backend "mps": ` + config.TenantBackendDetail},
+		{name: "mps node, a class names none", node: "mps", claim: withConfig(share(), resourceapi.AllocationConfigSourceClass, none),
+			wantErr: `names sharing.backend "none", but node node-a shares its cards with backend "mps"`},
+		{name: "mps node, a class names mps", node: "mps", claim: withConfig(share(), resourceapi.AllocationConfigSourceClass, mps), wantMPS: true, wantBack: configapi.BackendMPS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.driver.cfg.ShareBackend = tt.node
+			err := h.prepare(tt.claim)["c1"].Err
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("prepare: %v, want an error containing %q", err, tt.wantErr)
+				}
+				if _, ok := h.driver.Records()["c1"]; ok {
+					t.Error("the refused claim was recorded")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev := h.driver.Records()["c1"].Devices[0]
+			if dev.UsesMPS() != tt.wantMPS || dev.Config.Sharing.Backend != tt.wantBack {
+				t.Errorf("recorded share uses MPS %v with backend %q, want %v and %q", dev.UsesMPS(), dev.Config.Sharing.Backend, tt.wantMPS, tt.wantBack)
+			}
+		})
+	}
+}
+
+// TestPrepareWarnsPodsOfUnenforcedShares: a share on a node whose
+// shareEnforcement is below hard gets a Warning event on each pod
+// reserving its claim, naming the level, the reason and the strict class;
+// a whole card, a hard node, or a claim already prepared get none.
+func TestPrepareWarnsPodsOfUnenforcedShares(t *testing.T) {
+	reserved := func(c *resourceapi.ResourceClaim, pods ...string) *resourceapi.ResourceClaim {
+		for _, p := range pods {
+			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: types.UID(p + "-uid")})
+		}
+		return c
+	}
+	tests := []struct {
+		name       string
+		level      string
+		reason     string
+		claim      *resourceapi.ResourceClaim
+		wantEvents int
+		wantText   []string
+	}{
+		{name: "advisory share, two pods", level: "advisory", reason: device.ReasonDriverBefore615,
+			claim: reserved(claimWith("c1", shareResult("gpu", "gpu-1", "s1", "20Gi", "")), "p1", "p2"), wantEvents: 2,
+			wantText: []string{"Warning " + ReasonShareNotEnforced, "claim default/claim-c1", "gpu-1", "advisory", device.ShareEnforcementReasonText(device.ReasonDriverBefore615), device.HardSharedDeviceClassName}},
+		{name: "compute-only share", level: "compute-only", reason: device.ReasonNotCgroupV2,
+			claim: reserved(claimWith("c1", shareResult("gpu", "gpu-1", "s1", "20Gi", "")), "p1"), wantEvents: 1,
+			wantText: []string{"compute-only", "memory is not limited per pod"}},
+		{name: "hard share", level: "hard", claim: reserved(claimWith("c1", shareResult("gpu", "gpu-1", "s1", "20Gi", "")), "p1")},
+		{name: "whole card on an advisory node", level: "advisory", reason: device.ReasonDriverBefore615,
+			claim: reserved(claimWith("c1", wholeResult("gpu", "gpu-1")), "p1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			rec := record.NewFakeRecorder(10)
+			h.driver.cfg.Events, h.driver.cfg.ShareEnforcement, h.driver.cfg.ShareEnforcementReason = rec, tt.level, tt.reason
+			if err := h.prepare(tt.claim)["c1"].Err; err != nil {
+				t.Fatal(err)
+			}
+			// Prepared again (a kubelet retry): no second event.
+			if err := h.prepare(tt.claim)["c1"].Err; err != nil {
+				t.Fatal(err)
+			}
+			close(rec.Events)
+			var events []string
+			for e := range rec.Events {
+				events = append(events, e)
+			}
+			if len(events) != tt.wantEvents {
+				t.Fatalf("events %q, want %d", events, tt.wantEvents)
+			}
+			for _, e := range events {
+				for _, want := range tt.wantText {
+					if !strings.Contains(e, want) {
+						t.Errorf("event %q does not say %q", e, want)
+					}
+				}
 			}
 		})
 	}

@@ -113,11 +113,25 @@ func isShare(r resourceapi.DeviceRequestAllocationResult, card gpu.GPU, allocata
 
 // withConfigs completes a planned record with the effective config of each
 // device (in order) and records, on the shares enforced by MPS, the node's
-// MPS pipe directory, which is how the record says it uses MPS. Pure.
-func withConfigs(rec prepared.Claim, configs []*configapi.GpuConfig, mpsPipeDir string) prepared.Claim {
+// MPS pipe directory, which is how the record says it uses MPS. A node
+// with a sharing backend (nodeBackend, --share-backend) gives it to every
+// share; without one, the configs decide. Pure.
+func withConfigs(rec prepared.Claim, configs []*configapi.GpuConfig, mpsPipeDir, nodeBackend string) prepared.Claim {
 	devices := make([]prepared.Device, len(rec.Devices))
 	for i, dev := range rec.Devices {
 		dev.Config = configs[i]
+		if dev.Share && nodeBackend != "" && dev.Config != nil {
+			// The node's backend applies to every share of its cards
+			// (config.CheckAllocationBackends refused any other).
+			dev.Config = dev.Config.DeepCopy()
+			if dev.Config.Sharing == nil {
+				dev.Config.Sharing = &configapi.Sharing{}
+			}
+			dev.Config.Sharing.Backend = configapi.SharingBackend(nodeBackend)
+			if nodeBackend != device.ShareBackendMPS {
+				dev.Config.Sharing.MPS = nil
+			}
+		}
 		if dev.Share && usesMPS(dev.Config) {
 			dev.MPSPipeDir = mpsPipeDir
 		}
@@ -217,7 +231,7 @@ func checkBackends(claimUID, claim string, devices []prepared.Device, held []Hol
 				continue
 			}
 			return fmt.Errorf("refusing a %s share of %s (%s) to claim %s: claim %s holds a %s share of the same card, and one card's shares must all use one sharing backend; "+
-				"give both claims the same sharing.backend in their GpuConfig (or DeviceClass), or wait until claim %s is gone",
+				"the backend is the node's (--share-backend) or its DeviceClasses': give them the same sharing.backend and select on the shareBackend attribute, or wait until claim %s is gone",
 				backendName(dev.UsesMPS()), dev.Device, dev.GPUUUID, claim, h.Claim, backendName(h.MPS), h.Claim)
 		}
 	}

@@ -38,6 +38,14 @@ type PluginOptions struct {
 	Resources func(nodeLabels map[string]string) (*resourceslice.DriverResources, error)
 	// Sharing enables MPS shares (--sharing=enabled).
 	Sharing bool
+	// ShareBackend is --share-backend ("mps" or "none"), the backend of
+	// every share of this node (Config.ShareBackend).
+	ShareBackend string
+	// ShareEnforcement and ShareEnforcementReason are what the node
+	// publishes (pkg/plugin/enforcement), for the claims' status and the
+	// Warning events on pods whose shares are not enforced hard.
+	ShareEnforcement       string
+	ShareEnforcementReason string
 
 	CDIRoot      string
 	RegistrarDir string
@@ -205,6 +213,14 @@ func Run(ctx context.Context, opts PluginOptions) error {
 		}
 	}
 	cfg.SimulatedMPS = opts.FakeGPUs
+	cfg.ShareBackend = opts.ShareBackend
+	cfg.ShareEnforcement, cfg.ShareEnforcementReason = opts.ShareEnforcement, opts.ShareEnforcementReason
+	if opts.KubeClient != nil {
+		// Warning events on the pods of shares a tenant can exceed.
+		recorder, stop := newNodeEventRecorder(ctx, opts.KubeClient)
+		defer stop()
+		cfg.Events = recorder
+	}
 	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == mps.ModeV3
 	var monitor *gpuhealth.Monitor
 	if opts.HealthWatcher != nil {

@@ -156,7 +156,7 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 			logger.Error(err, "Cannot rebuild claim", "claim", klog.KObj(claim))
 			continue
 		}
-		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir)
+		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
 		if d.cfg.ClaimDirs != nil {
 			if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
 				logger.Error(err, "Cannot recreate the claim's /dev/shm while rebuilding", "claim", klog.KObj(claim))

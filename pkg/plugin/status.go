@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -44,10 +46,33 @@ const (
 	// ConditionReady is the condition DRA defines: the device is prepared.
 	ConditionReady = "Ready"
 	// ConditionLimitsEnforced is True when the device cannot exceed what
-	// it was given (a whole card, admin access) or the limits are enforced
-	// by the MPS daemon, False when they are accounting only.
+	// it was given (a whole card, admin access, a share on a node whose
+	// shareEnforcement is "hard"), False when a tenant can: a share on a
+	// "compute-only" or "advisory" node (its reason and the node's
+	// shareEnforcementReason say why), or one accounted only.
 	ConditionLimitsEnforced = "LimitsEnforced"
 )
+
+// Reasons of a share's LimitsEnforced condition on a node that published
+// its enforcement level.
+const (
+	// ReasonHard: memory is a limit on the pod's cgroup the driver
+	// enforces and compute the claim's MPS v3 namespace.
+	ReasonHard = "HardLimits"
+	// ReasonComputeOnly: compute is held by the claim's MPS v3
+	// namespace, memory is not limited per pod.
+	ReasonComputeOnly = "ComputeOnly"
+	// ReasonAdvisory: the limits are MPS client settings in the
+	// container's environment (classic MPS, drivers before r615), or
+	// nothing at all on fake GPUs.
+	ReasonAdvisory = "Advisory"
+	// ReasonAccountingOnly: sharing backend none.
+	ReasonAccountingOnly = "AccountingOnly"
+)
+
+// ReasonShareNotEnforced is the reason of the Warning event on the pods
+// of a claim whose share a tenant can exceed.
+const ReasonShareNotEnforced = "GPUShareNotEnforced"
 
 // DeviceData is the driver data of one prepared device in
 // ResourceClaim.status.devices[].data.
@@ -64,6 +89,19 @@ type DeviceData struct {
 	ComputePercent int64       `json:"computePercent"`
 	Share          bool        `json:"share"`
 	Enforcement    Enforcement `json:"enforcement"`
+	// ShareEnforcement is, on a share, the node's shareEnforcement level
+	// ("hard", "compute-only", "advisory"), and ShareEnforcementReason,
+	// below hard, its reason code (device.ShareEnforcementReasonText).
+	ShareEnforcement       string `json:"shareEnforcement,omitempty"`
+	ShareEnforcementReason string `json:"shareEnforcementReason,omitempty"`
+}
+
+// nodeEnforcement is what the node published about its shares:
+// simulated (fake GPUs), v3 (MPS v3 namespaces), its shareEnforcement
+// level and reason code (empty level: not detected).
+type nodeEnforcement struct {
+	simulated, v3 bool
+	level, reason string
 }
 
 // ClaimStatusWriter replaces our driver's entries in a claim's
@@ -73,9 +111,10 @@ type ClaimStatusWriter interface {
 }
 
 // deviceStatuses derives the status.devices entries of a prepared claim.
-// Pure: pool is the node's, cards by device name, simulated reports fake GPUs, v3 MPS v3
-// namespaces, now stamps the conditions.
-func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, simulated, v3 bool, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+// Pure: pool is the node's, cards by device name, node what the node
+// published about its shares, now stamps the conditions.
+func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, node nodeEnforcement, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+	simulated, v3 := node.simulated, node.v3
 	out := make([]resourceapi.AllocatedDeviceStatus, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
 		card := cards[dev.Device]
@@ -98,22 +137,30 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, s
 			data.Enforcement = EnforcementExclusive
 			data.ComputePercent = 100
 			enforced.Reason, enforced.Message = "WholeCard", "the card belongs to this claim alone"
-		case dev.UsesMPS() && simulated:
+		case !dev.UsesMPS():
+			data.Enforcement = EnforcementNone
+			data.ShareEnforcement, data.ShareEnforcementReason = node.level, node.reason
+			enforced.Status, enforced.Reason = metav1.ConditionFalse, ReasonAccountingOnly
+			enforced.Message = "sharing backend none: the scheduler accounts the share, nothing enforces it"
+		case node.level != "":
+			data.Enforcement = EnforcementMPS
+			if simulated {
+				data.Enforcement = EnforcementSimulated
+			}
+			data.ShareEnforcement, data.ShareEnforcementReason = node.level, node.reason
+			enforced.Status, enforced.Reason, enforced.Message = shareCondition(node)
+		case simulated:
 			data.Enforcement = EnforcementSimulated
 			enforced.Status, enforced.Reason = metav1.ConditionFalse, "SimulatedMPS"
 			enforced.Message = "fake GPUs: the share is accounted and its MPS settings written, but no MPS daemon runs"
-		case dev.UsesMPS() && v3:
+		case v3:
 			data.Enforcement = EnforcementMPS
 			enforced.Reason = "MPSNamespace"
 			enforced.Message = "the compute limit is the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon; the namespace's pinned-memory limit backs the memory limit"
-		case dev.UsesMPS():
+		default:
 			data.Enforcement = EnforcementMPS
 			enforced.Reason = "MPSClientLimits"
 			enforced.Message = "memory and compute limits are MPS client settings in the container's environment, served by the node's MPS daemon"
-		default:
-			data.Enforcement = EnforcementNone
-			enforced.Status, enforced.Reason = metav1.ConditionFalse, "AccountingOnly"
-			enforced.Message = "sharing backend none: the scheduler accounts the share, nothing enforces it"
 		}
 		raw, err := json.Marshal(data)
 		if err != nil {
@@ -143,13 +190,94 @@ func (d *Driver) writeStatus(ctx context.Context, rec prepared.Claim) {
 	if d.cfg.ClaimStatus == nil {
 		return
 	}
-	statuses, err := deviceStatuses(rec, d.cfg.NodeName, d.cards, d.cfg.SimulatedMPS, d.cfg.MPSv3, metav1.Now())
+	statuses, err := deviceStatuses(rec, d.cfg.NodeName, d.cards, d.nodeEnforcement(), metav1.Now())
 	if err == nil {
 		err = d.cfg.ClaimStatus.SetDevices(ctx, rec.Namespace, rec.Name, statuses)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Writing the claim's device status failed; the claim is prepared all the same")
 	}
+}
+
+func (d *Driver) nodeEnforcement() nodeEnforcement {
+	return nodeEnforcement{simulated: d.cfg.SimulatedMPS, v3: d.cfg.MPSv3, level: d.cfg.ShareEnforcement, reason: d.cfg.ShareEnforcementReason}
+}
+
+// shareCondition is the LimitsEnforced condition of an MPS share on a
+// node that published its level. Below hard, the message says what a
+// tenant can do, why (the node's reason), and which class avoids it.
+func shareCondition(node nodeEnforcement) (metav1.ConditionStatus, string, string) {
+	why := ""
+	if node.reason != "" {
+		why = " (" + device.ShareEnforcementReasonText(node.reason) + ")"
+	}
+	avoid := fmt.Sprintf("; DeviceClass %s takes only nodes that enforce shares hard", device.HardSharedDeviceClassName)
+	switch node.level {
+	case device.ShareEnforcementHard:
+		return metav1.ConditionTrue, ReasonHard, "hard: the share's memory is a limit on its pod's cgroup the NVIDIA driver enforces, its compute the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon"
+	case "compute-only":
+		return metav1.ConditionFalse, ReasonComputeOnly, "compute-only: the compute limit is held by the claim's MPS v3 namespace, but memory is not limited per pod, so a tenant can use more memory than its share" + why + avoid
+	case "advisory":
+		if node.simulated {
+			return metav1.ConditionFalse, ReasonAdvisory, "advisory: fake GPUs, the share is accounted and its MPS settings written, but nothing runs or is enforced" + why + avoid
+		}
+		return metav1.ConditionFalse, ReasonAdvisory, "advisory: the share's limits are classic MPS client settings in the container's environment, which the workload can unset to use more than its share" + why + avoid
+	default:
+		return metav1.ConditionFalse, ReasonAdvisory, "shareEnforcement " + node.level + ": not hard" + why + avoid
+	}
+}
+
+// warnUnenforced records a Warning event on each pod reserving the claim
+// when one of its shares is not enforced hard (status.devices says the
+// same), so that `kubectl describe pod` shows it. Best effort.
+func (d *Driver) warnUnenforced(ctx context.Context, claim *resourceapi.ResourceClaim, rec prepared.Claim) {
+	if d.cfg.Events == nil {
+		return
+	}
+	msg := unenforcedMessage(rec, d.nodeEnforcement(), d.cfg.NodeName)
+	if msg == "" {
+		return
+	}
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.Resource != "pods" || ref.APIGroup != "" {
+			continue
+		}
+		d.cfg.Events.Event(&corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: claim.Namespace, Name: ref.Name, UID: ref.UID},
+			corev1.EventTypeWarning, ReasonShareNotEnforced, msg)
+	}
+	klog.FromContext(ctx).V(2).Info("Share not enforced hard", "message", msg, "pods", len(claim.Status.ReservedFor))
+}
+
+// unenforcedMessage is the event's message for the claim's shares that a
+// tenant can exceed; "" when every device is held to what it was given.
+// Pure.
+func unenforcedMessage(rec prepared.Claim, node nodeEnforcement, nodeName string) string {
+	var devices []string
+	message := ""
+	for _, dev := range rec.Devices {
+		if !dev.Share || dev.AdminAccess {
+			continue
+		}
+		var status metav1.ConditionStatus
+		var m string
+		switch {
+		case !dev.UsesMPS():
+			status, m = metav1.ConditionFalse, "sharing backend none: the scheduler accounts the share, nothing enforces it"
+		case node.level == "":
+			continue
+		default:
+			status, _, m = shareCondition(node)
+		}
+		if status == metav1.ConditionTrue {
+			continue
+		}
+		devices = append(devices, dev.Device)
+		message = m
+	}
+	if len(devices) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("claim %s/%s: the share of %s on node %s is not enforced: %s", rec.Namespace, rec.Name, strings.Join(devices, ", "), nodeName, message)
 }
 
 // clearStatus removes our entries after unprepare, best effort: a claim

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -38,10 +39,12 @@ func TestDeviceStatuses(t *testing.T) {
 		dev           prepared.Device
 		simulated     bool
 		v3            bool
+		level, reason string // the node's published shareEnforcement
 		wantData      DeviceData
 		wantEnforced  metav1.ConditionStatus
 		wantReason    string
 		wantShareIDOK bool
+		wantMessage   []string // in the LimitsEnforced message
 	}{
 		{
 			name: "whole card", dev: dev(false, false, false, 80<<30, 0),
@@ -68,6 +71,44 @@ func TestDeviceStatuses(t *testing.T) {
 			wantData:     DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "10Gi", MemoryBytes: 10 << 30, Share: true, Enforcement: EnforcementNone},
 			wantEnforced: metav1.ConditionFalse, wantReason: "AccountingOnly", wantShareIDOK: true,
 		},
+		// With the node's published level (every running plugin): only a
+		// hard node's share is enforced.
+		{
+			name: "classic MPS share on an advisory node (r535-r580)", dev: dev(true, true, false, 20<<30, 40),
+			level: "advisory", reason: device.ReasonDriverBefore615,
+			wantData: DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "20Gi", MemoryBytes: 20 << 30, ComputePercent: 40, Share: true, Enforcement: EnforcementMPS,
+				ShareEnforcement: "advisory", ShareEnforcementReason: device.ReasonDriverBefore615},
+			wantEnforced: metav1.ConditionFalse, wantReason: ReasonAdvisory, wantShareIDOK: true,
+			wantMessage: []string{"advisory", "can unset", device.ShareEnforcementReasonText(device.ReasonDriverBefore615), device.HardSharedDeviceClassName},
+		},
+		{
+			name: "MPS v3 share on a compute-only node", dev: dev(true, true, false, 20<<30, 40), v3: true,
+			level: "compute-only", reason: device.ReasonDmemNotEnabled,
+			wantData: DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "20Gi", MemoryBytes: 20 << 30, ComputePercent: 40, Share: true, Enforcement: EnforcementMPS,
+				ShareEnforcement: "compute-only", ShareEnforcementReason: device.ReasonDmemNotEnabled},
+			wantEnforced: metav1.ConditionFalse, wantReason: ReasonComputeOnly, wantShareIDOK: true,
+			wantMessage: []string{"memory is not limited per pod", device.HardSharedDeviceClassName},
+		},
+		{
+			name: "MPS v3 share on a hard node", dev: dev(true, true, false, 20<<30, 40), v3: true, level: "hard",
+			wantData: DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "20Gi", MemoryBytes: 20 << 30, ComputePercent: 40, Share: true, Enforcement: EnforcementMPS,
+				ShareEnforcement: "hard"},
+			wantEnforced: metav1.ConditionTrue, wantReason: ReasonHard, wantShareIDOK: true,
+		},
+		{
+			name: "share on fake GPUs", dev: dev(true, true, false, 20<<30, 0), simulated: true,
+			level: "advisory", reason: device.ReasonFakeGPUs,
+			wantData: DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "20Gi", MemoryBytes: 20 << 30, Share: true, Enforcement: EnforcementSimulated,
+				ShareEnforcement: "advisory", ShareEnforcementReason: device.ReasonFakeGPUs},
+			wantEnforced: metav1.ConditionFalse, wantReason: ReasonAdvisory, wantShareIDOK: true,
+			wantMessage: []string{"fake GPUs"},
+		},
+		{
+			name: "backend none on a hard node", dev: dev(true, false, false, 10<<30, 0), level: "hard",
+			wantData: DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "10Gi", MemoryBytes: 10 << 30, Share: true, Enforcement: EnforcementNone,
+				ShareEnforcement: "hard"},
+			wantEnforced: metav1.ConditionFalse, wantReason: ReasonAccountingOnly, wantShareIDOK: true,
+		},
 		{
 			name: "admin access", dev: dev(false, false, true, 0, 0),
 			wantData:     DeviceData{UUID: "GPU-0", PCIBusID: "0000:1b:00.0", ProductName: "NVIDIA H100 80GB HBM3", Memory: "80Gi", MemoryBytes: 80 << 30, ComputePercent: 100, Enforcement: EnforcementAdminAccess},
@@ -77,7 +118,7 @@ func TestDeviceStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := prepared.Claim{UID: "u", Namespace: "ml", Name: "c", State: prepared.PrepareCompleted, Devices: []prepared.Device{tt.dev}}
-			got, err := deviceStatuses(rec, testNode, cards, tt.simulated, tt.v3, now)
+			got, err := deviceStatuses(rec, testNode, cards, nodeEnforcement{simulated: tt.simulated, v3: tt.v3, level: tt.level, reason: tt.reason}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,6 +148,11 @@ func TestDeviceStatuses(t *testing.T) {
 			}
 			if c := conds[ConditionLimitsEnforced]; c.Status != tt.wantEnforced || c.Reason != tt.wantReason {
 				t.Errorf("LimitsEnforced = %q/%q, want %q/%q", c.Status, c.Reason, tt.wantEnforced, tt.wantReason)
+			}
+			for _, want := range tt.wantMessage {
+				if c := conds[ConditionLimitsEnforced]; !strings.Contains(c.Message, want) {
+					t.Errorf("LimitsEnforced message %q does not say %q", c.Message, want)
+				}
 			}
 		})
 	}

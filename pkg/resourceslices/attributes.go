@@ -144,6 +144,7 @@ var builtinAttributes = map[resourceapi.QualifiedName]bool{
 	device.AttrProductName: true, device.AttrBrand: true, device.AttrArchitecture: true,
 	device.AttrCUDAComputeCapability: true, device.AttrDriverVersion: true, device.AttrCUDADriverVersion: true,
 	device.AttrNVLinkDomain: true, device.AttrNVLinkPeers: true, device.AttrShareable: true, device.AttrShareEnforcement: true, device.AttrShareEnforcementReason: true,
+	device.AttrShareBackend:                         true,
 	deviceattribute.StandardDeviceAttributePCIBusID: true,
 	deviceattribute.StandardDeviceAttributePCIeRoot: true,
 	deviceattribute.StandardDeviceAttributeNUMANode: true,

@@ -46,6 +46,10 @@ type Options struct {
 	// device.Reason… code), published as shareEnforcementReason; empty
 	// leaves it out.
 	ShareEnforcementReason string
+	// ShareBackend is the node's sharing backend (--share-backend, "mps"
+	// or "none"), published as shareBackend on shareable cards only; empty
+	// leaves it out.
+	ShareBackend string
 
 	// Sysfs, when set, is the host's /sys used to resolve each card's
 	// resource.kubernetes.io/pcieRoot. Nil leaves pcieRoot out: fake cards
@@ -162,6 +166,9 @@ func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, o
 
 	shareable := opts.Sharing && makeShareable(logger, &dev, g.MemoryBytes, step)
 	attrs[device.AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(shareable)}
+	if shareable && opts.ShareBackend != "" {
+		setString(logger, attrs, device.AttrShareBackend, opts.ShareBackend)
+	}
 	return dev
 }
 

@@ -416,3 +416,41 @@ func TestDevicesShareEnforcement(t *testing.T) {
 		})
 	}
 }
+
+// TestDevicesShareBackend: the node's sharing backend is published on
+// shareable cards only (the shared classes select on it), and left out
+// when none is given or the card is whole-card only.
+func TestDevicesShareBackend(t *testing.T) {
+	const gib = int64(1) << 30
+	for _, tt := range []struct {
+		name    string
+		sharing bool
+		backend string
+		want    *string // nil: attribute left out
+	}{
+		{"mps", true, "mps", ptr.To("mps")},
+		{"none", true, "none", ptr.To("none")},
+		{"unset", true, "", nil},
+		{"whole-card node", false, "none", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			devs, err := Devices([]gpu.GPU{{Index: 0, MemoryBytes: 80 * gib}, {Index: 1, MemoryBytes: 80 * gib}},
+				Options{NodeName: "n", Sharing: tt.sharing, ShareBackend: tt.backend, Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range devs {
+				attr, ok := d.Attributes["shareBackend"]
+				if tt.want == nil {
+					if ok {
+						t.Errorf("%s: shareBackend %v published", d.Name, attr)
+					}
+					continue
+				}
+				if !ok || attr.StringValue == nil || *attr.StringValue != *tt.want {
+					t.Errorf("%s: shareBackend %v, want %q", d.Name, attr, *tt.want)
+				}
+			}
+		})
+	}
+}

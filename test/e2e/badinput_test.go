@@ -24,7 +24,7 @@ var _ = Describe("Bad input", func() {
 			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 				Driver: device.DriverName,
 				Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig",` +
-					`"sharing":{"backend":"mps","mps":{"defaultActiveThreadPercentage":150}}}`)},
+					`"sharing":{"mps":{"defaultActiveThreadPercentage":150}}}`)},
 			}},
 		}}
 		createTemplate(ctx, ns, "bad-config", claim)

@@ -111,3 +111,26 @@ func describeAllocation(pod string, claim *resourceapi.ResourceClaim) {
 		GinkgoWriter.Printf("  claim %s of pod %s: %s/%s%s %s\n", claim.Name, pod, r.Pool, r.Device, share, strings.Join(caps, " "))
 	}
 }
+
+// limitsEnforced is the LimitsEnforced condition the plugin wrote into the
+// status.devices entry of the pod's claim (its first device of ours),
+// waiting for it to appear.
+func limitsEnforced(ctx context.Context, ns, pod string) metav1.Condition {
+	var found metav1.Condition
+	Eventually(func(g Gomega) {
+		claim := allocatedClaim(ctx, ns, pod)
+		for _, d := range claim.Status.Devices {
+			if d.Driver != device.DriverName {
+				continue
+			}
+			for _, c := range d.Conditions {
+				if c.Type == "LimitsEnforced" {
+					found = c
+					return
+				}
+			}
+		}
+		g.Expect(false).To(BeTrue(), "claim %s/%s has no LimitsEnforced condition in status.devices: %+v", ns, claim.Name, claim.Status.Devices)
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+	return found
+}

@@ -258,10 +258,10 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		// The API server does not read opaque parameters: only the webhook
 		// says "invalid gpu.tangram.dev config".
 		Expect(msg).To(ContainSubstring("invalid "+device.DriverName+" config"), "the refusal does not come from the GpuConfig webhook")
-		Expect(msg).To(ContainSubstring(`sharing.backend: Unsupported value: "vcuda"`), "the refusal does not name the field")
-		_, err := clientset.ResourceV1().ResourceClaimTemplates(demoNamespace).Get(ctx, "gpu-10gi-bad-backend", metav1.GetOptions{})
+		Expect(msg).To(ContainSubstring(`sharing.mps.defaultActiveThreadPercentage: Invalid value: 150`), "the refusal does not name the field")
+		_, err := clientset.ResourceV1().ResourceClaimTemplates(demoNamespace).Get(ctx, "gpu-10gi-bad-config", metav1.GetOptions{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the invalid template exists: %v", err)
-		demoPassed("refused when applied, by the controller's webhook; the message names the field and the valid values")
+		demoPassed("refused when applied, by the controller's webhook; the message names the field and the valid range")
 	}, SpecTimeout(2*time.Minute))
 
 	It("adds an API-only second GPU node", func(ctx SpecContext) {
@@ -342,11 +342,26 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		demoPassed("GpuGang finetune is Running: two members, four cards, one NVLink domain")
 	}, SpecTimeout(5*time.Minute))
 
-	It("leaves a share that requires hard enforcement Pending, and says why", func(ctx SpecContext) {
+	It("runs a share of the default class advisory, and leaves one of the hard class Pending, saying why", func(ctx SpecContext) {
 		const file = "11-hard-enforcement.yaml"
-		startDemoScenario("Hard enforcement required, on advisory nodes", file)
+		startDemoScenario("Two classes: advisory shares run, hard-only shares wait", file)
 		applySpec(ctx, file, allObjects)
 		DeferCleanup(deleteSpec, file)
+
+		// shared-gpu.tangram.dev: runs, and says it is advisory.
+		waitRunning(ctx, demoNamespace, "runs-advisory")
+		cond := limitsEnforced(ctx, demoNamespace, "runs-advisory")
+		demoSay("runs-advisory (shared-gpu.tangram.dev): Running; its claim's status.devices says LimitsEnforced=%s, reason %s:", cond.Status, cond.Reason)
+		for _, l := range splitLines(foldLines(cond.Message, 96)) {
+			demoSay("  %s", l)
+		}
+		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		Expect(cond.Reason).To(Equal("Advisory"))
+		Eventually(func(g Gomega) {
+			g.Expect(eventText(ctx, demoNamespace, "runs-advisory")).To(ContainSubstring("GPUShareNotEnforced"))
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(pollEvery).Should(Succeed(), "no Warning event on the advisory share's pod")
+
+		// hard-shared-gpu.tangram.dev: Pending, and the reason names the class.
 		var why string
 		Eventually(func(g Gomega) {
 			var out, errOut bytes.Buffer
@@ -356,14 +371,14 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 			g.Expect(cmd.ExecuteContext(ctx)).To(Succeed(), "kubectl tangram describe pod/needs-hard: %s", errOut.String())
 			why = out.String()
 			g.Expect(why).To(ContainSubstring(device.AttrShareEnforcement))
-			g.Expect(why).To(ContainSubstring("sharing.requireHardEnforcement"))
-		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(pollEvery).Should(Succeed(), "the explanation does not name shareEnforcement and sharing.requireHardEnforcement")
-		demoSay("kubectl tangram describe pod/needs-hard:")
+			g.Expect(why).To(ContainSubstring("class " + device.HardSharedDeviceClassName + " requires"))
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(pollEvery).Should(Succeed(), "the explanation does not name shareEnforcement and the hard class")
+		demoSay("kubectl tangram describe pod/needs-hard (hard-shared-gpu.tangram.dev):")
 		for _, l := range splitLines(foldLines(why, 96)) {
 			demoSay("  %s", l)
 		}
 		Expect(getPod(ctx, demoNamespace, "needs-hard").Status.Phase).To(Equal(corev1.PodPending))
-		demoPassed("Pending: the nodes publish shareEnforcement advisory; the reason names the chart value that would accept them")
+		demoPassed("the default class's share runs, labelled advisory; the hard class's stays Pending, and the reason names the class")
 	}, SpecTimeout(2*time.Minute))
 })
 

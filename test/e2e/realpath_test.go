@@ -101,7 +101,8 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		for i := range cards {
 			cards[i].DriverVersion = marker["driver_version"]
 		}
-		want, err := resourceslices.Devices(cards, resourceslices.Options{NodeName: gpuNode, Sharing: true, ShareEnforcement: marker["share_enforcement"]})
+		want, err := resourceslices.Devices(cards, resourceslices.Options{NodeName: gpuNode, Sharing: true, ShareEnforcement: marker["share_enforcement"],
+			ShareBackend: device.ShareBackendMPS})
 		Expect(err).NotTo(HaveOccurred())
 
 		got := nodeDevices(ctx, gpuNode)

@@ -4,6 +4,8 @@
 // config does not decode or validate are refused at create/update time,
 // with the message the plugin would give at prepare time (both call
 // pkg/config.Resolve), prefixed with the field path of the bad entry.
+// A claim's or template's config may not name a sharing backend
+// (config.ValidateTenantConfig): that is the admin's, per node and class.
 package admission
 
 import (
@@ -116,14 +118,16 @@ func checkClaimSpec(claim *resourceapi.ResourceClaim, spec *field.Path) field.Er
 	requests := config.RequestNames(claim)
 	path := spec.Child("devices", "config")
 	for i, c := range claim.Spec.Devices.Config {
-		errs = append(errs, checkEntry(resourceapi.DeviceAllocationConfiguration{
+		entryErrs := checkEntry(resourceapi.DeviceAllocationConfiguration{
 			Source:              resourceapi.AllocationConfigSourceClaim,
 			Requests:            c.Requests,
 			DeviceConfiguration: c.DeviceConfiguration,
-		}, requests, path.Index(i))...)
-	}
-	if len(errs) == 0 {
-		errs = config.ValidateShareBackends(&claim.Spec, spec)
+		}, requests, path.Index(i))
+		if len(entryErrs) == 0 {
+			// A valid config may still set what only the admin may.
+			entryErrs = config.ValidateTenantConfig(c.Opaque, path.Index(i))
+		}
+		errs = append(errs, entryErrs...)
 	}
 	return errs
 }

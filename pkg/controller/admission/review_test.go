@@ -15,10 +15,12 @@ import (
 )
 
 const (
-	goodConfig = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
-	badBackend = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"foo"}}`
-	badField   = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"bakend":"mps"}}`
-	badKind    = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GPUConfig"}`
+	goodConfig = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"mps":{"defaultActiveThreadPercentage":50}}}`
+	// A tenant's claim may not choose the backend (it is the admin's).
+	tenantBackend = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`
+	badBackend    = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"foo"}}`
+	badField      = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"bakend":"mps"}}`
+	badKind       = `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GPUConfig"}`
 )
 
 func claimJSON(configs ...string) string {
@@ -59,6 +61,13 @@ func TestReview(t *testing.T) {
 			allowed: true,
 		},
 		{
+			name:    "claim naming a sharing backend",
+			body:    review("resourceclaims", "ResourceClaim", "CREATE", claimJSON(entry("gpu.tangram.dev", tenantBackend))),
+			code:    422,
+			message: `spec.devices.config[0].opaque.parameters.sharing.backend: ` + config.TenantBackendDetail,
+			fields:  []string{"spec.devices.config[0].opaque.parameters.sharing.backend"},
+		},
+		{
 			name:    "claim with an unsupported backend",
 			body:    review("resourceclaims", "ResourceClaim", "CREATE", claimJSON(entry("gpu.tangram.dev", badBackend))),
 			code:    422,
@@ -83,16 +92,15 @@ func TestReview(t *testing.T) {
 			fields:  []string{"spec.spec.devices.config[0].opaque.parameters"},
 		},
 		{
-			name: "template mixing mps and none shares",
+			name: "template naming a backend for one of its shares",
 			body: review("resourceclaimtemplates", "ResourceClaimTemplate", "CREATE",
 				`{"metadata":{"name":"t"},"spec":{"spec":{"devices":{"requests":[`+
 					`{"name":"a","exactly":{"deviceClassName":"shared-gpu.tangram.dev","capacity":{"requests":{"memory":"20Gi"}}}},`+
 					`{"name":"b","exactly":{"deviceClassName":"shared-gpu.tangram.dev","capacity":{"requests":{"memory":"20Gi"}}}}],`+
 					`"config":[`+entry("gpu.tangram.dev", `{"apiVersion":"gpu.tangram.dev/v1alpha1","kind":"GpuConfig","sharing":{"backend":"none"}}`, "b")+`]}}}}`),
-			code: 422,
-			message: `spec.spec.devices.config: requests "a" (sharing backend mps) and "b" (sharing backend none) both ask for GPU shares, ` +
-				`and shares of one card must all use one backend; give every share request of the claim the same sharing.backend, or split them into separate claims`,
-			fields: []string{"spec.spec.devices.config"},
+			code:    422,
+			message: `spec.spec.devices.config[0].opaque.parameters.sharing.backend: ` + config.TenantBackendDetail,
+			fields:  []string{"spec.spec.devices.config[0].opaque.parameters.sharing.backend"},
 		},
 		{
 			name:    "device class",
