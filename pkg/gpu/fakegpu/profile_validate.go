@@ -108,6 +108,7 @@ func validateProfile(d *profileDecoder, p *Profile) {
 		if g.DriverVersion != "" && !driverVersion.MatchString(g.DriverVersion) {
 			problem(i, "driverVersion", `%q is not a driver version (e.g. "580.95.05")`, g.DriverVersion)
 		}
+		validateMIG(g, func(field, format string, args ...any) { problem(i, field, format, args...) })
 	}
 
 	// NVLinks need every index first.
@@ -202,5 +203,21 @@ func symmetriseNVLinks(p *Profile) {
 		}
 		sort.Ints(list)
 		p.GPUs[i].NVLinks = list
+	}
+}
+
+// validateMIG checks a card's MIG fields: a known card type, modes spelled
+// "enabled" or "disabled", and no mode without a type.
+func validateMIG(g ProfileGPU, problem func(field, format string, args ...any)) {
+	if g.MIGType != "" && MIGTable(g.MIGType) == nil {
+		problem("migType", "%q is not a MIG card type this fake knows (known: %s)", g.MIGType, migTypeList())
+	}
+	for _, f := range [][2]string{{"migMode", g.MIGMode}, {"migPendingMode", g.MIGPendingMode}} {
+		field, v := f[0], f[1]
+		if !validMIGMode(v) {
+			problem(field, "%q is not a MIG mode: want %q or %q", v, MIGModeEnabled, MIGModeDisabled)
+		} else if v != "" && g.MIGType == "" {
+			problem(field, "is set but the card has no migType: name its MIG card type (one of %s) or leave the mode out", migTypeList())
+		}
 	}
 }
