@@ -136,7 +136,14 @@ func TestMIGProfilesFollowTheGuide(t *testing.T) {
 				if !found {
 					t.Errorf("profile %d name %q lacks the MIG prefix", profile, cstr(info.Name[:]))
 				}
-				v1 := nvml.GpuInstanceProfileInfo{Id: info.Id}
+				v1, ret := dev.GetGpuInstanceProfileInfo(profile)
+				ok(t, fmt.Sprintf("GetGpuInstanceProfileInfo(%d)", profile), ret)
+				if want := (nvml.GpuInstanceProfileInfo{Id: info.Id, IsP2pSupported: info.IsP2pSupported, SliceCount: info.SliceCount,
+					InstanceCount: info.InstanceCount, MultiprocessorCount: info.MultiprocessorCount, CopyEngineCount: info.CopyEngineCount,
+					DecoderCount: info.DecoderCount, EncoderCount: info.EncoderCount, JpegCount: info.JpegCount, OfaCount: info.OfaCount,
+					MemorySizeMB: info.MemorySizeMB}); v1 != want {
+					t.Errorf("profile %d: GetGpuInstanceProfileInfo %+v differs from the V2 answer %+v", profile, v1, want)
+				}
 				placements, ret := dev.GetGpuInstancePossiblePlacements(&v1)
 				ok(t, "GetGpuInstancePossiblePlacements "+name, ret)
 				memSlices := 0
