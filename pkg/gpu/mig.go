@@ -1,5 +1,7 @@
 package gpu
 
+import "k8s.io/klog/v2"
+
 // MIG is what a MIG-capable card reports of Multi-Instance GPU: its mode
 // and, while the mode is on, the GPU instance profiles it offers with their
 // placements, as NVML's profile and placement queries answer them
@@ -61,4 +63,33 @@ func (m *MIG) Clone() *MIG {
 		out.Profiles = append(out.Profiles, q)
 	}
 	return &out
+}
+
+// MIGWholeCardMessage is logged at start-up for each card in MIG mode.
+const MIGWholeCardMessage = "MIG mode is on: Tangram does not yet publish MIG partitions; the card is published whole"
+
+// MIGPendingMessage is logged at start-up for each card whose MIG mode
+// changes at its next reset.
+const MIGPendingMessage = "MIG mode change is pending: it takes effect when the card is reset, and Tangram reads it again when it restarts"
+
+// LogMIG logs, once per card at start-up, the cards in MIG mode (published
+// whole for now, docs/nvml.md "MIG") and the cards whose MIG mode change
+// waits for a reset. Cards without MIG log nothing.
+func LogMIG(logger klog.Logger, gpus []GPU) {
+	for _, g := range gpus {
+		if g.MIG == nil {
+			continue
+		}
+		l := klog.LoggerWithValues(logger, "index", g.Index, "uuid", g.UUID)
+		if g.MIG.Enabled {
+			names := make([]string, len(g.MIG.Profiles))
+			for i, p := range g.MIG.Profiles {
+				names[i] = p.Name
+			}
+			l.Info(MIGWholeCardMessage, "migProfiles", names)
+		}
+		if g.MIG.PendingEnabled != g.MIG.Enabled {
+			l.Info(MIGPendingMessage, "migEnabled", g.MIG.Enabled, "migPendingEnabled", g.MIG.PendingEnabled)
+		}
+	}
 }
