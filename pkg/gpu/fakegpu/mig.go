@@ -96,6 +96,9 @@ var migTables = map[string][]MIGProfileSpec{
 	},
 }
 
+// migCardGiB is each MIG card type's memory, about.
+var migCardGiB = map[string]int64{"a100-40gb": 40, "a100-80gb": 80, "h100-80gb": 80, "h200-141gb": 141}
+
 // MIGTypes lists the MIG card types a profile's migType may name, sorted.
 func MIGTypes() []string {
 	var out []string

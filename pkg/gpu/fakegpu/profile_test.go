@@ -322,12 +322,14 @@ gpus:
 - {index: 0, migType: h100-94gb}
 - {index: 1, migType: h100-80gb, migMode: on}
 - {index: 2, migMode: enabled}
-- {index: 3, migType: a100-40gb, migPendingMode: Enabled}
+- {index: 3, migType: a100-80gb, migPendingMode: Enabled}
+- {index: 4, migType: a100-40gb}
 `,
 			want: `line 3: gpus[0].migType: "h100-94gb" is not a MIG card type this fake knows (known: a100-40gb, a100-80gb, h100-80gb, h200-141gb)
 line 4: gpus[1].migMode: "on" is not a MIG mode: want "enabled" or "disabled"
 line 5: gpus[2].migMode: is set but the card has no migType: name its MIG card type (one of a100-40gb, a100-80gb, h100-80gb, h200-141gb) or leave the mode out
-line 6: gpus[3].migPendingMode: "Enabled" is not a MIG mode: want "enabled" or "disabled"`,
+line 6: gpus[3].migPendingMode: "Enabled" is not a MIG mode: want "enabled" or "disabled"
+line 7: gpus[4].migType: "a100-40gb" is for cards of about 40 GiB, but the card's memory is 80Gi: give the card that memory or the MIG type of its size`,
 		},
 		{
 			name: "missing product name",

@@ -211,6 +211,12 @@ func symmetriseNVLinks(p *Profile) {
 func validateMIG(g ProfileGPU, problem func(field, format string, args ...any)) {
 	if g.MIGType != "" && MIGTable(g.MIGType) == nil {
 		problem("migType", "%q is not a MIG card type this fake knows (known: %s)", g.MIGType, migTypeList())
+	} else if gib, ok := migCardGiB[g.MIGType]; ok {
+		// The profiles' memory is a share of the card's: a card of another
+		// size would get profiles named after memory it does not have.
+		if b := memoryBytes(g.Memory); b > 0 && (float64(b) < 0.9*float64(gib<<30) || float64(b) > 1.1*float64(gib<<30)) {
+			problem("migType", "%q is for cards of about %d GiB, but the card's memory is %s: give the card that memory or the MIG type of its size", g.MIGType, gib, g.Memory)
+		}
 	}
 	for _, f := range [][2]string{{"migMode", g.MIGMode}, {"migPendingMode", g.MIGPendingMode}} {
 		field, v := f[0], f[1]
