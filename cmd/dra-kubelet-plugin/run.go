@@ -14,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
@@ -124,6 +126,7 @@ func newRunCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listing GPUs: %w", err)
 			}
+			gpu.LogMIG(klog.FromContext(ctx), gpus)
 			var hardware cdi.HardwareEdits = cdi.NoHardware{}
 			root := flags.driverRoot(source)
 			var nvmlLibrary string

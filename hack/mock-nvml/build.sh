@@ -61,7 +61,7 @@ absent='^$'
 		while read -r fn; do echo "__attribute__((weak)) int $fn(void) { return 3; }"; done
 } >"$work/stubs.c"
 
-key="$(cat "$here/csrc/mock_nvml.c" "$here/build.sh" "$work/builtin.c" "$work/stubs.c" "$nvml_dir/nvml.h" | sha256sum | cut -c1-16)"
+key="$(cat "$here/csrc/mock_nvml.c" "$here/csrc/mig.inc" "$here/build.sh" "$work/builtin.c" "$work/stubs.c" "$nvml_dir/nvml.h" | sha256sum | cut -c1-16)"
 out="${MOCK_NVML_OUT:-${XDG_CACHE_HOME:-$HOME/.cache}/tangram/mock-nvml/$key}"
 lib="$out/libnvidia-ml.so.1"
 # -z nodelete: go-nvml dlcloses the library at its last Shutdown, but cgo

@@ -113,20 +113,58 @@ func (s State) AllowMemoryLimits() error {
 	return nil
 }
 
-// SetMigMode turns MIG mode of the card with this UUID on or off, as
-// nvmlDeviceGetMigMode then reports it (a card never set is not
-// MIG-capable: NOT_SUPPORTED).
+// SetMigMode turns MIG mode of the card with this UUID on or off, current
+// and pending alike, as nvmlDeviceGetMigMode then reports it. A card the
+// devices file does not declare MIG-capable (no migType in its profile)
+// then reports the mode but offers no profiles.
 func (s State) SetMigMode(uuid string, enabled bool) error {
+	return s.SetMigModes(uuid, enabled, enabled)
+}
+
+// SetMigModes sets the current and the pending MIG mode apart, as after an
+// admin's nvidia-smi -mig that waits for a reset. Turning the current mode
+// off removes the card's GPU and compute instances, as a real mode change
+// (a reset) does.
+func (s State) SetMigModes(uuid string, current, pending bool) error {
 	dir := filepath.Join(s.Dir, "mig-mode")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating mock NVML MIG mode directory: %w", err)
 	}
-	mode := "0\n"
-	if enabled {
-		mode = "1\n"
+	bit := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
 	}
+	mode := fmt.Sprintf("%d %d\n", bit(current), bit(pending))
 	if err := os.WriteFile(filepath.Join(dir, uuid), []byte(mode), 0o644); err != nil {
 		return fmt.Errorf("setting mock NVML MIG mode of %s: %w", uuid, err)
+	}
+	if !current {
+		if err := os.Remove(filepath.Join(s.Dir, "mig", uuid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing the MIG instances of %s with its MIG mode: %w", uuid, err)
+		}
+	}
+	return nil
+}
+
+// SetMigDeviceBusy marks the compute instance of the MIG device with this
+// UUID ("MIG-...") as running processes (busy) or not: destroying it, or
+// its GPU instance, answers NVML_ERROR_IN_USE while it is busy.
+func (s State) SetMigDeviceBusy(migUUID string, busy bool) error {
+	dir := filepath.Join(s.Dir, "mig-busy")
+	path := filepath.Join(dir, migUUID)
+	if !busy {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("marking mock MIG device %s idle: %w", migUUID, err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating mock NVML MIG busy directory: %w", err)
+	}
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		return fmt.Errorf("marking mock MIG device %s busy: %w", migUUID, err)
 	}
 	return nil
 }
@@ -175,7 +213,7 @@ func (c Call) Time() (time.Time, error) {
 func (c Call) String() string {
 	var b strings.Builder
 	b.WriteString(c.Function)
-	for _, k := range []string{"index", "uuid", "mode", "namespace", "soft", "hard", "result"} {
+	for _, k := range []string{"index", "uuid", "mode", "namespace", "soft", "hard", "profile", "start", "gi", "ci", "result"} {
 		if v, ok := c.Args[k]; ok {
 			fmt.Fprintf(&b, " %s=%s", k, v)
 		}

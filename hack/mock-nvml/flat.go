@@ -11,6 +11,14 @@
 //	name <index> <product name>
 //	nvlink <index> <remote NVML bus ID>        (one per active link)
 //	fabric <index> <cluster UUID, 32 hex digits> <clique id>
+//	mig <index> <current mode 0|1> <pending mode 0|1>   (a MIG-capable card)
+//	migprofile <index> <NVML profile> <profile id> <compute slices> <memory slices>
+//	           <instances> <SMs> <copy engines> <decoders> <encoders> <JPEGs> <OFAs>
+//	           <memory MiB> <placement starts, comma-separated> <name>
+//
+// The MIG profiles come from the fake profile's card type
+// (fakegpu.MIGTable: the MIG user guide's tables), so that the C side
+// holds no table of its own.
 //
 // A field the profile leaves empty becomes -1 or "-", and the library
 // answers NVML_ERROR_NOT_SUPPORTED for it, so the NVML source leaves it out
@@ -101,6 +109,9 @@ func Flatten(p *fakegpu.Profile, nodeName string) ([]byte, error) {
 			}
 			fmt.Fprintf(&b, "fabric %d %s %d\n", g.Index, hex, clique)
 		}
+		if g.MIGType != "" {
+			writeMIG(&b, g)
+		}
 	}
 	links, err := nvlinks(cards, busIDs)
 	if err != nil {
@@ -112,6 +123,31 @@ func Flatten(p *fakegpu.Profile, nodeName string) ([]byte, error) {
 		}
 	}
 	return b.Bytes(), nil
+}
+
+// writeMIG writes a MIG-capable card's mode and profiles.
+func writeMIG(b *bytes.Buffer, g fakegpu.ProfileGPU) {
+	bit := func(mode string) int {
+		if mode == fakegpu.MIGModeEnabled {
+			return 1
+		}
+		return 0
+	}
+	pending := g.MIGPendingMode
+	if pending == "" {
+		pending = g.MIGMode
+	}
+	fmt.Fprintf(b, "mig %d %d %d\n", g.Index, bit(g.MIGMode), bit(pending))
+	card, _ := resource.ParseQuantity(g.Memory) // validated by the profile
+	for _, p := range fakegpu.MIGTable(g.MIGType) {
+		starts := make([]string, len(p.Starts))
+		for i, s := range p.Starts {
+			starts[i] = strconv.Itoa(s)
+		}
+		fmt.Fprintf(b, "migprofile %d %d %d %d %d %d %d %d %d %d %d %d %d %s %s\n", g.Index, p.NVMLProfile, p.ID,
+			p.ComputeSlices, p.MemorySlices, p.Instances, p.Multiprocessors, p.CopyEngines, p.Decoders, 0,
+			p.JPEGs, p.OFAs, fakegpu.MIGMemoryMiB(card.Value(), p.MemorySlices), strings.Join(starts, ","), p.Name)
+	}
 }
 
 func driverVersions(cards []fakegpu.ProfileGPU) (string, int, error) {

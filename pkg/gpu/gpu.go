@@ -42,6 +42,9 @@ type GPU struct {
 	// FabricCliqueID identifies the NVLink fabric clique ("<clusterUUID>/<cliqueID>")
 	// where NVML reports one (multi-node NVLink systems); empty otherwise.
 	FabricCliqueID string
+	// MIG is the card's Multi-Instance GPU mode and profiles; nil when the
+	// card cannot do MIG.
+	MIG *MIG
 }
 
 // Source lists the GPUs of this node.

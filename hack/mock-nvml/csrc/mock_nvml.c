@@ -59,6 +59,43 @@ struct nvmlDevice_st {
     int has_fabric;
     unsigned char fabric_cluster[NVML_GPU_FABRIC_UUID_LEN];
     unsigned int fabric_clique;
+    /* MIG (see "MIG" below): set by mig/migprofile lines. */
+    int mig_capable;
+    int mig_current, mig_pending; /* the devices file's modes */
+    unsigned int nprofiles;
+    struct mig_profile *profiles;
+    struct nvmlGpuInstance_st *gis; /* MIG_MAX_GI, by GPU instance ID */
+    /* A MIG device handle (nvmlDeviceGetMigDeviceHandleByIndex). */
+    int is_mig;
+    struct nvmlDevice_st *parent;
+    unsigned int gi_id, ci_id;
+};
+
+#define MIG_MAX_PROFILES 16
+#define MIG_MEMORY_SLICES 8
+#define MIG_COMPUTE_SLICES 7
+#define MIG_MAX_GI 15 /* GPU instance IDs 0..14: one per node of the memory slice tree */
+#define MIG_MAX_CI 7
+#define MIG_MAX_DEVICES 7
+
+struct mig_profile {
+    unsigned int nvml_profile, id, compute, mem_slices, instances, sms, ce, dec, enc, jpeg, ofa;
+    unsigned long long mem_mib;
+    unsigned int nstarts, starts[MIG_MEMORY_SLICES];
+    char name[64];
+};
+
+struct nvmlComputeInstance_st {
+    int used;
+    struct nvmlGpuInstance_st *gi;
+    unsigned int id, profile, start, size;
+};
+
+struct nvmlGpuInstance_st {
+    int used;
+    struct nvmlDevice_st *dev;
+    unsigned int id, profile_id, start, size;
+    struct nvmlComputeInstance_st cis[MIG_MAX_CI];
 };
 
 struct nvmlEventSet_st {
@@ -140,7 +177,8 @@ static int parse_line(char *line, int lineno) {
         gpus[ngpus++] = g;
         return 0;
     }
-    if (strcmp(kind, "name") != 0 && strcmp(kind, "nvlink") != 0 && strcmp(kind, "fabric") != 0) {
+    if (strcmp(kind, "name") != 0 && strcmp(kind, "nvlink") != 0 && strcmp(kind, "fabric") != 0 &&
+        strcmp(kind, "mig") != 0 && strcmp(kind, "migprofile") != 0) {
         complain("line %d: unknown line kind %s", lineno, kind);
         return -1;
     }
@@ -185,6 +223,49 @@ static int parse_line(char *line, int lineno) {
             g->fabric_cluster[i] = (unsigned char)byte;
         }
         g->has_fabric = 1;
+        return 0;
+    }
+    if (strcmp(kind, "mig") == 0) {
+        if (sscanf(rest, "%d %d", &g->mig_current, &g->mig_pending) != 2) {
+            complain("line %d: want 'mig <index> <current 0|1> <pending 0|1>'", lineno);
+            return -1;
+        }
+        g->mig_capable = 1;
+        return 0;
+    }
+    if (strcmp(kind, "migprofile") == 0) {
+        struct mig_profile p;
+        char starts[64];
+        memset(&p, 0, sizeof p);
+        if (!g->mig_capable || g->nprofiles == MIG_MAX_PROFILES ||
+            sscanf(rest, "%u %u %u %u %u %u %u %u %u %u %u %llu %63s %63s", &p.nvml_profile, &p.id, &p.compute,
+                   &p.mem_slices, &p.instances, &p.sms, &p.ce, &p.dec, &p.enc, &p.jpeg, &p.ofa, &p.mem_mib, starts,
+                   p.name) != 14 ||
+            p.nvml_profile >= NVML_GPU_INSTANCE_PROFILE_COUNT || p.mem_slices == 0 || p.mem_slices > MIG_MEMORY_SLICES ||
+            p.compute == 0 || p.compute > MIG_COMPUTE_SLICES) {
+            complain("line %d: want 'migprofile <index> <nvml profile> <id> <compute slices> <memory slices> <instances> "
+                     "<SMs> <CEs> <decoders> <encoders> <JPEGs> <OFAs> <memory MiB> <starts> <name>' after the card's mig line, "
+                     "at most %d per card", lineno, MIG_MAX_PROFILES);
+            return -1;
+        }
+        for (char *tok = strtok(starts, ","); tok; tok = strtok(NULL, ",")) {
+            unsigned int start = (unsigned int)atoi(tok);
+            if (p.nstarts == MIG_MEMORY_SLICES || start + p.mem_slices > MIG_MEMORY_SLICES) {
+                complain("line %d: placement %u+%u is outside the card's %d memory slices", lineno, start, p.mem_slices,
+                         MIG_MEMORY_SLICES);
+                return -1;
+            }
+            p.starts[p.nstarts++] = start;
+        }
+        if (g->profiles == NULL)
+            g->profiles = calloc(MIG_MAX_PROFILES, sizeof *g->profiles);
+        if (g->gis == NULL)
+            g->gis = calloc(MIG_MAX_GI, sizeof *g->gis);
+        if (g->profiles == NULL || g->gis == NULL) {
+            complain("line %d: out of memory", lineno);
+            return -1;
+        }
+        g->profiles[g->nprofiles++] = p;
         return 0;
     }
     complain("line %d: unknown line kind %s", lineno, kind);
@@ -384,6 +465,8 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
     case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
     default: return "Unknown Error";
     }
 }
@@ -497,8 +580,10 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
     return NVML_SUCCESS;
 }
 
+static nvmlReturn_t any_device(nvmlDevice_t d);
+
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) {
-    nvmlReturn_t ret = device(d);
+    nvmlReturn_t ret = any_device(d);
     return ret != NVML_SUCCESS ? ret : copy_string(uuid, length, d.handle->uuid);
 }
 
@@ -596,13 +681,6 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *isMig) {
-    nvmlReturn_t ret = device(d);
-    if (ret != NVML_SUCCESS || isMig == NULL)
-        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
-    *isMig = 0;
-    return NVML_SUCCESS;
-}
 
 /* NVLink: links 0..nlinks-1 are active; a card with none has no NVLink
  * (NOT_SUPPORTED), and a link past the last is INVALID_ARGUMENT, as on
@@ -833,36 +911,7 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     return NVML_SUCCESS;
 }
 
-/* ---- MIG mode: kept in <state>/mig-mode/<uuid> ("1" on, "0" off), so
- * that a test can turn it on for one card. A card without the file is not
- * MIG-capable, as the profile says nothing of MIG: NOT_SUPPORTED. ---- */
-
-static nvmlReturn_t mig_mode(const struct nvmlDevice_st *g, unsigned int *mode) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/mig-mode/%s", state_dir, g->uuid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return NVML_ERROR_NOT_SUPPORTED;
-    int m = 0;
-    int n = fscanf(f, "%d", &m);
-    fclose(f);
-    if (n != 1)
-        return NVML_ERROR_UNKNOWN;
-    *mode = m ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
-    nvmlReturn_t ret = device(d);
-    if (ret != NVML_SUCCESS || current == NULL || pending == NULL)
-        return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int mode;
-    ret = mig_mode(d.handle, &mode);
-    if (ret != NVML_SUCCESS)
-        return ret;
-    *current = *pending = mode;
-    return NVML_SUCCESS;
-}
+#include "mig.inc" /* MIG: mode, GPU and compute instances, MIG devices */
 
 /* The driver release the library was built as decides whether it has the
  * per-cgroup memory limit calls (r615 and later; NVIDIA-FACTS.md): before,

@@ -90,6 +90,7 @@ func fakeGPUs(nodeName string, p *Profile) ([]gpu.GPU, error) {
 			NUMANode:              numa,
 			NVLinkPeers:           g.NVLinks,
 			FabricCliqueID:        g.FabricCliqueID,
+			MIG:                   migInfo(g, memoryBytes(g.Memory)),
 		})
 	}
 	slices.SortFunc(gpus, func(a, b gpu.GPU) int { return a.Index - b.Index })
@@ -110,6 +111,7 @@ func cloneGPUs(in []gpu.GPU) []gpu.GPU {
 			n := *g.NUMANode
 			out[i].NUMANode = &n
 		}
+		out[i].MIG = g.MIG.Clone()
 	}
 	return out
 }

@@ -43,6 +43,14 @@ type ProfileGPU struct {
 	DriverVersion         string `yaml:"driverVersion,omitempty"`
 	CUDADriverVersion     string `yaml:"cudaDriverVersion,omitempty"`
 	FabricCliqueID        string `yaml:"fabricCliqueID,omitempty"`
+	// MIGType makes the card MIG-capable with the profiles of the MIG
+	// user guide's table for this card type (MIGTypes: a100-40gb,
+	// a100-80gb, h100-80gb, h200-141gb); empty: the card cannot do MIG.
+	MIGType string `yaml:"migType,omitempty"`
+	// MIGMode is the current MIG mode, "enabled" or "disabled" (default).
+	MIGMode string `yaml:"migMode,omitempty"`
+	// MIGPendingMode is the mode after the next reset; default MIGMode.
+	MIGPendingMode string `yaml:"migPendingMode,omitempty"`
 }
 
 // The fake driver: a profile that names no brand or driver gets these, so

@@ -23,12 +23,12 @@ var (
 	// defaultFields are the fields "defaults:" may set for every card.
 	defaultFields = []string{
 		"architecture", "brand", "cudaComputeCapability", "cudaDriverVersion",
-		"driverVersion", "fabricCliqueID", "memory", "productName",
+		"driverVersion", "fabricCliqueID", "memory", "migMode", "migPendingMode", "migType", "productName",
 	}
 	gpuFields = []string{
 		"architecture", "brand", "cudaComputeCapability", "cudaDriverVersion",
-		"driverVersion", "fabricCliqueID", "index", "memory", "minor", "numaNode",
-		"nvlinks", "pciBusID", "productName",
+		"driverVersion", "fabricCliqueID", "index", "memory", "migMode", "migPendingMode",
+		"migType", "minor", "numaNode", "nvlinks", "pciBusID", "productName",
 	}
 	yamlErrorLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 )
@@ -289,6 +289,12 @@ func stringField(g *ProfileGPU, key string) *string {
 		return &g.CUDADriverVersion
 	case "fabricCliqueID":
 		return &g.FabricCliqueID
+	case "migType":
+		return &g.MIGType
+	case "migMode":
+		return &g.MIGMode
+	case "migPendingMode":
+		return &g.MIGPendingMode
 	}
 	return nil
 }

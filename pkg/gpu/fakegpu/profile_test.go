@@ -221,13 +221,13 @@ gpus:
   memroy: 2Gi
   index: 1
 `,
-			want: `line 5: gpus[0].memroy: unknown field (valid fields: architecture, brand, cudaComputeCapability, cudaDriverVersion, driverVersion, fabricCliqueID, index, memory, minor, numaNode, nvlinks, pciBusID, productName)
+			want: `line 5: gpus[0].memroy: unknown field (valid fields: architecture, brand, cudaComputeCapability, cudaDriverVersion, driverVersion, fabricCliqueID, index, memory, migMode, migPendingMode, migType, minor, numaNode, nvlinks, pciBusID, productName)
 line 6: gpus[0].index: given twice (first on line 2)`,
 		},
 		{
 			name: "unknown default field",
 			yaml: "defaults: {pciBusID: \"0000:01:00.0\"}\ngpus:\n- {index: 0, productName: X, memory: 1Gi}\n",
-			want: `line 1: defaults.pciBusID: unknown field (valid fields: architecture, brand, cudaComputeCapability, cudaDriverVersion, driverVersion, fabricCliqueID, memory, productName)`,
+			want: `line 1: defaults.pciBusID: unknown field (valid fields: architecture, brand, cudaComputeCapability, cudaDriverVersion, driverVersion, fabricCliqueID, memory, migMode, migPendingMode, migType, productName)`,
 		},
 		{
 			name: "duplicate index, missing index, wrong types",
@@ -314,6 +314,22 @@ line 5: gpus[0].cudaComputeCapability: "9" is not <major>.<minor> (e.g. "9.0")
 line 6: gpus[0].driverVersion: "r580" is not a driver version (e.g. "580.95.05")
 line 7: gpus[0].cudaDriverVersion: "13.0.1" is not <major>.<minor> (e.g. "13.0")
 line 8: gpus[0].productName: must not be empty (leave the field out instead)`,
+		},
+		{
+			name: "bad MIG fields",
+			yaml: `defaults: {productName: X, memory: 80Gi}
+gpus:
+- {index: 0, migType: h100-94gb}
+- {index: 1, migType: h100-80gb, migMode: on}
+- {index: 2, migMode: enabled}
+- {index: 3, migType: a100-80gb, migPendingMode: Enabled}
+- {index: 4, migType: a100-40gb}
+`,
+			want: `line 3: gpus[0].migType: "h100-94gb" is not a MIG card type this fake knows (known: a100-40gb, a100-80gb, h100-80gb, h200-141gb)
+line 4: gpus[1].migMode: "on" is not a MIG mode: want "enabled" or "disabled"
+line 5: gpus[2].migMode: is set but the card has no migType: name its MIG card type (one of a100-40gb, a100-80gb, h100-80gb, h200-141gb) or leave the mode out
+line 6: gpus[3].migPendingMode: "Enabled" is not a MIG mode: want "enabled" or "disabled"
+line 7: gpus[4].migType: "a100-40gb" is for cards of about 40 GiB, but the card's memory is 80Gi: give the card that memory or the MIG type of its size`,
 		},
 		{
 			name: "missing product name",

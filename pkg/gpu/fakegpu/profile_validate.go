@@ -108,6 +108,7 @@ func validateProfile(d *profileDecoder, p *Profile) {
 		if g.DriverVersion != "" && !driverVersion.MatchString(g.DriverVersion) {
 			problem(i, "driverVersion", `%q is not a driver version (e.g. "580.95.05")`, g.DriverVersion)
 		}
+		validateMIG(g, func(field, format string, args ...any) { problem(i, field, format, args...) })
 	}
 
 	// NVLinks need every index first.
@@ -202,5 +203,27 @@ func symmetriseNVLinks(p *Profile) {
 		}
 		sort.Ints(list)
 		p.GPUs[i].NVLinks = list
+	}
+}
+
+// validateMIG checks a card's MIG fields: a known card type, modes spelled
+// "enabled" or "disabled", and no mode without a type.
+func validateMIG(g ProfileGPU, problem func(field, format string, args ...any)) {
+	if g.MIGType != "" && MIGTable(g.MIGType) == nil {
+		problem("migType", "%q is not a MIG card type this fake knows (known: %s)", g.MIGType, migTypeList())
+	} else if gib, ok := migCardGiB[g.MIGType]; ok {
+		// The profiles' memory is a share of the card's: a card of another
+		// size would get profiles named after memory it does not have.
+		if b := memoryBytes(g.Memory); b > 0 && (float64(b) < 0.9*float64(gib<<30) || float64(b) > 1.1*float64(gib<<30)) {
+			problem("migType", "%q is for cards of about %d GiB, but the card's memory is %s: give the card that memory or the MIG type of its size", g.MIGType, gib, g.Memory)
+		}
+	}
+	for _, f := range [][2]string{{"migMode", g.MIGMode}, {"migPendingMode", g.MIGPendingMode}} {
+		field, v := f[0], f[1]
+		if !validMIGMode(v) {
+			problem(field, "%q is not a MIG mode: want %q or %q", v, MIGModeEnabled, MIGModeDisabled)
+		} else if v != "" && g.MIGType == "" {
+			problem(field, "is set but the card has no migType: name its MIG card type (one of %s) or leave the mode out", migTypeList())
+		}
 	}
 }

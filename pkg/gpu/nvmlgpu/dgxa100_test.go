@@ -41,6 +41,8 @@ func TestStockDGXA100Mock(t *testing.T) {
 			DriverVersion:         "550.54.15",
 			CUDADriverVersion:     "12.4",
 			MemoryBytes:           40 << 30,
+			// go-nvml's A100 is MIG-capable, its mode off.
+			MIG: &gpu.MIG{},
 		})
 	}
 	ctx, logs := logContext()
@@ -53,5 +55,49 @@ func TestStockDGXA100Mock(t *testing.T) {
 	}
 	if m := logs.missing([][]string{{`"msg"="Leaving out a value the GPU reports oddly"`, `"field"="pciBusID"`, `"value"=""`, `"index"=7`}}); len(m) > 0 {
 		t.Errorf("log lines missing: %q", m)
+	}
+}
+
+// TestStockDGXA100MockMIG reads MIG through go-nvml's own DGX A100 mock
+// (NVIDIA's model of an A100-SXM4-40GB's profiles) with MIG mode on: the
+// names Tangram derives from NVML's numbers are the MIG user guide's A100
+// 40GB names, and each profile keeps the placements the mock reports.
+func TestStockDGXA100MockMIG(t *testing.T) {
+	server := dgxa100.New()
+	server.SystemGetCudaDriverVersion_v2Func = func() (int, nvml.Return) {
+		return server.CudaDriverVersion, nvml.SUCCESS
+	}
+	for _, d := range server.Devices {
+		dev := d.(*dgxa100.Device)
+		dev.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+		dev.GetNvLinkStateFunc = func(int) (nvml.EnableState, nvml.Return) {
+			return nvml.FEATURE_DISABLED, nvml.ERROR_NOT_SUPPORTED
+		}
+		dev.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
+			return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
+	}
+	if _, ret := server.Devices[0].SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+		t.Fatalf("SetMigMode: %v", ret)
+	}
+	ctx, _ := logContext()
+	got, err := New(server).GPUs(ctx)
+	if err != nil {
+		t.Fatalf("GPUs: %v", err)
+	}
+	m := got[0].MIG
+	if m == nil || !m.Enabled {
+		t.Fatalf("card 0 MIG = %+v, want enabled", m)
+	}
+	names := map[string]int{}
+	for _, p := range m.Profiles {
+		names[p.Name] = len(p.Placements)
+	}
+	want := map[string]int{"1g.5gb": 7, "1g.5gb+me": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("profile names and placement counts (-want +got):\n%s", diff)
+	}
+	if got[1].MIG == nil || got[1].MIG.Enabled {
+		t.Errorf("card 1 MIG = %+v, want capable and off", got[1].MIG)
 	}
 }

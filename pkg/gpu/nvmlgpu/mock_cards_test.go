@@ -35,6 +35,56 @@ type mockCard struct {
 	fabric   nvml.GpuFabricInfo
 	// otherRet makes every optional call (not UUID, NVLink) fail this way.
 	otherRet nvml.Return
+	// mig is what NVML reports of MIG; nil: the card cannot do MIG
+	// (NOT_SUPPORTED).
+	mig *mockMIG
+}
+
+// mockMIG is a card's MIG mode and GPU instance profiles.
+type mockMIG struct {
+	modeRet          nvml.Return
+	current, pending int
+	// profiles by NVML profile value; a value not here is NOT_SUPPORTED
+	// below nvml.GPU_INSTANCE_PROFILE_COUNT, INVALID_ARGUMENT from there.
+	profiles   map[int]nvml.GpuInstanceProfileInfo
+	profileRet map[int]nvml.Return
+	// placements by profile ID; placementRet fails a profile ID's query.
+	placements   map[uint32][]nvml.GpuInstancePlacement
+	placementRet map[uint32]nvml.Return
+}
+
+func (m *mockMIG) mode() (int, int, nvml.Return) {
+	if m == nil {
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return m.current, m.pending, m.modeRet
+}
+
+func (m *mockMIG) profileInfo(profile int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+	if m == nil {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	if profile >= nvml.GPU_INSTANCE_PROFILE_COUNT {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if ret := m.profileRet[profile]; ret != nvml.SUCCESS {
+		return nvml.GpuInstanceProfileInfo{}, ret
+	}
+	info, ok := m.profiles[profile]
+	if !ok {
+		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	return info, nvml.SUCCESS
+}
+
+func (m *mockMIG) possiblePlacements(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+	if m == nil {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	if ret := m.placementRet[info.Id]; ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	return m.placements[info.Id], nvml.SUCCESS
 }
 
 // mockLink is one NVLink; remote is the far end's bus ID in NVML's form.
@@ -119,6 +169,9 @@ func (c *mockCard) device(unsupportedFabric bool) *mock.Device {
 			}
 			return pciInfo(l.remote), nvml.SUCCESS
 		},
+		GetMigModeFunc:                       c.mig.mode,
+		GetGpuInstanceProfileInfoFunc:        c.mig.profileInfo,
+		GetGpuInstancePossiblePlacementsFunc: c.mig.possiblePlacements,
 		GetGpuFabricInfoFunc: func() (nvml.GpuFabricInfo, nvml.Return) {
 			if unsupportedFabric {
 				return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED

@@ -43,17 +43,36 @@ gpus:
 - {index: 1, minor: 4, pciBusID: "0009:01:00.0", fabricCliqueID: "11111111-2222-3333-4444-555555555555/7"}
 `
 
+// migProfile has a card of each MIG card type the mock models, in MIG
+// mode or not, one with a mode change waiting for a reset, and a card that
+// cannot do MIG.
+const migProfile = `
+name: mig
+defaults: {architecture: ampere, cudaComputeCapability: "8.0"}
+gpus:
+- {index: 0, productName: NVIDIA A100-SXM4-40GB, memory: 40Gi, pciBusID: "0000:07:00.0", migType: a100-40gb, migMode: enabled}
+- {index: 1, productName: NVIDIA A100-SXM4-80GB, memory: 80Gi, pciBusID: "0000:0f:00.0", migType: a100-80gb, migMode: disabled, migPendingMode: enabled}
+- {index: 2, productName: NVIDIA H100 80GB HBM3, memory: 80Gi, pciBusID: "0000:47:00.0", migType: h100-80gb, migMode: enabled, architecture: hopper, cudaComputeCapability: "9.0"}
+- {index: 3, productName: NVIDIA H200, memory: 141Gi, pciBusID: "0000:4e:00.0", migType: h200-141gb, migMode: enabled, migPendingMode: disabled, architecture: hopper, cudaComputeCapability: "9.0"}
+- {index: 4, productName: NVIDIA L4, memory: 24Gi, pciBusID: "0000:87:00.0", architecture: ada-lovelace, cudaComputeCapability: "8.9"}
+`
+
 // TestSourceOverMockLibraryMatchesFakeProfile reads each profile through
 // the real path (go-nvml loading the C mock, then this package's Source)
 // and through the fake source, and wants the same cards and the same
-// ResourceSlice devices: attributes, capacities, NVLink domains, NUMA.
+// ResourceSlice devices: attributes, capacities, NVLink domains, NUMA, MIG
+// modes and MIG profiles (names derived from NVML's numbers, placements).
 func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 	const node = "gpu-node-1"
 	fabric, err := fakegpu.ParseProfile([]byte(fabricProfile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiles := map[string]*fakegpu.Profile{"fabric": fabric}
+	mig, err := fakegpu.ParseProfile([]byte(migProfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	profiles := map[string]*fakegpu.Profile{"fabric": fabric, "mig": mig}
 	for _, name := range []string{"dgx-h100", "pcie-a100-pairs", "pcie-l4"} {
 		p, err := fakegpu.BuiltinProfile(name)
 		if err != nil {

@@ -72,6 +72,7 @@ func (s *source) GPUs(ctx context.Context) ([]gpu.GPU, error) {
 			continue
 		}
 		r.logger = klog.LoggerWithValues(logger, "uuid", id)
+		memory := r.memoryBytes()
 		g := gpu.GPU{
 			Index:                 i,
 			Minor:                 r.minor(),
@@ -82,10 +83,11 @@ func (s *source) GPUs(ctx context.Context) ([]gpu.GPU, error) {
 			CUDAComputeCapability: r.computeCapability(),
 			DriverVersion:         driverVersion,
 			CUDADriverVersion:     cudaDriverVersion,
-			MemoryBytes:           r.memoryBytes(),
+			MemoryBytes:           memory,
 			PCIBusID:              busID,
 			NUMANode:              r.numaNode(),
 			FabricCliqueID:        r.fabricCliqueID(),
+			MIG:                   r.mig(memory),
 		}
 		gpus = append(gpus, g)
 		links = append(links, cardLinks{index: i, busID: busID, remotes: r.nvlinkRemotes()})
