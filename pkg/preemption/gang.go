@@ -61,7 +61,7 @@ func SelectGangVictims(ctx context.Context, nodes []Node, members []Member, pdbs
 	placed := map[string][]Nominated{} // by node
 	budgets := slices.Clone(pdbs)
 	for _, m := range members {
-		var best *gangChoice
+		var best *NodeChoice
 		var reasons []string
 		for _, n := range nodes {
 			n.Evicted = mergeEvicted(n.Evicted, evicted)
@@ -81,8 +81,8 @@ func SelectGangVictims(ctx context.Context, nodes []Node, members []Member, pdbs
 				reasons = append(reasons, n.Name+": the members placed before would not fit any more")
 				continue
 			}
-			c := &gangChoice{node: n.Name, decision: d}
-			if best == nil || c.better(best) {
+			c := &NodeChoice{Node: n.Name, Decision: d}
+			if best == nil || c.Better(best) {
 				best = c
 			}
 		}
@@ -91,15 +91,15 @@ func SelectGangVictims(ctx context.Context, nodes []Node, members []Member, pdbs
 			return GangDecision{Reason: fmt.Sprintf("member %s/%s cannot be placed even with evictions (%d of %d members placed): %v",
 				m.Pod.Namespace, m.Pod.Name, len(out.Nodes), len(members), reasons)}, nil
 		}
-		out.Nodes[m.Pod.UID] = best.node
-		placed[best.node] = append(placed[best.node], Nominated(m))
-		for _, v := range best.decision.Victims {
+		out.Nodes[m.Pod.UID] = best.Node
+		placed[best.Node] = append(placed[best.Node], Nominated(m))
+		for _, v := range best.Decision.Victims {
 			evicted[v.UID] = true
 			out.Victims = append(out.Victims, v)
 		}
-		out.Freed = append(out.Freed, best.decision.Freed...)
+		out.Freed = append(out.Freed, best.Decision.Freed...)
 		var err error
-		if budgets, err = consumeBudgets(budgets, best.decision.Victims); err != nil {
+		if budgets, err = consumeBudgets(budgets, best.Decision.Victims); err != nil {
 			return GangDecision{}, err
 		}
 	}
@@ -107,29 +107,32 @@ func SelectGangVictims(ctx context.Context, nodes []Node, members []Member, pdbs
 	return out, nil
 }
 
-type gangChoice struct {
-	node     string
-	decision Decision
+// NodeChoice is a node and what preempting on it would take, for choosing
+// between nodes (the per-pod PostFilter and each gang member alike).
+type NodeChoice struct {
+	Node     string
+	Decision Decision
 }
 
-// better orders a member's nodes: fewer victims, then a lower highest
-// priority, a lower sum of priorities, a higher placement score, the name.
-func (a *gangChoice) better(b *gangChoice) bool {
-	if c := cmp.Compare(len(a.decision.Victims), len(b.decision.Victims)); c != 0 {
+// Better orders nodes as the stock preemption does, by their victims:
+// fewer, then a lower highest priority, then a lower sum of priorities;
+// then by the placement score after eviction and by name for determinism.
+func (a *NodeChoice) Better(b *NodeChoice) bool {
+	if c := cmp.Compare(len(a.Decision.Victims), len(b.Decision.Victims)); c != 0 {
 		return c < 0
 	}
-	ha, sa := prioritiesOf(a.decision.Victims)
-	hb, sb := prioritiesOf(b.decision.Victims)
+	ha, sa := prioritiesOf(a.Decision.Victims)
+	hb, sb := prioritiesOf(b.Decision.Victims)
 	if ha != hb {
 		return ha < hb
 	}
 	if sa != sb {
 		return sa < sb
 	}
-	if a.decision.Score != b.decision.Score {
-		return a.decision.Score > b.decision.Score
+	if a.Decision.Score != b.Decision.Score {
+		return a.Decision.Score > b.Decision.Score
 	}
-	return a.node < b.node
+	return a.Node < b.Node
 }
 
 func prioritiesOf(pods []*v1.Pod) (highest int32, sum int64) {

@@ -14,7 +14,6 @@
 package preempt
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -145,7 +144,7 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err)), resultError
 	}
 	evicted := p.evictedNotSeen()
-	var best *candidate
+	var best *preemption.NodeChoice
 	var reasons []string
 	for _, ni := range nodeInfos {
 		node := state.node(ni)
@@ -162,19 +161,19 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 			reasons = append(reasons, d.Reason)
 			continue
 		}
-		c := &candidate{node: node.Name, decision: d}
-		if best == nil || better(c, best) {
+		c := &preemption.NodeChoice{Node: node.Name, Decision: d}
+		if best == nil || c.Better(best) {
 			best = c
 		}
 	}
 	if best == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "preemption cannot make room for the pod's claims: "+summarize(reasons)), resultNotHelpful
 	}
-	d := best.decision
-	logger.V(2).Info("Preempting for GPU claims", "node", best.node, "victims", klog.KObjSlice(d.Victims),
+	d := best.Decision
+	logger.V(2).Info("Preempting for GPU claims", "node", best.Node, "victims", klog.KObjSlice(d.Victims),
 		"nominatedFirst", d.Reserved, "displacedNominated", d.Displaced)
 	for _, victim := range d.Victims {
-		if err := p.evict(ctx, pod, victim, best.node, freedBy(d.Freed, victim)); err != nil {
+		if err := p.evict(ctx, pod, victim, best.Node, freedBy(d.Freed, victim)); err != nil {
 			if apierrors.IsTooManyRequests(err) {
 				// A PodDisruptionBudget changed since the lister saw it: not
 				// an error, the pod is retried with the budget in view.
@@ -187,45 +186,10 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	outcome := resultWaiting
 	if len(d.Victims) > 0 {
 		outcome = resultEvicted
-		p.announce(pod, best.node, claims, d)
+		p.announce(pod, best.Node, claims, d)
 	}
-	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: best.node, NominatingMode: fwk.ModeOverride}},
+	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: best.Node, NominatingMode: fwk.ModeOverride}},
 		fwk.NewStatus(fwk.Success), outcome
-}
-
-type candidate struct {
-	node     string
-	decision preemption.Decision
-}
-
-// better orders nodes as the stock preemption does, by their victims:
-// fewer, then a lower highest priority, then a lower sum of priorities;
-// then by the placement score after eviction and by name for determinism.
-func better(a, b *candidate) bool {
-	if c := cmp.Compare(len(a.decision.Victims), len(b.decision.Victims)); c != 0 {
-		return c < 0
-	}
-	ha, sa := priorities(a.decision.Victims)
-	hb, sb := priorities(b.decision.Victims)
-	if ha != hb {
-		return ha < hb
-	}
-	if sa != sb {
-		return sa < sb
-	}
-	if a.decision.Score != b.decision.Score {
-		return a.decision.Score > b.decision.Score
-	}
-	return a.node < b.node
-}
-
-func priorities(pods []*v1.Pod) (highest int32, sum int64) {
-	highest = -1 << 31
-	for _, p := range pods {
-		highest = max(highest, preemption.PodPriority(p))
-		sum += int64(preemption.PodPriority(p))
-	}
-	return highest, sum
 }
 
 // summarize lists the distinct reasons, for the pod's event.
