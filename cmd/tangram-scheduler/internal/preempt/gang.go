@@ -8,7 +8,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -59,13 +58,9 @@ func (p *Plugin) podGroupPostFilter(ctx context.Context, pg fwk.PodGroupInfo) (*
 		members = append(members, preemption.Member{Pod: pod, Claims: claims})
 		uids[pod.UID] = true
 	}
-	state, err := p.readState(dra)
+	state, pdbs, err := p.readStateAndBudgets(dra)
 	if err != nil {
 		return nil, fwk.AsStatus(err), resultError
-	}
-	pdbs, err := p.pdbs.List(labels.Everything())
-	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err)), resultError
 	}
 	nodeInfos, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {

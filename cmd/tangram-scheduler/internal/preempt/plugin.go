@@ -135,13 +135,9 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	if len(nodeInfos) == 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "no node rejected the pod only for its ResourceClaims"), ""
 	}
-	state, err := p.readState(dra)
+	state, pdbs, err := p.readStateAndBudgets(dra)
 	if err != nil {
 		return nil, fwk.AsStatus(err), resultError
-	}
-	pdbs, err := p.pdbs.List(labels.Everything())
-	if err != nil {
-		return nil, fwk.AsStatus(fmt.Errorf("listing PodDisruptionBudgets: %w", err)), resultError
 	}
 	evicted := p.evictedNotSeen()
 	var best *preemption.NodeChoice
@@ -325,6 +321,20 @@ type clusterState struct {
 	slicesByNode map[string][]*resourceapi.ResourceSlice
 	classes      []*resourceapi.DeviceClass
 	claims       []*resourceapi.ResourceClaim
+}
+
+// readStateAndBudgets reads what choosing victims needs: the devices and
+// who holds them, and the PodDisruptionBudgets.
+func (p *Plugin) readStateAndBudgets(dra fwk.SharedDRAManager) (*clusterState, []*policyv1.PodDisruptionBudget, error) {
+	state, err := p.readState(dra)
+	if err != nil {
+		return nil, nil, err
+	}
+	pdbs, err := p.pdbs.List(labels.Everything())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing PodDisruptionBudgets: %w", err)
+	}
+	return state, pdbs, nil
 }
 
 func (p *Plugin) readState(dra fwk.SharedDRAManager) (*clusterState, error) {
