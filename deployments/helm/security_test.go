@@ -167,6 +167,16 @@ func TestControllerLeastPrivilege(t *testing.T) {
 			}
 		}
 	}
+	// A GpuGang's spec.priorityClassName is read by name; nothing more.
+	gangRules := objs.get(t, "ClusterRole", "tangram-controller-gpugangs").(*rbacv1.ClusterRole).Rules
+	if !allows(gangRules, "scheduling.k8s.io", "priorityclasses", "high", "get") {
+		t.Error("the controller may not get PriorityClasses, so a GpuGang with spec.priorityClassName never gets its PodGroup")
+	}
+	for _, verb := range []string{"list", "watch", "create", "update", "patch", "delete"} {
+		if allows(gangRules, "scheduling.k8s.io", "priorityclasses", "high", verb) {
+			t.Errorf("the controller may %s PriorityClasses; it only needs get", verb)
+		}
+	}
 	if objs.has("Role", "tangram-controller-webhook-cert") {
 		t.Error("the webhook certificate Role is rendered although the webhook is off")
 	}

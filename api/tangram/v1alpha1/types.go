@@ -45,6 +45,20 @@ type GpuGangSpec struct {
 	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	TopologyKey string `json:"topologyKey,omitempty"`
+	// PriorityClassName is the PriorityClass (scheduling.k8s.io/v1) of
+	// the gang. The PodGroup carries it (spec.priorityClassName and
+	// spec.priority), so the scheduler can preempt lower-priority pods for
+	// the whole gang. Every member pod must set the same
+	// spec.priorityClassName: the scheduler refuses a pod group whose
+	// pods' priority differs from the group's. Unset leaves the PodGroup
+	// without a class (priority 0, or the cluster's globalDefault class).
+	// Like the rest of the spec it cannot change after creation (the
+	// PodGroup's priority is immutable too).
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	PriorityClassName string `json:"priorityClassName,omitempty"`
 }
 
 // GangMembers is how many member pods the gang has and how many must be
@@ -142,6 +156,9 @@ const (
 	// ConditionTopologyEnforced says whether the PodGroup carries the
 	// topology constraint, or the cluster does not support it.
 	ConditionTopologyEnforced = "TopologyEnforced"
+	// ConditionMemberPriority says whether every member pod has the
+	// PodGroup's priority; the scheduler refuses the group otherwise.
+	ConditionMemberPriority = "MemberPriorityMatches"
 )
 
 // GpuGangStatus is what the controller observed.
@@ -181,7 +198,8 @@ type GpuGangStatus struct {
 	//
 	// +optional
 	Diagnosis string `json:"diagnosis,omitempty"`
-	// Conditions are ObjectsReady and TopologyEnforced.
+	// Conditions are ObjectsReady, TopologyEnforced and
+	// MemberPriorityMatches.
 	//
 	// +optional
 	// +listType=map

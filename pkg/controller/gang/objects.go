@@ -73,9 +73,25 @@ func topologyConstraints(g *tangramv1.GpuGang, withTopology bool) *schedulingapi
 	}
 }
 
+// Priority is the gang's resolved PriorityClass: its name and value. The
+// zero Priority (no name) leaves the scheduling objects without one.
+type Priority struct {
+	ClassName string
+	Value     int32
+}
+
+// value is the priority value for the objects' spec.priority, nil without
+// a class.
+func (p Priority) value() *int32 {
+	if p.ClassName == "" {
+		return nil
+	}
+	return ptr.To(p.Value)
+}
+
 // DesiredWorkload is the gang's Workload: one pod group template with the
-// gang policy, controlled by the GpuGang.
-func DesiredWorkload(g *tangramv1.GpuGang, withTopology bool) *schedulingapi.Workload {
+// gang policy and priority, controlled by the GpuGang.
+func DesiredWorkload(g *tangramv1.GpuGang, withTopology bool, prio Priority) *schedulingapi.Workload {
 	return &schedulingapi.Workload{
 		ObjectMeta: ownedMeta(g, WorkloadName(g)),
 		Spec: schedulingapi.WorkloadSpec{
@@ -86,14 +102,22 @@ func DesiredWorkload(g *tangramv1.GpuGang, withTopology bool) *schedulingapi.Wor
 				Name:                  PodGroupTemplateName,
 				SchedulingPolicy:      gangPolicy(g),
 				SchedulingConstraints: topologyConstraints(g, withTopology),
+				PriorityClassName:     prio.ClassName,
+				Priority:              prio.value(),
 			}},
 		},
 	}
 }
 
 // DesiredPodGroup is the runtime instance of the Workload's template that
-// member pods join.
-func DesiredPodGroup(g *tangramv1.GpuGang, withTopology bool) *schedulingapi.PodGroup {
+// member pods join. With a PriorityClass it carries both the class name
+// and its value: the Priority admission plugin accepts a value equal to
+// the class's, and the scheduler reads spec.priority (nil means 0) when it
+// preempts for the group and checks that every member has that priority.
+// preemptionPolicy is left to the admission plugin (it fills it from the
+// class where the PodGroupPreemptionPolicy feature gate is on; with the
+// gate off the field is forbidden).
+func DesiredPodGroup(g *tangramv1.GpuGang, withTopology bool, prio Priority) *schedulingapi.PodGroup {
 	return &schedulingapi.PodGroup{
 		ObjectMeta: ownedMeta(g, PodGroupName(g)),
 		Spec: schedulingapi.PodGroupSpec{
@@ -102,6 +126,8 @@ func DesiredPodGroup(g *tangramv1.GpuGang, withTopology bool) *schedulingapi.Pod
 			},
 			SchedulingPolicy:      gangPolicy(g),
 			SchedulingConstraints: topologyConstraints(g, withTopology),
+			PriorityClassName:     prio.ClassName,
+			Priority:              prio.value(),
 		},
 	}
 }

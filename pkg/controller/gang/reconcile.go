@@ -48,6 +48,16 @@ func (e *conflictError) Error() string {
 	return fmt.Sprintf("%s %s exists and is not owned by this GpuGang; delete or rename it, or rename the GpuGang", e.kind, e.name)
 }
 
+// missingClassError is a spec.priorityClassName that names no
+// PriorityClass; the controller creates nothing until it exists.
+type missingClassError struct{ name string }
+
+func (e *missingClassError) Error() string {
+	return fmt.Sprintf("PriorityClass %q (spec.priorityClassName) does not exist, so the Workload, PodGroup and ResourceClaimTemplate are not created yet: "+
+		"create the PriorityClass (kubectl create priorityclass %s --value=<priority>), or delete the GpuGang and create it again with an existing class or none (kubectl get priorityclasses)",
+		e.name, e.name)
+}
+
 // Reconcile handles the gang namespace/name. It returns when to look again
 // (0 for only on events) and errors worth a retry with backoff.
 func (r *Reconciler) Reconcile(ctx context.Context, namespace, name string) (time.Duration, error) {
@@ -75,7 +85,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, namespace, name string) (tim
 	}
 	topology, err := r.ensureObjects(ctx, g)
 	var conflict *conflictError
+	var missing *missingClassError
 	switch {
+	case errors.As(err, &missing):
+		// Nothing was created; the class may appear later, so look again.
+		status.Phase = tangramv1.GangPending
+		status.Diagnosis = missing.Error()
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: tangramv1.ConditionObjectsReady,
+			Status: metav1.ConditionFalse, Reason: "PriorityClassNotFound", Message: missing.Error(), ObservedGeneration: g.Generation})
+		return r.PendingResync, r.writeStatus(ctx, g, status)
 	case errors.As(err, &conflict):
 		r.fail(status, "NameConflict", conflict.Error())
 		return 0, r.writeStatus(ctx, g, status)
@@ -92,9 +110,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, namespace, name string) (tim
 		Message: "Workload, PodGroup and ResourceClaimTemplate exist; " + podsHint(g)})
 	setTopologyCondition(status, g, topology)
 
-	if err := r.summarize(ctx, g, status); err != nil {
+	members, err := r.summarize(ctx, g, status)
+	if err != nil {
 		return 0, err
 	}
+	pg, err := r.PodGroups.PodGroups(g.Namespace).Get(PodGroupName(g))
+	if err != nil {
+		// Just created: the cache has not seen it yet; the event brings the gang back.
+		pg = nil
+	}
+	setPriorityCondition(status, g, pg, members.pods)
 	if err := r.writeStatus(ctx, g, status); err != nil {
 		return 0, err
 	}
@@ -106,10 +131,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, namespace, name string) (tim
 
 // summarize fills in the members, the phase and, while pending, the
 // diagnosis.
-func (r *Reconciler) summarize(ctx context.Context, g *tangramv1.GpuGang, status *tangramv1.GpuGangStatus) error {
+func (r *Reconciler) summarize(ctx context.Context, g *tangramv1.GpuGang, status *tangramv1.GpuGangStatus) (Members, error) {
 	members, err := r.observeMembers(g)
 	if err != nil {
-		return err
+		return Members{}, err
 	}
 	status.Members = members.Statuses
 	status.Placed, status.Running = members.Placed, members.Running
@@ -121,13 +146,13 @@ func (r *Reconciler) summarize(ctx context.Context, g *tangramv1.GpuGang, status
 	case tangramv1.GangPending:
 		snap, err := r.Cluster.Snapshot()
 		if err != nil {
-			return fmt.Errorf("reading the cluster for the diagnosis of GpuGang %s/%s: %w", g.Namespace, g.Name, err)
+			return Members{}, fmt.Errorf("reading the cluster for the diagnosis of GpuGang %s/%s: %w", g.Namespace, g.Name, err)
 		}
 		if status.Diagnosis, err = Diagnose(ctx, snap, g, members); err != nil {
-			return err
+			return Members{}, err
 		}
 	}
-	return nil
+	return members, nil
 }
 
 func (r *Reconciler) fail(status *tangramv1.GpuGangStatus, reason, message string) {
@@ -203,8 +228,13 @@ func setTopologyCondition(status *tangramv1.GpuGangStatus, g *tangramv1.GpuGang,
 
 // ensureObjects creates the template, the Workload and the PodGroup if they
 // are missing. The gang's spec is immutable, so existing objects are kept
-// as they are.
+// as they are. The PriorityClass is resolved first, so that a missing one
+// leaves nothing half created.
 func (r *Reconciler) ensureObjects(ctx context.Context, g *tangramv1.GpuGang) (topologyState, error) {
+	prio, err := r.resolvePriority(ctx, g)
+	if err != nil {
+		return topologyNone, err
+	}
 	if err := r.ensureTemplate(ctx, g); err != nil {
 		return topologyNone, err
 	}
@@ -213,7 +243,7 @@ func (r *Reconciler) ensureObjects(ctx context.Context, g *tangramv1.GpuGang) (t
 			return r.Workloads.Workloads(g.Namespace).Get(WorkloadName(g))
 		},
 		func(withTopology bool) (*schedulingapi.Workload, error) {
-			return r.Kube.SchedulingV1beta1().Workloads(g.Namespace).Create(ctx, DesiredWorkload(g, withTopology), metav1.CreateOptions{})
+			return r.Kube.SchedulingV1beta1().Workloads(g.Namespace).Create(ctx, DesiredWorkload(g, withTopology, prio), metav1.CreateOptions{})
 		},
 		func(w *schedulingapi.Workload) bool {
 			return len(w.Spec.PodGroupTemplates) > 0 && hasTopology(w.Spec.PodGroupTemplates[0].SchedulingConstraints, g.Spec.TopologyKey)
@@ -225,11 +255,34 @@ func (r *Reconciler) ensureObjects(ctx context.Context, g *tangramv1.GpuGang) (t
 			return r.PodGroups.PodGroups(g.Namespace).Get(PodGroupName(g))
 		},
 		func(withTopology bool) (*schedulingapi.PodGroup, error) {
-			return r.Kube.SchedulingV1beta1().PodGroups(g.Namespace).Create(ctx, DesiredPodGroup(g, withTopology), metav1.CreateOptions{})
+			return r.Kube.SchedulingV1beta1().PodGroups(g.Namespace).Create(ctx, DesiredPodGroup(g, withTopology, prio), metav1.CreateOptions{})
 		},
 		func(pg *schedulingapi.PodGroup) bool {
 			return hasTopology(pg.Spec.SchedulingConstraints, g.Spec.TopologyKey)
 		})
+}
+
+// resolvePriority reads the gang's PriorityClass when the PodGroup or the
+// Workload still has to be created (their priority is immutable, so the
+// class is not read again once both exist). A gang without a class gets the zero Priority.
+func (r *Reconciler) resolvePriority(ctx context.Context, g *tangramv1.GpuGang) (Priority, error) {
+	name := g.Spec.PriorityClassName
+	if name == "" {
+		return Priority{}, nil
+	}
+	_, pgErr := r.PodGroups.PodGroups(g.Namespace).Get(PodGroupName(g))
+	_, wlErr := r.Workloads.Workloads(g.Namespace).Get(WorkloadName(g))
+	if pgErr == nil && wlErr == nil {
+		return Priority{}, nil
+	}
+	pc, err := r.Kube.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return Priority{}, &missingClassError{name: name}
+	case err != nil:
+		return Priority{}, fmt.Errorf("reading PriorityClass %s (spec.priorityClassName of GpuGang %s/%s): %w", name, g.Namespace, g.Name, err)
+	}
+	return Priority{ClassName: name, Value: pc.Value}, nil
 }
 
 func (r *Reconciler) ensureTemplate(ctx context.Context, g *tangramv1.GpuGang) error {

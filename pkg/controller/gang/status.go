@@ -7,6 +7,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingapi "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/cluster"
@@ -34,6 +39,11 @@ func ValidateSpec(spec *tangramv1.GpuGangSpec) error {
 		problems = append(problems, fmt.Sprintf("gpus.share.memory is %s; it must be positive, e.g. 20Gi", gpus.Share.Memory.String()))
 	case gpus.Share != nil && gpus.Share.Compute != nil && (*gpus.Share.Compute < 0 || *gpus.Share.Compute > 100):
 		problems = append(problems, fmt.Sprintf("gpus.share.compute is %d; it must be a percentage between 0 and 100", *gpus.Share.Compute))
+	}
+	if n := spec.PriorityClassName; n != "" {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			problems = append(problems, fmt.Sprintf("priorityClassName %q is not a PriorityClass name: %s", n, strings.Join(errs, "; ")))
+		}
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid GpuGang spec: %s", strings.Join(problems, "; "))
@@ -78,6 +88,8 @@ type Members struct {
 	// WithoutTemplate are member pods that do not reference the gang's
 	// ResourceClaimTemplate, a likely mistake.
 	WithoutTemplate []string
+	// pods are the member pods, in Statuses' order.
+	pods []*corev1.Pod
 }
 
 // ObserveMembers summarises the member pods; claims maps claim names in the
@@ -112,6 +124,7 @@ func ObserveMembers(g *tangramv1.GpuGang, pods []*corev1.Pod, claims map[string]
 			m.Failed = append(m.Failed, pod.Name)
 		}
 		m.Statuses = append(m.Statuses, ms)
+		m.pods = append(m.pods, pod)
 	}
 	return m
 }
@@ -188,4 +201,53 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// setPriorityCondition compares the member pods' priority with the
+// PodGroup's, which is what the scheduler does before it schedules the
+// group ("all pods in a single pod group should have the same priority as
+// the pod group's priority"; a nil priority counts as 0 on both sides).
+// The condition is False when a member differs, True when the gang names a
+// PriorityClass and every member matches, and absent otherwise (no
+// PodGroup yet, or no class and no mismatch), so a gang without a class
+// keeps the status it had.
+func setPriorityCondition(status *tangramv1.GpuGangStatus, g *tangramv1.GpuGang, pg *schedulingapi.PodGroup, pods []*corev1.Pod) {
+	if pg == nil {
+		meta.RemoveStatusCondition(&status.Conditions, tangramv1.ConditionMemberPriority)
+		return
+	}
+	want := ptr.Deref(pg.Spec.Priority, 0)
+	var differ []string
+	for _, pod := range pods {
+		if got := ptr.Deref(pod.Spec.Priority, 0); got != want {
+			class := pod.Spec.PriorityClassName
+			if class == "" {
+				class = "no priorityClassName"
+			} else {
+				class = "priorityClassName " + class
+			}
+			differ = append(differ, fmt.Sprintf("%s (priority %d, %s)", pod.Name, got, class))
+		}
+	}
+	groupClass := "no PriorityClass"
+	if pg.Spec.PriorityClassName != "" {
+		groupClass = "PriorityClass " + pg.Spec.PriorityClassName
+	}
+	switch {
+	case len(differ) > 0:
+		fix := "remove spec.priorityClassName from the member pods"
+		if pg.Spec.PriorityClassName != "" {
+			fix = "set spec.priorityClassName: " + pg.Spec.PriorityClassName + " on every member pod"
+		}
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: tangramv1.ConditionMemberPriority,
+			Status: metav1.ConditionFalse, Reason: "PriorityDiffers", ObservedGeneration: g.Generation,
+			Message: fmt.Sprintf("the scheduler refuses the group: member %s %s from the PodGroup's priority %d (%s); %s (pods cannot change it: recreate them)",
+				plural(len(differ), "pod", "pods"), strings.Join(differ, ", ")+" "+plural(len(differ), "differs", "differ"), want, groupClass, fix)})
+	case g.Spec.PriorityClassName != "":
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: tangramv1.ConditionMemberPriority,
+			Status: metav1.ConditionTrue, Reason: "PriorityMatches", ObservedGeneration: g.Generation,
+			Message: fmt.Sprintf("every member pod found has the PodGroup's priority %d (%s)", want, groupClass)})
+	default:
+		meta.RemoveStatusCondition(&status.Conditions, tangramv1.ConditionMemberPriority)
+	}
 }

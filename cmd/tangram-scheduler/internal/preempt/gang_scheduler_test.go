@@ -28,6 +28,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/utils/ptr"
 
+	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
+	"github.com/tangram-gpu/tangram/pkg/controller/gang"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
@@ -41,7 +43,10 @@ import (
 // a low-priority pod; low-0 and low-1 have the lowest priority. A PodGroup
 // of high priority whose members each ask for two NVLinked cards evicts
 // exactly the pods of whole NVLink pairs and all members bind; a gang that
-// could not fit even with every lower-priority pod gone evicts nobody.
+// could not fit even with every lower-priority pod gone evicts nobody. The
+// PodGroup is written by hand, or made by the dra-controller for a GpuGang
+// with spec.priorityClassName (gang.DesiredWorkload and DesiredPodGroup,
+// with the Workload it refers to).
 func TestSchedulerPreemptsForGangs(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.GenericWorkload, true)
 	for _, tc := range []struct {
@@ -49,14 +54,16 @@ func TestSchedulerPreemptsForGangs(t *testing.T) {
 		members     int
 		priorities  []int32 // of low-0..low-7
 		wantEvicted []string
+		podGroup    func(members int) []runtime.Object
 	}{
-		{"two members, two NVLink pairs", 2, []int32{5, 5, 10, 10, 10, 10, 10, 10}, []string{"low-0", "low-1", "low-6", "low-7"}},
-		{"three members, two pairs of lower priority: nobody evicted", 3, []int32{5, 5, 10, 10, 2000, 2000, 2000, 2000}, nil},
+		{"two members, two NVLink pairs", 2, []int32{5, 5, 10, 10, 10, 10, 10, 10}, []string{"low-0", "low-1", "low-6", "low-7"}, handWrittenPodGroup},
+		{"three members, two pairs of lower priority: nobody evicted", 3, []int32{5, 5, 10, 10, 2000, 2000, 2000, 2000}, nil, handWrittenPodGroup},
+		{"GpuGang with a PriorityClass: its PodGroup is preempted for", 2, []int32{5, 5, 10, 10, 10, 10, 10, 10}, []string{"low-0", "low-1", "low-6", "low-7"}, gpuGangPodGroup},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			victimsBefore := counter(t, victims.WithLabelValues(kindGang, reasonWholeCard))
 			notHelpfulBefore := counter(t, preemptions.WithLabelValues(kindGang, resultNotHelpful))
-			got := runGang(t, tc.members, tc.priorities, tc.wantEvicted != nil)
+			got := runGang(t, tc.members, tc.priorities, tc.wantEvicted != nil, tc.podGroup(tc.members))
 			if d := counter(t, victims.WithLabelValues(kindGang, reasonWholeCard)) - victimsBefore; d != float64(len(tc.wantEvicted)) {
 				t.Errorf("tangram_scheduler_preemption_victims_total{kind=gang,reason=whole_card} grew by %v, want %d", d, len(tc.wantEvicted))
 			}
@@ -77,7 +84,35 @@ func TestSchedulerPreemptsForGangs(t *testing.T) {
 	}
 }
 
-func runGang(t *testing.T, members int, priorities []int32, wantBound bool) contention {
+// handWrittenPodGroup is a PodGroup "train" of priority 1000.
+func handWrittenPodGroup(members int) []runtime.Object {
+	return []runtime.Object{&schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", UID: "train"},
+		Spec: schedulingv1beta1.PodGroupSpec{Priority: ptr.To[int32](1000), SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(members)},
+		}},
+	}}
+}
+
+// gpuGangPodGroup is what the dra-controller creates for a GpuGang "train"
+// of 2-card NVLinked members with spec.priorityClassName "high" (a
+// PriorityClass of value 1000): the Workload and the PodGroup.
+func gpuGangPodGroup(members int) []runtime.Object {
+	g := &tangramv1.GpuGang{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", UID: "gang-train"},
+		Spec: tangramv1.GpuGangSpec{
+			Members:           tangramv1.GangMembers{Count: int32(members)},
+			GPUs:              tangramv1.MemberGPUs{Whole: &tangramv1.WholeGPUs{Count: 2, SameNVLinkDomain: true}},
+			PriorityClassName: "high",
+		},
+	}
+	prio := gang.Priority{ClassName: "high", Value: 1000}
+	pg := gang.DesiredPodGroup(g, false, prio)
+	pg.UID = "train"
+	return []runtime.Object{gang.DesiredWorkload(g, false, prio), pg}
+}
+
+func runGang(t *testing.T, members int, priorities []int32, wantBound bool, podGroup []runtime.Object) contention {
 	_, tctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(tctx, 30*time.Second)
 	defer cancel()
@@ -118,12 +153,7 @@ func runGang(t *testing.T, members int, priorities []int32, wantBound bool) cont
 		claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: pod.UID}}
 		objects = append(objects, claim, pod)
 	}
-	objects = append(objects, &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", UID: "train"},
-		Spec: schedulingv1beta1.PodGroupSpec{Priority: ptr.To[int32](1000), SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(members)},
-		}},
-	})
+	objects = append(objects, podGroup...)
 	nvlinked := []resourceapi.DeviceConstraint{dra.MatchAttribute(device.AttrNVLinkDomain, "gpus")}
 	var names []string
 	for i := range members {
