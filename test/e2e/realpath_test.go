@@ -154,10 +154,17 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(edits.DeviceNodes).To(ContainElement(HaveField("Path", cardNode)))
 		Expect(edits.DeviceNodes).To(ContainElement(HaveField("Path", "/dev/nvidiactl")))
 		var libs []string
+		claimShm := filepath.Join(*mpsRoot, "claims", string(claim.UID), "shm")
 		for _, m := range edits.Mounts {
+			if m.ContainerPath == "/dev/shm" {
+				// The claim's own /dev/shm (docs/prepare.md), not a driver file.
+				Expect(m.HostPath).To(Equal(claimShm), "the claim's /dev/shm")
+				continue
+			}
 			Expect(m.HostPath).To(HavePrefix(*mockDriverRoot+"/"), "mount %s must come from the driver root", m.ContainerPath)
 			libs = append(libs, filepath.Base(m.ContainerPath))
 		}
+		Expect(edits.Mounts).To(ContainElement(HaveField("ContainerPath", "/dev/shm")), "a whole card's claim mounts its own /dev/shm too")
 		Expect(libs).To(ContainElements("libnvidia-ml.so."+marker["driver_version"], "libcuda.so."+marker["driver_version"]),
 			"nvcdi must mount the driver's NVML and CUDA libraries")
 		Expect(edits.Hooks).NotTo(BeEmpty(), "nvcdi's specs run nvidia-cdi-hook")
