@@ -17,15 +17,9 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/events"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/features"
-	"k8s.io/kubernetes/pkg/scheduler"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	"k8s.io/kubernetes/pkg/scheduler/profile"
 	"k8s.io/utils/ptr"
 
 	tangramv1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
@@ -208,30 +202,7 @@ func runGang(t *testing.T, members int, priorities []int32, wantBound bool, podG
 		return false, nil, nil
 	})
 
-	cfg, err := latest.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tangram := cfg.Profiles[0].DeepCopy()
-	tangram.SchedulerName = "tangram"
-	tangram.Plugins.PostFilter.Enabled = append(tangram.Plugins.PostFilter.Enabled, config.Plugin{Name: Name})
-	tangram.Plugins.PodGroupPostFilter.Enabled = append(tangram.Plugins.PodGroupPostFilter.Enabled, config.Plugin{Name: Name})
-	informers := scheduler.NewInformerFactory(client, 0, nil)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
-	sched, err := scheduler.New(ctx, client, informers, nil, profile.NewRecorderFactory(broadcaster),
-		scheduler.WithProfiles(cfg.Profiles[0], *tangram),
-		scheduler.WithFrameworkOutOfTreeRegistry(frameworkruntime.Registry{Name: New}))
-	if err != nil {
-		t.Fatalf("creating the scheduler: %v", err)
-	}
-	informers.Start(ctx.Done())
-	informers.WaitForCacheSync(ctx.Done())
-	if err := sched.WaitForHandlersSync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go sched.Run(ctx)
+	startTangram(t, ctx, client)
 
 	for {
 		mu.Lock()

@@ -226,30 +226,7 @@ func runPreemption(t *testing.T, schedulerName string, request resourceapi.Devic
 		return false, nil, nil
 	})
 
-	cfg, err := latest.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tangram := cfg.Profiles[0].DeepCopy()
-	tangram.SchedulerName = "tangram"
-	tangram.Plugins.PostFilter.Enabled = append(tangram.Plugins.PostFilter.Enabled, config.Plugin{Name: Name})
-
-	informers := scheduler.NewInformerFactory(client, 0, nil)
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	broadcaster.StartRecordingToSink(ctx.Done())
-	defer broadcaster.Shutdown()
-	sched, err := scheduler.New(ctx, client, informers, nil, profile.NewRecorderFactory(broadcaster),
-		scheduler.WithProfiles(cfg.Profiles[0], *tangram),
-		scheduler.WithFrameworkOutOfTreeRegistry(frameworkruntime.Registry{Name: New}))
-	if err != nil {
-		t.Fatalf("creating the scheduler: %v", err)
-	}
-	informers.Start(ctx.Done())
-	informers.WaitForCacheSync(ctx.Done())
-	if err := sched.WaitForHandlersSync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go sched.Run(ctx)
+	startTangram(t, ctx, client)
 
 	if schedulerName == "tangram" {
 		select {
@@ -511,7 +488,9 @@ func lowPriorityNode(t *testing.T, ctx context.Context) []runtime.Object {
 }
 
 // startTangram runs kube-scheduler with the stock profile and the tangram
-// profile (TangramPreemption after DefaultPreemption) until ctx ends.
+// profile as the chart configures it (TangramPreemption after
+// DefaultPreemption, and as the pod-group post-filter) until ctx ends; the
+// events go to the client.
 func startTangram(t *testing.T, ctx context.Context, client *fake.Clientset) {
 	t.Helper()
 	cfg, err := latest.Default()
@@ -521,8 +500,10 @@ func startTangram(t *testing.T, ctx context.Context, client *fake.Clientset) {
 	tangram := cfg.Profiles[0].DeepCopy()
 	tangram.SchedulerName = "tangram"
 	tangram.Plugins.PostFilter.Enabled = append(tangram.Plugins.PostFilter.Enabled, config.Plugin{Name: Name})
+	tangram.Plugins.PodGroupPostFilter.Enabled = append(tangram.Plugins.PodGroupPostFilter.Enabled, config.Plugin{Name: Name})
 	informers := scheduler.NewInformerFactory(client, 0, nil)
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
 	t.Cleanup(broadcaster.Shutdown)
 	sched, err := scheduler.New(ctx, client, informers, nil, profile.NewRecorderFactory(broadcaster),
 		scheduler.WithProfiles(cfg.Profiles[0], *tangram),
