@@ -19,6 +19,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -114,7 +115,6 @@ type ClaimStatusWriter interface {
 // Pure: pool is the node's, cards by device name, node what the node
 // published about its shares, now stamps the conditions.
 func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, node nodeEnforcement, now metav1.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
-	simulated, v3 := node.simulated, node.v3
 	out := make([]resourceapi.AllocatedDeviceStatus, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
 		card := cards[dev.Device]
@@ -127,40 +127,15 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, n
 			ComputePercent: dev.ComputePercent,
 			Share:          dev.Share,
 		}
-		enforced := metav1.Condition{Type: ConditionLimitsEnforced, Status: metav1.ConditionTrue, LastTransitionTime: now}
+		enforced := metav1.Condition{Type: ConditionLimitsEnforced, LastTransitionTime: now}
+		data.Enforcement, enforced.Status, enforced.Reason, enforced.Message = limitsEnforced(dev, node)
 		switch {
 		case dev.AdminAccess:
-			data.Enforcement = EnforcementAdminAccess
 			data.MemoryBytes, data.Memory, data.ComputePercent = card.MemoryBytes, resource.NewQuantity(card.MemoryBytes, resource.BinarySI).String(), 100
-			enforced.Reason, enforced.Message = "AdminAccess", "monitoring access: the card is seen as it is and nothing is held"
 		case !dev.Share:
-			data.Enforcement = EnforcementExclusive
 			data.ComputePercent = 100
-			enforced.Reason, enforced.Message = "WholeCard", "the card belongs to this claim alone"
-		case !dev.UsesMPS():
-			data.Enforcement = EnforcementNone
+		case !dev.UsesMPS() || node.level != "":
 			data.ShareEnforcement, data.ShareEnforcementReason = node.level, node.reason
-			enforced.Status, enforced.Reason = metav1.ConditionFalse, ReasonAccountingOnly
-			enforced.Message = "sharing backend none: the scheduler accounts the share, nothing enforces it"
-		case node.level != "":
-			data.Enforcement = EnforcementMPS
-			if simulated {
-				data.Enforcement = EnforcementSimulated
-			}
-			data.ShareEnforcement, data.ShareEnforcementReason = node.level, node.reason
-			enforced.Status, enforced.Reason, enforced.Message = shareCondition(node)
-		case simulated:
-			data.Enforcement = EnforcementSimulated
-			enforced.Status, enforced.Reason = metav1.ConditionFalse, "SimulatedMPS"
-			enforced.Message = "fake GPUs: the share is accounted and its MPS settings written, but no MPS daemon runs"
-		case v3:
-			data.Enforcement = EnforcementMPS
-			enforced.Reason = "MPSNamespace"
-			enforced.Message = "the compute limit is the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon; the namespace's pinned-memory limit backs the memory limit"
-		default:
-			data.Enforcement = EnforcementMPS
-			enforced.Reason = "MPSClientLimits"
-			enforced.Message = "memory and compute limits are MPS client settings in the container's environment, served by the node's MPS daemon"
 		}
 		raw, err := json.Marshal(data)
 		if err != nil {
@@ -182,6 +157,34 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, n
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// limitsEnforced is how a prepared device is held to what it was given:
+// its data's enforcement and its LimitsEnforced condition (status,
+// reason, message). Pure: the status data and the Warning event on the
+// pods of an unenforced share both say it.
+func limitsEnforced(dev prepared.Device, node nodeEnforcement) (Enforcement, metav1.ConditionStatus, string, string) {
+	switch {
+	case dev.AdminAccess:
+		return EnforcementAdminAccess, metav1.ConditionTrue, "AdminAccess", "monitoring access: the card is seen as it is and nothing is held"
+	case !dev.Share:
+		return EnforcementExclusive, metav1.ConditionTrue, "WholeCard", "the card belongs to this claim alone"
+	case !dev.UsesMPS():
+		return EnforcementNone, metav1.ConditionFalse, ReasonAccountingOnly, "sharing backend none: the scheduler accounts the share, nothing enforces it"
+	case node.level != "":
+		how := EnforcementMPS
+		if node.simulated {
+			how = EnforcementSimulated
+		}
+		status, reason, message := shareCondition(node)
+		return how, status, reason, message
+	case node.simulated:
+		return EnforcementSimulated, metav1.ConditionFalse, "SimulatedMPS", "fake GPUs: the share is accounted and its MPS settings written, but no MPS daemon runs"
+	case node.v3:
+		return EnforcementMPS, metav1.ConditionTrue, "MPSNamespace", "the compute limit is the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon; the namespace's pinned-memory limit backs the memory limit"
+	default:
+		return EnforcementMPS, metav1.ConditionTrue, "MPSClientLimits", "memory and compute limits are MPS client settings in the container's environment, served by the node's MPS daemon"
+	}
 }
 
 // writeStatus publishes the claim's device data. It is best effort: the
@@ -215,9 +218,9 @@ func shareCondition(node nodeEnforcement) (metav1.ConditionStatus, string, strin
 	switch node.level {
 	case device.ShareEnforcementHard:
 		return metav1.ConditionTrue, ReasonHard, "hard: the share's memory is a limit on its pod's cgroup the NVIDIA driver enforces, its compute the active-thread percentage of the claim's MPS v3 namespace, held by the node's MPS daemon"
-	case "compute-only":
+	case string(enforcement.ComputeOnly):
 		return metav1.ConditionFalse, ReasonComputeOnly, "compute-only: the compute limit is held by the claim's MPS v3 namespace, but memory is not limited per pod, so a tenant can use more memory than its share" + why + avoid
-	case "advisory":
+	case string(enforcement.Advisory):
 		if node.simulated {
 			return metav1.ConditionFalse, ReasonAdvisory, "advisory: fake GPUs, the share is accounted and its MPS settings written, but nothing runs or is enforced" + why + avoid
 		}
@@ -255,19 +258,11 @@ func unenforcedMessage(rec prepared.Claim, node nodeEnforcement, nodeName string
 	var devices []string
 	message := ""
 	for _, dev := range rec.Devices {
-		if !dev.Share || dev.AdminAccess {
+		if dev.UsesMPS() && node.level == "" {
+			// The node published no level (tests): no event.
 			continue
 		}
-		var status metav1.ConditionStatus
-		var m string
-		switch {
-		case !dev.UsesMPS():
-			status, m = metav1.ConditionFalse, "sharing backend none: the scheduler accounts the share, nothing enforces it"
-		case node.level == "":
-			continue
-		default:
-			status, _, m = shareCondition(node)
-		}
+		_, status, _, m := limitsEnforced(dev, node)
 		if status == metav1.ConditionTrue {
 			continue
 		}
