@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -92,14 +91,8 @@ func (p *Plugin) podGroupPostFilter(ctx context.Context, pg fwk.PodGroupInfo) (*
 	logger.V(2).Info("Preempting for a gang's GPU claims", "members", len(members), "victims", klog.KObjSlice(d.Victims))
 	priority := preemption.PodPriority(pods[0])
 	by := fmt.Sprintf("gang %s (%d members, priority %d)", gang, len(members), priority)
-	for _, victim := range d.Victims {
-		if err := p.evictFor(ctx, pods[0], by, victim, victim.Spec.NodeName, freedBy(d.Freed, victim)); err != nil {
-			if apierrors.IsTooManyRequests(err) {
-				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
-			}
-			return nil, fwk.AsStatus(err), resultError
-		}
-		victims.WithLabelValues(kindGang, evictionReason(freedBy(d.Freed, victim))).Inc()
+	if status, result := p.evictVictims(ctx, pods[0], by, kindGang, d.Victims, d.Freed); status != nil {
+		return nil, status, result
 	}
 	result := &fwk.PodGroupPostFilterResult{NominatingInfos: map[types.NamespacedName]*fwk.NominatingInfo{}}
 	for _, m := range members {

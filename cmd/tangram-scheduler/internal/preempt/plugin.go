@@ -168,16 +168,8 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	d := best.Decision
 	logger.V(2).Info("Preempting for GPU claims", "node", best.Node, "victims", klog.KObjSlice(d.Victims),
 		"nominatedFirst", d.Reserved, "displacedNominated", d.Displaced)
-	for _, victim := range d.Victims {
-		if err := p.evict(ctx, pod, victim, best.Node, freedBy(d.Freed, victim)); err != nil {
-			if apierrors.IsTooManyRequests(err) {
-				// A PodDisruptionBudget changed since the lister saw it: not
-				// an error, the pod is retried with the budget in view.
-				return nil, fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
-			}
-			return nil, fwk.AsStatus(err), resultError
-		}
-		victims.WithLabelValues(kindPod, evictionReason(freedBy(d.Freed, victim))).Inc()
+	if status, result := p.evictVictims(ctx, pod, describePreemptor(pod), kindPod, d.Victims, d.Freed); status != nil {
+		return nil, status, result
 	}
 	outcome := resultWaiting
 	if len(d.Victims) > 0 {
@@ -199,7 +191,29 @@ func summarize(reasons []string) string {
 // are checked once more; a victim already gone is fine. The victim's event
 // names the preemptor, the node and the claims and devices it frees.
 func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string, freed []preemption.Freed) error {
-	return p.evictFor(ctx, preemptor, fmt.Sprintf("pod %s/%s (priority %d)", preemptor.Namespace, preemptor.Name, preemption.PodPriority(preemptor)), victim, node, freed)
+	return p.evictFor(ctx, preemptor, describePreemptor(preemptor), victim, node, freed)
+}
+
+// describePreemptor names a pod preempting for itself, for the events.
+func describePreemptor(preemptor *v1.Pod) string {
+	return fmt.Sprintf("pod %s/%s (priority %d)", preemptor.Namespace, preemptor.Name, preemption.PodPriority(preemptor))
+}
+
+// evictVictims evicts the victims of one decision, each on its node, and
+// counts them under kind (a pod or a gang). A nil status: all evicted.
+func (p *Plugin) evictVictims(ctx context.Context, preemptor *v1.Pod, by, kind string, victimPods []*v1.Pod, freed []preemption.Freed) (*fwk.Status, string) {
+	for _, victim := range victimPods {
+		if err := p.evictFor(ctx, preemptor, by, victim, victim.Spec.NodeName, freedBy(freed, victim)); err != nil {
+			if apierrors.IsTooManyRequests(err) {
+				// A PodDisruptionBudget changed since the lister saw it: not
+				// an error, the pod is retried with the budget in view.
+				return fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
+			}
+			return fwk.AsStatus(err), resultError
+		}
+		victims.WithLabelValues(kind, evictionReason(freedBy(freed, victim))).Inc()
+	}
+	return nil, ""
 }
 
 // evictFor is evict with the preemptor described by by ("pod ns/name
