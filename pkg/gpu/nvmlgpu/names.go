@@ -2,7 +2,11 @@
 
 package nvmlgpu
 
-import "github.com/NVIDIA/go-nvml/pkg/nvml"
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
 
 // architectureNames are the lower-case names published in the
 // "architecture" attribute. An architecture missing here (newer than this
@@ -38,4 +42,30 @@ var brandNames = map[nvml.BrandType]string{
 	nvml.BRAND_NVIDIA:              "Nvidia",
 	nvml.BRAND_GEFORCE_RTX:         "GeForceRTX",
 	nvml.BRAND_TITAN_RTX:           "TitanRTX",
+}
+
+// returnNames spell NVML's return codes as nvml.h names them, so that a
+// record reads the same whichever library's nvmlErrorString answered.
+var returnNames = map[nvml.Return]string{
+	nvml.SUCCESS:                         "SUCCESS",
+	nvml.ERROR_UNINITIALIZED:             "ERROR_UNINITIALIZED",
+	nvml.ERROR_INVALID_ARGUMENT:          "ERROR_INVALID_ARGUMENT",
+	nvml.ERROR_NOT_SUPPORTED:             "ERROR_NOT_SUPPORTED",
+	nvml.ERROR_NO_PERMISSION:             "ERROR_NO_PERMISSION",
+	nvml.ERROR_NOT_FOUND:                 "ERROR_NOT_FOUND",
+	nvml.ERROR_INSUFFICIENT_RESOURCES:    "ERROR_INSUFFICIENT_RESOURCES",
+	nvml.ERROR_INSUFFICIENT_SIZE:         "ERROR_INSUFFICIENT_SIZE",
+	nvml.ERROR_FUNCTION_NOT_FOUND:        "ERROR_FUNCTION_NOT_FOUND",
+	nvml.ERROR_ARGUMENT_VERSION_MISMATCH: "ERROR_ARGUMENT_VERSION_MISMATCH",
+	nvml.ERROR_GPU_IS_LOST:               "ERROR_GPU_IS_LOST",
+	nvml.ERROR_IN_USE:                    "ERROR_IN_USE",
+	nvml.ERROR_UNKNOWN:                   "ERROR_UNKNOWN",
+}
+
+// returnName is ret as nvml.h names it, or its number and message.
+func returnName(ret nvml.Return) string {
+	if n, ok := returnNames[ret]; ok {
+		return n
+	}
+	return fmt.Sprintf("%d (%s)", int32(ret), ret.Error())
 }

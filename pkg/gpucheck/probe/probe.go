@@ -24,6 +24,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
@@ -94,6 +95,7 @@ func Checks(cfg Config) ([]gpucheck.Check, func()) {
 	checks := []gpucheck.Check{
 		{Name: "driver: nvidia-smi report and GPU settings", Timeout: 45 * time.Second, Run: s.checkSMI},
 		{Name: "inventory: NVML (pkg/gpu/nvmlgpu) against nvidia-smi", Timeout: 45 * time.Second, Run: s.checkInventory},
+		{Name: "MIG: NVML's profiles and placements against the mock's tables (read only)", Timeout: 30 * time.Second, Run: s.checkMIG},
 		{Name: "CDI: nvcdi edits against the driver root", Timeout: 60 * time.Second, Run: s.checkCDI},
 		{Name: "health: NVML event registration of the monitor", Timeout: 30 * time.Second, Run: s.checkHealth},
 		{Name: "enforcement: detected level and reasons", Timeout: 15 * time.Second, Run: s.checkEnforcement},
@@ -270,6 +272,50 @@ func (s *state) checkInventory(ctx context.Context, progress gpucheck.Progress) 
 		s.writeArtefact("nvml-inventory.json", b)
 	}
 	return gpucheck.InventoryOutcome(cards, s.ref)
+}
+
+func (s *state) checkMIG(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needCards(); !ok {
+		return out
+	}
+	progress("asking NVML each card's MIG mode, profiles and placements (queries only)")
+	cards, err := nvmlgpu.QueryMIG(s.src)
+	if err != nil {
+		return gpucheck.Fail("%v", err)
+	}
+	if b, err := json.MarshalIndent(cards, "", "  "); err == nil {
+		s.writeArtefact("nvml-mig.json", b)
+	}
+	return gpucheck.MIGOutcome(cards, mockMIGTable)
+}
+
+// mockMIGTable is the mock's MIG table (pkg/gpu/fakegpu, from NVIDIA's MIG
+// user guide) for a card of this product name and memory, if it has one.
+func mockMIGTable(product string, memoryMiB int64) (gpucheck.MIGExpectation, bool) {
+	gib := (memoryMiB + 1023) >> 10
+	var migType string
+	switch {
+	case strings.Contains(product, "A100") && gib <= 48:
+		migType = "a100-40gb"
+	case strings.Contains(product, "A100"):
+		migType = "a100-80gb"
+	case strings.Contains(product, "H100") && gib <= 84:
+		migType = "h100-80gb"
+	case strings.Contains(product, "H200") && gib >= 130 && gib <= 150:
+		migType = "h200-141gb"
+	default:
+		return gpucheck.MIGExpectation{}, false
+	}
+	e := gpucheck.MIGExpectation{Name: migType}
+	for _, p := range fakegpu.MIGTable(migType) {
+		q := gpu.MIGProfile{ID: p.ID, Name: p.Name, ComputeSlices: p.ComputeSlices, Instances: p.Instances,
+			Multiprocessors: p.Multiprocessors, CopyEngines: p.CopyEngines, Decoders: p.Decoders, JPEGs: p.JPEGs, OFAs: p.OFAs}
+		for _, start := range p.Starts {
+			q.Placements = append(q.Placements, gpu.MIGPlacement{Start: start, Size: p.MemorySlices})
+		}
+		e.Profiles = append(e.Profiles, q)
+	}
+	return e, true
 }
 
 func (s *state) needCards() (gpucheck.Outcome, bool) {

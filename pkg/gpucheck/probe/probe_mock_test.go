@@ -16,6 +16,7 @@ import (
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 )
 
@@ -120,6 +121,7 @@ func TestChecksOverMockLibrary(t *testing.T) {
 	}{
 		"driver":             {gpucheck.Passed, "NVIDIA L4"},
 		"inventory":          {gpucheck.Passed, "4 cards"},
+		"MIG":                {gpucheck.Skipped, "MIG mode ERROR_NOT_SUPPORTED"},
 		"CDI":                {gpucheck.Failed, "do not exist"},
 		"health":             {gpucheck.Passed, "every card registered"},
 		"enforcement":        {gpucheck.Passed, "level advisory"},
@@ -142,12 +144,70 @@ func TestChecksOverMockLibrary(t *testing.T) {
 			t.Errorf("%s: %s: %s; want %s saying %q", r.Name, r.Result, r.Detail, w.result, w.says)
 		}
 	}
-	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "cdi-edits.json"} {
+	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "nvml-mig.json", "cdi-edits.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("artefact %s: %v", f, err)
 		}
 	}
 	if t.Failed() {
 		t.Logf("progress:\n%s", progress.String())
+	}
+}
+
+// TestMIGQueryOverMockLibrary asks the C mock libnvidia-ml the MIG queries
+// gpu-check asks a real driver: an H200 in MIG mode answers the guide's
+// profiles, each named by the plugin as the mock names it, and matching
+// the table; an A100 with MIG off answers none; the check passes.
+func TestMIGQueryOverMockLibrary(t *testing.T) {
+	p, err := fakegpu.ParseProfile([]byte(`
+gpus:
+- {index: 0, productName: "NVIDIA H200", memory: 141Gi, pciBusID: "0000:1b:00.0", migType: h200-141gb, migMode: enabled}
+- {index: 1, productName: "NVIDIA A100-SXM4-40GB", memory: 40Gi, pciBusID: "0000:1c:00.0", migType: a100-40gb, migMode: disabled}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices, err := mocknvml.Flatten(p, "mig-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "devices")
+	if err := os.WriteFile(file, devices, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(mocknvml.EnvDevicesFile, file)
+	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+	lib, err := mocknvml.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	src, done, err := nvmlgpu.Open(ctx, lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	cards, err := nvmlgpu.QueryMIG(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cards) != 2 {
+		t.Fatalf("%d cards, want 2", len(cards))
+	}
+	answered := 0
+	for _, q := range cards[0].Profiles {
+		if q.Return == "SUCCESS" {
+			answered++
+			if q.NVMLName == "" || len(q.Placements) == 0 {
+				t.Errorf("H200 profile %d: name %q, placements %v: want both", q.Profile, q.NVMLName, q.Placements)
+			}
+		}
+	}
+	if want := len(fakegpu.MIGTable("h200-141gb")); answered != want {
+		t.Errorf("H200 answered %d profiles, want the table's %d", answered, want)
+	}
+	out := gpucheck.MIGOutcome(cards, mockMIGTable)
+	if out.Result != gpucheck.Passed || !strings.Contains(out.Detail, "NVML answers 7 profile(s)") || !strings.Contains(out.Detail, "MIG mode off") {
+		t.Errorf("outcome %s: %s", out.Result, out.Detail)
 	}
 }
