@@ -77,11 +77,11 @@ func celSelector(expr string) resourceapi.DeviceSelector {
 	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}
 }
 
-// cardIndex reads N from a device name "gpu-N".
+// cardIndex reads N from a card's device name "gpu-N".
 func cardIndex(deviceName string) (int, error) {
-	v, err := strconv.Atoi(strings.TrimPrefix(deviceName, device.DevicePrefix))
-	if err != nil || !strings.HasPrefix(deviceName, device.DevicePrefix) {
+	ref, err := device.ParseDeviceName(deviceName)
+	if err != nil || ref.MIG != nil {
 		return 0, fmt.Errorf("device %q is not named %s<index>; cannot pin it", deviceName, device.DevicePrefix)
 	}
-	return v, nil
+	return ref.Index, nil
 }

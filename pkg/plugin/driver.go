@@ -571,7 +571,7 @@ func (d *Driver) publishGauges() {
 func cardsByDevice(gpus []gpu.GPU) map[string]gpu.GPU {
 	cards := make(map[string]gpu.GPU, len(gpus))
 	for _, g := range gpus {
-		cards[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)] = g
+		cards[device.CardDeviceName(g.Index)] = g
 	}
 	return cards
 }

@@ -352,7 +352,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	}
 	var shareable []string
 	for _, g := range opts.GPUs {
-		if _, ok := allocatable[fmt.Sprintf("%s%d", device.DevicePrefix, g.Index)]; ok {
+		if _, ok := allocatable[device.CardDeviceName(g.Index)]; ok {
 			shareable = append(shareable, g.UUID)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -152,7 +151,7 @@ func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, o
 	}
 
 	dev := resourceapi.Device{
-		Name:       device.DevicePrefix + strconv.Itoa(g.Index),
+		Name:       device.CardDeviceName(g.Index),
 		Attributes: attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			device.CapacityCompute: {Value: *resource.NewQuantity(device.ComputeCapacity, resource.DecimalSI)},

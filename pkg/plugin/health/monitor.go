@@ -99,7 +99,7 @@ func NewMonitor(cfg Config) (*Monitor, error) {
 }
 
 // DeviceName is the ResourceSlice device of a card.
-func DeviceName(g gpu.GPU) string { return fmt.Sprintf("%s%d", device.DevicePrefix, g.Index) }
+func DeviceName(g gpu.GPU) string { return device.CardDeviceName(g.Index) }
 
 // Changed returns a channel closed at the next change of any card's health.
 func (m *Monitor) Changed() <-chan struct{} {
