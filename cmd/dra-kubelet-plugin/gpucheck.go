@@ -69,7 +69,7 @@ func newMPSCheckCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runGPUCheck(cmd, f, func(name string) bool {
-				return !strings.HasPrefix(name, "CDI") && !strings.HasPrefix(name, "health") && !strings.HasPrefix(name, "enforcement")
+				return !strings.HasPrefix(name, "CDI") && !strings.HasPrefix(name, "health") && !strings.HasPrefix(name, "enforcement") && !strings.HasPrefix(name, "MIG")
 			})
 		},
 	}
