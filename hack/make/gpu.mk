@@ -1,14 +1,8 @@
-# GPU inventory (pkg/gpu). go-nvml only compiles with cgo, so the NVML
-# source is split by build tag; this checks the CGO_ENABLED=0 side that
-# release images use (the default `make unit` run covers the cgo side).
+# GPU inventory (pkg/gpu), the real-GPU checks and the GPU check bundle.
+# (The CGO_ENABLED=0 side of pkg/gpu: unit-nocgo-node in config.mk.)
 
-.PHONY: gpu-nocgo
-gpu-nocgo: ## build and test pkg/gpu with CGO_ENABLED=0, as release images are built
-	CGO_ENABLED=0 $(GO) vet ./pkg/gpu/...
-	CGO_ENABLED=0 $(GO) test -count=1 ./pkg/gpu/...
-
-.PHONY: gpu-bench
-gpu-bench: ## benchmarks of profile parsing and the NVML reader (mock)
+.PHONY: bench-gpu
+bench-gpu: ## benchmarks of profile parsing and the NVML reader (mock)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/gpu/...
 
 .PHONY: gpu-acceptance
