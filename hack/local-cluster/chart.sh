@@ -78,6 +78,8 @@ install() {
 	[ -z "${TANGRAM_FAKE_PROFILE:-}" ] || env_sets+=(--set "fakeGPU.profile=$TANGRAM_FAKE_PROFILE")
 	[ -z "${TANGRAM_SCHEDULER_POLICY:-}" ] || env_sets+=(--set "scheduler.policy=$TANGRAM_SCHEDULER_POLICY")
 	log "helm upgrade --install $RELEASE (namespace $RELEASE_NAMESPACE, values host-network.yaml local.yaml${env_sets[*]:+ ${env_sets[*]}}${*:+, extra: $*})"
+	# helm's --wait (v4: the watcher) returns once every object is current,
+	# the plugin DaemonSet rolled out on every node and the Deployments ready.
 	if ! "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$CHART_DIR" \
 		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
 		-f "$CHART_VALUES_DIR/host-network.yaml" -f "$CHART_VALUES_DIR/local.yaml" \
@@ -88,8 +90,6 @@ install() {
 		diagnose
 		die "helm upgrade --install of the chart failed"
 	fi
-	K -n "$RELEASE_NAMESPACE" rollout status "daemonset/$RELEASE-kubelet-plugin" --timeout=3m >&2 ||
-		{ diagnose; die "the kubelet plugin DaemonSet did not roll out"; }
 	poll 90 "the plugin published its ResourceSlices" slices_published ||
 		{ diagnose; die "no ResourceSlice from node $NODE_NAME after 90s"; }
 	# Objects that exist only with the controller and the scheduler enabled
