@@ -69,9 +69,9 @@ for archive in "$IMAGE_DIR"/dra-kubelet-plugin.tar "$IMAGE_DIR"/dra-controller.t
 done
 
 step "helm install tangram (fake GPU profile $PROFILE on the workers)"
-# Fake GPUs are "advisory" (docs/enforcement.md): the default shared class runs shares there, saying so.
-demo_install_chart --set "fakeGPU.profile=$PROFILE" \
-	--set-json 'kubeletPlugin.nodeSelector={"tangram.dev/fake-gpus":"true"}'
+# deployments/helm/values/kind.yaml: the plugin on the workers labelled
+# tangram.dev/fake-gpus, fake DGX H100s (DEMO_PROFILE replaces the profile).
+demo_install_chart -f "$CHART_VALUES_DIR/kind.yaml" ${DEMO_PROFILE:+--set "fakeGPU.profile=$DEMO_PROFILE"}
 demo_wait_slices 120
 
 if [ -z "$run_specs" ]; then

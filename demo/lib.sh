@@ -9,6 +9,8 @@
 
 DEMO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CHART_DIR="$(cd "$DEMO_DIR/../deployments/helm/tangram" && pwd)"
+# The chart's values per cluster kind (host-network.yaml, kind.yaml, ...).
+CHART_VALUES_DIR="$(cd "$DEMO_DIR/../deployments/helm/values" && pwd)"
 SPEC_DIR="$DEMO_DIR/specs"
 DEMO_NAMESPACE="${DEMO_NAMESPACE:-tangram-demo}"
 RELEASE="${RELEASE:-tangram}"

@@ -36,9 +36,6 @@ kind)
 	kind_lock
 	KUBECONFIG_FILE="$KIND_KUBECONFIG"
 	NODE_NAME="$KIND_CLUSTER-control-plane"
-	# Without kube-proxy no Service IP leads anywhere: the pods on the node's
-	# network reach the API server on the node's loopback.
-	API_ENV='[{"name":"KUBERNETES_SERVICE_HOST","value":"127.0.0.1"},{"name":"KUBERNETES_SERVICE_PORT","value":"6443"}]'
 	TANGRAM_BIN_DIR="$KIND_CACHE/demo-bin"
 	# Teardown also on failure or interrupt; its own failure fails the demo.
 	[ -n "${DEMO_KEEP_CLUSTER:-}" ] ||
@@ -47,9 +44,6 @@ kind)
 *) die "DEMO_CLUSTER=$DEMO_CLUSTER: want local or kind" ;;
 esac
 PROFILE="${DEMO_PROFILE:-dgx-h100}"
-# tangram-scheduler runs on the host network next to the default scheduler,
-# which has 10259.
-SCHEDULER_PORT=10359
 EXTRA_NODE=demo-gpu-node-2
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 H() { "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
@@ -98,28 +92,17 @@ if [ "$DEMO_CLUSTER" = local ]; then
 	TANGRAM_FAKE_PROFILE="$PROFILE" "$REPO_ROOT/hack/local-cluster/chart.sh" install \
 		--set-json 'controller.webhook.namespaceSelector={}' || die "installing the chart failed (logs: hack/local-cluster/chart.sh logs plugin)"
 else
-	# kind: the same values, by hand (the node's loopback API, no host
-	# state directories). GPUs: a fake profile, or with KIND_GPUS=mock the
-	# real-GPU code path (NVML, nvcdi, MPS control) over the mock driver root
-	# mounted into the node.
+	# kind: the same cluster shape as the local one (the node's loopback
+	# API, no kube-proxy: host-network.yaml), without the local cluster's
+	# host state directories. GPUs: a fake profile, or with KIND_GPUS=mock
+	# the real-GPU code path (NVML, nvcdi, MPS control) over the mock driver
+	# root mounted into the node (mock-driver-root.yaml).
 	gpu_args=(--set "fakeGPU.profile=$PROFILE")
 	if [ "$KIND_GPUS" = mock ]; then
-		gpu_args=(--set "driverRoot=$KIND_MOCK_DRIVER_ROOT" --set kubeletPlugin.sysfsRoot=/driver-root/sys)
-		API_ENV="${API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$KIND_MOCK_NVML_STATE_DIR\"}]"
+		gpu_args=(-f "$CHART_VALUES_DIR/mock-driver-root.yaml" --set "driverRoot=$KIND_MOCK_DRIVER_ROOT"
+			--set-json "kubeletPlugin.extraEnv=${LOOPBACK_API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$KIND_MOCK_NVML_STATE_DIR\"}]")
 	fi
-	demo_install_chart \
-		"${gpu_args[@]}" \
-		--set kubeletPlugin.hostNetwork=true \
-		--set-json "kubeletPlugin.extraEnv=$API_ENV" \
-		--set controller.enabled=true \
-		--set controller.webhook.enabled=true \
-		--set controller.hostNetwork=true \
-		--set controller.metricsPort=9401 \
-		--set-json "controller.extraEnv=$API_ENV" \
-		--set scheduler.enabled=true \
-		--set scheduler.hostNetwork=true \
-		--set "scheduler.securePort=$SCHEDULER_PORT" \
-		--set-json "scheduler.extraEnv=$API_ENV" ||
+	demo_install_chart -f "$CHART_VALUES_DIR/host-network.yaml" "${gpu_args[@]}" ||
 		{
 			K -n "$RELEASE_NAMESPACE" get pods -o wide >&2
 			K -n "$RELEASE_NAMESPACE" logs -l app.kubernetes.io/component=kubelet-plugin --tail=40 >&2

@@ -5,7 +5,7 @@ set -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 MAKE_CMD=${MAKE:-make}
-stages=(verify unit unit-nocgo gpu-check-ci helm-lint test-tangram-scheduler test-e2e test-demo test-e2e-realpath test-soak)
+stages=(verify unit unit-nocgo gpu-check-ci test-chart test-tangram-scheduler test-e2e test-demo test-e2e-realpath test-soak)
 summary=()
 overall=0
 started_all=$(date +%s)

@@ -6,7 +6,7 @@
 // Kubernetes types and checked field by field.
 //
 // The tests carry the build tag "helm" because they need the helm binary;
-// `make helm-lint` builds helm into the cache and runs them:
+// `make test-chart` builds helm into the cache and runs them:
 //
 //	HELM=/path/to/helm go test -tags helm ./deployments/helm/
 package helm
@@ -45,7 +45,7 @@ func helmBinary(t *testing.T) string {
 	}
 	h, err := exec.LookPath("helm")
 	if err != nil {
-		t.Fatalf("helm is not on PATH and $HELM is not set: run `make helm-lint`, which builds helm into the cache, or set HELM=/path/to/helm")
+		t.Fatalf("helm is not on PATH and $HELM is not set: run `make test-chart`, which builds helm into the cache, or set HELM=/path/to/helm")
 	}
 	return h
 }

@@ -1,5 +1,6 @@
 // Tests of the bundle's entry script, gpu-check/run, where it can be run
-// without a GPU: its preflight.
+// without a GPU: its preflight. `make gpu-check-ci` runs them against a
+// built bundle's copy (GPU_CHECK_RUN=bin/gpu-check/run).
 package gpucheck_test
 
 import (
@@ -12,7 +13,14 @@ import (
 	"time"
 )
 
+// TestRunRefusesAtOnceWithoutGPU: run (this directory's, or the one at
+// $GPU_CHECK_RUN) refuses at once, with status 2, naming each missing part,
+// and writes no report.
 func TestRunRefusesAtOnceWithoutGPU(t *testing.T) {
+	run := "./run"
+	if p := os.Getenv("GPU_CHECK_RUN"); p != "" {
+		run = p
+	}
 	devs, err := filepath.Glob("/dev/nvidia[0-9]*")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +61,7 @@ func TestRunRefusesAtOnceWithoutGPU(t *testing.T) {
 			for i, a := range tc.args {
 				args[i] = strings.ReplaceAll(a, "OUT", out)
 			}
-			cmd := exec.Command("./run", args...)
+			cmd := exec.Command(run, args...)
 			cmd.Env = append(os.Environ(), "NVIDIA_DRIVER_ROOT="+tc.driverRoot)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr

@@ -56,6 +56,7 @@ KIND_IPTABLES_SNAPSHOT="$TANGRAM_DOCKER_RUN/iptables-before.txt"
 # own: the two run side by side.
 kind_lock() {
 	[ -n "${TANGRAM_KIND_LOCK_HELD:-}" ] && return 0
+	need_root
 	local lock=/run/tangram-kind.lock
 	exec 8>"$lock"
 	if ! flock -n 8; then

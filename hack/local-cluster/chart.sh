@@ -3,9 +3,9 @@
 # (deployments/helm/tangram) with the images cluster-up built and imported,
 # and the controls the tests need around the chart's kubelet plugin pod.
 #   chart.sh install [HELM_ARGS...]  helm upgrade --install with the local
-#       cluster's values (below), then HELM_ARGS (later --set wins); waits
-#       until the plugin published its slices, the webhook has its CA and
-#       tangram-scheduler leads
+#       cluster's values (below), then HELM_ARGS (later -f and --set win);
+#       waits until the plugin published its slices, the webhook has its CA
+#       and tangram-scheduler leads
 #   chart.sh kill-plugin     SIGKILL the plugin container's process on this
 #       node (a crash: no chance to clean up); the kubelet restarts it
 #   chart.sh wait-plugin [TIMEOUT_SECONDS]  return once a live plugin
@@ -13,28 +13,21 @@
 #   chart.sh health-event FLAGS...  `dra-kubelet-plugin health-event FLAGS`
 #       inside the plugin pod (docs/health.md)
 #   chart.sh uninstall | status | logs [plugin|controller|scheduler]
-# The local cluster's values: every pod on the host network talking to the
-# API server on 127.0.0.1 (no kube-proxy), fake GPUs, the plugin's state
-# under $CLUSTER_DIR (down.sh removes it), the controller with its GpuConfig
-# webhook (opt-in per namespace, label tangram.dev/gpuconfig-webhook=enabled,
-# so a spec can get a bad config past admission), tangram-scheduler on host
-# port 10359 (the default kube-scheduler has 10259), metrics on 9400 (plugin)
-# and 9401 (controller) for prometheus.sh.
+# The local cluster's values are files of the repository,
+# deployments/helm/values/host-network.yaml and local.yaml (every pod on the
+# host network talking to the API server on 127.0.0.1, fake GPUs, the
+# controller with its GpuConfig webhook opt-in per namespace,
+# tangram-scheduler on host port 10359, metrics on 9400 and 9401 for
+# prometheus.sh); only the plugin's state directories, under $CLUSTER_DIR
+# (down.sh removes them), are set here.
 # Settings (environment):
-#   TANGRAM_FAKE_PROFILE      fake GPU profile (default dgx-h100)
-#   TANGRAM_SCHEDULER_POLICY  packing policy of tangram-scheduler (default tangram)
+#   TANGRAM_FAKE_PROFILE      fake GPU profile (default: local.yaml's, dgx-h100)
+#   TANGRAM_SCHEDULER_POLICY  packing policy of tangram-scheduler (default: the chart's, tangram)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 K() { "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
-SCHEDULER_PORT=10359
-CONTROLLER_METRICS_PORT=9401
-WEBHOOK_NS_LABEL=tangram.dev/gpuconfig-webhook
 PLUGIN_SELECTOR=app.kubernetes.io/component=kubelet-plugin
 IMAGES=(dra-kubelet-plugin dra-controller tangram-scheduler)
-# tangram-scheduler gets the cluster's workload-aware scheduling gates
-# (FEATURE_GATES in config.sh), so gangs with schedulerName tangram are
-# placed, and preempt, as a whole.
-SCHEDULER_FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
 
 need_cluster() {
 	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: $KUBECONFIG_FILE is missing; run 'make cluster-up' first"
@@ -81,40 +74,22 @@ install() {
 	[ -x "$HELM_BIN/helm" ] || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
 	ensure_images
 	mkdir -p "$PLUGIN_STATE_DIR" "$PLUGIN_MPS_ROOT" "$CDI_DIR"
-	local profile="${TANGRAM_FAKE_PROFILE:-dgx-h100}"
-	log "helm upgrade --install $RELEASE (namespace $RELEASE_NAMESPACE, fake profile $profile${*:+, extra: $*})"
-	# Fake GPUs enforce nothing (shareEnforcement advisory): the shared class
-	# must accept advisory nodes. -v=4 for the per-claim lines the soak and
-	# a failed run's logs need; the scheduler stays at 2.
+	local env_sets=()
+	[ -z "${TANGRAM_FAKE_PROFILE:-}" ] || env_sets+=(--set "fakeGPU.profile=$TANGRAM_FAKE_PROFILE")
+	[ -z "${TANGRAM_SCHEDULER_POLICY:-}" ] || env_sets+=(--set "scheduler.policy=$TANGRAM_SCHEDULER_POLICY")
+	log "helm upgrade --install $RELEASE (namespace $RELEASE_NAMESPACE, values host-network.yaml local.yaml${env_sets[*]:+ ${env_sets[*]}}${*:+, extra: $*})"
+	# helm's --wait (v4: the watcher) returns once every object is current,
+	# the plugin DaemonSet rolled out on every node and the Deployments ready.
 	if ! "$HELM_BIN/helm" --kubeconfig "$KUBECONFIG_FILE" upgrade --install "$RELEASE" "$CHART_DIR" \
 		--namespace "$RELEASE_NAMESPACE" --create-namespace --wait --timeout 5m \
-		--set "fakeGPU.profile=$profile" \
-		--set logVerbosity=4 \
-		--set scheduler.logVerbosity=2 \
-		--set kubeletPlugin.hostNetwork=true \
-		--set-json "kubeletPlugin.extraEnv=$LOOPBACK_API_ENV" \
+		-f "$CHART_VALUES_DIR/host-network.yaml" -f "$CHART_VALUES_DIR/local.yaml" \
 		--set "kubeletPlugin.hostPaths.stateDir=$PLUGIN_STATE_DIR" \
 		--set "kubeletPlugin.hostPaths.mpsRoot=$PLUGIN_MPS_ROOT" \
-		--set "kubeletPlugin.hostPaths.cdiRoot=$CDI_DIR" \
-		--set "kubeletPlugin.hostPaths.kubeletRoot=$KUBELET_ROOT" \
-		--set controller.enabled=true \
-		--set controller.webhook.enabled=true \
-		--set-json "controller.webhook.namespaceSelector={\"matchLabels\":{\"$WEBHOOK_NS_LABEL\":\"enabled\"}}" \
-		--set controller.hostNetwork=true \
-		--set "controller.metricsPort=$CONTROLLER_METRICS_PORT" \
-		--set-json "controller.extraEnv=$LOOPBACK_API_ENV" \
-		--set scheduler.enabled=true \
-		--set scheduler.hostNetwork=true \
-		--set "scheduler.securePort=$SCHEDULER_PORT" \
-		--set "scheduler.policy=${TANGRAM_SCHEDULER_POLICY:-tangram}" \
-		--set-json "scheduler.extraEnv=$LOOPBACK_API_ENV" \
-		--set-json "scheduler.extraArgs=[\"--feature-gates=$SCHEDULER_FEATURE_GATES\"]" \
+		"${env_sets[@]}" \
 		"$@" >/dev/null; then
 		diagnose
 		die "helm upgrade --install of the chart failed"
 	fi
-	K -n "$RELEASE_NAMESPACE" rollout status "daemonset/$RELEASE-kubelet-plugin" --timeout=3m >&2 ||
-		{ diagnose; die "the kubelet plugin DaemonSet did not roll out"; }
 	poll 90 "the plugin published its ResourceSlices" slices_published ||
 		{ diagnose; die "no ResourceSlice from node $NODE_NAME after 90s"; }
 	# Objects that exist only with the controller and the scheduler enabled

@@ -9,9 +9,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 args=()
 if [ -z "${KUBECONFIG:-}" ]; then
+	cluster_lock # nobody tears the cluster down under the suite (as root: the cluster's cache is root's)
 	[ -f "$KUBECONFIG_FILE" ] || die "no cluster: set KUBECONFIG, or run 'make cluster-up' first ($KUBECONFIG_FILE is missing)"
 	export KUBECONFIG="$KUBECONFIG_FILE"
-	cluster_lock # nobody tears the cluster down under the suite
 	"$KUBECTL" -n "$RELEASE_NAMESPACE" get daemonset "$RELEASE-kubelet-plugin" >/dev/null 2>&1 ||
 		die "Tangram is not installed on the local cluster: run hack/local-cluster/chart.sh install first"
 	chart="$REPO_ROOT/hack/local-cluster/chart.sh"

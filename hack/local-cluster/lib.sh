@@ -36,6 +36,9 @@ LOOPBACK_API_ENV="[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"
 RELEASE=tangram
 RELEASE_NAMESPACE=tangram-system
 CHART_DIR="$REPO_ROOT/deployments/helm/tangram"
+# The chart's values per cluster kind (local.yaml, host-network.yaml,
+# mock-driver-root.yaml, ...): every script that installs the chart uses these.
+CHART_VALUES_DIR="$REPO_ROOT/deployments/helm/values"
 # The plugin's checkpoints and MPS directories (chart hostPaths) live under
 # the cluster directory, so down.sh removes them with the cluster.
 PLUGIN_STATE_DIR="$CLUSTER_DIR/plugin/state"
@@ -63,8 +66,20 @@ component_dir() { printf '%s/%s-%s' "$CACHE_ROOT" "$1" "$2"; }
 now_s() { date +%s; }
 elapsed() { echo "$(( $(now_s) - $1 ))s"; }
 
+# The arguments of the script that sourced this file, for need_root.
+SCRIPT_ARGS=("$@")
+
+# need_root: the local cluster runs as root (containerd, a kubelet, host
+# mounts and the lock under /run). As root, go on; otherwise run the calling
+# script again through sudo when there is one (the environment and PATH
+# kept, so go and the settings reach it; HOME root's, so the cluster's cache
+# is root's whoever starts it), else stop and say so.
 need_root() {
-	[ "$(id -u)" -eq 0 ] || die "this step needs root (it starts containerd and the kubelet); run it as root"
+	[ "$(id -u)" -eq 0 ] && return 0
+	command -v sudo >/dev/null 2>&1 ||
+		die "this step needs root (it starts containerd and the kubelet) and there is no sudo here: run it as root"
+	log "this step needs root (it starts containerd and the kubelet): running $0 again through sudo"
+	exec sudo --preserve-env --set-home env "PATH=$PATH" bash "$0" "${SCRIPT_ARGS[@]}"
 }
 
 # apt_install PKG...: install the Debian packages that are missing; idempotent.
@@ -209,6 +224,7 @@ plugin_containers() {
 # Nested calls (test-e2e.sh → up.sh) see TANGRAM_CLUSTER_LOCK_HELD and go on.
 cluster_lock() {
 	[ -n "${TANGRAM_CLUSTER_LOCK_HELD:-}" ] && return 0
+	need_root
 	# A host-wide path: the ports, /var/lib/kubelet and the bridge are
 	# host-wide too, whatever cache directory a run uses.
 	local lock=/run/tangram-local-cluster.lock

@@ -6,9 +6,8 @@
 # specs labelled `realpath` (test/e2e/realpath_test.go), then cluster down
 # (always, also after a failure), printing how long each stage took.
 # Set KEEP_CLUSTER=1 to leave the cluster running for inspection.
-# MPS runs in v3 mode (namespaces per claim on the stand-in); shmSize=0:
-# per-claim /dev/shm directories without a tmpfs of their own (the plugin
-# pod would need Bidirectional propagation on a shared host mount).
+# MPS runs in v3 mode (namespaces per claim on the stand-in); the chart's
+# values: deployments/helm/values/mock-driver-root.yaml and realpath.yaml.
 # Then, on the same cluster, driver r580 with the chart's defaults (stage
 # e2e-realpath-r580): a second mock root as NVIDIA driver 580 (what most
 # clusters run: no MPS v3, no per-cgroup memory limits), the release
@@ -19,7 +18,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 need_root
 cluster_lock
+# The mock driver root, not a fake profile (chart.sh would --set this one).
+unset TANGRAM_FAKE_PROFILE
 
+# The chart's default image (values.yaml), which cluster-up built and imported.
 PLUGIN_IMAGE=localhost/tangram/dra-kubelet-plugin:dev
 # The plugin's checkpoints, the MPS directories and the mock library's state
 # (calls.log) live under the cluster directory, so down.sh removes them and
@@ -50,51 +52,42 @@ finish() {
 }
 trap finish EXIT
 
-# install_chart: the local cluster's chart install (chart.sh), with the
-# plugin on the mock driver root instead of a fake profile, and no
-# controller or scheduler (no realpath spec needs them).
-install_chart() {
-	mkdir -p "$STATE_DIR" "$MPS_ROOT"
+# install_mock_chart DRIVER_ROOT STATE_DIR MPS_ROOT NVML_STATE_DIR [HELM_ARGS...]:
+# the local cluster's chart install (chart.sh) with the plugin on a mock
+# driver root instead of a fake profile, plugin only
+# (deployments/helm/values/mock-driver-root.yaml and realpath.yaml).
+install_mock_chart() {
+	local root="$1" state="$2" mps="$3" nvml_state="$4"
+	shift 4
+	mkdir -p "$state" "$mps"
 	"$HERE/chart.sh" install \
-		--set fakeGPU.profile= \
-		--set controller.enabled=false \
-		--set scheduler.enabled=false \
-		--set "driverRoot=$MOCK_DRIVER_ROOT" \
+		-f "$CHART_VALUES_DIR/mock-driver-root.yaml" -f "$CHART_VALUES_DIR/realpath.yaml" \
+		--set "driverRoot=$root" \
+		--set-json "kubeletPlugin.extraEnv=${LOOPBACK_API_ENV%]},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$nvml_state\"}]" \
+		--set "kubeletPlugin.hostPaths.stateDir=$state" \
+		--set "kubeletPlugin.hostPaths.mpsRoot=$mps" \
+		"$@"
+}
+
+# install_chart: MPS v3 (namespaces per claim on the stand-in) and the
+# mock root's cgroup fixture.
+install_chart() {
+	install_mock_chart "$MOCK_DRIVER_ROOT" "$STATE_DIR" "$MPS_ROOT" "$MOCK_NVML_STATE_DIR" \
 		--set "kubeletPlugin.cgroupRoot=$MOCK_DRIVER_ROOT/sys/fs/cgroup" \
-		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
-		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
-		--set "image.tag=${PLUGIN_IMAGE##*:}" \
-		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$MOCK_NVML_STATE_DIR\"}]" \
-		--set "kubeletPlugin.hostPaths.stateDir=$STATE_DIR" \
-		--set "kubeletPlugin.hostPaths.mpsRoot=$MPS_ROOT" \
-		--set kubeletPlugin.mps.mode=v3 \
-		--set kubeletPlugin.mps.shmSize=0
+		--set kubeletPlugin.mps.mode=v3
 }
 
 # install_chart_r580: the release again, on the r580 mock root, with the
 # chart's default sharing values (no mps.mode, no requireHardEnforcement, no
 # backend; the host's cgroup root): what an admin of an r580 cluster gets
-# out of the box. shmSize=0 only because the local cluster's MPS root is
-# not a shared mount (a size-bounded /dev/shm per claim needs Bidirectional
-# propagation; classic MPS does not use it anyway).
+# out of the box (shmSize=0 only for the local cluster's MPS root, see
+# realpath.yaml; classic MPS does not use it anyway).
 install_chart_r580() {
 	# The first stage's release, if any: its MPS daemon pod (v3) goes with it.
 	"$HERE/chart.sh" uninstall || true
-	mkdir -p "$R580_STATE_DIR" "$R580_MPS_ROOT"
 	TANGRAM_MOCK_NVML_NODE_NAME="$NODE_NAME" TANGRAM_MOCK_NVML_DRIVER_VERSION=580.105.08 TANGRAM_MOCK_NVML_STATE_DIR="$R580_NVML_STATE_DIR" \
 		"$REPO_ROOT/hack/mock-driver-root/create.sh" "$R580_DRIVER_ROOT" >/dev/null
-	"$HERE/chart.sh" install \
-		--set fakeGPU.profile= \
-		--set controller.enabled=false \
-		--set scheduler.enabled=false \
-		--set "driverRoot=$R580_DRIVER_ROOT" \
-		--set kubeletPlugin.sysfsRoot=/driver-root/sys \
-		--set "kubeletPlugin.image.repository=${PLUGIN_IMAGE%:*}" \
-		--set "image.tag=${PLUGIN_IMAGE##*:}" \
-		--set-json "kubeletPlugin.extraEnv=[{\"name\":\"KUBERNETES_SERVICE_HOST\",\"value\":\"127.0.0.1\"},{\"name\":\"KUBERNETES_SERVICE_PORT\",\"value\":\"$APISERVER_PORT\"},{\"name\":\"TANGRAM_MOCK_NVML_STATE_DIR\",\"value\":\"$R580_NVML_STATE_DIR\"}]" \
-		--set "kubeletPlugin.hostPaths.stateDir=$R580_STATE_DIR" \
-		--set "kubeletPlugin.hostPaths.mpsRoot=$R580_MPS_ROOT" \
-		--set kubeletPlugin.mps.shmSize=0
+	install_mock_chart "$R580_DRIVER_ROOT" "$R580_STATE_DIR" "$R580_MPS_ROOT" "$R580_NVML_STATE_DIR"
 }
 
 # run_specs LABEL_FILTER DRIVER_ROOT NVML_STATE_DIR MPS_ROOT [go test -args...]

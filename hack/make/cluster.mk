@@ -15,13 +15,9 @@ cluster-up: ## start the one-node local cluster (etcd, control plane, containerd
 cluster-down: ## stop the local cluster and remove its processes, mounts, network and state
 	$(LOCAL_CLUSTER)/down.sh
 
-.PHONY: cluster-chart
-cluster-chart: ## install Tangram on the local cluster with the Helm chart, as the tests do (plugin, controller, tangram-scheduler)
+.PHONY: cluster-install-chart
+cluster-install-chart: ## install Tangram on the local cluster with the Helm chart, as the tests do (plugin, controller, tangram-scheduler)
 	$(LOCAL_CLUSTER)/chart.sh install
-
-.PHONY: test-images
-test-images: ## build the pause and gpu-info images as OCI archives
-	hack/images/build-images.sh
 
 .PHONY: e2e
 e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the local cluster with the chart installed)

@@ -10,13 +10,13 @@ CONTROLLER_PKGS := ./api/tangram/... ./pkg/controller/... ./cmd/dra-controller/.
 $(CONTROLLER_GEN):
 	$(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
-.PHONY: controller-generate
-controller-generate: $(CONTROLLER_GEN) ## regenerate the API deepcopy (GpuGang, GpuConfig) and the CRD manifest in the chart's crds/
+.PHONY: generate-api
+generate-api: $(CONTROLLER_GEN) ## regenerate the API deepcopy (GpuGang, GpuConfig) and the CRD manifest in the chart's crds/
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/tangram/... output:crd:dir=$(CONTROLLER_CRD_DIR)
 
-.PHONY: controller-verify
-controller-verify: $(CONTROLLER_GEN) ## fail if the committed API deepcopy (GpuGang, GpuConfig) or CRD manifest is stale
+.PHONY: verify-generated-api
+verify-generated-api: $(CONTROLLER_GEN) ## fail if the committed API deepcopy (GpuGang, GpuConfig) or CRD manifest is stale
 	@tmp=$$(mktemp -d) && trap 'rm -rf $$tmp' EXIT && \
 	  cp api/tangram/v1alpha1/zz_generated.deepcopy.go $$tmp/tangram.before && \
 	  cp api/gpu/v1alpha1/zz_generated.deepcopy.go $$tmp/gpu.before && \
@@ -25,16 +25,16 @@ controller-verify: $(CONTROLLER_GEN) ## fail if the committed API deepcopy (GpuG
 	  for api in tangram gpu; do \
 	    if ! diff -u $$tmp/$$api.before api/$$api/v1alpha1/zz_generated.deepcopy.go; then \
 	      cp $$tmp/$$api.before api/$$api/v1alpha1/zz_generated.deepcopy.go; \
-	      echo "api/$$api/v1alpha1/zz_generated.deepcopy.go is stale: run make controller-generate"; exit 1; fi; \
+	      echo "api/$$api/v1alpha1/zz_generated.deepcopy.go is stale: run make generate-api"; exit 1; fi; \
 	  done && \
-	  if ! diff -ru $$tmp/crds $(CONTROLLER_CRD_DIR); then echo "the CRD manifest is stale: run make controller-generate"; exit 1; fi
+	  if ! diff -ru $$tmp/crds $(CONTROLLER_CRD_DIR); then echo "the CRD manifest is stale: run make generate-api"; exit 1; fi
 
-.PHONY: controller-test
-controller-test: ## unit tests of the GpuGang API, controller, webhook and metrics (race detector on)
+.PHONY: test-controller
+test-controller: ## unit tests of the GpuGang API, controller, webhook and metrics (race detector on)
 	$(GO) test -race -count=1 $(CONTROLLER_PKGS)
 
-.PHONY: controller-realcluster
-controller-realcluster: ## the controller in-process against a real API server (TANGRAM_KUBECONFIG): CRD, gang objects, webhook, leader election
+.PHONY: test-controller-realcluster
+test-controller-realcluster: ## the controller in-process against a real API server (TANGRAM_KUBECONFIG): CRD, gang objects, webhook, leader election
 	@test -n "$(TANGRAM_KUBECONFIG)" || { echo "set TANGRAM_KUBECONFIG to a cluster this test may write to"; exit 1; }
 	TANGRAM_KUBECONFIG=$(TANGRAM_KUBECONFIG) $(GO) test -tags realcluster -count=1 -v -run 'TestRealCluster' ./pkg/controller/app/
 

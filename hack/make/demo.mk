@@ -3,8 +3,8 @@
 # Where hack/local-cluster/build-binaries.sh puts helm; same cache as the cluster.
 DEMO_HELM = $(shell bash -c 'source hack/local-cluster/lib.sh >/dev/null 2>&1 && echo $$HELM_BIN/helm')
 
-.PHONY: helm-lint
-helm-lint: ## helm lint + helm template of the chart with several value sets, schema rejections, rendered-object checks
+.PHONY: test-chart
+test-chart: ## the chart's tests: helm lint, helm template with several value sets and the values files of each cluster kind, schema rejections, rendered-object checks
 	@hack/local-cluster/build-binaries.sh helm
 	$(GO) vet -tags helm ./deployments/helm/
 	@echo "==> chart tests with $(DEMO_HELM)"

@@ -1,14 +1,8 @@
-# GPU inventory (pkg/gpu). go-nvml only compiles with cgo, so the NVML
-# source is split by build tag; this checks the CGO_ENABLED=0 side that
-# release images use (the default `make unit` run covers the cgo side).
+# GPU inventory (pkg/gpu), the real-GPU checks and the GPU check bundle.
+# (The CGO_ENABLED=0 side of pkg/gpu: unit-nocgo-node in config.mk.)
 
-.PHONY: gpu-nocgo
-gpu-nocgo: ## build and test pkg/gpu with CGO_ENABLED=0, as release images are built
-	CGO_ENABLED=0 $(GO) vet ./pkg/gpu/...
-	CGO_ENABLED=0 $(GO) test -count=1 ./pkg/gpu/...
-
-.PHONY: gpu-bench
-gpu-bench: ## benchmarks of profile parsing and the NVML reader (mock)
+.PHONY: bench-gpu
+bench-gpu: ## benchmarks of profile parsing and the NVML reader (mock)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/gpu/...
 
 .PHONY: gpu-acceptance
@@ -31,8 +25,9 @@ gpu-check: ## run the GPU check on this machine (a GPU node, as root); fails at 
 	@$(MAKE) --no-print-directory gpu-check-bundle
 	@$(GPU_CHECK_BUNDLE)/run $(GPU_CHECK_OUT)
 
-# CI: build the bundle (size checked) and run it here, where it must refuse
-# at once and say which GPU parts are missing.
+# CI: build the bundle (size checked) and run its entry script here, over
+# driver roots without a GPU, where it must refuse at once and say which
+# GPU parts are missing (the Go test of hack/gpu-check, on the bundle's copy).
 .PHONY: gpu-check-ci
-gpu-check-ci: gpu-check-bundle ## CI stage: build the bundle, then check that its run refuses at once on a machine without a GPU
-	@hack/gpu-check/ci-no-gpu.sh $(GPU_CHECK_BUNDLE)/run
+gpu-check-ci: gpu-check-bundle ## CI stage: build the bundle, then check that its run refuses at once without a GPU, naming what is missing
+	GPU_CHECK_RUN=$(abspath $(GPU_CHECK_BUNDLE))/run $(GO) test -count=1 -run '^TestRunRefusesAtOnceWithoutGPU$$' ./hack/gpu-check/

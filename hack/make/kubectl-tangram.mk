@@ -6,10 +6,10 @@ kubectl-tangram: ## build bin/kubectl-tangram (static; put it on PATH to run `ku
 	@mkdir -p $(BIN_DIR)
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN_DIR)/kubectl-tangram ./cmd/kubectl-tangram
 
-.PHONY: kubectl-tangram-golden
-kubectl-tangram-golden: ## rewrite the golden output of status/describe after an intended change
+.PHONY: update-golden-view
+update-golden-view: ## rewrite the golden output of status/describe after an intended change
 	$(GO) test -count=1 ./pkg/clusterview/ ./pkg/clusterview/describe/ -update
 
-.PHONY: kubectl-tangram-bench
-kubectl-tangram-bench: ## benchmarks: view and diagnosis on 100 fake DGX nodes
+.PHONY: bench-view
+bench-view: ## benchmarks: view and diagnosis on 100 fake DGX nodes
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/clusterview/ ./pkg/diagnosis/

@@ -1,7 +1,11 @@
-// Package names holds the identifiers Tangram shares with the cluster: the DRA
-// driver name, CDI kind, DeviceClass names and device attribute names. They
-// are part of the user-facing API (CEL selectors, claims, CDI device IDs), so
-// they live in one place and never change silently.
+// Package device is the device contract: what the node publishes and
+// everything else reads (docs/architecture.md). This file holds the
+// identifiers Tangram shares with the cluster: the DRA driver name, CDI
+// kind, DeviceClass names, device names and device attribute names. They
+// are part of the user-facing API (CEL selectors, claims, CDI device IDs),
+// so they live in one place and never change silently. The share policy is
+// in policy.go, the DeviceClasses in classes.go, the enforcement levels in
+// enforcement.go.
 package device
 
 import (

@@ -1,4 +1,4 @@
-// Package slices turns a node's GPU inventory into the resource.k8s.io/v1
+// Package resourceslices turns a node's GPU inventory into the resource.k8s.io/v1
 // devices and ResourceSlices Tangram publishes (the device model of
 // DESIGN.md): one device per physical GPU with its identity, topology and
 // versions as attributes, and memory/compute as capacities that are

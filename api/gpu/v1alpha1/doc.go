@@ -18,7 +18,7 @@
 // Validation errors name the field path inside the GpuConfig, for example
 // `sharing.backend: Unsupported value: "foo": supported values: "mps", "none"`.
 //
-// Deep copies are generated (zz_generated.deepcopy.go, make controller-generate).
+// Deep copies are generated (zz_generated.deepcopy.go, make generate-api).
 //
 // +kubebuilder:object:generate=true
 package v1alpha1

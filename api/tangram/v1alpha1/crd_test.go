@@ -15,7 +15,7 @@ import (
 const crdPath = "../../../deployments/helm/tangram/crds/tangram.dev_gpugangs.yaml"
 
 // TestCRDMatchesTypes catches a CRD manifest that was not regenerated after
-// the Go types changed (make controller-verify compares byte for byte with
+// the Go types changed (make verify-generated-api compares byte for byte with
 // controller-gen; this test needs no extra tool): every JSON field of the
 // types is in the schema and the schema has no field the types lack.
 func TestCRDMatchesTypes(t *testing.T) {
@@ -100,14 +100,14 @@ func compare(typ reflect.Type, schema map[string]any, path string, problems *[]s
 		seen[name] = true
 		sub, ok := props[name].(map[string]any)
 		if !ok {
-			*problems = append(*problems, "field "+path+name+" is not in the CRD schema: run make controller-generate")
+			*problems = append(*problems, "field "+path+name+" is not in the CRD schema: run make generate-api")
 			continue
 		}
 		compare(f.Type, sub, path+name+".", problems)
 	}
 	for name := range props {
 		if !seen[name] {
-			*problems = append(*problems, "the CRD schema has "+path+name+", which the Go types lack: run make controller-generate")
+			*problems = append(*problems, "the CRD schema has "+path+name+", which the Go types lack: run make generate-api")
 		}
 	}
 }
