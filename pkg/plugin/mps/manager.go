@@ -1121,8 +1121,8 @@ func (m *Manager) stopDaemon(ctx context.Context) error {
 		err = fmt.Errorf("stopping the MPS daemon took longer than %s: %w", m.timing.StopTimeout, err)
 	}
 	if err == nil && m.v3 == nil {
-		// Classic mode: the daemon and its clients are gone, so the
-		// segments they shared are litter.
+		// Classic mode: the daemon and its servers are gone, so what they
+		// left in the daemon's own /dev/shm is litter.
 		err = clearDir(m.layout.ShmDir())
 	}
 	return err
