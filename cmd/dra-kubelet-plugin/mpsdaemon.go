@@ -54,7 +54,12 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 	f := cmd.Flags()
 	f.StringVar(&binary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root")
 	f.StringVar(&driverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation (default: $NVIDIA_DRIVER_ROOT, which the plugin sets to the pod's /driver-root mount, else /)")
-	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon in multi-user mode (-m with MPS v3, -M legacy)")
+	// Off unless given: the plugin builds the daemon pod's command with
+	// --mps-multi-user exactly when its own --mps-multi-user (default on)
+	// or MPS v3 asks for it (mps.BuildMPSDaemonPod), and the chart's
+	// admission policy admits exactly those commands; a pod an older plugin
+	// created without the flag keeps running as it was started.
+	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon in multi-user mode (-m with MPS v3, -M legacy); the plugin passes it to the daemon pod it creates when its own --mps-multi-user is on (the default)")
 	f.BoolVar(&simulate, "simulate", false, "fake GPUs: listen on the control socket instead of running MPS")
 	return cmd
 }

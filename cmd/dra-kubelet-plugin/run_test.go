@@ -117,6 +117,30 @@ func TestMPSDaemonPriorityClassFlag(t *testing.T) {
 	}
 }
 
+// Multi-user is the default: without -M a classic daemon serves one UID at
+// a time, and on a GPU (r580) a uid 1000 client waited for a root client
+// to exit (docs/gpu-reports/2026-11-27-h200-r580-experiments.md);
+// --mps-multi-user=false (chart kubeletPlugin.mps.multiUser=false) for a
+// driver whose control binary refuses -M.
+func TestMPSMultiUserFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{args: nil, want: true},
+		{args: []string{"--mps-multi-user=false"}, want: false},
+		{args: []string{"--mps-multi-user"}, want: true},
+	} {
+		f := newRunCommand().Flags()
+		if err := f.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got, err := f.GetBool("mps-multi-user"); err != nil || got != tc.want {
+			t.Errorf("%v: --mps-multi-user %v (%v), want %v", tc.args, got, err, tc.want)
+		}
+	}
+}
+
 // The daemon pod finds the driver's nvidia-cuda-mps-control under the
 // driver root it has mounted, and says where it looked when it is missing.
 func TestMPSDaemonCommandFindsControlBinary(t *testing.T) {

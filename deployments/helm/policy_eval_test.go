@@ -143,13 +143,24 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 		// the pods built with the other value.
 		multiUser, refused []bool
 	}{
-		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}, multiUser: []bool{false, true}},
+		// kubeletPlugin.mps.multiUser defaults to true: classic daemons
+		// run with -M, as MPS v3 ones always do.
+		{name: "real GPUs", sets: []string{"driverRoot=/run/nvidia/driver"}, multiUser: []bool{true}, refused: []bool{false}},
 		{name: "real GPUs, classic", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic"},
+			multiUser: []bool{true}, refused: []bool{false}},
+		{name: "real GPUs, classic, single-user", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic", "kubeletPlugin.mps.multiUser=false"},
 			multiUser: []bool{false}, refused: []bool{true}},
+		{name: "real GPUs, auto, single-user classic", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.multiUser=false"},
+			multiUser: []bool{false, true}},
 		{name: "real GPUs, v3", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=v3"},
 			multiUser: []bool{true}, refused: []bool{false}},
-		{name: "real GPUs, classic, multi-user and a control binary by extraArgs", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic",
-			"kubeletPlugin.extraArgs={--mps-control-binary=/opt/mps/nvidia-cuda-mps-control,--mps-multi-user}"},
+		{name: "real GPUs, v3, single-user classic (v3 runs multi-user anyway)", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=v3", "kubeletPlugin.mps.multiUser=false"},
+			multiUser: []bool{true}, refused: []bool{false}},
+		{name: "real GPUs, classic, single-user and a control binary by extraArgs", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic",
+			"kubeletPlugin.extraArgs={--mps-control-binary=/opt/mps/nvidia-cuda-mps-control,--mps-multi-user=false}"},
+			multiUser: []bool{false}, refused: []bool{true}},
+		{name: "real GPUs, classic, multi-user by extraArgs over the value", sets: []string{"driverRoot=/run/nvidia/driver", "kubeletPlugin.mps.mode=classic",
+			"kubeletPlugin.mps.multiUser=false", "kubeletPlugin.extraArgs={--mps-multi-user}"},
 			multiUser: []bool{true}, refused: []bool{false}},
 		{name: "fake GPUs", sets: []string{"fakeGPU.profile=dgx-h100"}, fake: true, multiUser: []bool{false, true}},
 	} {

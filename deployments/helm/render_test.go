@@ -60,6 +60,8 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
 				// The daemon outlives short idle periods.
 				"mps-idle-grace": "5m",
+				// Classic daemons serve every user at once (-M).
+				"mps-multi-user": "true",
 				// NVML and the driver's programs come from the mount.
 				"driver-root": "/driver-root", "host-driver-root": "/",
 				// GPU health: the default XID table, recovery after 10m quiet.
@@ -67,6 +69,12 @@ func TestPluginDaemonSet(t *testing.T) {
 				"health-ignored-xids": "", "health-recover-after": "10m",
 			},
 			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets", "sysfs-root"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name:      "classic MPS one user at a time",
+			sets:      []string{"kubeletPlugin.mps.multiUser=false"},
+			wantFlags: map[string]string{"mps-multi-user": "false"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{

@@ -57,14 +57,14 @@ func viewOf(t *testing.T, specDir string, ids []string) containerView {
 }
 
 // TestClassicShareReachesTheStandInThroughItsSpec: a classic MPS share's
-// CDI spec gives its container what NVIDIA documents a classic client
-// needs (the strict stand-in's classic-client rules): the daemon's own
-// pipe directory, read-only, and the MPS server's /dev/shm. A CUDA client
-// started in that view connects; in a view with the claim's own /dev/shm
-// (what every claim without classic MPS gets) it would not, which is why
-// classic shares still share the server's. If a real classic client turned
-// out to create entries in the pipe directory (undocumented, the stand-in's
-// switch), the read-only mount would fail it, and this test says so.
+// CDI spec gives its container what a classic client needs (the strict
+// stand-in's classic-client rules, from NVIDIA's documentation and a GPU
+// run on r580): the daemon's own pipe directory, read-only, and a
+// /dev/shm of the claim's own, not the daemon's, which no other claim
+// sees. A CUDA client started in that view connects. If a real classic
+// client turned out to create entries in the pipe directory (not seen on
+// r580; the stand-in's switch), the read-only mount would fail it, and
+// this test says so.
 func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	root, err := os.MkdirTemp("", "mps")
 	if err != nil {
@@ -78,7 +78,7 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- mps.RunStandInControlDaemon(ctx, mps.StandInConfig{PipeDir: layout.PipeDir(), LogDir: filepath.Join(root, "log"), Protocol: 2, ShmDir: layout.ShmDir()})
+		done <- mps.RunStandInControlDaemon(ctx, mps.StandInConfig{PipeDir: layout.PipeDir(), LogDir: filepath.Join(root, "log"), Protocol: 2})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	deadline := time.Now().Add(10 * time.Second)
@@ -120,16 +120,15 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 		_, err := mps.StandInRunner{}.Run(cctx, []string{mps.MPSControlName, "standin", "client"}, append(env, extra...), "")
 		return err
 	}
-	if err := client(view); err != nil {
-		t.Errorf("a CUDA client in the share's container does not reach MPS: %v", err)
+	if view.shm != dirs.ShmDir("c1") {
+		t.Errorf("a classic share's container mounts %s at /dev/shm, want the claim's own %s (not the daemon's %s)", view.shm, dirs.ShmDir("c1"), layout.ShmDir())
 	}
-	own := view
-	own.shm = dirs.ShmDir("c1")
-	if err := os.MkdirAll(own.shm, 0o755); err != nil {
+	// The driver creates the claim's /dev/shm at prepare.
+	if err := os.MkdirAll(dirs.ShmDir("c1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := client(own); err == nil || !strings.Contains(err.Error(), "must share /dev/shm with the server") {
-		t.Errorf("a classic client with the claim's own /dev/shm: %v, want it refused", err)
+	if err := client(view); err != nil {
+		t.Errorf("a CUDA client in the share's container does not reach MPS: %v", err)
 	}
 	if err := client(view, mps.StandInEnvClientWritesPipe+"=1"); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("a client that creates an entry in the read-only pipe directory: %v, want it refused", err)

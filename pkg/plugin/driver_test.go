@@ -110,9 +110,9 @@ func TestPrepareShapes(t *testing.T) {
 			if got := env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]; got != tt.wantThreads {
 				t.Errorf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q, want %q", got, tt.wantThreads)
 			}
-			mps := h.shares.ClientConfig("")
-			// Every claim gets a /dev/shm: its own, or, with classic MPS
-			// shares, the MPS server's, beside the daemon's pipe directory.
+			mps := h.shares.ClientConfig(string(tt.claim.UID))
+			// Every claim gets its own /dev/shm; with classic MPS shares
+			// beside the daemon's pipe directory.
 			wantMounts := []string{h.claimDirs().ShmDir(string(tt.claim.UID)) + ":/dev/shm"}
 			if len(tt.wantHolders) > 0 {
 				wantMounts = nil

@@ -4,6 +4,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -39,7 +43,8 @@ var _ = Describe("Advisory shares on driver r580", Label(realPathLabel, r580Labe
 		ns := newNamespace(ctx)
 		createTemplate(ctx, ns, "share-20gi", memoryShare("20Gi"))
 		createPod(ctx, gpuPod(ns, "advisory", "share-20gi"))
-		waitRunning(ctx, ns, "advisory")
+		report := waitRunning(ctx, ns, "advisory")
+		expectClassicShareView(ctx, ns, "advisory", report)
 		cond := limitsEnforced(ctx, ns, "advisory")
 		GinkgoWriter.Printf("  LimitsEnforced=%s reason %s: %s\n", cond.Status, cond.Reason, cond.Message)
 		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
@@ -88,3 +93,33 @@ var _ = Describe("Advisory shares on driver r580", Label(realPathLabel, r580Labe
 		GinkgoWriter.Printf("  kubectl tangram describe pod/needs-hard:\n%s", why)
 	}, SpecTimeout(3*time.Minute))
 })
+
+// expectClassicShareView checks what a classic MPS share's container gets
+// with the chart's defaults (docs/enforcement.md, "Classic MPS: what every
+// share still shares"): the daemon's pipe directory read-only, its claim's
+// own /dev/shm (not the daemon's <mps-root>/shm), and a daemon started
+// multi-user (-M, kubeletPlugin.mps.multiUser=true), which the stand-in
+// control daemon writes into its control.log.
+func expectClassicShareView(ctx SpecContext, ns, pod string, report map[string]string) {
+	claim := allocatedClaim(ctx, ns, pod)
+	edits := claimSpecEdits(string(claim.UID))
+	pipe := filepath.Join(*mpsRoot, "pipe")
+	var shm, pipeOptions []string
+	for _, m := range edits.Mounts {
+		switch m.ContainerPath {
+		case "/dev/shm":
+			shm = append(shm, m.HostPath)
+		case pipe:
+			pipeOptions = m.Options
+		}
+	}
+	Expect(slices.Compact(shm)).To(Equal([]string{filepath.Join(*mpsRoot, "claims", string(claim.UID), "shm")}),
+		"a classic share's /dev/shm must be its claim's own, not the MPS daemon's %s", filepath.Join(*mpsRoot, "shm"))
+	Expect(pipeOptions).To(ContainElement("ro"), "the classic daemon's pipe directory must be mounted read-only")
+	Expect(report).To(HaveKeyWithValue("MPS_PIPE_WRITE", "read-only file system"))
+	Expect(strings.Split(report["SHM_FILES"], ",")).To(ConsistOf("gpu-info-"+pod), "the share's /dev/shm holds its own marker only")
+	log, err := os.ReadFile(filepath.Join(*mpsRoot, "log", "control.log"))
+	Expect(err).NotTo(HaveOccurred(), "the MPS control daemon's log")
+	Expect(string(log)).To(ContainSubstring("protocol 2, multi-user true"), "the classic daemon must run with -M by default")
+	GinkgoWriter.Printf("  classic share: /dev/shm %s, pipe %s %v, daemon multi-user\n", shm[0], pipe, pipeOptions)
+}

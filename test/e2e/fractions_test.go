@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -59,6 +60,10 @@ var _ = Describe("Memory fractions", func() {
 				Expect(report).To(HaveKeyWithValue("MPS_PIPE_WRITE", "read-only file system"),
 					"pod %s could write into the classic MPS daemon's pipe directory", p)
 			}
+			// Classic or v3: each share's /dev/shm is its claim's own, so
+			// it holds this pod's marker and none of the earlier shares'.
+			Expect(strings.Split(report["SHM_FILES"], ",")).To(ConsistOf("gpu-info-"+p),
+				"pod %s's /dev/shm must hold its own marker only, not another share's", p)
 		}
 
 		big := "share-30gi"

@@ -13,9 +13,13 @@
 //
 // Exit 0 when CUDA answered (whether or not an allocation was refused), 2
 // when the driver cannot be loaded or initialised, 64 on bad arguments.
+// With CUDA_ALLOC_HOLD_SECONDS=N it keeps its context and allocations for
+// N seconds after that line (gpu-check's first client, beside which a
+// client of another user must be served).
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -89,5 +93,10 @@ int main(int argc, char **argv) {
 	// The pieces are freed when the process exits.
 	printf("cuda-alloc: devices=%d total_mib=%zu free_mib=%zu allocated_mib=%llu refused=%d error=%d\n", count,
 	       total_b >> 20, free_b >> 20, allocated, refused, err);
+	fflush(stdout);
+	const char *hold = getenv("CUDA_ALLOC_HOLD_SECONDS");
+	if (hold != NULL && atoi(hold) > 0) {
+		sleep((unsigned)atoi(hold));
+	}
 	return 0;
 }

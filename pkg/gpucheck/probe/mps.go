@@ -1,9 +1,11 @@
 package probe
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,9 +33,11 @@ import (
 type readOnlyModes struct{ mps.RecordingComputeModeSetter }
 
 // newManager is the MPS accounting a prepare drives, on a private layout:
-// classic (v3 false) or MPS v3 with a namespace per claim.
-// The daemon runs with the driver root's libraries, as a prepare runs it.
-func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3 bool) (*mps.Manager, *mps.MPSDaemon) {
+// classic (v3 false) or MPS v3 with a namespace per claim. The daemon runs
+// with the driver root's libraries and multi-user (-M classic, -m v3), as
+// the plugin runs it by default; wrapper, when set, starts it in a mount
+// namespace of its own (mps.PrivateShmWrapper), as the plugin does.
+func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3 bool, wrapper []string) (*mps.Manager, *mps.MPSDaemon) {
 	protocol := 2
 	if v3 {
 		protocol = 3
@@ -42,7 +46,8 @@ func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3
 		Layout:         layout,
 		Binary:         binary,
 		VisibleDevices: []string{card},
-		MultiUser:      v3,
+		MultiUser:      true,
+		Wrapper:        wrapper,
 		Protocol:       protocol,
 		ReadyTimeout:   20 * time.Second,
 		StopTimeout:    15 * time.Second,
@@ -150,7 +155,7 @@ type mpsSession struct {
 	cleanup []string
 }
 
-func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, name string, d gpucheck.Decision, v3 bool) (*mpsSession, error) {
+func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, name string, d gpucheck.Decision, v3 bool, wrapper func(mps.Layout) []string) (*mpsSession, error) {
 	g, ok := s.cardByUUID(d.Card.UUID)
 	if !ok {
 		return nil, fmt.Errorf("card %s is not in the NVML inventory", d.Card.UUID)
@@ -162,7 +167,11 @@ func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, na
 	layout := mps.Layout{Root: dir}
 	ms := &mpsSession{s: s, layout: layout, before: s.mpsProcesses(), card: g}
 	progress("MPS directories under %s (never the default /tmp/nvidia-mps); card %s (%s)", dir, g.UUID, d.Card.ComputeMode)
-	ms.mgr, _ = newManager(layout, s.root, s.facts.MPSControl, g.UUID, v3)
+	var wrap []string
+	if wrapper != nil {
+		wrap = wrapper(layout)
+	}
+	ms.mgr, _ = newManager(layout, s.root, s.facts.MPSControl, g.UUID, v3, wrap)
 	if err := ms.mgr.Reconcile(ctx); err != nil {
 		return ms, fmt.Errorf("reconciling the MPS manager: %w", err)
 	}
@@ -225,6 +234,13 @@ func (ms *mpsSession) teardown(ctx context.Context, progress gpucheck.Progress) 
 	return errors.Join(errs...)
 }
 
+// checkClassicMPS prepares a classic share through the plugin's MPS
+// manager (daemon multi-user, in a mount namespace of its own) and runs
+// its client as the share's container would: through a read-only bind of
+// the pipe directory and with a /dev/shm of its own (needs util-linux's
+// unshare; otherwise the client runs plainly and the report says why).
+// Then a root client holds the server while a client of another UID
+// (setpriv) must be served at once.
 func (s *state) checkClassicMPS(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
 	if out, ok := s.needCards(); !ok {
 		return out
@@ -236,7 +252,13 @@ func (s *state) checkClassicMPS(ctx context.Context, progress gpucheck.Progress)
 	if _, err := os.Stat("/tmp/nvidia-mps"); err == nil {
 		progress("note: /tmp/nvidia-mps exists already (another MPS daemon's default directory); this check does not use it")
 	}
-	ms, err := s.startSession(ctx, progress, "mps-classic", d, false)
+	tools := gpucheck.ClientTools{Unshare: lookPath("unshare"), Setpriv: lookPath("setpriv"), Root: os.Geteuid() == 0}
+	view := gpucheck.PlanContainerView(tools)
+	var wrapper func(mps.Layout) []string
+	if view.Run {
+		wrapper = func(l mps.Layout) []string { return mps.PrivateShmWrapper(l.ShmDir()) }
+	}
+	ms, err := s.startSession(ctx, progress, "mps-classic", d, false, wrapper)
 	if err != nil {
 		if ms != nil {
 			return gpucheck.Fail("%v; teardown: %v", err, ms.teardown(ctx, progress))
@@ -244,23 +266,163 @@ func (s *state) checkClassicMPS(ctx context.Context, progress gpucheck.Progress)
 		return gpucheck.Fail("%v", err)
 	}
 	limit := s.cfg.ShareMiB
-	progress("preparing a %d MiB share (daemon start through the plugin's MPS manager)", limit)
-	env, _, err := ms.acquire(ctx, "gpu-check-classic", limit, nil)
-	var out gpucheck.Outcome
+	progress("preparing a %d MiB share (daemon start, multi-user, through the plugin's MPS manager)", limit)
+	const claim = "gpu-check-classic"
+	env, _, err := ms.acquire(ctx, claim, limit, nil)
+	var parts []gpucheck.Part
 	if err != nil {
-		out = gpucheck.Fail("%v", err)
+		parts = append(parts, gpucheck.Part{Name: "share", Outcome: gpucheck.Fail("%v", err)})
 	} else {
-		progress("client: cuda-alloc %d MiB with %s", limit+1024, strings.Join(mpsVars(env), " "))
-		out = gpucheck.JudgeLimitedClient(limit, s.runClient(ctx, env, limit+1024, -1))
+		pipe := ms.mgr.ClientConfig(claim).PipeDir
+		client := []string{s.cfg.CUDAAlloc, strconv.FormatInt(limit+1024, 10)}
+		if view.Run {
+			progress("client in a share's view (read-only %s, a tmpfs of its own at /dev/shm): cuda-alloc %d MiB with %s", pipe, limit+1024, strings.Join(mpsVars(env), " "))
+			log := s.runArgv(ctx, env, gpucheck.ContainerClientArgv(tools.Unshare, pipe, nil, client))
+			parts = append(parts, gpucheck.Part{Name: "client", Outcome: gpucheck.JudgeContainerClient(limit, log)})
+		} else {
+			progress("client (plain: %s): cuda-alloc %d MiB with %s", view.Reason, limit+1024, strings.Join(mpsVars(env), " "))
+			parts = append(parts, gpucheck.Part{Name: "client", Outcome: gpucheck.JudgeLimitedClient(limit, s.runClient(ctx, env, limit+1024, -1))},
+				gpucheck.Part{Name: "container view", Outcome: gpucheck.Skip("%s", view.Reason)})
+		}
+		parts = append(parts, gpucheck.Part{Name: "two users", Outcome: s.twoUsers(ctx, progress, ms, tools, view, pipe, env, limit)})
 	}
 	progress("teardown: release the share, quit the daemon")
 	if err := ms.teardown(ctx, progress); err != nil {
-		return gpucheck.Fail("%s; teardown failed: %v", out.Detail, err)
+		parts = append(parts, gpucheck.Part{Name: "teardown", Outcome: gpucheck.Fail("%v", err)})
+	} else {
+		parts = append(parts, gpucheck.Part{Name: "teardown", Outcome: gpucheck.Pass("left no MPS process")})
 	}
-	if out.Result == gpucheck.Passed {
-		out.Detail += "; teardown left no MPS process"
+	return gpucheck.CombineParts(parts...)
+}
+
+// twoUsers runs a root client that holds its context and, while it does,
+// a client of gpucheck.SecondUID, both in a share's view when view.Run.
+func (s *state) twoUsers(ctx context.Context, progress gpucheck.Progress, ms *mpsSession, tools gpucheck.ClientTools, view gpucheck.Decision, pipe string, env []string, limit int64) gpucheck.Outcome {
+	// The other user runs a copy of the client in the session's directory,
+	// which it must be able to traverse, as the pipe directory below it.
+	if err := os.Chmod(ms.layout.Root, 0o755); err != nil {
+		return gpucheck.Fail("opening the session directory to other users: %v", err)
 	}
-	return out
+	plan := gpucheck.PlanSecondUser(tools, gpucheck.UnreachableAncestor(pipe, func(p string) (fs.FileMode, error) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return 0, err
+		}
+		return fi.Mode(), nil
+	}))
+	if !plan.Run {
+		return gpucheck.Skip("%s", plan.Reason)
+	}
+	alloc := filepath.Join(ms.layout.Root, "cuda-alloc")
+	if err := copyExecutable(s.cfg.CUDAAlloc, alloc); err != nil {
+		return gpucheck.Fail("copying cuda-alloc for the other user: %v", err)
+	}
+	wrap := func(runAs []string, tryMiB int64) []string {
+		client := []string{alloc, strconv.FormatInt(tryMiB, 10)}
+		if view.Run {
+			return gpucheck.ContainerClientArgv(tools.Unshare, pipe, runAs, client)
+		}
+		return append(append([]string(nil), runAs...), client...)
+	}
+	hctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	holdSeconds := s.holdSeconds
+	if holdSeconds == 0 {
+		holdSeconds = 30
+	}
+	argv := wrap(nil, limit+1024)
+	holder := exec.CommandContext(hctx, argv[0], argv[1:]...)
+	holder.Env = append(append(os.Environ(), env...), fmt.Sprintf("CUDA_ALLOC_HOLD_SECONDS=%d", holdSeconds))
+	// A group of its own, ended as a whole: the client runs under sh in
+	// the namespace, and a client left holding its context would keep the
+	// MPS server from quitting.
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	holder.Cancel = func() error { return syscall.Kill(-holder.Process.Pid, syscall.SIGKILL) }
+	var firstLog strings.Builder
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		return gpucheck.Fail("starting the root client: %v", err)
+	}
+	holder.Stderr = &firstLog
+	progress("root client: cuda-alloc %d MiB, holding its context for %d s", limit+1024, holdSeconds)
+	if err := holder.Start(); err != nil {
+		return gpucheck.Fail("starting the root client: %v", err)
+	}
+	// The holder is served once it prints its result line.
+	served := make(chan struct{})
+	var lines strings.Builder
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(stdout)
+		once := false
+		for sc.Scan() {
+			lines.WriteString(sc.Text() + "\n")
+			if !once && strings.HasPrefix(sc.Text(), "cuda-alloc: devices=") {
+				once = true
+				close(served)
+			}
+		}
+		if !once {
+			close(served)
+		}
+	}()
+	exited := make(chan struct{})
+	go func() {
+		<-copied
+		_ = holder.Wait()
+		close(exited)
+	}()
+	select {
+	case <-served:
+	case <-hctx.Done():
+	}
+	progress("client of UID %d while the root client holds the server: cuda-alloc %d MiB", gpucheck.SecondUID, limit+1024)
+	secondLog := s.runArgv(hctx, env, wrap(gpucheck.SetprivArgv(tools.Setpriv, gpucheck.SecondUID), limit+1024))
+	doneFirst := false
+	select {
+	case <-exited:
+	default:
+		doneFirst = true
+	}
+	// The holder has shown what it had to: end it now.
+	_ = syscall.Kill(-holder.Process.Pid, syscall.SIGTERM)
+	<-exited
+	return gpucheck.JudgeTwoUsers(limit, gpucheck.TwoUsers{FirstLog: lines.String() + firstLog.String(), SecondLog: secondLog, SecondDoneFirst: doneFirst})
+}
+
+// runArgv runs argv with env added to the check's environment and
+// returns its output (and how it failed, if it did).
+func (s *state) runArgv(ctx context.Context, env, argv []string) string {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s\n(%s: %v)", out, filepath.Base(argv[0]), err)
+	}
+	return string(out)
+}
+
+func lookPath(name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// copyExecutable copies the file src to dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(dst, 0o755)
 }
 
 func mpsVars(env []string) []string {
@@ -281,7 +443,7 @@ func (s *state) checkV3(ctx context.Context, progress gpucheck.Progress) gpuchec
 	if !d.Run {
 		return gpucheck.Skip("%s", d.Reason)
 	}
-	ms, err := s.startSession(ctx, progress, "mps-v3", d, true)
+	ms, err := s.startSession(ctx, progress, "mps-v3", d, true, nil)
 	if err != nil {
 		if ms != nil {
 			return gpucheck.Fail("%v; teardown: %v", err, ms.teardown(ctx, progress))

@@ -85,6 +85,9 @@ type state struct {
 	close func()
 	// settingsBefore are compute and MIG modes by UUID at the start.
 	settingsBefore map[string]string
+	// holdSeconds is how long the classic check's first client holds its
+	// context at most (0: 30 s); it is ended once the second has run.
+	holdSeconds int
 }
 
 // Checks returns the checks in the order they run, and a function to call
@@ -99,7 +102,7 @@ func Checks(cfg Config) ([]gpucheck.Check, func()) {
 		{Name: "CDI: nvcdi edits against the driver root", Timeout: 60 * time.Second, Run: s.checkCDI},
 		{Name: "health: NVML event registration of the monitor", Timeout: 30 * time.Second, Run: s.checkHealth},
 		{Name: "enforcement: detected level and reasons", Timeout: 15 * time.Second, Run: s.checkEnforcement},
-		{Name: "MPS classic: private daemon, pinned limit, teardown", Timeout: 150 * time.Second, Run: s.checkClassicMPS},
+		{Name: "MPS classic: private multi-user daemon, a share's container view, two users, pinned limit, teardown", Timeout: 150 * time.Second, Run: s.checkClassicMPS},
 		{Name: "MPS v3: a namespace per client, limits, teardown", Timeout: 150 * time.Second, Run: s.checkV3},
 		{Name: "memory limit: tangram-cdi-hook on a scratch cgroup", Timeout: 90 * time.Second, Run: s.checkMemoryLimitHook},
 		{Name: "settings unchanged: compute mode and MIG as found", Timeout: 30 * time.Second, Run: s.checkSettingsUnchanged},

@@ -57,9 +57,10 @@ func (c ClaimSpecs) Write(_ context.Context, claim prepared.Claim, client mps.Cl
 	return ids, nil
 }
 
-// shmDir is the claim's /dev/shm: the one its MPS clients must use when
-// the claim has MPS shares (classic MPS: the server's; v3: the claim's
-// own), else the claim's own directory; "" without claim directories.
+// shmDir is the claim's /dev/shm: the one its MPS client configuration
+// names when the claim has MPS shares (the claim's own, in classic and v3
+// mode alike), else the claim's own directory; "" without claim
+// directories.
 func (c ClaimSpecs) shmDir(claimUID string, client mps.ClientConfig) string {
 	for _, m := range client.Mounts {
 		if m.ContainerPath == ShmContainerPath {

@@ -53,8 +53,7 @@ type Inputs struct {
 	// ShmDir, when set, is the host directory mounted at /dev/shm on
 	// every device of the claim's cards: the claim's own directory
 	// (claim-scoped IPC, shared by all containers of all pods of the
-	// claim), or, for a claim with classic MPS shares, the MPS server's
-	// (its clients must share /dev/shm with the server). One per claim, so
+	// claim), MPS shares included, classic or v3. One per claim, so
 	// that a container given several of the claim's devices gets one
 	// /dev/shm whichever is injected last. The claim-wide device carries
 	// none (it only adds lists to the cards' devices).

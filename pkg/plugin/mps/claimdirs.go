@@ -17,11 +17,10 @@ import (
 // own, <mps-root>/claims/<claimUID>/shm, shared by every container of every
 // pod of the claim (so CUDA IPC between them works without hostIPC) and by
 // nothing else: a tenant cannot see or fill another claim's shared memory.
-// Every claim gets one (whole cards, shares, admin access); the MPS v3
-// Manager uses the same directory for its shares. Only a classic MPS
-// share's containers use the node daemon's /dev/shm instead (classic MPS
-// clients share /dev/shm with the MPS server; see docs/enforcement.md). The
-// directory is created at prepare, removed at unprepare, and those no
+// Every claim gets one (whole cards, shares, admin access); the MPS
+// Manager gives its shares the same directory, in classic and v3 mode (a
+// classic MPS client needs nothing of the server's /dev/shm: a GPU run
+// showed it, see docs/enforcement.md). The directory is created at prepare, removed at unprepare, and those no
 // prepared claim owns are swept at start-up (pkg/plugin recover.go).
 
 // ClaimsDir holds the per-claim directories.

@@ -27,9 +27,10 @@ func (l Layout) PipeDir() string { return filepath.Join(l.Root, "pipe") }
 // LogDir holds control.log and server.log.
 func (l Layout) LogDir() string { return filepath.Join(l.Root, "log") }
 
-// ShmDir is the shared-memory directory the daemon and its clients must have
-// in common as /dev/shm: MPS clients and server exchange data through POSIX
-// shared memory, so a container that only sees the pipes cannot connect.
+// ShmDir is the daemon's own /dev/shm (a directory of the MPS root, not the
+// host's). Its clients do not share it: each claim's containers have the
+// claim's own (ClaimShmDir); on a GPU (driver r580) a classic client with
+// a /dev/shm of its own worked and created nothing in either.
 func (l Layout) ShmDir() string { return filepath.Join(l.Root, "shm") }
 
 // create makes the directories with the modes MPS needs: clients of any UID

@@ -48,8 +48,7 @@ type ClientConfig struct {
 	// only connects to the sockets and opens the pipes there, which a
 	// read-only bind mount allows, and cannot remove or replace them).
 	PipeReadOnly bool
-	// Mounts holds the pipe directory and the /dev/shm the client must
-	// share with its MPS server.
+	// Mounts holds the pipe directory and the claim's own /dev/shm.
 	Mounts []Mount
 }
 
@@ -306,20 +305,21 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 }
 
 // ClientConfig returns the pipe directory and mounts of a claim's
-// containers. In classic mode they are the same for every claim: the
-// daemon's pipe directory, read-only, and its /dev/shm, which classic MPS
-// clients share with the server (docs/enforcement.md, "Classic MPS: what
-// every share still shares"). In v3 mode each claim gets its namespace's
-// pipe directory and a /dev/shm of its own.
+// containers: in both modes the claim's own /dev/shm
+// (<mps-root>/claims/<uid>/shm, which every claim gets). In classic mode
+// the pipe directory is the daemon's, the same for every claim and mounted
+// read-only: a classic client reaches the control daemon only there, and
+// on a GPU (driver r580) it worked through a read-only bind and with a
+// /dev/shm of its own, creating no file in either (docs/enforcement.md,
+// "Classic MPS: what every share still shares"). In v3 mode each claim
+// gets its namespace's pipe directory.
 func (m *Manager) ClientConfig(claimUID string) ClientConfig {
+	shm := Mount{HostPath: m.layout.ClaimShmDir(claimUID), ContainerPath: "/dev/shm"}
 	if m.v3 != nil {
 		pipe := m.layout.NamespacePipeDir(m.v3.Server, claimUID)
 		return ClientConfig{
 			PipeDir: pipe,
-			Mounts: []Mount{
-				{HostPath: pipe, ContainerPath: pipe},
-				{HostPath: m.layout.ClaimShmDir(claimUID), ContainerPath: "/dev/shm"},
-			},
+			Mounts:  []Mount{{HostPath: pipe, ContainerPath: pipe}, shm},
 		}
 	}
 	return ClientConfig{
@@ -327,7 +327,7 @@ func (m *Manager) ClientConfig(claimUID string) ClientConfig {
 		PipeReadOnly: true,
 		Mounts: []Mount{
 			{HostPath: m.layout.PipeDir(), ContainerPath: m.layout.PipeDir(), ReadOnly: true},
-			{HostPath: m.layout.ShmDir(), ContainerPath: "/dev/shm"},
+			shm,
 		},
 	}
 }
@@ -1121,8 +1121,8 @@ func (m *Manager) stopDaemon(ctx context.Context) error {
 		err = fmt.Errorf("stopping the MPS daemon took longer than %s: %w", m.timing.StopTimeout, err)
 	}
 	if err == nil && m.v3 == nil {
-		// Classic mode: the daemon and its clients are gone, so the
-		// segments they shared are litter.
+		// Classic mode: the daemon and its servers are gone, so what they
+		// left in the daemon's own /dev/shm is litter.
 		err = clearDir(m.layout.ShmDir())
 	}
 	return err
@@ -1257,8 +1257,8 @@ func uniqueSorted(in []string) []string {
 }
 
 // PrivateShmWrapper returns the command prefix that starts the daemon in a
-// private mount namespace whose /dev/shm is shmDir, the directory every
-// share's container mounts as its /dev/shm. shmDir should be on a tmpfs
+// private mount namespace whose /dev/shm is shmDir, the daemon's own (not
+// the host's; shares' containers have their claim's). shmDir should be on a tmpfs
 // (the default MPS root under /run is).
 func PrivateShmWrapper(shmDir string) []string {
 	return []string{"unshare", "--mount", "--propagation", "private", "--",

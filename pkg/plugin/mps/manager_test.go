@@ -303,14 +303,15 @@ func TestManagerConcurrentShares(t *testing.T) {
 func TestClientConfigMountsPipeAndShm(t *testing.T) {
 	m := NewManager(Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &RecordingComputeModeSetter{}, nil)
 	// Classic mode: the daemon's pipe directory, read-only (a client only
-	// connects to its sockets), and the daemon's /dev/shm, which classic
-	// MPS clients share with the server.
+	// connects to its sockets), and the claim's own /dev/shm, not the
+	// daemon's: a classic client worked with a /dev/shm of its own on a GPU
+	// (docs/gpu-reports/2026-11-27-h200-r580-experiments.md).
 	want := ClientConfig{
 		PipeDir:      "/run/tangram/mps/pipe",
 		PipeReadOnly: true,
 		Mounts: []Mount{
 			{HostPath: "/run/tangram/mps/pipe", ContainerPath: "/run/tangram/mps/pipe", ReadOnly: true},
-			{HostPath: "/run/tangram/mps/shm", ContainerPath: "/dev/shm"},
+			{HostPath: "/run/tangram/mps/claims/c1/shm", ContainerPath: "/dev/shm"},
 		},
 	}
 	if got := m.ClientConfig("c1"); !reflect.DeepEqual(got, want) {

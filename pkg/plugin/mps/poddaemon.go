@@ -133,7 +133,7 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 	}
 	// The pipe directory keeps its host path (CDI mounts and
 	// CUDA_MPS_PIPE_DIRECTORY name it); <mps-root>/shm becomes the daemon's
-	// /dev/shm, the one every share's container mounts.
+	// own /dev/shm (shares' containers have their claim's).
 	mounts := []corev1.VolumeMount{
 		{Name: "mps-pipe", MountPath: cfg.Layout.PipeDir()},
 		{Name: "mps-log", MountPath: cfg.Layout.LogDir()},

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,25 +60,45 @@ import (
 // real client attaches by connecting to the namespace's pipe directory).
 //
 // `nvidia-cuda-mps-control standin client` plays a CUDA program starting
-// under classic MPS, with what NVIDIA documents such a client needs (rules
-// classic-client-*): it reaches the control daemon only through the
-// daemon's own pipe directory (CUDA_MPS_PIPE_DIRECTORY), and it must share
-// /dev/shm with the MPS server, which the daemon starts at the first client
-// and which leaves its mark in the daemon's /dev/shm (StandInConfig.ShmDir).
-// The client's view of a container is given by the environment:
+// under classic MPS, with what NVIDIA documents and a GPU run showed such a
+// client needs (rules classic-client-*):
+//
+//   - it reaches the control daemon only through the daemon's own pipe
+//     directory (CUDA_MPS_PIPE_DIRECTORY);
+//   - it needs nothing of the MPS server's /dev/shm: on a GPU (driver
+//     r580, docs/gpu-reports/2026-11-27-h200-r580-experiments.md) clients
+//     with a /dev/shm of their own, a fresh tmpfs or another directory,
+//     were served and limited, and no client nor server created a file in
+//     /dev/shm or in the pipe directory, so the stand-in creates none;
+//   - the daemon serves it by an MPS server of its UID: without multi-user
+//     mode (-M) a server runs as the UID of the client it was started for,
+//     and a client of another UID is queued until that server's clients
+//     are all done, then gets a new server of its own UID
+//     (nvidia-cuda-mps-control(1), DESCRIPTION; the GPU run saw a uid 1000
+//     client wait 13 s for a root client); with -M one server serves
+//     clients of every UID at once.
+//
+// The client stays connected (counts as the server's client) while it
+// holds, then leaves. Its view of a container is given by the environment:
 //
 //	CUDA_MPS_PIPE_DIRECTORY              the pipe directory it sees
 //	TANGRAM_STANDIN_MPS_CLIENT_SHM       the directory its /dev/shm is
-//	                                     (default /dev/shm)
+//	                                     (default /dev/shm): it must exist
+//	                                     and is left as it was
+//	TANGRAM_STANDIN_MPS_CLIENT_UID       its UID (default: the process's)
+//	TANGRAM_STANDIN_MPS_CLIENT_HOLD      how long it keeps its context once
+//	                                     served: a Go duration, or "stdin"
+//	                                     (until its standard input ends);
+//	                                     default: it leaves at once
 //	TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO=1 its pipe directory is a read-only
 //	                                     mount (writes there fail)
 //	TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE=1
 //	                                     the client creates an entry in the
-//	                                     pipe directory: whether a real
-//	                                     classic client does is not
-//	                                     documented (unconfirmed; default
-//	                                     no), so a read-only pipe mount is
-//	                                     tested both ways.
+//	                                     pipe directory: a real classic
+//	                                     client did not on r580 (default
+//	                                     no); the switch plays a driver
+//	                                     that would, on which a read-only
+//	                                     pipe mount fails.
 
 // StandInConfig configures a stand-in daemon.
 type StandInConfig struct {
@@ -91,9 +113,6 @@ type StandInConfig struct {
 	UnderscoreColumns bool
 	// Hang lists the commands that never answer (see the package comment).
 	Hang []string
-	// ShmDir is the daemon's /dev/shm, where the MPS server it starts for
-	// the first classic client leaves its mark; "" is /dev/shm.
-	ShmDir string
 }
 
 // Names of the stand-in's switches (environment variables).
@@ -103,9 +122,10 @@ const (
 	StandInEnvHang        = "TANGRAM_STANDIN_MPS_HANG"
 	// The view of a stand-in client (`standin client`), see above.
 	StandInEnvClientShm        = "TANGRAM_STANDIN_MPS_CLIENT_SHM"
+	StandInEnvClientUID        = "TANGRAM_STANDIN_MPS_CLIENT_UID"
+	StandInEnvClientHold       = "TANGRAM_STANDIN_MPS_CLIENT_HOLD"
 	StandInEnvClientPipeRO     = "TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO"
 	StandInEnvClientWritesPipe = "TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE"
-	standInServerShmMark       = "nvidia-mps-standin-server"
 	standInClientCommand       = "standin client"
 	// StandInHangFile, in the log directory, lists commands that hang.
 	StandInHangFile = "standin-hang"
@@ -204,7 +224,8 @@ func RunStandInControlDaemon(ctx context.Context, cfg StandInConfig) error {
 func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	r := bufio.NewReader(conn)
+	line, err := r.ReadBytes('\n')
 	if len(strings.TrimSpace(string(line))) == 0 {
 		_ = err // EOF before a command: a probe
 		return false
@@ -216,6 +237,10 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 	}
 	command := strings.Join(req.Args, " ")
 	d.log(standInCommandMark[1:] + req.Transport + "]: " + command)
+	if req.Transport == transportClient {
+		d.serveClient(ctx, conn, r, req.Args)
+		return false
+	}
 	if d.hangs(req.Args) {
 		d.log("Hanging (stand-in switch): " + command)
 		<-ctx.Done()
@@ -230,6 +255,102 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 	_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	_ = json.NewEncoder(conn).Encode(reply)
 	return quit
+}
+
+// serveClient serves a classic CUDA client (`standin client`, args
+// "client --uid=<uid>"): once an MPS server of the daemon may serve it
+// (admitClient), it answers with the server, then counts the client as
+// connected until it closes its connection.
+func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.Reader, args []string) {
+	reply := func(rep standInReply) {
+		if rep.Err != "" {
+			d.log(standInRejectMark[1:] + rep.Err)
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_ = json.NewEncoder(conn).Encode(rep)
+	}
+	if d.cfg.Protocol == 3 {
+		// rule: v3-client-namespace.
+		reply(standInReply{Err: "MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's"})
+		return
+	}
+	uid := -1
+	for _, a := range args[1:] {
+		if v, ok := strings.CutPrefix(a, "--uid="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+				uid = n
+			}
+		}
+	}
+	if uid < 0 {
+		reply(standInReply{Err: fmt.Sprintf("malformed client request %q: want client --uid=<uid>", strings.Join(args, " "))})
+		return
+	}
+	// The client sends nothing more: its connection ends when it exits.
+	_ = conn.SetReadDeadline(time.Time{})
+	gone := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, r)
+		close(gone)
+	}()
+	s, err := d.admitClient(ctx, uid, gone)
+	if err != nil {
+		reply(standInReply{Err: err.Error()})
+		return
+	}
+	reply(standInReply{Out: fmt.Sprintf("MPS server %d of user %d\n", s.pid, s.uid)})
+	select {
+	case <-gone:
+	case <-ctx.Done():
+	}
+	d.mu.Lock()
+	s.clients--
+	close(d.clientLeft)
+	d.clientLeft = make(chan struct{})
+	d.mu.Unlock()
+	d.log(fmt.Sprintf("Client of user %d left server %d", uid, s.pid))
+}
+
+// admitClient finds the MPS server that serves a client of uid, starting
+// one if needed, and counts the client on it. Without multi-user mode a
+// server serves its own UID only (rule: classic-client-users): a client of
+// another UID waits until the running server's clients are all done, then
+// the server is replaced by one of the client's UID.
+func (d *standInState) admitClient(ctx context.Context, uid int, gone <-chan struct{}) (*classicServer, error) {
+	queued := false
+	for {
+		d.mu.Lock()
+		s := d.classic
+		switch {
+		case s != nil && (s.uid == uid || d.cfg.MultiUser):
+		case s == nil || s.clients == 0:
+			d.nextPID++
+			next := &classicServer{pid: 200000 + d.nextPID, uid: uid}
+			if s != nil {
+				d.log(fmt.Sprintf("Server %d of user %d exited: a client of user %d was waiting", s.pid, s.uid, uid))
+			}
+			d.log(fmt.Sprintf("Starting new server %d for user %d", next.pid, uid))
+			d.classic, s = next, next
+		default:
+			if !queued {
+				d.log(fmt.Sprintf("Client of user %d queued: server %d of user %d has %d client(s) and shuts down when they are done (a daemon started with -M serves every user at once)", uid, s.pid, s.uid, s.clients))
+				queued = true
+			}
+			left := d.clientLeft
+			d.mu.Unlock()
+			select {
+			case <-left:
+				continue
+			case <-gone:
+				return nil, fmt.Errorf("the client of user %d left while queued", uid)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		s.clients++
+		d.mu.Unlock()
+		return s, nil
+	}
 }
 
 // hangs reports whether the command is one the switch or the hang file

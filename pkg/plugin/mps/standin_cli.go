@@ -255,11 +255,36 @@ func sendLines(ctx context.Context, pipeDir string, inv StandInInvocation) int {
 
 // runStandInClient is `standin client`: a CUDA program starting under
 // classic MPS, in the view its environment describes (see the package
-// comment). It exits 0 once connected, 1 with the reason otherwise.
+// comment). It exits 0 once served (after holding, when told to), 1 with
+// the reason otherwise.
 func runStandInClient(ctx context.Context, inv StandInInvocation, pipeDir string) int {
+	shm := envOr(inv.Getenv, StandInEnvClientShm, "/dev/shm")
+	if fi, err := os.Stat(shm); err != nil || !fi.IsDir() {
+		fmt.Fprintf(inv.Stderr, "MPS client: its /dev/shm %s is not a directory: %v\n", shm, err)
+		return 1
+	}
+	uid := os.Getuid()
+	if v := inv.Getenv(StandInEnvClientUID); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fmt.Fprintf(inv.Stderr, "%s=%s is not a UID\n", StandInEnvClientUID, v)
+			return 2
+		}
+		uid = n
+	}
+	hold := inv.Getenv(StandInEnvClientHold)
+	var holdFor time.Duration
+	if hold != "" && hold != "stdin" {
+		d, err := time.ParseDuration(hold)
+		if err != nil || d < 0 {
+			fmt.Fprintf(inv.Stderr, "%s=%s: want a duration or stdin\n", StandInEnvClientHold, hold)
+			return 2
+		}
+		holdFor = d
+	}
 	if inv.Getenv(StandInEnvClientWritesPipe) == "1" {
-		// Unconfirmed behaviour, switched on: an entry of the client's
-		// own in the pipe directory.
+		// A driver whose client would create an entry of its own in the
+		// pipe directory (not seen on r580), switched on.
 		if inv.Getenv(StandInEnvClientPipeRO) == "1" {
 			fmt.Fprintf(inv.Stderr, "MPS client: creating its entry in the pipe directory %s: read-only file system\n", pipeDir)
 			return 1
@@ -271,22 +296,64 @@ func runStandInClient(ctx context.Context, inv StandInInvocation, pipeDir string
 		}
 		defer func() { _ = os.Remove(entry) }()
 	}
-	mark, err := sendStandIn(ctx, pipeDir, standInRequest{Transport: transportClient, Args: []string{"client"}})
+	server, conn, err := connectStandInClient(ctx, pipeDir, uid)
 	if err != nil {
 		// rule: classic-client-pipe.
 		fmt.Fprintf(inv.Stderr, "MPS client: %v\n", err)
 		return 1
 	}
-	shm := envOr(inv.Getenv, StandInEnvClientShm, "/dev/shm")
-	seen, err := os.ReadFile(filepath.Join(shm, standInServerShmMark))
-	if err != nil || string(seen) != strings.TrimSpace(mark) {
-		// rule: classic-client-shm.
-		fmt.Fprintf(inv.Stderr, "MPS client: the MPS server's shared memory (%s) is not in this client's /dev/shm %s: a classic MPS client must share /dev/shm with the server\n",
-			strings.TrimSpace(mark), shm)
-		return 1
+	// Connected until it exits: the daemon counts it on its server.
+	defer func() { _ = conn.Close() }()
+	fmt.Fprintln(inv.Stdout, "connected to "+strings.TrimSpace(server))
+	switch {
+	case hold == "stdin" && inv.Stdin != nil:
+		done := make(chan struct{})
+		go func() {
+			_, _ = io.Copy(io.Discard, inv.Stdin)
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	case holdFor > 0:
+		select {
+		case <-time.After(holdFor):
+		case <-ctx.Done():
+		}
 	}
-	fmt.Fprintln(inv.Stdout, "connected to "+strings.TrimSpace(mark))
 	return 0
+}
+
+// connectStandInClient asks the daemon of pipeDir for an MPS server for a
+// client of uid, waiting as long as the daemon queues it (or until ctx
+// ends), and returns the server's name and the open connection, which
+// the client holds while it runs.
+func connectStandInClient(ctx context.Context, pipeDir string, uid int) (string, net.Conn, error) {
+	var dialer net.Dialer
+	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot find MPS control daemon process (pipe directory %s): %w", pipeDir, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	req := standInRequest{Transport: transportClient, Args: []string{"client", fmt.Sprintf("--uid=%d", uid)}}
+	var reply standInReply
+	if err := json.NewEncoder(conn).Encode(req); err == nil {
+		err = json.NewDecoder(conn).Decode(&reply)
+	}
+	if err != nil {
+		_ = conn.Close()
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (still waiting for an MPS server)", ctx.Err())
+		}
+		return "", nil, fmt.Errorf("connecting to the MPS control daemon as user %d: %w", uid, err)
+	}
+	if reply.Err != "" {
+		_ = conn.Close()
+		return "", nil, errors.New(reply.Err)
+	}
+	return reply.Out, conn, nil
 }
 
 // ProbeStandIn reports whether a stand-in daemon listens on pipeDir.

@@ -56,14 +56,23 @@ type standInState struct {
 	servers       map[int]*standInServer
 	nextPID       int
 	v3Servers     map[string]*v3Server
-	// serverMark is what the MPS server started for classic clients wrote
-	// into the daemon's /dev/shm; "" until the first client.
-	serverMark string
+	// classic is the MPS server the daemon started for classic clients;
+	// nil until the first. clientLeft is closed and replaced whenever a
+	// classic client leaves, waking the queued ones.
+	classic    *classicServer
+	clientLeft chan struct{}
+}
+
+// classicServer is the MPS server of a classic (protocol 2) daemon: it
+// runs as the UID of the client it was started for and counts its
+// connected clients.
+type classicServer struct {
+	pid, uid, clients int
 }
 
 func newStandInState(cfg StandInConfig) *standInState {
 	return &standInState{cfg: cfg, defaultATP: 100, defaultPinned: map[string]string{},
-		servers: map[int]*standInServer{}, v3Servers: map[string]*v3Server{}}
+		servers: map[int]*standInServer{}, v3Servers: map[string]*v3Server{}, clientLeft: make(chan struct{})}
 }
 
 var (
@@ -103,9 +112,6 @@ func (d *standInState) execute(req standInRequest) (string, bool, error) {
 		}
 		return "", false, fmt.Errorf("unknown option %q", strings.Join(req.Args, " "))
 	}
-	if req.Transport == transportClient {
-		return d.clientConnect()
-	}
 	switch d.cfg.Protocol {
 	case 3:
 		if req.Transport != transportArgv {
@@ -140,7 +146,12 @@ func (d *standInState) executeLegacy(f []string) (string, bool, error) {
 		return "", true, nil
 	case "get_server_list":
 		var b strings.Builder
-		for _, pid := range slices.Sorted(maps.Keys(d.servers)) {
+		pids := slices.Collect(maps.Keys(d.servers))
+		if d.classic != nil {
+			pids = append(pids, d.classic.pid)
+		}
+		slices.Sort(pids)
+		for _, pid := range pids {
 			fmt.Fprintf(&b, "%d\n", pid)
 		}
 		return b.String(), false, nil
@@ -634,32 +645,6 @@ func (d *standInState) attachClient(inv v3Invocation) (string, bool, error) {
 	}
 	ns.clients[pid] = true
 	return strconv.Itoa(pid) + "\n", false, nil
-}
-
-// clientConnect answers a CUDA client on the control socket: in classic
-// MPS the daemon starts the MPS server for the first client, and the
-// server's shared memory lives in the daemon's /dev/shm, which each client
-// must share (rule: classic-client-shm). The reply names the server's mark
-// there. Under MPS v3 clients connect through their namespace's pipe
-// directory, never the control socket (rule: v3-client-namespace).
-func (d *standInState) clientConnect() (string, bool, error) {
-	if d.cfg.Protocol == 3 {
-		return "", false, errors.New("MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's")
-	}
-	shm := d.cfg.ShmDir
-	if shm == "" {
-		shm = "/dev/shm"
-	}
-	if d.serverMark == "" {
-		d.nextPID++
-		mark := fmt.Sprintf("server %d of control daemon %d", 200000+d.nextPID, os.Getpid())
-		if err := os.WriteFile(filepath.Join(shm, standInServerShmMark), []byte(mark), 0o644); err != nil {
-			return "", false, fmt.Errorf("starting the MPS server: its shared memory in %s: %w", shm, err)
-		}
-		d.serverMark = mark
-		d.log("NEW SERVER (stand-in): " + mark)
-	}
-	return d.serverMark + "\n", false, nil
 }
 
 // renderTable writes rows as CSV (quoted where a value holds a comma) or

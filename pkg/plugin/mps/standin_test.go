@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// standInDaemon is a stand-in daemon run in the test process.
+// standInDaemon is a stand-in daemon run in the test process; shm stands
+// for its /dev/shm (a classic daemon runs with a /dev/shm of its own).
 type standInDaemon struct {
 	pipe, logDir, shm string
 	done              chan error
@@ -30,7 +32,7 @@ func startStandIn(t *testing.T, cfg StandInConfig) *standInDaemon {
 			t.Fatal(err)
 		}
 	}
-	cfg.PipeDir, cfg.LogDir, cfg.ShmDir = d.pipe, d.logDir, d.shm
+	cfg.PipeDir, cfg.LogDir = d.pipe, d.logDir
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { d.done <- RunStandInControlDaemon(ctx, cfg) }()
 	t.Cleanup(func() {
@@ -60,6 +62,55 @@ func (d *standInDaemon) client(pipe, shm string, env ...string) (string, error) 
 	out, err := StandInRunner{}.Run(ctx, []string{MPSControlName, "standin", "client"},
 		append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, StandInEnvClientShm + "=" + shm}, env...), "")
 	return string(out), err
+}
+
+// heldClient starts `standin client` as user uid with the daemon's pipe
+// directory and a /dev/shm of its own, holding its context until release
+// is called; the client's exit status and output arrive on the channel.
+func (d *standInDaemon) heldClient(t *testing.T, uid int) (release func(), result <-chan clientResult) {
+	t.Helper()
+	stdinR, stdinW := io.Pipe()
+	vars := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": d.pipe, StandInEnvClientShm: t.TempDir(),
+		StandInEnvClientUID: fmt.Sprint(uid), StandInEnvClientHold: "stdin"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	res := make(chan clientResult, 1)
+	go func() {
+		var out strings.Builder
+		code := RunStandIn(ctx, StandInInvocation{Args: []string{"standin", "client"}, Getenv: func(k string) string { return vars[k] },
+			Stdin: stdinR, Stdout: &out, Stderr: &out})
+		res <- clientResult{code: code, out: out.String()}
+	}()
+	var once sync.Once
+	release = func() { once.Do(func() { _ = stdinW.Close() }) }
+	t.Cleanup(func() { release(); cancel() })
+	return release, res
+}
+
+type clientResult struct {
+	code int
+	out  string
+}
+
+// waitLog waits until the daemon's control.log holds substr.
+func (d *standInDaemon) waitLog(t *testing.T, substr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(filepath.Join(d.logDir, standInControlLog))
+		if strings.Contains(string(data), substr) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("control.log never said %q:\n%s", substr, data)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// clientAs runs `standin client` as user uid with the daemon's pipe
+// directory and /dev/shm; it leaves at once once served.
+func (d *standInDaemon) clientAs(uid int) (string, error) {
+	return d.client(d.pipe, d.shm, fmt.Sprintf("%s=%d", StandInEnvClientUID, uid))
 }
 
 // v3 runs one MPS v3 command as arguments.
@@ -133,8 +184,9 @@ func TestStandInRules(t *testing.T) {
 		kai      = "NVIDIA KAI scheduler, kai-gpu-fractioning mpsctl (verified on driver 615)"
 		legacy   = "NVIDIA, MPS documentation / nvidia-cuda-mps-control(1), legacy shell"
 		pipeEnv  = "NVIDIA, MPS documentation, CUDA_MPS_PIPE_DIRECTORY (Appendix: Environment Variables): control daemon, server and clients communicate through named pipes and UNIX sockets there; the value must be the same for the daemon and all its clients"
-		sample   = "NVIDIA's MPS container sample (gitlab.com/nvidia/samples, mps/docker-compose.yml, from NVIDIA container-wiki 'MPS (EXPERIMENTAL)'): clients share the IPC namespace, so /dev/shm, of the MPS daemon; NVIDIA's k8s-device-plugin and DRA driver mount the daemon's /dev/shm into clients instead of hostIPC (k8s-device-plugin#843)"
 		dynamo   = "NVIDIA Dynamo, per-GPU compute and memory limits with MPS (615.71.09)"
+		manPage  = "NVIDIA, nvidia-cuda-mps-control(1), DESCRIPTION (a server runs as its first client's UID; a client of another UID is queued until the server's clients are done)"
+		gpuRun   = "GPU run on an H200, driver 580.159.04 (docs/gpu-reports/2026-11-27-h200-r580-experiments.md)"
 		v3Server = "s"
 	)
 	// v3 is a multi-user MPS v3 daemon with server s and namespace ns.
@@ -347,15 +399,53 @@ func TestStandInRules(t *testing.T) {
 				_, err = d.client(t.TempDir(), d.shm)
 				wantErr(t, "a client of another directory", err, "cannot find MPS control daemon")
 			}},
-		{rule: "classic-client-shm: a classic client shares /dev/shm with the MPS server; with a /dev/shm of its own it fails", source: sample,
+		{rule: "classic-client-shm: a classic client needs nothing of the MPS server's /dev/shm: with a /dev/shm of its own it is served, and it creates no file in either", source: gpuRun + " (section 2: clients with a fresh tmpfs, another directory or the host's /dev/shm were served and limited; none created a file)",
 			check: func(t *testing.T) {
 				d := startStandIn(t, StandInConfig{Protocol: 2})
-				_, err := d.client(d.pipe, t.TempDir())
-				wantErr(t, "a client with its own /dev/shm", err, "must share /dev/shm with the server")
-				out, err := d.client(d.pipe, d.shm)
+				own := t.TempDir()
+				out, err := d.client(d.pipe, own)
+				wantOK(t, "a client with a /dev/shm of its own", out, err, "*")
+				out, err = d.client(d.pipe, d.shm)
 				wantOK(t, "a client with the daemon's /dev/shm", out, err, "*")
+				for _, dir := range []string{own, d.shm} {
+					if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+						t.Errorf("%s holds %v after the clients, want nothing", dir, entries)
+					}
+				}
 			}},
-		{rule: "classic-client-pipe-ro: a classic client connects in the pipe directory (a read-only mount allows it); whether it creates entries there is undocumented (switch " + StandInEnvClientWritesPipe + "=1: it does, and a read-only mount fails)", source: pipeEnv + " (it names no client-created entry: unconfirmed)",
+		{rule: "classic-client-users: without -M a server serves the UID it was started for; a client of another UID waits until that server's clients are all done, then gets a server of its own UID; with -M one server serves every UID at once", source: manPage + "; " + gpuRun + " (section 3: a uid 1000 client waited 13 s for a root client without -M, 0.2 s with -M)",
+			check: func(t *testing.T) {
+				d := startStandIn(t, StandInConfig{Protocol: 2})
+				releaseRoot, root := d.heldClient(t, 0)
+				d.waitLog(t, "Starting new server 200001 for user 0")
+				releaseUser, user := d.heldClient(t, 1000)
+				d.waitLog(t, "Client of user 1000 queued")
+				select {
+				case r := <-user:
+					t.Fatalf("the uid 1000 client was answered while the root client holds the server: %+v", r)
+				default:
+				}
+				releaseRoot()
+				if r := <-root; r.code != 0 {
+					t.Fatalf("the root client: %+v", r)
+				}
+				releaseUser()
+				if r := <-user; r.code != 0 || !strings.Contains(r.out, "of user 1000") {
+					t.Errorf("the uid 1000 client after the root client left: %+v, want a server of user 1000", r)
+				}
+
+				multi := startStandIn(t, StandInConfig{Protocol: 2, MultiUser: true})
+				releaseRoot, root = multi.heldClient(t, 0)
+				multi.waitLog(t, "Starting new server")
+				// Answered while the root client still holds the server.
+				out, err := multi.clientAs(1000)
+				wantOK(t, "a uid 1000 client of a -M daemon", out, err, "connected to MPS server 200001 of user 0\n")
+				releaseRoot()
+				if r := <-root; r.code != 0 {
+					t.Errorf("the root client: %+v", r)
+				}
+			}},
+		{rule: "classic-client-pipe-ro: a classic client connects in the pipe directory (a read-only mount allows it) and creates nothing there (switch " + StandInEnvClientWritesPipe + "=1 plays a driver whose client would, on which a read-only mount fails)", source: pipeEnv + "; " + gpuRun + " (section 2: clients through a read-only bind were served; no file appeared)",
 			check: func(t *testing.T) {
 				d := startStandIn(t, StandInConfig{Protocol: 2})
 				out, err := d.client(d.pipe, d.shm, StandInEnvClientPipeRO+"=1")
