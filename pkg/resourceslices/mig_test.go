@@ -470,3 +470,40 @@ func TestMIGAllocatesTheGuidesCombinations(t *testing.T) {
 }
 
 var exactlyCard0 = fmt.Sprintf("device.attributes[%q].%s == 0", device.DriverName, device.AttrParentIndex)
+
+// TestBuiltinMIGProfile: the built-in fake profile mig-h100 (for fake
+// clusters and demos) publishes cards 0 and 1 as their 25 partitions each
+// with one counter set apiece, and cards 2 (MIG off) and 3 (MIG pending)
+// whole.
+func TestBuiltinMIGProfile(t *testing.T) {
+	p, err := fakegpu.BuiltinProfile("mig-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := fakegpu.NewFakeSource(migNode, p).GPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := migNodeOf(t, gpus)
+	perCard := map[string]int{}
+	var sets []string
+	for _, s := range node.Slices {
+		for _, d := range s.Spec.Devices {
+			ref := must(device.ParseDeviceName(d.Name))
+			kind := "card"
+			if ref.MIG != nil {
+				kind = "mig"
+			}
+			perCard[fmt.Sprintf("%d %s", ref.Index, kind)]++
+		}
+		for _, c := range s.Spec.SharedCounters {
+			sets = append(sets, c.Name)
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"0 mig": 25, "1 mig": 25, "2 card": 1, "3 card": 1}, perCard); diff != "" {
+		t.Errorf("devices per card (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"gpu-0", "gpu-1"}, sets); diff != "" {
+		t.Errorf("counter sets (-want +got):\n%s", diff)
+	}
+}
