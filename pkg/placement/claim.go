@@ -24,7 +24,7 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 		return nil, fmt.Errorf("request %s asks for no GPU, so it needs no claim", r.Name)
 	}
 	want := r.WholeCards
-	if r.ShareMilli > 0 {
+	if r.ShareMilli > 0 || r.MIGProfile != "" {
 		want = 1
 	}
 	if len(cards) != want {
@@ -54,6 +54,18 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 		}
 		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s in [%s]`,
 			device.DriverName, device.AttrIndex, strings.Join(idx, ", "))))
+	}
+	if r.MIGProfile != "" {
+		// One partition of the profile, on the chosen cards in MIG mode
+		// (pinned by their index, which their partitions carry as
+		// parentIndex).
+		req.DeviceClassName = device.MIGDeviceClassName
+		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s == %q`,
+			device.DriverName, device.AttrMIGProfile, r.MIGProfile)))
+		if pin {
+			last := &req.Selectors[len(req.Selectors)-2]
+			last.CEL.Expression = strings.Replace(last.CEL.Expression, "."+device.AttrIndex+" in", "."+device.AttrParentIndex+" in", 1)
+		}
 	}
 	if r.ShareMilli > 0 {
 		req.DeviceClassName = device.SharedDeviceClassName
