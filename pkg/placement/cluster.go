@@ -114,10 +114,12 @@ func CardsFromSlices(name string, nodeSlices []*resourceapi.ResourceSlice) (*Nod
 	}
 	sort.Slice(ours, func(a, b int) bool { return ours[a].Name < ours[b].Name })
 	var devices []resourceapi.Device
+	var sets []resourceapi.CounterSet
 	for _, s := range ours {
 		devices = append(devices, s.Spec.Devices...)
+		sets = append(sets, s.Spec.SharedCounters...)
 	}
-	n, err := NodeFromDevices(name, 0, 0, devices)
+	n, err := NodeFromDevices(name, 0, 0, devices, sets...)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +139,10 @@ func (nc *NodeCards) Node(cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB int64
 	for _, a := range allocations {
 		for _, d := range a.Devices {
 			if !nc.pools[d.Pool] {
+				continue
+			}
+			if card, p, ok := n.migCardIndex(d.Device); ok {
+				n.apply(Consumed{Card: card, MIG: p + 1}, 0)
 				continue
 			}
 			i, ok := nc.byDevice[d.Device]
@@ -180,6 +186,15 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 		}
 		for _, req := range claim.Spec.Devices.Requests {
 			e := req.Exactly
+			if e != nil && e.DeviceClassName == device.MIGDeviceClassName {
+				// One MIG partition per pod is modelled, of the profile
+				// its selector names; other MIG requests are left to the
+				// allocator.
+				if p := migProfileOf(e.Selectors); p != "" && r.MIGProfile == "" && max(e.Count, 1) == 1 {
+					r.MIGProfile, found = p, true
+				}
+				continue
+			}
 			if e == nil || !device.IsTangramClass(e.DeviceClassName) {
 				continue
 			}
