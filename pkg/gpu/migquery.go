@@ -21,6 +21,9 @@ type MIGQuery struct {
 type MIGProfileQuery struct {
 	Profile int    `json:"profile"`
 	Return  string `json:"return"`
+	// V1Return is what the v1 call (the inventory's) answered for a profile
+	// the versioned query answered: SUCCESS when it agreed.
+	V1Return string `json:"v1Return,omitempty"`
 	// InfoVersion is the struct version that answered (3, 2 or 1).
 	InfoVersion     int    `json:"infoVersion,omitempty"`
 	ID              int    `json:"id,omitempty"`

@@ -51,6 +51,9 @@ func MIGOutcome(cards []gpu.MIGQuery, expect func(product string, memoryMiB int6
 				continue
 			}
 			answered++
+			if p.V1Return != "" && p.V1Return != nvmlSuccess {
+				problems = append(problems, fmt.Sprintf("%s profile %d (ID %d): the inventory's v1 query answers %s", label, p.Profile, p.ID, p.V1Return))
+			}
 			if p.NameError != "" {
 				problems = append(problems, fmt.Sprintf("%s profile %d (ID %d, NVML %q): the plugin cannot name it: %s", label, p.Profile, p.ID, p.NVMLName, p.NameError))
 			} else if nv := strings.TrimPrefix(p.NVMLName, "MIG "); nv != "" && nv != p.TangramName {

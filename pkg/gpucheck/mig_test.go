@@ -41,6 +41,8 @@ func TestMIGOutcome(t *testing.T) {
 			[]string{"placements: driver 0:1, mock 0:1 1:1"}},
 		{"profile missing from the driver", []gpu.MIGQuery{card(true, with(func(p *gpu.MIGProfileQuery) { p.ID = 20; p.NVMLName = "MIG 1g.18gb+me"; p.TangramName = "1g.18gb+me" }), end)}, Failed,
 			[]string{"profile ID 19 (1g.18gb) not reported", "profiles the mock's h200-141gb lacks: ID 20 1g.18gb+me"}},
+		{"v1 call disagrees", []gpu.MIGQuery{card(false, with(func(p *gpu.MIGProfileQuery) { p.V1Return = "ERROR_NOT_SUPPORTED" }), end)}, Failed,
+			[]string{"the inventory's v1 query answers ERROR_NOT_SUPPORTED"}},
 		{"plugin cannot name it", []gpu.MIGQuery{card(true, with(func(p *gpu.MIGProfileQuery) { p.TangramName = ""; p.NameError = "not one Tangram can name" }), end)}, Failed,
 			[]string{"the plugin cannot name it"}},
 	}

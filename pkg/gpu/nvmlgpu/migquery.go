@@ -59,32 +59,20 @@ func queryCardMIG(index int, dev nvml.Device) gpu.MIGQuery {
 
 func queryProfile(dev nvml.Device, profile int, cardBytes int64) gpu.MIGProfileQuery {
 	p := gpu.MIGProfileQuery{Profile: profile}
-	var info nvml.GpuInstanceProfileInfo
-	// v3 carries NVML's own name for the profile; older drivers answer v2
-	// (also named) or only v1.
-	v := dev.GetGpuInstanceProfileInfoV(profile)
-	if v3, ret := v.V3(); ret == nvml.SUCCESS {
-		p.InfoVersion, p.NVMLName = 3, cString(v3.Name[:])
-		info = nvml.GpuInstanceProfileInfo{Id: v3.Id, SliceCount: v3.SliceCount,
-			InstanceCount: v3.InstanceCount, MultiprocessorCount: v3.MultiprocessorCount, CopyEngineCount: v3.CopyEngineCount,
-			DecoderCount: v3.DecoderCount, EncoderCount: v3.EncoderCount, JpegCount: v3.JpegCount, OfaCount: v3.OfaCount,
-			MemorySizeMB: v3.MemorySizeMB}
-		p.Return = returnName(ret)
-	} else if v2, ret2 := v.V2(); ret2 == nvml.SUCCESS {
-		p.InfoVersion, p.NVMLName = 2, cString(v2.Name[:])
-		info = nvml.GpuInstanceProfileInfo{Id: v2.Id, IsP2pSupported: v2.IsP2pSupported, SliceCount: v2.SliceCount,
-			InstanceCount: v2.InstanceCount, MultiprocessorCount: v2.MultiprocessorCount, CopyEngineCount: v2.CopyEngineCount,
-			DecoderCount: v2.DecoderCount, EncoderCount: v2.EncoderCount, JpegCount: v2.JpegCount, OfaCount: v2.OfaCount,
-			MemorySizeMB: v2.MemorySizeMB}
-		p.Return = returnName(ret2)
+	info, version, name, ret := profileInfo(dev, profile)
+	p.Return = returnName(ret)
+	if ret != nvml.SUCCESS {
+		return p
+	}
+	p.InfoVersion, p.NVMLName = version, name
+	// The inventory asks with the v1 call (go-nvml's mocks cannot stand in
+	// for the versioned one): record that it answers the same.
+	if v1, ret1 := dev.GetGpuInstanceProfileInfo(profile); ret1 != nvml.SUCCESS {
+		p.V1Return = returnName(ret1)
+	} else if v1.Id != info.Id || v1.SliceCount != info.SliceCount || v1.MemorySizeMB != info.MemorySizeMB || v1.InstanceCount != info.InstanceCount {
+		p.V1Return = fmt.Sprintf("SUCCESS but differs: ID %d, slices %d, %d MiB, %d instances", v1.Id, v1.SliceCount, v1.MemorySizeMB, v1.InstanceCount)
 	} else {
-		var ret1 nvml.Return
-		info, ret1 = dev.GetGpuInstanceProfileInfo(profile)
-		p.Return = returnName(ret1)
-		if ret1 != nvml.SUCCESS {
-			return p
-		}
-		p.InfoVersion = 1
+		p.V1Return = returnName(ret1)
 	}
 	p.ID, p.ComputeSlices, p.Instances = int(info.Id), int(info.SliceCount), int(info.InstanceCount)
 	p.Multiprocessors, p.CopyEngines = int(info.MultiprocessorCount), int(info.CopyEngineCount)
@@ -101,4 +89,27 @@ func queryProfile(dev nvml.Device, profile int, cardBytes int64) gpu.MIGProfileQ
 		p.Placements = append(p.Placements, gpu.MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})
 	}
 	return p
+}
+
+// profileInfo asks NVML one GPU instance profile the way the H200 run of
+// gpu-check asked it (docs/gpu-reports): the versioned query, v3 then v2
+// (both carry NVML's own name, empty with MIG off on r580), then the v1
+// call of drivers older than the versioned one. version is the struct
+// version that answered; ret the last query's answer.
+func profileInfo(dev nvml.Device, profile int) (info nvml.GpuInstanceProfileInfo, version int, name string, ret nvml.Return) {
+	v := dev.GetGpuInstanceProfileInfoV(profile)
+	if v3, ret := v.V3(); ret == nvml.SUCCESS {
+		return nvml.GpuInstanceProfileInfo{Id: v3.Id, SliceCount: v3.SliceCount,
+			InstanceCount: v3.InstanceCount, MultiprocessorCount: v3.MultiprocessorCount, CopyEngineCount: v3.CopyEngineCount,
+			DecoderCount: v3.DecoderCount, EncoderCount: v3.EncoderCount, JpegCount: v3.JpegCount, OfaCount: v3.OfaCount,
+			MemorySizeMB: v3.MemorySizeMB}, 3, cString(v3.Name[:]), ret
+	}
+	if v2, ret := v.V2(); ret == nvml.SUCCESS {
+		return nvml.GpuInstanceProfileInfo{Id: v2.Id, IsP2pSupported: v2.IsP2pSupported, SliceCount: v2.SliceCount,
+			InstanceCount: v2.InstanceCount, MultiprocessorCount: v2.MultiprocessorCount, CopyEngineCount: v2.CopyEngineCount,
+			DecoderCount: v2.DecoderCount, EncoderCount: v2.EncoderCount, JpegCount: v2.JpegCount, OfaCount: v2.OfaCount,
+			MemorySizeMB: v2.MemorySizeMB}, 2, cString(v2.Name[:]), ret
+	}
+	info, ret = dev.GetGpuInstanceProfileInfo(profile)
+	return info, 1, "", ret
 }
