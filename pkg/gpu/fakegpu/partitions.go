@@ -227,3 +227,6 @@ func (p *Partitions) InjectGPUInstance(card gpu.GPU, profileID, start, size int,
 	slices.SortFunc(f.Cards[card.UUID], func(a, b fakeInstance) int { return a.Start - b.Start })
 	return inst.instance(card.UUID), p.save(f)
 }
+
+// Path is the state file.
+func (p *Partitions) Path() string { return p.path }
