@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -269,4 +270,39 @@ func TestMIGForeignInstanceNeverTouched(t *testing.T) {
 	}
 	h.restart()
 	h.assertMIG(h.driver.Records(), foreign)
+}
+
+// TestMIGDeviceStatus: the claim's status.devices names each partition's
+// MIG device UUID (what nvidia-smi and CUDA name), its profile, placement,
+// instance IDs and parent card, its profile's memory, and says the GPU
+// holds its limits in hardware.
+func TestMIGDeviceStatus(t *testing.T) {
+	h := newHarness(t)
+	rs := &recordingStatus{}
+	h.driver.cfg.ClaimStatus = rs
+	claim := migClaim("m")
+	if err := h.prepare(claim)[claim.UID].Err; err != nil {
+		t.Fatal(err)
+	}
+	list := h.migInstances()
+	statuses := rs.claims[claim.Namespace+"/"+claim.Name]
+	if len(statuses) != 2 {
+		t.Fatalf("%d status entries, want 2", len(statuses))
+	}
+	for i, want := range []struct {
+		device, profile string
+		start, size     int
+		memory          string
+	}{{device.MIGDeviceName(migCard, 19, 0), "1g.10gb", 0, 1, "9856Mi"}, {device.MIGDeviceName(migCard, 9, 4), "3g.40gb", 4, 4, "40192Mi"}} {
+		st := statuses[i]
+		var data DeviceData
+		if err := json.Unmarshal(st.Data.Raw, &data); err != nil {
+			t.Fatal(err)
+		}
+		wantMIG := MIGData{Profile: want.profile, ProfileID: list[i].ProfileID, PlacementStart: want.start, PlacementSize: want.size,
+			GPUInstanceID: list[i].GPUInstanceID, ComputeInstanceID: list[i].ComputeInstanceID, ParentUUID: testGPUs()[migCard].UUID}
+		if st.Device != want.device || data.UUID != list[i].UUID || data.MIG == nil || *data.MIG != wantMIG || data.Memory != want.memory || data.Enforcement != EnforcementMIG {
+			t.Errorf("status %d: device %s data %+v (MIG %+v), want %s with UUID %s, %s memory, MIG %+v", i, st.Device, data, data.MIG, want.device, list[i].UUID, want.memory, wantMIG)
+		}
+	}
 }
