@@ -277,3 +277,35 @@ func (d *Driver) logForeignMIG(ctx context.Context) {
 		}
 	}
 }
+
+// MIGDeviceOf names the ResourceSlice device of GPU instance gpuInstance
+// of card index, for the health monitor: the partition a record holds
+// there, else the one at the instance's profile and placement (a
+// partition of the card all the same); ok is false when the card has no
+// such instance.
+func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
+	d.mu.Lock()
+	for _, rec := range d.records {
+		for _, dev := range rec.Devices {
+			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.GPUInstanceID != nil && *dev.MIG.GPUInstanceID == gpuInstance {
+				d.mu.Unlock()
+				return dev.Device, true
+			}
+		}
+	}
+	d.mu.Unlock()
+	card, ok := d.cards[device.CardDeviceName(index)]
+	if !ok || d.cfg.MIG == nil || card.MIG == nil || !card.MIG.Enabled {
+		return "", false
+	}
+	list, err := d.cfg.MIG.List(context.Background(), card)
+	if err != nil {
+		return "", false
+	}
+	for _, inst := range list {
+		if inst.GPUInstanceID == gpuInstance {
+			return device.MIGDeviceName(index, inst.ProfileID, inst.Placement.Start), true
+		}
+	}
+	return "", false
+}

@@ -306,3 +306,35 @@ func TestMIGDeviceStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestMIGDeviceOf: the health monitor finds the partition of an event's
+// GPU instance: a prepared one, one no claim holds (still a partition of
+// the card), none for an unknown instance or a card not in MIG mode.
+func TestMIGDeviceOf(t *testing.T) {
+	h := newHarness(t)
+	claim := migClaim("m")
+	if err := h.prepare(claim)[claim.UID].Err; err != nil {
+		t.Fatal(err)
+	}
+	other, err := h.mig.InjectGPUInstance(testGPUs()[migCard], 19, 2, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := h.migInstances()
+	tests := []struct {
+		index, gi int
+		want      string
+	}{
+		{migCard, list[0].GPUInstanceID, device.MIGDeviceName(migCard, 19, 0)},
+		{migCard, h.driver.Records()["m"].Devices[1].MIG.GPUInstanceIDValue(), device.MIGDeviceName(migCard, 9, 4)},
+		{migCard, other.GPUInstanceID, device.MIGDeviceName(migCard, 19, 2)},
+		{migCard, 99, ""},
+		{0, 1, ""},
+	}
+	for _, tt := range tests {
+		got, ok := h.driver.MIGDeviceOf(tt.index, tt.gi)
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("MIGDeviceOf(%d, %d) = %q %v, want %q", tt.index, tt.gi, got, ok, tt.want)
+		}
+	}
+}

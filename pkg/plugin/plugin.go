@@ -233,14 +233,17 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == mps.ModeV3
 	var monitor *gpuhealth.Monitor
+	var driver *Driver
 	if opts.HealthWatcher != nil {
-		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter})
+		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter,
+			// Events are handled once the driver exists (startDeviceHealth, below).
+			MIGDevice: func(index, gi int) (string, bool) { return driver.MIGDeviceOf(index, gi) }})
 		if err != nil {
 			return err
 		}
 		cfg.Health = monitor
 	}
-	driver, err := New(ctx, cfg)
+	driver, err = New(ctx, cfg)
 	if err != nil {
 		return err
 	}

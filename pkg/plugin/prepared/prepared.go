@@ -122,6 +122,14 @@ type MIG struct {
 // Created reports whether the instance's creation was recorded.
 func (m *MIG) Created() bool { return m != nil && m.GPUInstanceID != nil }
 
+// GPUInstanceIDValue is the recorded GPU instance ID, -1 for none.
+func (m *MIG) GPUInstanceIDValue() int {
+	if !m.Created() {
+		return -1
+	}
+	return *m.GPUInstanceID
+}
+
 // Same reports whether two records name the same card placement.
 func (m *MIG) Same(o *MIG) bool {
 	return m != nil && o != nil && m.ParentIndex == o.ParentIndex && m.ProfileID == o.ProfileID && m.Start == o.Start
