@@ -191,8 +191,8 @@ func TestDeviceClasses(t *testing.T) {
 	shared := objs.get(t, "DeviceClass", device.SharedDeviceClassName).(*resourceapi.DeviceClass)
 
 	if len(whole.Spec.Selectors) != 1 || whole.Spec.Selectors[0].CEL == nil ||
-		whole.Spec.Selectors[0].CEL.Expression != `device.driver == "gpu.tangram.dev"` {
-		t.Errorf("%s selectors = %+v, want exactly device.driver == \"gpu.tangram.dev\"", whole.Name, whole.Spec.Selectors)
+		whole.Spec.Selectors[0].CEL.Expression != device.WholeCardSelector() {
+		t.Errorf("%s selectors = %+v, want exactly %s", whole.Name, whole.Spec.Selectors, device.WholeCardSelector())
 	}
 	if len(whole.Spec.Config) != 0 {
 		t.Errorf("%s carries config %+v; whole cards need none", whole.Name, whole.Spec.Config)

@@ -138,7 +138,6 @@ func writeMIG(b *bytes.Buffer, g fakegpu.ProfileGPU) {
 		pending = g.MIGMode
 	}
 	fmt.Fprintf(b, "mig %d %d %d\n", g.Index, bit(g.MIGMode), bit(pending))
-	card, _ := resource.ParseQuantity(g.Memory) // validated by the profile
 	for _, p := range fakegpu.MIGTable(g.MIGType) {
 		starts := make([]string, len(p.Starts))
 		for i, s := range p.Starts {
@@ -146,7 +145,7 @@ func writeMIG(b *bytes.Buffer, g fakegpu.ProfileGPU) {
 		}
 		fmt.Fprintf(b, "migprofile %d %d %d %d %d %d %d %d %d %d %d %d %d %s %s\n", g.Index, p.NVMLProfile, p.ID,
 			p.ComputeSlices, p.MemorySlices, p.Instances, p.Multiprocessors, p.CopyEngines, p.Decoders, 0,
-			p.JPEGs, p.OFAs, fakegpu.MIGMemoryMiB(card.Value(), p.MemorySlices), strings.Join(starts, ","), p.Name)
+			p.JPEGs, p.OFAs, p.MemoryMiB, strings.Join(starts, ","), p.Name)
 	}
 }
 

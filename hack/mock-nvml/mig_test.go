@@ -28,7 +28,7 @@ gpus:
 // guideProfile is one row of the MIG user guide's profile tables, as
 // nvidia-smi mig -lgip/-lgipp print it: profile ID, compute slices
 // (sevenths of the SMs), memory slices (eighths of the memory), instances,
-// SMs, copy engines and placements "{starts}:size".
+// SMs, copy engines, memory in MiB and placements "{starts}:size".
 type guideProfile struct {
 	name       string
 	id         int
@@ -37,6 +37,7 @@ type guideProfile struct {
 	instances  int
 	sms        int
 	ce         int
+	mib        uint64
 	placements string
 }
 
@@ -50,42 +51,50 @@ type guideProfile struct {
 // MIG" (A100: 7g {0}:8, 4g {0}:4, 3g {0,4}:4, 2g {0,2,4}:2, 1g
 // {0,...,6}:1, 1g with two memory slices {0,2,4,6}:2), the same slice
 // layout on H100/H200. SM counts: nvidia-smi mig -lgip on each card.
+// Memory in MiB, as NVML reports it (not an eighth of the card per slice):
+// A100 40GB, the guide's nvidia-smi mig -lgip in "Getting Started with
+// MIG", "List GPU Instance Profiles" (4.75, 9.62, 19.50, 39.25 GiB); H200,
+// what NVML reported on an H200, r580.159.04
+// (docs/gpu-reports/h200-580.159.04-nvml-mig.json); A100 80GB and H100
+// 80GB: the guide prints none, these are nvidia-smi mig -lgip on real
+// cards in public reports (A100 80GB 9.50, 19.50, 39.25, 79.00 GiB; H100
+// 9.75, 19.62, 39.50, 79.25 GiB), unverified by us.
 var guideTables = map[string][]guideProfile{
 	"a100-40gb": {
-		{"1g.5gb", 19, 1, 1, 7, 14, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.5gb+me", 20, 1, 1, 1, 14, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.10gb", 15, 1, 2, 4, 14, 1, "{0,2,4,6}:2"},
-		{"2g.10gb", 14, 2, 2, 3, 28, 2, "{0,2,4}:2"},
-		{"3g.20gb", 9, 3, 4, 2, 42, 3, "{0,4}:4"},
-		{"4g.20gb", 5, 4, 4, 1, 56, 4, "{0}:4"},
-		{"7g.40gb", 0, 7, 8, 1, 98, 7, "{0}:8"},
+		{"1g.5gb", 19, 1, 1, 7, 14, 1, 4864, "{0,1,2,3,4,5,6}:1"},
+		{"1g.5gb+me", 20, 1, 1, 1, 14, 1, 4864, "{0,1,2,3,4,5,6}:1"},
+		{"1g.10gb", 15, 1, 2, 4, 14, 1, 9856, "{0,2,4,6}:2"},
+		{"2g.10gb", 14, 2, 2, 3, 28, 2, 9856, "{0,2,4}:2"},
+		{"3g.20gb", 9, 3, 4, 2, 42, 3, 19968, "{0,4}:4"},
+		{"4g.20gb", 5, 4, 4, 1, 56, 4, 19968, "{0}:4"},
+		{"7g.40gb", 0, 7, 8, 1, 98, 7, 40192, "{0}:8"},
 	},
 	"a100-80gb": {
-		{"1g.10gb", 19, 1, 1, 7, 14, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.10gb+me", 20, 1, 1, 1, 14, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.20gb", 15, 1, 2, 4, 14, 1, "{0,2,4,6}:2"},
-		{"2g.20gb", 14, 2, 2, 3, 28, 2, "{0,2,4}:2"},
-		{"3g.40gb", 9, 3, 4, 2, 42, 3, "{0,4}:4"},
-		{"4g.40gb", 5, 4, 4, 1, 56, 4, "{0}:4"},
-		{"7g.80gb", 0, 7, 8, 1, 98, 7, "{0}:8"},
+		{"1g.10gb", 19, 1, 1, 7, 14, 1, 9728, "{0,1,2,3,4,5,6}:1"},
+		{"1g.10gb+me", 20, 1, 1, 1, 14, 1, 9728, "{0,1,2,3,4,5,6}:1"},
+		{"1g.20gb", 15, 1, 2, 4, 14, 1, 19968, "{0,2,4,6}:2"},
+		{"2g.20gb", 14, 2, 2, 3, 28, 2, 19968, "{0,2,4}:2"},
+		{"3g.40gb", 9, 3, 4, 2, 42, 3, 40192, "{0,4}:4"},
+		{"4g.40gb", 5, 4, 4, 1, 56, 4, 40192, "{0}:4"},
+		{"7g.80gb", 0, 7, 8, 1, 98, 7, 80896, "{0}:8"},
 	},
 	"h100-80gb": {
-		{"1g.10gb", 19, 1, 1, 7, 16, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.10gb+me", 20, 1, 1, 1, 16, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.20gb", 15, 1, 2, 4, 26, 1, "{0,2,4,6}:2"},
-		{"2g.20gb", 14, 2, 2, 3, 32, 2, "{0,2,4}:2"},
-		{"3g.40gb", 9, 3, 4, 2, 60, 3, "{0,4}:4"},
-		{"4g.40gb", 5, 4, 4, 1, 64, 4, "{0}:4"},
-		{"7g.80gb", 0, 7, 8, 1, 132, 8, "{0}:8"},
+		{"1g.10gb", 19, 1, 1, 7, 16, 1, 9984, "{0,1,2,3,4,5,6}:1"},
+		{"1g.10gb+me", 20, 1, 1, 1, 16, 1, 9984, "{0,1,2,3,4,5,6}:1"},
+		{"1g.20gb", 15, 1, 2, 4, 26, 1, 20096, "{0,2,4,6}:2"},
+		{"2g.20gb", 14, 2, 2, 3, 32, 2, 20096, "{0,2,4}:2"},
+		{"3g.40gb", 9, 3, 4, 2, 60, 3, 40448, "{0,4}:4"},
+		{"4g.40gb", 5, 4, 4, 1, 64, 4, 40448, "{0}:4"},
+		{"7g.80gb", 0, 7, 8, 1, 132, 8, 81152, "{0}:8"},
 	},
 	"h200-141gb": {
-		{"1g.18gb", 19, 1, 1, 7, 16, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.18gb+me", 20, 1, 1, 1, 16, 1, "{0,1,2,3,4,5,6}:1"},
-		{"1g.35gb", 15, 1, 2, 4, 26, 1, "{0,2,4,6}:2"},
-		{"2g.35gb", 14, 2, 2, 3, 32, 2, "{0,2,4}:2"},
-		{"3g.71gb", 9, 3, 4, 2, 60, 3, "{0,4}:4"},
-		{"4g.71gb", 5, 4, 4, 1, 64, 4, "{0}:4"},
-		{"7g.141gb", 0, 7, 8, 1, 132, 8, "{0}:8"},
+		{"1g.18gb", 19, 1, 1, 7, 16, 1, 16384, "{0,1,2,3,4,5,6}:1"},
+		{"1g.18gb+me", 20, 1, 1, 1, 16, 1, 16384, "{0,1,2,3,4,5,6}:1"},
+		{"1g.35gb", 15, 1, 2, 4, 26, 1, 33280, "{0,2,4,6}:2"},
+		{"2g.35gb", 14, 2, 2, 3, 32, 2, 33280, "{0,2,4}:2"},
+		{"3g.71gb", 9, 3, 4, 2, 60, 3, 71424, "{0,4}:4"},
+		{"4g.71gb", 5, 4, 4, 1, 64, 4, 71424, "{0}:4"},
+		{"7g.141gb", 0, 7, 8, 1, 132, 8, 143360, "{0}:8"},
 	},
 }
 
@@ -151,7 +160,7 @@ func TestMIGProfilesFollowTheGuide(t *testing.T) {
 					memSlices = int(placements[0].Size)
 				}
 				got[name] = guideProfile{name, int(info.Id), int(info.SliceCount), memSlices, int(info.InstanceCount),
-					int(info.MultiprocessorCount), int(info.CopyEngineCount), placementString(placements)}
+					int(info.MultiprocessorCount), int(info.CopyEngineCount), info.MemorySizeMB, placementString(placements)}
 			}
 			if len(got) != len(want) {
 				t.Errorf("%d profiles %v, want the guide's %d", len(got), got, len(want))
@@ -168,7 +177,8 @@ func TestMIGProfilesFollowTheGuide(t *testing.T) {
 }
 
 // TestMIGNeedsTheMode: NVML answers each MIG call on a MIG-capable card
-// whose mode is off as nvml.h says, and on a card without MIG.
+// whose mode is off as nvml.h says (the profile queries as the real driver
+// did), and on a card without MIG.
 func TestMIGNeedsTheMode(t *testing.T) {
 	p := migCard(t, "h100-80gb", "NVIDIA H100 80GB HBM3", "80Gi", "disabled")
 	l4 := p.GPUs[0]
@@ -187,8 +197,16 @@ func TestMIGNeedsTheMode(t *testing.T) {
 	if ret != nvml.SUCCESS || info.Id != 9 {
 		t.Errorf("GetGpuInstanceProfileInfo with MIG off = %+v %v, want profile 9 (the card supports MIG)", info, ret)
 	}
+	// The profile queries answer with MIG mode off, as an H200 on r580
+	// did (docs/gpu-reports/2026-11-27-h200-r580-experiments.md), v3's
+	// name empty then.
+	if v2, ret := off.GetGpuInstanceProfileInfoV(nvml.GPU_INSTANCE_PROFILE_3_SLICE).V2(); ret != nvml.SUCCESS || v2.Id != 9 || v2.MemorySizeMB != 40448 {
+		t.Errorf("GetGpuInstanceProfileInfoV v2 with MIG off = %+v %v, want profile 9 of 40448 MiB", v2, ret)
+	}
+	if v3, ret := off.GetGpuInstanceProfileInfoV(nvml.GPU_INSTANCE_PROFILE_3_SLICE).V3(); ret != nvml.SUCCESS || v3.Id != 9 || cstr(v3.Name[:]) != "" {
+		t.Errorf("GetGpuInstanceProfileInfoV v3 with MIG off = id %d name %q %v, want profile 9 with an empty name", v3.Id, cstr(v3.Name[:]), ret)
+	}
 	for what, got := range map[string]nvml.Return{
-		"GetGpuInstanceProfileInfoV": second(off.GetGpuInstanceProfileInfoV(nvml.GPU_INSTANCE_PROFILE_3_SLICE).V2()),
 		"CreateGpuInstanceWithPlacement": second(off.CreateGpuInstanceWithPlacement(&info,
 			&nvml.GpuInstancePlacement{Start: 0, Size: 4})),
 		"GetGpuInstances":                          second(off.GetGpuInstances(&info)),

@@ -27,7 +27,9 @@ const (
 //     sharing backend is mps, at every enforcement level (hard,
 //     compute-only, advisory);
 //   - hard-shared-gpu.tangram.dev: the same, on nodes whose shareEnforcement
-//     is "hard" only.
+//     is "hard" only;
+//   - mig.tangram.dev: MIG partitions of cards in MIG mode (type "mig"),
+//     which the other three never select (deviceClasses.mig.enabled).
 //
 // Fake GPUs enforce nothing (shareEnforcement "advisory"), so simulators
 // and tests allocate shares through the shared class. A test holds these,
@@ -53,10 +55,25 @@ func StrictDeviceClasses() []*resourceapi.DeviceClass {
 // selects mps nodes: without MPS nothing holds a share's compute.
 func DeviceClassesFor(backend string, strict bool) []*resourceapi.DeviceClass {
 	return []*resourceapi.DeviceClass{
-		deviceClass(DeviceClassName, fmt.Sprintf(`device.driver == %q`, DriverName)),
+		deviceClass(DeviceClassName, WholeCardSelector()),
 		SharedDeviceClass(SharedDeviceClassName, backend, strict),
 		SharedDeviceClass(HardSharedDeviceClassName, ShareBackendMPS, true),
+		deviceClass(MIGDeviceClassName, MIGSelector()),
 	}
+}
+
+// WholeCardSelector selects our cards, not MIG partitions: a device of
+// type "gpu" (a device without the type attribute, which every Tangram
+// plugin has published, does not match rather than fail).
+func WholeCardSelector() string {
+	return fmt.Sprintf(`device.driver == %q && %q in device.attributes[%q] && device.attributes[%q].%s == %q`,
+		DriverName, AttrType, DriverName, DriverName, AttrType, TypeGPU)
+}
+
+// MIGSelector selects our MIG partitions (type "mig").
+func MIGSelector() string {
+	return fmt.Sprintf(`device.driver == %q && %q in device.attributes[%q] && device.attributes[%q].%s == %q`,
+		DriverName, AttrType, DriverName, DriverName, AttrType, TypeMIG)
 }
 
 // SharedDeviceClass is a class of shareable cards whose node's sharing

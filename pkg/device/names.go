@@ -27,6 +27,9 @@ const (
 	// nodes whose shareEnforcement is "hard" and whose sharing backend is
 	// mps. A tenant who must not share on an advisory node names it.
 	HardSharedDeviceClassName = "hard-shared-gpu.tangram.dev"
+	// MIGDeviceClassName is the class of MIG partitions: a claim selects
+	// a profile with device.attributes["gpu.tangram.dev"].profile.
+	MIGDeviceClassName = "mig.tangram.dev"
 )
 
 // IsTangramClass reports whether name is one of the DeviceClasses the

@@ -1,6 +1,8 @@
 package dra
 
 import (
+	"fmt"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,4 +86,13 @@ func AdminGPU(name string, selectors ...string) resourceapi.DeviceRequest {
 		map[resourceapi.QualifiedName]resource.Quantity{device.CapacityMemory: resource.MustParse("0")}, selectors)
 	r.Exactly.AdminAccess = ptr.To(true)
 	return r
+}
+
+// MIGPartition requests one MIG partition of class mig.tangram.dev of the
+// given profile ("3g.40gb"; "" for any), each matching all CEL selectors.
+func MIGPartition(name, profile string, selectors ...string) resourceapi.DeviceRequest {
+	if profile != "" {
+		selectors = append([]string{fmt.Sprintf(`device.attributes[%q].%s == %q`, device.DriverName, device.AttrMIGProfile, profile)}, selectors...)
+	}
+	return request(name, device.MIGDeviceClassName, 1, nil, selectors)
 }

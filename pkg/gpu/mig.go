@@ -3,18 +3,21 @@ package gpu
 import "k8s.io/klog/v2"
 
 // MIG is what a MIG-capable card reports of Multi-Instance GPU: its mode
-// and, while the mode is on, the GPU instance profiles it offers with their
-// placements, as NVML's profile and placement queries answer them
-// (nvmlDeviceGetGpuInstanceProfileInfoV, ...PossiblePlacements_v2). A card
-// that cannot do MIG has a nil *MIG.
+// and the GPU instance profiles it offers with their placements, as NVML's
+// profile and placement queries answer them
+// (nvmlDeviceGetGpuInstanceProfileInfo, ...PossiblePlacements_v2). NVML
+// answers those queries whatever the mode (an H200 on r580 did with MIG
+// off, docs/gpu-reports/2026-11-27-h200-r580-experiments.md), so Profiles
+// is filled in both modes; Tangram publishes the partitions only while
+// Enabled. A card that cannot do MIG has a nil *MIG.
 type MIG struct {
 	// Enabled is the current MIG mode.
 	Enabled bool
 	// PendingEnabled is the mode the card takes at its next reset; it
 	// differs from Enabled after an admin changed the mode without a reset.
 	PendingEnabled bool
-	// Profiles are the GPU instance profiles, in NVML's profile order; empty
-	// while MIG mode is off (NVML answers them only in MIG mode).
+	// Profiles are the GPU instance profiles, in NVML's profile order, in
+	// either mode.
 	Profiles []MIGProfile
 }
 
@@ -65,16 +68,16 @@ func (m *MIG) Clone() *MIG {
 	return &out
 }
 
-// MIGWholeCardMessage is logged at start-up for each card in MIG mode.
-const MIGWholeCardMessage = "MIG mode is on: Tangram does not yet publish MIG partitions; the card is published whole"
+// MIGPartitionsMessage is logged at start-up for each card in MIG mode.
+const MIGPartitionsMessage = "MIG mode is on: the card is published as its MIG partitions (one device per profile and placement), not whole"
 
 // MIGPendingMessage is logged at start-up for each card whose MIG mode
 // changes at its next reset.
-const MIGPendingMessage = "MIG mode change is pending: it takes effect when the card is reset, and Tangram reads it again when it restarts"
+const MIGPendingMessage = "MIG mode change is pending: Tangram publishes the current mode; the new one takes effect when the card is reset, and Tangram reads it when the plugin restarts"
 
 // LogMIG logs, once per card at start-up, the cards in MIG mode (published
-// whole for now, docs/nvml.md "MIG") and the cards whose MIG mode change
-// waits for a reset. Cards without MIG log nothing.
+// as partitions, docs/resourceslices.md "MIG partitions") and the cards
+// whose MIG mode change waits for a reset. Cards without MIG log nothing.
 func LogMIG(logger klog.Logger, gpus []GPU) {
 	for _, g := range gpus {
 		if g.MIG == nil {
@@ -86,7 +89,7 @@ func LogMIG(logger klog.Logger, gpus []GPU) {
 			for i, p := range g.MIG.Profiles {
 				names[i] = p.Name
 			}
-			l.Info(MIGWholeCardMessage, "migProfiles", names)
+			l.Info(MIGPartitionsMessage, "migProfiles", names)
 		}
 		if g.MIG.PendingEnabled != g.MIG.Enabled {
 			l.Info(MIGPendingMessage, "migEnabled", g.MIG.Enabled, "migPendingEnabled", g.MIG.PendingEnabled)

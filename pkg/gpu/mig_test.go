@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestLogMIG: one line per card in MIG mode (published whole for now), one
+// TestLogMIG: one line per card in MIG mode (published as partitions), one
 // per card whose mode change waits for a reset, nothing for other cards.
 func TestLogMIG(t *testing.T) {
 	var lines []string
@@ -22,15 +22,15 @@ func TestLogMIG(t *testing.T) {
 	var got []string
 	for _, l := range lines {
 		switch {
-		case strings.Contains(l, MIGWholeCardMessage):
-			got = append(got, "whole "+field(l, "uuid")+" "+field(l, "migProfiles"))
+		case strings.Contains(l, MIGPartitionsMessage):
+			got = append(got, "partitions "+field(l, "uuid")+" "+field(l, "migProfiles"))
 		case strings.Contains(l, MIGPendingMessage):
 			got = append(got, "pending "+field(l, "uuid"))
 		default:
 			got = append(got, "other "+l)
 		}
 	}
-	want := []string{`whole "GPU-c" ["1g.10gb" "7g.80gb"]`, `pending "GPU-d"`}
+	want := []string{`partitions "GPU-c" ["1g.10gb" "7g.80gb"]`, `pending "GPU-d"`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("log lines (-want +got):\n%s", diff)
 	}

@@ -22,11 +22,12 @@ const nvmlSuccess = "SUCCESS"
 // every profile NVML names must get the same name from the plugin, and
 // where the card matches a mock table (expect returns it by product name
 // and memory), each profile of the table must be what the driver reports:
-// ID, compute slices, instances, multiprocessors, copy engines, name (its
-// memory) and placements. A profile the driver has and the table lacks is
-// listed, not failed: the tables hold the guide's profiles, not every one.
-// Whether NVML answers profile queries while MIG mode is off is recorded,
-// since the plugin reads profiles only in MIG mode.
+// ID, compute slices, instances, multiprocessors, copy engines, memory in
+// MiB, name and placements. A profile the driver has and the table lacks
+// is listed, not failed: the tables hold the guide's profiles, not every
+// one. Whether NVML answers profile queries while MIG mode is off is
+// recorded (the plugin reads them in either mode and publishes partitions
+// only in MIG mode).
 func MIGOutcome(cards []gpu.MIGQuery, expect func(product string, memoryMiB int64) (MIGExpectation, bool)) Outcome {
 	if len(cards) == 0 {
 		return Skip("NVML reports no card")
@@ -121,6 +122,9 @@ func compareMIG(c gpu.MIGQuery, want MIGExpectation) (diffs, extra []string) {
 		field("decoders", got.Decoders, w.Decoders)
 		field("JPEG engines", got.JPEGs, w.JPEGs)
 		field("OFAs", got.OFAs, w.OFAs)
+		if w.MemoryBytes > 0 {
+			field("memory (MiB)", got.MemoryMiB, w.MemoryBytes>>20)
+		}
 		if got.PlacementsReturn == nvmlSuccess {
 			field("placements", placementList(got.Placements), placementList(w.Placements))
 		}

@@ -10,11 +10,11 @@ import (
 func TestMIGOutcome(t *testing.T) {
 	table := MIGExpectation{Name: "h200-141gb", Profiles: []gpu.MIGProfile{
 		{ID: 19, Name: "1g.18gb", ComputeSlices: 1, Instances: 7, Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1,
-			Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}}},
+			MemoryBytes: 16384 << 20, Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}}},
 	}}
 	expect := func(product string, _ int64) (MIGExpectation, bool) { return table, strings.Contains(product, "H200") }
 	good := gpu.MIGProfileQuery{Profile: 0, Return: "SUCCESS", ID: 19, NVMLName: "MIG 1g.18gb", TangramName: "1g.18gb",
-		ComputeSlices: 1, Instances: 7, Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1,
+		ComputeSlices: 1, Instances: 7, Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1, MemoryMiB: 16384,
 		PlacementsReturn: "SUCCESS", Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}}}
 	end := gpu.MIGProfileQuery{Profile: 1, Return: "ERROR_INVALID_ARGUMENT"}
 	card := func(enabled bool, profiles ...gpu.MIGProfileQuery) gpu.MIGQuery {
@@ -35,6 +35,8 @@ func TestMIGOutcome(t *testing.T) {
 			[]string{`NVML names it "1g.18gb", the plugin "1g.17gb"`, "name: driver 1g.17gb, mock 1g.18gb"}},
 		{"mock's SM count wrong", []gpu.MIGQuery{card(true, with(func(p *gpu.MIGProfileQuery) { p.Multiprocessors = 18 }), end)}, Failed,
 			[]string{"multiprocessors: driver 18, mock 16"}},
+		{"mock's memory wrong", []gpu.MIGQuery{card(true, with(func(p *gpu.MIGProfileQuery) { p.MemoryMiB = 17971 }), end)}, Failed,
+			[]string{"memory (MiB): driver 17971, mock 16384"}},
 		{"mock's placements wrong", []gpu.MIGQuery{card(true, with(func(p *gpu.MIGProfileQuery) { p.Placements = p.Placements[:1] }), end)}, Failed,
 			[]string{"placements: driver 0:1, mock 0:1 1:1"}},
 		{"profile missing from the driver", []gpu.MIGQuery{card(true, with(func(p *gpu.MIGProfileQuery) { p.ID = 20; p.NVMLName = "MIG 1g.18gb+me"; p.TangramName = "1g.18gb+me" }), end)}, Failed,

@@ -140,6 +140,9 @@ func (nc *NodeCards) Node(cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB int64
 				continue
 			}
 			i, ok := nc.byDevice[d.Device]
+			if !ok && isMIGPartition(d.Device) {
+				continue // a MIG partition: not a card of the model
+			}
 			if !ok {
 				return nil, fmt.Errorf("claim %s/%s holds device %s, which node %s does not publish", a.Namespace, a.Name, d.Device, nc.name)
 			}
@@ -232,6 +235,13 @@ func WorkloadSample(allocations []Allocation, nodes map[string]*Node) []Request 
 		}
 	}
 	return sample
+}
+
+// isMIGPartition reports whether a device name is a MIG partition's
+// (device.MIGDeviceName).
+func isMIGPartition(name string) bool {
+	ref, err := device.ParseDeviceName(name)
+	return err == nil && ref.MIG != nil
 }
 
 // cardIndex is the index of the card named device, or -1.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 func TestNodeFromCluster(t *testing.T) {
@@ -98,5 +100,35 @@ func TestNodeFromCluster(t *testing.T) {
 	}
 	if _, ok := RequestFromClaims("none", 0, 0, claims, testCardMemory); ok {
 		t.Error("only allocated claims: want no GPU request")
+	}
+}
+
+// TestMIGPartitionsAreNotCards: on a node whose card 0 is in MIG mode
+// (published as its partitions), the model holds only the other cards, so
+// whole-card and share requests are placed on them alone; a MIG
+// partition's allocation is not counted against any card.
+func TestMIGPartitionsAreNotCards(t *testing.T) {
+	gpus := []gpu.GPU{
+		{Index: 0, UUID: "GPU-0", ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30,
+			MIG: &gpu.MIG{Enabled: true, Profiles: []gpu.MIGProfile{{ID: 19, Name: "1g.10gb", ComputeSlices: 1, Instances: 7, MemoryBytes: 9984 << 20,
+				Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}}}}}},
+		{Index: 1, UUID: "GPU-1", ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
+	}
+	res, err := resourceslices.DriverResources(gpus, resourceslices.Options{NodeName: "a", Sharing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices := resourceslices.ResourceSlices("a", res)
+	harness := &dra.Node{Name: "a", Slices: slices, Classes: device.DeviceClasses()}
+	mig, err := harness.Allocate(t.Context(), dra.Claim("mig", nil, dra.MIGPartition("p", "1g.10gb")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := NodeFromCluster("a", 32000, 65536, 0, 0, slices, []*resourceapi.ResourceClaim{mig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Cards) != 1 || n.Cards[0].Device != "gpu-1" || n.Cards[0].FreeMilli() != 1000 {
+		t.Errorf("cards %+v, want only gpu-1, free", n.Cards)
 	}
 }

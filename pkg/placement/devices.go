@@ -11,10 +11,14 @@ import (
 
 // NodeFromDevices builds the model of a node from the devices our driver
 // publishes for it (in slice order, which is the allocator's order), with
-// nothing allocated yet.
+// nothing allocated yet. MIG partitions (type "mig", cards in MIG mode) are
+// not cards: whole-card and share requests never land on them.
 func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourceapi.Device) (*Node, error) {
 	n := &Node{Name: name, CPUMilli: cpuMilli, MemoryMiB: memoryMiB}
 	for _, d := range devices {
+		if stringAttr(d, device.AttrType) == device.TypeMIG {
+			continue
+		}
 		c := Card{
 			Device:    d.Name,
 			UUID:      stringAttr(d, device.AttrUUID),

@@ -78,7 +78,10 @@ func (o Options) memoryStep() (int64, error) {
 	return step, nil
 }
 
-// Devices returns the ResourceSlice device of every card, sorted by index.
+// Devices returns the ResourceSlice devices of every card, sorted by index:
+// the card itself, or, for a card in MIG mode, one device per MIG profile
+// and placement (migDevices), which consume the card's counter set
+// (CounterSets).
 // A value a card cannot report (or that the API cannot represent) is left
 // out with a log line; errors are reserved for input that would make the
 // whole publication wrong: no node name, duplicate or negative indexes, a
@@ -111,15 +114,25 @@ func Devices(gpus []gpu.GPU, opts Options) ([]resourceapi.Device, error) {
 	domains := nvlinkDomains(logger, opts.NodeName, sorted)
 	devices := make([]resourceapi.Device, 0, len(sorted))
 	for _, g := range sorted {
-		dev := newDevice(klog.LoggerWithValues(logger, "gpu", g.Index), g, domains[g.Index], step, opts)
-		for name, value := range labelAttrs {
-			dev.Attributes[name] = value
+		cardLogger := klog.LoggerWithValues(logger, "gpu", g.Index)
+		var cardDevices []resourceapi.Device
+		if g.MIG != nil && g.MIG.Enabled {
+			// A card in MIG mode runs nothing as a whole: it offers its
+			// partitions instead (mig.go).
+			cardDevices = migDevices(cardLogger, g, domains[g.Index], opts)
+		} else {
+			cardDevices = []resourceapi.Device{newDevice(cardLogger, g, domains[g.Index], step, opts)}
 		}
-		if n := len(dev.Attributes) + len(dev.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
-			return nil, fmt.Errorf("building device %s: %d attributes and capacities exceed the API limit of %d; copy fewer node labels (--node-label-attributes has %d)",
-				dev.Name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice, len(opts.NodeLabelAttributes))
+		for _, dev := range cardDevices {
+			for name, value := range labelAttrs {
+				dev.Attributes[name] = value
+			}
+			if n := len(dev.Attributes) + len(dev.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+				return nil, fmt.Errorf("building device %s: %d attributes and capacities exceed the API limit of %d; copy fewer node labels (--node-label-attributes has %d)",
+					dev.Name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice, len(opts.NodeLabelAttributes))
+			}
+			devices = append(devices, dev)
 		}
-		devices = append(devices, dev)
 	}
 	return devices, nil
 }
@@ -127,27 +140,17 @@ func Devices(gpus []gpu.GPU, opts Options) ([]resourceapi.Device, error) {
 // newDevice builds one card's device. It never fails: what cannot be published
 // is logged and left out.
 func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, opts Options) resourceapi.Device {
-	attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+	attrs := hardwareAttributes(logger, g, nvlinkDomain, opts)
 	attrs[device.AttrType] = resourceapi.DeviceAttribute{StringValue: ptr.To(device.TypeGPU)}
 	attrs[device.AttrIndex] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Index))}
 	attrs[device.AttrMinor] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(g.Minor))}
-	attrs[device.AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(nvlinkDomain)}
 	attrs[device.AttrNVLinkPeers] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(countPeers(g)))}
 	setString(logger, attrs, device.AttrUUID, g.UUID)
-	setString(logger, attrs, device.AttrProductName, g.ProductName)
-	setString(logger, attrs, device.AttrBrand, g.Brand)
-	setString(logger, attrs, device.AttrArchitecture, g.Architecture)
-	setVersion(logger, attrs, device.AttrCUDAComputeCapability, g.CUDAComputeCapability)
-	setVersion(logger, attrs, device.AttrDriverVersion, g.DriverVersion)
-	setVersion(logger, attrs, device.AttrCUDADriverVersion, g.CUDADriverVersion)
 	if opts.ShareEnforcement != "" {
 		setString(logger, attrs, device.AttrShareEnforcement, opts.ShareEnforcement)
 	}
 	if opts.ShareEnforcementReason != "" {
 		setString(logger, attrs, device.AttrShareEnforcementReason, opts.ShareEnforcementReason)
-	}
-	for _, attr := range standardAttributes(logger, g, opts.Sysfs) {
-		attrs[attr.Name] = attr.Value
 	}
 
 	dev := resourceapi.Device{
@@ -169,6 +172,25 @@ func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, o
 		setString(logger, attrs, device.AttrShareBackend, opts.ShareBackend)
 	}
 	return dev
+}
+
+// hardwareAttributes are the attributes a card and each of its MIG
+// partitions carry alike: what the card is (product, architecture,
+// versions) and where it sits (NVLink domain, PCI bus, PCIe root, NUMA
+// node).
+func hardwareAttributes(logger klog.Logger, g gpu.GPU, nvlinkDomain string, opts Options) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+	attrs[device.AttrNVLinkDomain] = resourceapi.DeviceAttribute{StringValue: ptr.To(nvlinkDomain)}
+	setString(logger, attrs, device.AttrProductName, g.ProductName)
+	setString(logger, attrs, device.AttrBrand, g.Brand)
+	setString(logger, attrs, device.AttrArchitecture, g.Architecture)
+	setVersion(logger, attrs, device.AttrCUDAComputeCapability, g.CUDAComputeCapability)
+	setVersion(logger, attrs, device.AttrDriverVersion, g.DriverVersion)
+	setVersion(logger, attrs, device.AttrCUDADriverVersion, g.CUDADriverVersion)
+	for _, attr := range standardAttributes(logger, g, opts.Sysfs) {
+		attrs[attr.Name] = attr.Value
+	}
+	return attrs
 }
 
 // makeShareable adds allowMultipleAllocations and the request policies. A

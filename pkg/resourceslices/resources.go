@@ -17,7 +17,9 @@ import (
 
 // DriverResources returns what the kubelet plugin publishes: one pool named
 // after the node, its devices split into as many slices as the API's
-// per-slice device limit needs. A node without GPUs still gets one empty
+// per-slice device limit needs, then, when cards are in MIG mode, their
+// counter sets in slices of their own (the API allows a slice devices or
+// counter sets, not both, and at most 8 sets a slice). A node without GPUs still gets one empty
 // slice, which tells the scheduler the driver runs and has nothing to offer.
 func DriverResources(gpus []gpu.GPU, opts Options) (*resourceslice.DriverResources, error) {
 	devices, err := Devices(gpus, opts)
@@ -34,7 +36,10 @@ func DriverResources(gpus []gpu.GPU, opts Options) (*resourceslice.DriverResourc
 			return nil, fmt.Errorf("internal error: %w", err)
 		}
 	}
-	pool := resourceslice.Pool{Slices: splitDevices(devices)}
+	pool := resourceslice.Pool{Slices: append(splitDevices(devices), counterSlices(CounterSets(gpus))...)}
+	if err := ValidatePool(pool.Slices); err != nil {
+		return nil, fmt.Errorf("internal error: %w", err)
+	}
 	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{opts.NodeName: pool}}, nil
 }
 
@@ -70,6 +75,15 @@ func splitDevices(devices []resourceapi.Device) []resourceslice.Slice {
 	}
 	if len(out) == 0 {
 		out = append(out, resourceslice.Slice{Devices: []resourceapi.Device{}})
+	}
+	return out
+}
+
+// counterSlices puts counter sets into slices of at most the API's limit.
+func counterSlices(sets []resourceapi.CounterSet) []resourceslice.Slice {
+	var out []resourceslice.Slice
+	for chunk := range slices.Chunk(sets, resourceapi.ResourceSliceMaxCounterSets) {
+		out = append(out, resourceslice.Slice{SharedCounters: chunk})
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
 // The API server's validation lives in k8s.io/kubernetes, which Tangram
@@ -52,6 +53,10 @@ func ValidateResourceSlice(s *resourceapi.ResourceSlice) error {
 	if limit := MaxDevicesPerSlice(s.Spec.Devices); len(s.Spec.Devices) > limit {
 		errs = append(errs, fmt.Errorf("spec.devices has %d entries, more than the limit of %d", len(s.Spec.Devices), limit))
 	}
+	if len(s.Spec.Devices) > 0 && len(s.Spec.SharedCounters) > 0 {
+		errs = append(errs, errors.New("only one of spec.devices and spec.sharedCounters may be set"))
+	}
+	errs = append(errs, validateCounterSets(s.Spec.SharedCounters)...)
 	seen := make(map[string]bool, len(s.Spec.Devices))
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
@@ -102,10 +107,92 @@ func ValidateDevice(d *resourceapi.Device) error {
 			errs = append(errs, fmt.Errorf("capacity %q: %w", name, err))
 		}
 	}
+	if n := len(d.ConsumesCounters); n > resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice {
+		errs = append(errs, fmt.Errorf("%d counter consumptions, more than the limit of %d", n, resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice))
+	}
+	sets := map[string]bool{}
+	for _, c := range d.ConsumesCounters {
+		if sets[c.CounterSet] {
+			errs = append(errs, fmt.Errorf("counter set %q consumed twice", c.CounterSet))
+		}
+		sets[c.CounterSet] = true
+		errs = append(errs, validateCounters("consumesCounters["+c.CounterSet+"]", c.CounterSet, c.Counters, resourceapi.ResourceSliceMaxCountersPerDeviceCounterConsumption)...)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("device %s: %w", d.Name, err)
 	}
 	return nil
+}
+
+// validateCounterSets applies the API's rules to a slice's counter sets:
+// at most 8, names DNS labels and unique, at most 32 counters each.
+func validateCounterSets(sets []resourceapi.CounterSet) []error {
+	var errs []error
+	if len(sets) > resourceapi.ResourceSliceMaxCounterSets {
+		errs = append(errs, fmt.Errorf("spec.sharedCounters has %d sets, more than the limit of %d", len(sets), resourceapi.ResourceSliceMaxCounterSets))
+	}
+	seen := map[string]bool{}
+	for _, set := range sets {
+		if seen[set.Name] {
+			errs = append(errs, fmt.Errorf("spec.sharedCounters: duplicate name %q", set.Name))
+		}
+		seen[set.Name] = true
+		if len(set.Counters) == 0 {
+			errs = append(errs, fmt.Errorf("counter set %q has no counters", set.Name))
+		}
+		errs = append(errs, validateCounters("spec.sharedCounters", set.Name, set.Counters, resourceapi.ResourceSliceMaxCountersPerCounterSet)...)
+	}
+	return errs
+}
+
+func validateCounters(field, set string, counters map[string]resourceapi.Counter, limit int) []error {
+	var errs []error
+	if !isDNSLabel(set) {
+		errs = append(errs, fmt.Errorf("%s: counter set name %q is not a DNS label", field, set))
+	}
+	if len(counters) > limit {
+		errs = append(errs, fmt.Errorf("%s: counter set %q has %d counters, more than the limit of %d", field, set, len(counters), limit))
+	}
+	for name := range counters {
+		if !isDNSLabel(name) {
+			errs = append(errs, fmt.Errorf("%s: counter %q of set %q is not a DNS label", field, name, set))
+		}
+	}
+	return errs
+}
+
+// ValidatePool checks what spans a pool's slices: counter set names unique
+// across the pool, and every counter a device consumes defined in a set of
+// the pool (the allocator treats a pool breaking either as invalid and
+// allocates nothing from it).
+func ValidatePool(poolSlices []resourceslice.Slice) error {
+	sets := map[string]map[string]resourceapi.Counter{}
+	var errs []error
+	for _, s := range poolSlices {
+		for _, set := range s.SharedCounters {
+			if _, dup := sets[set.Name]; dup {
+				errs = append(errs, fmt.Errorf("counter set %q is defined twice in the pool", set.Name))
+			}
+			sets[set.Name] = set.Counters
+		}
+	}
+	for _, s := range poolSlices {
+		for _, d := range s.Devices {
+			for _, c := range d.ConsumesCounters {
+				set, ok := sets[c.CounterSet]
+				if !ok {
+					errs = append(errs, fmt.Errorf("device %s consumes counter set %q, which the pool does not define", d.Name, c.CounterSet))
+					continue
+				}
+				for name := range c.Counters {
+					if _, ok := set[name]; !ok {
+						errs = append(errs, fmt.Errorf("device %s consumes counter %q, which counter set %q does not define", d.Name, name, c.CounterSet))
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func validateQualifiedName(name resourceapi.QualifiedName) error {

@@ -90,7 +90,7 @@ func fakeGPUs(nodeName string, p *Profile) ([]gpu.GPU, error) {
 			NUMANode:              numa,
 			NVLinkPeers:           g.NVLinks,
 			FabricCliqueID:        g.FabricCliqueID,
-			MIG:                   migInfo(g, memoryBytes(g.Memory)),
+			MIG:                   migInfo(g),
 		})
 	}
 	slices.SortFunc(gpus, func(a, b gpu.GPU) int { return a.Index - b.Index })

@@ -12,7 +12,7 @@ import (
 )
 
 func TestBuiltinProfileNames(t *testing.T) {
-	want := []string{"dgx-h100", "pcie-a100-pairs", "pcie-l4"}
+	want := []string{"dgx-h100", "mig-h100", "pcie-a100-pairs", "pcie-l4"}
 	if diff := cmp.Diff(want, BuiltinProfileNames()); diff != "" {
 		t.Errorf("BuiltinProfileNames (-want +got):\n%s", diff)
 	}
@@ -21,7 +21,7 @@ func TestBuiltinProfileNames(t *testing.T) {
 func TestBuiltinProfileUnknown(t *testing.T) {
 	for _, name := range []string{"dgx-a100", "", "../profiles/dgx-h100", "dgx-h100.yaml"} {
 		_, err := BuiltinProfile(name)
-		want := fmt.Sprintf("unknown built-in GPU profile %q (valid: dgx-h100, pcie-a100-pairs, pcie-l4)", name)
+		want := fmt.Sprintf("unknown built-in GPU profile %q (valid: dgx-h100, mig-h100, pcie-a100-pairs, pcie-l4)", name)
 		if err == nil || err.Error() != want {
 			t.Errorf("BuiltinProfile(%q) error = %v, want %q", name, err, want)
 		}

@@ -27,7 +27,11 @@ type MIGProfileSpec struct {
 	// ComputeSlices is sevenths of the card's compute (NVML's sliceCount).
 	ComputeSlices int
 	// MemorySlices is eighths of the card's memory (a placement's size).
-	MemorySlices    int
+	MemorySlices int
+	// MemoryMiB is the profile's memory as NVML reports it
+	// (memorySizeMB): not MemorySlices eighths of the card, a little less
+	// (see migTables for where each figure comes from).
+	MemoryMiB       int64
 	Instances       int
 	Multiprocessors int
 	CopyEngines     int
@@ -57,42 +61,57 @@ const (
 // the guide ("Getting Started with MIG"); SM counts as nvidia-smi mig -lgip
 // prints them. NVML profile order (nvmlDeviceGetGpuInstanceProfileInfoV
 // from 0 up).
+//
+// Memory (MemoryMiB), as NVML reports it, which is not an eighth of the
+// card per memory slice:
+//   - h200-141gb: exactly what NVML (r580.159.04) reported on an H200
+//     (docs/gpu-reports/h200-580.159.04-nvml-mig.json);
+//   - a100-40gb: the guide's own nvidia-smi mig -lgip example
+//     (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/getting-started-with-mig.html,
+//     "List GPU Instance Profiles", an A100-SXM4-40GB: 4.75, 9.62, 19.50
+//     and 39.25 GiB), in MiB (9.62 GiB is printed for 9856 MiB, 9.625 GiB:
+//     the driver's sizes are whole multiples of 128 MiB);
+//   - a100-80gb and h100-80gb: the guide prints no -lgip for these cards.
+//     The figures are what nvidia-smi mig -lgip printed on real cards in
+//     public reports (A100 80GB: 9.50, 19.50, 39.25, 79.00 GiB; H100 80GB
+//     SXM: 9.75, 19.62, 39.50, 79.25 GiB), not NVIDIA's documentation:
+//     unverified by us on hardware.
 var migTables = map[string][]MIGProfileSpec{
 	"a100-40gb": {
-		{nvmlProfile1Slice, 19, "1g.5gb", 1, 1, 7, 14, 1, 0, 0, 0, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile2Slice, 14, "2g.10gb", 2, 2, 3, 28, 2, 1, 0, 0, []int{0, 2, 4}},
-		{nvmlProfile3Slice, 9, "3g.20gb", 3, 4, 2, 42, 3, 2, 0, 0, []int{0, 4}},
-		{nvmlProfile4Slice, 5, "4g.20gb", 4, 4, 1, 56, 4, 2, 0, 0, []int{0}},
-		{nvmlProfile7Slice, 0, "7g.40gb", 7, 8, 1, 98, 7, 5, 1, 1, []int{0}},
-		{nvmlProfile1SliceRev1, 20, "1g.5gb+me", 1, 1, 1, 14, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile1SliceRev2, 15, "1g.10gb", 1, 2, 4, 14, 1, 1, 0, 0, []int{0, 2, 4, 6}},
+		{nvmlProfile1Slice, 19, "1g.5gb", 1, 1, 4864, 7, 14, 1, 0, 0, 0, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile2Slice, 14, "2g.10gb", 2, 2, 9856, 3, 28, 2, 1, 0, 0, []int{0, 2, 4}},
+		{nvmlProfile3Slice, 9, "3g.20gb", 3, 4, 19968, 2, 42, 3, 2, 0, 0, []int{0, 4}},
+		{nvmlProfile4Slice, 5, "4g.20gb", 4, 4, 19968, 1, 56, 4, 2, 0, 0, []int{0}},
+		{nvmlProfile7Slice, 0, "7g.40gb", 7, 8, 40192, 1, 98, 7, 5, 1, 1, []int{0}},
+		{nvmlProfile1SliceRev1, 20, "1g.5gb+me", 1, 1, 4864, 1, 14, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile1SliceRev2, 15, "1g.10gb", 1, 2, 9856, 4, 14, 1, 1, 0, 0, []int{0, 2, 4, 6}},
 	},
 	"a100-80gb": {
-		{nvmlProfile1Slice, 19, "1g.10gb", 1, 1, 7, 14, 1, 0, 0, 0, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile2Slice, 14, "2g.20gb", 2, 2, 3, 28, 2, 1, 0, 0, []int{0, 2, 4}},
-		{nvmlProfile3Slice, 9, "3g.40gb", 3, 4, 2, 42, 3, 2, 0, 0, []int{0, 4}},
-		{nvmlProfile4Slice, 5, "4g.40gb", 4, 4, 1, 56, 4, 2, 0, 0, []int{0}},
-		{nvmlProfile7Slice, 0, "7g.80gb", 7, 8, 1, 98, 7, 5, 1, 1, []int{0}},
-		{nvmlProfile1SliceRev1, 20, "1g.10gb+me", 1, 1, 1, 14, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile1SliceRev2, 15, "1g.20gb", 1, 2, 4, 14, 1, 1, 0, 0, []int{0, 2, 4, 6}},
+		{nvmlProfile1Slice, 19, "1g.10gb", 1, 1, 9728, 7, 14, 1, 0, 0, 0, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile2Slice, 14, "2g.20gb", 2, 2, 19968, 3, 28, 2, 1, 0, 0, []int{0, 2, 4}},
+		{nvmlProfile3Slice, 9, "3g.40gb", 3, 4, 40192, 2, 42, 3, 2, 0, 0, []int{0, 4}},
+		{nvmlProfile4Slice, 5, "4g.40gb", 4, 4, 40192, 1, 56, 4, 2, 0, 0, []int{0}},
+		{nvmlProfile7Slice, 0, "7g.80gb", 7, 8, 80896, 1, 98, 7, 5, 1, 1, []int{0}},
+		{nvmlProfile1SliceRev1, 20, "1g.10gb+me", 1, 1, 9728, 1, 14, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile1SliceRev2, 15, "1g.20gb", 1, 2, 19968, 4, 14, 1, 1, 0, 0, []int{0, 2, 4, 6}},
 	},
 	"h100-80gb": {
-		{nvmlProfile1Slice, 19, "1g.10gb", 1, 1, 7, 16, 1, 1, 1, 0, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile2Slice, 14, "2g.20gb", 2, 2, 3, 32, 2, 2, 2, 0, []int{0, 2, 4}},
-		{nvmlProfile3Slice, 9, "3g.40gb", 3, 4, 2, 60, 3, 3, 3, 0, []int{0, 4}},
-		{nvmlProfile4Slice, 5, "4g.40gb", 4, 4, 1, 64, 4, 4, 4, 0, []int{0}},
-		{nvmlProfile7Slice, 0, "7g.80gb", 7, 8, 1, 132, 8, 7, 7, 1, []int{0}},
-		{nvmlProfile1SliceRev1, 20, "1g.10gb+me", 1, 1, 1, 16, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile1SliceRev2, 15, "1g.20gb", 1, 2, 4, 26, 1, 1, 1, 0, []int{0, 2, 4, 6}},
+		{nvmlProfile1Slice, 19, "1g.10gb", 1, 1, 9984, 7, 16, 1, 1, 1, 0, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile2Slice, 14, "2g.20gb", 2, 2, 20096, 3, 32, 2, 2, 2, 0, []int{0, 2, 4}},
+		{nvmlProfile3Slice, 9, "3g.40gb", 3, 4, 40448, 2, 60, 3, 3, 3, 0, []int{0, 4}},
+		{nvmlProfile4Slice, 5, "4g.40gb", 4, 4, 40448, 1, 64, 4, 4, 4, 0, []int{0}},
+		{nvmlProfile7Slice, 0, "7g.80gb", 7, 8, 81152, 1, 132, 8, 7, 7, 1, []int{0}},
+		{nvmlProfile1SliceRev1, 20, "1g.10gb+me", 1, 1, 9984, 1, 16, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile1SliceRev2, 15, "1g.20gb", 1, 2, 20096, 4, 26, 1, 1, 1, 0, []int{0, 2, 4, 6}},
 	},
 	"h200-141gb": {
-		{nvmlProfile1Slice, 19, "1g.18gb", 1, 1, 7, 16, 1, 1, 1, 0, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile2Slice, 14, "2g.35gb", 2, 2, 3, 32, 2, 2, 2, 0, []int{0, 2, 4}},
-		{nvmlProfile3Slice, 9, "3g.71gb", 3, 4, 2, 60, 3, 3, 3, 0, []int{0, 4}},
-		{nvmlProfile4Slice, 5, "4g.71gb", 4, 4, 1, 64, 4, 4, 4, 0, []int{0}},
-		{nvmlProfile7Slice, 0, "7g.141gb", 7, 8, 1, 132, 8, 7, 7, 1, []int{0}},
-		{nvmlProfile1SliceRev1, 20, "1g.18gb+me", 1, 1, 1, 16, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
-		{nvmlProfile1SliceRev2, 15, "1g.35gb", 1, 2, 4, 26, 1, 1, 1, 0, []int{0, 2, 4, 6}},
+		{nvmlProfile1Slice, 19, "1g.18gb", 1, 1, 16384, 7, 16, 1, 1, 1, 0, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile2Slice, 14, "2g.35gb", 2, 2, 33280, 3, 32, 2, 2, 2, 0, []int{0, 2, 4}},
+		{nvmlProfile3Slice, 9, "3g.71gb", 3, 4, 71424, 2, 60, 3, 3, 3, 0, []int{0, 4}},
+		{nvmlProfile4Slice, 5, "4g.71gb", 4, 4, 71424, 1, 64, 4, 4, 4, 0, []int{0}},
+		{nvmlProfile7Slice, 0, "7g.141gb", 7, 8, 143360, 1, 132, 8, 7, 7, 1, []int{0}},
+		{nvmlProfile1SliceRev1, 20, "1g.18gb+me", 1, 1, 16384, 1, 16, 1, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}},
+		{nvmlProfile1SliceRev2, 15, "1g.35gb", 1, 2, 33280, 4, 26, 1, 1, 1, 0, []int{0, 2, 4, 6}},
 	},
 }
 
@@ -123,27 +142,19 @@ func MIGTable(migType string) []MIGProfileSpec {
 	return out
 }
 
-// MIGMemoryMiB is a profile's memory on a card of cardBytes: its memory
-// slices' share of the card, in MiB. NVML reports a little less (memory the
-// driver keeps); the guide gives no exact figure.
-func MIGMemoryMiB(cardBytes int64, memorySlices int) int64 {
-	return cardBytes / (1 << 20) * int64(memorySlices) / 8
-}
-
-// migInfo is what the fake source reports for a card of the profile.
-func migInfo(g ProfileGPU, cardBytes int64) *gpu.MIG {
+// migInfo is what the fake source reports for a card of the profile: the
+// mode and, in either mode (NVML answers the profile and placement
+// queries with MIG off too), the card type's profiles.
+func migInfo(g ProfileGPU) *gpu.MIG {
 	if g.MIGType == "" {
 		return nil
 	}
 	m := &gpu.MIG{Enabled: g.MIGMode == MIGModeEnabled, PendingEnabled: g.pendingMIG()}
-	if !m.Enabled {
-		return m
-	}
 	for _, p := range MIGTable(g.MIGType) {
 		q := gpu.MIGProfile{
 			ID: p.ID, Name: p.Name, ComputeSlices: p.ComputeSlices, Instances: p.Instances,
 			Multiprocessors: p.Multiprocessors, CopyEngines: p.CopyEngines, Decoders: p.Decoders,
-			JPEGs: p.JPEGs, OFAs: p.OFAs, MemoryBytes: MIGMemoryMiB(cardBytes, p.MemorySlices) << 20,
+			JPEGs: p.JPEGs, OFAs: p.OFAs, MemoryBytes: p.MemoryMiB << 20,
 		}
 		for _, s := range p.Starts {
 			q.Placements = append(q.Placements, gpu.MIGPlacement{Start: s, Size: p.MemorySlices})

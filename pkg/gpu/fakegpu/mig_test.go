@@ -11,8 +11,8 @@ import (
 
 // TestMIGProfileFields: migType/migMode/migPendingMode are read from a card
 // or from defaults:, the pending mode defaults to the current one, and the
-// fake source reports the mode and, while MIG is on, the card type's
-// profiles with their placements.
+// fake source reports the mode and, in either mode (as NVML does), the
+// card type's profiles with their placements.
 func TestMIGProfileFields(t *testing.T) {
 	p, err := ParseProfile([]byte(`
 defaults: {productName: NVIDIA H100 80GB HBM3, memory: 80Gi, migType: h100-80gb}
@@ -33,7 +33,7 @@ gpus:
 		enabled, pending bool
 		profiles         int
 	}
-	want := []mode{{true, true, 7}, {false, true, 0}, {false, false, 0}, {true, true, 7}}
+	want := []mode{{true, true, 7}, {false, true, 7}, {false, false, 7}, {true, true, 7}}
 	for i, g := range gpus {
 		if g.MIG == nil {
 			t.Fatalf("card %d: no MIG, want a MIG-capable card", i)
@@ -44,7 +44,8 @@ gpus:
 	}
 	// The 3g.20gb of the A100 40GB (the MIG user guide, "A100 MIG
 	// Profiles": 4/8 of the memory, 3/7 of the SMs, 3 copy engines, 2
-	// instances at memory slices 0 and 4).
+	// instances at memory slices 0 and 4; 19.50 GiB in the guide's
+	// nvidia-smi mig -lgip, "Getting Started with MIG").
 	var got *gpu.MIGProfile
 	for i, q := range gpus[3].MIG.Profiles {
 		if q.Name == "3g.20gb" {
@@ -52,7 +53,7 @@ gpus:
 		}
 	}
 	want3g := &gpu.MIGProfile{ID: 9, Name: "3g.20gb", ComputeSlices: 3, Instances: 2, Multiprocessors: 42, CopyEngines: 3,
-		Decoders: 2, MemoryBytes: 20 << 30, Placements: []gpu.MIGPlacement{{Start: 0, Size: 4}, {Start: 4, Size: 4}}}
+		Decoders: 2, MemoryBytes: 19968 << 20, Placements: []gpu.MIGPlacement{{Start: 0, Size: 4}, {Start: 4, Size: 4}}}
 	if diff := cmp.Diff(want3g, got); diff != "" {
 		t.Errorf("3g.20gb (-want +got):\n%s", diff)
 	}

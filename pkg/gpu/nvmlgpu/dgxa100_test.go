@@ -8,6 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
@@ -41,7 +42,8 @@ func TestStockDGXA100Mock(t *testing.T) {
 			DriverVersion:         "550.54.15",
 			CUDADriverVersion:     "12.4",
 			MemoryBytes:           40 << 30,
-			// go-nvml's A100 is MIG-capable, its mode off.
+			// go-nvml's A100 is MIG-capable, its mode off; its
+			// profiles are read all the same (checked below).
 			MIG: &gpu.MIG{},
 		})
 	}
@@ -50,8 +52,13 @@ func TestStockDGXA100Mock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GPUs: %v", err)
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(gpu.MIG{}, "Profiles")); diff != "" {
 		t.Errorf("GPUs (-want +got):\n%s", diff)
+	}
+	for _, g := range got {
+		if g.MIG == nil || len(g.MIG.Profiles) != 7 {
+			t.Errorf("card %d: MIG %+v, want the A100's 7 profiles read with MIG mode off", g.Index, g.MIG)
+		}
 	}
 	if m := logs.missing([][]string{{`"msg"="Leaving out a value the GPU reports oddly"`, `"field"="pciBusID"`, `"value"=""`, `"index"=7`}}); len(m) > 0 {
 		t.Errorf("log lines missing: %q", m)

@@ -11,9 +11,10 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
-// mig reads the card's MIG mode and, while it is on, its GPU instance
-// profiles and their placements, through NVML's queries only (no table of
-// our own): nvmlDeviceGetGpuInstanceProfileInfo for every profile value
+// mig reads the card's MIG mode and, in either mode (NVML answers the
+// profile and placement queries with MIG off too, as an H200 on r580 did),
+// its GPU instance profiles and their placements, through NVML's queries
+// only (no table of our own): nvmlDeviceGetGpuInstanceProfileInfo for every profile value
 // from 0 until INVALID_ARGUMENT, as nvml.h says to enumerate them, and
 // nvmlDeviceGetGpuInstancePossiblePlacements_v2. nil for a card that
 // cannot do MIG (NOT_SUPPORTED) or whose mode cannot be read. A profile
@@ -25,9 +26,6 @@ func (r cardReader) mig(cardBytes int64) *gpu.MIG {
 		return nil
 	}
 	m := &gpu.MIG{Enabled: current == nvml.DEVICE_MIG_ENABLE, PendingEnabled: pending == nvml.DEVICE_MIG_ENABLE}
-	if !m.Enabled {
-		return m
-	}
 	for profile := 0; ; profile++ {
 		info, ret := r.dev.GetGpuInstanceProfileInfo(profile)
 		if ret == nvml.ERROR_INVALID_ARGUMENT {

@@ -53,13 +53,13 @@ func TestSourceReadsMIG(t *testing.T) {
 			want: nil, wantLogs: [][]string{{"Leaving out a value the GPU cannot report", "migMode"}},
 		},
 		{
-			name: "off, pending on: no profiles read",
+			name: "off, pending on: profiles read all the same (NVML answers them in either mode)",
 			mig: func() *mockMIG {
 				m := h100MIG()
 				m.current = nvml.DEVICE_MIG_DISABLE
 				return m
 			},
-			want: &gpu.MIG{Enabled: false, PendingEnabled: true},
+			want: &gpu.MIG{Enabled: false, PendingEnabled: true, Profiles: []gpu.MIGProfile{profile1g, profile3g, profileMe}},
 		},
 		{
 			name: "on: every profile in NVML's order, with its placements",
