@@ -130,11 +130,6 @@ func (m *MIG) GPUInstanceIDValue() int {
 	return *m.GPUInstanceID
 }
 
-// Same reports whether two records name the same card placement.
-func (m *MIG) Same(o *MIG) bool {
-	return m != nil && o != nil && m.ParentIndex == o.ParentIndex && m.ProfileID == o.ProfileID && m.Start == o.Start
-}
-
 // DeepCopy copies m, nil for nil.
 func (m *MIG) DeepCopy() *MIG {
 	if m == nil {
