@@ -16,6 +16,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/health"
 )
 
 // migLabel marks the specs that need the GPU node's plugin on a profile
@@ -68,7 +69,7 @@ func expectUnschedulable(ctx context.Context, ns, name string) {
 
 var _ = Describe("MIG partitions", Label(migLabel), func() {
 	It("runs a 1g and a 3g partition of one card side by side, keeps the 7g off it meanwhile, then gives it the 7g", func(ctx SpecContext) {
-		scenario("MIG: 1g.10gb and 3g.40gb of card 0 side by side, each container sees only its MIG device; 7g.80gb Pending until both are gone, then runs")
+		scenario("MIG: 1g.10gb and 3g.40gb of card 0 side by side, each container sees only its MIG device; an XID in one instance taints only its partition; 7g.80gb Pending until both are gone, then runs")
 		ns := newNamespace(ctx)
 		createTemplate(ctx, ns, "mig-1g", migPartition("1g.10gb"))
 		createTemplate(ctx, ns, "mig-3g", migPartition("3g.40gb"))
@@ -90,6 +91,25 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 			seen[pod] = data.UUID
 		}
 		Expect(seen["small"]).NotTo(Equal(seen["large"]))
+
+		By("an XID in the 3g.40gb's GPU instance taints only that partition; a card-wide one every partition of the card")
+		large := results(allocatedClaim(ctx, ns, "large"))[0].Device
+		small := results(allocatedClaim(ctx, ns, "small"))[0].Device
+		gi := migStatus(ctx, ns, "large").MIG.GPUInstanceID
+		DeferCleanup(func(ctx SpecContext) {
+			injectHealthEvent(ctx, "--gpu 0 --recovered")
+			waitTaints(ctx, large, BeEmpty())
+		})
+		injectHealthEvent(ctx, fmt.Sprintf("--gpu 0 --xid 43 --gpu-instance %d", gi))
+		waitTaints(ctx, large, ConsistOf(SatisfyAll(HaveField("Key", health.TaintKeyXID), HaveField("Value", "43"))))
+		Consistently(func(g Gomega) {
+			g.Expect(nodeDevices(ctx, gpuNode)[small].Taints).To(BeEmpty(), "the 1g.10gb must not carry the 3g.40gb's XID")
+		}).WithContext(ctx).WithTimeout(3 * time.Second).WithPolling(pollEvery).Should(Succeed())
+		injectHealthEvent(ctx, "--gpu 0 --xid 13")
+		waitTaints(ctx, small, ConsistOf(HaveField("Value", "13")))
+		injectHealthEvent(ctx, "--gpu 0 --recovered")
+		waitTaints(ctx, large, BeEmpty())
+		waitTaints(ctx, small, BeEmpty())
 
 		By("meanwhile a 7g.80gb of card 0 (the whole card as one partition) is not allocatable")
 		createPod(ctx, gpuPod(ns, "whole", "mig-7g"))

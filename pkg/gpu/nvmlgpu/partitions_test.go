@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
@@ -34,15 +36,25 @@ func TestMIGPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	impls := map[string]func(t *testing.T) (gpu.MIGPartitions, gpu.GPU){
-		"fake": func(t *testing.T) (gpu.MIGPartitions, gpu.GPU) {
+	// bareGI makes a GPU instance without its compute instance, as a
+	// crash between the two creates leaves one.
+	type bareGI func(t *testing.T, card gpu.GPU, profileID, start int)
+	impls := map[string]func(t *testing.T) (gpu.MIGPartitions, gpu.GPU, bareGI){
+		"fake": func(t *testing.T) (gpu.MIGPartitions, gpu.GPU, bareGI) {
 			gpus, err := fakegpu.NewFakeSource(node, p).GPUs(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return fakegpu.NewPartitions(filepath.Join(t.TempDir(), fakegpu.PartitionsFileName)), gpus[0]
+			parts := fakegpu.NewPartitions(filepath.Join(t.TempDir(), fakegpu.PartitionsFileName))
+			return parts, gpus[0], func(t *testing.T, card gpu.GPU, profileID, start int) {
+				prof, _ := card.MIG.Profile(profileID)
+				pl, _ := prof.PlacementAt(start)
+				if _, err := parts.InjectGPUInstance(card, profileID, start, pl.Size, false); err != nil {
+					t.Fatal(err)
+				}
+			}
 		},
-		"nvml over the mock library": func(t *testing.T) (gpu.MIGPartitions, gpu.GPU) {
+		"nvml over the mock library": func(t *testing.T) (gpu.MIGPartitions, gpu.GPU, bareGI) {
 			devices, err := mocknvml.Flatten(p, node)
 			if err != nil {
 				t.Fatal(err)
@@ -66,12 +78,26 @@ func TestMIGPartitions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return parts, gpus[0]
+			return parts, gpus[0], func(t *testing.T, card gpu.GPU, profileID, start int) {
+				dev, ret := src.(*source).lib.DeviceGetHandleByUUID(card.UUID)
+				if ret != nvml.SUCCESS {
+					t.Fatal(ret)
+				}
+				info, err := profileInfo(dev, profileID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				prof, _ := card.MIG.Profile(profileID)
+				pl, _ := prof.PlacementAt(start)
+				if _, ret := dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(start), Size: uint32(pl.Size)}); ret != nvml.SUCCESS {
+					t.Fatal(ret)
+				}
+			}
 		},
 	}
 	for name, impl := range impls {
 		t.Run(name, func(t *testing.T) {
-			parts, card := impl(t)
+			parts, card, bare := impl(t)
 			if card.MIG == nil || !card.MIG.Enabled {
 				t.Fatalf("card %+v is not in MIG mode", card)
 			}
@@ -133,6 +159,21 @@ func TestMIGPartitions(t *testing.T) {
 				t.Fatalf("7g.80gb once the card is empty: %v", err)
 			}
 			if err := parts.Destroy(ctx, card, g7.GPUInstanceID); err != nil {
+				t.Fatal(err)
+			}
+
+			// A create interrupted between its steps: listed without a
+			// compute instance, then completed.
+			bare(t, card, 9, 0)
+			list, err = parts.List(ctx, card)
+			if err != nil || len(list) != 1 || list[0].ComputeInstanceID != -1 || list[0].UUID != "" {
+				t.Fatalf("List with a bare GPU instance = %+v %v, want it without compute instance or UUID", list, err)
+			}
+			done, err := parts.CompleteComputeInstance(ctx, card, list[0].GPUInstanceID)
+			if err != nil || done.ComputeInstanceID < 0 || done.UUID == "" || done.Placement != list[0].Placement {
+				t.Errorf("CompleteComputeInstance = %+v %v, want the GPU instance with its compute instance and MIG UUID", done, err)
+			}
+			if err := parts.Destroy(ctx, card, done.GPUInstanceID); err != nil {
 				t.Fatal(err)
 			}
 		})
