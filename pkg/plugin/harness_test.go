@@ -36,6 +36,8 @@ type harness struct {
 	daemon *mps.SimulatedDaemon
 	shares stepShares
 	mig    stepMIG
+	// status, when set, receives each start's claim status writes.
+	status ClaimStatusWriter
 	claims []resourceapi.ResourceClaim
 	// listErr makes listing claims from the API server fail.
 	listErr error
@@ -121,7 +123,8 @@ func (h *harness) tryStart() error {
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
 			return h.claims, h.listErr
 		},
-		MIG: h.mig,
+		MIG:         h.mig,
+		ClaimStatus: h.status,
 	})
 	if err != nil {
 		return err

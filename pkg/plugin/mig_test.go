@@ -220,6 +220,8 @@ func TestMIGRecordedButGoneIsRecreated(t *testing.T) {
 			}
 			before := h.driver.Records()["m"]
 			tt.damage(h)
+			rs := &recordingStatus{}
+			h.status = rs
 			h.restart()
 			h.assertConsistent()
 			after, kept := h.driver.Records()["m"]
@@ -237,6 +239,14 @@ func TestMIGRecordedButGoneIsRecreated(t *testing.T) {
 			}
 			if env["NVIDIA_VISIBLE_DEVICES"] != after.Devices[1].MIG.UUID {
 				t.Errorf("spec names %q, want the re-created instance %s", env["NVIDIA_VISIBLE_DEVICES"], after.Devices[1].MIG.UUID)
+			}
+			statuses := rs.claims[claim.Namespace+"/"+claim.Name]
+			if len(statuses) != 2 {
+				t.Fatalf("status rewritten with %d devices, want 2", len(statuses))
+			}
+			var data DeviceData
+			if err := json.Unmarshal(statuses[1].Data.Raw, &data); err != nil || data.UUID != after.Devices[1].MIG.UUID {
+				t.Errorf("status.devices names %q (%v), want the re-created instance %s", data.UUID, err, after.Devices[1].MIG.UUID)
 			}
 		})
 	}

@@ -225,6 +225,8 @@ func (d *Driver) recoverMIG(ctx context.Context, rec prepared.Claim, errs *[]err
 		return rec
 	}
 	klog.FromContext(ctx).Info("Repaired the record of a claim whose MIG partitions were re-created", "claim", rec.Key(), "claimUID", rec.UID)
+	// Its status.devices names the new MIG UUID.
+	d.writeStatus(ctx, fixed)
 	return fixed
 }
 
