@@ -33,6 +33,7 @@ func run() error {
 	arrival := flag.Float64("arrival", 1.3, "GPU requested in total, as a multiple of the cluster's capacity")
 	asJSON := flag.Bool("json", false, "print one JSON object instead of text")
 	quiet := flag.Bool("quiet", false, "no progress on stderr")
+	migVariant := flag.Bool("mig", false, "replay the trace's MIG variant: every card an H100 in MIG mode, every task of one card or less one MIG partition of the smallest profile with its GPU, multi-card tasks left out (docs/placement.md)")
 	reportFailures := flag.Bool("report-failures", false, "also report the GPU tasks that failed after 100% arrival (by class) and the free GPU left at the end (by card free level)")
 	flag.Parse()
 	if *nodesPath == "" || *podsPath == "" {
@@ -46,6 +47,9 @@ func run() error {
 	tasks, err := trace.ReadTasks(*podsPath)
 	if err != nil {
 		return err
+	}
+	if *migVariant {
+		nodes, tasks = sim.MIGVariant(nodes, tasks)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -14,7 +14,8 @@ import (
 )
 
 // Claim builds the ResourceClaim a pod with request r would carry: whole
-// cards from the GPU class with count, a share from the shared class with
+// cards from the GPU class with count, a MIG partition from the MIG class
+// with a profile selector, a share from the shared class with
 // capacity requests (compute, memory as ShareOn computes them for card
 // shareCard), a productName selector for r.Models. With pin set, a selector
 // on the index attribute restricts it to the given cards, so that the
@@ -24,7 +25,7 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 		return nil, fmt.Errorf("request %s asks for no GPU, so it needs no claim", r.Name)
 	}
 	want := r.WholeCards
-	if r.ShareMilli > 0 {
+	if r.ShareMilli > 0 || r.MIGProfile != "" {
 		want = 1
 	}
 	if len(cards) != want {
@@ -52,8 +53,19 @@ func Claim(n *Node, r Request, cards []int, pin bool) (*resourceapi.ResourceClai
 			}
 			idx[i] = strconv.Itoa(v)
 		}
+		// A card in MIG mode is pinned through its partitions' parentIndex.
+		attr := device.AttrIndex
+		if r.MIGProfile != "" {
+			attr = device.AttrParentIndex
+		}
 		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s in [%s]`,
-			device.DriverName, device.AttrIndex, strings.Join(idx, ", "))))
+			device.DriverName, attr, strings.Join(idx, ", "))))
+	}
+	if r.MIGProfile != "" {
+		// One partition of the profile.
+		req.DeviceClassName = device.MIGDeviceClassName
+		req.Selectors = append(req.Selectors, celSelector(fmt.Sprintf(`device.attributes[%q].%s == %q`,
+			device.DriverName, device.AttrMIGProfile, r.MIGProfile)))
 	}
 	if r.ShareMilli > 0 {
 		req.DeviceClassName = device.SharedDeviceClassName

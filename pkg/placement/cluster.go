@@ -114,10 +114,12 @@ func CardsFromSlices(name string, nodeSlices []*resourceapi.ResourceSlice) (*Nod
 	}
 	sort.Slice(ours, func(a, b int) bool { return ours[a].Name < ours[b].Name })
 	var devices []resourceapi.Device
+	var sets []resourceapi.CounterSet
 	for _, s := range ours {
 		devices = append(devices, s.Spec.Devices...)
+		sets = append(sets, s.Spec.SharedCounters...)
 	}
-	n, err := NodeFromDevices(name, 0, 0, devices)
+	n, err := NodeFromDevices(name, 0, 0, devices, sets...)
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +141,11 @@ func (nc *NodeCards) Node(cpuMilli, memoryMiB, usedCPUMilli, usedMemoryMiB int64
 			if !nc.pools[d.Pool] {
 				continue
 			}
-			i, ok := nc.byDevice[d.Device]
-			if !ok && isMIGPartition(d.Device) {
-				continue // a MIG partition: not a card of the model
+			if card, p, ok := n.migCardIndex(d.Device); ok {
+				n.apply(Consumed{Card: card, MIG: p + 1}, 0)
+				continue
 			}
+			i, ok := nc.byDevice[d.Device]
 			if !ok {
 				return nil, fmt.Errorf("claim %s/%s holds device %s, which node %s does not publish", a.Namespace, a.Name, d.Device, nc.name)
 			}
@@ -183,6 +186,15 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 		}
 		for _, req := range claim.Spec.Devices.Requests {
 			e := req.Exactly
+			if e != nil && e.DeviceClassName == device.MIGDeviceClassName {
+				// One MIG partition per pod is modelled, of the profile
+				// its selector names; other MIG requests are left to the
+				// allocator.
+				if p := migProfileOf(e.Selectors); p != "" && r.MIGProfile == "" && max(e.Count, 1) == 1 {
+					r.MIGProfile, found = p, true
+				}
+				continue
+			}
 			if e == nil || !device.IsTangramClass(e.DeviceClassName) {
 				continue
 			}
@@ -235,13 +247,6 @@ func WorkloadSample(allocations []Allocation, nodes map[string]*Node) []Request 
 		}
 	}
 	return sample
-}
-
-// isMIGPartition reports whether a device name is a MIG partition's
-// (device.MIGDeviceName).
-func isMIGPartition(name string) bool {
-	ref, err := device.ParseDeviceName(name)
-	return err == nil && ref.MIG != nil
 }
 
 // cardIndex is the index of the card named device, or -1.

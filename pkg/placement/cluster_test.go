@@ -103,15 +103,16 @@ func TestNodeFromCluster(t *testing.T) {
 	}
 }
 
-// TestMIGPartitionsAreNotCards: on a node whose card 0 is in MIG mode
-// (published as its partitions), the model holds only the other cards, so
-// whole-card and share requests are placed on them alone; a MIG
-// partition's allocation is not counted against any card.
-func TestMIGPartitionsAreNotCards(t *testing.T) {
+// TestMIGCardInTheModel: on a node whose card 0 is in MIG mode
+// (published as its partitions), the model holds card 0 as one card in MIG
+// mode with the allocated partition taken, never a candidate for whole
+// cards or shares, and card 1 as before.
+func TestMIGCardInTheModel(t *testing.T) {
 	gpus := []gpu.GPU{
 		{Index: 0, UUID: "GPU-0", ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30,
 			MIG: &gpu.MIG{Enabled: true, Profiles: []gpu.MIGProfile{{ID: 19, Name: "1g.10gb", ComputeSlices: 1, Instances: 7, MemoryBytes: 9984 << 20,
-				Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}}}}}},
+				Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}}}, {ID: 0, Name: "7g.80gb", ComputeSlices: 7, Instances: 1,
+				MemoryBytes: 81152 << 20, Placements: []gpu.MIGPlacement{{Start: 0, Size: 8}}}}}},
 		{Index: 1, UUID: "GPU-1", ProductName: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30},
 	}
 	res, err := resourceslices.DriverResources(gpus, resourceslices.Options{NodeName: "a", Sharing: true})
@@ -128,7 +129,24 @@ func TestMIGPartitionsAreNotCards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(n.Cards) != 1 || n.Cards[0].Device != "gpu-1" || n.Cards[0].FreeMilli() != 1000 {
-		t.Errorf("cards %+v, want only gpu-1, free", n.Cards)
+	if len(n.Cards) != 2 || !n.Cards[0].IsMIG() || n.Cards[0].Device != "gpu-0" || n.Cards[1].IsMIG() || n.Cards[1].FreeMilli() != 1000 {
+		t.Fatalf("cards %+v, want gpu-0 in MIG mode and gpu-1 free", n.Cards)
+	}
+	if got := n.Cards[0].FreeMilli(); got != 857 {
+		t.Errorf("gpu-0 free %d milli, want 6/7 of it (857) after a 1g", got)
+	}
+	for _, tc := range []struct {
+		r    Request
+		want []int
+	}{
+		{whole("w", 1000, 1), []int{1}},
+		{share("s", 1000, 500), []int{1}},
+		{Request{Name: "m", MIGProfile: "1g.10gb"}, []int{0}},
+		{Request{Name: "m7", MIGProfile: "7g.80gb"}, nil},
+	} {
+		got, _ := n.Candidates(tc.r, nil)
+		if len(got) != len(tc.want) || (len(got) > 0 && got[0] != tc.want[0]) {
+			t.Errorf("%s: candidates %v, want %v", tc.r.Name, got, tc.want)
+		}
 	}
 }

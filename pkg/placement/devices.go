@@ -11,12 +11,25 @@ import (
 
 // NodeFromDevices builds the model of a node from the devices our driver
 // publishes for it (in slice order, which is the allocator's order), with
-// nothing allocated yet. MIG partitions (type "mig", cards in MIG mode) are
-// not cards: whole-card and share requests never land on them.
-func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourceapi.Device) (*Node, error) {
+// nothing allocated yet. The MIG partitions of a card in MIG mode (type
+// "mig") become one card holding them, at the place of its first
+// partition, with the capacities of its counter set from sets; whole-card
+// and share requests never land on it.
+func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourceapi.Device, sets ...resourceapi.CounterSet) (*Node, error) {
 	n := &Node{Name: name, CPUMilli: cpuMilli, MemoryMiB: memoryMiB}
+	migs, err := migCards(name, devices, sets)
+	if err != nil {
+		return nil, err
+	}
+	placed := map[string]bool{}
 	for _, d := range devices {
 		if stringAttr(d, device.AttrType) == device.TypeMIG {
+			for _, c := range migs {
+				if c.mig.counterSet == d.ConsumesCounters[0].CounterSet && !placed[c.Device] {
+					placed[c.Device] = true
+					n.Cards = append(n.Cards, c)
+				}
+			}
 			continue
 		}
 		c := Card{

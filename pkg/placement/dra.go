@@ -32,6 +32,14 @@ type draNode struct {
 	node      *v1.Node
 	state     structured.AllocatedState
 	allocator structured.Allocator
+	// counters is set when the node publishes counter sets (cards in MIG
+	// mode): the allocator computes a pool's available counters once per
+	// instance, from the devices allocated then, so such a node gets a
+	// fresh allocator for every placement, as kube-scheduler makes one per
+	// scheduling cycle.
+	counters bool
+	classes  []*resourceapi.DeviceClass
+	slices   []*resourceapi.ResourceSlice
 }
 
 // NewDRAValidator prepares an allocator per node from its slices.
@@ -50,6 +58,10 @@ func NewDRAValidator(ctx context.Context, slicesByNode map[string][]*resourceapi
 			return nil, fmt.Errorf("node %s: %w", name, err)
 		}
 		dn.allocator = a
+		dn.classes, dn.slices = classes, slices
+		for _, s := range slices {
+			dn.counters = dn.counters || len(s.Spec.SharedCounters) > 0
+		}
 		v.nodes[name] = dn
 	}
 	return v, nil
@@ -65,7 +77,13 @@ func (v *DRAValidator) Allocate(ctx context.Context, n *Node, r Request, cards [
 	if err != nil {
 		return nil, err
 	}
-	results, err := dn.allocator.Allocate(ctx, dn.node, []*resourceapi.ResourceClaim{claim})
+	allocator := dn.allocator
+	if dn.counters {
+		if allocator, err = dra.NewAllocator(ctx, dn.state, dn.classes, dn.slices); err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	results, err := allocator.Allocate(ctx, dn.node, []*resourceapi.ResourceClaim{claim})
 	if errors.Is(err, structured.ErrFailedAllocationOnNode) || (err == nil && len(results) == 0) {
 		return nil, nil
 	}
@@ -78,6 +96,10 @@ func (v *DRAValidator) Allocate(ctx context.Context, n *Node, r Request, cards [
 	}
 	var consumed []Consumed
 	for _, d := range results[0].Devices.Results {
+		if card, p, ok := n.migCardIndex(d.Device); ok {
+			consumed = append(consumed, Consumed{Card: card, MIG: p + 1})
+			continue
+		}
 		i, ok := byDevice[d.Device]
 		if !ok {
 			return nil, fmt.Errorf("allocating %s on node %s: allocator chose unknown device %s", r.Name, n.Name, d.Device)

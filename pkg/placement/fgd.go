@@ -29,6 +29,9 @@ func (p *FGD) Score(n *Node, r Request, cands []int) Choice {
 }
 
 func (p *FGD) score(n *Node, r Request, cands []int) Choice {
+	if r.MIGProfile != "" {
+		return migPackingScore(n, r, cands)
+	}
 	var freeBuf, afterBuf, shapeBuf [16]int64
 	before := stateOf(n, freeBuf[:0])
 	fragBefore := p.Workload.typicalFragmentation(before, shapeBuf[:0])

@@ -64,7 +64,7 @@ func NewWeightedWorkload(sample []Request, counts []int) *Workload {
 	typeIndex := map[typeKey]int{}
 	for j, r := range sample {
 		shape := -1
-		if r.GPUMilli() > 0 {
+		if r.GPUMilli() > 0 && r.MIGProfile == "" {
 			key := shapeKey(r)
 			i, ok := shapeIndex[key]
 			if !ok {
@@ -100,7 +100,7 @@ func NewWeightedWorkload(sample []Request, counts []int) *Workload {
 	}
 	w.residue = residueTable(sample, count)
 	w.typical = typicalPods(sample, count, fgdTypicalCoverage, func(r Request) int {
-		if r.GPUMilli() == 0 {
+		if r.GPUMilli() == 0 || r.MIGProfile != "" {
 			return -1
 		}
 		return shapeIndex[shapeKey(r)]
@@ -147,6 +147,12 @@ type nodeState struct {
 func stateOf(n *Node, buf []int64) nodeState {
 	buf = buf[:0]
 	for i := range n.Cards {
+		if n.Cards[i].mig != nil {
+			// Free compute of a card in MIG mode serves MIG partitions
+			// only, never the whole cards and shares measured here.
+			buf = append(buf, 0)
+			continue
+		}
 		buf = append(buf, n.Cards[i].FreeMilli())
 	}
 	return nodeState{node: n, cpu: n.FreeCPUMilli(), mem: n.FreeMemoryMiB(), free: buf}

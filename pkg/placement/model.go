@@ -31,6 +31,11 @@ type Card struct {
 	// allocatedMilli is the GPU handed out on this card, in milli-GPU, for
 	// the allocation ratio.
 	allocatedMilli int64
+
+	// mig is set for a card in MIG mode, published as its partitions
+	// (mig.go); migUsed is what it has handed out.
+	mig     *migLayout
+	migUsed migState
 }
 
 // Capacity is one consumable capacity of a device with its request policy,
@@ -88,6 +93,9 @@ func (c Capacity) consume(amount *int64) (int64, bool) {
 // FreeMilli is the part of the card still free, in milli-GPU: the smaller of
 // its free compute and free memory fractions.
 func (c *Card) FreeMilli() int64 {
+	if c.mig != nil {
+		return c.migFreeMilli()
+	}
 	if c.whole || c.Memory.Value <= 0 {
 		return 0
 	}
@@ -99,7 +107,12 @@ func (c *Card) FreeMilli() int64 {
 }
 
 // Unused reports whether nothing is allocated on the card.
-func (c *Card) Unused() bool { return !c.whole && c.usedMemory == 0 && c.usedCompute == 0 }
+func (c *Card) Unused() bool {
+	if c.mig != nil {
+		return c.migUsed.taken == 0
+	}
+	return !c.whole && c.usedMemory == 0 && c.usedCompute == 0
+}
 
 // AllocatedMilli is the GPU handed out on the card, in milli-GPU.
 func (c *Card) AllocatedMilli() int64 { return c.allocatedMilli }
@@ -118,10 +131,19 @@ type Request struct {
 	ShareMilli int64
 	// Models restricts the cards' productName; empty means any.
 	Models []string
+	// MIGProfile asks for one MIG partition of that profile ("3g.40gb")
+	// of a card in MIG mode, instead of whole cards or a share.
+	MIGProfile string
 }
 
-// GPUMilli is the GPU the request takes, in milli-GPU.
-func (r Request) GPUMilli() int64 { return int64(r.WholeCards)*1000 + r.ShareMilli }
+// GPUMilli is the GPU the request takes, in milli-GPU (a MIG partition:
+// its compute slices in sevenths of a card, MIGMilli).
+func (r Request) GPUMilli() int64 {
+	if r.MIGProfile != "" {
+		return MIGMilli(r.MIGProfile)
+	}
+	return int64(r.WholeCards)*1000 + r.ShareMilli
+}
 
 // Share is the capacity a share request asks of a card.
 type Share struct {
@@ -202,6 +224,12 @@ func (n *Node) cardFits(i int, r Request) bool {
 	if !modelAllowed(r.Models, c.Model) {
 		return false
 	}
+	if r.MIGProfile != "" {
+		return c.migFirstFit(r.MIGProfile) >= 0
+	}
+	if c.mig != nil {
+		return false // whole cards and shares never land on a card in MIG mode
+	}
 	if r.ShareMilli == 0 {
 		return c.Unused()
 	}
@@ -229,7 +257,7 @@ func (n *Node) Candidates(r Request, buf []int) ([]int, bool) {
 			buf = append(buf, i)
 		}
 	}
-	if r.ShareMilli > 0 {
+	if r.ShareMilli > 0 || r.MIGProfile != "" {
 		return buf, len(buf) > 0
 	}
 	return buf, len(buf) >= r.WholeCards
@@ -241,6 +269,9 @@ type Consumed struct {
 	Whole   bool
 	Compute int64 // percent
 	Memory  int64 // bytes
+	// MIG is 1 + the index of the MIG partition taken on a card in MIG
+	// mode; 0 for anything else.
+	MIG int
 }
 
 // Expect is what the model predicts r consumes on the given cards of n.
@@ -249,6 +280,8 @@ func (n *Node) Expect(r Request, cards []int) []Consumed {
 	for _, i := range cards {
 		c := &n.Cards[i]
 		switch {
+		case r.MIGProfile != "":
+			out = append(out, Consumed{Card: i, MIG: c.migFirstFit(r.MIGProfile) + 1})
 		case r.ShareMilli > 0:
 			s := ShareOn(c, r.ShareMilli)
 			compute, _ := c.Compute.consume(&s.Compute)
@@ -279,6 +312,13 @@ func (n *Node) Commit(r Request, consumed []Consumed) {
 // for when it is a share.
 func (n *Node) apply(k Consumed, shareMilli int64) {
 	c := &n.Cards[k.Card]
+	if k.MIG > 0 && c.mig != nil {
+		c.migTake(k.MIG - 1)
+		if c.mig.computeSlices > 0 {
+			c.allocatedMilli += c.mig.partitions[k.MIG-1].ComputeSlices * 1000 / c.mig.computeSlices
+		}
+		return
+	}
 	c.usedCompute += k.Compute
 	c.usedMemory += k.Memory
 	if k.Whole {

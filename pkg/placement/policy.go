@@ -56,7 +56,7 @@ func firstFit(r Request, cands []int) []int {
 	if r.GPUMilli() == 0 {
 		return nil
 	}
-	if r.ShareMilli > 0 {
+	if r.ShareMilli > 0 || r.MIGProfile != "" {
 		return cands[:1]
 	}
 	return cands[:r.WholeCards]
@@ -129,6 +129,9 @@ func (BestFit) Name() string    { return "best-fit" }
 func (BestFit) PinsCards() bool { return true }
 
 func (BestFit) Score(n *Node, r Request, cands []int) Choice {
+	if r.MIGProfile != "" {
+		return migPackingScore(n, r, cands)
+	}
 	cards := bestFitCards(n, r, cands)
 	freeAfter := n.FreeMilli() - r.GPUMilli()
 	cpuAfter := 1 - frac(n.usedCPU+r.CPUMilli, n.CPUMilli)

@@ -39,6 +39,11 @@ func (p *Tangram) Score(n *Node, r Request, cands []int) Choice {
 }
 
 func (p *Tangram) score(n *Node, r Request, cands []int) Choice {
+	if r.MIGProfile != "" {
+		// A MIG partition: onto the card already split the most
+		// (fragmentation of MIG placements is not modelled beyond that).
+		return migPackingScore(n, r, cands)
+	}
 	w := p.Workload
 	var freeBuf, afterBuf, shapeBuf [16]int64
 	before := stateOf(n, freeBuf[:0])

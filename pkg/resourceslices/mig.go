@@ -3,6 +3,7 @@ package resourceslices
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -113,10 +114,13 @@ func migDevices(logger klog.Logger, g gpu.GPU, nvlinkDomain string, opts Options
 		logger.Error(err, "Card is in MIG mode but its MIG partitions cannot be published; publishing nothing for it", "uuid", g.UUID)
 		return nil
 	}
+	// The card's own attributes are read once (the PCIe root through
+	// sysfs, with its log lines) and copied into every partition.
+	hardware := hardwareAttributes(logger, g, nvlinkDomain, opts)
 	out := make([]resourceapi.Device, 0, len(layout.partitions))
 	for _, part := range layout.partitions {
 		p := part.profile
-		attrs := hardwareAttributes(logger, g, nvlinkDomain, opts)
+		attrs := maps.Clone(hardware)
 		num := func(n int) resourceapi.DeviceAttribute {
 			return resourceapi.DeviceAttribute{IntValue: ptr.To(int64(n))}
 		}

@@ -35,6 +35,10 @@ type Task struct {
 	GPUMilli int
 	// GPUSpec lists the card models the task accepts; empty means any.
 	GPUSpec []string
+	// MIGProfile, set only by derived traces (the simulator's MIG
+	// variant), asks for one MIG partition of that profile; GPUMilli is
+	// then the partition's share of a card.
+	MIGProfile string
 }
 
 // IsShare reports whether the task takes a fraction of one card.

@@ -15,6 +15,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/placement"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 	"github.com/tangram-gpu/tangram/pkg/trace"
 )
 
@@ -57,7 +58,8 @@ func BuildCluster(nodes []trace.Node) (*Cluster, error) {
 		if err != nil {
 			return nil, fmt.Errorf("building devices of node %s: %w", tn.Name, err)
 		}
-		n, err := placement.NodeFromDevices(tn.Name, tn.CPUMilli, tn.MemoryMiB, devices)
+		sets := resourceslices.CounterSets(gpus)
+		n, err := placement.NodeFromDevices(tn.Name, tn.CPUMilli, tn.MemoryMiB, devices, sets...)
 		if err != nil {
 			return nil, err
 		}
@@ -65,15 +67,30 @@ func BuildCluster(nodes []trace.Node) (*Cluster, error) {
 		c.CapacityMilli += n.CapacityMilli()
 		if len(devices) > 0 {
 			nodeName := tn.Name
+			count := int64(1)
+			if len(sets) > 0 {
+				count = 2 // the cards in MIG mode's counter sets, in a slice of their own
+			}
 			c.Slices[tn.Name] = []*resourceapi.ResourceSlice{{
 				ObjectMeta: metav1.ObjectMeta{Name: tn.Name + "-" + device.DriverName},
 				Spec: resourceapi.ResourceSliceSpec{
 					Driver:   device.DriverName,
-					Pool:     resourceapi.ResourcePool{Name: tn.Name, ResourceSliceCount: 1},
+					Pool:     resourceapi.ResourcePool{Name: tn.Name, ResourceSliceCount: count},
 					NodeName: &nodeName,
 					Devices:  devices,
 				},
 			}}
+			if len(sets) > 0 {
+				c.Slices[tn.Name] = append(c.Slices[tn.Name], &resourceapi.ResourceSlice{
+					ObjectMeta: metav1.ObjectMeta{Name: tn.Name + "-" + device.DriverName + "-counters"},
+					Spec: resourceapi.ResourceSliceSpec{
+						Driver:         device.DriverName,
+						Pool:           resourceapi.ResourcePool{Name: tn.Name, ResourceSliceCount: count},
+						NodeName:       &nodeName,
+						SharedCounters: sets,
+					},
+				})
+			}
 		}
 	}
 	if c.CapacityMilli == 0 {
@@ -84,6 +101,9 @@ func BuildCluster(nodes []trace.Node) (*Cluster, error) {
 
 // cardsOf describes a trace node's cards the way pkg/gpu reports real ones.
 func cardsOf(tn trace.Node) ([]gpu.GPU, error) {
+	if tn.Model == MIGModel {
+		return migCards(tn), nil
+	}
 	mem, ok := CardMemory[tn.Model]
 	if !ok && tn.GPUs > 0 {
 		return nil, fmt.Errorf("node %s: card model %q has no memory size; known models: G2, G3, T4, P100, V100M16, V100M32, A10", tn.Name, tn.Model)
@@ -107,7 +127,9 @@ func Requests(tasks []trace.Task) []placement.Request {
 	out := make([]placement.Request, len(tasks))
 	for i, t := range tasks {
 		r := placement.Request{Name: t.Name, CPUMilli: t.CPUMilli, MemoryMiB: t.MemoryMiB, Models: t.GPUSpec}
-		if t.IsShare() {
+		if t.MIGProfile != "" {
+			r.MIGProfile = t.MIGProfile
+		} else if t.IsShare() {
 			r.ShareMilli = int64(t.GPUMilli)
 		} else {
 			r.WholeCards = t.NumGPU
