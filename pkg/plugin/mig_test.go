@@ -348,3 +348,40 @@ func TestMIGDeviceOf(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveMIGDevice: a partition's device name resolves to its card,
+// profile and placement; a name the card cannot hold now is refused with
+// what changed and what to do.
+func TestResolveMIGDevice(t *testing.T) {
+	cards := cardsByDevice(testGPUs())
+	off := testGPUs()
+	off[migCard].MIG.Enabled = false
+	tests := []struct {
+		name    string
+		cards   map[string]gpu.GPU
+		device  string
+		want    *prepared.MIG
+		wantErr string
+	}{
+		{name: "3g at 4", cards: cards, device: "gpu-3-mig-9-4",
+			want: &prepared.MIG{ParentIndex: 3, ProfileID: 9, Profile: "3g.40gb", Start: 4, Size: 4}},
+		{name: "card left MIG mode", cards: cardsByDevice(off), device: "gpu-3-mig-9-4", wantErr: "not in MIG mode now"},
+		{name: "no such profile", cards: cards, device: "gpu-3-mig-14-0", wantErr: "has no MIG profile 14"},
+		{name: "no such placement", cards: cards, device: "gpu-3-mig-9-2", wantErr: "has no placement at memory slice 2"},
+		{name: "no such card", cards: cards, device: "gpu-9-mig-9-0", wantErr: "not a GPU of this node"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			card, mig, err := resolveDevice(tt.cards, tt.device)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || card.Index != migCard || mig == nil || *mig != *tt.want {
+				t.Errorf("resolveDevice = %d %+v %v, want card %d and %+v", card.Index, mig, err, migCard, tt.want)
+			}
+		})
+	}
+}
