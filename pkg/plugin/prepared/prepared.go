@@ -62,7 +62,8 @@ type Claim struct {
 type Device struct {
 	// Request is the result's request name ("req" or "req/sub").
 	Request string `json:"request"`
-	// Device is the ResourceSlice device name, "gpu-<index>".
+	// Device is the ResourceSlice device name, "gpu-<index>" (a MIG
+	// partition: "gpu-<index>-mig-<profileID>-<start>").
 	Device  string `json:"device"`
 	GPUUUID string `json:"gpuUUID,omitempty"`
 	// ShareID is the allocator's share ID on a card that allows multiple
