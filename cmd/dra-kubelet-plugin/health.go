@@ -102,6 +102,7 @@ func newHealthEventCommand() *cobra.Command {
 		message    string
 		stateDir   string
 		eventsFile string
+		instance   int
 	)
 	cmd := &cobra.Command{
 		Use:   "health-event",
@@ -109,6 +110,7 @@ func newHealthEventCommand() *cobra.Command {
 		Example: `  # in the plugin's container (or on the node, with its --state-dir):
   dra-kubelet-plugin health-event --gpu 1 --xid 79       # fatal: NoSchedule taint
   dra-kubelet-plugin health-event --gpu 1 --xid 13       # informational: None taint
+  dra-kubelet-plugin health-event --gpu 3 --xid 43 --gpu-instance 1   # one MIG instance: only its partition
   dra-kubelet-plugin health-event --gpu 1 --lost
   dra-kubelet-plugin health-event --gpu 1 --recovered`,
 		Args: cobra.NoArgs,
@@ -133,6 +135,12 @@ func newHealthEventCommand() *cobra.Command {
 			if index < 0 {
 				return errors.New("--gpu=<index> is required (the card's index, device gpu-<index>)")
 			}
+			if instance >= 0 {
+				if ev.Kind != gpu.HealthEventXID {
+					return errors.New("--gpu-instance goes with --xid: NVML reports XIDs per MIG instance")
+				}
+				ev.GPUInstance = &instance
+			}
 			path := healthEventsFile(eventsFile, stateDir)
 			if err := gpu.AppendHealthEvent(path, ev); err != nil {
 				return err
@@ -144,6 +152,7 @@ func newHealthEventCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&index, "gpu", -1, "index of the card (device gpu-<index>)")
 	f.Uint64Var(&xid, "xid", 0, "report this XID")
+	f.IntVar(&instance, "gpu-instance", -1, "with --xid: the MIG GPU instance ID the XID is in (nvidia-smi mig -lgi; the claim's status.devices data); unset: the whole card")
 	f.BoolVar(&lost, "lost", false, "report the card lost (fallen off the bus)")
 	f.BoolVar(&recovered, "recovered", false, "report the card recovered: its health taints go")
 	f.StringVar(&message, "message", "", "detail shown in the Node event and pod status")

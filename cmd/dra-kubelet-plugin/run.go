@@ -18,6 +18,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
@@ -130,7 +131,11 @@ func newRunCommand() *cobra.Command {
 			var hardware cdi.HardwareEdits = cdi.NoHardware{}
 			root := flags.driverRoot(source)
 			var nvmlLibrary string
+			var migParts gpu.MIGPartitions // fake cards: plugin.Run's file
 			if !source.Fake() {
+				if migParts, err = nvmlgpu.Partitions(src); err != nil {
+					return fmt.Errorf("MIG instance calls: %w", err)
+				}
 				if nvmlLibrary, err = root.NVMLLibraryPath(); err != nil {
 					return err
 				}
@@ -158,6 +163,7 @@ func newRunCommand() *cobra.Command {
 			}
 			return plugin.Run(ctx, plugin.PluginOptions{
 				Hardware:               hardware,
+				MIG:                    migParts,
 				MemoryLimitHook:        memoryLimitHook,
 				MPSv3Available:         caps.MPSv3,
 				NodeName:               source.NodeName,

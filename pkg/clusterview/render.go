@@ -127,6 +127,8 @@ func addCardRows(t *Table, c CardView) {
 	memColour := UsageColour(c.MemoryUsedBytes, c.MemoryBytes)
 	shares := "-"
 	switch {
+	case c.MIG != nil:
+		shares = "mig " + strconv.Itoa(len(c.Allocations)) + "/" + strconv.Itoa(c.MIG.Offered)
 	case c.State == CardFree:
 	case wholeHeld(c):
 		shares = "whole"
@@ -224,6 +226,8 @@ func allocationText(a AllocationView) string {
 		s += " [gang " + a.Gang + "]"
 	}
 	switch {
+	case a.MIG != nil:
+		s += " (" + a.MIG.Profile + " @" + strconv.FormatInt(a.MIG.PlacementStart, 10) + ")"
 	case a.AdminAccess:
 		s += " (admin access)"
 	case !a.Whole:

@@ -5,6 +5,7 @@
 package clusterview
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -80,8 +81,12 @@ type CardView struct {
 	ComputeUsedPercent int64            `json:"computeUsedPercent"`
 	Allocations        []AllocationView `json:"allocations"`
 	// Taints are the device's taints in its ResourceSlice (e.g. the
-	// plugin's health taints, docs/health.md).
+	// plugin's health taints, docs/health.md); on a card in MIG mode,
+	// those of any of its partitions.
 	Taints []TaintView `json:"taints,omitempty"`
+	// MIG is set on a card in MIG mode, published as its partitions: its
+	// allocations are the partitions claims hold.
+	MIG *MIGCardView `json:"mig,omitempty"`
 }
 
 // TaintView is one device taint.
@@ -123,6 +128,8 @@ type AllocationView struct {
 	// Gang is the GpuGang ("namespace/name") whose member holds the claim,
 	// "" when none.
 	Gang string `json:"gang"`
+	// MIG is the partition held, on a card in MIG mode.
+	MIG *MIGAllocationView `json:"mig,omitempty"`
 }
 
 // PendingClaim is an unallocated claim and, when known, why it waits.
@@ -166,6 +173,13 @@ func Build(snap *cluster.Snapshot, opts Options) *View {
 	var claimGang map[string]string
 	v.Gangs, claimGang = gangViews(snap.Gangs, opts.Node)
 	nodeIndex := map[string]int{}
+	// A card in MIG mode is shown once, where its first partition is.
+	type migKey struct {
+		node  string
+		index int64
+	}
+	migParts := map[migKey][]*cluster.DeviceState{}
+	var migOrder []migKey
 	for _, ds := range inv.Devices {
 		if ds.Driver != device.DriverName || (opts.Node != "" && ds.Node != opts.Node) {
 			continue
@@ -176,12 +190,29 @@ func Build(snap *cluster.Snapshot, opts Options) *View {
 			nodeIndex[ds.Node] = i
 			v.Nodes = append(v.Nodes, NodeView{Name: ds.Node, Cards: []CardView{}})
 		}
+		if isMIGPartition(ds) {
+			k := migKey{ds.Node, intAttribute(ds, device.AttrParentIndex)}
+			if migParts[k] == nil {
+				migOrder = append(migOrder, k)
+				// A placeholder, filled below once all partitions are seen.
+				v.Nodes[i].Cards = append(v.Nodes[i].Cards, CardView{Device: device.CardDeviceName(int(k.index))})
+			}
+			migParts[k] = append(migParts[k], ds)
+			continue
+		}
 		v.Nodes[i].Cards = append(v.Nodes[i].Cards, cardView(ds, claimGang))
 		if n := &v.Nodes[i]; ds.Shareable && n.ShareEnforcement == "" {
 			n.ShareEnforcement = ds.StringAttribute(device.AttrShareEnforcement)
 			n.ShareEnforcementReason = ds.StringAttribute(device.AttrShareEnforcementReason)
 			n.ShareBackend = ds.StringAttribute(device.AttrShareBackend)
 		}
+	}
+	for _, k := range migOrder {
+		cards := v.Nodes[nodeIndex[k.node]].Cards
+		j := slices.IndexFunc(cards, func(c CardView) bool {
+			return c.Device == device.CardDeviceName(int(k.index)) && c.MIG == nil && c.UUID == ""
+		})
+		cards[j] = migCardView(migParts[k], claimGang)
 	}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
@@ -229,14 +260,7 @@ func cardView(ds *cluster.DeviceState, claimGang map[string]string) CardView {
 		c.Taints = append(c.Taints, tv)
 	}
 	for _, a := range ds.Allocations {
-		av := AllocationView{
-			Claim:       claimRef(a.Claim),
-			Request:     a.Result.Request,
-			Whole:       a.Whole,
-			AdminAccess: ptr.Deref(a.Result.AdminAccess, false),
-		}
-		av.Pods, av.OtherConsumers = Consumers(a.Claim)
-		av.Gang = claimGang[a.Claim.Namespace+"/"+a.Claim.Name]
+		av := allocationView(a, claimGang)
 		if a.Result.ShareID != nil {
 			av.ShareID = string(*a.Result.ShareID)
 		}
@@ -250,6 +274,20 @@ func cardView(ds *cluster.DeviceState, claimGang map[string]string) CardView {
 	}
 	c.State = string(ds.Use())
 	return c
+}
+
+// allocationView is what every allocation shows: its claim, request,
+// consumers and gang.
+func allocationView(a cluster.Allocation, claimGang map[string]string) AllocationView {
+	av := AllocationView{
+		Claim:       claimRef(a.Claim),
+		Request:     a.Result.Request,
+		Whole:       a.Whole,
+		AdminAccess: ptr.Deref(a.Result.AdminAccess, false),
+	}
+	av.Pods, av.OtherConsumers = Consumers(a.Claim)
+	av.Gang = claimGang[a.Claim.Namespace+"/"+a.Claim.Name]
+	return av
 }
 
 func cardTotals(c CardView) Totals {

@@ -40,12 +40,23 @@ type HealthEvent struct {
 	Time time.Time `json:"time,omitzero"`
 	// Message is an optional detail for people (e.g. NVML's recovery action).
 	Message string `json:"message,omitempty"`
+	// GPUInstance and ComputeInstance are set when the event concerns one
+	// MIG instance of the card (NVML's event data carries their IDs; it
+	// says 0xFFFFFFFF for a card-wide event, which leaves them nil).
+	GPUInstance     *int `json:"gpuInstance,omitempty"`
+	ComputeInstance *int `json:"computeInstance,omitempty"`
 }
 
 // Validate reports what is wrong with an event read from outside.
 func (e HealthEvent) Validate() error {
 	if e.Index < 0 {
 		return fmt.Errorf("index %d is negative", e.Index)
+	}
+	if (e.GPUInstance != nil && *e.GPUInstance < 0) || (e.ComputeInstance != nil && *e.ComputeInstance < 0) {
+		return errors.New("a MIG instance ID is negative")
+	}
+	if e.GPUInstance == nil && e.ComputeInstance != nil {
+		return errors.New(`"computeInstance" needs its "gpuInstance"`)
 	}
 	switch e.Kind {
 	case HealthEventXID:

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -18,7 +19,11 @@ func holdings(r prepared.Claim) []Holding {
 		if d.AdminAccess {
 			continue
 		}
-		out = append(out, Holding{ClaimUID: r.UID, Claim: r.Key(), UUID: d.GPUUUID, Share: d.Share, MPS: d.UsesMPS()})
+		h := Holding{ClaimUID: r.UID, Claim: r.Key(), UUID: d.GPUUUID, Share: d.Share, MPS: d.UsesMPS()}
+		if d.MIG != nil {
+			h.MIG = &gpu.MIGPlacement{Start: d.MIG.Start, Size: d.MIG.Size}
+		}
+		out = append(out, h)
 	}
 	return out
 }

@@ -93,6 +93,9 @@ type Config struct {
 	// NonRootNamespaces, if set, limits the check to the namespaces it
 	// matches (the admission policies' namespaceSelector); nil: all.
 	NonRootNamespaces NamespaceMatcher
+	// MIG creates and destroys the MIG instances of claims of MIG
+	// partitions (NVML, or a file for fake cards); nil refuses them.
+	MIG gpu.MIGPartitions
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -311,7 +314,13 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			return nil, fmt.Errorf("rolling back an earlier incomplete preparation: %w", err)
 		}
 	}
-	// Reserve the cards by recording PrepareStarted.
+	// A MIG placement held by an instance Tangram did not create is
+	// refused before the intent is recorded (see mig.go).
+	if err := d.checkMIGFree(ctx, rec); err != nil {
+		return nil, err
+	}
+	// Reserve the cards by recording PrepareStarted (for a MIG partition:
+	// the intent to create it at its placement).
 	d.mu.Lock()
 	held := d.holdingsLocked()
 	if err := checkOverlap(uid, rec.Key(), rec.Devices, held); err != nil {
@@ -338,21 +347,24 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 
 	// Side effects: MPS accounting (never a long wait under this lock:
 	// the wait for a starting daemon was awaitMPSDaemon's, and every
-	// control command has a deadline; see mps.Manager) and the CDI spec.
+	// control command has a deadline; see mps.Manager), MIG instances and
+	// the CDI spec. On error, applied is the record with what was done.
 	completed, err := d.apply(ctx, rec)
+	applied := completed
 	if err == nil {
 		d.mu.Lock()
 		d.records[uid] = completed
 		d.mu.Unlock()
 		if err = d.persist(ctx); err != nil {
+			applied.State = prepared.PrepareStarted
 			d.mu.Lock()
-			d.records[uid] = rec
+			d.records[uid] = applied
 			d.mu.Unlock()
 			err = fmt.Errorf("recording the completed preparation: %w", err)
 		}
 	}
 	if err != nil {
-		if undoErr := d.undo(ctx, rec); undoErr != nil {
+		if undoErr := d.undo(ctx, applied); undoErr != nil {
 			err = errors.Join(err, fmt.Errorf("cleaning up: %w", undoErr))
 		}
 		return nil, err
@@ -362,8 +374,9 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	return completed.KubeletDevices(d.cfg.NodeName), nil
 }
 
-// apply makes the claim's /dev/shm, does the MPS accounting and writes the
-// spec; it returns the completed record.
+// apply makes the claim's /dev/shm, does the MPS accounting, creates its
+// MIG instances and writes the spec; it returns the completed record, or
+// on error the record with the MIG instances created so far.
 func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
 	if d.cfg.ClaimDirs != nil {
 		if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
@@ -376,6 +389,10 @@ func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim,
 			return rec, err
 		}
 		client = d.cfg.Shares.ClientConfig(rec.UID)
+	}
+	rec, err := d.createMIG(ctx, rec)
+	if err != nil {
+		return rec, err
 	}
 	ids, err := d.cfg.Specs.Write(ctx, rec, client)
 	if err != nil {
@@ -400,8 +417,8 @@ func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
 	return out, nil
 }
 
-// undo removes the claim's spec, MPS accounting and /dev/shm, then its
-// record. The record is kept (as started) if cleanup failed, so a retry or
+// undo removes the claim's spec, MPS accounting, /dev/shm and MIG
+// instances, then its record. The record is kept (as started) if cleanup failed, so a retry or
 // the next start-up tries again.
 func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
@@ -417,6 +434,10 @@ func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 		if err := d.cfg.ClaimDirs.Remove(ctx, rec.UID); err != nil {
 			errs = append(errs, fmt.Errorf("removing the claim's /dev/shm: %w", err))
 		}
+	}
+	// Last: the containers are gone, and nothing the spec names is left.
+	if err := d.destroyMIG(ctx, rec); err != nil {
+		errs = append(errs, err)
 	}
 	d.mu.Lock()
 	if len(errs) > 0 {

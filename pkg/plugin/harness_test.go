@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -13,6 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
@@ -31,6 +35,9 @@ type harness struct {
 	modes  *mps.RecordingComputeModeSetter
 	daemon *mps.SimulatedDaemon
 	shares stepShares
+	mig    stepMIG
+	// status, when set, receives each start's claim status writes.
+	status ClaimStatusWriter
 	claims []resourceapi.ResourceClaim
 	// listErr makes listing claims from the API server fail.
 	listErr error
@@ -53,6 +60,7 @@ func newHarness(t testing.TB) *harness {
 		}
 	}
 	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &mps.RecordingComputeModeSetter{}}
+	h.mig = stepMIG{Partitions: fakegpu.NewPartitions(filepath.Join(dir, "state", fakegpu.PartitionsFileName)), steps: h.steps}
 	h.bootID = "boot-1"
 	h.state = &stepState{steps: h.steps, Claims: checkpoint.Claims{
 		Store: checkpoint.NewStore(filepath.Join(dir, "state", "checkpoint.json"),
@@ -115,6 +123,8 @@ func (h *harness) tryStart() error {
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
 			return h.claims, h.listErr
 		},
+		MIG:         h.mig,
+		ClaimStatus: h.status,
 	})
 	if err != nil {
 		return err
@@ -245,6 +255,7 @@ func (h *harness) assertConsistent() {
 	if h.daemon.Running() != (len(wantHolders) > 0) {
 		h.t.Errorf("MPS daemon running %v with %d shared cards", h.daemon.Running(), len(wantHolders))
 	}
+	h.assertMIG(records)
 	// The stored checkpoint matches memory.
 	stored, _, err := h.state.Load(context.Background())
 	if err != nil {
@@ -260,4 +271,44 @@ func nilIfEmpty(s []string) []string {
 		return nil
 	}
 	return s
+}
+
+// assertMIG checks that the MIG card's instances are exactly those the
+// records created (no orphan, none lost), besides the foreign ones (not
+// Tangram's, which must be untouched), and that every instance a record
+// names is the recorded one.
+func (h *harness) assertMIG(records map[string]prepared.Claim, foreign ...gpu.MIGInstance) {
+	h.t.Helper()
+	card := testGPUs()[migCard]
+	list, err := h.mig.List(context.Background(), card)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for uid, rec := range records {
+		for _, dev := range rec.Devices {
+			if dev.MIG == nil {
+				continue
+			}
+			if !dev.MIG.Created() {
+				h.t.Errorf("claim %s: MIG device %s recorded without its instance", uid, dev.Device)
+				continue
+			}
+			want[dev.MIG.UUID] = true
+			if _, ok := findMIGInstance(list, dev.MIG); !ok {
+				h.t.Errorf("claim %s: MIG instance of %s (%+v) lost; the card has %v", uid, dev.Device, *dev.MIG, list)
+			}
+		}
+	}
+	for _, f := range foreign {
+		want[f.UUID] = true
+		if !slices.Contains(list, f) {
+			h.t.Errorf("an instance Tangram did not create was touched: %v missing from %v", f, list)
+		}
+	}
+	for _, inst := range list {
+		if !want[inst.UUID] || inst.UUID == "" {
+			h.t.Errorf("orphan MIG instance %v (UUID %q): no record names it", inst, inst.UUID)
+		}
+	}
 }

@@ -38,10 +38,9 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			return rec, fmt.Errorf("request %q: device %s is in pool %q, but this node's pool is %q; the claim was allocated for another node",
 				r.Request, r.Device, r.Pool, pool)
 		}
-		card, ok := cards[r.Device]
-		if !ok {
-			return rec, fmt.Errorf("request %q: device %s is not a GPU of this node (it has %s); the node's inventory changed after allocation",
-				r.Request, r.Device, knownDevices(cards))
+		card, mig, err := resolveDevice(cards, r.Device)
+		if err != nil {
+			return rec, fmt.Errorf("request %q: %w", r.Request, err)
 		}
 		p := prepared.Device{
 			Request:     r.Request,
@@ -49,6 +48,18 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			GPUUUID:     card.UUID,
 			MemoryBytes: card.MemoryBytes,
 			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+		}
+		if mig != nil {
+			// A MIG partition is isolated in hardware: never a share,
+			// never MPS; its memory is its profile's.
+			if p.AdminAccess {
+				return rec, fmt.Errorf("request %q: admin access to MIG partition %s is not supported; monitor the card's partitions with admin access to a card not in MIG mode, or with nvidia-smi on the node", r.Request, r.Device)
+			}
+			p.MIG = mig
+			profile, _ := card.MIG.Profile(mig.ProfileID)
+			p.MemoryBytes = profile.MemoryBytes
+			rec.Devices = append(rec.Devices, p)
+			continue
 		}
 		if r.ShareID != nil {
 			p.ShareID = string(*r.ShareID)
@@ -154,6 +165,41 @@ func ResolveConfigs(claim *resourceapi.ResourceClaim, devices []prepared.Device)
 	return out, nil
 }
 
+// resolveDevice finds the card a device name of this node names and, for a
+// MIG partition (gpu-<i>-mig-<profileID>-<start>), the partition to create:
+// the card must be in MIG mode and offer that profile at that placement.
+// Pure.
+func resolveDevice(cards map[string]gpu.GPU, name string) (gpu.GPU, *prepared.MIG, error) {
+	if card, ok := cards[name]; ok {
+		return card, nil, nil
+	}
+	unknown := fmt.Errorf("device %s is not a GPU of this node (it has %s); the node's inventory changed after allocation",
+		name, knownDevices(cards))
+	ref, err := device.ParseDeviceName(name)
+	if err != nil || ref.MIG == nil {
+		return gpu.GPU{}, nil, unknown
+	}
+	card, ok := cards[device.CardDeviceName(ref.Index)]
+	if !ok {
+		return gpu.GPU{}, nil, unknown
+	}
+	if card.MIG == nil || !card.MIG.Enabled {
+		return gpu.GPU{}, nil, fmt.Errorf("device %s is a MIG partition of card %d (%s), which is not in MIG mode now; the card's MIG mode changed after allocation: delete and recreate the claim",
+			name, card.Index, card.UUID)
+	}
+	profile, ok := card.MIG.Profile(ref.MIG.ProfileID)
+	if !ok {
+		return gpu.GPU{}, nil, fmt.Errorf("device %s: card %d (%s) has no MIG profile %d; the card's inventory changed after allocation: delete and recreate the claim",
+			name, card.Index, card.UUID, ref.MIG.ProfileID)
+	}
+	placement, ok := profile.PlacementAt(ref.MIG.Start)
+	if !ok {
+		return gpu.GPU{}, nil, fmt.Errorf("device %s: MIG profile %s of card %d (%s) has no placement at memory slice %d (it has %v); delete and recreate the claim",
+			name, profile.Name, card.Index, card.UUID, ref.MIG.Start, profile.Placements)
+	}
+	return card, &prepared.MIG{ParentIndex: card.Index, ProfileID: profile.ID, Profile: profile.Name, Start: placement.Start, Size: placement.Size}, nil
+}
+
 func knownDevices(cards map[string]gpu.GPU) string {
 	if len(cards) == 0 {
 		return "no GPUs"
@@ -175,6 +221,9 @@ type Holding struct {
 	Share bool
 	// MPS: the share is enforced with the mps backend (else none).
 	MPS bool
+	// MIG is the placement of a MIG partition of the card; nil for the
+	// card itself or a share of it.
+	MIG *gpu.MIGPlacement
 }
 
 // overlapAdvice ends an overlap refusal. The usual cause is benign: a pod
@@ -198,6 +247,12 @@ func checkOverlap(claimUID, claim string, devices []prepared.Device, held []Hold
 			if h.ClaimUID == claimUID || h.UUID != p.GPUUUID {
 				continue
 			}
+			if p.MIG != nil || h.MIG != nil {
+				if err := checkMIGOverlap(p, claim, h); err != nil {
+					return err
+				}
+				continue
+			}
 			switch {
 			case !p.Share && h.Share:
 				return fmt.Errorf("refusing to give %s (%s) whole to claim %s: claim %s holds a share of it; %s",
@@ -212,6 +267,27 @@ func checkOverlap(claimUID, claim string, devices []prepared.Device, held []Hold
 		}
 	}
 	return nil
+}
+
+// checkMIGOverlap: a MIG partition may sit beside partitions of its card
+// whose memory slices it does not share, never beside the card held whole
+// or shared.
+func checkMIGOverlap(p prepared.Device, claim string, h Holding) error {
+	switch {
+	case p.MIG != nil && h.MIG != nil:
+		mine := gpu.MIGPlacement{Start: p.MIG.Start, Size: p.MIG.Size}
+		if !mine.Overlaps(*h.MIG) {
+			return nil
+		}
+		return fmt.Errorf("refusing MIG partition %s (card %s, profile %s at memory slices %d..%d) to claim %s: claim %s holds a partition of the same card at slices %d..%d; %s",
+			p.Device, p.GPUUUID, p.MIG.Profile, mine.Start, mine.Start+mine.Size-1, claim, h.Claim, h.MIG.Start, h.MIG.Start+h.MIG.Size-1, overlapAdvice)
+	case p.MIG != nil:
+		return fmt.Errorf("refusing MIG partition %s (card %s, profile %s at %d) to claim %s: claim %s holds the card itself; %s",
+			p.Device, p.GPUUUID, p.MIG.Profile, p.MIG.Start, claim, h.Claim, overlapAdvice)
+	default:
+		return fmt.Errorf("refusing %s (%s) to claim %s: claim %s holds a MIG partition of it; %s",
+			p.Device, p.GPUUUID, claim, h.Claim, overlapAdvice)
+	}
 }
 
 // checkBackends refuses a share whose sharing backend differs from that of

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
@@ -98,6 +99,10 @@ type PluginOptions struct {
 	// Hardware adds device nodes and driver files on real GPUs; nil means
 	// none (right for fake GPUs).
 	Hardware cdi.HardwareEdits
+	// MIG creates and destroys MIG instances (NVML's, or the fake cards'
+	// file); nil: the fake cards' file in StateDir with fake GPUs, and MIG
+	// partitions refused with real ones.
+	MIG gpu.MIGPartitions
 	// MemoryLimitHook, set on nodes with hard share enforcement, puts
 	// tangram-cdi-hook into every share's CDI device; nil means none.
 	MemoryLimitHook *cdi.MemoryLimitHook
@@ -183,8 +188,13 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state directory: %w", err)
 	}
+	migParts := opts.MIG
+	if migParts == nil && opts.FakeGPUs {
+		migParts = fakegpu.NewPartitions(filepath.Join(opts.StateDir, fakegpu.PartitionsFileName))
+	}
 	metrics := NewMetrics()
 	cfg := Config{
+		MIG:               migParts,
 		NodeName:          opts.NodeName,
 		GPUs:              opts.GPUs,
 		AllocatableMemory: allocatable,
@@ -223,14 +233,17 @@ func Run(ctx context.Context, opts PluginOptions) error {
 	}
 	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == mps.ModeV3
 	var monitor *gpuhealth.Monitor
+	var driver *Driver
 	if opts.HealthWatcher != nil {
-		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter})
+		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter,
+			// Events are handled once the driver exists (startDeviceHealth, below).
+			MIGDevice: func(index, gi int) (string, bool) { return driver.MIGDeviceOf(index, gi) }})
 		if err != nil {
 			return err
 		}
 		cfg.Health = monitor
 	}
-	driver, err := New(ctx, cfg)
+	driver, err = New(ctx, cfg)
 	if err != nil {
 		return err
 	}

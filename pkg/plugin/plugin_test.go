@@ -83,8 +83,10 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 		if ev.Type != watch.Added || !ok {
 			t.Fatalf("first ResourceSlice event %s %T, want an added slice", ev.Type, ev.Object)
 		}
-		if got := len(slice.Spec.Devices); got != 4 {
-			t.Errorf("published %d devices, want 4", got)
+		// Three cards and the MIG card's ten partitions (1g.10gb at 0..6,
+		// 3g.40gb at 0 and 4, 7g.80gb at 0; testMIG).
+		if got := len(slice.Spec.Devices); got != 13 {
+			t.Errorf("published %d devices, want 13", got)
 		}
 	case err := <-done:
 		t.Fatalf("Run returned before publishing: %v", err)

@@ -61,6 +61,9 @@ func (d *Driver) recover(ctx context.Context) error {
 
 	var errs []error
 	for _, rec := range plan.Keep {
+		if len(rec.MIGDevices()) > 0 {
+			rec = d.recoverMIG(ctx, rec, &errs)
+		}
 		d.records[rec.UID] = rec
 		if len(rec.MPSCards()) > 0 {
 			if d.cfg.Shares == nil {
@@ -74,7 +77,13 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 	for _, rec := range plan.Rollback {
 		logger.Info("Rolling back claim", "claim", rec.Key(), "claimUID", rec.UID, "state", rec.State)
-		if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
+		err := d.cfg.Specs.Remove(ctx, rec.UID)
+		if err == nil {
+			// An instance only the intent names was created before the
+			// crash: it is the claim's, and goes with it.
+			err = d.destroyMIG(ctx, rec)
+		}
+		if err != nil {
 			// Keep the record so the next start-up tries again.
 			rec.State = prepared.PrepareStarted
 			d.records[rec.UID] = rec
@@ -100,6 +109,7 @@ func (d *Driver) recover(ctx context.Context) error {
 	if err := d.cfg.State.Save(ctx, d.records); err != nil {
 		return fmt.Errorf("saving recovered checkpoint: %w", err)
 	}
+	d.logForeignMIG(ctx)
 	if d.cfg.Shares != nil {
 		if err := d.cfg.Shares.Reconcile(ctx); err != nil {
 			errs = append(errs, err)
@@ -157,6 +167,14 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 			continue
 		}
 		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
+		if len(rec.MIGDevices()) > 0 {
+			// The instance at the claim's placement is the claim's (its
+			// record is what was lost); created again if gone.
+			if rec, _, err = d.reconcileMIG(ctx, rec); err != nil {
+				logger.Error(err, "Cannot rebuild the claim's MIG partitions", "claim", klog.KObj(claim))
+				continue
+			}
+		}
 		if d.cfg.ClaimDirs != nil {
 			if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
 				logger.Error(err, "Cannot recreate the claim's /dev/shm while rebuilding", "claim", klog.KObj(claim))
@@ -179,6 +197,37 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 		logger.Info("Rebuilt claim from its spec and the API server", "claim", klog.KObj(claim), "claimUID", uid)
 	}
 	return records, nil
+}
+
+// recoverMIG reconciles a kept claim's MIG instances (reconcileMIG) and,
+// when they changed, writes its spec again (same CDI IDs, the new MIG
+// UUID). A failure is logged and keeps the record as it was: its pods fail
+// on the missing device until the claim is unprepared.
+func (d *Driver) recoverMIG(ctx context.Context, rec prepared.Claim, errs *[]error) prepared.Claim {
+	fixed, changed, err := d.reconcileMIG(ctx, rec)
+	if err != nil {
+		*errs = append(*errs, err)
+		return rec
+	}
+	if !changed {
+		return rec
+	}
+	var client mps.ClientConfig
+	if len(fixed.MPSCards()) > 0 && d.cfg.Shares != nil {
+		client = d.cfg.Shares.ClientConfig(fixed.UID)
+	}
+	ids, err := d.cfg.Specs.Write(ctx, fixed, client)
+	if err == nil {
+		fixed, err = completed(fixed, ids)
+	}
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("claim %s: writing the spec of its re-created MIG partitions: %w", rec.Key(), err))
+		return rec
+	}
+	klog.FromContext(ctx).Info("Repaired the record of a claim whose MIG partitions were re-created", "claim", rec.Key(), "claimUID", rec.UID)
+	// Its status.devices names the new MIG UUID.
+	d.writeStatus(ctx, fixed)
+	return fixed
 }
 
 // APIClaimLister lists every ResourceClaim through the API server.

@@ -34,6 +34,7 @@ func (h *harness) twin() *harness {
 func (h *harness) twinWith(wrap func(mps.Daemon) mps.Daemon) *harness {
 	h.t.Helper()
 	t := &harness{t: h.t, dir: h.dir, steps: &steps{}, modes: h.modes, bootID: h.bootID, claims: h.claims, timing: h.timing}
+	t.mig = stepMIG{Partitions: h.mig.Partitions, steps: t.steps}
 	t.state = &stepState{steps: t.steps, Claims: checkpoint.Claims{
 		Store: checkpoint.NewStore(filepath.Join(h.dir, "state", "checkpoint.json"),
 			checkpoint.WithBootID(func() (string, error) { return t.bootID, nil })),

@@ -40,6 +40,9 @@ const (
 	EnforcementNone Enforcement = "none"
 	// EnforcementAdminAccess: monitoring; the card is seen as it is.
 	EnforcementAdminAccess Enforcement = "admin-access"
+	// EnforcementMIG: a MIG partition, held by the GPU in hardware (its
+	// own memory, cache and SMs).
+	EnforcementMIG Enforcement = "mig"
 )
 
 // Condition types of our entries in status.devices.
@@ -95,6 +98,42 @@ type DeviceData struct {
 	// below hard, its reason code (device.ShareEnforcementReasonText).
 	ShareEnforcement       string `json:"shareEnforcement,omitempty"`
 	ShareEnforcementReason string `json:"shareEnforcementReason,omitempty"`
+	// MIG is set on a MIG partition, whose UUID above is the MIG
+	// device's ("MIG-<uuid>", what CUDA_VISIBLE_DEVICES and nvidia-smi
+	// name) and whose memory is its profile's.
+	MIG *MIGData `json:"mig,omitempty"`
+}
+
+// MIGData is what status.devices says of a MIG partition.
+type MIGData struct {
+	// Profile is the profile's name ("3g.40gb"), ProfileID NVML's ID.
+	Profile   string `json:"profile"`
+	ProfileID int    `json:"profileID"`
+	// PlacementStart and PlacementSize are its memory slices.
+	PlacementStart int `json:"placementStart"`
+	PlacementSize  int `json:"placementSize"`
+	// GPUInstanceID and ComputeInstanceID are NVML's (nvidia-smi mig -lgi
+	// and -lci list them).
+	GPUInstanceID     int `json:"gpuInstanceID"`
+	ComputeInstanceID int `json:"computeInstanceID"`
+	// ParentUUID is the card's UUID.
+	ParentUUID string `json:"parentUUID"`
+}
+
+// migData is the status data of a created MIG partition. Pure.
+func migData(dev prepared.Device) *MIGData {
+	m := dev.MIG
+	if m == nil {
+		return nil
+	}
+	out := &MIGData{Profile: m.Profile, ProfileID: m.ProfileID, PlacementStart: m.Start, PlacementSize: m.Size, ParentUUID: dev.GPUUUID}
+	if m.GPUInstanceID != nil {
+		out.GPUInstanceID = *m.GPUInstanceID
+	}
+	if m.ComputeInstanceID != nil {
+		out.ComputeInstanceID = *m.ComputeInstanceID
+	}
+	return out
 }
 
 // nodeEnforcement is what the node published about its shares:
@@ -118,6 +157,9 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, n
 	out := make([]resourceapi.AllocatedDeviceStatus, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
 		card := cards[dev.Device]
+		if dev.MIG != nil {
+			card = cards[device.CardDeviceName(dev.MIG.ParentIndex)]
+		}
 		data := DeviceData{
 			UUID:           dev.GPUUUID,
 			PCIBusID:       card.PCIBusID,
@@ -132,6 +174,9 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, n
 		switch {
 		case dev.AdminAccess:
 			data.MemoryBytes, data.Memory, data.ComputePercent = card.MemoryBytes, resource.NewQuantity(card.MemoryBytes, resource.BinarySI).String(), 100
+		case dev.MIG != nil:
+			// All of the partition's compute is its holder's.
+			data.ComputePercent, data.UUID, data.MIG = 100, dev.MIG.UUID, migData(dev)
 		case !dev.Share:
 			data.ComputePercent = 100
 		case !dev.UsesMPS() || node.level != "":
@@ -167,6 +212,8 @@ func limitsEnforced(dev prepared.Device, node nodeEnforcement) (Enforcement, met
 	switch {
 	case dev.AdminAccess:
 		return EnforcementAdminAccess, metav1.ConditionTrue, "AdminAccess", "monitoring access: the card is seen as it is and nothing is held"
+	case dev.MIG != nil:
+		return EnforcementMIG, metav1.ConditionTrue, "MIGPartition", "a MIG instance: its memory, cache and multiprocessors are the GPU's hardware partition, held by the GPU"
 	case !dev.Share:
 		return EnforcementExclusive, metav1.ConditionTrue, "WholeCard", "the card belongs to this claim alone"
 	case !dev.UsesMPS():

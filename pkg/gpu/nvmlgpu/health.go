@@ -94,12 +94,27 @@ func (s *source) WatchHealth(ctx context.Context, events chan<- gpu.HealthEvent)
 	return nil
 }
 
+// allInstances is the instance ID of NVML events that concern the whole
+// card.
+const allInstances = 0xFFFFFFFF
+
 // healthEventOf turns an NVML event into a health event; ok is false for
 // events that say nothing about health.
 func healthEventOf(index int, data nvml.EventData) (gpu.HealthEvent, bool) {
 	switch data.EventType {
 	case nvml.EventTypeXidCriticalError:
-		return gpu.HealthEvent{Index: index, Kind: gpu.HealthEventXID, XID: data.EventData}, true
+		ev := gpu.HealthEvent{Index: index, Kind: gpu.HealthEventXID, XID: data.EventData}
+		// nvml.h: the instance IDs are 0xFFFFFFFF when the event is not
+		// MIG-specific (the whole card).
+		if data.GpuInstanceId != allInstances {
+			gi := int(data.GpuInstanceId)
+			ev.GPUInstance = &gi
+			if data.ComputeInstanceId != allInstances {
+				ci := int(data.ComputeInstanceId)
+				ev.ComputeInstance = &ci
+			}
+		}
+		return ev, true
 	case nvml.EventTypeGpuRecoveryAction:
 		action := nvml.DeviceGpuRecoveryAction(data.EventData)
 		if action == nvml.GPU_RECOVERY_ACTION_NONE {

@@ -6,12 +6,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
@@ -83,7 +85,13 @@ func TestHealthEventOf(t *testing.T) {
 		want   gpu.HealthEvent
 		wantOK bool
 	}{
-		{nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 48}, gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventXID, XID: 48}, true},
+		{nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 48, GpuInstanceId: allInstances, ComputeInstanceId: allInstances},
+			gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventXID, XID: 48}, true},
+		// An XID in one MIG instance (nvml.h: the event's instance IDs).
+		{nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 43, GpuInstanceId: 1, ComputeInstanceId: 0},
+			gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventXID, XID: 43, GPUInstance: ptr.To(1), ComputeInstance: ptr.To(0)}, true},
+		{nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 43, GpuInstanceId: 2, ComputeInstanceId: allInstances},
+			gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventXID, XID: 43, GPUInstance: ptr.To(2)}, true},
 		{nvml.EventData{EventType: nvml.EventTypeGpuRecoveryAction, EventData: uint64(nvml.GPU_RECOVERY_ACTION_NONE)},
 			gpu.HealthEvent{Index: 2, Kind: gpu.HealthEventRecovered, Message: "NVML: no recovery action pending"}, true},
 		{nvml.EventData{EventType: nvml.EventTypeGpuRecoveryAction, EventData: uint64(nvml.GPU_RECOVERY_ACTION_GPU_RESET)}, gpu.HealthEvent{}, false},
@@ -91,7 +99,7 @@ func TestHealthEventOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, ok := healthEventOf(2, tt.data)
-		if got != tt.want || ok != tt.wantOK {
+		if !reflect.DeepEqual(got, tt.want) || ok != tt.wantOK {
 			t.Errorf("healthEventOf(%+v) = %+v, %v; want %+v, %v", tt.data, got, ok, tt.want, tt.wantOK)
 		}
 	}

@@ -16,3 +16,6 @@ func Available() bool { return false }
 func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
 	return nil, func() {}, ErrNVMLUnavailable
 }
+
+// Partitions reports ErrNVMLUnavailable: NVML needs cgo.
+func Partitions(gpu.Source) (gpu.MIGPartitions, error) { return nil, ErrNVMLUnavailable }

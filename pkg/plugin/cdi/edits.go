@@ -162,7 +162,7 @@ func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 	for _, r := range claim.Devices {
 		base := prepared.BaseRequest(r.Request)
 		requests = append(requests, r.Request)
-		c := byUUID[r.GPUUUID]
+		c := byUUID[deviceKey(r)]
 		if !slices.Contains(requestCards[base], c) {
 			requestCards[base] = append(requestCards[base], c)
 		}
@@ -181,7 +181,7 @@ func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 				claim.Namespace, claim.Name, r.Device, r.ShareID)
 		}
 		seen[name] = true
-		c := byUUID[r.GPUUUID]
+		c := byUUID[deviceKey(r)]
 		edits := cdispec.ContainerEdits{Env: listEnv(claim, requestCards[prepared.BaseRequest(r.Request)])}
 		edits.Env = append(edits.Env, cardEnv(c)...)
 		usesMPS := !c.whole && c.backend == v1alpha1.BackendMPS
@@ -213,7 +213,16 @@ func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 	return out, nil
 }
 
-// aggregate groups the devices by card, in first-seen order, and works out
+// deviceKey is what aggregate groups a device by: its card, or for a MIG
+// partition its MIG device.
+func deviceKey(r prepared.Device) string {
+	if r.MIG != nil {
+		return r.MIG.UUID
+	}
+	return r.GPUUUID
+}
+
+// aggregate groups the devices by card (a MIG partition by itself), in first-seen order, and works out
 // each card's limits. Whether a device is a share is the record's (decided
 // once by the plan), not derived again here.
 func aggregate(devices []prepared.Device, in Inputs) ([]*card, string, error) {
@@ -222,6 +231,19 @@ func aggregate(devices []prepared.Device, in Inputs) ([]*card, string, error) {
 	for _, r := range devices {
 		if r.GPUUUID == "" {
 			return nil, "", fmt.Errorf("device %s (request %q) has no GPU UUID", r.Device, r.Request)
+		}
+		if r.MIG != nil {
+			// A MIG partition is a device of its own (its UUID, its
+			// memory), held whole: no share limits, no MPS.
+			if r.MIG.UUID == "" {
+				return nil, "", fmt.Errorf("MIG partition %s (request %q) has no MIG device UUID: its instance was not created", r.Device, r.Request)
+			}
+			if _, dup := byUUID[r.MIG.UUID]; !dup {
+				c := &card{index: r.MIG.ParentIndex, device: r.Device, uuid: r.MIG.UUID, memory: r.MemoryBytes, whole: true}
+				byUUID[r.MIG.UUID] = c
+				cards = append(cards, c)
+			}
+			continue
 		}
 		c, ok := byUUID[r.GPUUUID]
 		if !ok {

@@ -13,6 +13,10 @@ type HardwareEdits interface {
 	// CardEdits returns the edits of one card, e.g. its /dev/nvidia<Minor>.
 	// They are added to every CDI device of that card.
 	CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error)
+	// MIGEdits returns the edits of the MIG device migUUID of card g:
+	// its card's node and its GPU and compute instance's capability
+	// nodes (/dev/nvidia-caps).
+	MIGEdits(g gpu.GPU, migUUID string) (cdispec.ContainerEdits, error)
 	// CommonEdits returns edits every container with any card needs once:
 	// control devices, driver libraries and binaries. They go into the
 	// spec-level edits, which CDI applies once per spec.
@@ -29,5 +33,10 @@ func (NoHardware) CardEdits(gpu.GPU) (cdispec.ContainerEdits, error) {
 
 // CommonEdits implements HardwareEdits.
 func (NoHardware) CommonEdits() (cdispec.ContainerEdits, error) {
+	return cdispec.ContainerEdits{}, nil
+}
+
+// MIGEdits implements HardwareEdits.
+func (NoHardware) MIGEdits(gpu.GPU, string) (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{}, nil
 }

@@ -50,7 +50,13 @@ func BuildSpec(edits *ClaimEdits, claim prepared.Claim, cards map[string]gpu.GPU
 	}
 	for i, d := range edits.Devices {
 		dev := claim.Devices[i].Device
-		cardEdits, err := hw.CardEdits(cards[dev])
+		var cardEdits cdispec.ContainerEdits
+		var err error
+		if m := claim.Devices[i].MIG; m != nil {
+			cardEdits, err = hw.MIGEdits(cards[device.CardDeviceName(m.ParentIndex)], m.UUID)
+		} else {
+			cardEdits, err = hw.CardEdits(cards[dev])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("building CDI spec for claim %s: device nodes of %s: %w", edits.ClaimUID, dev, err)
 		}

@@ -24,6 +24,14 @@ func (f fakeHardware) CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=void", "CARD_VAR=1"}, DeviceNodes: []*cdispec.DeviceNode{{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)}}}, f.err
 }
 
+// MIGEdits gives a MIG device its card's node and a capability node.
+func (f fakeHardware) MIGEdits(g gpu.GPU, migUUID string) (cdispec.ContainerEdits, error) {
+	return cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{
+		{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)},
+		{Path: "/dev/nvidia-caps/nvidia-cap-" + migUUID, Type: "c"},
+	}}, f.err
+}
+
 func (f fakeHardware) CommonEdits() (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{
 		Env:         []string{"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib"},
@@ -211,5 +219,44 @@ func TestSpecStoreWriteRejectsInvalidSpec(t *testing.T) {
 	}
 	if uids, _ := store.List(); len(uids) != 0 {
 		t.Errorf("invalid spec left a file: %q", uids)
+	}
+}
+
+// TestMIGDeviceSpec: a MIG partition's CDI device shows the container its
+// MIG device only (NVIDIA_VISIBLE_DEVICES is the MIG UUID, not the card's),
+// with its profile's memory, and carries the MIG device's hardware edits
+// (its card's node and capability nodes); two partitions of one card in a
+// claim are two devices.
+func TestMIGDeviceSpec(t *testing.T) {
+	card := testGPU(3, uuid0)
+	gi, ci := 1, 0
+	mig := func(dev string, profile, start, size int, uuid string, mem int64) testResult {
+		return testResult{Device: prepared.Device{Request: "gpu", Device: dev, GPUUUID: card.UUID, MemoryBytes: mem,
+			MIG: &prepared.MIG{ParentIndex: 3, ProfileID: profile, Profile: "p", Start: start, Size: size, GPUInstanceID: &gi, ComputeInstanceID: &ci, UUID: uuid}},
+			GPU: card}
+	}
+	const small, large = "MIG-11111111-1111-5111-8111-111111111111", "MIG-22222222-2222-5222-8222-222222222222"
+	results := []testResult{mig("gpu-3-mig-19-0", 19, 0, 1, small, 10<<30), mig("gpu-3-mig-9-4", 9, 4, 4, large, 40<<30)}
+	results[1].Request = "big"
+	claim := prepared.Claim{UID: "uid-1", Namespace: "ns", Name: "c"}
+	edits, err := run(claim, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, in := claimOf(claim, results)
+	in.Cards = map[string]gpu.GPU{"gpu-3": card}
+	spec, err := BuildSpec(edits, c, in.Cards, fakeHardware{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ uuid, mem string }{{small, "10240"}, {large, "40960"}} {
+		env := spec.Devices[i].ContainerEdits.Env
+		if !slices.Contains(env, "NVIDIA_VISIBLE_DEVICES="+want.uuid) || !slices.Contains(env, "TANGRAM_GPU_MEMORY_LIMIT_MIB="+want.mem) {
+			t.Errorf("device %d env %v, want its MIG device %s only with %s MiB", i, env, want.uuid, want.mem)
+		}
+		nodes := spec.Devices[i].ContainerEdits.DeviceNodes
+		if len(nodes) != 2 || nodes[1].Path != "/dev/nvidia-caps/nvidia-cap-"+want.uuid || nodes[0].Path != "/dev/nvidia3" {
+			t.Errorf("device %d nodes %v, want the card's and the MIG device's capability node", i, nodes)
+		}
 	}
 }

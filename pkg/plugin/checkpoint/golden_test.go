@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
@@ -72,5 +73,43 @@ func TestGoldenFileOfEarlierPluginRoundTrips(t *testing.T) {
 	}
 	if !bytes.Equal(got, old) {
 		t.Errorf("saved file differs from the one the earlier plugin wrote\n got: %s\nwant: %s", got, old)
+	}
+}
+
+// TestMIGRecordRoundTrips: a record of a MIG partition, intent only and
+// created, is stored in the same v1 file (the mig field is new and
+// omitempty, so the pinned file above is unchanged and an older plugin
+// ignores it) and loads back equal.
+func TestMIGRecordRoundTrips(t *testing.T) {
+	gi, ci := 2, 0
+	cp := New()
+	cp.Claims["uid-m"] = prepared.Claim{UID: "uid-m", State: prepared.PrepareCompleted, Namespace: "ns", Name: "m", Devices: []prepared.Device{
+		{Request: "small", Device: "gpu-3-mig-19-0", GPUUUID: "GPU-3", MemoryBytes: 9856 << 20, CDIDeviceIDs: []string{"k8s.gpu.tangram.dev/claim=uid-m-gpu-3-mig-19-0"},
+			MIG: &prepared.MIG{ParentIndex: 3, ProfileID: 19, Profile: "1g.10gb", Start: 0, Size: 1, GPUInstanceID: &gi, ComputeInstanceID: &ci, UUID: "MIG-1"}},
+	}}
+	cp.Claims["uid-i"] = prepared.Claim{UID: "uid-i", State: prepared.PrepareStarted, Namespace: "ns", Name: "i", Devices: []prepared.Device{
+		{Request: "large", Device: "gpu-3-mig-9-4", GPUUUID: "GPU-3", MIG: &prepared.MIG{ParentIndex: 3, ProfileID: 9, Profile: "3g.40gb", Start: 4, Size: 4}},
+	}}
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	bootID := WithBootID(func() (string, error) { return "boot", nil })
+	if err := NewStore(path, bootID).Save(cp); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte(`"version":"v1"`)) || !bytes.Contains(raw, []byte(`"mig":{"parentIndex":3,"profileID":19,"profile":"1g.10gb","start":0,"size":1,"gpuInstanceID":2,"computeInstanceID":0,"uuid":"MIG-1"}`)) {
+		t.Errorf("stored file %s lacks the v1 version or the MIG record", raw)
+	}
+	res, err := NewStore(path, bootID).Load()
+	if err != nil || res.Corrupt != nil {
+		t.Fatal(err, res.Corrupt)
+	}
+	for uid, want := range cp.Claims {
+		got := res.Checkpoint.Claims[uid]
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("claim %s loaded %+v (MIG %+v), want %+v", uid, got, got.Devices[0].MIG, want)
+		}
 	}
 }

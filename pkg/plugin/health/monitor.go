@@ -37,6 +37,11 @@ type Config struct {
 	RecoverAfter time.Duration
 	// Clock is the real clock when nil.
 	Clock clock.WithTicker
+	// MIGDevice names the ResourceSlice device of GPU instance
+	// gpuInstance of card index (gpu-<i>-mig-<profileID>-<start>); ok is
+	// false when the card has no such instance. nil: an event of a MIG
+	// instance taints its whole card.
+	MIGDevice func(index, gpuInstance int) (name string, ok bool)
 }
 
 // Change is one taint put on or taken off a card.
@@ -101,6 +106,25 @@ func NewMonitor(cfg Config) (*Monitor, error) {
 // DeviceName is the ResourceSlice device of a card.
 func DeviceName(g gpu.GPU) string { return device.CardDeviceName(g.Index) }
 
+// eventDevice is the device an event taints: the MIG partition of the
+// event's GPU instance when it names one this node knows (only that
+// partition), else the card (which taints all its partitions, see
+// ApplyTaints).
+func (m *Monitor) eventDevice(g gpu.GPU, ev gpu.HealthEvent) string {
+	if ev.GPUInstance != nil && m.cfg.MIGDevice != nil {
+		if name, ok := m.cfg.MIGDevice(g.Index, *ev.GPUInstance); ok {
+			return name
+		}
+	}
+	return DeviceName(g)
+}
+
+// partitionOf reports whether name is a MIG partition of card index.
+func partitionOf(name string, index int) bool {
+	ref, err := device.ParseDeviceName(name)
+	return err == nil && ref.MIG != nil && ref.Index == index
+}
+
 // Changed returns a channel closed at the next change of any card's health.
 func (m *Monitor) Changed() <-chan struct{} {
 	m.mu.Lock()
@@ -125,17 +149,26 @@ func (m *Monitor) Handle(ctx context.Context, ev gpu.HealthEvent) []Change {
 	if ev.Time.IsZero() || ev.Time.After(now) {
 		ev.Time = now
 	}
-	device := DeviceName(g)
+	device := m.eventDevice(g, ev)
 	logger = logger.WithValues("device", device, "uuid", g.UUID, "event", ev.Kind)
+	if ev.GPUInstance != nil && device == DeviceName(g) {
+		logger.Info("Health event of a MIG instance this node does not know; it concerns the whole card", "gpuInstance", *ev.GPUInstance)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var changes []Change
 	if ev.Kind == gpu.HealthEventRecovered {
-		for _, key := range slices.Sorted(maps.Keys(m.taints[device])) {
-			changes = append(changes, Change{Device: device, UUID: g.UUID, Taint: m.taints[device][key].Taint,
-				Reason: "the card reported recovery" + suffix(ev.Message)})
+		// A card's recovery clears its partitions too.
+		for _, dev := range slices.Sorted(maps.Keys(m.taints)) {
+			if dev != device && (device != DeviceName(g) || !partitionOf(dev, g.Index)) {
+				continue
+			}
+			for _, key := range slices.Sorted(maps.Keys(m.taints[dev])) {
+				changes = append(changes, Change{Device: dev, UUID: g.UUID, Taint: m.taints[dev][key].Taint,
+					Reason: "the card reported recovery" + suffix(ev.Message)})
+			}
+			delete(m.taints, dev)
 		}
-		delete(m.taints, device)
 		logger.Info("GPU recovered", "removedTaints", len(changes), "message", ev.Message)
 	} else {
 		taint, ok := m.cfg.Policy.Classify(ev)
@@ -216,11 +249,9 @@ func (m *Monitor) nextExpiry() (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-func (m *Monitor) uuidOf(device string) string {
-	for _, g := range m.byIndex {
-		if DeviceName(g) == device {
-			return g.UUID
-		}
+func (m *Monitor) uuidOf(name string) string {
+	if ref, err := device.ParseDeviceName(name); err == nil {
+		return m.byIndex[ref.Index].UUID
 	}
 	return ""
 }
@@ -241,9 +272,20 @@ func (m *Monitor) Devices() []DeviceHealth {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]DeviceHealth, 0, len(m.byIndex))
+	var names []string
 	for _, index := range slices.Sorted(maps.Keys(m.byIndex)) {
 		g := m.byIndex[index]
-		dh := DeviceHealth{Device: DeviceName(g), UUID: g.UUID, Known: m.watchErr == nil, Healthy: true}
+		names = append(names, DeviceName(g))
+		// Then the card's tainted MIG partitions (the others are healthy
+		// unless the card is tainted: ApplyTaints).
+		for _, dev := range slices.Sorted(maps.Keys(m.taints)) {
+			if partitionOf(dev, index) {
+				names = append(names, dev)
+			}
+		}
+	}
+	for _, name := range names {
+		dh := DeviceHealth{Device: name, UUID: m.uuidOf(name), Known: m.watchErr == nil, Healthy: true}
 		var why []string
 		for _, key := range slices.Sorted(maps.Keys(m.taints[dh.Device])) {
 			st := m.taints[dh.Device][key]

@@ -6,6 +6,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
 // MergeTaints returns the device's taints with the monitor's keys replaced
@@ -39,7 +41,7 @@ func ApplyTaints(res *resourceslice.DriverResources, byDevice map[string][]resou
 			cs.Devices = make([]resourceapi.Device, len(s.Devices))
 			for j := range s.Devices {
 				dev := s.Devices[j].DeepCopy()
-				dev.Taints = MergeTaints(dev.Taints, byDevice[dev.Name])
+				dev.Taints = MergeTaints(dev.Taints, withCardTaints(dev.Name, byDevice))
 				if len(dev.Taints) == 0 {
 					dev.Taints = nil
 				}
@@ -48,6 +50,28 @@ func ApplyTaints(res *resourceslice.DriverResources, byDevice map[string][]resou
 			cp.Slices[i] = cs
 		}
 		out.Pools[name] = cp
+	}
+	return out
+}
+
+// withCardTaints is a device's taints: its own, and for a MIG partition also
+// its card's (an XID of the whole card taints every partition of it).
+func withCardTaints(name string, byDevice map[string][]resourceapi.DeviceTaint) []resourceapi.DeviceTaint {
+	own := byDevice[name]
+	ref, err := device.ParseDeviceName(name)
+	if err != nil || ref.MIG == nil {
+		return own
+	}
+	card := byDevice[device.CardDeviceName(ref.Index)]
+	if len(card) == 0 {
+		return own
+	}
+	// One taint per key: the partition's own, else the card's.
+	out := slices.Clone(own)
+	for _, t := range card {
+		if !slices.ContainsFunc(own, func(o resourceapi.DeviceTaint) bool { return o.Key == t.Key }) {
+			out = append(out, t)
+		}
 	}
 	return out
 }

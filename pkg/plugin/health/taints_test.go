@@ -1,6 +1,7 @@
 package health
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +9,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 )
 
 func TestMergeTaints(t *testing.T) {
@@ -61,5 +66,55 @@ func TestApplyTaintsCopies(t *testing.T) {
 	again := ApplyTaints(got, nil)
 	if diff := cmp.Diff([]resourceapi.DeviceTaint{maintenance}, again.Pools["node"].Slices[0].Devices[1].Taints); diff != "" {
 		t.Errorf("after recovery (-want +got):\n%s", diff)
+	}
+}
+
+// TestMIGTaints: an XID of one MIG instance taints only its partition's
+// device; a card-wide XID taints the card's every partition (they publish
+// the card's taints), and only that card's; the card's recovery clears
+// its partitions too.
+func TestMIGTaints(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	cards := []gpu.GPU{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}
+	// GPU instance 1 of card 0 is its 3g at 4, instance 2 its 1g at 0.
+	instances := map[[2]int]string{{0, 1}: "gpu-0-mig-9-4", {0, 2}: "gpu-0-mig-19-0"}
+	m, err := NewMonitor(Config{Cards: cards, Policy: DefaultPolicy(), Clock: clk,
+		MIGDevice: func(index, gi int) (string, bool) { name, ok := instances[[2]int{index, gi}]; return name, ok }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{"node": {Slices: []resourceslice.Slice{{
+		Devices: []resourceapi.Device{{Name: "gpu-0-mig-19-0"}, {Name: "gpu-0-mig-9-4"}, {Name: "gpu-0-mig-0-0"}, {Name: "gpu-1-mig-19-0"}, {Name: "gpu-1"}},
+	}}}}}
+	published := func() map[string]string {
+		out := map[string]string{}
+		for _, d := range ApplyTaints(res, TaintsByDevice(m.Devices())).Pools["node"].Slices[0].Devices {
+			var ts []string
+			for _, t := range d.Taints {
+				ts = append(ts, t.Value)
+			}
+			if len(ts) > 0 {
+				out[d.Name] = strings.Join(ts, ",")
+			}
+		}
+		return out
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	gi := func(i int) *int { return &i }
+	steps := []struct {
+		event gpu.HealthEvent
+		want  map[string]string
+	}{
+		{gpu.HealthEvent{Index: 0, Kind: gpu.HealthEventXID, XID: 43, GPUInstance: gi(1), ComputeInstance: gi(0)}, map[string]string{"gpu-0-mig-9-4": "43"}},
+		{gpu.HealthEvent{Index: 0, Kind: gpu.HealthEventXID, XID: 79, GPUInstance: gi(7)}, // an instance no partition is: the card
+			map[string]string{"gpu-0-mig-9-4": "43", "gpu-0-mig-19-0": "79", "gpu-0-mig-0-0": "79"}},
+		{gpu.HealthEvent{Index: 0, Kind: gpu.HealthEventRecovered}, map[string]string{}},
+		{gpu.HealthEvent{Index: 0, Kind: gpu.HealthEventXID, XID: 48}, map[string]string{"gpu-0-mig-9-4": "48", "gpu-0-mig-19-0": "48", "gpu-0-mig-0-0": "48"}},
+	}
+	for i, s := range steps {
+		m.Handle(ctx, s.event)
+		if diff := cmp.Diff(s.want, published()); diff != "" {
+			t.Errorf("step %d (%+v): published taints (-want +got):\n%s", i, s.event, diff)
+		}
 	}
 }

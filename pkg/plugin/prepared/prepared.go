@@ -62,7 +62,8 @@ type Claim struct {
 type Device struct {
 	// Request is the result's request name ("req" or "req/sub").
 	Request string `json:"request"`
-	// Device is the ResourceSlice device name, "gpu-<index>".
+	// Device is the ResourceSlice device name, "gpu-<index>" (a MIG
+	// partition: "gpu-<index>-mig-<profileID>-<start>").
 	Device  string `json:"device"`
 	GPUUUID string `json:"gpuUUID,omitempty"`
 	// ShareID is the allocator's share ID on a card that allows multiple
@@ -90,6 +91,72 @@ type Device struct {
 	MPSPipeDir string `json:"mpsPipeDir,omitempty"`
 	// Config is the effective config the result was prepared with.
 	Config *v1alpha1.GpuConfig `json:"config,omitempty"`
+	// MIG is set on a MIG partition (device gpu-<i>-mig-<profileID>-<start>):
+	// the instance to create, recorded (with the claim PrepareStarted)
+	// before it is created, then what was created. GPUUUID is the parent
+	// card's. Absent in records of plugins before MIG.
+	MIG *MIG `json:"mig,omitempty"`
+}
+
+// MIG is a MIG partition of a prepared device: its card, profile and
+// placement, and once created its GPU and compute instance and MIG device
+// UUID. A record naming a card, profile and placement is how the plugin
+// knows an instance there is its own (docs/prepare.md, "MIG").
+type MIG struct {
+	// ParentIndex is the card's index (device gpu-<ParentIndex>).
+	ParentIndex int `json:"parentIndex"`
+	// ProfileID is NVML's GPU instance profile ID; Profile its name
+	// ("3g.40gb").
+	ProfileID int    `json:"profileID"`
+	Profile   string `json:"profile"`
+	// Start and Size are the placement, in memory slices.
+	Start int `json:"start"`
+	Size  int `json:"size"`
+	// GPUInstanceID and ComputeInstanceID are set once the instance was
+	// created (nil: only the intent is recorded).
+	GPUInstanceID     *int `json:"gpuInstanceID,omitempty"`
+	ComputeInstanceID *int `json:"computeInstanceID,omitempty"`
+	// UUID is the MIG device's UUID, "MIG-<uuid>", set with the IDs.
+	UUID string `json:"uuid,omitempty"`
+}
+
+// Created reports whether the instance's creation was recorded.
+func (m *MIG) Created() bool { return m != nil && m.GPUInstanceID != nil }
+
+// GPUInstanceIDValue is the recorded GPU instance ID, -1 for none.
+func (m *MIG) GPUInstanceIDValue() int {
+	if !m.Created() {
+		return -1
+	}
+	return *m.GPUInstanceID
+}
+
+// DeepCopy copies m, nil for nil.
+func (m *MIG) DeepCopy() *MIG {
+	if m == nil {
+		return nil
+	}
+	out := *m
+	if m.GPUInstanceID != nil {
+		v := *m.GPUInstanceID
+		out.GPUInstanceID = &v
+	}
+	if m.ComputeInstanceID != nil {
+		v := *m.ComputeInstanceID
+		out.ComputeInstanceID = &v
+	}
+	return &out
+}
+
+// MIGDevices returns the indexes of the claim's MIG partitions.
+func (c Claim) MIGDevices() []int {
+	var out []int
+	for i, d := range c.Devices {
+		if d.MIG != nil {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // UsesMPS reports whether the device is a share enforced by the node's MPS
@@ -141,6 +208,7 @@ func (c Claim) DeepCopy() Claim {
 	for i, d := range c.Devices {
 		d.CDIDeviceIDs = append([]string(nil), d.CDIDeviceIDs...)
 		d.Config = d.Config.DeepCopy()
+		d.MIG = d.MIG.DeepCopy()
 		out.Devices[i] = d
 	}
 	return out

@@ -133,6 +133,29 @@ func (h *Hardware) CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error) {
 	return copyEdits(edits), nil
 }
 
+// MIGEdits implements cdi.HardwareEdits: nvcdi's device spec of the MIG
+// device (the parent card's /dev/nvidia<minor> and the GPU and compute
+// instance's /dev/nvidia-caps/nvidia-cap<N>, N read from the driver's
+// /proc/driver/nvidia-caps/mig-minors). Not cached: a MIG UUID lives as
+// long as its instance. Unverified on a MIG-enabled GPU (docs/nvml.md).
+func (h *Hardware) MIGEdits(g gpu.GPU, migUUID string) (cdispec.ContainerEdits, error) {
+	if migUUID == "" {
+		return cdispec.ContainerEdits{}, fmt.Errorf("a MIG device of card %d has no UUID", g.Index)
+	}
+	devices, err := h.lib.GetDeviceSpecsByID(migUUID)
+	if err != nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("discovering device nodes of MIG device %s of card %d (%s): %w", migUUID, g.Index, g.UUID, err)
+	}
+	if len(devices) != 1 {
+		return cdispec.ContainerEdits{}, fmt.Errorf("discovering device nodes of MIG device %s: got %d devices, want 1", migUUID, len(devices))
+	}
+	edits := devices[0].ContainerEdits
+	if err := h.forHost(&edits); err != nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("device nodes of MIG device %s: %w", migUUID, err)
+	}
+	return copyEdits(edits), nil
+}
+
 // CommonEdits implements cdi.HardwareEdits.
 func (h *Hardware) CommonEdits() (cdispec.ContainerEdits, error) {
 	h.mu.Lock()

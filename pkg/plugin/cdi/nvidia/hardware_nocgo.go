@@ -28,3 +28,8 @@ func (*Hardware) CardEdits(gpu.GPU) (cdispec.ContainerEdits, error) {
 func (*Hardware) CommonEdits() (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{}, ErrUnavailable
 }
+
+// MIGEdits implements cdi.HardwareEdits; it always fails.
+func (*Hardware) MIGEdits(gpu.GPU, string) (cdispec.ContainerEdits, error) {
+	return cdispec.ContainerEdits{}, ErrUnavailable
+}

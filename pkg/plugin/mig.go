@@ -1,0 +1,311 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// MIG partitions at prepare, unprepare and start-up (docs/prepare.md,
+// "MIG"). Which instances are Tangram's is decided by the records alone:
+// an instance is ours when a record (in any state) names its card, profile
+// and placement. A record names a placement (the intent, with the claim
+// PrepareStarted) before the instance is created, and only after the
+// placement was found free of instances no record names; so an instance
+// that no record names was not created by Tangram, or was created by a
+// Tangram whose records are gone, and is never touched.
+
+// migAdvice ends the refusal of a placement taken by an instance no record
+// names.
+const migAdvice = "Tangram never touches MIG instances it did not create: destroy that instance (nvidia-smi mig -dci then -dgi, on the card) or take the card out of MIG mode, then the kubelet's retry prepares the claim"
+
+// findMIGInstance finds the instance of a recorded MIG device among a
+// card's instances: the recorded GPU instance at the recorded profile and
+// placement once created, or any instance at exactly that profile and
+// placement for an intent (an instance created before a crash that left
+// only the intent recorded). Pure.
+func findMIGInstance(list []gpu.MIGInstance, m *prepared.MIG) (gpu.MIGInstance, bool) {
+	for _, inst := range list {
+		if inst.ProfileID != m.ProfileID || inst.Placement.Start != m.Start {
+			continue
+		}
+		if m.GPUInstanceID != nil && inst.GPUInstanceID != *m.GPUInstanceID {
+			continue
+		}
+		return inst, true
+	}
+	return gpu.MIGInstance{}, false
+}
+
+// namedByRecord reports the claim whose record names inst on cardUUID,
+// "" when none does. Pure.
+func namedByRecord(records map[string]prepared.Claim, cardUUID string, inst gpu.MIGInstance) string {
+	for _, uid := range slices.Sorted(maps.Keys(records)) {
+		for _, dev := range records[uid].Devices {
+			if dev.MIG != nil && dev.GPUUUID == cardUUID && dev.MIG.ProfileID == inst.ProfileID && dev.MIG.Start == inst.Placement.Start {
+				return uid
+			}
+		}
+	}
+	return ""
+}
+
+// foreignMIGConflicts returns the instances of a card that overlap the
+// device's placement and that no record names. Pure.
+func foreignMIGConflicts(records map[string]prepared.Claim, dev prepared.Device, list []gpu.MIGInstance) []gpu.MIGInstance {
+	want := gpu.MIGPlacement{Start: dev.MIG.Start, Size: dev.MIG.Size}
+	var out []gpu.MIGInstance
+	for _, inst := range list {
+		if inst.Placement.Overlaps(want) && namedByRecord(records, dev.GPUUUID, inst) == "" {
+			out = append(out, inst)
+		}
+	}
+	return out
+}
+
+// withMIGInstance is the device with its created instance recorded. Pure.
+func withMIGInstance(dev prepared.Device, inst gpu.MIGInstance) prepared.Device {
+	dev.MIG = dev.MIG.DeepCopy()
+	gi, ci := inst.GPUInstanceID, inst.ComputeInstanceID
+	dev.MIG.GPUInstanceID, dev.MIG.ComputeInstanceID, dev.MIG.UUID = &gi, &ci, inst.UUID
+	return dev
+}
+
+func (d *Driver) migCard(dev prepared.Device) gpu.GPU {
+	return d.cards[device.CardDeviceName(dev.MIG.ParentIndex)]
+}
+
+func (d *Driver) needMIG(rec prepared.Claim) error {
+	if len(rec.MIGDevices()) > 0 && d.cfg.MIG == nil {
+		return fmt.Errorf("claim %s holds MIG partitions, but this plugin has no MIG instance calls (internal error: Config.MIG is nil)", rec.Key())
+	}
+	return nil
+}
+
+// checkMIGFree refuses, before the intent is recorded, a partition whose
+// placement (or part of it) is held by an instance no record names. An
+// instance a record names is the overlap check's (checkOverlap) or, named
+// by this claim, its own (adopted by createMIG).
+func (d *Driver) checkMIGFree(ctx context.Context, rec prepared.Claim) error {
+	if err := d.needMIG(rec); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	records := maps.Clone(d.records)
+	d.mu.Unlock()
+	for _, i := range rec.MIGDevices() {
+		dev := rec.Devices[i]
+		list, err := d.cfg.MIG.List(ctx, d.migCard(dev))
+		if err != nil {
+			return fmt.Errorf("listing the MIG instances of card %d (%s) for %s: %w", dev.MIG.ParentIndex, dev.GPUUUID, dev.Device, err)
+		}
+		if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
+			return fmt.Errorf("MIG partition %s (card %d %s, profile %s at memory slice %d): the placement is taken by an instance Tangram did not create: %s; %s",
+				dev.Device, dev.MIG.ParentIndex, dev.GPUUUID, dev.MIG.Profile, dev.MIG.Start, foreign[0], migAdvice)
+		}
+	}
+	return nil
+}
+
+// createMIG creates the claim's MIG instances (or adopts the one an
+// interrupted attempt of this claim left at exactly the placement) and
+// records each one's IDs and UUID, persisted, before the next. It returns
+// the record with what was created, also on error.
+func (d *Driver) createMIG(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	if err := d.needMIG(rec); err != nil {
+		return rec, err
+	}
+	logger := klog.FromContext(ctx)
+	for _, i := range rec.MIGDevices() {
+		dev := rec.Devices[i]
+		card := d.migCard(dev)
+		list, err := d.cfg.MIG.List(ctx, card)
+		if err != nil {
+			return rec, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err)
+		}
+		inst, found := findMIGInstance(list, dev.MIG)
+		switch {
+		case found && inst.ComputeInstanceID < 0:
+			logger.Info("Completing a MIG instance an interrupted prepare of this claim left without its compute instance", "device", dev.Device, "instance", inst.String())
+			inst, err = d.cfg.MIG.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
+		case found:
+			logger.Info("Adopting the MIG instance an earlier prepare of this claim created", "device", dev.Device, "instance", inst.String(), "migUUID", inst.UUID)
+		default:
+			inst, err = d.cfg.MIG.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
+		}
+		if err != nil {
+			return rec, migCreateError(dev, err)
+		}
+		rec = rec.DeepCopy()
+		rec.Devices[i] = withMIGInstance(dev, inst)
+		d.mu.Lock()
+		d.records[rec.UID] = rec
+		d.mu.Unlock()
+		if err := d.persist(ctx); err != nil {
+			return rec, fmt.Errorf("recording MIG instance %s of %s: %w", inst, dev.Device, err)
+		}
+		logger.V(2).Info("MIG instance ready", "device", dev.Device, "profile", dev.MIG.Profile, "instance", inst.String(), "migUUID", inst.UUID)
+	}
+	return rec, nil
+}
+
+// migCreateError says what failed and what to do.
+func migCreateError(dev prepared.Device, err error) error {
+	what := fmt.Sprintf("creating MIG partition %s (card %d %s, profile %s at memory slice %d)", dev.Device, dev.MIG.ParentIndex, dev.GPUUUID, dev.MIG.Profile, dev.MIG.Start)
+	switch {
+	case errors.Is(err, gpu.ErrMIGPlacementTaken):
+		return fmt.Errorf("%s: %w; %s", what, err, migAdvice)
+	case errors.Is(err, gpu.ErrMIGOutOfResources):
+		return fmt.Errorf("%s: %w; instances Tangram did not create may use the card (nvidia-smi mig -lgi lists them): %s", what, err, migAdvice)
+	case errors.Is(err, gpu.ErrMIGNotEnabled):
+		return fmt.Errorf("%s: %w; the card left MIG mode after allocation: delete and recreate the claim", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// destroyMIG destroys the claim's MIG instances, compute instance then GPU
+// instance: the recorded one, or for an intent the instance at exactly
+// the recorded placement. An instance already gone is fine.
+func (d *Driver) destroyMIG(ctx context.Context, rec prepared.Claim) error {
+	if len(rec.MIGDevices()) == 0 {
+		return nil
+	}
+	if err := d.needMIG(rec); err != nil {
+		return err
+	}
+	var errs []error
+	for _, i := range rec.MIGDevices() {
+		dev := rec.Devices[i]
+		card := d.migCard(dev)
+		list, err := d.cfg.MIG.List(ctx, card)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err))
+			continue
+		}
+		inst, found := findMIGInstance(list, dev.MIG)
+		if !found {
+			continue
+		}
+		if err := d.cfg.MIG.Destroy(ctx, card, inst.GPUInstanceID); err != nil {
+			errs = append(errs, fmt.Errorf("destroying MIG partition %s (%s): %w", dev.Device, inst, err))
+			continue
+		}
+		klog.FromContext(ctx).V(2).Info("Destroyed MIG instance", "device", dev.Device, "instance", inst.String())
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileMIG checks, at start-up, a completed claim's MIG instances: one
+// present is kept; a GPU instance left without its compute instance gets
+// it; one gone (the card was reset, or someone destroyed it) is created
+// again at its placement. It returns the record with what exists now and
+// whether that changed (the spec must then be written again: the MIG UUID
+// changed).
+func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim) (prepared.Claim, bool, error) {
+	if err := d.needMIG(rec); err != nil {
+		return rec, false, err
+	}
+	logger := klog.FromContext(ctx)
+	changed := false
+	for _, i := range rec.MIGDevices() {
+		dev := rec.Devices[i]
+		card := d.migCard(dev)
+		list, err := d.cfg.MIG.List(ctx, card)
+		if err != nil {
+			return rec, changed, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err)
+		}
+		inst, found := findMIGInstance(list, dev.MIG)
+		switch {
+		case found && inst.ComputeInstanceID >= 0 && inst.UUID == dev.MIG.UUID:
+			continue
+		case found && inst.ComputeInstanceID < 0:
+			logger.Info("A prepared claim's MIG instance lost its compute instance; creating it again", "claim", rec.Key(), "device", dev.Device, "instance", inst.String())
+			inst, err = d.cfg.MIG.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
+		case found:
+			// The same GPU instance under another MIG UUID: record it.
+		default:
+			d.mu.Lock()
+			records := maps.Clone(d.records)
+			d.mu.Unlock()
+			if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
+				return rec, changed, fmt.Errorf("claim %s: MIG partition %s is gone and its placement is taken by an instance Tangram did not create (%s); %s",
+					rec.Key(), dev.Device, foreign[0], migAdvice)
+			}
+			logger.Info("A prepared claim's MIG instance is gone (card reset?); creating it again at its placement", "claim", rec.Key(), "device", dev.Device, "profile", dev.MIG.Profile, "start", dev.MIG.Start)
+			inst, err = d.cfg.MIG.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
+		}
+		if err != nil {
+			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), migCreateError(dev, err))
+		}
+		rec = rec.DeepCopy()
+		rec.Devices[i] = withMIGInstance(dev, inst)
+		changed = true
+	}
+	return rec, changed, nil
+}
+
+// logForeignMIG logs, at start-up, the MIG instances of the node's cards
+// that no record names: left alone, they hold their placements, and a
+// prepare of a partition overlapping one is refused.
+func (d *Driver) logForeignMIG(ctx context.Context) {
+	if d.cfg.MIG == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	for _, name := range slices.Sorted(maps.Keys(d.cards)) {
+		card := d.cards[name]
+		if card.MIG == nil || !card.MIG.Enabled {
+			continue
+		}
+		list, err := d.cfg.MIG.List(ctx, card)
+		if err != nil {
+			logger.Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
+			continue
+		}
+		for _, inst := range list {
+			if namedByRecord(d.records, card.UUID, inst) == "" {
+				logger.Info("MIG instance no claim record names: not Tangram's, left alone; partitions overlapping it are refused at prepare", "card", card.Index, "uuid", card.UUID, "instance", inst.String(), "migUUID", inst.UUID)
+			}
+		}
+	}
+}
+
+// MIGDeviceOf names the ResourceSlice device of GPU instance gpuInstance
+// of card index, for the health monitor: the partition a record holds
+// there, else the one at the instance's profile and placement (a
+// partition of the card all the same); ok is false when the card has no
+// such instance.
+func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
+	d.mu.Lock()
+	for _, rec := range d.records {
+		for _, dev := range rec.Devices {
+			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.GPUInstanceID != nil && *dev.MIG.GPUInstanceID == gpuInstance {
+				d.mu.Unlock()
+				return dev.Device, true
+			}
+		}
+	}
+	d.mu.Unlock()
+	card, ok := d.cards[device.CardDeviceName(index)]
+	if !ok || d.cfg.MIG == nil || card.MIG == nil || !card.MIG.Enabled {
+		return "", false
+	}
+	list, err := d.cfg.MIG.List(context.Background(), card)
+	if err != nil {
+		return "", false
+	}
+	for _, inst := range list {
+		if inst.GPUInstanceID == gpuInstance {
+			return device.MIGDeviceName(index, inst.ProfileID, inst.Placement.Start), true
+		}
+	}
+	return "", false
+}

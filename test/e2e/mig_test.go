@@ -1,0 +1,128 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/health"
+)
+
+// migLabel marks the specs that need the GPU node's plugin on a profile
+// with cards in MIG mode (the built-in mig-h100: cards 0 and 1 in MIG
+// mode): TANGRAM_FAKE_PROFILE=mig-h100 hack/local-cluster/chart.sh install,
+// then E2E_LABEL_FILTER=mig make e2e (docs/testing.md). The default run
+// (dgx-h100) leaves them out.
+const migLabel = "mig"
+
+// migPartition asks for one MIG partition of profile on card 0 of the
+// GPU node.
+func migPartition(profile string) resourceapi.DeviceClaim {
+	return resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "mig",
+		Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: device.MIGDeviceClassName,
+			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+			Count:           1,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf(
+				"device.attributes[%q].%s == %q && device.attributes[%q].%s == 0",
+				device.DriverName, device.AttrMIGProfile, profile, device.DriverName, device.AttrParentIndex)}}},
+		},
+	}}}
+}
+
+// migStatus is the plugin's status data of the pod's one MIG partition.
+func migStatus(ctx context.Context, ns, pod string) plugin.DeviceData {
+	var data plugin.DeviceData
+	Eventually(func(g Gomega) {
+		claim := allocatedClaim(ctx, ns, pod)
+		g.Expect(claim.Status.Devices).To(HaveLen(1), "the claim's status.devices")
+		g.Expect(json.Unmarshal(claim.Status.Devices[0].Data.Raw, &data)).To(Succeed())
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+	return data
+}
+
+func expectUnschedulable(ctx context.Context, ns, name string) {
+	Eventually(func(g Gomega) {
+		pod := getPod(ctx, ns, name)
+		g.Expect(pod.Spec.NodeName).To(BeEmpty())
+		unschedulable := false
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				unschedulable = true
+			}
+		}
+		g.Expect(unschedulable).To(BeTrue(), "the pod is not marked Unschedulable yet")
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+}
+
+var _ = Describe("MIG partitions", Label(migLabel), func() {
+	It("runs a 1g and a 3g partition of one card side by side, keeps the 7g off it meanwhile, then gives it the 7g", func(ctx SpecContext) {
+		scenario("MIG: 1g.10gb and 3g.40gb of card 0 side by side, each container sees only its MIG device; an XID in one instance taints only its partition; 7g.80gb Pending until both are gone, then runs")
+		ns := newNamespace(ctx)
+		createTemplate(ctx, ns, "mig-1g", migPartition("1g.10gb"))
+		createTemplate(ctx, ns, "mig-3g", migPartition("3g.40gb"))
+		createTemplate(ctx, ns, "mig-7g", migPartition("7g.80gb"))
+
+		By("a 1g.10gb and a 3g.40gb of card 0 run side by side")
+		createPod(ctx, gpuPod(ns, "small", "mig-1g"))
+		createPod(ctx, gpuPod(ns, "large", "mig-3g"))
+		seen := map[string]string{}
+		for pod, profile := range map[string]string{"small": "1g.10gb", "large": "3g.40gb"} {
+			report := waitRunning(ctx, ns, pod)
+			data := migStatus(ctx, ns, pod)
+			Expect(data.MIG).NotTo(BeNil(), "pod %s: status.devices data has no mig", pod)
+			Expect(data.MIG.Profile).To(Equal(profile))
+			Expect(data.UUID).To(HavePrefix("MIG-"), "pod %s: status.devices names the MIG device", pod)
+			Expect(data.Enforcement).To(Equal(plugin.EnforcementMIG))
+			By(fmt.Sprintf("pod %s sees exactly its MIG device %s", pod, data.UUID))
+			Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID), "pod %s's container must see its MIG device and nothing else", pod)
+			seen[pod] = data.UUID
+		}
+		Expect(seen["small"]).NotTo(Equal(seen["large"]))
+
+		By("an XID in the 3g.40gb's GPU instance taints only that partition; a card-wide one every partition of the card")
+		large := results(allocatedClaim(ctx, ns, "large"))[0].Device
+		small := results(allocatedClaim(ctx, ns, "small"))[0].Device
+		gi := migStatus(ctx, ns, "large").MIG.GPUInstanceID
+		DeferCleanup(func(ctx SpecContext) {
+			injectHealthEvent(ctx, "--gpu 0 --recovered")
+			waitTaints(ctx, large, BeEmpty())
+		})
+		injectHealthEvent(ctx, fmt.Sprintf("--gpu 0 --xid 43 --gpu-instance %d", gi))
+		waitTaints(ctx, large, ConsistOf(SatisfyAll(HaveField("Key", health.TaintKeyXID), HaveField("Value", "43"))))
+		Consistently(func(g Gomega) {
+			g.Expect(nodeDevices(ctx, gpuNode)[small].Taints).To(BeEmpty(), "the 1g.10gb must not carry the 3g.40gb's XID")
+		}).WithContext(ctx).WithTimeout(3 * time.Second).WithPolling(pollEvery).Should(Succeed())
+		injectHealthEvent(ctx, "--gpu 0 --xid 13")
+		waitTaints(ctx, small, ConsistOf(HaveField("Value", "13")))
+		injectHealthEvent(ctx, "--gpu 0 --recovered")
+		waitTaints(ctx, large, BeEmpty())
+		waitTaints(ctx, small, BeEmpty())
+
+		By("meanwhile a 7g.80gb of card 0 (the whole card as one partition) is not allocatable")
+		createPod(ctx, gpuPod(ns, "whole", "mig-7g"))
+		expectUnschedulable(ctx, ns, "whole")
+
+		By("once both partitions are gone, the 7g.80gb is allocated and runs")
+		deletePodAndWait(ctx, ns, "small")
+		deletePodAndWait(ctx, ns, "large")
+		report := waitRunning(ctx, ns, "whole")
+		data := migStatus(ctx, ns, "whole")
+		Expect(data.MIG).NotTo(BeNil())
+		Expect(data.MIG.Profile).To(Equal("7g.80gb"))
+		Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID))
+		Expect(strings.Contains(data.UUID, ",")).To(BeFalse())
+	}, SpecTimeout(8*time.Minute))
+})
