@@ -76,8 +76,19 @@ else
 fi
 say "cluster ready in $(elapsed "$t")"
 
+# node_devices: the names of the devices the GPU node's slices publish.
+node_devices() {
+	K get resourceslices --field-selector "spec.nodeName=$NODE_NAME,spec.driver=$DRIVER" \
+		-o go-template='{{range .items}}{{range .spec.devices}}{{.name}}{{"\n"}}{{end}}{{end}}'
+}
+node_publishes_partitions() { node_devices | grep -q -- '-mig-'; }
+node_publishes_no_partition() {
+	local names
+	names="$(node_devices)" && [ -n "$names" ] && ! grep -q -- '-mig-' <<<"$names"
+}
+
 # --- 2. chart -----------------------------------------------------------------
-step "2/4  helm install tangram (fake GPU profile $PROFILE)"
+step "2/4  helm install tangram (fake GPU profile $([ "$DEMO_CLUSTER" = local ] && echo "mig-h100 for the MIG scenario, then $PROFILE" || echo "$PROFILE"))"
 t="$(now_s)"
 H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hack/local-cluster/build-binaries.sh helm builds it)"
 # The local cluster installs the chart the way every test stage does
@@ -88,9 +99,13 @@ H version --short >/dev/null 2>&1 || die "helm is missing at $HELM_BIN/helm (hac
 # scenario needs it everywhere. Fake GPUs enforce nothing (shareEnforcement
 # "advisory"): the default shared class runs shares there and says so, the
 # hard class (hard-shared-gpu.tangram.dev) takes none (scenario 11).
+# The local cluster starts on the fake profile mig-h100 (values/mig.yaml) for
+# the MIG scenario, which step 3 runs first before going back to $PROFILE.
 if [ "$DEMO_CLUSTER" = local ]; then
-	TANGRAM_FAKE_PROFILE="$PROFILE" "$REPO_ROOT/hack/local-cluster/chart.sh" install \
+	env -u TANGRAM_FAKE_PROFILE "$REPO_ROOT/hack/local-cluster/chart.sh" install -f "$CHART_VALUES_DIR/mig.yaml" \
 		--set-json 'controller.webhook.namespaceSelector={}' || die "installing the chart failed (logs: hack/local-cluster/chart.sh logs plugin)"
+	poll 90 "node $NODE_NAME publishes MIG partitions" node_publishes_partitions ||
+		die "node $NODE_NAME publishes no MIG partition on profile mig-h100"
 else
 	# kind: the same cluster shape as the local one (the node's loopback
 	# API, no kube-proxy: host-network.yaml), without the local cluster's
@@ -115,13 +130,39 @@ demo_wait_slices 90 || die "the kubelet plugin published no GPUs"
 say "chart ready in $(elapsed "$t")"
 
 # --- 3. scenarios -------------------------------------------------------------
+# First MIG (local cluster only, where step 2 installed the chart on the fake
+# profile mig-h100; the kind demo leaves it out): the e2e spec labelled mig
+# (test/e2e/mig_test.go) narrating what each pod got, then the chart back on
+# $PROFILE for the other scenarios, once the node's slices no longer carry
+# partitions: one plugin restart more than without MIG.
+mkdir -p "$TANGRAM_BIN_DIR" "$DEMO_LOG_DIR"
+(cd "$REPO_ROOT" && go test -c -tags e2e -o "$TANGRAM_BIN_DIR/e2e.test" ./test/e2e) || die "building the e2e suite (test/e2e) failed"
+if [ "$DEMO_CLUSTER" = local ]; then
+	step "3/4  MIG partitions (fake profile mig-h100; checked by test/e2e/mig_test.go)"
+	t="$(now_s)"
+	mig_rc=0
+	"$TANGRAM_BIN_DIR/e2e.test" --kubeconfig "$KUBECONFIG_FILE" --gpu-node "$NODE_NAME" \
+		--release-namespace "$RELEASE_NAMESPACE" --helm-release "$RELEASE" \
+		--health-event-cmd "$REPO_ROOT/hack/local-cluster/chart.sh health-event" --demo-narrate \
+		-ginkgo.label-filter=mig -ginkgo.v -ginkgo.no-color -ginkgo.timeout=10m >"$DEMO_LOG_DIR/demo-mig-e2e.log" || mig_rc=$?
+	if [ "$mig_rc" -ne 0 ]; then
+		DEMO_FAILURES=$((DEMO_FAILURES + 1))
+		sed -n '/^Summarizing/,$p' "$DEMO_LOG_DIR/demo-mig-e2e.log" | sed 's/^/     /'
+		say "the suite's whole report: $DEMO_LOG_DIR/demo-mig-e2e.log"
+	fi
+	say "the chart back on fake profile $PROFILE for the other scenarios"
+	TANGRAM_FAKE_PROFILE="$PROFILE" "$REPO_ROOT/hack/local-cluster/chart.sh" install \
+		--set-json 'controller.webhook.namespaceSelector={}' || die "installing the chart back on profile $PROFILE failed"
+	poll 90 "node $NODE_NAME publishes whole cards only" node_publishes_no_partition ||
+		die "node $NODE_NAME still publishes MIG partitions after going back to profile $PROFILE"
+	say "MIG done in $(elapsed "$t")"
+fi
+
 # The scenarios are the e2e specs labelled demo (test/e2e/demo_test.go): they
 # apply demo/specs one by one, check each with Gomega and narrate on stderr.
 # Ginkgo's own report (every step, and a failure's details) goes to a log.
 step "3/4  Demo scenarios (demo/specs, checked by test/e2e/demo_test.go)"
 t="$(now_s)"
-mkdir -p "$TANGRAM_BIN_DIR" "$DEMO_LOG_DIR"
-(cd "$REPO_ROOT" && go test -c -tags e2e -o "$TANGRAM_BIN_DIR/e2e.test" ./test/e2e) || die "building the e2e suite (test/e2e) failed"
 report="$DEMO_LOG_DIR/demo-e2e.log"
 scenarios_rc=0
 "$TANGRAM_BIN_DIR/e2e.test" --kubeconfig "$KUBECONFIG_FILE" --gpu-node "$NODE_NAME" \

@@ -63,6 +63,15 @@ func TestClusterValues(t *testing.T) {
 			},
 		},
 		{
+			name:  "local cluster, demo's MIG scenario (demo/run-local.sh: fake profile mig-h100 first)",
+			files: []string{"host-network.yaml", "local.yaml", "mig.yaml"},
+			sets:  []string{"controller.webhook.namespaceSelector@json={}"},
+			want: want{
+				pluginFlags: map[string]string{"fake-profile": "mig-h100", "v": "4"},
+				pluginEnv:   loopback, hostNetwork: true, controlPlane: true,
+			},
+		},
+		{
 			name:  "local cluster over the mock driver root (hack/local-cluster/test-e2e-realpath.sh)",
 			files: []string{"host-network.yaml", "local.yaml", "mock-driver-root.yaml", "realpath.yaml"},
 			sets:  []string{"driverRoot=/var/lib/tangram-mock-driver"},

@@ -23,7 +23,8 @@ cd "$REPO_ROOT"
 # The specs labelled realpath need the chart over a mock driver root; they
 # have a stage of their own (test-e2e-realpath.sh); those labelled demo are
 # the demo's scenarios, run by make demo/test-demo (demo/run-local.sh);
-# those labelled mig need the plugin on the mig-h100 profile (docs/testing.md).
+# those labelled mig need the plugin on the mig-h100 profile, and run in
+# make demo/test-demo too, which installs it first (docs/testing.md).
 # E2E_LABEL_FILTER replaces this filter.
 exec go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
 	--kubeconfig "$KUBECONFIG" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="${E2E_LABEL_FILTER:-!realpath && !demo && !mig}" "${args[@]}" "$@"

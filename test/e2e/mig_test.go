@@ -10,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
+	gtypes "github.com/onsi/ginkgo/v2/types"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -21,9 +22,12 @@ import (
 
 // migLabel marks the specs that need the GPU node's plugin on a profile
 // with cards in MIG mode (the built-in mig-h100: cards 0 and 1 in MIG
-// mode): TANGRAM_FAKE_PROFILE=mig-h100 hack/local-cluster/chart.sh install,
-// then E2E_LABEL_FILTER=mig make e2e (docs/testing.md). The default run
-// (dgx-h100) leaves them out.
+// mode, deployments/helm/values/mig.yaml). `make demo` and `make test-demo`
+// run them (demo/run-local.sh installs the chart on that profile first,
+// runs them with --demo-narrate, then goes back to the demo's profile); by
+// hand: hack/local-cluster/chart.sh install -f
+// deployments/helm/values/mig.yaml, then E2E_LABEL_FILTER=mig make e2e
+// (docs/testing.md). The default e2e run (dgx-h100) leaves them out.
 const migLabel = "mig"
 
 // migPartition asks for one MIG partition of profile on card 0 of the
@@ -67,9 +71,31 @@ func expectUnschedulable(ctx context.Context, ns, name string) {
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
 }
 
+// narrateMIGPod says, for the demo's narration, what a MIG pod got.
+func narrateMIGPod(pod string, data plugin.DeviceData, report map[string]string) {
+	demoSay("pod %-6s → MIG %s of card 0 (%s; GPU instance %d, compute instance %d, memory slices %d-%d): %s",
+		pod, data.MIG.Profile, data.MIG.ParentUUID, data.MIG.GPUInstanceID, data.MIG.ComputeInstanceID,
+		data.MIG.PlacementStart, data.MIG.PlacementStart+data.MIG.PlacementSize-1, data.UUID)
+	narrateDemo(styleDim, fmt.Sprintf("     container sees NVIDIA_VISIBLE_DEVICES=%s\n", report["NVIDIA_VISIBLE_DEVICES"]))
+}
+
 var _ = Describe("MIG partitions", Label(migLabel), func() {
+	ReportAfterEach(func(r SpecReport) {
+		switch {
+		case r.State.Is(gtypes.SpecStateSkipped | gtypes.SpecStatePending):
+			// left out by the label filter: nothing to say
+		case r.State.Is(gtypes.SpecStatePassed):
+			narrateDemo(stylePass, fmt.Sprintf("   ✔ %s\n", demoOutcome))
+		default:
+			narrateDemo(styleFail, fmt.Sprintf("   ✘ %s\n", strings.Join(headLines(r.Failure.Message, maxFailureLines), "\n     ")))
+		}
+		demoOutcome = ""
+	})
+
 	It("runs a 1g and a 3g partition of one card side by side, keeps the 7g off it meanwhile, then gives it the 7g", func(ctx SpecContext) {
 		scenario("MIG: 1g.10gb and 3g.40gb of card 0 side by side, each container sees only its MIG device; an XID in one instance taints only its partition; 7g.80gb Pending until both are gone, then runs")
+		demoTitle("MIG partitions: a 1g.10gb and a 3g.40gb of one H100 side by side, then the 7g.80gb (DeviceClass %s)", device.MIGDeviceClassName)
+		demoSay("cards 0 and 1 of %s are in MIG mode (fake profile mig-h100); each claim asks for one partition of card 0", gpuNode)
 		ns := newNamespace(ctx)
 		createTemplate(ctx, ns, "mig-1g", migPartition("1g.10gb"))
 		createTemplate(ctx, ns, "mig-3g", migPartition("3g.40gb"))
@@ -89,6 +115,7 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 			By(fmt.Sprintf("pod %s sees exactly its MIG device %s", pod, data.UUID))
 			Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID), "pod %s's container must see its MIG device and nothing else", pod)
 			seen[pod] = data.UUID
+			narrateMIGPod(pod, data, report)
 		}
 		Expect(seen["small"]).NotTo(Equal(seen["large"]))
 
@@ -111,9 +138,12 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 		waitTaints(ctx, large, BeEmpty())
 		waitTaints(ctx, small, BeEmpty())
 
+		demoSay("an XID in the 3g.40gb's GPU instance %d tainted its partition only; a card-wide XID tainted both; recovered", gi)
+
 		By("meanwhile a 7g.80gb of card 0 (the whole card as one partition) is not allocatable")
 		createPod(ctx, gpuPod(ns, "whole", "mig-7g"))
 		expectUnschedulable(ctx, ns, "whole")
+		demoSay("pod whole  (7g.80gb of card 0) stays Pending, Unschedulable, while small and large hold their partitions")
 
 		By("once both partitions are gone, the 7g.80gb is allocated and runs")
 		deletePodAndWait(ctx, ns, "small")
@@ -124,5 +154,8 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 		Expect(data.MIG.Profile).To(Equal("7g.80gb"))
 		Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID))
 		Expect(strings.Contains(data.UUID, ",")).To(BeFalse())
+		demoSay("small and large deleted: their GPU and compute instances destroyed")
+		narrateMIGPod("whole", data, report)
+		demoPassed("1g.10gb and 3g.40gb ran side by side on %s and %s, the 7g.80gb only once both were gone, each container seeing only its MIG device", seen["small"], seen["large"])
 	}, SpecTimeout(8*time.Minute))
 })
