@@ -330,6 +330,28 @@ func TestMIGInstances(t *testing.T) {
 	if parent, ret := mig.GetDeviceHandleFromMigDeviceHandle(); ret != nvml.SUCCESS || parent != dev {
 		t.Errorf("GetDeviceHandleFromMigDeviceHandle = %v %v, want the card", parent, ret)
 	}
+	// nvml.h: GetHandleByUUID takes "the UUID of the target GPU or MIG
+	// instance" and answers "the device handle or MIG device handle".
+	byUUID, ret := lib.DeviceGetHandleByUUID(migUUID)
+	ok(t, "DeviceGetHandleByUUID(MIG UUID)", ret)
+	if is, ret := byUUID.IsMigDeviceHandle(); ret != nvml.SUCCESS || !is {
+		t.Errorf("IsMigDeviceHandle(handle of the MIG UUID) = %v %v, want true", is, ret)
+	}
+	if got, ret := byUUID.GetUUID(); ret != nvml.SUCCESS || got != migUUID {
+		t.Errorf("GetUUID(handle of the MIG UUID) = %q %v, want %q", got, ret, migUUID)
+	}
+	if id, ret := byUUID.GetGpuInstanceId(); ret != nvml.SUCCESS || id != 1 {
+		t.Errorf("GetGpuInstanceId(handle of the MIG UUID) = %d %v, want 1", id, ret)
+	}
+	if parent, ret := byUUID.GetDeviceHandleFromMigDeviceHandle(); ret != nvml.SUCCESS || parent != dev {
+		t.Errorf("GetDeviceHandleFromMigDeviceHandle(handle of the MIG UUID) = %v %v, want the card", parent, ret)
+	}
+	if card, ret := lib.DeviceGetHandleByUUID(uuid); ret != nvml.SUCCESS || card != dev {
+		t.Errorf("DeviceGetHandleByUUID(card UUID) = %v %v, want the card", card, ret)
+	}
+	if _, ret := lib.DeviceGetHandleByUUID("MIG-00000000-0000-5000-8000-000000000000"); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("DeviceGetHandleByUUID(unknown MIG UUID) = %v, want ERROR_NOT_FOUND", ret)
+	}
 	if _, ret := dev.GetMigDeviceHandleByIndex(1); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("GetMigDeviceHandleByIndex(1) with one compute instance: %v, want ERROR_NOT_FOUND", ret)
 	}
@@ -350,6 +372,9 @@ func TestMIGInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	ok(t, "destroying the idle compute instance", ci.Destroy())
+	if _, ret := lib.DeviceGetHandleByUUID(migUUID); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("DeviceGetHandleByUUID of a destroyed compute instance's MIG UUID = %v, want ERROR_NOT_FOUND", ret)
+	}
 	ok(t, "destroying the empty GPU instance", gi3.Destroy())
 	if _, ret := create(p4, 0); ret != nvml.SUCCESS {
 		t.Errorf("4g.40gb at 0 once the 3g.40gb is gone: %v", ret)

@@ -533,6 +533,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *d) 
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *d) { return nvmlDeviceGetHandleByIndex_v2(index, d); }
 
+static nvmlReturn_t mig_handle_by_uuid(const char *uuid, nvmlDevice_t *d);
+
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
     if (!ready())
         return NVML_ERROR_UNINITIALIZED;
@@ -543,7 +545,9 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d) {
             d->handle = &gpus[i];
             return NVML_SUCCESS;
         }
-    return NVML_ERROR_NOT_FOUND;
+    /* nvml.h: "uuid: The UUID of the target GPU or MIG instance", answered
+     * with "the device handle or MIG device handle". */
+    return mig_handle_by_uuid(uuid, d);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *busId, nvmlDevice_t *d) {
