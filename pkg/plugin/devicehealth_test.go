@@ -15,12 +15,12 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/plugin/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-func newTestMonitor(t *testing.T) *health.Monitor {
+func newTestMonitor(t *testing.T) *xidtaint.Monitor {
 	t.Helper()
-	m, err := health.NewMonitor(health.Config{Cards: testGPUs(), Policy: health.DefaultPolicy(), RecoverAfter: time.Hour})
+	m, err := xidtaint.NewMonitor(xidtaint.Config{Cards: testGPUs(), Policy: xidtaint.DefaultPolicy(), RecoverAfter: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +38,13 @@ func statusOf(report kubeletplugin.DeviceHealthReport, device string) kubeletplu
 
 func TestHealthReport(t *testing.T) {
 	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	devices := []health.DeviceHealth{
+	devices := []xidtaint.DeviceHealth{
 		{Device: "gpu-0", Known: true, Healthy: true},
 		{Device: "gpu-1", Known: true, Healthy: false, Message: "XID 79 (NoSchedule)"},
 		{Device: "gpu-2", Known: true, Healthy: true, Message: "XID 13 (None)"},
 		{Device: "gpu-3", Known: false, Healthy: true, Message: "health events cannot be watched"},
 	}
-	report := healthReport("node-a", devices, now)
+	report := deviceHealthReport("node-a", devices, now)
 	want := map[string]kubeletplugin.HealthStatus{
 		"gpu-0": kubeletplugin.HealthStatusHealthy,
 		"gpu-1": kubeletplugin.HealthStatusUnhealthy,
@@ -56,7 +56,7 @@ func TestHealthReport(t *testing.T) {
 	}
 	for device, status := range want {
 		got := statusOf(report, device)
-		if got.Health != status || got.PoolName != "node-a" || !got.LastUpdated.Equal(now) || got.HealthCheckTimeout != healthCheckTimeout {
+		if got.Health != status || got.PoolName != "node-a" || !got.LastUpdated.Equal(now) || got.HealthCheckTimeout != deviceHealthCheckTimeout {
 			t.Errorf("%s: %+v, want %s in pool node-a at %v", device, got, status, now)
 		}
 	}
@@ -77,7 +77,7 @@ func TestWatchHealthStatusStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	monitor := newTestMonitor(t)
-	d := &Driver{cfg: Config{NodeName: testNode, Health: monitor}}
+	d := &Driver{cfg: Config{NodeName: testNode, DeviceHealth: monitor}}
 	reports := make(chan kubeletplugin.DeviceHealthReport)
 	done := make(chan error, 1)
 	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
@@ -122,7 +122,7 @@ func TestHealthPublisher(t *testing.T) {
 	publishedCh := make(chan struct{}, 10)
 	metrics := NewMetrics()
 	recorder := record.NewFakeRecorder(10)
-	pub := &healthPublisher{node: testNode, resources: resources, health: monitor, metrics: metrics, recorder: recorder,
+	pub := &taintPublisher{node: testNode, resources: resources, monitor: monitor, metrics: metrics, recorder: recorder,
 		publish: func(_ context.Context, res resourceslice.DriverResources) error {
 			mu.Lock()
 			published = append(published, res)
@@ -138,7 +138,7 @@ func TestHealthPublisher(t *testing.T) {
 	last := published[len(published)-1]
 	mu.Unlock()
 	devs := last.Pools[testNode].Slices[0].Devices
-	if len(devs[0].Taints) != 0 || len(devs[1].Taints) != 1 || devs[1].Taints[0].Key != health.TaintKeyXID || devs[1].Taints[0].Value != "79" ||
+	if len(devs[0].Taints) != 0 || len(devs[1].Taints) != 1 || devs[1].Taints[0].Key != xidtaint.TaintKeyXID || devs[1].Taints[0].Value != "79" ||
 		devs[1].Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Errorf("published devices after XID 79 on gpu-1: %+v", devs)
 	}
@@ -152,7 +152,7 @@ func TestHealthPublisher(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.gpuHealth.WithLabelValues(testNode, "gpu-1", gpu1.UUID)); got != 0 {
 		t.Errorf("tangram_gpu_health of gpu-1 = %v, want 0", got)
 	}
-	if got := testutil.ToFloat64(metrics.gpuTaints.WithLabelValues(testNode, "gpu-1", health.TaintKeyXID, "NoSchedule")); got != 1 {
+	if got := testutil.ToFloat64(metrics.gpuTaints.WithLabelValues(testNode, "gpu-1", xidtaint.TaintKeyXID, "NoSchedule")); got != 1 {
 		t.Errorf("tangram_gpu_taints of gpu-1 = %v, want 1", got)
 	}
 
@@ -177,12 +177,12 @@ func TestHealthPublisher(t *testing.T) {
 
 func TestNodeEventOf(t *testing.T) {
 	tests := []struct {
-		change            health.Change
+		change            xidtaint.Change
 		wantType, wantWhy string
 	}{
-		{health.Change{Added: true, Taint: health.Taint{Effect: resourceapi.DeviceTaintEffectNoSchedule}}, "Warning", ReasonGPUUnhealthy},
-		{health.Change{Added: true, Taint: health.Taint{Effect: resourceapi.DeviceTaintEffectNone}}, "Normal", ReasonGPUHealthEvent},
-		{health.Change{Added: false, Taint: health.Taint{Effect: resourceapi.DeviceTaintEffectNoSchedule}}, "Normal", ReasonGPURecovered},
+		{xidtaint.Change{Added: true, Taint: xidtaint.Taint{Effect: resourceapi.DeviceTaintEffectNoSchedule}}, "Warning", ReasonGPUUnhealthy},
+		{xidtaint.Change{Added: true, Taint: xidtaint.Taint{Effect: resourceapi.DeviceTaintEffectNone}}, "Normal", ReasonGPUHealthEvent},
+		{xidtaint.Change{Added: false, Taint: xidtaint.Taint{Effect: resourceapi.DeviceTaintEffectNoSchedule}}, "Normal", ReasonGPURecovered},
 	}
 	for _, tt := range tests {
 		gotType, gotWhy, _ := nodeEventOf(tt.change)
@@ -193,10 +193,10 @@ func TestNodeEventOf(t *testing.T) {
 }
 
 func TestHealthSummary(t *testing.T) {
-	if got := healthSummary([]health.DeviceHealth{{Device: "gpu-0", Known: true, Healthy: true}}); got != "" {
+	if got := xidTaintSummary([]xidtaint.DeviceHealth{{Device: "gpu-0", Known: true, Healthy: true}}); got != "" {
 		t.Errorf("all healthy: %q, want empty", got)
 	}
-	got := healthSummary([]health.DeviceHealth{
+	got := xidTaintSummary([]xidtaint.DeviceHealth{
 		{Device: "gpu-0", Known: true, Healthy: true},
 		{Device: "gpu-1", Known: true, Message: "XID 79 (NoSchedule)"},
 		{Device: "gpu-2", Known: true, Healthy: true, Message: "XID 13 (None)"},
