@@ -165,13 +165,7 @@ func Run(ctx context.Context, opts Options, node Node) error {
 		return err
 	}
 
-	liveness := &Liveness{Checks: map[string]LivenessCheck{}, Details: map[string]func() string{}}
-	if shares != nil {
-		// Reported, never failing the probe: the worker retries the daemon
-		// by itself, and a restarted plugin would find it no better.
-		liveness.Details["mps"] = func() string { return shares.Status().String() }
-		metrics.RegisterMPSStatus(shares.Status)
-	}
+	liveness := newLiveness(shares, metrics)
 	helper, err := w.startKubeletHelper(ctx, driver, resources, liveness)
 	if err != nil {
 		return err
@@ -187,6 +181,19 @@ func Run(ctx context.Context, opts Options, node Node) error {
 		liveness.Details["gpus"] = func() string { return xidTaintSummary(monitor.Devices()) }
 	}
 	return w.serve(ctx, cancel, liveness, metrics)
+}
+
+// newLiveness starts the liveness probes' checks and details (the kubelet
+// helper adds its socket's check): the MPS daemon's state, reported and in
+// metrics, never failing the probe: the worker retries the daemon by
+// itself, and a restarted plugin would find it no better.
+func newLiveness(shares *mps.Manager, metrics *Metrics) *Liveness {
+	liveness := &Liveness{Checks: map[string]LivenessCheck{}, Details: map[string]func() string{}}
+	if shares != nil {
+		liveness.Details["mps"] = func() string { return shares.Status().String() }
+		metrics.RegisterMPSStatus(shares.Status)
+	}
+	return liveness
 }
 
 // resources reads the Node's labels (online) and builds the
