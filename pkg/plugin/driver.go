@@ -78,9 +78,9 @@ type Config struct {
 	// claim whose shares are not enforced hard; nil records none.
 	Events  record.EventRecorder
 	Metrics *Metrics
-	// Health is the cards' health for the kubelet (WatchHealthStatus); nil
+	// DeviceHealth is the cards' health for the kubelet (WatchHealthStatus); nil
 	// when it is not watched.
-	Health DeviceHealth
+	DeviceHealth DeviceHealth
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)

@@ -81,7 +81,7 @@ func TestKubeletGRPC(t *testing.T) {
 	}
 
 	// Health over gRPC and HTTP on one port.
-	health := &Health{Checks: map[string]HealthCheck{"dra-socket": DRASocketCheck(socket)}}
+	health := &Liveness{Checks: map[string]LivenessCheck{"dra-socket": DRASocketCheck(socket)}}
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

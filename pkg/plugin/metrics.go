@@ -3,7 +3,7 @@ package plugin
 import (
 	"time"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -151,7 +151,7 @@ func (m *Metrics) RegisterMPSStatus(status func() mps.Status) {
 
 // setDeviceHealth replaces the health and taint gauges with the cards'
 // current state: taints that are gone lose their series.
-func (m *Metrics) setDeviceHealth(node string, devices []health.DeviceHealth) {
+func (m *Metrics) setDeviceHealth(node string, devices []xidtaint.DeviceHealth) {
 	m.gpuHealth.Reset()
 	m.gpuTaints.Reset()
 	for _, d := range devices {

@@ -207,7 +207,7 @@ func TestHealthAndMetricsReportAnUnresponsiveControlDaemon(t *testing.T) {
 	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
 		t.Fatal(err)
 	}
-	health := &Health{Checks: map[string]HealthCheck{"dra": func(context.Context) error { return nil }},
+	health := &Liveness{Checks: map[string]LivenessCheck{"dra": func(context.Context) error { return nil }},
 		Details: map[string]func() string{"mps": func() string { return h.shares.Status().String() }}}
 	metrics := NewMetrics()
 	metrics.RegisterMPSStatus(h.shares.Status)

@@ -43,9 +43,10 @@ func TestNewSharesDaemonMode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			opts := PluginOptions{
-				NodeName: testNode, GPUs: testGPUs(), FakeGPUs: true, Sharing: true,
-				MPSRoot: t.TempDir(), MPSDaemonMode: tc.mode, MPSDaemonPod: podCfg,
+			opts := &wiring{
+				Options:      Options{MPSRoot: t.TempDir(), MPSDaemonMode: tc.mode},
+				Node:         Node{NodeName: testNode, GPUs: testGPUs(), FakeGPUs: true, Sharing: true},
+				mpsDaemonPod: podCfg,
 			}
 			client := fake.NewClientset()
 			if !tc.offline {
@@ -106,15 +107,15 @@ func TestMPSControlBinary(t *testing.T) {
 	empty := t.TempDir()
 	for _, tt := range []struct {
 		name    string
-		opts    PluginOptions
+		opts    *wiring
 		want    string
 		wantErr []string
 	}{
-		{name: "under the driver root", opts: PluginOptions{DriverRoot: driverroot.Root{Path: withBinary}}, want: bin},
-		{name: "missing under the driver root", opts: PluginOptions{DriverRoot: driverroot.Root{Path: empty}},
+		{name: "under the driver root", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: withBinary}}}, want: bin},
+		{name: "missing under the driver root", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}},
 			wantErr: []string{"MPS control binary is missing", filepath.Join(empty, "usr/bin", driverroot.MPSControl), "--mps-control-binary", "--sharing=disabled"}},
-		{name: "explicit path wins", opts: PluginOptions{DriverRoot: driverroot.Root{Path: empty}, MPSControlBinary: bin}, want: bin},
-		{name: "explicit name not in PATH", opts: PluginOptions{MPSControlBinary: "no-such-mps-control"},
+		{name: "explicit path wins", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}, Options: Options{MPSControlBinary: bin}}, want: bin},
+		{name: "explicit name not in PATH", opts: &wiring{Options: Options{MPSControlBinary: "no-such-mps-control"}},
 			wantErr: []string{`"no-such-mps-control" was not found`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -267,7 +267,7 @@ func TestHealthAndMetricsReportMPSStatus(t *testing.T) {
 	if err := h.prepare(share)["s1"].Err; err == nil {
 		t.Fatal("share prepared although its daemon cannot start")
 	}
-	health := &Health{Checks: map[string]HealthCheck{"dra": func(context.Context) error { return nil }},
+	health := &Liveness{Checks: map[string]LivenessCheck{"dra": func(context.Context) error { return nil }},
 		Details: map[string]func() string{"mps": func() string { return h.shares.Status().String() }}}
 	metrics := NewMetrics()
 	metrics.RegisterMPSStatus(h.shares.Status)

@@ -25,12 +25,15 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
-	gpuhealth "github.com/tangram-gpu/tangram/pkg/plugin/health"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-// PluginOptions configure the long-running kubelet plugin.
-type PluginOptions struct {
+// Node is what the command found on this node with its GPU source and
+// device model flags (shared with `dra-kubelet-plugin slices`): the cards,
+// what they can enforce, and the clients and edits that reach them. It
+// holds no flags: those are Options.
+type Node struct {
 	NodeName string
 	GPUs     []gpu.GPU
 	// FakeGPUs selects the simulated MPS backend and no hardware edits.
@@ -47,274 +50,316 @@ type PluginOptions struct {
 	// Warning events on pods whose shares are not enforced hard.
 	ShareEnforcement       string
 	ShareEnforcementReason string
-
-	CDIRoot      string
-	RegistrarDir string
-	PluginDir    string
-	StateDir     string
-	MPSRoot      string
-	// PodUID is the UID of the plugin's pod. Set, it enables rolling
-	// updates: the old and the new plugin pod of a node run side by side,
-	// each with sockets named by its UID. Empty: one plugin per node.
-	PodUID string
-	// MPSControlBinary is nvidia-cuda-mps-control as a name in $PATH or a
-	// path; empty means the one under DriverRoot (real GPUs).
-	MPSControlBinary string
-	// DriverRoot is the NVIDIA driver installation (real GPUs).
+	// MPSv3Available is what capability detection found: the node's
+	// driver has MPS v3 (release 615 on). It decides --mps-mode=auto.
+	MPSv3Available bool
+	// DriverRoot is the NVIDIA driver installation (real GPUs;
+	// Options.DriverRoot).
 	DriverRoot driverroot.Root
 	// NVMLLibrary is libnvidia-ml.so.1 under DriverRoot, for compute modes
 	// (real GPUs).
 	NVMLLibrary string
-	// MPSMultiUser starts the daemon with -M (clients of any UID).
-	MPSMultiUser bool
-	// MPSMode is --mps-mode: classic MPS, MPS v3 namespaces, or auto (v3
-	// on drivers that have it).
-	MPSMode mps.Mode
-	// MPSv3Available is what capability detection found: the node's
-	// driver has MPS v3 (release 615 on). It decides --mps-mode=auto.
-	MPSv3Available bool
-	// MPSShmSizeBytes bounds each claim's /dev/shm in MPS v3 mode (a tmpfs
-	// per claim, real GPUs only).
-	MPSShmSizeBytes int64
-	// MPSIdleGrace keeps the MPS daemon running this long after the
-	// node's last share is released (mps.Timing.IdleGrace).
-	MPSIdleGrace time.Duration
-	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
-	// (a child of the plugin; the default) or MPSDaemonPod (a pod of its
-	// own, which outlives the plugin's pod).
-	MPSDaemonMode string
-	// MPSDaemonPod is the daemon pod's configuration in pod mode; the
-	// node, MPS layout, cards, control binary, -M and simulation are filled
-	// in from the options above.
-	MPSDaemonPod   mps.MPSDaemonPodConfig
-	HealthzAddress string
-	MetricsAddress string
-
-	// KubeClient is nil in offline mode: no API server, so no kubelet
-	// registration and no publishing; state recovery, health and metrics
-	// still run. Used for measuring the idle footprint without a cluster.
-	KubeClient kubernetes.Interface
-	// Publish controls ResourceSlice publishing.
-	Publish bool
 	// Hardware adds device nodes and driver files on real GPUs; nil means
 	// none (right for fake GPUs).
 	Hardware cdi.HardwareEdits
 	// MIG creates and destroys MIG instances (NVML's, or the fake cards'
-	// file); nil: the fake cards' file in StateDir with fake GPUs, and MIG
-	// partitions refused with real ones.
+	// file); nil: the fake cards' file in the state directory with fake
+	// GPUs, and MIG partitions refused with real ones.
 	MIG gpu.MIGPartitions
 	// MemoryLimitHook, set on nodes with hard share enforcement, puts
 	// tangram-cdi-hook into every share's CDI device; nil means none.
 	MemoryLimitHook *cdi.MemoryLimitHook
-	// HealthWatcher reports the cards' health events (docs/health.md); nil
-	// means health is not watched: no taints, and the kubelet is told
-	// health is not supported.
+	// KubeClient is nil in offline mode: no API server, so no kubelet
+	// registration and no publishing; state recovery, liveness and metrics
+	// still run. Used for measuring the idle footprint without a cluster.
+	KubeClient kubernetes.Interface
+	// HealthWatcher reports the cards' health events to the XID taint
+	// monitor (docs/health.md); nil means health is not watched: no
+	// taints, and the kubelet is told device health is not supported.
 	HealthWatcher gpu.HealthWatcher
-	// HealthPolicy classifies XIDs into taints.
-	HealthPolicy gpuhealth.Policy
-	// HealthRecoverAfter is the quiet time after which an XID taint goes.
-	HealthRecoverAfter time.Duration
-	// NonRootClasses are the device classes whose claims only pods that
-	// run as non-root, without privilege escalation, added capabilities
-	// or privileged mode may use, checked again at prepare
-	// (--nonroot-device-classes; Config.NonRootClasses).
-	NonRootClasses []string
-	// NonRootNamespaces limits that check to the namespaces whose labels it
-	// selects (--nonroot-namespace-selector); nil: every namespace.
-	NonRootNamespaces labels.Selector
 }
 
-// validate refuses options no flag check should have let through: a
-// negative /dev/shm size would mount each claim's /dev/shm without a bound
-// (only sizes above 0 get a tmpfs), a negative grace or recovery time is
-// meaningless.
-func (opts PluginOptions) validate() error {
-	var errs []error
-	if opts.MPSShmSizeBytes < 0 {
-		errs = append(errs, fmt.Errorf("the MPS /dev/shm size is %d bytes: it must not be negative (0: plain directories)", opts.MPSShmSizeBytes))
-	}
-	if opts.MPSIdleGrace < 0 {
-		errs = append(errs, fmt.Errorf("the MPS idle grace is %v: it must not be negative", opts.MPSIdleGrace))
-	}
-	if opts.HealthRecoverAfter < 0 {
-		errs = append(errs, fmt.Errorf("the health recovery time is %v: it must not be negative", opts.HealthRecoverAfter))
-	}
-	return errors.Join(errs...)
+// wiring is the running plugin's view of its options and node, with the
+// flags that need parsing parsed once (Options.Validate has checked them).
+type wiring struct {
+	Options
+	Node
+	mpsMode           mps.Mode
+	mpsShmSizeBytes   int64
+	mpsDaemonPod      mps.MPSDaemonPodConfig
+	nonRootNamespaces labels.Selector
+	xidPolicy         xidtaint.Policy
 }
 
-// Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error.
-func Run(ctx context.Context, opts PluginOptions) error {
-	if err := opts.validate(); err != nil {
-		return fmt.Errorf("plugin options: %w", err)
+// newWiring validates opts and parses what Run needs of them.
+func newWiring(opts Options, node Node) (*wiring, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("plugin options: %w", err)
 	}
-	logger := klog.FromContext(ctx)
+	w := &wiring{Options: opts, Node: node}
+	var err error
+	if w.mpsMode, err = mps.ParseMode(opts.MPSMode); err != nil {
+		return nil, err
+	}
+	if w.mpsShmSizeBytes, err = opts.mpsShmSizeBytes(); err != nil {
+		return nil, err
+	}
+	if w.mpsDaemonPod, err = opts.mpsDaemonPod(node.FakeGPUs, node.DriverRoot.HostPath); err != nil {
+		return nil, err
+	}
+	if w.nonRootNamespaces, err = opts.nonRootNamespaces(); err != nil {
+		return nil, err
+	}
+	if w.xidPolicy, err = opts.xidPolicy(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error:
+// it reads what to publish, builds the driver, registers with the kubelet
+// and publishes, starts the XID taint monitor, and serves liveness and
+// metrics.
+func Run(ctx context.Context, opts Options, node Node) error {
+	w, err := newWiring(opts, node)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	nodeLabels := map[string]string{}
-	if opts.KubeClient != nil {
-		node, err := opts.KubeClient.CoreV1().Nodes().Get(ctx, opts.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading Node %s for its labels: %w", opts.NodeName, err)
-		}
-		nodeLabels = node.Labels
-	}
-	resources, err := opts.Resources(nodeLabels)
+	resources, err := w.resources(ctx)
 	if err != nil {
-		return fmt.Errorf("building ResourceSlices: %w", err)
+		return err
 	}
-
+	metrics := NewMetrics()
 	allocatable := allocatableMemory(resources)
-	claimDirs := newClaimDirs(opts)
-	shares, err := newShares(ctx, opts, allocatable, claimDirs)
+	claimDirs := newClaimDirs(w)
+	shares, err := newShares(ctx, w, allocatable, claimDirs)
 	if err != nil {
 		return err
 	}
 	if shares != nil {
 		defer shares.Close()
 	}
-	specStore, err := cdi.NewSpecStore(opts.CDIRoot)
+	cfg, err := w.driverConfig(ctx, allocatable, claimDirs, shares, metrics, cancel)
 	if err != nil {
 		return err
 	}
-	hardware := opts.Hardware
+	if w.KubeClient != nil {
+		// Warning events on the pods of shares a tenant can exceed.
+		recorder, stop := newNodeEventRecorder(ctx, w.KubeClient)
+		defer stop()
+		cfg.Events = recorder
+	}
+	var driver *Driver
+	monitor, err := w.newXIDTaintMonitor(func(index, gi int) (string, bool) { return driver.MIGDeviceOf(index, gi) })
+	if err != nil {
+		return err
+	}
+	if monitor != nil {
+		// Events are handled once the driver exists (startXIDTaints, below).
+		cfg.DeviceHealth = monitor
+	}
+	if driver, err = New(ctx, cfg); err != nil {
+		return err
+	}
+
+	liveness := newLiveness(shares, metrics)
+	helper, err := w.startKubeletHelper(ctx, driver, resources, liveness)
+	if err != nil {
+		return err
+	}
+	if helper != nil {
+		// Stopping removes this pod's sockets; a pod that died without
+		// it leaves them for the kubelet to find dead.
+		defer helper.Stop()
+	}
+	if monitor != nil {
+		stop := w.startXIDTaints(ctx, monitor, helper, resources, metrics)
+		defer stop()
+		liveness.Details["gpus"] = func() string { return xidTaintSummary(monitor.Devices()) }
+	}
+	return w.serve(ctx, cancel, liveness, metrics)
+}
+
+// newLiveness starts the liveness probes' checks and details (the kubelet
+// helper adds its socket's check): the MPS daemon's state, reported and in
+// metrics, never failing the probe: the worker retries the daemon by
+// itself, and a restarted plugin would find it no better.
+func newLiveness(shares *mps.Manager, metrics *Metrics) *Liveness {
+	liveness := &Liveness{Checks: map[string]LivenessCheck{}, Details: map[string]func() string{}}
+	if shares != nil {
+		liveness.Details["mps"] = func() string { return shares.Status().String() }
+		metrics.RegisterMPSStatus(shares.Status)
+	}
+	return liveness
+}
+
+// resources reads the Node's labels (online) and builds the
+// ResourceSlices to publish.
+func (w *wiring) resources(ctx context.Context) (*resourceslice.DriverResources, error) {
+	nodeLabels := map[string]string{}
+	if w.KubeClient != nil {
+		node, err := w.KubeClient.CoreV1().Nodes().Get(ctx, w.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading Node %s for its labels: %w", w.NodeName, err)
+		}
+		nodeLabels = node.Labels
+	}
+	resources, err := w.Resources(nodeLabels)
+	if err != nil {
+		return nil, fmt.Errorf("building ResourceSlices: %w", err)
+	}
+	return resources, nil
+}
+
+// driverConfig builds the driver's stores and clients: the checkpoint and
+// its lock, the CDI specs, MIG, the API clients of claim status and the
+// pod check.
+func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64, claimDirs mps.ClaimDirs, shares *mps.Manager,
+	metrics *Metrics, cancel context.CancelCauseFunc) (Config, error) {
+	specStore, err := cdi.NewSpecStore(w.CDIRoot)
+	if err != nil {
+		return Config{}, err
+	}
+	hardware := w.Hardware
 	if hardware == nil {
-		if !opts.FakeGPUs {
-			return errors.New("internal error: real GPUs need hardware CDI edits")
+		if !w.FakeGPUs {
+			return Config{}, errors.New("internal error: real GPUs need hardware CDI edits")
 		}
 		hardware = cdi.NoHardware{}
 	}
 	// The state lock's file lives next to the checkpoint.
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return fmt.Errorf("creating state directory: %w", err)
+	if err := os.MkdirAll(w.StateDir, 0o700); err != nil {
+		return Config{}, fmt.Errorf("creating state directory: %w", err)
 	}
-	migParts := opts.MIG
-	if migParts == nil && opts.FakeGPUs {
-		migParts = fakegpu.NewPartitions(filepath.Join(opts.StateDir, fakegpu.PartitionsFileName))
+	migParts := w.MIG
+	if migParts == nil && w.FakeGPUs {
+		migParts = fakegpu.NewPartitions(filepath.Join(w.StateDir, fakegpu.PartitionsFileName))
 	}
-	metrics := NewMetrics()
 	cfg := Config{
 		MIG:               migParts,
-		NodeName:          opts.NodeName,
-		GPUs:              opts.GPUs,
+		NodeName:          w.NodeName,
+		GPUs:              w.GPUs,
 		AllocatableMemory: allocatable,
 		State: checkpoint.Claims{
-			Store:     checkpoint.NewStore(filepath.Join(opts.StateDir, "checkpoint.json")),
-			StateLock: checkpoint.NewFileLock(filepath.Join(opts.StateDir, "checkpoint.lock")),
+			Store:     checkpoint.NewStore(filepath.Join(w.StateDir, "checkpoint.json")),
+			StateLock: checkpoint.NewFileLock(filepath.Join(w.StateDir, "checkpoint.lock")),
 		},
-		Specs: cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(opts.GPUs), MemoryLimitHook: opts.MemoryLimitHook,
+		Specs: cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(w.GPUs), MemoryLimitHook: w.MemoryLimitHook,
 			ClaimShmDir: claimDirs.ShmDir},
-		ClaimDirs:  claimDirs,
-		Configs:    ResolveConfigs,
-		MPSPipeDir: mps.Layout{Root: opts.MPSRoot}.PipeDir(),
-		Metrics:    metrics,
-		OnFatal:    func(err error) { cancel(err) },
+		ClaimDirs:    claimDirs,
+		Configs:      ResolveConfigs,
+		MPSPipeDir:   mps.Layout{Root: w.MPSRoot}.PipeDir(),
+		Metrics:      metrics,
+		OnFatal:      func(err error) { cancel(err) },
+		SimulatedMPS: w.FakeGPUs,
+		ShareBackend: w.ShareBackend,
+		MPSv3:        shares != nil && resolveMPSMode(w) == mps.ModeV3,
+
+		ShareEnforcement:       w.ShareEnforcement,
+		ShareEnforcementReason: w.ShareEnforcementReason,
 	}
 	if shares != nil {
 		cfg.Shares = shares
 	}
-	if opts.KubeClient != nil {
-		cfg.ListClaims = APIClaimLister(opts.KubeClient)
-		cfg.ClaimStatus = APIClaimStatus{Client: opts.KubeClient}
-		cfg.NonRootClasses = opts.NonRootClasses
-		cfg.ReservingPods = APIReservingPods(opts.KubeClient, opts.NodeName)
-		if opts.NonRootNamespaces != nil {
-			cfg.NonRootNamespaces = APINamespaceMatcher(opts.KubeClient, opts.NonRootNamespaces)
+	if w.KubeClient != nil {
+		cfg.ListClaims = APIClaimLister(w.KubeClient)
+		cfg.ClaimStatus = APIClaimStatus{Client: w.KubeClient}
+		cfg.NonRootClasses = w.NonRootDeviceClasses
+		cfg.ReservingPods = APIReservingPods(w.KubeClient, w.NodeName)
+		if w.nonRootNamespaces != nil {
+			cfg.NonRootNamespaces = APINamespaceMatcher(w.KubeClient, w.nonRootNamespaces)
 		}
 	}
-	cfg.SimulatedMPS = opts.FakeGPUs
-	cfg.ShareBackend = opts.ShareBackend
-	cfg.ShareEnforcement, cfg.ShareEnforcementReason = opts.ShareEnforcement, opts.ShareEnforcementReason
-	if opts.KubeClient != nil {
-		// Warning events on the pods of shares a tenant can exceed.
-		recorder, stop := newNodeEventRecorder(ctx, opts.KubeClient)
-		defer stop()
-		cfg.Events = recorder
-	}
-	cfg.MPSv3 = shares != nil && resolveMPSMode(opts) == mps.ModeV3
-	var monitor *gpuhealth.Monitor
-	var driver *Driver
-	if opts.HealthWatcher != nil {
-		monitor, err = gpuhealth.NewMonitor(gpuhealth.Config{Cards: opts.GPUs, Policy: opts.HealthPolicy, RecoverAfter: opts.HealthRecoverAfter,
-			// Events are handled once the driver exists (startDeviceHealth, below).
-			MIGDevice: func(index, gi int) (string, bool) { return driver.MIGDeviceOf(index, gi) }})
-		if err != nil {
-			return err
-		}
-		cfg.Health = monitor
-	}
-	driver, err = New(ctx, cfg)
-	if err != nil {
-		return err
-	}
+	return cfg, nil
+}
 
-	health := &Health{Checks: map[string]HealthCheck{}, Details: map[string]func() string{}}
-	if shares != nil {
-		// Reported, never failing the probe: the worker retries the daemon
-		// by itself, and a restarted plugin would find it no better.
-		health.Details["mps"] = func() string { return shares.Status().String() }
-		metrics.RegisterMPSStatus(shares.Status)
+// newXIDTaintMonitor builds the XID taint monitor; nil when health is not
+// watched. migDevice names a MIG instance's device (the driver's, once
+// it exists).
+func (w *wiring) newXIDTaintMonitor(migDevice func(index, gi int) (string, bool)) (*xidtaint.Monitor, error) {
+	if w.HealthWatcher == nil {
+		return nil, nil
 	}
-	var helper *kubeletplugin.Helper
-	if opts.KubeClient != nil {
-		// The kubelet creates the registry directory; ours may be new.
-		if err := os.MkdirAll(opts.PluginDir, 0o750); err != nil {
-			return fmt.Errorf("creating plugin directory: %w", err)
-		}
-		helper, err = kubeletplugin.Start(ctx, driver,
-			kubeletplugin.DriverName(device.DriverName),
-			kubeletplugin.KubeClient(opts.KubeClient),
-			kubeletplugin.NodeName(opts.NodeName),
-			kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
-			kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
-			// The helper does not serialize the calls: the driver does,
-			// with its state lock (Driver.lockState), across both pods
-			// of a rolling update too. The helper's own serialization
-			// would make every call wait while a share waits for a
-			// starting MPS daemon before that lock (Driver.awaitMPSDaemon,
-			// docs/prepare.md "No long waits"); nothing it does around
-			// our calls needs it (no device metadata is enabled).
-			kubeletplugin.Serialize(false),
-			kubeletplugin.RollingUpdate(types.UID(opts.PodUID)),
-		)
-		if err != nil {
-			return fmt.Errorf("starting the kubelet plugin service: %w", err)
-		}
-		// Stopping removes this pod's sockets; a pod that died without
-		// it leaves them for the kubelet to find dead.
-		defer helper.Stop()
-		health.Checks["dra-socket"] = DRASocketCheck(filepath.Join(opts.PluginDir, draSocketName(opts.PodUID)))
-		if opts.Publish {
-			if err := helper.PublishResources(ctx, *resources); err != nil {
-				return fmt.Errorf("publishing ResourceSlices: %w", err)
-			}
-			logger.Info("Publishing ResourceSlices", "node", opts.NodeName, "gpus", len(opts.GPUs))
-		}
-	} else {
+	return xidtaint.NewMonitor(xidtaint.Config{Cards: w.GPUs, Policy: w.xidPolicy, RecoverAfter: w.HealthRecoverAfter, MIGDevice: migDevice})
+}
+
+// startKubeletHelper registers the driver with the kubelet, adds the DRA
+// socket to the liveness checks and publishes the ResourceSlices; offline
+// it does nothing and returns nil.
+func (w *wiring) startKubeletHelper(ctx context.Context, driver *Driver, resources *resourceslice.DriverResources, liveness *Liveness) (*kubeletplugin.Helper, error) {
+	logger := klog.FromContext(ctx)
+	if w.KubeClient == nil {
 		logger.Info("OFFLINE: no API server configured; not registering with the kubelet and not publishing ResourceSlices")
+		return nil, nil
 	}
-	if monitor != nil {
-		pub := &healthPublisher{node: opts.NodeName, resources: resources, health: monitor, metrics: metrics}
-		if helper != nil && opts.Publish {
-			pub.publish = helper.PublishResources
-		}
-		if opts.KubeClient != nil {
-			recorder, stop := newNodeEventRecorder(ctx, opts.KubeClient)
-			defer stop()
-			pub.recorder = recorder
-		}
-		health.Details["gpus"] = func() string { return healthSummary(monitor.Devices()) }
-		startDeviceHealth(ctx, opts, monitor, pub)
+	// The kubelet creates the registry directory; ours may be new.
+	if err := os.MkdirAll(w.PluginDir, 0o750); err != nil {
+		return nil, fmt.Errorf("creating plugin directory: %w", err)
 	}
+	helper, err := kubeletplugin.Start(ctx, driver,
+		kubeletplugin.DriverName(device.DriverName),
+		kubeletplugin.KubeClient(w.KubeClient),
+		kubeletplugin.NodeName(w.NodeName),
+		kubeletplugin.RegistrarDirectoryPath(w.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(w.PluginDir),
+		// The helper does not serialize the calls: the driver does,
+		// with its state lock (Driver.lockState), across both pods
+		// of a rolling update too. The helper's own serialization
+		// would make every call wait while a share waits for a
+		// starting MPS daemon before that lock (Driver.awaitMPSDaemon,
+		// docs/prepare.md "No long waits"); nothing it does around
+		// our calls needs it (no device metadata is enabled).
+		kubeletplugin.Serialize(false),
+		kubeletplugin.RollingUpdate(types.UID(w.PodUID)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("starting the kubelet plugin service: %w", err)
+	}
+	liveness.Checks["dra-socket"] = DRASocketCheck(filepath.Join(w.PluginDir, draSocketName(w.PodUID)))
+	if w.Publish {
+		if err := helper.PublishResources(ctx, *resources); err != nil {
+			helper.Stop()
+			return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
+		}
+		logger.Info("Publishing ResourceSlices", "node", w.NodeName, "gpus", len(w.GPUs))
+	}
+	return helper, nil
+}
 
+// startXIDTaints runs the monitor over the GPU source's events and the
+// publisher of its taints (slices, metrics, Node events) over the monitor;
+// stop ends the Node event recorder.
+func (w *wiring) startXIDTaints(ctx context.Context, monitor *xidtaint.Monitor, helper *kubeletplugin.Helper,
+	resources *resourceslice.DriverResources, metrics *Metrics) (stop func()) {
+	pub := &taintPublisher{node: w.NodeName, resources: resources, monitor: monitor, metrics: metrics}
+	if helper != nil && w.Publish {
+		pub.publish = helper.PublishResources
+	}
+	stop = func() {}
+	if w.KubeClient != nil {
+		pub.recorder, stop = newNodeEventRecorder(ctx, w.KubeClient)
+	}
+	go monitor.Run(ctx, w.HealthWatcher, pub.onChanges)
+	go pub.run(ctx)
+	klog.FromContext(ctx).Info("Watching GPU health", "recoverAfter", w.HealthRecoverAfter,
+		"informationalXIDs", fmt.Sprint(w.xidPolicy.InformationalXIDs), "ignoredXIDs", fmt.Sprint(w.xidPolicy.IgnoredXIDs))
+	return stop
+}
+
+// serve serves liveness and metrics until ctx ends or either fails.
+func (w *wiring) serve(ctx context.Context, cancel context.CancelCauseFunc, liveness *Liveness, metrics *Metrics) error {
+	logger := klog.FromContext(ctx)
 	errs := make(chan error, 2)
-	if opts.HealthzAddress != "" {
-		go func() { errs <- health.Serve(ctx, opts.HealthzAddress) }()
+	if w.HealthzAddress != "" {
+		go func() { errs <- liveness.Serve(ctx, w.HealthzAddress) }()
 	}
-	if opts.MetricsAddress != "" {
-		go func() { errs <- serveMetrics(ctx, opts.MetricsAddress, metrics) }()
+	if w.MetricsAddress != "" {
+		go func() { errs <- serveMetrics(ctx, w.MetricsAddress, metrics) }()
 	}
-	logger.Info("Kubelet plugin running", "node", opts.NodeName, "gpus", len(opts.GPUs), "sharing", opts.Sharing, "fakeGPUs", opts.FakeGPUs)
+	logger.Info("Kubelet plugin running", "node", w.NodeName, "gpus", len(w.GPUs), "sharing", w.Sharing, "fakeGPUs", w.FakeGPUs)
 	select {
 	case <-ctx.Done():
 	case err := <-errs:
@@ -359,7 +404,7 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 // newShares builds the MPS accounting for the cards published as
 // shareable (the keys of allocatable): simulated on fake GPUs, the real
 // daemon otherwise.
-func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]int64, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
+func newShares(ctx context.Context, opts *wiring, allocatable map[string]int64, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
 	if !opts.Sharing {
 		return nil, nil
 	}
@@ -371,7 +416,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	}
 	layout := mps.Layout{Root: opts.MPSRoot}
 	mode := resolveMPSMode(opts)
-	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", opts.MPSMode)
+	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", opts.mpsMode)
 	switch opts.MPSDaemonMode {
 	case "", MPSDaemonProcess:
 	case MPSDaemonPod:
@@ -408,14 +453,14 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 
 // managerTiming is the Manager's timing from the options: the idle grace;
 // the other waits keep their defaults (mps.Timing).
-func managerTiming(opts PluginOptions) mps.ManagerOption {
+func managerTiming(opts *wiring) mps.ManagerOption {
 	return mps.WithTiming(mps.Timing{IdleGrace: opts.MPSIdleGrace})
 }
 
 // resolveMPSMode is where --mps-mode=auto is decided: v3 where capability
 // detection (pkg/plugin/enforcement) found MPS v3.
-func resolveMPSMode(opts PluginOptions) mps.Mode {
-	mode := opts.MPSMode
+func resolveMPSMode(opts *wiring) mps.Mode {
+	mode := opts.mpsMode
 	if mode == "" {
 		mode = mps.ModeAuto
 	}
@@ -432,9 +477,9 @@ func protocolOf(mode mps.Mode) int {
 // newClaimDirs makes each claim's own /dev/shm (whole cards and shares
 // alike): a size-bounded tmpfs on real GPUs (--mps-shm-size above 0),
 // plain directories under the MPS root otherwise.
-func newClaimDirs(opts PluginOptions) mps.ClaimDirs {
-	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.MPSShmSizeBytes}
-	if !opts.FakeGPUs && opts.MPSShmSizeBytes > 0 {
+func newClaimDirs(opts *wiring) mps.ClaimDirs {
+	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.mpsShmSizeBytes}
+	if !opts.FakeGPUs && opts.mpsShmSizeBytes > 0 {
 		dirs.Mounter = mps.TmpfsMounter{}
 	}
 	return dirs
@@ -456,7 +501,7 @@ func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl mps.ControlFunc, shareable 
 
 // mpsControlBinary finds nvidia-cuda-mps-control: under the driver root
 // unless a name or path was given.
-func mpsControlBinary(opts PluginOptions) (string, error) {
+func mpsControlBinary(opts *wiring) (string, error) {
 	if opts.MPSControlBinary == "" {
 		binary, err := opts.DriverRoot.Executable(driverroot.MPSControl)
 		if err != nil {
@@ -474,26 +519,20 @@ func mpsControlBinary(opts PluginOptions) (string, error) {
 // mpsControlEnv runs the driver root's control binary with the driver
 // root's own libraries (as NVIDIA's DRA driver does); a binary given by
 // name or path runs as it is.
-func mpsControlEnv(opts PluginOptions) []string {
+func mpsControlEnv(opts *wiring) []string {
 	if opts.MPSControlBinary != "" {
 		return nil
 	}
 	return opts.DriverRoot.ToolEnv()
 }
 
-// MPS daemon modes (--mps-daemon).
-const (
-	MPSDaemonProcess = "process"
-	MPSDaemonPod     = "pod"
-)
-
 // newPodShares runs the node's daemon in a pod of its own: a stand-in
 // daemon on fake GPUs, nvidia-cuda-mps-control on real ones.
-func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, shareable []string, mode mps.Mode, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
+func newPodShares(ctx context.Context, opts *wiring, layout mps.Layout, shareable []string, mode mps.Mode, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
 	if opts.KubeClient == nil {
 		return nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
 	}
-	podCfg := opts.MPSDaemonPod
+	podCfg := opts.mpsDaemonPod
 	podCfg.NodeName = opts.NodeName
 	podCfg.Layout = layout
 	podCfg.VisibleDevices = shareable

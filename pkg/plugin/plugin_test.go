@@ -58,7 +58,17 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	var seenLabels map[string]string
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, PluginOptions{
+		done <- Run(ctx, Options{
+			CDIRoot:       filepath.Join(dir, "cdi"),
+			RegistrarDir:  filepath.Join(sockDir, "reg"),
+			PluginDir:     filepath.Join(sockDir, "plugin"),
+			StateDir:      filepath.Join(dir, "state"),
+			MPSRoot:       filepath.Join(dir, "mps"),
+			MPSShmSize:    "0",
+			MPSDaemonMode: MPSDaemonProcess,
+			PodUID:        podUID,
+			Publish:       true,
+		}, Node{
 			NodeName: testNode,
 			GPUs:     testGPUs(),
 			FakeGPUs: true,
@@ -67,14 +77,7 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 				seenLabels = labels
 				return resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode, Sharing: true})
 			},
-			CDIRoot:      filepath.Join(dir, "cdi"),
-			RegistrarDir: filepath.Join(sockDir, "reg"),
-			PluginDir:    filepath.Join(sockDir, "plugin"),
-			StateDir:     filepath.Join(dir, "state"),
-			MPSRoot:      filepath.Join(dir, "mps"),
-			PodUID:       podUID,
-			KubeClient:   client,
-			Publish:      true,
+			KubeClient: client,
 		})
 	}()
 	select {
@@ -145,17 +148,20 @@ func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 // TestRunRefusesNegativeSizes: a negative size or duration is refused
 // before anything starts, whoever builds the options.
 func TestRunRefusesNegativeSizes(t *testing.T) {
+	valid := Options{MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess}
 	for _, tc := range []struct {
 		name string
-		opts PluginOptions
+		edit func(*Options)
 		want string
 	}{
-		{name: "/dev/shm size", opts: PluginOptions{MPSShmSizeBytes: -1}, want: "the MPS /dev/shm size is -1 bytes: it must not be negative"},
-		{name: "idle grace", opts: PluginOptions{MPSIdleGrace: -time.Second}, want: "the MPS idle grace is -1s"},
-		{name: "health recovery", opts: PluginOptions{HealthRecoverAfter: -time.Minute}, want: "the health recovery time is -1m0s"},
+		{name: "/dev/shm size", edit: func(o *Options) { o.MPSShmSize = "-1" }, want: "--mps-shm-size=-1 is negative"},
+		{name: "idle grace", edit: func(o *Options) { o.MPSIdleGrace = -time.Second }, want: "--mps-idle-grace=-1s is negative"},
+		{name: "health recovery", edit: func(o *Options) { o.HealthRecoverAfter = -time.Minute }, want: "--health-recover-after=-1m0s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Run(context.Background(), tc.opts)
+			opts := valid
+			tc.edit(&opts)
+			err := Run(context.Background(), opts, Node{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}

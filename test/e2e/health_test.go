@@ -17,8 +17,8 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/plugin/health"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
 var healthEventCmd = flag.String("health-event-cmd", "", "shell command that injects a health event for a fake GPU of the plugin under test; the scenario appends flags of `dra-kubelet-plugin health-event` (--gpu N --xid X | --recovered). With the chart: `kubectl exec -n <ns> <plugin pod> -- /dra-kubelet-plugin health-event --state-dir <kubeletPlugin.hostPaths.stateDir>`; the local cluster's is `hack/local-cluster/chart.sh health-event`")
@@ -54,7 +54,7 @@ var _ = Describe("GPU health", func() {
 		By("a fatal XID (79, fallen off the bus) taints the card NoSchedule")
 		injectHealthEvent(ctx, fmt.Sprintf("--gpu %d --xid 79 --message e2e", index))
 		waitTaints(ctx, sick, ConsistOf(SatisfyAll(
-			HaveField("Key", health.TaintKeyXID), HaveField("Value", "79"), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
+			HaveField("Key", xidtaint.TaintKeyXID), HaveField("Value", "79"), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
 		msg := expectPodDeviceHealth(ctx, ns, "victim", victimID, "Unhealthy")
 		Expect(msg).To(ContainSubstring("XID 79"), "the pod's status should say why the card is unhealthy")
 		Expect(getPod(ctx, ns, "victim").Status.Phase).To(Equal(corev1.PodRunning), "NoSchedule must not evict the pod holding the card")
@@ -83,7 +83,7 @@ var _ = Describe("GPU health", func() {
 		By("an informational XID (13, an application's fault) is a None taint only")
 		injectHealthEvent(ctx, fmt.Sprintf("--gpu %d --xid 13", index))
 		waitTaints(ctx, sick, ConsistOf(SatisfyAll(
-			HaveField("Key", health.TaintKeyXID), HaveField("Value", "13"), HaveField("Effect", resourceapi.DeviceTaintEffectNone))))
+			HaveField("Key", xidtaint.TaintKeyXID), HaveField("Value", "13"), HaveField("Effect", resourceapi.DeviceTaintEffectNone))))
 		expectPodDeviceHealth(ctx, ns, "waiter", healthResourceID(waiterClaim, results(waiterClaim)[0]), "Healthy")
 	}, SpecTimeout(5*time.Minute))
 })
@@ -98,10 +98,10 @@ var _ = Describe("GPU health through NVML", Label(realPathLabel), func() {
 		// The plugin's event set sees only events appended after it exists.
 		Expect(state.TriggerXID(1, 79)).To(Succeed())
 		waitTaints(ctx, "gpu-1", ConsistOf(SatisfyAll(
-			HaveField("Key", health.TaintKeyXID), HaveField("Value", "79"), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
+			HaveField("Key", xidtaint.TaintKeyXID), HaveField("Value", "79"), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
 		Expect(state.LoseGPU(2)).To(Succeed())
 		waitTaints(ctx, "gpu-2", ConsistOf(SatisfyAll(
-			HaveField("Key", health.TaintKeyGPULost), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
+			HaveField("Key", xidtaint.TaintKeyGPULost), HaveField("Effect", resourceapi.DeviceTaintEffectNoSchedule))))
 		waitNodeEvent(ctx, "GPUUnhealthy", "gpu-2")
 
 		By("restarting the plugin pod")

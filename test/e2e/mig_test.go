@@ -17,7 +17,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
-	"github.com/tangram-gpu/tangram/pkg/plugin/health"
+	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
 // migLabel marks the specs that need the GPU node's plugin on a profile
@@ -128,7 +128,7 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 			waitTaints(ctx, large, BeEmpty())
 		})
 		injectHealthEvent(ctx, fmt.Sprintf("--gpu 0 --xid 43 --gpu-instance %d", gi))
-		waitTaints(ctx, large, ConsistOf(SatisfyAll(HaveField("Key", health.TaintKeyXID), HaveField("Value", "43"))))
+		waitTaints(ctx, large, ConsistOf(SatisfyAll(HaveField("Key", xidtaint.TaintKeyXID), HaveField("Value", "43"))))
 		Consistently(func(g Gomega) {
 			g.Expect(nodeDevices(ctx, gpuNode)[small].Taints).To(BeEmpty(), "the 1g.10gb must not carry the 3g.40gb's XID")
 		}).WithContext(ctx).WithTimeout(3 * time.Second).WithPolling(pollEvery).Should(Succeed())

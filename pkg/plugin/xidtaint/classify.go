@@ -1,11 +1,11 @@
-// Package health turns the cards' health events (NVML XIDs, a card lost
+// Package xidtaint turns the cards' health events (NVML XIDs, a card lost
 // from the bus, recovery) into ResourceSlice device taints and per-card
 // health, and takes the taints away again when a card recovers.
 //
 // Classify is the pure event → taint table; Monitor keeps the taints of
 // every card and expires them; ApplyTaints puts them into what the plugin
 // publishes.
-package health
+package xidtaint
 
 import (
 	"fmt"

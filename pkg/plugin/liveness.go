@@ -21,15 +21,15 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 )
 
-// HealthCheck reports nil when the part it checks works.
-type HealthCheck func(ctx context.Context) error
+// LivenessCheck reports nil when the part it checks works.
+type LivenessCheck func(ctx context.Context) error
 
-// Health answers liveness probes over gRPC (grpc.health.v1, what a
+// Liveness answers liveness probes over gRPC (grpc.health.v1, what a
 // Kubernetes `grpc:` probe calls) and HTTP (/healthz) on the same address.
-type Health struct {
+type Liveness struct {
 	grpc_health_v1.UnimplementedHealthServer
 	// Checks are run on every probe, by name.
-	Checks map[string]HealthCheck
+	Checks map[string]LivenessCheck
 	// Timeout bounds one probe.
 	Timeout time.Duration
 	// Details are reported in the /healthz body, by name, without failing
@@ -40,7 +40,7 @@ type Health struct {
 }
 
 // details returns "name: detail" lines of the non-empty details, sorted.
-func (h *Health) details() string {
+func (h *Liveness) details() string {
 	var lines []string
 	for _, name := range slices.Sorted(maps.Keys(h.Details)) {
 		if d := h.Details[name](); d != "" {
@@ -51,7 +51,7 @@ func (h *Health) details() string {
 }
 
 // run runs every check and joins the failures, naming each.
-func (h *Health) run(ctx context.Context) error {
+func (h *Liveness) run(ctx context.Context) error {
 	timeout := h.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
@@ -74,7 +74,7 @@ func (h *Health) run(ctx context.Context) error {
 
 // Check implements grpc.health.v1: the empty service name and "dra" mean
 // the whole plugin.
-func (h *Health) Check(ctx context.Context, req *grpc_health_v1.HealthCheckRequest) (*grpc_health_v1.HealthCheckResponse, error) {
+func (h *Liveness) Check(ctx context.Context, req *grpc_health_v1.HealthCheckRequest) (*grpc_health_v1.HealthCheckResponse, error) {
 	if req.GetService() != "" && req.GetService() != "dra" {
 		return nil, status.Errorf(codes.NotFound, "unknown service %q; use \"\" or \"dra\"", req.GetService())
 	}
@@ -86,7 +86,7 @@ func (h *Health) Check(ctx context.Context, req *grpc_health_v1.HealthCheckReque
 }
 
 // ServeHTTP answers /healthz with 200 "ok" or 503 and the failures.
-func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Liveness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.run(r.Context()); err != nil {
 		http.Error(w, err.Error()+"\n"+h.details(), http.StatusServiceUnavailable)
 		return
@@ -96,7 +96,7 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Serve listens on addr and serves gRPC health (HTTP/2 cleartext) and
 // /healthz (HTTP/1 or 2) until ctx ends.
-func (h *Health) Serve(ctx context.Context, addr string) error {
+func (h *Liveness) Serve(ctx context.Context, addr string) error {
 	listener, err := listenShared(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listening for health probes on %s: %w", addr, err)
@@ -105,7 +105,7 @@ func (h *Health) Serve(ctx context.Context, addr string) error {
 }
 
 // ServeListener is Serve on an existing listener.
-func (h *Health) ServeListener(ctx context.Context, listener net.Listener) error {
+func (h *Liveness) ServeListener(ctx context.Context, listener net.Listener) error {
 	grpcServer := grpc.NewServer()
 	grpc_health_v1.RegisterHealthServer(grpcServer, h)
 	mux := http.NewServeMux()
@@ -140,7 +140,7 @@ func (h *Health) ServeListener(ctx context.Context, listener net.Listener) error
 
 // DRASocketCheck calls NodePrepareResources with no claims on the plugin's
 // socket, which proves the gRPC server the kubelet talks to answers.
-func DRASocketCheck(socketPath string) HealthCheck {
+func DRASocketCheck(socketPath string) LivenessCheck {
 	return func(ctx context.Context) error {
 		conn, err := grpc.NewClient("unix://"+socketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

@@ -6,32 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/tangram-gpu/tangram/pkg/plugin/health"
 )
-
-func TestHealthFlagsPolicy(t *testing.T) {
-	tests := []struct {
-		name    string
-		flags   healthFlags
-		wantErr string
-	}{
-		{"defaults", healthFlags{InformationalXIDs: joinXIDs(health.DefaultInformationalXIDs), RecoverAfter: time.Minute}, ""},
-		{"bad informational", healthFlags{InformationalXIDs: "13,abc"}, "--health-informational-xids"},
-		{"bad ignored", healthFlags{IgnoredXIDs: "0"}, "--health-ignored-xids"},
-		{"both lists", healthFlags{InformationalXIDs: "13", IgnoredXIDs: "13"}, "both informational and ignored"},
-		{"negative recovery", healthFlags{RecoverAfter: -time.Second}, "--health-recover-after"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.flags.policy()
-			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Errorf("policy() error = %v, want one containing %q", err, tt.wantErr)
-			}
-		})
-	}
-}
 
 func TestHealthEventCommand(t *testing.T) {
 	dir := t.TempDir()

@@ -1,0 +1,381 @@
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
+	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/hostbin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
+)
+
+// Options are the kubelet plugin's settings, one flag each, from the
+// command line to the running plugin (Run). The GPU source and device
+// model flags, which `dra-kubelet-plugin slices` shares, live in the
+// command; what it finds on the node with them is a Node.
+type Options struct {
+	CDIRoot      string
+	RegistrarDir string
+	PluginDir    string
+	StateDir     string
+	// PodUID is the UID of the plugin's pod. Set, it enables rolling
+	// updates: the old and the new plugin pod of a node run side by side,
+	// each with sockets named by its UID. Empty: one plugin per node.
+	PodUID string
+
+	MPSRoot string
+	// MPSControlBinary is nvidia-cuda-mps-control as a name in $PATH or a
+	// path; empty means the one under the driver root (real GPUs).
+	MPSControlBinary string
+	// MPSMultiUser starts the classic daemon with -M (clients of any UID).
+	MPSMultiUser bool
+	// MPSMode is --mps-mode: classic, v3 or auto (mps.ParseMode).
+	MPSMode string
+	// MPSShmSize bounds each claim's /dev/shm (a quantity; 0: plain
+	// directories).
+	MPSShmSize string
+	// MPSIdleGrace keeps the MPS daemon running this long after the
+	// node's last share is released (mps.Timing.IdleGrace).
+	MPSIdleGrace time.Duration
+	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
+	// (a child of the plugin) or MPSDaemonPod (a pod of its own, which
+	// outlives the plugin's pod). The MPSDaemon* fields below configure
+	// that pod.
+	MPSDaemonMode  string
+	MPSDaemonImage string
+	MPSDaemonPull  string
+	// MPSDaemonPrefix names the pod <prefix>-mps-<node>.
+	MPSDaemonPrefix string
+	// MPSDaemonNamespace is where the daemon pod lives; empty: $POD_NAMESPACE.
+	MPSDaemonNamespace string
+	MPSDaemonDriver    string
+	MPSDaemonSecrets   []string
+	MPSDaemonPrio      string
+
+	// HealthzAddress serves the plugin's liveness (Liveness): gRPC
+	// grpc.health.v1 and HTTP /healthz.
+	HealthzAddress string
+	MetricsAddress string
+	Kubeconfig     string
+	// Publish controls ResourceSlice publishing.
+	Publish bool
+	// Offline runs without an API server: no kubelet registration, no
+	// publishing; state recovery, liveness and metrics still run.
+	Offline        bool
+	HostDriverRoot string
+	DevRoot        string
+	CDIHookPath    string
+
+	MemoryLimitHookBinary  string
+	MemoryLimitHookDir     string
+	MemoryLimitHookHostDir string
+
+	// NonRootDeviceClasses are the device classes whose claims only
+	// locked-down pods may use, checked again at prepare
+	// (pkg/plugin/podsecurity); NonRootNamespaces limits the check to the
+	// namespaces a label selector (JSON) selects.
+	NonRootDeviceClasses []string
+	NonRootNamespaces    string
+
+	// The XID taint monitor (docs/health.md): on or off, how XIDs are
+	// classified, when a taint goes, and the fake cards' events file.
+	HealthMonitor           bool
+	HealthInformationalXIDs string
+	HealthIgnoredXIDs       string
+	HealthRecoverAfter      time.Duration
+	FakeHealthEventsFile    string
+}
+
+// MPS daemon modes (--mps-daemon).
+const (
+	MPSDaemonProcess = "process"
+	MPSDaemonPod     = "pod"
+)
+
+// HealthEventsFileName is the fake cards' health control file in the
+// state directory (see docs/health.md).
+const HealthEventsFileName = "health-events.jsonl"
+
+// AddFlags registers the flags of `dra-kubelet-plugin run`; defaults match
+// the Helm chart.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	o.addXIDTaintFlags(f)
+	f.StringVar(&o.CDIRoot, "cdi-root", "/var/run/cdi", "directory for the transient CDI specs the container runtime reads")
+	f.StringVar(&o.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory")
+	f.StringVar(&o.PluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+device.DriverName, "directory of the plugin's DRA socket")
+	f.StringVar(&o.StateDir, "state-dir", "/var/lib/tangram", "directory of the prepare checkpoint")
+	f.StringVar(&o.PodUID, "pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod (default: $POD_UID, which the chart sets from the downward API); enables rolling updates, where the old and the new plugin pod of a node run side by side; empty for one plugin process per node")
+	f.StringVar(&o.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
+	f.StringVar(&o.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
+	f.StringVar(&o.MPSMode, "mps-mode", string(mps.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
+	f.StringVar(&o.MPSShmSize, "mps-shm-size", "8Gi", "size of each claim's own /dev/shm tmpfs (every claim, whole cards and shares; real GPUs); 0 leaves a plain directory under --mps-root")
+	f.DurationVar(&o.MPSIdleGrace, "mps-idle-grace", 5*time.Minute, "keep the node's MPS daemon running this long after its last share is released, so that the next share finds it ready; 0 stops it at once")
+	f.BoolVar(&o.MPSMultiUser, "mps-multi-user", true, "start the classic MPS daemon with -M, so that pods running as different users are served at once by one MPS server (a fault in one client may then affect the others, as under MPS v3); false: one user at a time, the pods of another user wait until the running server's clients have all exited. MPS v3 always runs multi-user (-m)")
+	f.StringVar(&o.MPSDaemonMode, "mps-daemon", MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
+	f.StringVar(&o.MPSDaemonImage, "mps-daemon-image", "", "image of the MPS daemon pod (--mps-daemon=pod): the plugin's own image, which runs `dra-kubelet-plugin mps-daemon`")
+	f.StringVar(&o.MPSDaemonPull, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "image pull policy of the MPS daemon pod")
+	f.StringVar(&o.MPSDaemonPrefix, "mps-daemon-pod-prefix", "tangram", "the MPS daemon pod is <prefix>-mps-<node> in --mps-daemon-namespace")
+	f.StringVar(&o.MPSDaemonNamespace, "mps-daemon-namespace", "", "namespace of the MPS daemon pod (default: $POD_NAMESPACE); the chart gives the daemon pods a namespace of their own, so the plugin needs no rights where the controller and scheduler live")
+	f.StringSliceVar(&o.MPSDaemonSecrets, "mps-daemon-image-pull-secrets", nil, "image pull secrets (names in --mps-daemon-namespace) of the MPS daemon pod")
+	f.StringVar(&o.MPSDaemonPrio, "mps-daemon-priority-class", "system-node-critical", "priority class of the MPS daemon pod; empty for none (the chart passes kubeletPlugin.priorityClassName)")
+	f.StringVar(&o.MPSDaemonDriver, "mps-daemon-driver-root", "", "host path of the NVIDIA driver root, mounted read-only at /driver-root in the MPS daemon pod (default: --host-driver-root); real GPUs only")
+	f.StringVar(&o.HealthzAddress, "healthz-address", ":51515", "address for gRPC health (grpc.health.v1) and HTTP /healthz; empty disables")
+	f.StringVar(&o.MetricsAddress, "metrics-address", ":9400", "address for Prometheus /metrics; empty disables")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account)")
+	f.BoolVar(&o.Publish, "publish", true, "publish ResourceSlices for this node's GPUs")
+	f.StringVar(&o.HostDriverRoot, "host-driver-root", "", "the same driver root as the host sees it (chart: driverRoot, e.g. /run/nvidia/driver), written into CDI specs; default: --driver-root; real GPUs only")
+	f.StringVar(&o.DevRoot, "dev-root", "", "where the host's /dev is found (default: --driver-root); real GPUs only")
+	f.StringVar(&o.CDIHookPath, "nvidia-cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the container runtime (default: nvidia-cdi-hook under --driver-root, as the host sees it); real GPUs only")
+	f.StringVar(&o.MemoryLimitHookBinary, "memory-limit-hook-binary", "", "tangram-cdi-hook in this container, copied to the host on nodes with hard share enforcement (default: tangram-cdi-hook beside this program)")
+	f.StringVar(&o.MemoryLimitHookDir, "memory-limit-hook-dir", "", "directory tangram-cdi-hook is copied to, a host directory mounted here (default: <state-dir>/bin)")
+	f.StringVar(&o.MemoryLimitHookHostDir, "memory-limit-hook-host-dir", "", "the same directory as the host sees it, written into CDI specs (default: --memory-limit-hook-dir)")
+	f.StringSliceVar(&o.NonRootDeviceClasses, "nonroot-device-classes", nil, "device classes whose claims only locked-down pods may use (runAsNonRoot, allowPrivilegeEscalation: false, no added capabilities, not privileged on every container), checked again at prepare with the pods that reserve the claim; the chart passes admissionPolicy.sharedGPURunAsNonRoot's classes. Empty: no check")
+	f.StringVar(&o.NonRootNamespaces, "nonroot-namespace-selector", "", "with --nonroot-device-classes: check only the pods of namespaces this label selector (a metav1.LabelSelector in JSON, as the chart renders admissionPolicy.sharedGPURunAsNonRoot.namespaceSelector) selects; empty or {}: every namespace")
+	f.BoolVar(&o.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
+}
+
+// addXIDTaintFlags registers the XID taint monitor's flags (their names,
+// --health-*, predate the monitor's own name).
+func (o *Options) addXIDTaintFlags(f *pflag.FlagSet) {
+	f.BoolVar(&o.HealthMonitor, "health-monitor", true, "watch the cards' health (NVML XID and GPU-lost events; the events file with fake GPUs), taint unhealthy cards in the ResourceSlice and report health to the kubelet")
+	f.StringVar(&o.HealthInformationalXIDs, "health-informational-xids", joinXIDs(xidtaint.DefaultInformationalXIDs), "XIDs that only get a None taint (visible, not blocking); every XID in neither list gets NoSchedule")
+	f.StringVar(&o.HealthIgnoredXIDs, "health-ignored-xids", "", "XIDs that get no taint at all (still logged)")
+	f.DurationVar(&o.HealthRecoverAfter, "health-recover-after", xidtaint.DefaultRecoverAfter, "remove a card's XID taint when no new XID came for this long; 0 keeps it until the card reports recovery")
+	f.StringVar(&o.FakeHealthEventsFile, "fake-health-events-file", "", "fake GPUs only: JSON-lines file of injected health events (default: "+HealthEventsFileName+" in --state-dir; `dra-kubelet-plugin health-event` appends to it)")
+}
+
+// Validate reports every bad flag at once, each with its name and how to
+// fix it, before anything touches the node.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := o.mpsDaemonPod(false, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := mps.ParseMode(o.MPSMode); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := o.mpsShmSizeBytes(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MPSIdleGrace < 0 {
+		errs = append(errs, fmt.Errorf("--mps-idle-grace=%s is negative: use 0 to stop the MPS daemon as soon as the last share is released", o.MPSIdleGrace))
+	}
+	if _, err := o.nonRootNamespaces(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := o.xidPolicy(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// mpsShmSizeBytes parses --mps-shm-size. A negative size would leave each
+// claim's /dev/shm without a bound: it is refused.
+func (o *Options) mpsShmSizeBytes() (int64, error) {
+	size, err := resource.ParseQuantity(o.MPSShmSize)
+	if err != nil {
+		return 0, fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi, or 0 for plain directories (%v)", o.MPSShmSize, err)
+	}
+	if size.Sign() < 0 {
+		return 0, fmt.Errorf("--mps-shm-size=%s is negative: each claim's /dev/shm would have no bound; want a size such as 64Mi, or 0 for plain directories", o.MPSShmSize)
+	}
+	return size.Value(), nil
+}
+
+// nonRootNamespaces parses --nonroot-namespace-selector; nil: every namespace.
+func (o *Options) nonRootNamespaces() (labels.Selector, error) {
+	selector, err := ParseNamespaceSelector(o.NonRootNamespaces)
+	if err != nil {
+		return nil, fmt.Errorf("--nonroot-namespace-selector: %w", err)
+	}
+	return selector, nil
+}
+
+// xidPolicy parses the XID lists and checks --health-recover-after.
+func (o *Options) xidPolicy() (xidtaint.Policy, error) {
+	informational, err := xidtaint.ParseXIDList(o.HealthInformationalXIDs)
+	if err != nil {
+		return xidtaint.Policy{}, fmt.Errorf("--health-informational-xids: %w", err)
+	}
+	ignored, err := xidtaint.ParseXIDList(o.HealthIgnoredXIDs)
+	if err != nil {
+		return xidtaint.Policy{}, fmt.Errorf("--health-ignored-xids: %w", err)
+	}
+	p := xidtaint.Policy{InformationalXIDs: informational, IgnoredXIDs: ignored}
+	if err := p.Validate(); err != nil {
+		return xidtaint.Policy{}, fmt.Errorf("--health-informational-xids and --health-ignored-xids: %w", err)
+	}
+	if o.HealthRecoverAfter < 0 {
+		return xidtaint.Policy{}, fmt.Errorf("--health-recover-after=%s is negative: use 0 to recover only on a recovery event", o.HealthRecoverAfter)
+	}
+	return p, nil
+}
+
+// mpsDaemonPodCommand runs the daemon in the plugin's image (the chart's
+// command is the same binary).
+var mpsDaemonPodCommand = mps.DaemonPodCommand
+
+// mpsDaemonPod checks the --mps-daemon flags and returns the pod settings
+// that do not depend on the node's cards (the driver fills those in).
+// hostDriverRoot is the driver root as the host sees it: the daemon pod's
+// default when --mps-daemon-driver-root is not set.
+func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (mps.MPSDaemonPodConfig, error) {
+	switch o.MPSDaemonMode {
+	case MPSDaemonProcess:
+		return mps.MPSDaemonPodConfig{}, nil
+	case MPSDaemonPod:
+	default:
+		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", o.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
+	}
+	namespace := o.MPSDaemonNamespace
+	if namespace == "" {
+		namespace = os.Getenv("POD_NAMESPACE")
+	}
+	switch {
+	case o.MPSDaemonImage == "":
+		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
+	case namespace == "":
+		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
+	case strings.HasPrefix(namespace, "kube-"):
+		// The plugin may create pods where its daemon lives; kube-*
+		// namespaces hold the cluster's own components and are often
+		// exempt from admission policies.
+		source := "--mps-daemon-namespace"
+		if o.MPSDaemonNamespace == "" {
+			source = "$POD_NAMESPACE"
+		}
+		return mps.MPSDaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
+	}
+	pull := corev1.PullPolicy(o.MPSDaemonPull)
+	switch pull {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", o.MPSDaemonPull)
+	}
+	cfg := mps.MPSDaemonPodConfig{
+		Prefix:            o.MPSDaemonPrefix,
+		Namespace:         namespace,
+		Image:             o.MPSDaemonImage,
+		ImagePullPolicy:   pull,
+		ImagePullSecrets:  o.MPSDaemonSecrets,
+		Command:           mpsDaemonPodCommand,
+		PriorityClassName: o.MPSDaemonPrio,
+	}
+	if !fake {
+		cfg.DriverRoot = cmp.Or(o.MPSDaemonDriver, o.HostDriverRoot, hostDriverRoot)
+	}
+	return cfg, nil
+}
+
+// HostDriverRootOf is the driver root (--driver-root, path) as the plugin and,
+// with --host-driver-root, as the host sees it.
+func (o *Options) HostDriverRootOf(path string) driverroot.Root {
+	return driverroot.Root{Path: path, HostPath: cmp.Or(o.HostDriverRoot, path)}
+}
+
+// NewKubeClient returns the API server's client; nil with --offline.
+func (o *Options) NewKubeClient() (kubernetes.Interface, error) {
+	if o.Offline {
+		return nil, nil
+	}
+	config, _, err := kubeconfig.Load(kubeconfig.Options{Path: o.Kubeconfig, UserAgent: "tangram-dra-kubelet-plugin"})
+	if err != nil {
+		return nil, fmt.Errorf("%w (or pass --offline)", err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
+// NVIDIACDIHookPath is --nvidia-cdi-hook-path, or else nvidia-cdi-hook
+// under the driver root (a path nvcdi rewrites to the host's view with the
+// rest).
+func (o *Options) NVIDIACDIHookPath(root driverroot.Root) (string, error) {
+	if o.CDIHookPath != "" {
+		return o.CDIHookPath, nil
+	}
+	hook, err := root.Executable(driverroot.NVIDIACDIHook)
+	if err != nil {
+		return "", fmt.Errorf("CDI specs for real GPUs call nvidia-cdi-hook: %w; or pass --nvidia-cdi-hook-path=<host path> (make nvidia-cdi-hook builds one)", err)
+	}
+	return hook, nil
+}
+
+// InstallMemoryLimitHook copies tangram-cdi-hook to the host, where the
+// container runtime runs it, and says how CDI specs call it.
+func (o *Options) InstallMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimitHook, error) {
+	src := o.MemoryLimitHookBinary
+	if src == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding tangram-cdi-hook beside this program: %w; pass --memory-limit-hook-binary", err)
+		}
+		src = filepath.Join(filepath.Dir(self), "tangram-cdi-hook")
+	}
+	dir := cmp.Or(o.MemoryLimitHookDir, filepath.Join(o.StateDir, "bin"))
+	hostDir := cmp.Or(o.MemoryLimitHookHostDir, dir)
+	installed, err := hostbin.Install(src, dir)
+	if err != nil {
+		return nil, fmt.Errorf("this node enforces shares hard, so every share's container needs tangram-cdi-hook: %w (--memory-limit-hook-binary)", err)
+	}
+	// Which pod holds each claim, for the hook (pkg/plugin/memlimit/records):
+	// the state directory is mounted at the same path on the host.
+	stateDir := filepath.Join(o.StateDir, "memory-limits")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the memory limit hook's state directory: %w", err)
+	}
+	return &cdi.MemoryLimitHook{Path: filepath.Join(hostDir, filepath.Base(installed)), DriverRoot: cmp.Or(root.HostPath, root.Path), StateDir: stateDir}, nil
+}
+
+// NewHealthWatcher returns where the XID taint monitor's events come from:
+// the events file for fake cards, NVML's event set for real ones; nil when
+// --health-monitor=false or when the source cannot watch.
+func (o *Options) NewHealthWatcher(ctx context.Context, src gpu.Source, fake bool) gpu.HealthWatcher {
+	if !o.HealthMonitor {
+		klog.FromContext(ctx).Info("GPU health monitor disabled (--health-monitor=false): no health taints, the kubelet gets no device health")
+		return nil
+	}
+	if fake {
+		return gpu.FileHealthWatcher{Path: HealthEventsFile(o.FakeHealthEventsFile, o.StateDir)}
+	}
+	if w, ok := src.(gpu.HealthWatcher); ok {
+		return w
+	}
+	klog.FromContext(ctx).Info("This GPU source cannot watch health events; health is not monitored")
+	return nil
+}
+
+// HealthEventsFile is the fake cards' events file: --fake-health-events-file,
+// else HealthEventsFileName in the state directory.
+func HealthEventsFile(flag, stateDir string) string {
+	return cmp.Or(flag, filepath.Join(stateDir, HealthEventsFileName))
+}
+
+func joinXIDs(xids []uint64) string {
+	s := make([]string, len(xids))
+	for i, x := range xids {
+		s[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(s, ",")
+}
