@@ -187,6 +187,14 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 			own = &r
 		}
 	}
+	if own == nil {
+		// The claims ask for none of our GPUs (another driver's devices,
+		// or no Tangram card in the cluster): nothing to pack. Without
+		// this, a cluster with no Tangram claim yet gave the policy an
+		// empty workload and the pod failed PreScore on every attempt.
+		logger.V(5).Info("GPU packing skipped: the pod's claims ask for no Tangram GPU", "pod", klog.KObj(pod))
+		return fwk.NewStatus(fwk.Skip)
+	}
 	s.policy, err = p.policyFor(snap.shapes, own)
 	if err != nil {
 		return fwk.AsStatus(err)

@@ -240,6 +240,41 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 	}
 }
 
+// TestPreScoreSkipsClaimsOfOtherDrivers: a pod whose claim asks for
+// another driver's devices (scheduler_perf's test driver) is not scored,
+// whether or not Tangram claims are allocated. Before, with no Tangram
+// claim in the cluster the policy got an empty workload and PreScore
+// failed the pod on every attempt ("policy tangram needs a workload
+// sample"), so tangram-scheduler scheduled none of upstream's DRA pods.
+func TestPreScoreSkipsClaimsOfOtherDrivers(t *testing.T) {
+	ctx := context.Background()
+	nodeA, sliceA := gpuNode(t, "a")
+	harness := &dra.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: device.DeviceClasses()}
+	running, err := harness.Allocate(ctx, dra.Claim("running", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.Quantity{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := dra.Claim("other", nil, resourceapi.DeviceRequest{Name: "req-0", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "test-class", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}})
+	for _, tc := range []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+	}{
+		{"no Tangram claim in the cluster", []*resourceapi.ResourceClaim{other}},
+		{"a Tangram share allocated", []*resourceapi.ResourceClaim{running, other}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plugin := newTestPlugin(t, "tangram", &fakeDRA{slices: []*resourceapi.ResourceSlice{sliceA}, claims: tc.claims})
+			ni := schedframework.NewNodeInfo()
+			ni.SetNode(nodeA)
+			st := plugin.PreScore(ctx, schedframework.NewCycleState(), podWithClaim("other", "1", "other"), []fwk.NodeInfo{ni})
+			if st.Code() != fwk.Skip {
+				t.Errorf("PreScore = %v, want Skip", st)
+			}
+		})
+	}
+}
+
 // TestReserveAssumesUntilUnreserve: Reserve records the allocation the DRA
 // plugin made for the pod (the informer has not shown it yet) so the next
 // pod is scored with it; Unreserve takes it back, except for a claim that
