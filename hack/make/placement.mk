@@ -56,6 +56,8 @@ BENCH_PERF_UPSTREAM ?=
 BENCH_PERF_TANGRAM ?=
 BENCH_PERF_DURATION ?=
 BENCH_PERF_OUT ?= $(HOME)/.cache/tangram/bench-scheduler-perf
+# Extra flags of the harness, e.g. -perf-cpuprofile (profiles land in $(BENCH_PERF_OUT)/data-items).
+BENCH_PERF_ARGS ?=
 
 .PHONY: bench-scheduler-perf
 bench-scheduler-perf: ## scheduler_perf: stock vs tangram-scheduler pods/s on upstream's DRA workloads and Tangram's slices, median of 3 (~25 min on 2 cores)
@@ -72,6 +74,6 @@ bench-scheduler-perf: ## scheduler_perf: stock vs tangram-scheduler pods/s on up
 	  $(if $(BENCH_PERF_TANGRAM),TANGRAM_PERF_TANGRAM=$(BENCH_PERF_TANGRAM)) \
 	  $(if $(BENCH_PERF_DURATION),TANGRAM_PERF_DURATION=$(BENCH_PERF_DURATION)) \
 	  ARTIFACTS=$(BENCH_PERF_OUT)/artifacts \
-	  $(GO) test -run '^$$' -bench '^BenchmarkPerfScheduling$$' -benchtime=1x -timeout 90m ./internal/schedperf/ 2>&1 \
+	  $(GO) test -run '^$$' -bench '^BenchmarkPerfScheduling$$' -benchtime=1x -timeout 90m ./internal/schedperf/ $(if $(BENCH_PERF_ARGS),-args $(BENCH_PERF_ARGS)) 2>&1 \
 	  | tee $(BENCH_PERF_OUT)/bench.log | grep --line-buffered -E '^(schedperf:|FAIL|--- FAIL|panic)'
 	@cat $(BENCH_PERF_OUT)/table.md

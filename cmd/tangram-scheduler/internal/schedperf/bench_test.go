@@ -34,20 +34,20 @@ func TestMain(m *testing.M) {
 // Defaults of make bench-scheduler-perf; the environment variables of
 // the same names (TANGRAM_PERF_*) replace them.
 var (
+	// The defaults fit make bench-scheduler-perf's 30 minutes on the 2-core
+	// machine with 3 runs (docs/placement.md); upstream's costlier
+	// workloads (5000pods_500nodes, half_500nodes, full_500nodes, ...) run
+	// when named.
 	defaultUpstream = []string{
-		"SchedulingWithResourceClaimTemplate/5000pods_500nodes",
 		"SchedulingWithResourceClaimTemplate/half_100nodes",
 		"SchedulingWithResourceClaimTemplate/empty_500nodes",
-		"SchedulingWithResourceClaimTemplate/half_500nodes",
-		"SchedulingWithResourceClaimTemplate/full_500nodes",
-		"SchedulingWithResourceClaimTemplate/selector_empty_500nodes",
 		"SchedulingWithResourceClaimTemplate/match_empty_500nodes",
 		"ConsumableCapacity/empty_500nodes",
 	}
 	defaultTangram = []string{
-		"share_100nodes", "whole_100nodes",
+		"share_100nodes",
 		"share_500nodes", "whole_500nodes",
-		"share_1213nodes", "whole_1213nodes",
+		"share_1213nodes",
 		"nvlink2_500nodes", "nvlink4_500nodes",
 	}
 	upstreamFiles = []string{
