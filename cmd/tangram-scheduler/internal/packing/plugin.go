@@ -66,7 +66,21 @@ var (
 	_ fwk.PreScorePlugin = (*Plugin)(nil)
 	_ fwk.ScorePlugin    = (*Plugin)(nil)
 	_ fwk.ReservePlugin  = (*Plugin)(nil)
+	_ fwk.SignPlugin     = (*Plugin)(nil)
 )
+
+// SignPod lets kube-scheduler batch pods (opportunistic batching, KEP-5598):
+// a pod without claims gets no score from this plugin, so it adds nothing
+// to the signature; a pod with claims is scored against the GPU workload
+// and is refused (the DynamicResources plugin refuses such pods too).
+// Without this method kube-scheduler turns batching off for the whole
+// profile, plain CPU pods included.
+func (*Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with resource claims are scored against the GPU workload")
+	}
+	return nil, nil
+}
 
 // New is the plugin factory registered with the scheduler.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {

@@ -322,3 +322,26 @@ func TestReserveAssumesUntilUnreserve(t *testing.T) {
 		t.Errorf("after Unreserve: %d milli-GPU allocated, want 500 (the shared claim stays)", got)
 	}
 }
+
+// TestSignPod: pods without claims are signable with nothing added, pods
+// with claims are not. Before SignPod existed kube-scheduler disabled
+// opportunistic batching for the whole tangram profile
+// (TestTangramProfileRegistersInHarness in internal/schedperf checks the
+// profile).
+func TestSignPod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want fwk.Code
+	}{
+		{"no claims", &v1.Pod{ObjectMeta: metaObject("plain")}, fwk.Success},
+		{"a claim", podWithClaim("gpu", "1", "c"), fwk.Unschedulable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fragments, st := (&Plugin{}).SignPod(context.Background(), tc.pod)
+			if st.Code() != tc.want || len(fragments) != 0 {
+				t.Errorf("SignPod = %v, %v; want code %v and no fragments", fragments, st, tc.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -69,9 +71,19 @@ func TestTangramProfileRegistersInHarness(t *testing.T) {
 			client := fake.NewClientset()
 			broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 			defer broadcaster.Shutdown()
+			// The profile once more with PodTopologySpread off: with its
+			// default constraints the stock plugin signs no pod, which
+			// would hide whether ours does (below).
+			signing := cfg.Profiles[0].DeepCopy()
+			signing.SchedulerName = "signing"
+			for _, set := range []*config.PluginSet{&signing.Plugins.MultiPoint, &signing.Plugins.PreFilter, &signing.Plugins.Filter,
+				&signing.Plugins.PreScore, &signing.Plugins.Score} {
+				set.Enabled = slices.DeleteFunc(set.Enabled, func(p config.Plugin) bool { return p.Name == "PodTopologySpread" })
+			}
+			signing.Plugins.MultiPoint.Disabled = append(signing.Plugins.MultiPoint.Disabled, config.Plugin{Name: "PodTopologySpread"})
 			sched, err := scheduler.New(ctx, client, scheduler.NewInformerFactory(client, 0, nil), nil,
 				profile.NewRecorderFactory(broadcaster),
-				scheduler.WithProfiles(cfg.Profiles...),
+				scheduler.WithProfiles(cfg.Profiles[0], *signing),
 				scheduler.WithFrameworkOutOfTreeRegistry(tc.registry))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -102,6 +114,14 @@ func TestTangramProfileRegistersInHarness(t *testing.T) {
 				if !slices.ContainsFunc(want.set.Enabled, func(p config.Plugin) bool { return p.Name == want.name }) {
 					t.Errorf("%s of profile %s lacks %s: %v", want.point, ProfileName, want.name, want.set.Enabled)
 				}
+			}
+			// Opportunistic batching stays possible: a plugin without
+			// SignPod turns it off for the whole profile (no signature for
+			// any pod).
+			plain := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"},
+				Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "pause"}}}}
+			if sig := sched.Profiles["signing"].SignPod(ctx, plain); sig == nil {
+				t.Errorf("profile %s without PodTopologySpread signs no plain pod: kube-scheduler disabled opportunistic batching for it", ProfileName)
 			}
 		})
 	}
