@@ -179,6 +179,11 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	if len(podClaims) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	if _, ours := placement.RequestFromClaims(pod.Name, 0, 0, podClaims, 0); !ours {
+		// Another driver's devices only: skipped before the snapshot of
+		// the nodes is taken.
+		return fwk.NewStatus(fwk.Skip)
+	}
 	if !p.synced() {
 		logger.V(4).Info("GPU packing skipped: the informers have not delivered every slice and claim yet", "pod", klog.KObj(pod))
 		return fwk.NewStatus(fwk.Skip)
@@ -202,10 +207,10 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		}
 	}
 	if own == nil {
-		// The claims ask for none of our GPUs (another driver's devices,
-		// or no Tangram card in the cluster): nothing to pack. Without
-		// this, a cluster with no Tangram claim yet gave the policy an
-		// empty workload and the pod failed PreScore on every attempt.
+		// No Tangram card in the cluster the claims could use: nothing to
+		// pack. Without this, a cluster with no Tangram claim yet gave the
+		// policy an empty workload and the pod failed PreScore on every
+		// attempt.
 		logger.V(5).Info("GPU packing skipped: the pod's claims ask for no Tangram GPU", "pod", klog.KObj(pod))
 		return fwk.NewStatus(fwk.Skip)
 	}
