@@ -8,6 +8,7 @@ package packing
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -379,6 +380,10 @@ func pendingClaims(pod *v1.Pod, claims fwk.ResourceClaimTracker) ([]*resourceapi
 	var out []*resourceapi.ResourceClaim
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if errors.Is(err, resourceclaim.ErrClaimNotFound) {
+			// From a template, not created yet: the DRA plugin waits for it.
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
