@@ -27,8 +27,10 @@ tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and Tang
 	cd cmd/tangram-scheduler && $(GO) build -o $(BIN_DIR)/tangram-scheduler .
 
 .PHONY: test-tangram-scheduler
-test-tangram-scheduler: ## tests of the scheduler plugins (nested module, race detector on)
-	cd cmd/tangram-scheduler && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+test-tangram-scheduler: ## tests of the scheduler plugins (nested module, race detector on; the scheduler_perf harness glue without it: it links an in-process kube-apiserver, docs/testing.md)
+	cd cmd/tangram-scheduler && $(GO) vet ./... && \
+		$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /internal/schedperf) && \
+		$(GO) test -count=1 ./internal/schedperf/
 
 # Scheduler throughput: stock kube-scheduler vs tangram-scheduler on an API
 # server and etcd of the benchmark's own (ports 23790/16443, not the local
@@ -45,3 +47,35 @@ bench-scheduler: tangram-scheduler ## pods/s of stock kube-scheduler vs tangram-
 	$(GO) run ./hack/bench-scheduler --nodes $(BENCH_SCHED_NODES) --pods $(BENCH_SCHED_PODS) --runs $(BENCH_SCHED_RUNS) \
 	  --kube-bin "$$KUBE_BIN" --etcd "$$ETCD_BIN/etcd" --tangram-scheduler $(BIN_DIR)/tangram-scheduler \
 	  --traces $(TRACES_DIR) --work-dir $(BENCH_SCHED_DIR)
+
+# Scheduling throughput with Kubernetes' own benchmark (scheduler_perf
+# v1.37.0, in-process API server, etcd on PATH): the stock profile vs
+# tangram-scheduler's on upstream's DRA workloads and on Tangram's slices
+# (docs/placement.md, "Scheduler throughput"). Empty variables keep the
+# benchmark's defaults; "none" selects no workload of that source.
+BENCH_PERF_RUNS ?= 3
+BENCH_PERF_UPSTREAM ?=
+BENCH_PERF_TANGRAM ?=
+BENCH_PERF_DURATION ?=
+BENCH_PERF_OUT ?= $(HOME)/.cache/tangram/bench-scheduler-perf
+# Extra flags of the harness, e.g. -perf-cpuprofile (profiles land in $(BENCH_PERF_OUT)/data-items).
+BENCH_PERF_ARGS ?=
+
+.PHONY: bench-scheduler-perf
+bench-scheduler-perf: ## scheduler_perf: stock vs tangram-scheduler pods/s on upstream's DRA workloads and Tangram's slices, median of 3 (~25 min on 2 cores)
+	@echo "==> etcd for the harness (built once into ~/.cache/tangram by the local cluster's script)"
+	@hack/local-cluster/build-binaries.sh etcd
+	@mkdir -p $(BENCH_PERF_OUT) && rm -rf $(BENCH_PERF_OUT)/data-items $(BENCH_PERF_OUT)/artifacts && mkdir -p $(BENCH_PERF_OUT)/artifacts
+	@echo "==> building and running BenchmarkPerfScheduling (cmd/tangram-scheduler/internal/schedperf; the first build takes minutes); full log: $(BENCH_PERF_OUT)/bench.log"
+	@set -o pipefail; source hack/local-cluster/lib.sh && export PATH="$$ETCD_BIN:$$PATH" && \
+	  cd cmd/tangram-scheduler && \
+	  TANGRAM_K8S_DIR="$$($(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+	  TANGRAM_PERF_OUT=$(BENCH_PERF_OUT) TANGRAM_PERF_RUNS=$(BENCH_PERF_RUNS) \
+	  TANGRAM_PERF_OPENB_NODES=$(abspath $(TRACES_DIR))/openb_node_list_gpu_node.csv \
+	  $(if $(BENCH_PERF_UPSTREAM),TANGRAM_PERF_UPSTREAM=$(BENCH_PERF_UPSTREAM)) \
+	  $(if $(BENCH_PERF_TANGRAM),TANGRAM_PERF_TANGRAM=$(BENCH_PERF_TANGRAM)) \
+	  $(if $(BENCH_PERF_DURATION),TANGRAM_PERF_DURATION=$(BENCH_PERF_DURATION)) \
+	  ARTIFACTS=$(BENCH_PERF_OUT)/artifacts \
+	  $(GO) test -run '^$$' -bench '^BenchmarkPerfScheduling$$' -benchtime=1x -timeout 90m ./internal/schedperf/ $(if $(BENCH_PERF_ARGS),-args $(BENCH_PERF_ARGS)) 2>&1 \
+	  | tee $(BENCH_PERF_OUT)/bench.log | grep --line-buffered -E '^(schedperf:|FAIL|--- FAIL|panic)'
+	@cat $(BENCH_PERF_OUT)/table.md

@@ -8,6 +8,7 @@ package packing
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -66,7 +67,21 @@ var (
 	_ fwk.PreScorePlugin = (*Plugin)(nil)
 	_ fwk.ScorePlugin    = (*Plugin)(nil)
 	_ fwk.ReservePlugin  = (*Plugin)(nil)
+	_ fwk.SignPlugin     = (*Plugin)(nil)
 )
+
+// SignPod lets kube-scheduler batch pods (opportunistic batching, KEP-5598):
+// a pod without claims gets no score from this plugin, so it adds nothing
+// to the signature; a pod with claims is scored against the GPU workload
+// and is refused (the DynamicResources plugin refuses such pods too).
+// Without this method kube-scheduler turns batching off for the whole
+// profile, plain CPU pods included.
+func (*Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with resource claims are scored against the GPU workload")
+	}
+	return nil, nil
+}
 
 // New is the plugin factory registered with the scheduler.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
@@ -165,6 +180,11 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 	if len(podClaims) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
+	if _, ours := placement.RequestFromClaims(pod.Name, 0, 0, podClaims, 0); !ours {
+		// Another driver's devices only: skipped before the snapshot of
+		// the nodes is taken.
+		return fwk.NewStatus(fwk.Skip)
+	}
 	if !p.synced() {
 		logger.V(4).Info("GPU packing skipped: the informers have not delivered every slice and claim yet", "pod", klog.KObj(pod))
 		return fwk.NewStatus(fwk.Skip)
@@ -186,6 +206,14 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		if ok && own == nil {
 			own = &r
 		}
+	}
+	if own == nil {
+		// No Tangram card in the cluster the claims could use: nothing to
+		// pack. Without this, a cluster with no Tangram claim yet gave the
+		// policy an empty workload and the pod failed PreScore on every
+		// attempt.
+		logger.V(5).Info("GPU packing skipped: the pod's claims ask for no Tangram GPU", "pod", klog.KObj(pod))
+		return fwk.NewStatus(fwk.Skip)
 	}
 	s.policy, err = p.policyFor(snap.shapes, own)
 	if err != nil {
@@ -352,6 +380,10 @@ func pendingClaims(pod *v1.Pod, claims fwk.ResourceClaimTracker) ([]*resourceapi
 	var out []*resourceapi.ResourceClaim
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if errors.Is(err, resourceclaim.ErrClaimNotFound) {
+			// From a template, not created yet: the DRA plugin waits for it.
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}

@@ -240,6 +240,41 @@ func TestPreScoreSkipsPodsWithoutGPUClaims(t *testing.T) {
 	}
 }
 
+// TestPreScoreSkipsClaimsOfOtherDrivers: a pod whose claim asks for
+// another driver's devices (scheduler_perf's test driver) is not scored,
+// whether or not Tangram claims are allocated. Before, with no Tangram
+// claim in the cluster the policy got an empty workload and PreScore
+// failed the pod on every attempt ("policy tangram needs a workload
+// sample"), so tangram-scheduler scheduled none of upstream's DRA pods.
+func TestPreScoreSkipsClaimsOfOtherDrivers(t *testing.T) {
+	ctx := context.Background()
+	nodeA, sliceA := gpuNode(t, "a")
+	harness := &dra.Node{Name: "a", Slices: []*resourceapi.ResourceSlice{sliceA}, Classes: device.DeviceClasses()}
+	running, err := harness.Allocate(ctx, dra.Claim("running", nil, dra.SharedGPU("gpu", resource.MustParse("8Gi"), resource.Quantity{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := dra.Claim("other", nil, resourceapi.DeviceRequest{Name: "req-0", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "test-class", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}})
+	for _, tc := range []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+	}{
+		{"no Tangram claim in the cluster", []*resourceapi.ResourceClaim{other}},
+		{"a Tangram share allocated", []*resourceapi.ResourceClaim{running, other}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plugin := newTestPlugin(t, "tangram", &fakeDRA{slices: []*resourceapi.ResourceSlice{sliceA}, claims: tc.claims})
+			ni := schedframework.NewNodeInfo()
+			ni.SetNode(nodeA)
+			st := plugin.PreScore(ctx, schedframework.NewCycleState(), podWithClaim("other", "1", "other"), []fwk.NodeInfo{ni})
+			if st.Code() != fwk.Skip {
+				t.Errorf("PreScore = %v, want Skip", st)
+			}
+		})
+	}
+}
+
 // TestReserveAssumesUntilUnreserve: Reserve records the allocation the DRA
 // plugin made for the pod (the informer has not shown it yet) so the next
 // pod is scored with it; Unreserve takes it back, except for a claim that
@@ -285,5 +320,28 @@ func TestReserveAssumesUntilUnreserve(t *testing.T) {
 	plugin.Unreserve(ctx, state, pod, "a")
 	if got := allocatedMilli(); got != 500 {
 		t.Errorf("after Unreserve: %d milli-GPU allocated, want 500 (the shared claim stays)", got)
+	}
+}
+
+// TestSignPod: pods without claims are signable with nothing added, pods
+// with claims are not. Before SignPod existed kube-scheduler disabled
+// opportunistic batching for the whole tangram profile
+// (TestTangramProfileRegistersInHarness in internal/schedperf checks the
+// profile).
+func TestSignPod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want fwk.Code
+	}{
+		{"no claims", &v1.Pod{ObjectMeta: metaObject("plain")}, fwk.Success},
+		{"a claim", podWithClaim("gpu", "1", "c"), fwk.Unschedulable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fragments, st := (&Plugin{}).SignPod(context.Background(), tc.pod)
+			if st.Code() != tc.want || len(fragments) != 0 {
+				t.Errorf("SignPod = %v, %v; want code %v and no fragments", fragments, st, tc.want)
+			}
+		})
 	}
 }

@@ -15,6 +15,7 @@ package preempt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -437,6 +438,13 @@ func (s *clusterState) node(ni fwk.NodeInfo) preemption.Node {
 func podClaims(pod *v1.Pod, claims fwk.ResourceClaimTracker) (pending []*resourceapi.ResourceClaim, allocated bool, err error) {
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if errors.Is(err, resourceclaim.ErrClaimNotFound) {
+			// From a template, not created yet: the DRA plugin waits for
+			// it, and there is nothing to preempt for. (This was an error,
+			// which sent every new pod of a claim template to the error
+			// back-off instead of waiting for its claim.)
+			return nil, false, nil
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}

@@ -139,3 +139,29 @@ func TestPostFilterRefusesGangMembersAndNever(t *testing.T) {
 		})
 	}
 }
+
+// TestPodClaimsBeforeTheTemplateClaimExists: a pod whose claim comes from
+// a ResourceClaimTemplate and has not been created yet has no pending
+// claim to preempt for, which is no error. Before, podClaims returned
+// resourceclaim's ErrClaimNotFound and PostFilter an Error status, so every
+// new pod of a claim template (all of scheduler_perf's DRA pods) went to
+// the scheduler's error back-off on its first attempt.
+func TestPodClaimsBeforeTheTemplateClaimExists(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pod     *v1.Pod
+		wantErr bool
+	}{
+		{"template, claim not created", &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+			Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("t")}}}}, false},
+		{"neither name nor template", &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+			Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu"}}}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pending, allocated, err := podClaims(tc.pod, nil)
+			if (err != nil) != tc.wantErr || len(pending) != 0 || allocated {
+				t.Errorf("podClaims = %v, %v, %v; want no claims and error %v", pending, allocated, err, tc.wantErr)
+			}
+		})
+	}
+}
