@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
 // Environment variables the library reads when NVML is initialised.
@@ -260,4 +262,31 @@ func ParseCalls(r io.Reader) ([]Call, error) {
 		return nil, fmt.Errorf("reading mock NVML call log: %w", err)
 	}
 	return calls, nil
+}
+
+// TB is what UseProfile needs of a test; *testing.T and *testing.B have it.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Setenv(key, value string)
+	TempDir() string
+}
+
+// UseProfile points the mock library at profile p's cards, as node, for
+// the rest of test t: it writes the devices file and sets EnvDevicesFile
+// and EnvStateDir to a fresh state directory, which it returns.
+func UseProfile(t TB, p *fakegpu.Profile, node string) State {
+	t.Helper()
+	devices, err := Flatten(p, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "devices")
+	if err := os.WriteFile(file, devices, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := State{Dir: t.TempDir()}
+	t.Setenv(EnvDevicesFile, file)
+	t.Setenv(EnvStateDir, state.Dir)
+	return state
 }

@@ -661,16 +661,7 @@ func TestMemoryLimitSymbolFollowsTheDriver(t *testing.T) {
 		for i := range p.GPUs {
 			p.GPUs[i].DriverVersion = mocknvml.MemoryLimitsDriver
 		}
-		devices, err := mocknvml.Flatten(p, node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(t.TempDir(), "devices")
-		if err := os.WriteFile(file, devices, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Setenv(mocknvml.EnvDevicesFile, file)
-		t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+		mocknvml.UseProfile(t, p, node)
 		if ret := nvml.New(nvml.WithLibraryPath(libraryPath)).Init(); ret != nvml.ERROR_UNKNOWN {
 			t.Errorf("Init = %v, want ERROR_UNKNOWN", ret)
 		}

@@ -4,8 +4,6 @@ package nvmlgpu
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -22,17 +20,7 @@ func TestEnforcementFactsOverMockLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devices, err := mocknvml.Flatten(p, "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "devices")
-	if err := os.WriteFile(file, devices, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	state := mocknvml.State{Dir: t.TempDir()}
-	t.Setenv(mocknvml.EnvDevicesFile, file)
-	t.Setenv(mocknvml.EnvStateDir, state.Dir)
+	state := mocknvml.UseProfile(t, p, "node-a")
 	ctx := context.Background()
 	src, done, err := Open(ctx, mockLibraryPath(t))
 	if err != nil {

@@ -4,8 +4,6 @@ package nvmlgpu
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -28,17 +26,7 @@ func TestWatchHealthOverMockLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devices, err := mocknvml.Flatten(p, "node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "devices")
-	if err := os.WriteFile(file, devices, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	state := mocknvml.State{Dir: t.TempDir()}
-	t.Setenv(mocknvml.EnvDevicesFile, file)
-	t.Setenv(mocknvml.EnvStateDir, state.Dir)
+	state := mocknvml.UseProfile(t, p, "node")
 	lib := mockLibraryPath(t)
 
 	_, ctx := ktesting.NewTestContext(t)
@@ -112,16 +100,7 @@ func TestProbeHealthOverMockLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devices, err := mocknvml.Flatten(p, "node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "devices")
-	if err := os.WriteFile(file, devices, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(mocknvml.EnvDevicesFile, file)
-	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+	mocknvml.UseProfile(t, p, "node")
 	_, ctx := ktesting.NewTestContext(t)
 	src, done, err := Open(ctx, mockLibraryPath(t))
 	if err != nil {

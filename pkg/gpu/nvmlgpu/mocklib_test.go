@@ -4,8 +4,6 @@ package nvmlgpu
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -83,16 +81,7 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 	lib := mockLibraryPath(t)
 	for name, p := range profiles {
 		t.Run(name, func(t *testing.T) {
-			devices, err := mocknvml.Flatten(p, node)
-			if err != nil {
-				t.Fatal(err)
-			}
-			file := filepath.Join(t.TempDir(), "devices")
-			if err := os.WriteFile(file, devices, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv(mocknvml.EnvDevicesFile, file)
-			t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+			mocknvml.UseProfile(t, p, node)
 
 			ctx := context.Background()
 			src, done, err := Open(ctx, lib)

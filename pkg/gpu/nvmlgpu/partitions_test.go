@@ -5,7 +5,6 @@ package nvmlgpu
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -55,16 +54,7 @@ func TestMIGPartitions(t *testing.T) {
 			}
 		},
 		"nvml over the mock library": func(t *testing.T) (gpu.MIGPartitions, gpu.GPU, bareGI) {
-			devices, err := mocknvml.Flatten(p, node)
-			if err != nil {
-				t.Fatal(err)
-			}
-			file := filepath.Join(t.TempDir(), "devices")
-			if err := os.WriteFile(file, devices, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv(mocknvml.EnvDevicesFile, file)
-			t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+			mocknvml.UseProfile(t, p, node)
 			src, done, err := Open(ctx, mockLibraryPath(t))
 			if err != nil {
 				t.Fatal(err)

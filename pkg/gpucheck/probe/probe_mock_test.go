@@ -48,17 +48,8 @@ func TestChecksOverMockLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devices, err := mocknvml.Flatten(p, node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mocknvml.UseProfile(t, p, node)
 	dir := t.TempDir()
-	file := filepath.Join(dir, "devices")
-	if err := os.WriteFile(file, devices, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(mocknvml.EnvDevicesFile, file)
-	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
 	lib, err := mocknvml.Build("")
 	if err != nil {
 		t.Fatal(err)
@@ -167,16 +158,7 @@ gpus:
 	if err != nil {
 		t.Fatal(err)
 	}
-	devices, err := mocknvml.Flatten(p, "mig-node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "devices")
-	if err := os.WriteFile(file, devices, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(mocknvml.EnvDevicesFile, file)
-	t.Setenv(mocknvml.EnvStateDir, t.TempDir())
+	mocknvml.UseProfile(t, p, "mig-node")
 	lib, err := mocknvml.Build("")
 	if err != nil {
 		t.Fatal(err)
