@@ -324,13 +324,13 @@ func (f *runFlags) cdiHookPath(root driverroot.Root) (string, error) {
 // that do not depend on the node's cards (the driver fills those in).
 // driverRoot is --driver-root: the daemon pod's default host driver root
 // when neither --mps-daemon-driver-root nor --host-driver-root is set.
-func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (mps.MPSDaemonPodConfig, error) {
+func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (mps.DaemonPodConfig, error) {
 	switch f.MPSDaemon {
 	case plugin.MPSDaemonProcess:
-		return mps.MPSDaemonPodConfig{}, nil
+		return mps.DaemonPodConfig{}, nil
 	case plugin.MPSDaemonPod:
 	default:
-		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", f.MPSDaemon, plugin.MPSDaemonProcess, plugin.MPSDaemonPod)
+		return mps.DaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", f.MPSDaemon, plugin.MPSDaemonProcess, plugin.MPSDaemonPod)
 	}
 	namespace := f.MPSDaemonNamespace
 	if namespace == "" {
@@ -338,9 +338,9 @@ func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (mps.MPSDaemonPodC
 	}
 	switch {
 	case f.MPSDaemonImage == "":
-		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
+		return mps.DaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
 	case namespace == "":
-		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
+		return mps.DaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
 	case strings.HasPrefix(namespace, "kube-"):
 		// The plugin may create pods where its daemon lives; kube-*
 		// namespaces hold the cluster's own components and are often
@@ -349,15 +349,15 @@ func (f *runFlags) mpsDaemonPod(fake bool, driverRoot string) (mps.MPSDaemonPodC
 		if f.MPSDaemonNamespace == "" {
 			source = "$POD_NAMESPACE"
 		}
-		return mps.MPSDaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
+		return mps.DaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
 	}
 	pull := corev1.PullPolicy(f.MPSDaemonPull)
 	switch pull {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
-		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", f.MPSDaemonPull)
+		return mps.DaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", f.MPSDaemonPull)
 	}
-	cfg := mps.MPSDaemonPodConfig{
+	cfg := mps.DaemonPodConfig{
 		Prefix:            f.MPSDaemonPrefix,
 		Namespace:         namespace,
 		Image:             f.MPSDaemonImage,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 // A share that arrives while the node's MPS daemon starts waits for it,
@@ -94,7 +95,7 @@ func (d *standInV3Daemon) Ensure(ctx context.Context) error {
 		runCtx, cancel := context.WithCancel(context.Background())
 		d.cancel, d.done = cancel, make(chan error, 1)
 		go func(done chan error) {
-			done <- mps.RunStandInControlDaemon(runCtx, mps.StandInConfig{PipeDir: layout.PipeDir(), LogDir: layout.LogDir(), Protocol: 3, MultiUser: true})
+			done <- standin.RunDaemon(runCtx, standin.Config{PipeDir: layout.PipeDir(), LogDir: layout.LogDir(), Protocol: 3, MultiUser: true})
 		}(d.done)
 		socket := filepath.Join(layout.PipeDir(), "control")
 		for {
@@ -189,7 +190,7 @@ func newV3StandInHarness(t *testing.T, controlTimeout time.Duration) (*harness, 
 	var ctl *mpstest.HangingControl
 	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
 	h.managerOpts = func(layout mps.Layout, cards []string) []mps.ManagerOption {
-		ctl = mpstest.NewHangingControl(mps.StandInControl(layout.PipeDir()))
+		ctl = mpstest.NewHangingControl(standin.Control(layout.PipeDir()))
 		return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl.Control, cards), mps.ClaimDirs{Layout: layout})}
 	}
 	h.timing = mps.Timing{ControlTimeout: controlTimeout, ReadyWait: 10 * time.Second, StartWait: 10 * time.Second,

@@ -26,6 +26,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	gpuhealth "github.com/tangram-gpu/tangram/pkg/plugin/health"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 // PluginOptions configure the long-running kubelet plugin.
@@ -85,7 +87,7 @@ type PluginOptions struct {
 	// MPSDaemonPod is the daemon pod's configuration in pod mode; the
 	// node, MPS layout, cards, control binary, -M and simulation are filled
 	// in from the options above.
-	MPSDaemonPod   mps.MPSDaemonPodConfig
+	MPSDaemonPod   mps.DaemonPodConfig
 	HealthzAddress string
 	MetricsAddress string
 
@@ -377,7 +379,7 @@ func newShares(ctx context.Context, opts PluginOptions, allocatable map[string]i
 	if err != nil {
 		return nil, err
 	}
-	daemon := mps.NewMPSDaemon(mps.MPSDaemonConfig{
+	daemon := mps.NewProcessDaemon(mps.ProcessDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
 		Wrapper:        mps.PrivateShmWrapper(layout.ShmDir()),
@@ -430,7 +432,7 @@ func newClaimDirs(opts PluginOptions) mps.ClaimDirs {
 // v3Option configures a Manager for MPS v3: namespaces through ctl, and
 // the claims' own /dev/shm (the same directories the driver makes for
 // every claim).
-func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl mps.ControlFunc, shareable []string) []mps.ManagerOption {
+func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl control.Func, shareable []string) []mps.ManagerOption {
 	if mode != mps.ModeV3 {
 		return nil
 	}
@@ -499,7 +501,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
 		return mps.NewManager(layout, daemon, &mps.RecordingComputeModeSetter{}, shareable,
-			append(v3Option(mode, claimDirs, mps.StandInControl(layout.PipeDir()), shareable), managerTiming(opts))...), nil
+			append(v3Option(mode, claimDirs, standin.Control(layout.PipeDir()), shareable), managerTiming(opts))...), nil
 	}
 	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
@@ -513,7 +515,7 @@ func newPodShares(ctx context.Context, opts PluginOptions, layout mps.Layout, sh
 		if err != nil {
 			return nil, err
 		}
-		managerOpts = append(managerOpts, v3Option(mode, claimDirs, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)...)
+		managerOpts = append(managerOpts, v3Option(mode, claimDirs, control.Binary(nil, binary, layout.PipeDir(), control.WithEnv(mpsControlEnv(opts)...)), shareable)...)
 	}
 	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
 	return mps.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil

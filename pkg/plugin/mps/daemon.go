@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 )
 
 // Layout places the node-wide MPS daemon's directories under one root.
@@ -69,8 +71,8 @@ type Daemon interface {
 	Close()
 }
 
-// MPSDaemonConfig configures the real (exec-based) daemon.
-type MPSDaemonConfig struct {
+// ProcessDaemonConfig configures the real (exec-based) daemon.
+type ProcessDaemonConfig struct {
 	Layout Layout
 	// Binary is the nvidia-cuda-mps-control executable.
 	Binary string
@@ -93,8 +95,8 @@ type MPSDaemonConfig struct {
 	// CUDA_MPS_PROTOCOL_VERSION, which NVIDIA documents as winning over
 	// -p); 0 or 2 is legacy MPS.
 	Protocol  int
-	Commander Commander
-	// ControlTimeout bounds each control command (DefaultControlTimeout).
+	Commander control.Commander
+	// ControlTimeout bounds each control command (control.DefaultTimeout).
 	ControlTimeout time.Duration
 	// ReadyTimeout bounds how long a start waits for the daemon to answer.
 	ReadyTimeout time.Duration
@@ -107,11 +109,11 @@ type MPSDaemonConfig struct {
 	StopTimeout time.Duration
 }
 
-// MPSDaemon runs nvidia-cuda-mps-control in the foreground (-f) as a child
+// ProcessDaemon runs nvidia-cuda-mps-control in the foreground (-f) as a child
 // process, its standard input held open for its life (a -f daemon exits at
 // end of input), and restarts it with backoff when it dies.
-type MPSDaemon struct {
-	cfg MPSDaemonConfig
+type ProcessDaemon struct {
+	cfg ProcessDaemonConfig
 
 	mu sync.Mutex
 	// cancel and done belong to the running supervisor; nil when none runs.
@@ -127,10 +129,10 @@ type MPSDaemon struct {
 	starts atomic.Int64
 }
 
-// NewMPSDaemon fills in defaults for unset durations.
-func NewMPSDaemon(cfg MPSDaemonConfig) *MPSDaemon {
+// NewProcessDaemon fills in defaults for unset durations.
+func NewProcessDaemon(cfg ProcessDaemonConfig) *ProcessDaemon {
 	if cfg.Commander == nil {
-		cfg.Commander = ExecCommander{}
+		cfg.Commander = control.ExecCommander{}
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 10 * time.Second
@@ -147,13 +149,13 @@ func NewMPSDaemon(cfg MPSDaemonConfig) *MPSDaemon {
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 10 * time.Second
 	}
-	return &MPSDaemon{cfg: cfg}
+	return &ProcessDaemon{cfg: cfg}
 }
 
-// Starts counts the daemon processes this MPSDaemon has launched.
-func (d *MPSDaemon) Starts() int64 { return d.starts.Load() }
+// Starts counts the daemon processes this ProcessDaemon has launched.
+func (d *ProcessDaemon) Starts() int64 { return d.starts.Load() }
 
-func (d *MPSDaemon) env() []string {
+func (d *ProcessDaemon) env() []string {
 	env := []string{
 		"CUDA_VISIBLE_DEVICES=" + strings.Join(d.cfg.VisibleDevices, ","),
 		"CUDA_MPS_PIPE_DIRECTORY=" + d.cfg.Layout.PipeDir(),
@@ -167,56 +169,38 @@ func (d *MPSDaemon) env() []string {
 
 // client is the control binary as a client of this daemon, in its
 // protocol.
-func (d *MPSDaemon) client() ControlClient {
-	return ControlClient{Runner: d.cfg.Commander, Binary: d.cfg.Binary, PipeDir: d.cfg.Layout.PipeDir(),
+func (d *ProcessDaemon) client() control.Client {
+	return control.Client{Runner: d.cfg.Commander, Binary: d.cfg.Binary, PipeDir: d.cfg.Layout.PipeDir(),
 		Protocol: d.cfg.Protocol, Env: d.env(), Timeout: d.cfg.ControlTimeout}
 }
 
 // Control sends one command to the running daemon and returns its answer;
-// it is the ControlFunc of MPS v3 mode.
-func (d *MPSDaemon) Control(ctx context.Context, command []string) (string, error) {
+// it is the control.Func of MPS v3 mode.
+func (d *ProcessDaemon) Control(ctx context.Context, command []string) (string, error) {
 	return d.client().Command(ctx, command)
 }
 
 // control sends one command to the running daemon.
-func (d *MPSDaemon) control(ctx context.Context, command ...string) error {
+func (d *ProcessDaemon) control(ctx context.Context, command ...string) error {
 	_, err := d.client().Command(ctx, command)
 	return err
 }
 
 // probe reports whether a daemon answers on the pipe directory.
-func (d *MPSDaemon) probe(ctx context.Context) error {
+func (d *ProcessDaemon) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ReadyTimeout)
 	defer cancel()
 	return d.client().Probe(ctx)
 }
 
 // quit asks the daemon to quit.
-func (d *MPSDaemon) quit(ctx context.Context) error {
+func (d *ProcessDaemon) quit(ctx context.Context) error {
 	return d.client().Quit(ctx)
-}
-
-// daemonArgs are the control binary's options to run the daemon in the
-// foreground: MPS v3 "-p 3 [-m] -f" (NVIDIA's KAI project runs r615 so),
-// legacy "-f [-M]".
-func daemonArgs(protocol int, multiUser bool) []string {
-	if protocol == 3 {
-		args := []string{"-p", "3"}
-		if multiUser {
-			args = append(args, "-m")
-		}
-		return append(args, "-f")
-	}
-	args := []string{"-f"}
-	if multiUser {
-		args = append(args, "-M")
-	}
-	return args
 }
 
 // Ensure starts the daemon when no supervisor runs. A daemon already
 // answering (left by a previous plugin process) is adopted, not duplicated.
-func (d *MPSDaemon) Ensure(ctx context.Context) error {
+func (d *ProcessDaemon) Ensure(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cancel != nil {
@@ -227,7 +211,7 @@ func (d *MPSDaemon) Ensure(ctx context.Context) error {
 	if err := d.cfg.Layout.create(); err != nil {
 		return err
 	}
-	var proc Process
+	var proc control.Process
 	if err := d.probe(ctx); err == nil {
 		logger.Info("Adopting the MPS control daemon already running", "pipeDir", d.cfg.Layout.PipeDir())
 	} else {
@@ -247,9 +231,9 @@ func (d *MPSDaemon) Ensure(ctx context.Context) error {
 }
 
 // start launches one daemon process and waits until it answers.
-func (d *MPSDaemon) start(ctx context.Context) (Process, error) {
+func (d *ProcessDaemon) start(ctx context.Context) (control.Process, error) {
 	logger := klog.FromContext(ctx)
-	argv := append(append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary), daemonArgs(d.cfg.Protocol, d.cfg.MultiUser)...)
+	argv := append(append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary), control.DaemonArgs(d.cfg.Protocol, d.cfg.MultiUser)...)
 	proc, err := d.cfg.Commander.Start(ctx, argv, d.env())
 	if err != nil {
 		return nil, fmt.Errorf("starting MPS control daemon: %w", err)
@@ -284,13 +268,13 @@ func (d *MPSDaemon) start(ctx context.Context) (Process, error) {
 
 // startedProcess remembers the goroutine already waiting on the process.
 type startedProcess struct {
-	Process
+	control.Process
 	exited chan error
 }
 
 // supervise watches the daemon (proc nil = adopted) until cancelled and
 // restarts it whenever it dies.
-func (d *MPSDaemon) supervise(ctx context.Context, proc Process, done chan struct{}) {
+func (d *ProcessDaemon) supervise(ctx context.Context, proc control.Process, done chan struct{}) {
 	defer close(done)
 	logger := klog.FromContext(ctx).WithName("mps-supervisor")
 	backoff := d.cfg.MinBackoff
@@ -341,7 +325,7 @@ func (d *MPSDaemon) supervise(ctx context.Context, proc Process, done chan struc
 }
 
 // watchAdopted polls a daemon we did not start; false means cancelled.
-func (d *MPSDaemon) watchAdopted(ctx context.Context, logger klog.Logger) bool {
+func (d *ProcessDaemon) watchAdopted(ctx context.Context, logger klog.Logger) bool {
 	ticker := time.NewTicker(d.cfg.ProbeInterval)
 	defer ticker.Stop()
 	for {
@@ -359,7 +343,7 @@ func (d *MPSDaemon) watchAdopted(ctx context.Context, logger klog.Logger) bool {
 
 // Stop sends "quit" and waits for the supervisor to see the daemon leave.
 // Without a supervisor it still quits a daemon left by an earlier process.
-func (d *MPSDaemon) Stop(ctx context.Context) error {
+func (d *ProcessDaemon) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	logger := klog.FromContext(ctx)
@@ -392,7 +376,7 @@ func (d *MPSDaemon) Stop(ctx context.Context) error {
 }
 
 // Close stops supervision and leaves the daemon running.
-func (d *MPSDaemon) Close() {
+func (d *ProcessDaemon) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cancel == nil {

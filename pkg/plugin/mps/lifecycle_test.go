@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
-func newHangingControl(t *testing.T, ctl ControlFunc) *mpstest.HangingControl {
+func newHangingControl(t *testing.T, ctl control.Func) *mpstest.HangingControl {
 	h := mpstest.NewHangingControl(ctl)
 	t.Cleanup(func() { h.Set("") })
 	return h

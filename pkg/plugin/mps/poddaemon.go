@@ -31,7 +31,7 @@ func (l Layout) ControlSocket() string { return filepath.Join(l.PipeDir(), "cont
 // that selecting the plugin's pods never selects the daemon.
 const (
 	LabelComponent      = "app.kubernetes.io/component"
-	MPSDaemonComponent  = "mps-daemon"
+	DaemonComponent     = "mps-daemon"
 	LabelNode           = "gpu.tangram.dev/node"
 	mpsDaemonContainer  = "mps-control-daemon"
 	podDriverRootMount  = "/driver-root"
@@ -39,9 +39,9 @@ const (
 	defaultPodStartWait = 90 * time.Second
 )
 
-// MPSDaemonPodConfig describes the daemon pod; BuildMPSDaemonPod turns it
+// DaemonPodConfig describes the daemon pod; BuildDaemonPod turns it
 // into a Pod object.
-type MPSDaemonPodConfig struct {
+type DaemonPodConfig struct {
 	// Prefix names the pod <Prefix>-mps-<NodeName>, e.g. the release name.
 	Prefix    string
 	Namespace string
@@ -75,10 +75,10 @@ type MPSDaemonPodConfig struct {
 	PriorityClassName string
 }
 
-// MPSDaemonPodName returns <prefix>-mps-<node>; a name longer than a pod
+// DaemonPodName returns <prefix>-mps-<node>; a name longer than a pod
 // name may be is cut and ends in a hash of the full name, so that two long
 // node names still get different pods.
-func MPSDaemonPodName(prefix, node string) string {
+func DaemonPodName(prefix, node string) string {
 	name := prefix + "-mps-" + node
 	if len(name) <= maxPodNameLength {
 		return name
@@ -90,21 +90,21 @@ func MPSDaemonPodName(prefix, node string) string {
 
 // DaemonPodCommand runs the daemon in the plugin's image (the chart's
 // command is the same binary). The chart's daemon-pod admission policy
-// allows exactly this command followed by the words BuildMPSDaemonPod
+// allows exactly this command followed by the words BuildDaemonPod
 // appends (the DaemonFlag constants), and nothing else.
 var DaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
 
-// The words BuildMPSDaemonPod appends to the command.
+// The words BuildDaemonPod appends to the command.
 const (
 	DaemonFlagSimulate      = "--simulate"
 	DaemonFlagMultiUser     = "--mps-multi-user"
 	DaemonFlagControlBinary = "--mps-control-binary="
 )
 
-// BuildMPSDaemonPod returns the pod that runs the node's MPS control daemon.
+// BuildDaemonPod returns the pod that runs the node's MPS control daemon.
 // It is pinned with spec.nodeName (no scheduler: it must run on this node,
 // even one the scheduler would refuse) and tolerates every taint.
-func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
+func BuildDaemonPod(cfg DaemonPodConfig) (*corev1.Pod, error) {
 	switch {
 	case cfg.Prefix == "", cfg.Namespace == "", cfg.NodeName == "", cfg.Image == "":
 		return nil, fmt.Errorf("MPS daemon pod: prefix, namespace, node name and image are required (got %q, %q, %q, %q)",
@@ -156,11 +156,11 @@ func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      MPSDaemonPodName(cfg.Prefix, cfg.NodeName),
+			Name:      DaemonPodName(cfg.Prefix, cfg.NodeName),
 			Namespace: cfg.Namespace,
 			Labels: map[string]string{
 				"app.kubernetes.io/name":       "tangram",
-				LabelComponent:                 MPSDaemonComponent,
+				LabelComponent:                 DaemonComponent,
 				"app.kubernetes.io/managed-by": "tangram-dra-kubelet-plugin",
 				LabelNode:                      labelValue(cfg.NodeName),
 			},
@@ -223,7 +223,7 @@ func labelValue(s string) string {
 type PodDaemonConfig struct {
 	Client kubernetes.Interface
 	// Pod describes the pod; NodeUID is filled in from the Node if empty.
-	Pod MPSDaemonPodConfig
+	Pod DaemonPodConfig
 	// StartTimeout bounds how long Ensure waits for a new or adopted pod's
 	// daemon to answer (image pull included). Default 90s.
 	StartTimeout time.Duration
@@ -267,14 +267,14 @@ func NewPodDaemon(cfg PodDaemonConfig) (*PodDaemon, error) {
 		cfg.PollInterval = 250 * time.Millisecond
 	}
 	// Fail at start-up, not at the first share, on a bad configuration.
-	if _, err := BuildMPSDaemonPod(cfg.Pod); err != nil {
+	if _, err := BuildDaemonPod(cfg.Pod); err != nil {
 		return nil, err
 	}
 	return &PodDaemon{cfg: cfg}, nil
 }
 
 // Name is the daemon pod's name.
-func (d *PodDaemon) Name() string { return MPSDaemonPodName(d.cfg.Pod.Prefix, d.cfg.Pod.NodeName) }
+func (d *PodDaemon) Name() string { return DaemonPodName(d.cfg.Pod.Prefix, d.cfg.Pod.NodeName) }
 
 func (d *PodDaemon) pods() podClient {
 	return d.cfg.Client.CoreV1().Pods(d.cfg.Pod.Namespace)
@@ -381,7 +381,7 @@ type podDiff struct{ name, have, want string }
 // image, the cards it sees, whether it accepts clients of any user and its
 // MPS protocol (a legacy daemon cannot serve v3 namespaces).
 func (d *PodDaemon) diff(have *corev1.Pod) []podDiff {
-	want, err := BuildMPSDaemonPod(d.cfg.Pod)
+	want, err := BuildDaemonPod(d.cfg.Pod)
 	if err != nil {
 		// NewPodDaemon built it once already.
 		return nil
@@ -438,7 +438,7 @@ func (d *PodDaemon) create(ctx context.Context) error {
 		}
 		cfg.NodeUID = string(node.UID)
 	}
-	pod, err := BuildMPSDaemonPod(cfg)
+	pod, err := BuildDaemonPod(cfg)
 	if err != nil {
 		return err
 	}

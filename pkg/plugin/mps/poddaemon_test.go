@@ -19,10 +19,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/inpod"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
-func basePodConfig(root string) MPSDaemonPodConfig {
-	return MPSDaemonPodConfig{
+func basePodConfig(root string) DaemonPodConfig {
+	return DaemonPodConfig{
 		Prefix:          "tangram",
 		Namespace:       "tangram-system",
 		NodeName:        "node-1",
@@ -56,13 +59,13 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 	long := strings.Repeat("n", 250)
 	for _, tc := range []struct {
 		name    string
-		mutate  func(*MPSDaemonPodConfig)
+		mutate  func(*DaemonPodConfig)
 		wantErr string
 		check   func(t *testing.T, pod *corev1.Pod)
 	}{
 		{
 			name: "real GPUs, multi-user, driver root",
-			mutate: func(c *MPSDaemonPodConfig) {
+			mutate: func(c *DaemonPodConfig) {
 				c.MultiUser = true
 				c.DriverRoot = "/run/nvidia/driver"
 				c.ImagePullSecrets = []string{"regcred"}
@@ -85,7 +88,7 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "simulated: no driver root, stand-in flag only",
-			mutate: func(c *MPSDaemonPodConfig) { c.Simulate = true; c.MultiUser = true },
+			mutate: func(c *DaemonPodConfig) { c.Simulate = true; c.MultiUser = true },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				c := pod.Spec.Containers[0]
 				if got, want := strings.Join(c.Command, " "), "/dra-kubelet-plugin mps-daemon --simulate"; got != want {
@@ -139,19 +142,19 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 					pod.OwnerReferences[0].UID != "node-uid-1" || pod.OwnerReferences[0].BlockOwnerDeletion != nil {
 					t.Errorf("owner references %+v, want the Node without blockOwnerDeletion", pod.OwnerReferences)
 				}
-				if pod.Labels[LabelComponent] != MPSDaemonComponent || pod.Labels[LabelNode] != "node-1" {
+				if pod.Labels[LabelComponent] != DaemonComponent || pod.Labels[LabelNode] != "node-1" {
 					t.Errorf("labels %v", pod.Labels)
 				}
 			},
 		},
 		{
 			name:   "long node name is cut to a valid, distinct name",
-			mutate: func(c *MPSDaemonPodConfig) { c.NodeName = long },
+			mutate: func(c *DaemonPodConfig) { c.NodeName = long },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				if len(pod.Name) > 253 || !strings.HasPrefix(pod.Name, "tangram-mps-nnn") {
 					t.Errorf("name %q (%d characters)", pod.Name, len(pod.Name))
 				}
-				if other := MPSDaemonPodName("tangram", long+"x"); other == pod.Name {
+				if other := DaemonPodName("tangram", long+"x"); other == pod.Name {
 					t.Error("two long node names give the same pod name")
 				}
 				if v := pod.Labels[LabelNode]; len(v) > 63 {
@@ -161,7 +164,7 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "no priority class",
-			mutate: func(c *MPSDaemonPodConfig) { c.PriorityClassName = "" },
+			mutate: func(c *DaemonPodConfig) { c.PriorityClassName = "" },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				if p := pod.Spec.PriorityClassName; p != "" {
 					t.Errorf("priority class %q, want none", p)
@@ -170,23 +173,23 @@ func TestBuildMPSDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "custom priority class",
-			mutate: func(c *MPSDaemonPodConfig) { c.PriorityClassName = "gpu-infra" },
+			mutate: func(c *DaemonPodConfig) { c.PriorityClassName = "gpu-infra" },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				if p := pod.Spec.PriorityClassName; p != "gpu-infra" {
 					t.Errorf("priority class %q, want gpu-infra", p)
 				}
 			},
 		},
-		{name: "no image", mutate: func(c *MPSDaemonPodConfig) { c.Image = "" }, wantErr: "image are required"},
-		{name: "no command", mutate: func(c *MPSDaemonPodConfig) { c.Command = nil }, wantErr: "command is required"},
-		{name: "no MPS root", mutate: func(c *MPSDaemonPodConfig) { c.Layout.Root = "" }, wantErr: "MPS root"},
+		{name: "no image", mutate: func(c *DaemonPodConfig) { c.Image = "" }, wantErr: "image are required"},
+		{name: "no command", mutate: func(c *DaemonPodConfig) { c.Command = nil }, wantErr: "command is required"},
+		{name: "no MPS root", mutate: func(c *DaemonPodConfig) { c.Layout.Root = "" }, wantErr: "MPS root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := basePodConfig("/r")
 			if tc.mutate != nil {
 				tc.mutate(&cfg)
 			}
-			pod, err := BuildMPSDaemonPod(cfg)
+			pod, err := BuildDaemonPod(cfg)
 			if checkError(t, err, tc.wantErr) {
 				return
 			}
@@ -211,17 +214,7 @@ func checkError(t *testing.T, err error, wantErr string) bool {
 	return true
 }
 
-// shortRoot returns a short MPS root: unix socket paths are limited to
-// 108 bytes, and t.TempDir's names are long.
-func shortRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "mps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+func shortRoot(t *testing.T) string { return mpstest.ShortRoot(t) }
 
 // fakeKubelet runs a simulated daemon for every daemon pod created through
 // the fake clientset, as the kubelet would start its container, and stops
@@ -244,7 +237,7 @@ func (k *fakeKubelet) start() {
 	k.starts++
 	go func() {
 		defer close(done)
-		if err := RunSimulatedControlDaemon(ctx, k.pipeDir); err != nil {
+		if err := inpod.RunSimulated(ctx, k.pipeDir); err != nil {
 			k.t.Errorf("simulated daemon: %v", err)
 		}
 	}()
@@ -498,7 +491,7 @@ func TestRunSimulatedControlDaemon(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- RunSimulatedControlDaemon(ctx, layout.PipeDir()) }()
+	go func() { done <- inpod.RunSimulated(ctx, layout.PipeDir()) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		conn, err := net.Dial("unix", layout.ControlSocket())
@@ -543,7 +536,7 @@ func TestRunControlDaemon(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				done <- RunControlDaemon(ctx, ControlDaemonConfig{Binary: tc.binary, MultiUser: true, QuitTimeout: 5 * time.Second})
+				done <- inpod.Run(ctx, inpod.Config{Binary: tc.binary, MultiUser: true, QuitTimeout: 5 * time.Second})
 			}()
 			if tc.cancel {
 				pidFile := filepath.Join(layout.PipeDir(), "fake.pid")
@@ -584,7 +577,7 @@ func TestPipeDirFromEnv(t *testing.T) {
 		ok    bool
 	}{{"/run/tangram/mps/pipe", true}, {"", false}, {"relative/pipe", false}} {
 		t.Setenv("CUDA_MPS_PIPE_DIRECTORY", tc.value)
-		if _, err := PipeDirFromEnv(); (err == nil) != tc.ok {
+		if _, err := inpod.PipeDirFromEnv(); (err == nil) != tc.ok {
 			t.Errorf("%q: error %v, want ok=%v", tc.value, err, tc.ok)
 		}
 	}
@@ -640,7 +633,7 @@ func (b *logBuffer) String() string {
 // fake kubelet starts its daemon.
 func createOldPod(ctx context.Context, t *testing.T, client *fake.Clientset, d *PodDaemon, mutate func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
-	old, err := BuildMPSDaemonPod(d.cfg.Pod)
+	old, err := BuildDaemonPod(d.cfg.Pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -758,7 +751,7 @@ func TestPodDaemonExistingPod(t *testing.T) {
 			wantStarts := 1
 			if tc.wantReplace {
 				wantStarts = 2
-				if want, _ := BuildMPSDaemonPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec, want.Spec) || pod.Status.Phase != "" {
+				if want, _ := BuildDaemonPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec, want.Spec) || pod.Status.Phase != "" {
 					t.Errorf("replacement spec %+v phase %q, want a new pod of spec %+v", pod.Spec, pod.Status.Phase, want.Spec)
 				}
 			}

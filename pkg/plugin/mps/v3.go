@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 )
 
 // MPS v3 (driver release 615, nvidia-cuda-mps-control -p 3) gives each
@@ -76,7 +78,7 @@ type NamespaceSpec struct {
 	// ActiveThreadPercentage is 0 when the claim asks for no cap.
 	ActiveThreadPercentage int64
 	// PinnedMemoryLimit in the control daemon's form (e.g. "20480M" or, as
-	// listed, "20G"), "" for none. Compare with ParseMPSSize, never as text.
+	// listed, "20G"), "" for none. Compare with ParseSize, never as text.
 	PinnedMemoryLimit string
 	// PipeDirectory is where the daemon says clients reach the namespace;
 	// set only on what the daemon lists, "" when it does not say.
@@ -141,11 +143,11 @@ func namespaceFor(claimUID string, shares []Share) NamespaceSpec {
 
 const mib = 1 << 20
 
-// ParseMPSSize reads a memory size as the control daemon writes or takes
+// ParseSize reads a memory size as the control daemon writes or takes
 // it: a number with a binary unit K, M, G or T (optionally followed by B
 // or iB, any case; "20G" and "20480M" are the same), or bare bytes. "",
 // "0", "none", "unlimited", "-" and "n/a" mean no limit: 0.
-func ParseMPSSize(s string) (int64, error) {
+func ParseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	switch strings.ToLower(t) {
 	case "", "0", "none", "unlimited", "-", "n/a":
@@ -198,8 +200,8 @@ func sameLimits(want, have NamespaceSpec) bool {
 	if capOf(want.ActiveThreadPercentage) != capOf(have.ActiveThreadPercentage) {
 		return false
 	}
-	w, errW := ParseMPSSize(want.PinnedMemoryLimit)
-	h, errH := ParseMPSSize(have.PinnedMemoryLimit)
+	w, errW := ParseSize(want.PinnedMemoryLimit)
+	h, errH := ParseSize(have.PinnedMemoryLimit)
 	return errW == nil && errH == nil && w == h
 }
 
@@ -361,7 +363,7 @@ func parseNamespaces(out string) (map[string]NamespaceSpec, error) {
 	specs := map[string]NamespaceSpec{}
 	for _, r := range rows {
 		spec := NamespaceSpec{Name: r["name"], PinnedMemoryLimit: r["pinned-memory-limit"], PipeDirectory: r["pipe-directory"]}
-		if _, err := ParseMPSSize(spec.PinnedMemoryLimit); err != nil {
+		if _, err := ParseSize(spec.PinnedMemoryLimit); err != nil {
 			return nil, fmt.Errorf("namespace %s: pinned-memory-limit: %w", spec.Name, err)
 		}
 		if spec.ActiveThreadPercentage, err = parsePercent(r["active-thread-percentage"]); err != nil {
@@ -411,14 +413,14 @@ type V3Namespaces struct {
 	// directory would silently put the client in the uncapped default
 	// namespace.
 	PipeDir string
-	ctl     ControlFunc
+	ctl     control.Func
 }
 
 // DefaultV3Server is the name of the node's v3 server.
 const DefaultV3Server = "tangram"
 
 // NewV3Namespaces returns the v3 driver for the node's shared cards.
-func NewV3Namespaces(ctl ControlFunc, devices []string) *V3Namespaces {
+func NewV3Namespaces(ctl control.Func, devices []string) *V3Namespaces {
 	return &V3Namespaces{Server: DefaultV3Server, Devices: slices.Clone(devices), ctl: ctl}
 }
 

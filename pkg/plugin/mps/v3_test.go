@@ -13,6 +13,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 func TestResolveMode(t *testing.T) {
@@ -161,7 +165,7 @@ func TestControlClientTransport(t *testing.T) {
 		}},
 	} {
 		r := &recordingRunner{}
-		c := ControlClient{Runner: r, Binary: "mps-control", PipeDir: "/p", Protocol: tt.protocol, Env: []string{"LD_LIBRARY_PATH=/d/lib"}}
+		c := control.Client{Runner: r, Binary: "mps-control", PipeDir: "/p", Protocol: tt.protocol, Env: []string{"LD_LIBRARY_PATH=/d/lib"}}
 		_, _ = c.Command(ctx, v3NamespaceList("tangram"))
 		_ = c.Probe(ctx)
 		_ = c.Quit(ctx)
@@ -170,9 +174,9 @@ func TestControlClientTransport(t *testing.T) {
 		}
 	}
 	r := &recordingRunner{}
-	_, _ = BinaryControl(r, "mps-control", "/p", WithControlEnv("PATH=/d/bin"))(ctx, v3ServerList())
+	_, _ = control.Binary(r, "mps-control", "/p", control.WithEnv("PATH=/d/bin"))(ctx, v3ServerList())
 	if want := []string{`mps-control -p 3 server list --format=csv stdin="" env=CUDA_MPS_PIPE_DIRECTORY=/p PATH=/d/bin`}; !slices.Equal(r.calls, want) {
-		t.Errorf("BinaryControl ran %q, want %q", r.calls, want)
+		t.Errorf("control.Binary ran %q, want %q", r.calls, want)
 	}
 }
 
@@ -187,7 +191,7 @@ func (hangingRunner) Run(ctx context.Context, argv, _ []string, _ string) ([]byt
 // TestControlDeadline: a control command that never answers fails at its
 // deadline with an error naming the command.
 func TestControlDeadline(t *testing.T) {
-	ctl := BinaryControl(hangingRunner{}, "mps-control", "/p", WithControlTimeout(50*time.Millisecond))
+	ctl := control.Binary(hangingRunner{}, "mps-control", "/p", control.WithTimeout(50*time.Millisecond))
 	start := time.Now()
 	_, err := ctl(context.Background(), v3NamespaceSet("tangram", NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}))
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) ||
@@ -210,8 +214,8 @@ func TestDaemonArgs(t *testing.T) {
 		{2, true, "-f -M"},
 		{0, false, "-f"},
 	} {
-		if got := strings.Join(daemonArgs(tt.protocol, tt.multiUser), " "); got != tt.want {
-			t.Errorf("daemonArgs(%d, %t) = %q, want %q", tt.protocol, tt.multiUser, got, tt.want)
+		if got := strings.Join(control.DaemonArgs(tt.protocol, tt.multiUser), " "); got != tt.want {
+			t.Errorf("control.DaemonArgs(%d, %t) = %q, want %q", tt.protocol, tt.multiUser, got, tt.want)
 		}
 	}
 }
@@ -227,14 +231,14 @@ func TestParseMPSSize(t *testing.T) {
 		{in: "", want: 0}, {in: "0", want: 0}, {in: "none", want: 0}, {in: "Unlimited", want: 0}, {in: "-", want: 0},
 		{in: "lots", wantErr: true}, {in: "20X", wantErr: true}, {in: "G", wantErr: true},
 	} {
-		got, err := ParseMPSSize(tt.in)
+		got, err := ParseSize(tt.in)
 		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("ParseMPSSize(%q) = %d, %v; want %d (error %t)", tt.in, got, err, tt.want, tt.wantErr)
+			t.Errorf("ParseSize(%q) = %d, %v; want %d (error %t)", tt.in, got, err, tt.want, tt.wantErr)
 		}
 	}
 	for _, b := range []int64{20 << 30, 1536 << 20, 3 << 29, 1 << 40, 4097} {
-		if got, err := ParseMPSSize(FormatMPSSize(b)); err != nil || got != b {
-			t.Errorf("%d -> %q -> %d, %v", b, FormatMPSSize(b), got, err)
+		if got, err := ParseSize(standin.FormatSize(b)); err != nil || got != b {
+			t.Errorf("%d -> %q -> %d, %v", b, standin.FormatSize(b), got, err)
 		}
 	}
 }
@@ -346,16 +350,16 @@ func TestParseClientPIDs(t *testing.T) {
 
 // newV3StandIn starts the stand-in control binary (a separate process) as
 // an MPS v3 daemon, as the plugin does on a node.
-func newV3StandIn(t *testing.T, root string, cards []string) *MPSDaemon {
+func newV3StandIn(t *testing.T, root string, cards []string) *ProcessDaemon {
 	t.Helper()
-	d := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: root}, Binary: standInBinary, VisibleDevices: cards, MultiUser: true, Protocol: 3,
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: root}, Binary: standInBinary, VisibleDevices: cards, MultiUser: true, Protocol: 3,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ProbeInterval: 20 * time.Millisecond})
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
 	return d
 }
 
 // TestV3NamespacesAgainstStandIn drives the strict stand-in, started by
-// MPSDaemon as on a node (-p 3 -m -f, stdin held open), with the plugin's
+// ProcessDaemon as on a node (-p 3 -m -f, stdin held open), with the plugin's
 // v3 code: commands as arguments, valid names, readiness from Ready,
 // numbers compared as numbers, clients terminated before a delete.
 func TestV3NamespacesAgainstStandIn(t *testing.T) {
@@ -379,7 +383,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	v3 = NewV3Namespaces(StandInControl(layout.PipeDir()), []string{"GPU-a", "GPU-b"})
+	v3 = NewV3Namespaces(standin.Control(layout.PipeDir()), []string{"GPU-a", "GPU-b"})
 	v3.PipeDir = layout.PipeDir()
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
@@ -392,7 +396,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	if err := v3.Sync(ctx, []NamespaceSpec{a, b}); err != nil {
 		t.Fatal(err)
 	}
-	ctl := StandInControl(layout.PipeDir())
+	ctl := standin.Control(layout.PipeDir())
 	// Someone else's namespace is left alone; ours that no claim wants
 	// goes, its client terminated first; a client on ours keeps it
 	// unchanged (the daemon would refuse to set it).
@@ -437,13 +441,13 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	if err := v3.Delete(ctx, a.Name, map[string]NamespaceSpec{}); err != nil {
 		t.Errorf("deleting an unlisted namespace: %v", err)
 	}
-	entries, err := StandInLog(layout.LogDir())
+	entries, err := standin.Log(layout.LogDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logged []string
 	for _, e := range entries {
-		if e.Transport != transportArgv || e.Rejected != "" {
+		if e.Transport != "argv" || e.Rejected != "" {
 			t.Errorf("control.log: %+v; want every command as arguments and accepted", e)
 		}
 		logged = append(logged, e.Command)
@@ -484,28 +488,54 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	}
 }
 
+// standInDaemon is a stand-in daemon run in the test process.
+type standInDaemon struct{ pipe, logDir string }
+
+// startStandIn runs standin.RunDaemon with cfg (its pipe and log
+// directories filled in) until the test ends.
+func startStandIn(t *testing.T, cfg standin.Config) standInDaemon {
+	t.Helper()
+	root := shortRoot(t)
+	d := standInDaemon{pipe: filepath.Join(root, "pipe"), logDir: filepath.Join(root, "log")}
+	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.PipeDir, cfg.LogDir = d.pipe, d.logDir
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- standin.RunDaemon(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	mpstest.WaitAnswering(t, func(ctx context.Context) error { return standin.Probe(ctx, d.pipe) })
+	return d
+}
+
 // TestV3PipeDirMismatch: a namespace the daemon reaches elsewhere than the
 // plugin mounts fails the share rather than leaving its client uncapped.
 func TestV3PipeDirMismatch(t *testing.T) {
 	ctx := context.Background()
-	d := startStandIn(t, StandInConfig{Protocol: 3, MultiUser: true})
-	v3 := NewV3Namespaces(StandInControl(d.pipe), []string{"GPU-a"})
+	d := startStandIn(t, standin.Config{Protocol: 3, MultiUser: true})
+	v3 := NewV3Namespaces(standin.Control(d.pipe), []string{"GPU-a"})
 	v3.PipeDir = "/elsewhere"
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	err := v3.Ensure(ctx, NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}, map[string]NamespaceSpec{})
-	wantErr(t, "Ensure", err, "not /elsewhere/tangram/tangram_c where the plugin mounts it")
+	checkError(t, err, "not /elsewhere/tangram/tangram_c where the plugin mounts it")
 	err = v3.Ensure(ctx, NamespaceSpec{Name: "tangram-c"}, map[string]NamespaceSpec{})
-	wantErr(t, "Ensure with an old-style name", err, "not a valid MPS v3 namespace name")
+	checkError(t, err, "not a valid MPS v3 namespace name")
 }
 
 // TestV3DeleteForced: when terminating a client is refused, the delete is
 // forced.
 func TestV3DeleteForced(t *testing.T) {
 	ctx := context.Background()
-	d := startStandIn(t, StandInConfig{Protocol: 3, MultiUser: true})
-	real := StandInControl(d.pipe)
+	d := startStandIn(t, standin.Config{Protocol: 3, MultiUser: true})
+	real := standin.Control(d.pipe)
 	// A daemon whose client terminate fails.
 	ctl := func(ctx context.Context, cmd []string) (string, error) {
 		if len(cmd) > 1 && cmd[0] == "client" && cmd[1] == "terminate" {
@@ -526,7 +556,7 @@ func TestV3DeleteForced(t *testing.T) {
 	if err := v3.Sync(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := StandInLog(d.logDir)
+	entries, err := standin.Log(d.logDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,9 +604,9 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.done != nil {
-		return nil // started by us and supervised, as MPSDaemon does
+		return nil // started by us and supervised, as ProcessDaemon does
 	}
-	if err := ProbeStandIn(ctx, d.layout.PipeDir()); err == nil {
+	if err := standin.Probe(ctx, d.layout.PipeDir()); err == nil {
 		return nil // running (adopted)
 	}
 	if err := d.layout.create(); err != nil {
@@ -585,10 +615,10 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 	done := make(chan error, 1)
 	d.done = done
 	go func() {
-		done <- RunStandInControlDaemon(context.Background(), StandInConfig{PipeDir: d.layout.PipeDir(), LogDir: d.layout.LogDir(), Protocol: 3, MultiUser: true})
+		done <- standin.RunDaemon(context.Background(), standin.Config{PipeDir: d.layout.PipeDir(), LogDir: d.layout.LogDir(), Protocol: 3, MultiUser: true})
 	}()
 	for range 500 {
-		if err := ProbeStandIn(ctx, d.layout.PipeDir()); err == nil {
+		if err := standin.Probe(ctx, d.layout.PipeDir()); err == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -600,7 +630,7 @@ func (d *inProcessV3) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	d.done = nil
 	d.mu.Unlock()
-	quit := ControlClient{Runner: StandInRunner{}, Binary: MPSControlName, PipeDir: d.layout.PipeDir(), Protocol: 3}
+	quit := control.Client{Runner: standin.Runner{}, Binary: control.BinaryName, PipeDir: d.layout.PipeDir(), Protocol: 3}
 	if err := quit.Quit(ctx); err != nil && !strings.Contains(err.Error(), "cannot find MPS control daemon") {
 		return err
 	}
@@ -610,7 +640,7 @@ func (d *inProcessV3) Stop(ctx context.Context) error {
 func (d *inProcessV3) Close() {}
 
 func (d *inProcessV3) Control(ctx context.Context, command []string) (string, error) {
-	return StandInControl(d.layout.PipeDir())(ctx, command)
+	return standin.Control(d.layout.PipeDir())(ctx, command)
 }
 
 func newInProcessV3(t *testing.T, root string) *inProcessV3 {
@@ -737,7 +767,7 @@ func TestManagerV3(t *testing.T) {
 	if err := m.Release(ctx, "c3"); err != nil {
 		t.Fatal(err)
 	}
-	logged, err := StandInCommands(layout.LogDir())
+	logged, err := standin.Commands(layout.LogDir())
 	if err != nil {
 		t.Fatal(err)
 	}

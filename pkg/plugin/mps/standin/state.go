@@ -1,4 +1,4 @@
-package mps
+package standin
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ type v3Namespace struct {
 
 // standInState is the daemon's state; mu guards it.
 type standInState struct {
-	cfg   StandInConfig
+	cfg   Config
 	logMu sync.Mutex
 
 	mu            sync.Mutex
@@ -70,7 +70,7 @@ type classicServer struct {
 	pid, uid, clients int
 }
 
-func newStandInState(cfg StandInConfig) *standInState {
+func newStandInState(cfg Config) *standInState {
 	return &standInState{cfg: cfg, defaultATP: 100, defaultPinned: map[string]string{},
 		servers: map[int]*standInServer{}, v3Servers: map[string]*v3Server{}, clientLeft: make(chan struct{})}
 }
@@ -571,15 +571,15 @@ func (d *standInState) namespaceRow(s *v3Server, name string) []string {
 	}
 	pinned := "none"
 	if ns.pinnedBytes > 0 {
-		pinned = FormatMPSSize(ns.pinnedBytes)
+		pinned = FormatSize(ns.pinnedBytes)
 	}
 	return []string{name, s.name, fmt.Sprintf("%.2f", atp), pinned, ns.priority, filepath.Join(d.cfg.PipeDir, s.name, name)}
 }
 
-// FormatMPSSize writes bytes in the largest binary unit that holds them
+// FormatSize writes bytes in the largest binary unit that holds them
 // exactly, the form the stand-in lists (20 GiB is "20G"); bytes that are
 // no whole number of KiB are written bare.
-func FormatMPSSize(b int64) string {
+func FormatSize(b int64) string {
 	for i, unit := range []string{"T", "G", "M", "K"} {
 		shift := uint(10 * (4 - i))
 		if b >= 1<<shift && b%(1<<shift) == 0 {
