@@ -393,7 +393,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	}
 	a := NamespaceSpec{Name: NamespaceName("a"), ActiveThreadPercentage: 30, PinnedMemoryLimit: "20480M"}
 	b := NamespaceSpec{Name: NamespaceName("b"), ActiveThreadPercentage: 50}
-	if err := v3.Sync(ctx, []NamespaceSpec{a, b}); err != nil {
+	if err := syncNamespaces(ctx, v3, []NamespaceSpec{a, b}); err != nil {
 		t.Fatal(err)
 	}
 	ctl := standin.Control(layout.PipeDir())
@@ -409,7 +409,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := v3.Sync(ctx, []NamespaceSpec{a}); err != nil {
+	if err := syncNamespaces(ctx, v3, []NamespaceSpec{a}); err != nil {
 		t.Fatal(err)
 	}
 	have, err := v3.List(ctx)
@@ -428,7 +428,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.ActiveThreadPercentage = 40
-	if err := v3.Sync(ctx, []NamespaceSpec{a}); err != nil {
+	if err := syncNamespaces(ctx, v3, []NamespaceSpec{a}); err != nil {
 		t.Fatal(err)
 	}
 	// Delete with a client attached: terminated, then deleted.
@@ -547,13 +547,13 @@ func TestV3DeleteForced(t *testing.T) {
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := v3.Sync(ctx, []NamespaceSpec{{Name: "tangram_c", ActiveThreadPercentage: 10}}); err != nil {
+	if err := syncNamespaces(ctx, v3, []NamespaceSpec{{Name: "tangram_c", ActiveThreadPercentage: 10}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := real(ctx, []string{"standin", "attach-client", "tangram_c", "--server=tangram"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := v3.Sync(ctx, nil); err != nil {
+	if err := syncNamespaces(ctx, v3, nil); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := standin.Log(d.logDir)
@@ -925,4 +925,32 @@ func TestClassicShmClearedWhenDaemonStops(t *testing.T) {
 	if _, err := os.Stat(layout.ShmDir()); err != nil {
 		t.Errorf("the shm directory itself must stay: %v", err)
 	}
+}
+
+// syncNamespaces makes v's namespaces of ours exactly want: missing ones
+// are created, changed ones set, and those of ours no claim wants deleted
+// (also any named as earlier versions named them). Other namespaces are
+// left alone.
+func syncNamespaces(ctx context.Context, v *V3Namespaces, want []NamespaceSpec) error {
+	have, err := v.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	wanted := map[string]bool{}
+	for _, spec := range want {
+		wanted[spec.Name] = true
+		if err := v.Ensure(ctx, spec, have); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(have)) {
+		if wanted[name] || !ownNamespace(name) {
+			continue
+		}
+		if err := v.Delete(ctx, name, have); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -31,3 +31,19 @@ func WaitAnswering(t *testing.T, probe func(context.Context) error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// ReturnsWithin runs f and fails the test if it has not returned after
+// limit: a call that waits for a blocked daemon never returns, so this
+// tells "did not wait" from "waited", not how fast the call is.
+func ReturnsWithin[T any](t *testing.T, limit time.Duration, what string, f func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("%s did not return within %s: it waits on the MPS daemon", what, limit)
+		panic("unreachable")
+	}
+}
