@@ -47,7 +47,7 @@ func TestShareWaitsForAStartingDaemonWhileWholeCardsGoOn(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	returnsWithin(t, noWaitLimit, "whole-card prepare and unprepare while a share waits for the daemon", func() error {
+	mpstest.ReturnsWithin(t, noWaitLimit, "whole-card prepare and unprepare while a share waits for the daemon", func() error {
 		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
 			t.Error(err)
 		}
@@ -150,8 +150,8 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 		shareDone <- err
 	}()
 	<-ctl.Hung
-	returnsWithin(t, time.Second, "the MPS status while a control command hangs", func() mps.Status { return h.shares.Status() })
-	returnsWithin(t, controlTimeout+noWaitLimit, "a whole-card prepare while a share's control command hangs", func() error {
+	mpstest.ReturnsWithin(t, time.Second, "the MPS status while a control command hangs", func() mps.Status { return h.shares.Status() })
+	mpstest.ReturnsWithin(t, controlTimeout+noWaitLimit, "a whole-card prepare while a share's control command hangs", func() error {
 		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
 			t.Errorf("whole card: %v", err)
 		}
