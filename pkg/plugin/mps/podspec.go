@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,10 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
-
-// ControlSocket is the unix socket the control daemon listens on; clients
-// (nvidia-cuda-mps-control without -f, and the CUDA runtime) connect to it.
-func (l Layout) ControlSocket() string { return filepath.Join(l.PipeDir(), "control") }
 
 // Labels of the MPS daemon pod. The component differs from the plugin's, so
 // that selecting the plugin's pods never selects the daemon.

@@ -20,11 +20,11 @@ import (
 // the plugin's daemon code: the host process daemon, an admin's -d, and
 // the daemon pod's entry point.
 
-// TestStandInWithMPSDaemon drives the stand-in program (a separate process)
+// TestStandInWithProcessDaemon drives the stand-in program (a separate process)
 // with the plugin's own client code, legacy MPS: ProcessDaemon starts it with
 // -f -M (its stdin held open), probes it with get_server_list on stdin and
 // stops it with quit, as on a real node.
-func TestStandInWithMPSDaemon(t *testing.T) {
+func TestStandInWithProcessDaemon(t *testing.T) {
 	root := shortRoot(t)
 	layout := Layout{Root: root}
 	ctx := context.Background()
@@ -112,7 +112,7 @@ func TestStandInDaemonMode(t *testing.T) {
 	}
 }
 
-// TestStandInUnderRunControlDaemon is the daemon pod's path: RunControlDaemon
+// TestStandInUnderRunControlDaemon is the daemon pod's path: inpod.Run
 // runs the program with -f (v3: -p 3 -m -f), its stdin held open, and quits
 // it when the pod is deleted (v3: -q).
 func TestStandInUnderRunControlDaemon(t *testing.T) {

@@ -137,11 +137,11 @@ func Run(ctx context.Context, inv Invocation) int {
 		fmt.Fprintln(inv.Stderr, "-q takes no command")
 		return 2
 	case quit:
-		return sendOne(ctx, pipeDir, standInRequest{Transport: transportFlag, Args: []string{"quit"}}, inv)
+		return sendOne(ctx, pipeDir, wireRequest{Transport: transportFlag, Args: []string{"quit"}}, inv)
 	case strings.Join(command, " ") == standInClientCommand:
 		return runStandInClient(ctx, inv, pipeDir)
 	case len(command) > 0:
-		return sendOne(ctx, pipeDir, standInRequest{Transport: transportArgv, Args: command}, inv)
+		return sendOne(ctx, pipeDir, wireRequest{Transport: transportArgv, Args: command}, inv)
 	}
 	return sendLines(ctx, pipeDir, inv)
 }
@@ -223,7 +223,7 @@ func startBackground(ctx context.Context, inv Invocation, pipeDir string) int {
 
 // sendOne sends one command and prints its answer; a refused command
 // prints the daemon's error and exits 1.
-func sendOne(ctx context.Context, pipeDir string, req standInRequest, inv Invocation) int {
+func sendOne(ctx context.Context, pipeDir string, req wireRequest, inv Invocation) int {
 	out, err := sendStandIn(ctx, pipeDir, req)
 	if err != nil {
 		fmt.Fprintln(inv.Stderr, err)
@@ -246,7 +246,7 @@ func sendLines(ctx context.Context, pipeDir string, inv Invocation) int {
 		if len(words) == 0 {
 			continue
 		}
-		if code := sendOne(ctx, pipeDir, standInRequest{Transport: transportStdin, Args: words}, inv); code != 0 {
+		if code := sendOne(ctx, pipeDir, wireRequest{Transport: transportStdin, Args: words}, inv); code != 0 {
 			status = code
 		}
 	}
@@ -337,8 +337,8 @@ func connectStandInClient(ctx context.Context, pipeDir string, uid int) (string,
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	req := standInRequest{Transport: transportClient, Args: []string{"client", fmt.Sprintf("--uid=%d", uid)}}
-	var reply standInReply
+	req := wireRequest{Transport: transportClient, Args: []string{"client", fmt.Sprintf("--uid=%d", uid)}}
+	var reply wireReply
 	if err := json.NewEncoder(conn).Encode(req); err == nil {
 		err = json.NewDecoder(conn).Decode(&reply)
 	}
@@ -369,7 +369,7 @@ func Probe(ctx context.Context, pipeDir string) error {
 // sendStandIn sends one request to the stand-in daemon of pipeDir and
 // returns its answer; a refusal becomes the error. It gives up when ctx
 // ends, like a client killed at its deadline.
-func sendStandIn(ctx context.Context, pipeDir string, req standInRequest) (string, error) {
+func sendStandIn(ctx context.Context, pipeDir string, req wireRequest) (string, error) {
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
 	if err != nil {
@@ -382,7 +382,7 @@ func sendStandIn(ctx context.Context, pipeDir string, req standInRequest) (strin
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return "", fmt.Errorf("sending %q to the MPS control daemon: %w", command, err)
 	}
-	var reply standInReply
+	var reply wireReply
 	if err := json.NewDecoder(conn).Decode(&reply); err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()

@@ -69,13 +69,13 @@ const (
 	transportClient = "client"
 )
 
-// standInRequest is one command from the stand-in client.
-type standInRequest struct {
+// wireRequest is one command from the stand-in client.
+type wireRequest struct {
 	Transport string   `json:"transport"`
 	Args      []string `json:"args"`
 }
 
-type standInReply struct {
+type wireReply struct {
 	Out string `json:"out,omitempty"`
 	Err string `json:"err,omitempty"`
 }
@@ -105,7 +105,7 @@ func RunDaemon(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("stand-in MPS daemon: listening on %s: %w", socket, err)
 	}
-	d := newStandInState(cfg)
+	d := newDaemonState(cfg)
 	d.log(fmt.Sprintf("Control daemon started (stand-in): protocol %d, multi-user %v, CUDA_VISIBLE_DEVICES=%s", cfg.Protocol, cfg.MultiUser, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	logger.Info("Stand-in MPS control daemon listening: no MPS server runs and nothing is enforced", "socket", socket, "protocol", cfg.Protocol)
 	serveCtx, stop := context.WithCancel(ctx)
@@ -140,7 +140,7 @@ func RunDaemon(ctx context.Context, cfg Config) error {
 
 // serve answers one connection; true when the command was quit. A
 // connection that sends nothing (a readiness probe) is closed.
-func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
+func (d *daemonState) serve(ctx context.Context, conn net.Conn) bool {
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(conn)
@@ -149,9 +149,9 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 		_ = err // EOF before a command: a probe
 		return false
 	}
-	var req standInRequest
+	var req wireRequest
 	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
-		_ = json.NewEncoder(conn).Encode(standInReply{Err: fmt.Sprintf("malformed request %q", strings.TrimSpace(string(line)))})
+		_ = json.NewEncoder(conn).Encode(wireReply{Err: fmt.Sprintf("malformed request %q", strings.TrimSpace(string(line)))})
 		return false
 	}
 	command := strings.Join(req.Args, " ")
@@ -166,7 +166,7 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 		return false
 	}
 	out, quit, cmdErr := d.execute(req)
-	reply := standInReply{Out: out}
+	reply := wireReply{Out: out}
 	if cmdErr != nil {
 		reply.Err = cmdErr.Error()
 		d.log(standInRejectMark[1:] + cmdErr.Error())
@@ -180,8 +180,8 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 // "client --uid=<uid>"): once an MPS server of the daemon may serve it
 // (admitClient), it answers with the server, then counts the client as
 // connected until it closes its connection.
-func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.Reader, args []string) {
-	reply := func(rep standInReply) {
+func (d *daemonState) serveClient(ctx context.Context, conn net.Conn, r *bufio.Reader, args []string) {
+	reply := func(rep wireReply) {
 		if rep.Err != "" {
 			d.log(standInRejectMark[1:] + rep.Err)
 		}
@@ -190,7 +190,7 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 	}
 	if d.cfg.Protocol == 3 {
 		// rule: v3-client-namespace.
-		reply(standInReply{Err: "MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's"})
+		reply(wireReply{Err: "MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's"})
 		return
 	}
 	uid := -1
@@ -202,7 +202,7 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 		}
 	}
 	if uid < 0 {
-		reply(standInReply{Err: fmt.Sprintf("malformed client request %q: want client --uid=<uid>", strings.Join(args, " "))})
+		reply(wireReply{Err: fmt.Sprintf("malformed client request %q: want client --uid=<uid>", strings.Join(args, " "))})
 		return
 	}
 	// The client sends nothing more: its connection ends when it exits.
@@ -214,10 +214,10 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 	}()
 	s, err := d.admitClient(ctx, uid, gone)
 	if err != nil {
-		reply(standInReply{Err: err.Error()})
+		reply(wireReply{Err: err.Error()})
 		return
 	}
-	reply(standInReply{Out: fmt.Sprintf("MPS server %d of user %d\n", s.pid, s.uid)})
+	reply(wireReply{Out: fmt.Sprintf("MPS server %d of user %d\n", s.pid, s.uid)})
 	select {
 	case <-gone:
 	case <-ctx.Done():
@@ -235,7 +235,7 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 // server serves its own UID only (rule: classic-client-users): a client of
 // another UID waits until the running server's clients are all done, then
 // the server is replaced by one of the client's UID.
-func (d *standInState) admitClient(ctx context.Context, uid int, gone <-chan struct{}) (*classicServer, error) {
+func (d *daemonState) admitClient(ctx context.Context, uid int, gone <-chan struct{}) (*classicServer, error) {
 	queued := false
 	for {
 		d.mu.Lock()
@@ -274,7 +274,7 @@ func (d *standInState) admitClient(ctx context.Context, uid int, gone <-chan str
 
 // hangs reports whether the command is one the switch or the hang file
 // names.
-func (d *standInState) hangs(args []string) bool {
+func (d *daemonState) hangs(args []string) bool {
 	list := d.cfg.Hang
 	if d.cfg.LogDir != "" {
 		if data, err := os.ReadFile(filepath.Join(d.cfg.LogDir, HangFile)); err == nil {
@@ -302,7 +302,7 @@ func ParseHang(s string) []string {
 	return out
 }
 
-func (d *standInState) log(msg string) {
+func (d *daemonState) log(msg string) {
 	if d.cfg.LogDir == "" {
 		return
 	}
