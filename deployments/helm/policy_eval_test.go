@@ -137,7 +137,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 		name string
 		sets []string
 		fake bool
-		// multiUser: the values of MPSDaemonPodConfig.MultiUser the plugin
+		// multiUser: the values of DaemonPodConfig.MultiUser the plugin
 		// may build with the chart's flags (pkg/plugin: v3 runs
 		// multi-user; auto picks v3 or classic by the driver); refused:
 		// the pods built with the other value.

@@ -94,7 +94,7 @@ func TestRunControlDaemon(t *testing.T) {
 			select {
 			case err = <-done:
 			case <-time.After(10 * time.Second):
-				t.Fatal("RunControlDaemon did not return")
+				t.Fatal("inpod.Run did not return")
 			}
 			if checkError(t, err, tc.wantErr) {
 				return

@@ -12,6 +12,11 @@
 // leaving a card switches it back to DEFAULT; when no share remains anywhere
 // the daemon is stopped, after Timing.IdleGrace. Whole-card claims never
 // come here.
+//
+// Below it: control runs the control binary as a client, behind the Runner
+// interface that both the real binary (control.ExecCommander) and the
+// strict stand-in (standin.Runner) implement; inpod is the daemon pod's
+// entry point.
 package mps
 
 import (
@@ -163,7 +168,7 @@ type Timing struct {
 	// time to answer.
 	StartWait time.Duration
 	// ControlTimeout is the deadline of each control command the Manager
-	// sends (default 10s); a command that exceeds it fails with a
+	// sends (default control.DefaultTimeout, 10s); a command that exceeds it fails with a
 	// *ControlTimeoutError naming it.
 	ControlTimeout time.Duration
 	// StopTimeout bounds a stop of the daemon (default 2m): the worker

@@ -24,7 +24,8 @@ import (
 // its answer; an answer that reports a failure is an error.
 type Func func(ctx context.Context, command []string) (string, error)
 
-// DefaultTimeout bounds one control command.
+// DefaultTimeout bounds one control command: a Client's, and the mps
+// Manager's deadline on each command it sends (Timing.ControlTimeout).
 const DefaultTimeout = 10 * time.Second
 
 // BinaryName is the control binary's name.
@@ -116,7 +117,7 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *Client) { c.Timeout = d }
 }
 
-// WithControlEnv adds variables to the binary's environment, e.g. the
+// WithEnv adds variables to the binary's environment, e.g. the
 // driver root's PATH and LD_LIBRARY_PATH.
 func WithEnv(env ...string) Option {
 	return func(c *Client) { c.Env = append(c.Env, env...) }
