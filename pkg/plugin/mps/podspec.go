@@ -96,55 +96,11 @@ const (
 // It is pinned with spec.nodeName (no scheduler: it must run on this node,
 // even one the scheduler would refuse) and tolerates every taint.
 func BuildDaemonPod(cfg DaemonPodConfig) (*corev1.Pod, error) {
-	switch {
-	case cfg.Prefix == "", cfg.Namespace == "", cfg.NodeName == "", cfg.Image == "":
-		return nil, fmt.Errorf("MPS daemon pod: prefix, namespace, node name and image are required (got %q, %q, %q, %q)",
-			cfg.Prefix, cfg.Namespace, cfg.NodeName, cfg.Image)
-	case len(cfg.Command) == 0:
-		return nil, errors.New("MPS daemon pod: command is required")
-	case cfg.Layout.Root == "":
-		return nil, errors.New("MPS daemon pod: the MPS root is required")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	args := []string{}
-	if cfg.Simulate {
-		args = append(args, DaemonFlagSimulate)
-	} else {
-		if cfg.ControlBinary != "" {
-			args = append(args, DaemonFlagControlBinary+cfg.ControlBinary)
-		}
-		if cfg.MultiUser {
-			args = append(args, DaemonFlagMultiUser)
-		}
-	}
-	hostDir := corev1.HostPathDirectoryOrCreate
-	volumes := []corev1.Volume{
-		{Name: "mps-pipe", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.PipeDir(), Type: &hostDir}}},
-		{Name: "mps-log", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.LogDir(), Type: &hostDir}}},
-		{Name: "mps-shm", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.ShmDir(), Type: &hostDir}}},
-	}
-	// The pipe directory keeps its host path (CDI mounts and
-	// CUDA_MPS_PIPE_DIRECTORY name it); <mps-root>/shm becomes the daemon's
-	// own /dev/shm (shares' containers have their claim's).
-	mounts := []corev1.VolumeMount{
-		{Name: "mps-pipe", MountPath: cfg.Layout.PipeDir()},
-		{Name: "mps-log", MountPath: cfg.Layout.LogDir()},
-		{Name: "mps-shm", MountPath: "/dev/shm"},
-	}
-	env := []corev1.EnvVar{
-		{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: cfg.Layout.PipeDir()},
-		{Name: "CUDA_MPS_LOG_DIRECTORY", Value: cfg.Layout.LogDir()},
-		{Name: "CUDA_VISIBLE_DEVICES", Value: strings.Join(cfg.VisibleDevices, ",")},
-	}
-	if cfg.Protocol == 3 {
-		env = append(env, corev1.EnvVar{Name: "CUDA_MPS_PROTOCOL_VERSION", Value: "3"})
-	}
-	if cfg.DriverRoot != "" {
-		hostExisting := corev1.HostPathDirectory
-		volumes = append(volumes, corev1.Volume{Name: "driver-root", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: cfg.DriverRoot, Type: &hostExisting}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: podDriverRootMount, ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "NVIDIA_DRIVER_ROOT", Value: podDriverRootMount})
-	}
+	args := cfg.args()
+	volumes, mounts, env := cfg.storageAndEnv()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      DaemonPodName(cfg.Prefix, cfg.NodeName),
@@ -199,6 +155,71 @@ func BuildDaemonPod(cfg DaemonPodConfig) (*corev1.Pod, error) {
 		}}
 	}
 	return pod, nil
+}
+
+// validate says which required field of the daemon pod is missing.
+func (cfg DaemonPodConfig) validate() error {
+	switch {
+	case cfg.Prefix == "", cfg.Namespace == "", cfg.NodeName == "", cfg.Image == "":
+		return fmt.Errorf("MPS daemon pod: prefix, namespace, node name and image are required (got %q, %q, %q, %q)",
+			cfg.Prefix, cfg.Namespace, cfg.NodeName, cfg.Image)
+	case len(cfg.Command) == 0:
+		return errors.New("MPS daemon pod: command is required")
+	case cfg.Layout.Root == "":
+		return errors.New("MPS daemon pod: the MPS root is required")
+	}
+	return nil
+}
+
+// args are the words BuildDaemonPod appends to the pod's command.
+func (cfg DaemonPodConfig) args() []string {
+	args := []string{}
+	if cfg.Simulate {
+		args = append(args, DaemonFlagSimulate)
+	} else {
+		if cfg.ControlBinary != "" {
+			args = append(args, DaemonFlagControlBinary+cfg.ControlBinary)
+		}
+		if cfg.MultiUser {
+			args = append(args, DaemonFlagMultiUser)
+		}
+	}
+	return args
+}
+
+// storageAndEnv are the daemon container's host directories, their
+// mounts, and its MPS environment.
+func (cfg DaemonPodConfig) storageAndEnv() ([]corev1.Volume, []corev1.VolumeMount, []corev1.EnvVar) {
+	hostDir := corev1.HostPathDirectoryOrCreate
+	volumes := []corev1.Volume{
+		{Name: "mps-pipe", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.PipeDir(), Type: &hostDir}}},
+		{Name: "mps-log", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.LogDir(), Type: &hostDir}}},
+		{Name: "mps-shm", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.ShmDir(), Type: &hostDir}}},
+	}
+	// The pipe directory keeps its host path (CDI mounts and
+	// CUDA_MPS_PIPE_DIRECTORY name it); <mps-root>/shm becomes the daemon's
+	// own /dev/shm (shares' containers have their claim's).
+	mounts := []corev1.VolumeMount{
+		{Name: "mps-pipe", MountPath: cfg.Layout.PipeDir()},
+		{Name: "mps-log", MountPath: cfg.Layout.LogDir()},
+		{Name: "mps-shm", MountPath: "/dev/shm"},
+	}
+	env := []corev1.EnvVar{
+		{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: cfg.Layout.PipeDir()},
+		{Name: "CUDA_MPS_LOG_DIRECTORY", Value: cfg.Layout.LogDir()},
+		{Name: "CUDA_VISIBLE_DEVICES", Value: strings.Join(cfg.VisibleDevices, ",")},
+	}
+	if cfg.Protocol == 3 {
+		env = append(env, corev1.EnvVar{Name: "CUDA_MPS_PROTOCOL_VERSION", Value: "3"})
+	}
+	if cfg.DriverRoot != "" {
+		hostExisting := corev1.HostPathDirectory
+		volumes = append(volumes, corev1.Volume{Name: "driver-root", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: cfg.DriverRoot, Type: &hostExisting}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: podDriverRootMount, ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: "NVIDIA_DRIVER_ROOT", Value: podDriverRootMount})
+	}
+	return volumes, mounts, env
 }
 
 // labelValue fits a node name into a label value (63 characters).

@@ -239,72 +239,13 @@ func (m *Manager) work(ctx context.Context) {
 	case <-m.kick:
 	}
 	for {
-		m.mu.Lock()
-		m.kicked = false
-		now := time.Now()
-		want := m.wantedLocked(now)
-		act := ""
-		switch {
-		case want && (!m.ready || m.verify):
-			act = "ensure"
-		case !want && !m.stopped:
-			act = "stop"
-			// From now on a share must not count on the daemon.
-			m.ready = false
-		}
-		m.verify = false
-		round := m.ensureRounds
-		if act == "ensure" {
-			m.ensureRounds++
-			round = m.ensureRounds
-		}
-		unused := m.settled && !m.inUseLocked()
-		modes := slices.Sorted(maps.Keys(m.pendingModes))
-		var lingerLeft time.Duration
-		if !want || len(m.holders) > 0 {
-			lingerLeft = 0
-		} else {
-			lingerLeft = m.keptUntilLocked().Sub(now)
-		}
-		m.busy = act != "" || len(modes) > 0
-		m.mu.Unlock()
-
-		var failed error
-		for _, uuid := range modes {
-			err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess)
-			m.mu.Lock()
-			if err != nil {
-				m.recordLocked(fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
-				failed = err
-			} else {
-				logger.Info("Restored EXCLUSIVE_PROCESS of a card with shares", "card", uuid)
-				delete(m.pendingModes, uuid)
-				m.changedLocked()
-			}
-			m.mu.Unlock()
-		}
-		switch act {
+		r := m.nextRound(time.Now())
+		failed := m.restoreModes(ctx, r.modes)
+		switch r.act {
 		case "ensure":
-			ensure := m.daemon.Ensure
-			if u, ok := m.daemon.(UnusedEnsurer); ok && unused {
-				ensure = u.EnsureUnused
-			}
-			err := ensure(ctx)
-			if err == nil && m.v3 != nil {
-				err = m.syncNamespaces(ctx)
-			}
-			m.mu.Lock()
-			m.attempts++
-			if err != nil {
-				m.ready = false
-				m.recordLocked(err)
+			if err := m.ensureDaemon(ctx, r); err != nil {
 				failed = err
-			} else {
-				m.ready, m.stopped, m.lastErr = true, false, nil
-				m.readyRound = round
-				m.changedLocked()
 			}
-			m.mu.Unlock()
 		case "stop":
 			again, err := m.stop(ctx)
 			if ctx.Err() != nil {
@@ -318,19 +259,12 @@ func (m *Manager) work(ctx context.Context) {
 				m.mu.Unlock()
 				continue
 			}
-			m.mu.Lock()
-			m.attempts++
-			if err != nil {
-				m.recordLocked(err)
+			if err := m.recordStop(err); err != nil {
 				failed = err
-			} else {
-				m.ready, m.stopped, m.lastErr = false, true, nil
-				m.changedLocked()
 			}
-			m.mu.Unlock()
 		}
 		if failed != nil {
-			logger.Error(failed, "MPS daemon or compute mode operation failed; retrying", "operation", act, "retryIn", backoff)
+			logger.Error(failed, "MPS daemon or compute mode operation failed; retrying", "operation", r.act, "retryIn", backoff)
 		}
 
 		m.mu.Lock()
@@ -343,12 +277,12 @@ func (m *Manager) work(ctx context.Context) {
 		case failed != nil:
 			wait = time.After(backoff)
 			backoff = min(2*backoff, m.timing.RetryMax)
-		case act != "" || len(modes) > 0:
+		case r.act != "" || len(r.modes) > 0:
 			// Look again at once: the wanted state may have changed.
 			backoff = m.timing.RetryMin
 			continue
-		case lingerLeft > 0:
-			wait = time.After(lingerLeft)
+		case r.lingerLeft > 0:
+			wait = time.After(r.lingerLeft)
 		}
 		select {
 		case <-ctx.Done():
@@ -357,6 +291,112 @@ func (m *Manager) work(ctx context.Context) {
 		case <-wait:
 		}
 	}
+}
+
+// round is what one turn of the worker does, decided under the lock.
+type round struct {
+	// act is "ensure", "stop" or "" (nothing to do for the daemon).
+	act string
+	// n numbers the ensure rounds (readyRound).
+	n int
+	// unused: no share is in use, so a daemon may be replaced.
+	unused bool
+	// modes are cards whose EXCLUSIVE_PROCESS is still to be restored.
+	modes []string
+	// lingerLeft is how much longer an unheld daemon stays wanted.
+	lingerLeft time.Duration
+}
+
+// nextRound decides the worker's next round and marks the Manager busy
+// when it has work.
+func (m *Manager) nextRound(now time.Time) round {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.kicked = false
+	want := m.wantedLocked(now)
+	r := round{}
+	switch {
+	case want && (!m.ready || m.verify):
+		r.act = "ensure"
+	case !want && !m.stopped:
+		r.act = "stop"
+		// From now on a share must not count on the daemon.
+		m.ready = false
+	}
+	m.verify = false
+	r.n = m.ensureRounds
+	if r.act == "ensure" {
+		m.ensureRounds++
+		r.n = m.ensureRounds
+	}
+	r.unused = m.settled && !m.inUseLocked()
+	r.modes = slices.Sorted(maps.Keys(m.pendingModes))
+	if want && len(m.holders) == 0 {
+		r.lingerLeft = m.keptUntilLocked().Sub(now)
+	}
+	m.busy = r.act != "" || len(r.modes) > 0
+	return r
+}
+
+// restoreModes sets EXCLUSIVE_PROCESS again on cards with shares whose
+// mode was lost; it returns the last failure.
+func (m *Manager) restoreModes(ctx context.Context, modes []string) error {
+	var failed error
+	for _, uuid := range modes {
+		err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess)
+		m.mu.Lock()
+		if err != nil {
+			m.recordLocked(fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
+			failed = err
+		} else {
+			klog.FromContext(ctx).Info("Restored EXCLUSIVE_PROCESS of a card with shares", "card", uuid)
+			delete(m.pendingModes, uuid)
+			m.changedLocked()
+		}
+		m.mu.Unlock()
+	}
+	return failed
+}
+
+// ensureDaemon starts or checks the daemon (replacing it only when no
+// share is in use) and, in v3 mode, syncs the namespaces; it records the
+// outcome.
+func (m *Manager) ensureDaemon(ctx context.Context, r round) error {
+	ensure := m.daemon.Ensure
+	if u, ok := m.daemon.(UnusedEnsurer); ok && r.unused {
+		ensure = u.EnsureUnused
+	}
+	err := ensure(ctx)
+	if err == nil && m.v3 != nil {
+		err = m.syncNamespaces(ctx)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.attempts++
+	if err != nil {
+		m.ready = false
+		m.recordLocked(err)
+		return err
+	}
+	m.ready, m.stopped, m.lastErr = true, false, nil
+	m.readyRound = r.n
+	m.changedLocked()
+	return nil
+}
+
+// recordStop records the outcome of a stop that was not to be decided
+// afresh, and returns its error.
+func (m *Manager) recordStop(err error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.attempts++
+	if err != nil {
+		m.recordLocked(err)
+		return err
+	}
+	m.ready, m.stopped, m.lastErr = false, true, nil
+	m.changedLocked()
+	return nil
 }
 
 // stop stops the daemon. With a StopGuard it does so only under the
