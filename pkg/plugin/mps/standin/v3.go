@@ -92,104 +92,133 @@ func (d *daemonState) executeV3(args []string) (string, bool, error) {
 	case "server create":
 		return d.serverCreate(inv)
 	case "server delete":
-		if err := inv.only(cmd); err != nil {
-			return "", false, err
-		}
-		if len(inv.names) != 1 {
-			return "", false, errors.New("usage: server delete <name>")
-		}
-		s, ok := d.v3Servers[inv.names[0]]
-		if !ok {
-			return "", false, fmt.Errorf("no server %s", inv.names[0])
-		}
-		if len(s.namespaces) > 0 {
-			return "", false, fmt.Errorf("server %s still has namespace %s", s.name, slices.Sorted(maps.Keys(s.namespaces))[0])
-		}
-		delete(d.v3Servers, s.name)
-		d.rmPipeSubdir(s.name)
-		return "", false, nil
+		return d.serverDelete(cmd, inv)
 	case "server list":
-		if err := inv.only(cmd); err != nil {
-			return "", false, err
-		}
-		// rule: server-ready, server-list-columns.
-		header := []string{"name", "uid", "pid", "status", d.column("pipe-directory"), d.column("allowed-devices")}
-		var rows [][]string
-		for _, name := range slices.Sorted(maps.Keys(d.v3Servers)) {
-			s := d.v3Servers[name]
-			rows = append(rows, []string{s.name, strconv.Itoa(s.uid), strconv.Itoa(s.pid), "Ready", filepath.Join(d.cfg.PipeDir, s.name), s.devices})
-		}
-		return renderTable(inv, header, rows), false, nil
+		return d.serverList(cmd, inv)
 	case "namespace create", "namespace set", "namespace delete":
 		return d.namespaceChange(args[1], inv)
 	case "namespace list":
-		if err := inv.only(cmd, "server"); err != nil {
-			return "", false, err
-		}
-		var rows [][]string
-		for _, sname := range slices.Sorted(maps.Keys(d.v3Servers)) {
-			if s := inv.opts["server"]; s != "" && s != sname {
-				continue
-			}
-			s := d.v3Servers[sname]
-			for _, name := range slices.Sorted(maps.Keys(s.namespaces)) {
-				rows = append(rows, d.namespaceRow(s, name))
-			}
-		}
-		if s := inv.opts["server"]; s != "" && d.v3Servers[s] == nil {
-			return "", false, fmt.Errorf("no server %s", s)
-		}
-		return renderTable(inv, d.namespaceColumns(), rows), false, nil
+		return d.namespaceList(cmd, inv)
 	case "namespace get":
 		return d.namespaceGet(inv)
 	case "client list":
-		if err := inv.only(cmd, "server", "namespace"); err != nil {
-			return "", false, err
-		}
-		// rule: client-list.
-		var rows [][]string
-		for _, sname := range slices.Sorted(maps.Keys(d.v3Servers)) {
-			s := d.v3Servers[sname]
-			if f := inv.opts["server"]; f != "" && f != sname {
-				continue
-			}
-			for _, name := range slices.Sorted(maps.Keys(s.namespaces)) {
-				if f := inv.opts["namespace"]; f != "" && f != name {
-					continue
-				}
-				for _, pid := range slices.Sorted(maps.Keys(s.namespaces[name].clients)) {
-					rows = append(rows, []string{strconv.Itoa(pid), sname, name})
-				}
-			}
-		}
-		return renderTable(inv, []string{"pid", "server", "namespace"}, rows), false, nil
+		return d.clientList(cmd, inv)
 	case "client terminate":
-		if err := inv.only(cmd, "server"); err != nil {
-			return "", false, err
-		}
-		if len(inv.names) != 1 {
-			return "", false, errors.New("usage: client terminate <pid> [--server=<server>]")
-		}
-		pid, err := strconv.Atoi(inv.names[0])
-		if err != nil {
-			return "", false, fmt.Errorf("%q is not a PID", inv.names[0])
-		}
-		for _, s := range d.v3Servers {
-			if f := inv.opts["server"]; f != "" && f != s.name {
-				continue
-			}
-			for _, ns := range s.namespaces {
-				if ns.clients[pid] {
-					delete(ns.clients, pid)
-					return "", false, nil
-				}
-			}
-		}
-		return "", false, fmt.Errorf("no client with PID %d", pid)
+		return d.clientTerminate(cmd, inv)
 	case "standin attach-client":
 		return d.attachClient(inv)
 	}
 	return "", false, fmt.Errorf("unknown command %q", cmd)
+}
+
+// serverDelete is `server delete <name>`; the server must have no
+// namespace left.
+func (d *daemonState) serverDelete(cmd string, inv v3Invocation) (string, bool, error) {
+	if err := inv.only(cmd); err != nil {
+		return "", false, err
+	}
+	if len(inv.names) != 1 {
+		return "", false, errors.New("usage: server delete <name>")
+	}
+	s, ok := d.v3Servers[inv.names[0]]
+	if !ok {
+		return "", false, fmt.Errorf("no server %s", inv.names[0])
+	}
+	if len(s.namespaces) > 0 {
+		return "", false, fmt.Errorf("server %s still has namespace %s", s.name, slices.Sorted(maps.Keys(s.namespaces))[0])
+	}
+	delete(d.v3Servers, s.name)
+	d.rmPipeSubdir(s.name)
+	return "", false, nil
+}
+
+// serverList is `server list`: the servers, as a table.
+func (d *daemonState) serverList(cmd string, inv v3Invocation) (string, bool, error) {
+	if err := inv.only(cmd); err != nil {
+		return "", false, err
+	}
+	// rule: server-ready, server-list-columns.
+	header := []string{"name", "uid", "pid", "status", d.column("pipe-directory"), d.column("allowed-devices")}
+	var rows [][]string
+	for _, name := range slices.Sorted(maps.Keys(d.v3Servers)) {
+		s := d.v3Servers[name]
+		rows = append(rows, []string{s.name, strconv.Itoa(s.uid), strconv.Itoa(s.pid), "Ready", filepath.Join(d.cfg.PipeDir, s.name), s.devices})
+	}
+	return renderTable(inv, header, rows), false, nil
+}
+
+// namespaceList is `namespace list [--server=<server>]`: the namespaces,
+// as a table.
+func (d *daemonState) namespaceList(cmd string, inv v3Invocation) (string, bool, error) {
+	if err := inv.only(cmd, "server"); err != nil {
+		return "", false, err
+	}
+	var rows [][]string
+	for _, sname := range slices.Sorted(maps.Keys(d.v3Servers)) {
+		if s := inv.opts["server"]; s != "" && s != sname {
+			continue
+		}
+		s := d.v3Servers[sname]
+		for _, name := range slices.Sorted(maps.Keys(s.namespaces)) {
+			rows = append(rows, d.namespaceRow(s, name))
+		}
+	}
+	if s := inv.opts["server"]; s != "" && d.v3Servers[s] == nil {
+		return "", false, fmt.Errorf("no server %s", s)
+	}
+	return renderTable(inv, d.namespaceColumns(), rows), false, nil
+}
+
+// clientList is `client list [--server=<server>] [--namespace=<name>]`:
+// the attached clients, as a table.
+func (d *daemonState) clientList(cmd string, inv v3Invocation) (string, bool, error) {
+	if err := inv.only(cmd, "server", "namespace"); err != nil {
+		return "", false, err
+	}
+	// rule: client-list.
+	var rows [][]string
+	for _, sname := range slices.Sorted(maps.Keys(d.v3Servers)) {
+		s := d.v3Servers[sname]
+		if f := inv.opts["server"]; f != "" && f != sname {
+			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(s.namespaces)) {
+			if f := inv.opts["namespace"]; f != "" && f != name {
+				continue
+			}
+			for _, pid := range slices.Sorted(maps.Keys(s.namespaces[name].clients)) {
+				rows = append(rows, []string{strconv.Itoa(pid), sname, name})
+			}
+		}
+	}
+	return renderTable(inv, []string{"pid", "server", "namespace"}, rows), false, nil
+}
+
+// clientTerminate is `client terminate <pid> [--server=<server>]`: the
+// client is detached from its namespace.
+func (d *daemonState) clientTerminate(cmd string, inv v3Invocation) (string, bool, error) {
+	if err := inv.only(cmd, "server"); err != nil {
+		return "", false, err
+	}
+	if len(inv.names) != 1 {
+		return "", false, errors.New("usage: client terminate <pid> [--server=<server>]")
+	}
+	pid, err := strconv.Atoi(inv.names[0])
+	if err != nil {
+		return "", false, fmt.Errorf("%q is not a PID", inv.names[0])
+	}
+	for _, s := range d.v3Servers {
+		if f := inv.opts["server"]; f != "" && f != s.name {
+			continue
+		}
+		for _, ns := range s.namespaces {
+			if ns.clients[pid] {
+				delete(ns.clients, pid)
+				return "", false, nil
+			}
+		}
+	}
+	return "", false, fmt.Errorf("no client with PID %d", pid)
 }
 
 func (d *daemonState) serverCreate(inv v3Invocation) (string, bool, error) {
