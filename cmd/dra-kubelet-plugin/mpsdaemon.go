@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/inpod"
 )
 
 // newMPSDaemonCommand is what the MPS daemon pod runs (--mps-daemon=pod).
@@ -32,11 +32,11 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if simulate {
-				pipeDir, err := mps.PipeDirFromEnv()
+				pipeDir, err := inpod.PipeDirFromEnv()
 				if err != nil {
 					return err
 				}
-				return mps.RunSimulatedControlDaemon(ctx, pipeDir)
+				return inpod.RunSimulated(ctx, pipeDir)
 			}
 			var env []string
 			if binary == "" {
@@ -48,7 +48,7 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 				// The driver's binary runs with the driver's own libraries.
 				binary, env = found, root.ToolEnv()
 			}
-			return mps.RunControlDaemon(ctx, mps.ControlDaemonConfig{Binary: binary, MultiUser: multiUser, Env: env})
+			return inpod.Run(ctx, inpod.Config{Binary: binary, MultiUser: multiUser, Env: env})
 		},
 	}
 	f := cmd.Flags()
@@ -56,7 +56,7 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 	f.StringVar(&driverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation (default: $NVIDIA_DRIVER_ROOT, which the plugin sets to the pod's /driver-root mount, else /)")
 	// Off unless given: the plugin builds the daemon pod's command with
 	// --mps-multi-user exactly when its own --mps-multi-user (default on)
-	// or MPS v3 asks for it (mps.BuildMPSDaemonPod), and the chart's
+	// or MPS v3 asks for it (mps.BuildDaemonPod), and the chart's
 	// admission policy admits exactly those commands; a pod an older plugin
 	// created without the flag keeps running as it was started.
 	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon in multi-user mode (-m with MPS v3, -M legacy); the plugin passes it to the daemon pod it creates when its own --mps-multi-user is on (the default)")

@@ -137,7 +137,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 		name string
 		sets []string
 		fake bool
-		// multiUser: the values of MPSDaemonPodConfig.MultiUser the plugin
+		// multiUser: the values of DaemonPodConfig.MultiUser the plugin
 		// may build with the chart's flags (pkg/plugin: v3 runs
 		// multi-user; auto picks v3 or classic by the driver); refused:
 		// the pods built with the other value.
@@ -172,7 +172,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			mpsNS := flags["mps-daemon-namespace"]
 			// The pod exactly as the plugin builds it from the chart's flags.
 			build := func(node string, multiUser bool) *corev1.Pod {
-				cfg := mps.MPSDaemonPodConfig{
+				cfg := mps.DaemonPodConfig{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
 					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
 					Command: mps.DaemonPodCommand, Layout: mps.Layout{Root: flags["mps-root"]},
@@ -181,7 +181,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 					// As pkg/plugin passes --mps-control-binary on.
 					ControlBinary: flags["mps-control-binary"],
 				}
-				pod, err := mps.BuildMPSDaemonPod(cfg)
+				pod, err := mps.BuildDaemonPod(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -78,11 +80,11 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- mps.RunStandInControlDaemon(ctx, mps.StandInConfig{PipeDir: layout.PipeDir(), LogDir: filepath.Join(root, "log"), Protocol: 2})
+		done <- standin.RunDaemon(ctx, standin.Config{PipeDir: layout.PipeDir(), LogDir: filepath.Join(root, "log"), Protocol: 2})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	deadline := time.Now().Add(10 * time.Second)
-	for mps.ProbeStandIn(context.Background(), layout.PipeDir()) != nil {
+	for standin.Probe(context.Background(), layout.PipeDir()) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("the stand-in daemon does not answer")
 		}
@@ -111,13 +113,13 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	}
 
 	client := func(v containerView, extra ...string) error {
-		env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + v.pipe, mps.StandInEnvClientShm + "=" + v.shm}
+		env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + v.pipe, standin.EnvClientShm + "=" + v.shm}
 		if v.pipeReadOnly {
-			env = append(env, mps.StandInEnvClientPipeRO+"=1")
+			env = append(env, standin.EnvClientPipeRO+"=1")
 		}
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer ccancel()
-		_, err := mps.StandInRunner{}.Run(cctx, []string{mps.MPSControlName, "standin", "client"}, append(env, extra...), "")
+		_, err := standin.Runner{}.Run(cctx, []string{control.BinaryName, "standin", "client"}, append(env, extra...), "")
 		return err
 	}
 	if view.shm != dirs.ShmDir("c1") {
@@ -130,7 +132,7 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	if err := client(view); err != nil {
 		t.Errorf("a CUDA client in the share's container does not reach MPS: %v", err)
 	}
-	if err := client(view, mps.StandInEnvClientWritesPipe+"=1"); err == nil || !strings.Contains(err.Error(), "read-only") {
+	if err := client(view, standin.EnvClientWritesPipe+"=1"); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("a client that creates an entry in the read-only pipe directory: %v, want it refused", err)
 	}
 }

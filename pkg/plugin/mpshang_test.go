@@ -17,6 +17,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 // A share that arrives while the node's MPS daemon starts waits for it,
@@ -46,7 +47,7 @@ func TestShareWaitsForAStartingDaemonWhileWholeCardsGoOn(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	returnsWithin(t, noWaitLimit, "whole-card prepare and unprepare while a share waits for the daemon", func() error {
+	mpstest.ReturnsWithin(t, noWaitLimit, "whole-card prepare and unprepare while a share waits for the daemon", func() error {
 		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
 			t.Error(err)
 		}
@@ -94,7 +95,7 @@ func (d *standInV3Daemon) Ensure(ctx context.Context) error {
 		runCtx, cancel := context.WithCancel(context.Background())
 		d.cancel, d.done = cancel, make(chan error, 1)
 		go func(done chan error) {
-			done <- mps.RunStandInControlDaemon(runCtx, mps.StandInConfig{PipeDir: layout.PipeDir(), LogDir: layout.LogDir(), Protocol: 3, MultiUser: true})
+			done <- standin.RunDaemon(runCtx, standin.Config{PipeDir: layout.PipeDir(), LogDir: layout.LogDir(), Protocol: 3, MultiUser: true})
 		}(d.done)
 		socket := filepath.Join(layout.PipeDir(), "control")
 		for {
@@ -149,8 +150,8 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 		shareDone <- err
 	}()
 	<-ctl.Hung
-	returnsWithin(t, time.Second, "the MPS status while a control command hangs", func() mps.Status { return h.shares.Status() })
-	returnsWithin(t, controlTimeout+noWaitLimit, "a whole-card prepare while a share's control command hangs", func() error {
+	mpstest.ReturnsWithin(t, time.Second, "the MPS status while a control command hangs", func() mps.Status { return h.shares.Status() })
+	mpstest.ReturnsWithin(t, controlTimeout+noWaitLimit, "a whole-card prepare while a share's control command hangs", func() error {
 		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
 			t.Errorf("whole card: %v", err)
 		}
@@ -189,7 +190,7 @@ func newV3StandInHarness(t *testing.T, controlTimeout time.Duration) (*harness, 
 	var ctl *mpstest.HangingControl
 	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
 	h.managerOpts = func(layout mps.Layout, cards []string) []mps.ManagerOption {
-		ctl = mpstest.NewHangingControl(mps.StandInControl(layout.PipeDir()))
+		ctl = mpstest.NewHangingControl(standin.Control(layout.PipeDir()))
 		return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl.Control, cards), mps.ClaimDirs{Layout: layout})}
 	}
 	h.timing = mps.Timing{ControlTimeout: controlTimeout, ReadyWait: 10 * time.Second, StartWait: 10 * time.Second,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
 // gatedDaemon is the simulated daemon made slow or failing: while a gate is
@@ -87,22 +88,6 @@ func newGatedHarness(t *testing.T) (*harness, *gatedDaemon) {
 	h.timing = mps.Timing{ReadyWait: 20 * time.Millisecond, StartWait: 20 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond, Linger: time.Minute}
 	h.restart()
 	return h, gated
-}
-
-// returnsWithin runs f and fails the test if it has not returned after
-// limit: a call that waits for a blocked daemon never returns, so this
-// tells "did not wait" from "waited", not how fast the call is.
-func returnsWithin[T any](t *testing.T, limit time.Duration, what string, f func() T) T {
-	t.Helper()
-	done := make(chan T, 1)
-	go func() { done <- f() }()
-	select {
-	case v := <-done:
-		return v
-	case <-time.After(limit):
-		t.Fatalf("%s did not return while the MPS daemon was blocked: it waits on MPS", what)
-		panic("unreachable")
-	}
 }
 
 const noWaitLimit = 20 * time.Second
@@ -194,7 +179,7 @@ func TestStartupDoesNotWaitForTheDaemon(t *testing.T) {
 	}
 	gate := make(chan struct{})
 	gated.set(func(g *gatedDaemon) { g.ensureGate = gate })
-	returnsWithin(t, noWaitLimit, "start-up", func() error { return h.tryStart() })
+	mpstest.ReturnsWithin(t, noWaitLimit, "start-up", func() error { return h.tryStart() })
 	if n := len(h.driver.Records()); n != 6 {
 		t.Errorf("%d claims after start-up, want 6", n)
 	}
@@ -212,7 +197,7 @@ func TestSlowDaemonHoldsUpNothing(t *testing.T) {
 	gated.set(func(g *gatedDaemon) { g.ensureGate = gate })
 
 	share := claimWith("s1", shareResult("gpu", "gpu-0", "share-1", "10Gi", ""))
-	res := returnsWithin(t, noWaitLimit, "a share's prepare", func() map[types.UID]error {
+	res := mpstest.ReturnsWithin(t, noWaitLimit, "a share's prepare", func() map[types.UID]error {
 		out := map[types.UID]error{}
 		for uid, r := range h.prepare(share) {
 			out[uid] = r.Err
@@ -226,7 +211,7 @@ func TestSlowDaemonHoldsUpNothing(t *testing.T) {
 	if len(h.driver.Records()) != 0 || len(h.shares.Holders()) != 0 {
 		t.Errorf("a refused share left records %v, holders %v", h.driver.Records(), h.shares.Holders())
 	}
-	returnsWithin(t, noWaitLimit, "whole-card prepare, unprepare and the health check's empty call", func() error {
+	mpstest.ReturnsWithin(t, noWaitLimit, "whole-card prepare, unprepare and the health check's empty call", func() error {
 		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
 			t.Error(err)
 		}
@@ -252,7 +237,7 @@ func TestSlowDaemonHoldsUpNothing(t *testing.T) {
 
 	stopGate := make(chan struct{})
 	gated.set(func(g *gatedDaemon) { g.stopGate = stopGate })
-	returnsWithin(t, noWaitLimit, "the last share's unprepare", func() error { return h.unprepare("s1")["s1"] })
+	mpstest.ReturnsWithin(t, noWaitLimit, "the last share's unprepare", func() error { return h.unprepare("s1")["s1"] })
 	close(stopGate)
 	h.assertConsistent()
 }

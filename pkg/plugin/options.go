@@ -238,13 +238,13 @@ var mpsDaemonPodCommand = mps.DaemonPodCommand
 // that do not depend on the node's cards (the driver fills those in).
 // hostDriverRoot is the driver root as the host sees it: the daemon pod's
 // default when --mps-daemon-driver-root is not set.
-func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (mps.MPSDaemonPodConfig, error) {
+func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (mps.DaemonPodConfig, error) {
 	switch o.MPSDaemonMode {
 	case MPSDaemonProcess:
-		return mps.MPSDaemonPodConfig{}, nil
+		return mps.DaemonPodConfig{}, nil
 	case MPSDaemonPod:
 	default:
-		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", o.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
+		return mps.DaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", o.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
 	}
 	namespace := o.MPSDaemonNamespace
 	if namespace == "" {
@@ -252,9 +252,9 @@ func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (mps.MPSDaemonP
 	}
 	switch {
 	case o.MPSDaemonImage == "":
-		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
+		return mps.DaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
 	case namespace == "":
-		return mps.MPSDaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
+		return mps.DaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
 	case strings.HasPrefix(namespace, "kube-"):
 		// The plugin may create pods where its daemon lives; kube-*
 		// namespaces hold the cluster's own components and are often
@@ -263,15 +263,15 @@ func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (mps.MPSDaemonP
 		if o.MPSDaemonNamespace == "" {
 			source = "$POD_NAMESPACE"
 		}
-		return mps.MPSDaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
+		return mps.DaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
 	}
 	pull := corev1.PullPolicy(o.MPSDaemonPull)
 	switch pull {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
-		return mps.MPSDaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", o.MPSDaemonPull)
+		return mps.DaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", o.MPSDaemonPull)
 	}
-	cfg := mps.MPSDaemonPodConfig{
+	cfg := mps.DaemonPodConfig{
 		Prefix:            o.MPSDaemonPrefix,
 		Namespace:         namespace,
 		Image:             o.MPSDaemonImage,

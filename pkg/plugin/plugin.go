@@ -26,6 +26,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
@@ -86,7 +88,7 @@ type wiring struct {
 	Node
 	mpsMode           mps.Mode
 	mpsShmSizeBytes   int64
-	mpsDaemonPod      mps.MPSDaemonPodConfig
+	mpsDaemonPod      mps.DaemonPodConfig
 	nonRootNamespaces labels.Selector
 	xidPolicy         xidtaint.Policy
 }
@@ -435,7 +437,7 @@ func newShares(ctx context.Context, opts *wiring, allocatable map[string]int64, 
 	if err != nil {
 		return nil, err
 	}
-	daemon := mps.NewMPSDaemon(mps.MPSDaemonConfig{
+	daemon := mps.NewProcessDaemon(mps.ProcessDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
 		Wrapper:        mps.PrivateShmWrapper(layout.ShmDir()),
@@ -488,7 +490,7 @@ func newClaimDirs(opts *wiring) mps.ClaimDirs {
 // v3Option configures a Manager for MPS v3: namespaces through ctl, and
 // the claims' own /dev/shm (the same directories the driver makes for
 // every claim).
-func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl mps.ControlFunc, shareable []string) []mps.ManagerOption {
+func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl control.Func, shareable []string) []mps.ManagerOption {
 	if mode != mps.ModeV3 {
 		return nil
 	}
@@ -551,7 +553,7 @@ func newPodShares(ctx context.Context, opts *wiring, layout mps.Layout, shareabl
 	if opts.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
 		return mps.NewManager(layout, daemon, &mps.RecordingComputeModeSetter{}, shareable,
-			append(v3Option(mode, claimDirs, mps.StandInControl(layout.PipeDir()), shareable), managerTiming(opts))...), nil
+			append(v3Option(mode, claimDirs, standin.Control(layout.PipeDir()), shareable), managerTiming(opts))...), nil
 	}
 	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
 	if err != nil {
@@ -565,7 +567,7 @@ func newPodShares(ctx context.Context, opts *wiring, layout mps.Layout, shareabl
 		if err != nil {
 			return nil, err
 		}
-		managerOpts = append(managerOpts, v3Option(mode, claimDirs, mps.BinaryControl(nil, binary, layout.PipeDir(), mps.WithControlEnv(mpsControlEnv(opts)...)), shareable)...)
+		managerOpts = append(managerOpts, v3Option(mode, claimDirs, control.Binary(nil, binary, layout.PipeDir(), control.WithEnv(mpsControlEnv(opts)...)), shareable)...)
 	}
 	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
 	return mps.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil

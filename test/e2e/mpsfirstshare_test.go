@@ -36,7 +36,7 @@ var _ = Describe("Real GPU path: the first share on an idle node", Label(realPat
 		By("deleting the node's MPS daemon pod, which the idle grace may keep")
 		mpsNS := *releaseNamespace + "-mps"
 		list, err := clientset.CoreV1().Pods(mpsNS).List(ctx, metav1.ListOptions{
-			LabelSelector: mps.LabelComponent + "=" + mps.MPSDaemonComponent,
+			LabelSelector: mps.LabelComponent + "=" + mps.DaemonComponent,
 			FieldSelector: "spec.nodeName=" + gpuNode,
 		})
 		Expect(err).NotTo(HaveOccurred())

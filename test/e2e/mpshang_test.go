@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 // hungPrepareLimit bounds how long a share's prepare may take to fail when
@@ -30,7 +31,7 @@ var _ = Describe("Real GPU path: a hung MPS control command", Label(realPathLabe
 	It("fails only the share that needs it, within its deadline, while a whole card runs", func(ctx SpecContext) {
 		scenario("hung MPS control: 'namespace create' never answers; a share's prepare fails by its deadline, a whole card runs, the share runs once the daemon answers")
 		layout := mps.Layout{Root: *mpsRoot}
-		hangFile := filepath.Join(layout.LogDir(), mps.StandInHangFile)
+		hangFile := filepath.Join(layout.LogDir(), standin.HangFile)
 		Expect(os.MkdirAll(layout.LogDir(), 0o755)).To(Succeed())
 		Expect(os.WriteFile(hangFile, []byte("namespace create\n"), 0o644)).To(Succeed())
 		DeferCleanup(func() { _ = os.Remove(hangFile) })

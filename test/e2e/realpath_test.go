@@ -28,6 +28,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -211,7 +212,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		pipeDir := layout.PipeDir()
 		logDir := layout.LogDir()
 		mpsControl(ctx, pipeDir, "server", "list", "--format=csv")
-		commands, err := mps.StandInCommands(logDir)
+		commands, err := standin.Commands(logDir)
 		Expect(err).NotTo(HaveOccurred(), "the stand-in MPS daemon's control.log")
 		Expect(commands).To(ContainElement("server list --format=csv"), "the stand-in MPS daemon on the share's pipe directory did not get the command")
 		GinkgoWriter.Printf("  %s: compute mode %s in calls.log; the stand-in MPS daemon on %s logged %q\n", uuid, exclusiveProcessMode, pipeDir, commands)
@@ -237,7 +238,7 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		Expect(now.Status.ContainerStatuses).NotTo(BeEmpty())
 		Expect(now.Status.ContainerStatuses[0].RestartCount).To(BeZero(), "the MPS daemon restarted")
 		mpsControl(ctx, pipeDir, "server", "list", "--format=csv")
-		after, err := mps.StandInCommands(logDir)
+		after, err := standin.Commands(logDir)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(len(after)).To(BeNumerically(">", len(commands)), "the stand-in MPS daemon no longer answers after the plugin's restart: %q", after)
 		Expect(after[:len(commands)]).To(Equal(commands), "the stand-in's log must continue, not start over")
@@ -266,7 +267,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			createTemplate(ctx, ns, pod, share)
 		}
 		layout := mps.Layout{Root: *mpsRoot}
-		before, _ := mps.StandInCommands(layout.LogDir())
+		before, _ := standin.Commands(layout.LogDir())
 
 		// The first share writes its marker into its /dev/shm before the
 		// others start; they must not see it.
@@ -292,7 +293,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 				"pod %s's /dev/shm must hold its own marker only, not another share's", pod)
 		}
 
-		entries, err := mps.StandInLog(layout.LogDir())
+		entries, err := standin.Log(layout.LogDir())
 		Expect(err).NotTo(HaveOccurred())
 		entries = entries[len(before):]
 		// The plugin drives MPS v3 as NVIDIA documents it: every command as
@@ -327,7 +328,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			deletePodAndWait(ctx, ns, pod)
 		}
 		Eventually(func(g Gomega) {
-			after, err := mps.StandInCommands(layout.LogDir())
+			after, err := standin.Commands(layout.LogDir())
 			g.Expect(err).NotTo(HaveOccurred())
 			for _, uid := range claims {
 				g.Expect(after).To(ContainElement("namespace delete " + mps.NamespaceName(uid) + " --server=" + mps.DefaultV3Server))
@@ -446,7 +447,7 @@ func pluginPod(ctx context.Context) *corev1.Pod {
 // <release namespace>-mps), apart from the release's other components.
 func mpsDaemonPod(ctx context.Context) *corev1.Pod {
 	list, err := clientset.CoreV1().Pods(*releaseNamespace+"-mps").List(ctx, metav1.ListOptions{
-		LabelSelector: mps.LabelComponent + "=" + mps.MPSDaemonComponent,
+		LabelSelector: mps.LabelComponent + "=" + mps.DaemonComponent,
 		FieldSelector: "spec.nodeName=" + gpuNode,
 	})
 	Expect(err).NotTo(HaveOccurred())

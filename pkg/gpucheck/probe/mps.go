@@ -37,12 +37,12 @@ type readOnlyModes struct{ mps.RecordingComputeModeSetter }
 // with the driver root's libraries and multi-user (-M classic, -m v3), as
 // the plugin runs it by default; wrapper, when set, starts it in a mount
 // namespace of its own (mps.PrivateShmWrapper), as the plugin does.
-func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3 bool, wrapper []string) (*mps.Manager, *mps.MPSDaemon) {
+func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3 bool, wrapper []string) (*mps.Manager, *mps.ProcessDaemon) {
 	protocol := 2
 	if v3 {
 		protocol = 3
 	}
-	daemon := mps.NewMPSDaemon(mps.MPSDaemonConfig{
+	daemon := mps.NewProcessDaemon(mps.ProcessDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
 		VisibleDevices: []string{card},

@@ -23,23 +23,6 @@ import (
 // showed it, see docs/enforcement.md). The directory is created at prepare, removed at unprepare, and those no
 // prepared claim owns are swept at start-up (pkg/plugin recover.go).
 
-// ClaimsDir holds the per-claim directories.
-func (l Layout) ClaimsDir() string { return filepath.Join(l.Root, "claims") }
-
-// ClaimShmDir is the claim's /dev/shm.
-func (l Layout) ClaimShmDir(claimUID string) string {
-	return filepath.Join(l.ClaimsDir(), claimUID, "shm")
-}
-
-// NamespacePipeDir is where a v3 client reaches its namespace: the
-// namespace's socket directory under the server's, which the control
-// daemon creates (NVIDIA, "MPS v3 Namespaces", Namespace Routing). A
-// container mounts only this directory, so it cannot reach the daemon's
-// main control socket or another namespace.
-func (l Layout) NamespacePipeDir(server, claimUID string) string {
-	return filepath.Join(l.PipeDir(), server, NamespaceName(claimUID))
-}
-
 // claimUIDForm is what a claim UID looks like; anything else under the
 // claims directory is not ours to remove.
 var claimUIDForm = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$|^[a-z0-9][a-z0-9-]{0,62}$`)

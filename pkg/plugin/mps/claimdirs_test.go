@@ -96,3 +96,12 @@ func TestClaimDirs(t *testing.T) {
 		})
 	}
 }
+
+func TestClaimDirsRefuseOddNames(t *testing.T) {
+	dirs := ClaimDirs{Layout: Layout{Root: t.TempDir()}}
+	for _, uid := range []string{"..", "a/b", "", "UPPER"} {
+		if err := dirs.Create(context.Background(), uid); err == nil {
+			t.Errorf("Create(%q) succeeded", uid)
+		}
+	}
+}

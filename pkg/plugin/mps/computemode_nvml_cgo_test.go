@@ -14,6 +14,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 func TestNVMLComputeModeSetter(t *testing.T) {
@@ -105,12 +106,12 @@ func TestNVMLComputeModeSetterOnMockLibrary(t *testing.T) {
 
 // TestManagerOnMockDriver is a share's life on a GPU node, with the driver
 // replaced by its mocks: the C NVML library records the compute modes and the
-// stand-in nvidia-cuda-mps-control, run by MPSDaemon, records the commands.
+// stand-in nvidia-cuda-mps-control, run by ProcessDaemon, records the commands.
 func TestManagerOnMockDriver(t *testing.T) {
 	setter, state := mockNVMLSetter(t)
 	layout := Layout{Root: shortRoot(t)}
 	card1, card2 := fakegpu.FakeGPUUUID("mock-node", 1), fakegpu.FakeGPUUUID("mock-node", 2)
-	daemon := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{card1, card2}})
+	daemon := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{card1, card2}})
 	// The stand-in is a separate process that may take longer than the
 	// default one-second wait to answer under the race detector; this test is
 	// about what reaches the driver, not about the retryable not-ready answer.
@@ -140,7 +141,7 @@ func TestManagerOnMockDriver(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("calls.log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	commands, err := StandInCommands(layout.LogDir())
+	commands, err := standin.Commands(layout.LogDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 )
 
 // ControlTimeoutError answers a control command that got no answer within
@@ -27,7 +29,7 @@ func (e *ControlTimeoutError) Error() string {
 // returns by it even if ctl does not heed its context (its goroutine then
 // ends when ctl does). A command that times out marks the control daemon
 // unresponsive; one that succeeds marks it answering again.
-func (m *Manager) deadlineControl(ctl ControlFunc) ControlFunc {
+func (m *Manager) deadlineControl(ctl control.Func) control.Func {
 	return func(ctx context.Context, argv []string) (string, error) {
 		command := strings.Join(argv, " ")
 		start := time.Now()

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
-func newHangingControl(t *testing.T, ctl ControlFunc) *mpstest.HangingControl {
+func newHangingControl(t *testing.T, ctl control.Func) *mpstest.HangingControl {
 	h := mpstest.NewHangingControl(ctl)
 	t.Cleanup(func() { h.Set("") })
 	return h
@@ -28,20 +29,6 @@ func newHangingV3Manager(t *testing.T, timing Timing) (*Manager, *mpstest.Hangin
 		WithV3(NewV3Namespaces(ctl.Control, cards), ClaimDirs{Layout: layout}))
 	t.Cleanup(m.Close)
 	return m, ctl
-}
-
-// returnsIn fails the test unless f returns within limit.
-func returnsIn[T any](t *testing.T, limit time.Duration, what string, f func() T) T {
-	t.Helper()
-	done := make(chan T, 1)
-	go func() { done <- f() }()
-	select {
-	case v := <-done:
-		return v
-	case <-time.After(limit):
-		t.Fatalf("%s did not return within %s", what, limit)
-		panic("unreachable")
-	}
 }
 
 // A control daemon that stops answering: every command returns by its
@@ -63,8 +50,8 @@ func TestManagerControlCommandThatNeverAnswers(t *testing.T) {
 	go func() { done <- m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", MemoryBytes: 1 << 30}}) }()
 	<-ctl.Hung
 	// While the command hangs, the Manager's state is readable.
-	returnsIn(t, time.Second, "Status while a control command hangs", func() Status { return m.Status() })
-	returnsIn(t, time.Second, "Holders while a control command hangs", func() map[string][]string { return m.Holders() })
+	mpstest.ReturnsWithin(t, time.Second, "Status while a control command hangs", func() Status { return m.Status() })
+	mpstest.ReturnsWithin(t, time.Second, "Holders while a control command hangs", func() map[string][]string { return m.Holders() })
 
 	var err error
 	select {
@@ -92,7 +79,7 @@ func TestManagerControlCommandThatNeverAnswers(t *testing.T) {
 	// A later share is refused at once (retryable), not after another
 	// deadline under the caller's lock.
 	var notReady *DaemonNotReadyError
-	err = returnsIn(t, 5*time.Second, "a share while the control daemon is unresponsive", func() error {
+	err = mpstest.ReturnsWithin(t, 5*time.Second, "a share while the control daemon is unresponsive", func() error {
 		return m.Acquire(ctx, "c3", []Share{{Card: "GPU-b"}})
 	})
 	if !errors.As(err, &notReady) {
@@ -126,19 +113,19 @@ func TestManagerHungClaimHoldsUpNoOtherClaim(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m.Acquire(ctx, "c1", []Share{{Card: "GPU-a"}}) }()
 	<-ctl.Hung
-	returnsIn(t, 10*time.Second, "another claim's share while c1's command hangs", func() error {
+	mpstest.ReturnsWithin(t, 10*time.Second, "another claim's share while c1's command hangs", func() error {
 		if err := m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", ThreadPercent: 30}}); err != nil {
 			t.Errorf("c2: %v", err)
 		}
 		return nil
 	})
-	returnsIn(t, 10*time.Second, "another claim's release while c1's command hangs", func() error {
+	mpstest.ReturnsWithin(t, 10*time.Second, "another claim's release while c1's command hangs", func() error {
 		if err := m.Release(ctx, "c0"); err != nil {
 			t.Errorf("releasing c0: %v", err)
 		}
 		return nil
 	})
-	if st := returnsIn(t, time.Second, "Status", m.Status); !st.Ready {
+	if st := mpstest.ReturnsWithin(t, time.Second, "Status", m.Status); !st.Ready {
 		t.Errorf("status %+v: a hang of c1's command within its deadline is not the daemon's failure", st)
 	}
 	select {
@@ -228,7 +215,7 @@ func TestAwaitDaemonWaitsForAStartingDaemon(t *testing.T) {
 				defer m.Close()
 				callCtx, cancel := context.WithTimeout(ctx, tc.deadline)
 				defer cancel()
-				err := returnsIn(t, 10*time.Second, "AwaitDaemon", func() error {
+				err := mpstest.ReturnsWithin(t, 10*time.Second, "AwaitDaemon", func() error {
 					done, err := m.AwaitDaemon(callCtx)
 					done()
 					return err
@@ -388,7 +375,7 @@ func TestManagerShareRefusedNamesTheHungCommand(t *testing.T) {
 		}
 		waitIdle(t, m)
 		ctl.Set("namespace create")
-		err := returnsIn(t, 20*timeout, "a share whose namespace create hangs", func() error {
+		err := mpstest.ReturnsWithin(t, 20*timeout, "a share whose namespace create hangs", func() error {
 			return m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", MemoryBytes: 1 << 30}})
 		})
 		if err == nil || !strings.Contains(err.Error(), "namespace create") || !strings.Contains(err.Error(), "answer") {

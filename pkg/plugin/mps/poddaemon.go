@@ -1,13 +1,12 @@
 package mps
 
+// PodDaemon: the node's MPS daemon in a pod the plugin creates and deletes.
+
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -23,207 +21,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// ControlSocket is the unix socket the control daemon listens on; clients
-// (nvidia-cuda-mps-control without -f, and the CUDA runtime) connect to it.
-func (l Layout) ControlSocket() string { return filepath.Join(l.PipeDir(), "control") }
-
-// Labels of the MPS daemon pod. The component differs from the plugin's, so
-// that selecting the plugin's pods never selects the daemon.
-const (
-	LabelComponent      = "app.kubernetes.io/component"
-	MPSDaemonComponent  = "mps-daemon"
-	LabelNode           = "gpu.tangram.dev/node"
-	mpsDaemonContainer  = "mps-control-daemon"
-	podDriverRootMount  = "/driver-root"
-	maxPodNameLength    = 253
-	defaultPodStartWait = 90 * time.Second
-)
-
-// MPSDaemonPodConfig describes the daemon pod; BuildMPSDaemonPod turns it
-// into a Pod object.
-type MPSDaemonPodConfig struct {
-	// Prefix names the pod <Prefix>-mps-<NodeName>, e.g. the release name.
-	Prefix    string
-	Namespace string
-	NodeName  string
-	// NodeUID makes the Node the pod's owner: the pod is garbage collected
-	// with its node.
-	NodeUID         string
-	Image           string
-	ImagePullPolicy corev1.PullPolicy
-	// ImagePullSecrets name secrets of Namespace, as the plugin's pod has.
-	ImagePullSecrets []string
-	// Command runs the daemon in the image (DaemonPodCommand); flags are
-	// appended.
-	Command []string
-	Layout  Layout
-	// VisibleDevices are the shareable cards' UUIDs (CUDA_VISIBLE_DEVICES).
-	VisibleDevices []string
-	// ControlBinary is nvidia-cuda-mps-control as the pod finds it.
-	ControlBinary string
-	MultiUser     bool
-	// Protocol 3 runs the daemon as MPS v3 (CUDA_MPS_PROTOCOL_VERSION=3).
-	Protocol int
-	// Simulate runs the stand-in daemon (fake GPUs).
-	Simulate bool
-	// DriverRoot is the host's NVIDIA driver root, mounted read-only at
-	// /driver-root like the plugin has it; empty for none (fake GPUs).
-	DriverRoot string
-	// PriorityClassName of the pod, e.g. system-node-critical; empty for
-	// none (the plugin's flag has the default, so the chart can pass its
-	// own value, empty included).
-	PriorityClassName string
-}
-
-// MPSDaemonPodName returns <prefix>-mps-<node>; a name longer than a pod
-// name may be is cut and ends in a hash of the full name, so that two long
-// node names still get different pods.
-func MPSDaemonPodName(prefix, node string) string {
-	name := prefix + "-mps-" + node
-	if len(name) <= maxPodNameLength {
-		return name
-	}
-	sum := sha256.Sum256([]byte(name))
-	suffix := "-" + hex.EncodeToString(sum[:])[:10]
-	return strings.TrimRight(name[:maxPodNameLength-len(suffix)], "-.") + suffix
-}
-
-// DaemonPodCommand runs the daemon in the plugin's image (the chart's
-// command is the same binary). The chart's daemon-pod admission policy
-// allows exactly this command followed by the words BuildMPSDaemonPod
-// appends (the DaemonFlag constants), and nothing else.
-var DaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
-
-// The words BuildMPSDaemonPod appends to the command.
-const (
-	DaemonFlagSimulate      = "--simulate"
-	DaemonFlagMultiUser     = "--mps-multi-user"
-	DaemonFlagControlBinary = "--mps-control-binary="
-)
-
-// BuildMPSDaemonPod returns the pod that runs the node's MPS control daemon.
-// It is pinned with spec.nodeName (no scheduler: it must run on this node,
-// even one the scheduler would refuse) and tolerates every taint.
-func BuildMPSDaemonPod(cfg MPSDaemonPodConfig) (*corev1.Pod, error) {
-	switch {
-	case cfg.Prefix == "", cfg.Namespace == "", cfg.NodeName == "", cfg.Image == "":
-		return nil, fmt.Errorf("MPS daemon pod: prefix, namespace, node name and image are required (got %q, %q, %q, %q)",
-			cfg.Prefix, cfg.Namespace, cfg.NodeName, cfg.Image)
-	case len(cfg.Command) == 0:
-		return nil, errors.New("MPS daemon pod: command is required")
-	case cfg.Layout.Root == "":
-		return nil, errors.New("MPS daemon pod: the MPS root is required")
-	}
-	args := []string{}
-	if cfg.Simulate {
-		args = append(args, DaemonFlagSimulate)
-	} else {
-		if cfg.ControlBinary != "" {
-			args = append(args, DaemonFlagControlBinary+cfg.ControlBinary)
-		}
-		if cfg.MultiUser {
-			args = append(args, DaemonFlagMultiUser)
-		}
-	}
-	hostDir := corev1.HostPathDirectoryOrCreate
-	volumes := []corev1.Volume{
-		{Name: "mps-pipe", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.PipeDir(), Type: &hostDir}}},
-		{Name: "mps-log", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.LogDir(), Type: &hostDir}}},
-		{Name: "mps-shm", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.ShmDir(), Type: &hostDir}}},
-	}
-	// The pipe directory keeps its host path (CDI mounts and
-	// CUDA_MPS_PIPE_DIRECTORY name it); <mps-root>/shm becomes the daemon's
-	// own /dev/shm (shares' containers have their claim's).
-	mounts := []corev1.VolumeMount{
-		{Name: "mps-pipe", MountPath: cfg.Layout.PipeDir()},
-		{Name: "mps-log", MountPath: cfg.Layout.LogDir()},
-		{Name: "mps-shm", MountPath: "/dev/shm"},
-	}
-	env := []corev1.EnvVar{
-		{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: cfg.Layout.PipeDir()},
-		{Name: "CUDA_MPS_LOG_DIRECTORY", Value: cfg.Layout.LogDir()},
-		{Name: "CUDA_VISIBLE_DEVICES", Value: strings.Join(cfg.VisibleDevices, ",")},
-	}
-	if cfg.Protocol == 3 {
-		env = append(env, corev1.EnvVar{Name: "CUDA_MPS_PROTOCOL_VERSION", Value: "3"})
-	}
-	if cfg.DriverRoot != "" {
-		hostExisting := corev1.HostPathDirectory
-		volumes = append(volumes, corev1.Volume{Name: "driver-root", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: cfg.DriverRoot, Type: &hostExisting}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: podDriverRootMount, ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "NVIDIA_DRIVER_ROOT", Value: podDriverRootMount})
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      MPSDaemonPodName(cfg.Prefix, cfg.NodeName),
-			Namespace: cfg.Namespace,
-			Labels: map[string]string{
-				"app.kubernetes.io/name":       "tangram",
-				LabelComponent:                 MPSDaemonComponent,
-				"app.kubernetes.io/managed-by": "tangram-dra-kubelet-plugin",
-				LabelNode:                      labelValue(cfg.NodeName),
-			},
-		},
-		Spec: corev1.PodSpec{
-			NodeName:                     cfg.NodeName,
-			RestartPolicy:                corev1.RestartPolicyAlways,
-			PriorityClassName:            cfg.PriorityClassName,
-			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			AutomountServiceAccountToken: ptr.To(false),
-			EnableServiceLinks:           ptr.To(false),
-			// The host's PID namespace: the driver accounts an MPS
-			// client by its host PID, and a daemon in a PID namespace of
-			// its own cannot register its clients, so per-cgroup memory
-			// limits go unenforced (NVIDIA's field reports; NVIDIA's DRA
-			// driver runs its daemon so too). The chart's admission
-			// policy allows this, and nothing else of the host's.
-			HostPID: true,
-			// SIGTERM makes the daemon runner send quit; give it time.
-			TerminationGracePeriodSeconds: ptr.To[int64](30),
-			Containers: []corev1.Container{{
-				Name:            mpsDaemonContainer,
-				Image:           cfg.Image,
-				ImagePullPolicy: cfg.ImagePullPolicy,
-				Command:         append(append([]string(nil), cfg.Command...), args...),
-				Env:             env,
-				VolumeMounts:    mounts,
-				// Privileged for the card's device nodes, as the plugin.
-				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceCPU:    resource.MustParse("10m"),
-					corev1.ResourceMemory: resource.MustParse("16Mi"),
-				}},
-			}},
-			Volumes: volumes,
-		},
-	}
-	for _, name := range cfg.ImagePullSecrets {
-		pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
-	}
-	if cfg.NodeUID != "" {
-		// No blockOwnerDeletion: that would need update on nodes/finalizers.
-		pod.OwnerReferences = []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeUID),
-		}}
-	}
-	return pod, nil
-}
-
-// labelValue fits a node name into a label value (63 characters).
-func labelValue(s string) string {
-	if len(s) <= 63 {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return strings.TrimRight(s[:52], "-._") + "-" + hex.EncodeToString(sum[:])[:10]
-}
-
 // PodDaemonConfig configures a PodDaemon.
 type PodDaemonConfig struct {
 	Client kubernetes.Interface
 	// Pod describes the pod; NodeUID is filled in from the Node if empty.
-	Pod MPSDaemonPodConfig
+	Pod DaemonPodConfig
 	// StartTimeout bounds how long Ensure waits for a new or adopted pod's
 	// daemon to answer (image pull included). Default 90s.
 	StartTimeout time.Duration
@@ -267,14 +69,14 @@ func NewPodDaemon(cfg PodDaemonConfig) (*PodDaemon, error) {
 		cfg.PollInterval = 250 * time.Millisecond
 	}
 	// Fail at start-up, not at the first share, on a bad configuration.
-	if _, err := BuildMPSDaemonPod(cfg.Pod); err != nil {
+	if _, err := BuildDaemonPod(cfg.Pod); err != nil {
 		return nil, err
 	}
 	return &PodDaemon{cfg: cfg}, nil
 }
 
 // Name is the daemon pod's name.
-func (d *PodDaemon) Name() string { return MPSDaemonPodName(d.cfg.Pod.Prefix, d.cfg.Pod.NodeName) }
+func (d *PodDaemon) Name() string { return DaemonPodName(d.cfg.Pod.Prefix, d.cfg.Pod.NodeName) }
 
 func (d *PodDaemon) pods() podClient {
 	return d.cfg.Client.CoreV1().Pods(d.cfg.Pod.Namespace)
@@ -381,7 +183,7 @@ type podDiff struct{ name, have, want string }
 // image, the cards it sees, whether it accepts clients of any user and its
 // MPS protocol (a legacy daemon cannot serve v3 namespaces).
 func (d *PodDaemon) diff(have *corev1.Pod) []podDiff {
-	want, err := BuildMPSDaemonPod(d.cfg.Pod)
+	want, err := BuildDaemonPod(d.cfg.Pod)
 	if err != nil {
 		// NewPodDaemon built it once already.
 		return nil
@@ -438,7 +240,7 @@ func (d *PodDaemon) create(ctx context.Context) error {
 		}
 		cfg.NodeUID = string(node.UID)
 	}
-	pod, err := BuildMPSDaemonPod(cfg)
+	pod, err := BuildDaemonPod(cfg)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,18 @@
-package mps
+package standin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
 // standInDaemon is a stand-in daemon run in the test process; shm stands
@@ -21,11 +22,11 @@ type standInDaemon struct {
 	done              chan error
 }
 
-// startStandIn runs RunStandInControlDaemon with cfg (its pipe and log
+// startStandIn runs RunDaemon with cfg (its pipe and log
 // directories filled in) until the test ends.
-func startStandIn(t *testing.T, cfg StandInConfig) *standInDaemon {
+func startStandIn(t *testing.T, cfg Config) *standInDaemon {
 	t.Helper()
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	d := &standInDaemon{pipe: filepath.Join(root, "pipe"), logDir: filepath.Join(root, "log"), shm: filepath.Join(root, "shm"), done: make(chan error, 1)}
 	for _, dir := range []string{d.logDir, d.shm} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -34,14 +35,14 @@ func startStandIn(t *testing.T, cfg StandInConfig) *standInDaemon {
 	}
 	cfg.PipeDir, cfg.LogDir = d.pipe, d.logDir
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { d.done <- RunStandInControlDaemon(ctx, cfg) }()
+	go func() { d.done <- RunDaemon(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-d.done; err != nil {
 			t.Error(err)
 		}
 	})
-	waitForStandIn(t, d.pipe)
+	mpstest.WaitAnswering(t, func(ctx context.Context) error { return Probe(ctx, d.pipe) })
 	return d
 }
 
@@ -50,7 +51,7 @@ func startStandIn(t *testing.T, cfg StandInConfig) *standInDaemon {
 func (d *standInDaemon) cli(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := StandInRunner{}.Run(ctx, append([]string{MPSControlName}, args...), []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.pipe}, stdin)
+	out, err := Runner{}.Run(ctx, append([]string{control.BinaryName}, args...), []string{"CUDA_MPS_PIPE_DIRECTORY=" + d.pipe}, stdin)
 	return string(out), err
 }
 
@@ -59,8 +60,8 @@ func (d *standInDaemon) cli(stdin string, args ...string) (string, error) {
 func (d *standInDaemon) client(pipe, shm string, env ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := StandInRunner{}.Run(ctx, []string{MPSControlName, "standin", "client"},
-		append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, StandInEnvClientShm + "=" + shm}, env...), "")
+	out, err := Runner{}.Run(ctx, []string{control.BinaryName, "standin", "client"},
+		append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + pipe, EnvClientShm + "=" + shm}, env...), "")
 	return string(out), err
 }
 
@@ -70,13 +71,13 @@ func (d *standInDaemon) client(pipe, shm string, env ...string) (string, error) 
 func (d *standInDaemon) heldClient(t *testing.T, uid int) (release func(), result <-chan clientResult) {
 	t.Helper()
 	stdinR, stdinW := io.Pipe()
-	vars := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": d.pipe, StandInEnvClientShm: t.TempDir(),
-		StandInEnvClientUID: fmt.Sprint(uid), StandInEnvClientHold: "stdin"}
+	vars := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": d.pipe, EnvClientShm: t.TempDir(),
+		EnvClientUID: fmt.Sprint(uid), EnvClientHold: "stdin"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	res := make(chan clientResult, 1)
 	go func() {
 		var out strings.Builder
-		code := RunStandIn(ctx, StandInInvocation{Args: []string{"standin", "client"}, Getenv: func(k string) string { return vars[k] },
+		code := Run(ctx, Invocation{Args: []string{"standin", "client"}, Getenv: func(k string) string { return vars[k] },
 			Stdin: stdinR, Stdout: &out, Stderr: &out})
 		res <- clientResult{code: code, out: out.String()}
 	}()
@@ -110,7 +111,7 @@ func (d *standInDaemon) waitLog(t *testing.T, substr string) {
 // clientAs runs `standin client` as user uid with the daemon's pipe
 // directory and /dev/shm; it leaves at once once served.
 func (d *standInDaemon) clientAs(uid int) (string, error) {
-	return d.client(d.pipe, d.shm, fmt.Sprintf("%s=%d", StandInEnvClientUID, uid))
+	return d.client(d.pipe, d.shm, fmt.Sprintf("%s=%d", EnvClientUID, uid))
 }
 
 // v3 runs one MPS v3 command as arguments.
@@ -118,23 +119,12 @@ func (d *standInDaemon) v3(args ...string) (string, error) {
 	return d.cli("", append([]string{"-p", "3"}, args...)...)
 }
 
-func waitForStandIn(t *testing.T, pipe string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for ProbeStandIn(context.Background(), pipe) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the stand-in daemon does not answer")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // runForegroundStandIn runs "nvidia-cuda-mps-control <args>" (a daemon
 // start) in this process with the given stdin and environment; the exit
 // status arrives on the channel.
 func runForegroundStandIn(t *testing.T, stdin io.Reader, env map[string]string, args ...string) (string, <-chan int) {
 	t.Helper()
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	pipe := filepath.Join(root, "pipe")
 	vars := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": filepath.Join(root, "log")}
 	for k, v := range env {
@@ -144,7 +134,7 @@ func runForegroundStandIn(t *testing.T, stdin io.Reader, env map[string]string, 
 	code, done := make(chan int, 1), make(chan struct{})
 	go func() {
 		defer close(done)
-		code <- RunStandIn(ctx, StandInInvocation{Args: args, Getenv: func(k string) string { return vars[k] },
+		code <- Run(ctx, Invocation{Args: args, Getenv: func(k string) string { return vars[k] },
 			Stdin: stdin, Stdout: io.Discard, Stderr: io.Discard})
 	}()
 	t.Cleanup(func() {
@@ -190,7 +180,7 @@ func TestStandInRules(t *testing.T) {
 		v3Server = "s"
 	)
 	// v3 is a multi-user MPS v3 daemon with server s and namespace ns.
-	v3 := func(t *testing.T, cfg StandInConfig) *standInDaemon {
+	v3 := func(t *testing.T, cfg Config) *standInDaemon {
 		cfg.Protocol, cfg.MultiUser = 3, true
 		d := startStandIn(t, cfg)
 		for _, cmd := range [][]string{
@@ -210,7 +200,7 @@ func TestStandInRules(t *testing.T) {
 	}{
 		{rule: "v3-no-stdin: MPS v3 takes commands as arguments; a command on stdin (the legacy shell) is refused", source: v3Page + "; " + kai,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				_, err := d.cli("server list --format=csv\n")
 				wantErr(t, "server list on stdin", err, "no interactive shell")
 				out, err := d.cli("", "-p", "3", "server", "list", "--format=csv")
@@ -218,7 +208,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "v3-quit-q: MPS v3 quits with -q; quit on stdin is refused", source: v3Page,
 			check: func(t *testing.T) {
-				d := startStandIn(t, StandInConfig{Protocol: 3})
+				d := startStandIn(t, Config{Protocol: 3})
 				_, err := d.cli("quit\n")
 				wantErr(t, "quit on stdin", err, "no interactive shell")
 				if _, err := d.cli("", "-q"); err != nil {
@@ -228,7 +218,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "v2-stdin: legacy MPS reads commands on stdin; <module> <verb> arguments need -p 3", source: legacy + "; " + v3Page,
 			check: func(t *testing.T) {
-				d := startStandIn(t, StandInConfig{Protocol: 2})
+				d := startStandIn(t, Config{Protocol: 2})
 				out, err := d.cli("get_server_list\n")
 				wantOK(t, "get_server_list on stdin", out, err, "")
 				_, err = d.cli("", "server", "list")
@@ -236,7 +226,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "client-follows-daemon: a client follows the running daemon's protocol, whatever its own -p", source: v3Page,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				out, err := d.cli("", "-p", "2", "namespace", "get", "ns", v3Server, "name")
 				wantOK(t, "a -p 2 client of a v3 daemon", out, err, "ns\n")
 			}},
@@ -272,7 +262,7 @@ func TestStandInRules(t *testing.T) {
 				_, err := d.cli("get_server_list\n")
 				wantErr(t, "a legacy command", err, "no interactive shell")
 			}},
-		{rule: "fg-stdin-eof: a -f daemon exits when its stdin ends (unconfirmed for r620: switch " + StandInEnvStdinEOF + "=ignore)", source: kai + " (r615 report)",
+		{rule: "fg-stdin-eof: a -f daemon exits when its stdin ends (unconfirmed for r620: switch " + EnvStdinEOF + "=ignore)", source: kai + " (r615 report)",
 			check: func(t *testing.T) {
 				r, w := io.Pipe()
 				pipe, code := runForegroundStandIn(t, r, nil, "-p", "3", "-m", "-f")
@@ -287,18 +277,18 @@ func TestStandInRules(t *testing.T) {
 					t.Error("the -f daemon still runs after its stdin ended")
 				}
 				r, w = io.Pipe()
-				pipe, code = runForegroundStandIn(t, r, map[string]string{StandInEnvStdinEOF: "ignore"}, "-p", "3", "-m", "-f")
+				pipe, code = runForegroundStandIn(t, r, map[string]string{EnvStdinEOF: "ignore"}, "-p", "3", "-m", "-f")
 				waitRunning(t, pipe, code)
 				_ = w.Close()
 				select {
 				case c := <-code:
-					t.Errorf("with %s=ignore the daemon exited (%d) at stdin EOF", StandInEnvStdinEOF, c)
+					t.Errorf("with %s=ignore the daemon exited (%d) at stdin EOF", EnvStdinEOF, c)
 				case <-time.After(200 * time.Millisecond):
 				}
 			}},
 		{rule: "ns-name: namespace names are ^[a-z0-9_]{1,64}$", source: kai + "; " + nsPage,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				for _, bad := range []string{"tangram-0b7c3a8e-1f2d", "Upper", "dot.ted", strings.Repeat("a", 65), "../x"} {
 					_, err := d.v3("namespace", "create", bad, "--server="+v3Server)
 					wantErr(t, "namespace create "+bad, err, "invalid namespace name")
@@ -310,7 +300,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "set-with-clients: namespace set fails while a client is attached", source: kai + " (r615)",
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				pid, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server)
 				if err != nil {
 					t.Fatal(err)
@@ -325,7 +315,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "delete-with-clients: namespace delete fails while a client is attached, unless the clients were terminated or it is --force'd", source: kai + " (r615)",
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=4242"); err != nil {
 					t.Fatal(err)
 				}
@@ -339,15 +329,15 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "server-ready, server-list-columns: server list --format=csv: columns name, uid, pid, status, pipe-directory; status Ready", source: v3Page + "; " + dynamo,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				out, err := d.v3("server", "list", "--format=csv")
 				want := "name,uid,pid,status,pipe-directory,allowed-devices\ns,0,300001,Ready," + filepath.Join(d.pipe, v3Server) + ",\"GPU-a,GPU-b\"\n"
 				wantOK(t, "server list", out, err, want)
 			}},
-		{rule: "ns-list-columns: namespace list --format=csv spells columns with hyphens (underscores: unconfirmed, switch " + StandInEnvCSVSpelling + "=underscore); values like 30.00 and 20G", source: v3Page + "; " + kai + " (reads pipe_directory)",
+		{rule: "ns-list-columns: namespace list --format=csv spells columns with hyphens (underscores: unconfirmed, switch " + EnvCSVSpelling + "=underscore); values like 30.00 and 20G", source: v3Page + "; " + kai + " (reads pipe_directory)",
 			check: func(t *testing.T) {
 				for _, underscore := range []bool{false, true} {
-					d := v3(t, StandInConfig{UnderscoreColumns: underscore})
+					d := v3(t, Config{UnderscoreColumns: underscore})
 					out, err := d.v3("namespace", "list", "--server="+v3Server, "--format=csv")
 					header := "name,server,active-thread-percentage,pinned-memory-limit,client-priority,pipe-directory"
 					if underscore {
@@ -358,7 +348,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "table-form: the table form prints upper-case headers with spaces (ACTIVE THREAD PERCENTAGE)", source: v3Page,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				out, err := d.v3("namespace", "list", "--server="+v3Server)
 				if err != nil || !strings.Contains(out, "ACTIVE THREAD PERCENTAGE") {
 					t.Errorf("table form %q, %v", out, err)
@@ -366,7 +356,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "ns-get-pipe: namespace get <ns> <server> pipe_directory answers where clients reach the namespace", source: kai + "; " + nsPage,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				want := filepath.Join(d.pipe, v3Server, "ns") + "\n"
 				out, err := d.v3("namespace", "get", "ns", v3Server, "pipe_directory")
 				wantOK(t, "KAI's form", out, err, want)
@@ -378,7 +368,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "client-list: client list --format=csv,noheader lists the clients without a header", source: kai,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=1234567"); err != nil {
 					t.Fatal(err)
 				}
@@ -387,13 +377,13 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "multiuser-uid0: servers of a multi-user daemon take UID 0", source: v3Page + " (server create --uid=0 for multi-user servers)",
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				_, err := d.v3("server", "create", "other", "--uid=1000")
 				wantErr(t, "a non-zero UID", err, "run as UID 0")
 			}},
 		{rule: "classic-client-pipe: a classic client reaches the control daemon only through the daemon's own pipe directory, not another (e.g. a per-claim empty one)", source: pipeEnv,
 			check: func(t *testing.T) {
-				d := startStandIn(t, StandInConfig{Protocol: 2})
+				d := startStandIn(t, Config{Protocol: 2})
 				out, err := d.client(d.pipe, d.shm)
 				wantOK(t, "a client of the daemon's pipe directory", out, err, "*")
 				_, err = d.client(t.TempDir(), d.shm)
@@ -401,7 +391,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "classic-client-shm: a classic client needs nothing of the MPS server's /dev/shm: with a /dev/shm of its own it is served, and it creates no file in either", source: gpuRun + " (section 2: clients with a fresh tmpfs, another directory or the host's /dev/shm were served and limited; none created a file)",
 			check: func(t *testing.T) {
-				d := startStandIn(t, StandInConfig{Protocol: 2})
+				d := startStandIn(t, Config{Protocol: 2})
 				own := t.TempDir()
 				out, err := d.client(d.pipe, own)
 				wantOK(t, "a client with a /dev/shm of its own", out, err, "*")
@@ -415,7 +405,7 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "classic-client-users: without -M a server serves the UID it was started for; a client of another UID waits until that server's clients are all done, then gets a server of its own UID; with -M one server serves every UID at once", source: manPage + "; " + gpuRun + " (section 3: a uid 1000 client waited 13 s for a root client without -M, 0.2 s with -M)",
 			check: func(t *testing.T) {
-				d := startStandIn(t, StandInConfig{Protocol: 2})
+				d := startStandIn(t, Config{Protocol: 2})
 				releaseRoot, root := d.heldClient(t, 0)
 				d.waitLog(t, "Starting new server 200001 for user 0")
 				releaseUser, user := d.heldClient(t, 1000)
@@ -434,7 +424,7 @@ func TestStandInRules(t *testing.T) {
 					t.Errorf("the uid 1000 client after the root client left: %+v, want a server of user 1000", r)
 				}
 
-				multi := startStandIn(t, StandInConfig{Protocol: 2, MultiUser: true})
+				multi := startStandIn(t, Config{Protocol: 2, MultiUser: true})
 				releaseRoot, root = multi.heldClient(t, 0)
 				multi.waitLog(t, "Starting new server")
 				// Answered while the root client still holds the server.
@@ -445,14 +435,14 @@ func TestStandInRules(t *testing.T) {
 					t.Errorf("the root client: %+v", r)
 				}
 			}},
-		{rule: "classic-client-pipe-ro: a classic client connects in the pipe directory (a read-only mount allows it) and creates nothing there (switch " + StandInEnvClientWritesPipe + "=1 plays a driver whose client would, on which a read-only mount fails)", source: pipeEnv + "; " + gpuRun + " (section 2: clients through a read-only bind were served; no file appeared)",
+		{rule: "classic-client-pipe-ro: a classic client connects in the pipe directory (a read-only mount allows it) and creates nothing there (switch " + EnvClientWritesPipe + "=1 plays a driver whose client would, on which a read-only mount fails)", source: pipeEnv + "; " + gpuRun + " (section 2: clients through a read-only bind were served; no file appeared)",
 			check: func(t *testing.T) {
-				d := startStandIn(t, StandInConfig{Protocol: 2})
-				out, err := d.client(d.pipe, d.shm, StandInEnvClientPipeRO+"=1")
+				d := startStandIn(t, Config{Protocol: 2})
+				out, err := d.client(d.pipe, d.shm, EnvClientPipeRO+"=1")
 				wantOK(t, "a read-only pipe directory", out, err, "*")
-				_, err = d.client(d.pipe, d.shm, StandInEnvClientPipeRO+"=1", StandInEnvClientWritesPipe+"=1")
+				_, err = d.client(d.pipe, d.shm, EnvClientPipeRO+"=1", EnvClientWritesPipe+"=1")
 				wantErr(t, "a client that writes, on a read-only pipe directory", err, "read-only file system")
-				out, err = d.client(d.pipe, d.shm, StandInEnvClientWritesPipe+"=1")
+				out, err = d.client(d.pipe, d.shm, EnvClientWritesPipe+"=1")
 				wantOK(t, "a client that writes, on a writable pipe directory", out, err, "*")
 				if entries, _ := os.ReadDir(d.pipe); len(entries) != 1 {
 					t.Errorf("the pipe directory holds %v after the clients, want only the control socket", entries)
@@ -460,13 +450,13 @@ func TestStandInRules(t *testing.T) {
 			}},
 		{rule: "v3-client-namespace: under MPS v3 a client connects through its namespace's pipe directory, not the control socket", source: nsPage + "; " + dynamo,
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				_, err := d.client(d.pipe, d.shm)
 				wantErr(t, "a client on a v3 daemon's control socket", err, "namespace's pipe directory")
 			}},
 		{rule: "v3-size-unit: a v3 memory size names its unit", source: v3Page + " (e.g. --pinned-memory-limit=20G)",
 			check: func(t *testing.T) {
-				d := v3(t, StandInConfig{})
+				d := v3(t, Config{})
 				_, err := d.v3("namespace", "set", "ns", "--server="+v3Server, "--pinned-memory-limit=20480")
 				wantErr(t, "a bare number", err, "not a memory size with a unit")
 			}},
@@ -489,7 +479,7 @@ func blockingReader(t *testing.T) io.Reader {
 func waitRunning(t *testing.T, pipe string, code <-chan int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for ProbeStandIn(context.Background(), pipe) != nil {
+	for Probe(context.Background(), pipe) != nil {
 		select {
 		case c := <-code:
 			t.Fatalf("the daemon exited (%d) at start", c)
@@ -509,288 +499,5 @@ func waitStopped(t *testing.T, d *standInDaemon) {
 		d.done <- err // for the cleanup
 	case <-time.After(5 * time.Second):
 		t.Error("the daemon still runs after quit")
-	}
-}
-
-// TestStandInHang: the hang switch and file make a command never answer
-// while the others are served, so deadline tests can hang one command.
-func TestStandInHang(t *testing.T) {
-	d := startStandIn(t, StandInConfig{Protocol: 3, Hang: []string{"namespace set"}})
-	if _, err := d.v3("server", "create", "s", "--uid=0"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.v3("namespace", "create", "ns", "--server=s"); err != nil {
-		t.Fatal(err)
-	}
-	ctl := StandInControl(d.pipe, WithControlTimeout(200*time.Millisecond))
-	start := time.Now()
-	_, err := ctl(context.Background(), []string{"namespace", "set", "ns", "--server=s", "--active-thread-percentage=10"})
-	wantErr(t, "a hung command", err, `"namespace set ns --server=s --active-thread-percentage=10" got no answer within 200ms`)
-	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
-		t.Errorf("a hung command: %v after %s, want the deadline", err, time.Since(start))
-	}
-	if _, err := ctl(context.Background(), []string{"server", "list", "--format=csv"}); err != nil {
-		t.Errorf("another command while one hangs: %v", err)
-	}
-	// The file form, read at each command.
-	if err := os.WriteFile(filepath.Join(d.logDir, StandInHangFile), []byte("server list\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err = ctl(context.Background(), []string{"server", "list", "--format=csv"})
-	wantErr(t, "a command the file names", err, "got no answer")
-	if err := os.Remove(filepath.Join(d.logDir, StandInHangFile)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ctl(context.Background(), []string{"server", "list", "--format=csv"}); err != nil {
-		t.Errorf("after the file is removed: %v", err)
-	}
-	if got := ParseStandInHang(" namespace set, server list\nquit\n"); !slices.Equal(got, []string{"namespace set", "server list", "quit"}) {
-		t.Errorf("ParseStandInHang = %q", got)
-	}
-}
-
-// TestStandInCommands runs the commands' normal forms and answers.
-func TestStandInCommands(t *testing.T) {
-	type step struct {
-		stdin   string
-		args    []string
-		reply   string
-		wantErr string
-	}
-	tests := []struct {
-		name     string
-		protocol int
-		steps    []step
-	}{
-		{
-			name: "legacy defaults and servers", protocol: 2,
-			steps: []step{
-				{stdin: "get_server_list", reply: ""},
-				{stdin: "get_default_active_thread_percentage", reply: "100.0\n"},
-				{stdin: "set_default_active_thread_percentage 40", reply: "40.0\n"},
-				{stdin: "get_default_active_thread_percentage", reply: "40.0\n"},
-				{stdin: "set_default_active_thread_percentage 0", wantErr: "not a percentage"},
-				{stdin: "set_default_device_pinned_mem_limit 0 2G"},
-				{stdin: "set_default_device_pinned_mem_limit GPU-1234 512M"},
-				{stdin: "get_default_device_pinned_mem_limit 0", reply: "2G\n"},
-				{stdin: "get_default_device_pinned_mem_limit 1", reply: "0\n"},
-				{stdin: "set_default_device_pinned_mem_limit 0 lots", wantErr: "not a memory limit"},
-				{stdin: "start_server -uid 1000"},
-				{stdin: "start_server -uid 0"},
-				{stdin: "get_server_list", reply: "100001\n100002\n"},
-				{stdin: "set_active_thread_percentage 100001 25"},
-				{stdin: "set_device_pinned_mem_limit 100002 0 1G"},
-				{stdin: "set_active_thread_percentage 7 25", wantErr: "no MPS server with PID 7"},
-				{stdin: "get_client_list 100001", reply: ""},
-				{stdin: "shutdown_server 100001 -f"},
-				{stdin: "get_server_list", reply: "100002\n"},
-				{stdin: "start_server", wantErr: "usage: start_server -uid <uid>"},
-				{stdin: "server create s0", wantErr: `unknown command \"server\"`},
-				{stdin: "frobnicate", wantErr: `unknown command \"frobnicate\"`},
-				{stdin: "quit -t 5"},
-			},
-		},
-		{
-			name: "MPS v3 servers, namespaces and clients", protocol: 3,
-			steps: []step{
-				{args: []string{"server", "create", "node_shares", "--uid=0", "--allowed-devices=GPU-a,GPU-b"}},
-				{args: []string{"server", "create", "node_shares"}, wantErr: "server node_shares exists"},
-				{args: []string{"server", "create", "other", "--colour=red"}, wantErr: "unknown option --colour"},
-				{args: []string{"namespace", "create", "claim_1", "--server=node_shares"}},
-				{args: []string{"namespace", "create", "claim_1", "--server=node_shares"}, wantErr: "namespace claim_1 exists"},
-				{args: []string{"namespace", "create", "claim_2"}, wantErr: "usage: namespace create"},
-				{args: []string{"namespace", "create", "claim_2", "--server=missing"}, wantErr: "no server missing"},
-				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--active-thread-percentage=50", "--pinned-memory-limit=1536M"}},
-				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--active-thread-percentage=500"}, wantErr: "not a percentage"},
-				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--pinned-memory-limit=lots"}, wantErr: "not a memory size"},
-				{args: []string{"namespace", "set", "claim_1", "--server=node_shares", "--colour=red"}, wantErr: "unknown option --colour"},
-				{args: []string{"namespace", "get", "claim_1", "node_shares", "pinned-memory-limit"}, reply: "1536M\n"},
-				{args: []string{"namespace", "get", "claim_1", "node_shares", "active_thread_percentage"}, reply: "50.00\n"},
-				{args: []string{"namespace", "get", "claim_1", "node_shares", "colour"}, wantErr: "unknown field"},
-				{args: []string{"namespace", "list", "--server=other", "--format=csv"}, wantErr: "no server other"},
-				{args: []string{"namespace", "list", "--format=json"}, wantErr: "want csv"},
-				{args: []string{"server", "delete", "node_shares"}, wantErr: "still has namespace claim_1"},
-				{args: []string{"client", "terminate", "12"}, wantErr: "no client with PID 12"},
-				{args: []string{"namespace", "delete", "claim_1", "--server=node_shares"}},
-				{args: []string{"namespace", "delete", "claim_1", "--server=node_shares"}, wantErr: "no namespace claim_1"},
-				{args: []string{"server", "delete", "node_shares"}},
-				{args: []string{"server", "list", "--format=csv,noheader"}, reply: ""},
-				{args: []string{"namespace", "frob"}, wantErr: `unknown command \"namespace frob\"`},
-				{args: []string{"get_server_list"}, wantErr: "usage"},
-			},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d := startStandIn(t, StandInConfig{Protocol: tt.protocol})
-			var sent []string
-			for _, s := range tt.steps {
-				var reply string
-				var err error
-				if s.stdin != "" {
-					sent = append(sent, s.stdin)
-					reply, err = d.cli(s.stdin + "\n")
-				} else {
-					sent = append(sent, strings.Join(s.args, " "))
-					reply, err = d.v3(s.args...)
-				}
-				what := fmt.Sprint(s.stdin, s.args)
-				if s.wantErr != "" {
-					wantErr(t, what, err, s.wantErr)
-					continue
-				}
-				wantOK(t, what, reply, err, s.reply)
-			}
-			logged, err := StandInCommands(d.logDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(logged, sent) {
-				t.Errorf("control.log has %q, want %q", logged, sent)
-			}
-		})
-	}
-}
-
-// TestStandInWithMPSDaemon drives the stand-in program (a separate process)
-// with the plugin's own client code, legacy MPS: MPSDaemon starts it with
-// -f -M (its stdin held open), probes it with get_server_list on stdin and
-// stops it with quit, as on a real node.
-func TestStandInWithMPSDaemon(t *testing.T) {
-	root := shortRoot(t)
-	layout := Layout{Root: root}
-	ctx := context.Background()
-	d := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a", "GPU-b"}, MultiUser: true})
-	if err := d.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The daemon lives on: its stdin has not ended.
-	time.Sleep(100 * time.Millisecond)
-	if err := d.control(ctx, "set_default_active_thread_percentage", "50"); err != nil {
-		t.Fatal(err)
-	}
-	if d.Starts() != 1 {
-		t.Errorf("%d starts, want 1", d.Starts())
-	}
-	if err := d.control(ctx, "start_server", "-uid", "nobody"); err == nil || !strings.Contains(err.Error(), `is not a UID`) {
-		t.Errorf("a bad command: %v, want the daemon's error", err)
-	}
-	if err := d.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := ProbeStandIn(ctx, layout.PipeDir()); err == nil {
-		t.Error("the stand-in still answers after Stop")
-	}
-	entries, err := StandInLog(layout.LogDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []StandInLogEntry{
-		{Transport: "stdin", Command: "get_server_list"},
-		{Transport: "stdin", Command: "set_default_active_thread_percentage 50"},
-		{Transport: "stdin", Command: "start_server -uid nobody", Rejected: `"nobody" is not a UID`},
-		{Transport: "stdin", Command: "quit"},
-	}
-	if !slices.Equal(entries, want) {
-		t.Errorf("control.log has %+v, want %+v", entries, want)
-	}
-	log, _ := os.ReadFile(filepath.Join(layout.LogDir(), "control.log"))
-	if !strings.Contains(string(log), "protocol 2, multi-user true, CUDA_VISIBLE_DEVICES=GPU-a,GPU-b") {
-		t.Errorf("control.log does not record -M and the cards:\n%s", log)
-	}
-}
-
-// TestStandInDaemonMode starts the stand-in with -d -p 3, as an admin
-// would, talks to it with arguments and quits it with -q.
-func TestStandInDaemonMode(t *testing.T) {
-	root := shortRoot(t)
-	layout := Layout{Root: root}
-	if err := layout.create(); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + layout.PipeDir(), "CUDA_MPS_LOG_DIRECTORY=" + layout.LogDir()}
-	ctx := context.Background()
-	run := func(stdin string, args ...string) (string, error) {
-		out, err := ExecCommander{}.Run(ctx, append([]string{standInBinary}, args...), env, stdin)
-		return string(out), err
-	}
-	if _, err := run("", "-d", "-p", "3", "-m"); err != nil {
-		t.Fatal(err)
-	}
-	// -d's daemon does not end with its starter's stdin.
-	time.Sleep(100 * time.Millisecond)
-	if _, err := run("", "server", "create", "s", "--uid=0"); err != nil {
-		t.Fatal(err)
-	}
-	out, err := run("", "namespace", "create", "ns", "--server=s")
-	if err != nil || out != "" {
-		t.Errorf("namespace create: %q, %v", out, err)
-	}
-	if _, err := run("namespace list\n"); err == nil || !strings.Contains(err.Error(), "no interactive shell") {
-		t.Errorf("a v3 command on stdin: %v", err)
-	}
-	if _, err := run("", "-q"); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for ProbeStandIn(ctx, layout.PipeDir()) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the daemon still answers after -q")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if _, err := run("", "-p", "4"); err == nil {
-		t.Error("-p 4 accepted")
-	}
-}
-
-// TestStandInUnderRunControlDaemon is the daemon pod's path: RunControlDaemon
-// runs the program with -f (v3: -p 3 -m -f), its stdin held open, and quits
-// it when the pod is deleted (v3: -q).
-func TestStandInUnderRunControlDaemon(t *testing.T) {
-	for _, tt := range []struct {
-		protocol  int
-		multiUser bool
-		wantLog   []StandInLogEntry
-		wantStart string
-	}{
-		{protocol: 2, multiUser: true, wantLog: []StandInLogEntry{{Transport: "stdin", Command: "quit"}}, wantStart: "protocol 2, multi-user true"},
-		{protocol: 3, multiUser: true, wantLog: []StandInLogEntry{{Transport: "flag", Command: "quit"}}, wantStart: "protocol 3, multi-user true"},
-	} {
-		t.Run(fmt.Sprint("protocol ", tt.protocol), func(t *testing.T) {
-			root := shortRoot(t)
-			layout := Layout{Root: root}
-			if err := layout.create(); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
-			t.Setenv("CUDA_MPS_LOG_DIRECTORY", layout.LogDir())
-			t.Setenv("CUDA_MPS_PROTOCOL_VERSION", fmt.Sprint(tt.protocol))
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				done <- RunControlDaemon(ctx, ControlDaemonConfig{Binary: standInBinary, MultiUser: tt.multiUser})
-			}()
-			waitForStandIn(t, layout.PipeDir())
-			time.Sleep(100 * time.Millisecond) // its stdin has not ended
-			if err := ProbeStandIn(ctx, layout.PipeDir()); err != nil {
-				t.Fatalf("the daemon stopped on its own: %v", err)
-			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			entries, err := StandInLog(layout.LogDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(entries, tt.wantLog) {
-				t.Errorf("control.log has %+v, want %+v", entries, tt.wantLog)
-			}
-			log, _ := os.ReadFile(filepath.Join(layout.LogDir(), "control.log"))
-			if !strings.Contains(string(log), tt.wantStart) {
-				t.Errorf("control.log does not record %q:\n%s", tt.wantStart, log)
-			}
-		})
 	}
 }

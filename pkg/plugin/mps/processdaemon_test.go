@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
 // fakeMPSControl mimics nvidia-cuda-mps-control: "-f" records its pid and
@@ -44,14 +46,14 @@ esac
 var fakeBinary, failingBinary, standInBinary string
 
 // standInEnv makes this test binary run as the stand-in
-// nvidia-cuda-mps-control (StandInMain), so that the client code is tested
+// nvidia-cuda-mps-control (standin.Main), so that the client code is tested
 // against it as a separate process without building another program.
 const standInEnv = "TANGRAM_TEST_RUN_STANDIN_MPS_CONTROL"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(standInEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := StandInMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		code := standin.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -80,9 +82,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newFakeDaemon(t *testing.T, root string) *MPSDaemon {
+func newFakeDaemon(t *testing.T, root string) *ProcessDaemon {
 	t.Helper()
-	return NewMPSDaemon(MPSDaemonConfig{
+	return NewProcessDaemon(ProcessDaemonConfig{
 		Layout:         Layout{Root: root},
 		Binary:         fakeBinary,
 		VisibleDevices: []string{"GPU-a", "GPU-b"},
@@ -144,7 +146,7 @@ func startedPids(t *testing.T, root string) <-chan int {
 	return pids
 }
 
-func TestMPSDaemonStartStop(t *testing.T) {
+func TestProcessDaemonStartStop(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	d := newFakeDaemon(t, root)
@@ -184,7 +186,7 @@ func TestMPSDaemonStartStop(t *testing.T) {
 	}
 }
 
-func TestMPSDaemonRestartsAfterDeath(t *testing.T) {
+func TestProcessDaemonRestartsAfterDeath(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	pids := startedPids(t, root)
@@ -215,7 +217,7 @@ func TestMPSDaemonRestartsAfterDeath(t *testing.T) {
 	}
 }
 
-func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
+func TestProcessDaemonAdoptsRunningDaemon(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	previous := newFakeDaemon(t, root)
@@ -239,7 +241,7 @@ func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
 	if err := next.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The fake answers quit by killing the daemon; the first MPSDaemon's
+	// The fake answers quit by killing the daemon; the first ProcessDaemon's
 	// waiting goroutine reaps it.
 	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
 		t.Errorf("fake log %q, want %q: the adopted daemon was not told to quit", got, want)
@@ -249,8 +251,8 @@ func TestMPSDaemonAdoptsRunningDaemon(t *testing.T) {
 	}
 }
 
-func TestMPSDaemonStartFailure(t *testing.T) {
-	d := NewMPSDaemon(MPSDaemonConfig{
+func TestProcessDaemonStartFailure(t *testing.T) {
+	d := NewProcessDaemon(ProcessDaemonConfig{
 		Layout:       Layout{Root: t.TempDir()},
 		Binary:       failingBinary,
 		ReadyTimeout: 5 * time.Second,
@@ -259,7 +261,7 @@ func TestMPSDaemonStartFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MPS control daemon exited right after start") {
 		t.Fatalf("Ensure error %v, want an exited-right-after-start error", err)
 	}
-	missing := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: t.TempDir()}, Binary: "/nonexistent/nvidia-cuda-mps-control"})
+	missing := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: t.TempDir()}, Binary: "/nonexistent/nvidia-cuda-mps-control"})
 	err = missing.Ensure(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "starting MPS control daemon: starting /nonexistent/nvidia-cuda-mps-control") {
 		t.Fatalf("Ensure error %v, want a start error naming the binary", err)
@@ -318,10 +320,10 @@ func TestSimulatedDaemon(t *testing.T) {
 	}
 }
 
-// TestMPSDaemonPrivateShm starts the daemon through PrivateShmWrapper, as the
+// TestProcessDaemonPrivateShm starts the daemon through PrivateShmWrapper, as the
 // plugin does on real GPUs, and checks that it sees <mps-root>/shm as its
 // /dev/shm. It needs root (unshare, mount), which the plugin has too.
-func TestMPSDaemonPrivateShm(t *testing.T) {
+func TestProcessDaemonPrivateShm(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	layout := Layout{Root: root}
@@ -331,7 +333,7 @@ func TestMPSDaemonPrivateShm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(layout.ShmDir(), "marker-from-plugin"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := NewMPSDaemon(MPSDaemonConfig{Layout: layout, Binary: fakeBinary, Wrapper: PrivateShmWrapper(layout.ShmDir())})
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: fakeBinary, Wrapper: PrivateShmWrapper(layout.ShmDir())})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatalf("starting the daemon in a private mount namespace (needs root): %v", err)
 	}
@@ -348,10 +350,10 @@ func TestMPSDaemonPrivateShm(t *testing.T) {
 	}
 }
 
-func TestMPSDaemonMultiUser(t *testing.T) {
+func TestProcessDaemonMultiUser(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	d := NewMPSDaemon(MPSDaemonConfig{Layout: Layout{Root: root}, Binary: fakeBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true})
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: root}, Binary: fakeBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -366,10 +368,10 @@ func TestMPSDaemonMultiUser(t *testing.T) {
 // Stopping a supervised daemon that has died (and waits for its restart)
 // succeeds: there is nothing left to quit, so the last share's unprepare
 // must not fail.
-func TestMPSDaemonStopAfterDeath(t *testing.T) {
+func TestProcessDaemonStopAfterDeath(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	d := NewMPSDaemon(MPSDaemonConfig{
+	d := NewProcessDaemon(ProcessDaemonConfig{
 		Layout:     Layout{Root: root},
 		Binary:     fakeBinary,
 		MinBackoff: time.Hour, // no restart during the test

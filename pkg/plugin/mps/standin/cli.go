@@ -1,4 +1,4 @@
-package mps
+package standin
 
 import (
 	"bufio"
@@ -28,15 +28,15 @@ const (
 // input is not the caller's, so its end is no reason to exit.
 const standInBackgroundEnv = "TANGRAM_STANDIN_MPS_BACKGROUND"
 
-// StandInMain is the command line of the stand-in nvidia-cuda-mps-control
+// Main is the command line of the stand-in nvidia-cuda-mps-control
 // that hack/mock-driver-root installs, with the process's environment. See
-// RunStandIn.
-func StandInMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return RunStandIn(ctx, StandInInvocation{Args: args, Getenv: os.Getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+// Run.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return Run(ctx, Invocation{Args: args, Getenv: os.Getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
 
-// StandInInvocation is one run of the stand-in program.
-type StandInInvocation struct {
+// Invocation is one run of the stand-in program.
+type Invocation struct {
 	// Args are the arguments after the program name.
 	Args []string
 	// Getenv reads the environment (os.Getenv for the program).
@@ -45,14 +45,14 @@ type StandInInvocation struct {
 	Stdout, Stderr io.Writer
 }
 
-// RunStandIn runs the stand-in nvidia-cuda-mps-control and returns its exit
+// Run runs the stand-in nvidia-cuda-mps-control and returns its exit
 // status. Like the real one (NVIDIA, "MPS v3 Interface", control daemon
 // options) it reads CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY and
 // CUDA_MPS_PROTOCOL_VERSION (which wins over -p) and takes
 //
 //	-d, --daemon        start the daemon in the background
 //	-f, --foreground    run the daemon in the foreground; it exits when its
-//	                    standard input ends (switch: StandInEnvStdinEOF)
+//	                    standard input ends (switch: EnvStdinEOF)
 //	-p, --protocol N    2 (legacy, default) or 3 (MPS v3)
 //	-m, --multiuser     multi-user mode; -M is the legacy spelling, refused
 //	                    with protocol 3
@@ -63,7 +63,7 @@ type StandInInvocation struct {
 // is a command. A client follows the running daemon's protocol whatever
 // its own -p says; the daemon refuses a command given the wrong way (stdin
 // under v3, arguments under v2).
-func RunStandIn(ctx context.Context, inv StandInInvocation) int {
+func Run(ctx context.Context, inv Invocation) int {
 	var daemon, foreground, multiUser, legacyMultiUser, quit bool
 	protocol := 2
 	args := inv.Args
@@ -129,19 +129,19 @@ func RunStandIn(ctx context.Context, inv StandInInvocation) int {
 		fmt.Fprintln(inv.Stderr, "-M is the legacy multi-user option; MPS v3 (protocol 3) takes -m/--multiuser")
 		return 2
 	case foreground:
-		return runForeground(ctx, inv, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol, MultiUser: multiUser || legacyMultiUser,
-			UnderscoreColumns: inv.Getenv(StandInEnvCSVSpelling) == "underscore", Hang: ParseStandInHang(inv.Getenv(StandInEnvHang))})
+		return runForeground(ctx, inv, Config{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol, MultiUser: multiUser || legacyMultiUser,
+			UnderscoreColumns: inv.Getenv(EnvCSVSpelling) == "underscore", Hang: ParseHang(inv.Getenv(EnvHang))})
 	case daemon:
 		return startBackground(ctx, inv, pipeDir)
 	case quit && len(command) > 0:
 		fmt.Fprintln(inv.Stderr, "-q takes no command")
 		return 2
 	case quit:
-		return sendOne(ctx, pipeDir, standInRequest{Transport: transportFlag, Args: []string{"quit"}}, inv)
+		return sendOne(ctx, pipeDir, wireRequest{Transport: transportFlag, Args: []string{"quit"}}, inv)
 	case strings.Join(command, " ") == standInClientCommand:
 		return runStandInClient(ctx, inv, pipeDir)
 	case len(command) > 0:
-		return sendOne(ctx, pipeDir, standInRequest{Transport: transportArgv, Args: command}, inv)
+		return sendOne(ctx, pipeDir, wireRequest{Transport: transportArgv, Args: command}, inv)
 	}
 	return sendLines(ctx, pipeDir, inv)
 }
@@ -155,14 +155,14 @@ func envOr(getenv func(string) string, name, def string) string {
 
 // runForeground is -f: the daemon, until ctx ends, a client sends quit, or
 // (rule: fg-stdin-eof) its standard input ends.
-func runForeground(ctx context.Context, inv StandInInvocation, cfg StandInConfig) int {
+func runForeground(ctx context.Context, inv Invocation, cfg Config) int {
 	if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
 		fmt.Fprintf(inv.Stderr, "creating the log directory: %v\n", err)
 		return 1
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if inv.Getenv(standInBackgroundEnv) == "" && inv.Getenv(StandInEnvStdinEOF) != "ignore" {
+	if inv.Getenv(standInBackgroundEnv) == "" && inv.Getenv(EnvStdinEOF) != "ignore" {
 		stdin := inv.Stdin
 		if stdin == nil {
 			stdin = bytes.NewReader(nil)
@@ -173,7 +173,7 @@ func runForeground(ctx context.Context, inv StandInInvocation, cfg StandInConfig
 			cancel()
 		}()
 	}
-	if err := RunStandInControlDaemon(ctx, cfg); err != nil {
+	if err := RunDaemon(ctx, cfg); err != nil {
 		fmt.Fprintln(inv.Stderr, err)
 		return 1
 	}
@@ -182,7 +182,7 @@ func runForeground(ctx context.Context, inv StandInInvocation, cfg StandInConfig
 
 // startBackground runs this program again with -f in a session of its own
 // and returns once it answers on the control socket.
-func startBackground(ctx context.Context, inv StandInInvocation, pipeDir string) int {
+func startBackground(ctx context.Context, inv Invocation, pipeDir string) int {
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(inv.Stderr, "starting the daemon: %v\n", err)
@@ -205,7 +205,7 @@ func startBackground(ctx context.Context, inv StandInInvocation, pipeDir string)
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if err := ProbeStandIn(ctx, pipeDir); err == nil {
+		if err := Probe(ctx, pipeDir); err == nil {
 			return 0
 		}
 		select {
@@ -223,7 +223,7 @@ func startBackground(ctx context.Context, inv StandInInvocation, pipeDir string)
 
 // sendOne sends one command and prints its answer; a refused command
 // prints the daemon's error and exits 1.
-func sendOne(ctx context.Context, pipeDir string, req standInRequest, inv StandInInvocation) int {
+func sendOne(ctx context.Context, pipeDir string, req wireRequest, inv Invocation) int {
 	out, err := sendStandIn(ctx, pipeDir, req)
 	if err != nil {
 		fmt.Fprintln(inv.Stderr, err)
@@ -235,7 +235,7 @@ func sendOne(ctx context.Context, pipeDir string, req standInRequest, inv StandI
 
 // sendLines is the legacy shell: each line of stdin is a command; any
 // failed command makes the exit status 1.
-func sendLines(ctx context.Context, pipeDir string, inv StandInInvocation) int {
+func sendLines(ctx context.Context, pipeDir string, inv Invocation) int {
 	if inv.Stdin == nil {
 		return 0
 	}
@@ -246,7 +246,7 @@ func sendLines(ctx context.Context, pipeDir string, inv StandInInvocation) int {
 		if len(words) == 0 {
 			continue
 		}
-		if code := sendOne(ctx, pipeDir, standInRequest{Transport: transportStdin, Args: words}, inv); code != 0 {
+		if code := sendOne(ctx, pipeDir, wireRequest{Transport: transportStdin, Args: words}, inv); code != 0 {
 			status = code
 		}
 	}
@@ -257,35 +257,35 @@ func sendLines(ctx context.Context, pipeDir string, inv StandInInvocation) int {
 // classic MPS, in the view its environment describes (see the package
 // comment). It exits 0 once served (after holding, when told to), 1 with
 // the reason otherwise.
-func runStandInClient(ctx context.Context, inv StandInInvocation, pipeDir string) int {
-	shm := envOr(inv.Getenv, StandInEnvClientShm, "/dev/shm")
+func runStandInClient(ctx context.Context, inv Invocation, pipeDir string) int {
+	shm := envOr(inv.Getenv, EnvClientShm, "/dev/shm")
 	if fi, err := os.Stat(shm); err != nil || !fi.IsDir() {
 		fmt.Fprintf(inv.Stderr, "MPS client: its /dev/shm %s is not a directory: %v\n", shm, err)
 		return 1
 	}
 	uid := os.Getuid()
-	if v := inv.Getenv(StandInEnvClientUID); v != "" {
+	if v := inv.Getenv(EnvClientUID); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			fmt.Fprintf(inv.Stderr, "%s=%s is not a UID\n", StandInEnvClientUID, v)
+			fmt.Fprintf(inv.Stderr, "%s=%s is not a UID\n", EnvClientUID, v)
 			return 2
 		}
 		uid = n
 	}
-	hold := inv.Getenv(StandInEnvClientHold)
+	hold := inv.Getenv(EnvClientHold)
 	var holdFor time.Duration
 	if hold != "" && hold != "stdin" {
 		d, err := time.ParseDuration(hold)
 		if err != nil || d < 0 {
-			fmt.Fprintf(inv.Stderr, "%s=%s: want a duration or stdin\n", StandInEnvClientHold, hold)
+			fmt.Fprintf(inv.Stderr, "%s=%s: want a duration or stdin\n", EnvClientHold, hold)
 			return 2
 		}
 		holdFor = d
 	}
-	if inv.Getenv(StandInEnvClientWritesPipe) == "1" {
+	if inv.Getenv(EnvClientWritesPipe) == "1" {
 		// A driver whose client would create an entry of its own in the
 		// pipe directory (not seen on r580), switched on.
-		if inv.Getenv(StandInEnvClientPipeRO) == "1" {
+		if inv.Getenv(EnvClientPipeRO) == "1" {
 			fmt.Fprintf(inv.Stderr, "MPS client: creating its entry in the pipe directory %s: read-only file system\n", pipeDir)
 			return 1
 		}
@@ -337,8 +337,8 @@ func connectStandInClient(ctx context.Context, pipeDir string, uid int) (string,
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
-	req := standInRequest{Transport: transportClient, Args: []string{"client", fmt.Sprintf("--uid=%d", uid)}}
-	var reply standInReply
+	req := wireRequest{Transport: transportClient, Args: []string{"client", fmt.Sprintf("--uid=%d", uid)}}
+	var reply wireReply
 	if err := json.NewEncoder(conn).Encode(req); err == nil {
 		err = json.NewDecoder(conn).Decode(&reply)
 	}
@@ -356,8 +356,8 @@ func connectStandInClient(ctx context.Context, pipeDir string, uid int) (string,
 	return reply.Out, conn, nil
 }
 
-// ProbeStandIn reports whether a stand-in daemon listens on pipeDir.
-func ProbeStandIn(ctx context.Context, pipeDir string) error {
+// Probe reports whether a stand-in daemon listens on pipeDir.
+func Probe(ctx context.Context, pipeDir string) error {
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
 	if err != nil {
@@ -369,7 +369,7 @@ func ProbeStandIn(ctx context.Context, pipeDir string) error {
 // sendStandIn sends one request to the stand-in daemon of pipeDir and
 // returns its answer; a refusal becomes the error. It gives up when ctx
 // ends, like a client killed at its deadline.
-func sendStandIn(ctx context.Context, pipeDir string, req standInRequest) (string, error) {
+func sendStandIn(ctx context.Context, pipeDir string, req wireRequest) (string, error) {
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, "unix", filepath.Join(pipeDir, "control"))
 	if err != nil {
@@ -382,7 +382,7 @@ func sendStandIn(ctx context.Context, pipeDir string, req standInRequest) (strin
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return "", fmt.Errorf("sending %q to the MPS control daemon: %w", command, err)
 	}
-	var reply standInReply
+	var reply wireReply
 	if err := json.NewDecoder(conn).Decode(&reply); err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -395,14 +395,14 @@ func sendStandIn(ctx context.Context, pipeDir string, req standInRequest) (strin
 	return reply.Out, nil
 }
 
-// StandInRunner runs the stand-in control program in this process, behind
+// Runner runs the stand-in control program in this process, behind
 // the same Runner interface as the real binary (ExecCommander): argv[0] is
 // ignored, env is the program's whole environment. The plugin uses it on
 // fake GPUs, where there is no control binary.
-type StandInRunner struct{}
+type Runner struct{}
 
 // Run runs the stand-in client with argv and the given standard input.
-func (StandInRunner) Run(ctx context.Context, argv, env []string, stdin string) ([]byte, error) {
+func (Runner) Run(ctx context.Context, argv, env []string, stdin string) ([]byte, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("running the stand-in MPS control: empty command")
 	}
@@ -413,7 +413,7 @@ func (StandInRunner) Run(ctx context.Context, argv, env []string, stdin string) 
 		}
 	}
 	var out bytes.Buffer
-	code := RunStandIn(ctx, StandInInvocation{Args: argv[1:], Getenv: func(k string) string { return vars[k] },
+	code := Run(ctx, Invocation{Args: argv[1:], Getenv: func(k string) string { return vars[k] },
 		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &out})
 	if code != 0 {
 		err := fmt.Errorf("exit status %d", code)

@@ -1,4 +1,4 @@
-package mps
+package standin
 
 import (
 	"bufio"
@@ -19,89 +19,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// The stand-in MPS control daemon takes the place of nvidia-cuda-mps-control
-// where no GPU is: for fake GPUs (`dra-kubelet-plugin mps-daemon --simulate`)
-// and in a mock driver root (hack/mock-driver-root, whose
-// nvidia-cuda-mps-control is StandInMain). It was written from NVIDIA's
-// documentation and from projects that run the real tool on r615 (see
-// /work/shared/notes/NVIDIA-FACTS.md and docs/nvml.md, "The stand-in MPS
-// control"), not from the plugin's code, and it is as strict as they say
-// the real tool is: TestStandInRules (standin_test.go) lists every rule
-// with its source and checks each. It keeps the state of the commands (legacy
-// servers and defaults; MPS v3 servers, namespaces and clients), logs every
-// command with how it was given to <log directory>/control.log, and never
-// starts an MPS server or enforces anything.
-//
-// Its wire format between the client (the CLI) and the daemon is its own
-// (NVIDIA's is not public): one JSON request per connection, one JSON reply.
-// The client-side command line behaves like the real binary's.
-//
-// Switches, read by the daemon at start (environment of the -d/-f process):
-//
-//	TANGRAM_STANDIN_MPS_CSV_SPELLING=hyphen|underscore
-//	    how multi-word CSV columns are spelled (pipe-directory or
-//	    pipe_directory); NVIDIA's page spells hyphens, KAI reads
-//	    underscores: unconfirmed, default hyphen.
-//	TANGRAM_STANDIN_MPS_STDIN_EOF=exit|ignore
-//	    whether a -f daemon exits when its standard input reaches end of
-//	    file (KAI's report for r615; unconfirmed for r620), default exit.
-//	TANGRAM_STANDIN_MPS_HANG=<command>[,<command>...]
-//	    commands that never answer, for deadline tests: "<module> <verb>"
-//	    for MPS v3 (e.g. "namespace set"), the verb for legacy commands
-//	    (e.g. "get_server_list"), "quit" for -q / quit. The connection is
-//	    held until the daemon stops; other commands are still served. The
-//	    file <log directory>/standin-hang, in the same form, is read at
-//	    every command, so a running daemon can be made to hang (and stop
-//	    hanging) from outside.
-//
-// A test attaches an MPS client to a namespace with the stand-in's own
-// command `nvidia-cuda-mps-control standin attach-client <namespace>
-// --server=<server> [--pid=<pid>]` (the real binary has no such command: a
-// real client attaches by connecting to the namespace's pipe directory).
-//
-// `nvidia-cuda-mps-control standin client` plays a CUDA program starting
-// under classic MPS, with what NVIDIA documents and a GPU run showed such a
-// client needs (rules classic-client-*):
-//
-//   - it reaches the control daemon only through the daemon's own pipe
-//     directory (CUDA_MPS_PIPE_DIRECTORY);
-//   - it needs nothing of the MPS server's /dev/shm: on a GPU (driver
-//     r580, docs/gpu-reports/2026-11-27-h200-r580-experiments.md) clients
-//     with a /dev/shm of their own, a fresh tmpfs or another directory,
-//     were served and limited, and no client nor server created a file in
-//     /dev/shm or in the pipe directory, so the stand-in creates none;
-//   - the daemon serves it by an MPS server of its UID: without multi-user
-//     mode (-M) a server runs as the UID of the client it was started for,
-//     and a client of another UID is queued until that server's clients
-//     are all done, then gets a new server of its own UID
-//     (nvidia-cuda-mps-control(1), DESCRIPTION; the GPU run saw a uid 1000
-//     client wait 13 s for a root client); with -M one server serves
-//     clients of every UID at once.
-//
-// The client stays connected (counts as the server's client) while it
-// holds, then leaves. Its view of a container is given by the environment:
-//
-//	CUDA_MPS_PIPE_DIRECTORY              the pipe directory it sees
-//	TANGRAM_STANDIN_MPS_CLIENT_SHM       the directory its /dev/shm is
-//	                                     (default /dev/shm): it must exist
-//	                                     and is left as it was
-//	TANGRAM_STANDIN_MPS_CLIENT_UID       its UID (default: the process's)
-//	TANGRAM_STANDIN_MPS_CLIENT_HOLD      how long it keeps its context once
-//	                                     served: a Go duration, or "stdin"
-//	                                     (until its standard input ends);
-//	                                     default: it leaves at once
-//	TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO=1 its pipe directory is a read-only
-//	                                     mount (writes there fail)
-//	TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE=1
-//	                                     the client creates an entry in the
-//	                                     pipe directory: a real classic
-//	                                     client did not on r580 (default
-//	                                     no); the switch plays a driver
-//	                                     that would, on which a read-only
-//	                                     pipe mount fails.
-
-// StandInConfig configures a stand-in daemon.
-type StandInConfig struct {
+// Config configures a stand-in daemon.
+type Config struct {
 	// PipeDir holds the control socket.
 	PipeDir string
 	// LogDir receives control.log; empty for no log.
@@ -117,18 +36,18 @@ type StandInConfig struct {
 
 // Names of the stand-in's switches (environment variables).
 const (
-	StandInEnvCSVSpelling = "TANGRAM_STANDIN_MPS_CSV_SPELLING"
-	StandInEnvStdinEOF    = "TANGRAM_STANDIN_MPS_STDIN_EOF"
-	StandInEnvHang        = "TANGRAM_STANDIN_MPS_HANG"
+	EnvCSVSpelling = "TANGRAM_STANDIN_MPS_CSV_SPELLING"
+	EnvStdinEOF    = "TANGRAM_STANDIN_MPS_STDIN_EOF"
+	EnvHang        = "TANGRAM_STANDIN_MPS_HANG"
 	// The view of a stand-in client (`standin client`), see above.
-	StandInEnvClientShm        = "TANGRAM_STANDIN_MPS_CLIENT_SHM"
-	StandInEnvClientUID        = "TANGRAM_STANDIN_MPS_CLIENT_UID"
-	StandInEnvClientHold       = "TANGRAM_STANDIN_MPS_CLIENT_HOLD"
-	StandInEnvClientPipeRO     = "TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO"
-	StandInEnvClientWritesPipe = "TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE"
-	standInClientCommand       = "standin client"
-	// StandInHangFile, in the log directory, lists commands that hang.
-	StandInHangFile = "standin-hang"
+	EnvClientShm         = "TANGRAM_STANDIN_MPS_CLIENT_SHM"
+	EnvClientUID         = "TANGRAM_STANDIN_MPS_CLIENT_UID"
+	EnvClientHold        = "TANGRAM_STANDIN_MPS_CLIENT_HOLD"
+	EnvClientPipeRO      = "TANGRAM_STANDIN_MPS_CLIENT_PIPE_RO"
+	EnvClientWritesPipe  = "TANGRAM_STANDIN_MPS_CLIENT_WRITES_PIPE"
+	standInClientCommand = "standin client"
+	// HangFile, in the log directory, lists commands that hang.
+	HangFile = "standin-hang"
 )
 
 // standInControlLog is the log file, named like the real daemon's.
@@ -150,20 +69,20 @@ const (
 	transportClient = "client"
 )
 
-// standInRequest is one command from the stand-in client.
-type standInRequest struct {
+// wireRequest is one command from the stand-in client.
+type wireRequest struct {
 	Transport string   `json:"transport"`
 	Args      []string `json:"args"`
 }
 
-type standInReply struct {
+type wireReply struct {
 	Out string `json:"out,omitempty"`
 	Err string `json:"err,omitempty"`
 }
 
-// RunStandInControlDaemon serves the control socket until ctx ends or a
+// RunDaemon serves the control socket until ctx ends or a
 // client sends quit. A socket left by an earlier run is replaced.
-func RunStandInControlDaemon(ctx context.Context, cfg StandInConfig) error {
+func RunDaemon(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if cfg.Protocol == 0 {
 		cfg.Protocol = 2
@@ -186,7 +105,7 @@ func RunStandInControlDaemon(ctx context.Context, cfg StandInConfig) error {
 	if err != nil {
 		return fmt.Errorf("stand-in MPS daemon: listening on %s: %w", socket, err)
 	}
-	d := newStandInState(cfg)
+	d := newDaemonState(cfg)
 	d.log(fmt.Sprintf("Control daemon started (stand-in): protocol %d, multi-user %v, CUDA_VISIBLE_DEVICES=%s", cfg.Protocol, cfg.MultiUser, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	logger.Info("Stand-in MPS control daemon listening: no MPS server runs and nothing is enforced", "socket", socket, "protocol", cfg.Protocol)
 	serveCtx, stop := context.WithCancel(ctx)
@@ -221,7 +140,7 @@ func RunStandInControlDaemon(ctx context.Context, cfg StandInConfig) error {
 
 // serve answers one connection; true when the command was quit. A
 // connection that sends nothing (a readiness probe) is closed.
-func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
+func (d *daemonState) serve(ctx context.Context, conn net.Conn) bool {
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(conn)
@@ -230,9 +149,9 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 		_ = err // EOF before a command: a probe
 		return false
 	}
-	var req standInRequest
+	var req wireRequest
 	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 {
-		_ = json.NewEncoder(conn).Encode(standInReply{Err: fmt.Sprintf("malformed request %q", strings.TrimSpace(string(line)))})
+		_ = json.NewEncoder(conn).Encode(wireReply{Err: fmt.Sprintf("malformed request %q", strings.TrimSpace(string(line)))})
 		return false
 	}
 	command := strings.Join(req.Args, " ")
@@ -247,7 +166,7 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 		return false
 	}
 	out, quit, cmdErr := d.execute(req)
-	reply := standInReply{Out: out}
+	reply := wireReply{Out: out}
 	if cmdErr != nil {
 		reply.Err = cmdErr.Error()
 		d.log(standInRejectMark[1:] + cmdErr.Error())
@@ -261,8 +180,8 @@ func (d *standInState) serve(ctx context.Context, conn net.Conn) bool {
 // "client --uid=<uid>"): once an MPS server of the daemon may serve it
 // (admitClient), it answers with the server, then counts the client as
 // connected until it closes its connection.
-func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.Reader, args []string) {
-	reply := func(rep standInReply) {
+func (d *daemonState) serveClient(ctx context.Context, conn net.Conn, r *bufio.Reader, args []string) {
+	reply := func(rep wireReply) {
 		if rep.Err != "" {
 			d.log(standInRejectMark[1:] + rep.Err)
 		}
@@ -271,7 +190,7 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 	}
 	if d.cfg.Protocol == 3 {
 		// rule: v3-client-namespace.
-		reply(standInReply{Err: "MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's"})
+		reply(wireReply{Err: "MPS v3: a client connects through its namespace's pipe directory (namespace get <ns> pipe-directory), not the control daemon's"})
 		return
 	}
 	uid := -1
@@ -283,7 +202,7 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 		}
 	}
 	if uid < 0 {
-		reply(standInReply{Err: fmt.Sprintf("malformed client request %q: want client --uid=<uid>", strings.Join(args, " "))})
+		reply(wireReply{Err: fmt.Sprintf("malformed client request %q: want client --uid=<uid>", strings.Join(args, " "))})
 		return
 	}
 	// The client sends nothing more: its connection ends when it exits.
@@ -295,10 +214,10 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 	}()
 	s, err := d.admitClient(ctx, uid, gone)
 	if err != nil {
-		reply(standInReply{Err: err.Error()})
+		reply(wireReply{Err: err.Error()})
 		return
 	}
-	reply(standInReply{Out: fmt.Sprintf("MPS server %d of user %d\n", s.pid, s.uid)})
+	reply(wireReply{Out: fmt.Sprintf("MPS server %d of user %d\n", s.pid, s.uid)})
 	select {
 	case <-gone:
 	case <-ctx.Done():
@@ -316,7 +235,7 @@ func (d *standInState) serveClient(ctx context.Context, conn net.Conn, r *bufio.
 // server serves its own UID only (rule: classic-client-users): a client of
 // another UID waits until the running server's clients are all done, then
 // the server is replaced by one of the client's UID.
-func (d *standInState) admitClient(ctx context.Context, uid int, gone <-chan struct{}) (*classicServer, error) {
+func (d *daemonState) admitClient(ctx context.Context, uid int, gone <-chan struct{}) (*classicServer, error) {
 	queued := false
 	for {
 		d.mu.Lock()
@@ -355,11 +274,11 @@ func (d *standInState) admitClient(ctx context.Context, uid int, gone <-chan str
 
 // hangs reports whether the command is one the switch or the hang file
 // names.
-func (d *standInState) hangs(args []string) bool {
+func (d *daemonState) hangs(args []string) bool {
 	list := d.cfg.Hang
 	if d.cfg.LogDir != "" {
-		if data, err := os.ReadFile(filepath.Join(d.cfg.LogDir, StandInHangFile)); err == nil {
-			list = append(append([]string(nil), list...), ParseStandInHang(string(data))...)
+		if data, err := os.ReadFile(filepath.Join(d.cfg.LogDir, HangFile)); err == nil {
+			list = append(append([]string(nil), list...), ParseHang(string(data))...)
 		}
 	}
 	for _, h := range list {
@@ -371,9 +290,9 @@ func (d *standInState) hangs(args []string) bool {
 	return false
 }
 
-// ParseStandInHang reads the hang switch's form: commands separated by
+// ParseHang reads the hang switch's form: commands separated by
 // commas or new lines.
-func ParseStandInHang(s string) []string {
+func ParseHang(s string) []string {
 	var out []string
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' }) {
 		if f = strings.TrimSpace(f); f != "" {
@@ -383,7 +302,7 @@ func ParseStandInHang(s string) []string {
 	return out
 }
 
-func (d *standInState) log(msg string) {
+func (d *daemonState) log(msg string) {
 	if d.cfg.LogDir == "" {
 		return
 	}
@@ -398,8 +317,8 @@ func (d *standInState) log(msg string) {
 	_ = f.Close()
 }
 
-// StandInLogEntry is one command in the stand-in's control.log.
-type StandInLogEntry struct {
+// LogEntry is one command in the stand-in's control.log.
+type LogEntry struct {
 	// Transport is how it was given: "argv" (command-line arguments, the
 	// MPS v3 form), "stdin" (the legacy shell) or "flag" (-q).
 	Transport string
@@ -409,17 +328,17 @@ type StandInLogEntry struct {
 	Rejected string
 }
 
-// StandInLog returns the commands control.log in logDir recorded, in order.
-func StandInLog(logDir string) ([]StandInLogEntry, error) {
+// Log returns the commands control.log in logDir recorded, in order.
+func Log(logDir string) ([]LogEntry, error) {
 	data, err := os.ReadFile(filepath.Join(logDir, standInControlLog))
 	if err != nil {
 		return nil, fmt.Errorf("reading the stand-in MPS daemon's log: %w", err)
 	}
-	var out []StandInLogEntry
+	var out []LogEntry
 	for _, line := range strings.Split(string(data), "\n") {
 		if _, rest, ok := strings.Cut(line, standInCommandMark); ok {
 			transport, cmd, _ := strings.Cut(rest, "]: ")
-			out = append(out, StandInLogEntry{Transport: transport, Command: cmd})
+			out = append(out, LogEntry{Transport: transport, Command: cmd})
 		} else if _, why, ok := strings.Cut(line, standInRejectMark); ok && len(out) > 0 {
 			out[len(out)-1].Rejected = why
 		}
@@ -427,10 +346,10 @@ func StandInLog(logDir string) ([]StandInLogEntry, error) {
 	return out, nil
 }
 
-// StandInCommands returns the commands (accepted or not) control.log in
+// Commands returns the commands (accepted or not) control.log in
 // logDir recorded, in order.
-func StandInCommands(logDir string) ([]string, error) {
-	entries, err := StandInLog(logDir)
+func Commands(logDir string) ([]string, error) {
+	entries, err := Log(logDir)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package mps
+package control
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ type Process interface {
 }
 
 // Runner runs a short command: the MPS control binary as a client.
-// ExecCommander runs the real binary, StandInRunner the stand-in in this
+// ExecCommander runs the real binary, standin.Runner the stand-in in this
 // process.
 type Runner interface {
 	// Run runs a short command with the given standard input and returns its

@@ -1,4 +1,7 @@
-package mps
+// Package inpod is the MPS daemon pod's entry point (`dra-kubelet-plugin
+// mps-daemon`): it runs the control daemon, or on fake GPUs the stand-in,
+// as the pod's main process.
+package inpod
 
 import (
 	"context"
@@ -8,13 +11,16 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
-// ControlDaemonConfig is what `dra-kubelet-plugin mps-daemon` runs inside
+// Config is what `dra-kubelet-plugin mps-daemon` runs inside
 // the daemon pod. The MPS variables (CUDA_MPS_PIPE_DIRECTORY,
 // CUDA_MPS_LOG_DIRECTORY, CUDA_VISIBLE_DEVICES) come from the pod's
-// environment, which BuildMPSDaemonPod sets.
-type ControlDaemonConfig struct {
+// environment, which mps.BuildDaemonPod sets.
+type Config struct {
 	// Binary is nvidia-cuda-mps-control.
 	Binary string
 	// MultiUser runs the daemon in multi-user mode (-m in MPS v3, -M in
@@ -26,7 +32,7 @@ type ControlDaemonConfig struct {
 	// Env is added to the daemon's and the quit command's environment,
 	// e.g. the driver root's PATH and LD_LIBRARY_PATH.
 	Env       []string
-	Commander Commander
+	Commander control.Commander
 	// QuitTimeout is how long the daemon may take to leave after quit
 	// before it is killed. Default 20s (the pod's grace period is 30s).
 	QuitTimeout time.Duration
@@ -41,20 +47,20 @@ func PipeDirFromEnv() (string, error) {
 	return dir, nil
 }
 
-// RunControlDaemon runs nvidia-cuda-mps-control -f (MPS v3: -p 3 -m -f),
+// Run runs nvidia-cuda-mps-control -f (MPS v3: -p 3 -m -f),
 // its standard input held open, until ctx ends (the pod is deleted:
 // SIGTERM), then sends it quit (MPS v3: -q) so that its server shuts down
 // cleanly. It runs the daemon as a child rather than exec'ing it because
 // PID 1 of a container gets no SIGTERM it does not handle. A daemon that
 // exits on its own is an error: the container exits and the kubelet
 // restarts it.
-func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
+func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if _, err := PipeDirFromEnv(); err != nil {
 		return err
 	}
 	if cfg.Commander == nil {
-		cfg.Commander = ExecCommander{}
+		cfg.Commander = control.ExecCommander{}
 	}
 	if cfg.QuitTimeout == 0 {
 		cfg.QuitTimeout = 20 * time.Second
@@ -62,7 +68,7 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 	if cfg.Protocol == 0 {
 		cfg.Protocol = protocolFromEnv()
 	}
-	argv := append([]string{cfg.Binary}, daemonArgs(cfg.Protocol, cfg.MultiUser)...)
+	argv := append([]string{cfg.Binary}, control.DaemonArgs(cfg.Protocol, cfg.MultiUser)...)
 	proc, err := cfg.Commander.Start(ctx, argv, cfg.Env)
 	if err != nil {
 		return fmt.Errorf("starting the MPS control daemon: %w", err)
@@ -80,7 +86,7 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 	quitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.QuitTimeout)
 	defer cancel()
 	pipeDir, _ := PipeDirFromEnv()
-	quit := ControlClient{Runner: cfg.Commander, Binary: cfg.Binary, PipeDir: pipeDir, Protocol: cfg.Protocol, Env: cfg.Env, Timeout: cfg.QuitTimeout}
+	quit := control.Client{Runner: cfg.Commander, Binary: cfg.Binary, PipeDir: pipeDir, Protocol: cfg.Protocol, Env: cfg.Env, Timeout: cfg.QuitTimeout}
 	if err := quit.Quit(quitCtx); err != nil {
 		logger.Error(err, "quit failed; waiting for the daemon anyway")
 	}
@@ -95,28 +101,30 @@ func RunControlDaemon(ctx context.Context, cfg ControlDaemonConfig) error {
 	return nil
 }
 
-// RunSimulatedControlDaemon stands in for the control daemon on nodes with
-// fake GPUs: the stand-in daemon (RunStandInControlDaemon) on the control
+// RunSimulated stands in for the control daemon on nodes with
+// fake GPUs: the stand-in daemon (standin.RunDaemon) on the control
 // socket of pipeDir, logging to the layout's log directory, so that the
 // plugin's readiness check and an e2e test can observe a daemon and the
 // commands it got. It never runs a server and enforces nothing.
 //
-// The stand-in's switches (standin.go) are read from the pod's environment.
-func RunSimulatedControlDaemon(ctx context.Context, pipeDir string) error {
+// The stand-in's switches (package standin) are read from the pod's environment.
+func RunSimulated(ctx context.Context, pipeDir string) error {
 	if filepath.Base(pipeDir) != "pipe" {
 		return fmt.Errorf("simulated MPS daemon: pipe directory %s does not end in /pipe", pipeDir)
 	}
-	layout := Layout{Root: filepath.Dir(pipeDir)}
-	logDir := layout.LogDir()
+	// mps.Layout's directories: pipe and log under one root (this package
+	// is below mps, whose tests run it as the fake kubelet's container).
+	root := filepath.Dir(pipeDir)
+	logDir := filepath.Join(root, "log")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		logDir = "" // a read-only root: serve without the log
 	}
 	// The pod's CUDA_MPS_PROTOCOL_VERSION chooses MPS v3, as for the real
 	// control daemon.
 	protocol := protocolFromEnv()
-	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", layout.ControlSocket(), "protocol", protocol)
-	return RunStandInControlDaemon(ctx, StandInConfig{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol,
-		UnderscoreColumns: os.Getenv(StandInEnvCSVSpelling) == "underscore", Hang: ParseStandInHang(os.Getenv(StandInEnvHang))})
+	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", filepath.Join(pipeDir, "control"), "protocol", protocol)
+	return standin.RunDaemon(ctx, standin.Config{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol,
+		UnderscoreColumns: os.Getenv(standin.EnvCSVSpelling) == "underscore", Hang: standin.ParseHang(os.Getenv(standin.EnvHang))})
 }
 
 // protocolFromEnv is 3 when CUDA_MPS_PROTOCOL_VERSION says so, else 2.

@@ -1,4 +1,7 @@
-package mps
+// Package control runs nvidia-cuda-mps-control as a client, behind Runner:
+// ExecCommander runs the real binary, standin.Runner the stand-in in this
+// process, so the plugin's client code is the same with either.
+package control
 
 import (
 	"context"
@@ -16,20 +19,21 @@ import (
 // Every call has a deadline: a daemon that never answers must not hold a
 // prepare, or the node, for ever.
 
-// ControlFunc runs one control command, given as its words (e.g.
+// Func runs one control command, given as its words (e.g.
 // ["namespace", "list", "--server=tangram", "--format=csv"]), and returns
 // its answer; an answer that reports a failure is an error.
-type ControlFunc func(ctx context.Context, command []string) (string, error)
+type Func func(ctx context.Context, command []string) (string, error)
 
-// DefaultControlTimeout bounds one control command.
-const DefaultControlTimeout = 10 * time.Second
+// DefaultTimeout bounds one control command: a Client's, and the mps
+// Manager's deadline on each command it sends (Timing.ControlTimeout).
+const DefaultTimeout = 10 * time.Second
 
-// MPSControlName is the control binary's name.
-const MPSControlName = "nvidia-cuda-mps-control"
+// BinaryName is the control binary's name.
+const BinaryName = "nvidia-cuda-mps-control"
 
-// ControlClient runs the control binary as a client of the daemon on
+// Client runs the control binary as a client of the daemon on
 // PipeDir.
-type ControlClient struct {
+type Client struct {
 	Runner Runner
 	Binary string
 	// PipeDir is the daemon's CUDA_MPS_PIPE_DIRECTORY.
@@ -39,15 +43,15 @@ type ControlClient struct {
 	// Env is added to the environment, e.g. CUDA_MPS_LOG_DIRECTORY and the
 	// driver root's PATH and LD_LIBRARY_PATH (driverroot.Root.ToolEnv).
 	Env []string
-	// Timeout bounds each command; 0 is DefaultControlTimeout.
+	// Timeout bounds each command; 0 is DefaultTimeout.
 	Timeout time.Duration
 }
 
-func (c ControlClient) env() []string {
+func (c Client) env() []string {
 	return append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + c.PipeDir}, c.Env...)
 }
 
-func (c ControlClient) runner() Runner {
+func (c Client) runner() Runner {
 	if c.Runner == nil {
 		return ExecCommander{}
 	}
@@ -56,10 +60,10 @@ func (c ControlClient) runner() Runner {
 
 // run runs the binary with args and stdin under the deadline; an error
 // names the command.
-func (c ControlClient) run(ctx context.Context, args []string, stdin, what string) (string, error) {
+func (c Client) run(ctx context.Context, args []string, stdin, what string) (string, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
-		timeout = DefaultControlTimeout
+		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -75,7 +79,7 @@ func (c ControlClient) run(ctx context.Context, args []string, stdin, what strin
 
 // Command runs one command: as arguments after "-p 3" in MPS v3, as a line
 // on standard input in legacy MPS.
-func (c ControlClient) Command(ctx context.Context, command []string) (string, error) {
+func (c Client) Command(ctx context.Context, command []string) (string, error) {
 	line := strings.Join(command, " ")
 	if c.Protocol == 3 {
 		return c.run(ctx, append([]string{"-p", "3"}, command...), "", line)
@@ -85,7 +89,7 @@ func (c ControlClient) Command(ctx context.Context, command []string) (string, e
 
 // Quit asks the daemon to quit: -q in MPS v3, "quit" on standard input in
 // legacy MPS.
-func (c ControlClient) Quit(ctx context.Context) error {
+func (c Client) Quit(ctx context.Context) error {
 	if c.Protocol == 3 {
 		_, err := c.run(ctx, []string{"-p", "3", "-q"}, "", "-q")
 		return err
@@ -96,44 +100,55 @@ func (c ControlClient) Quit(ctx context.Context) error {
 
 // Probe succeeds when a daemon answers: "server list" in MPS v3,
 // get_server_list in legacy MPS.
-func (c ControlClient) Probe(ctx context.Context) error {
+func (c Client) Probe(ctx context.Context) error {
 	cmd := []string{"get_server_list"}
 	if c.Protocol == 3 {
-		cmd = v3ServerList()
+		cmd = []string{"server", "list", "--format=csv"}
 	}
 	_, err := c.Command(ctx, cmd)
 	return err
 }
 
-// ControlOption adjusts BinaryControl.
-type ControlOption func(*ControlClient)
+// Option adjusts Binary.
+type Option func(*Client)
 
-// WithControlTimeout bounds each command (default DefaultControlTimeout).
-func WithControlTimeout(d time.Duration) ControlOption {
-	return func(c *ControlClient) { c.Timeout = d }
+// WithTimeout bounds each command (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) { c.Timeout = d }
 }
 
-// WithControlEnv adds variables to the binary's environment, e.g. the
+// WithEnv adds variables to the binary's environment, e.g. the
 // driver root's PATH and LD_LIBRARY_PATH.
-func WithControlEnv(env ...string) ControlOption {
-	return func(c *ControlClient) { c.Env = append(c.Env, env...) }
+func WithEnv(env ...string) Option {
+	return func(c *Client) { c.Env = append(c.Env, env...) }
 }
 
-// BinaryControl runs the control binary as an MPS v3 client of the daemon
+// Binary runs the control binary as an MPS v3 client of the daemon
 // on pipeDir, each command as arguments, e.g. from the plugin when the
 // daemon runs in a pod and shares the host's pipe directory. A nil runner
 // runs the binary (ExecCommander).
-func BinaryControl(runner Runner, binary, pipeDir string, opts ...ControlOption) ControlFunc {
-	c := ControlClient{Runner: runner, Binary: binary, PipeDir: pipeDir, Protocol: 3}
+func Binary(runner Runner, binary, pipeDir string, opts ...Option) Func {
+	c := Client{Runner: runner, Binary: binary, PipeDir: pipeDir, Protocol: 3}
 	for _, o := range opts {
 		o(&c)
 	}
 	return c.Command
 }
 
-// StandInControl is BinaryControl with the stand-in control program run in
-// this process (fake GPUs: the plugin has no control binary), so that the
-// plugin's client code is the same as on a GPU node.
-func StandInControl(pipeDir string, opts ...ControlOption) ControlFunc {
-	return BinaryControl(StandInRunner{}, MPSControlName, pipeDir, opts...)
+// DaemonArgs are the control binary's options to run the daemon in the
+// foreground: MPS v3 "-p 3 [-m] -f" (NVIDIA's KAI project runs r615 so),
+// legacy "-f [-M]".
+func DaemonArgs(protocol int, multiUser bool) []string {
+	if protocol == 3 {
+		args := []string{"-p", "3"}
+		if multiUser {
+			args = append(args, "-m")
+		}
+		return append(args, "-f")
+	}
+	args := []string{"-f"}
+	if multiUser {
+		args = append(args, "-M")
+	}
+	return args
 }

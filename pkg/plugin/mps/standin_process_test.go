@@ -1,0 +1,164 @@
+package mps
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/inpod"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
+)
+
+// The stand-in run as a separate program (standInBinary, TestMain) under
+// the plugin's daemon code: the host process daemon, an admin's -d, and
+// the daemon pod's entry point.
+
+// TestStandInWithProcessDaemon drives the stand-in program (a separate process)
+// with the plugin's own client code, legacy MPS: ProcessDaemon starts it with
+// -f -M (its stdin held open), probes it with get_server_list on stdin and
+// stops it with quit, as on a real node.
+func TestStandInWithProcessDaemon(t *testing.T) {
+	root := shortRoot(t)
+	layout := Layout{Root: root}
+	ctx := context.Background()
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a", "GPU-b"}, MultiUser: true})
+	if err := d.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon lives on: its stdin has not ended.
+	time.Sleep(100 * time.Millisecond)
+	if err := d.control(ctx, "set_default_active_thread_percentage", "50"); err != nil {
+		t.Fatal(err)
+	}
+	if d.Starts() != 1 {
+		t.Errorf("%d starts, want 1", d.Starts())
+	}
+	if err := d.control(ctx, "start_server", "-uid", "nobody"); err == nil || !strings.Contains(err.Error(), `is not a UID`) {
+		t.Errorf("a bad command: %v, want the daemon's error", err)
+	}
+	if err := d.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := standin.Probe(ctx, layout.PipeDir()); err == nil {
+		t.Error("the stand-in still answers after Stop")
+	}
+	entries, err := standin.Log(layout.LogDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []standin.LogEntry{
+		{Transport: "stdin", Command: "get_server_list"},
+		{Transport: "stdin", Command: "set_default_active_thread_percentage 50"},
+		{Transport: "stdin", Command: "start_server -uid nobody", Rejected: `"nobody" is not a UID`},
+		{Transport: "stdin", Command: "quit"},
+	}
+	if !slices.Equal(entries, want) {
+		t.Errorf("control.log has %+v, want %+v", entries, want)
+	}
+	log, _ := os.ReadFile(filepath.Join(layout.LogDir(), "control.log"))
+	if !strings.Contains(string(log), "protocol 2, multi-user true, CUDA_VISIBLE_DEVICES=GPU-a,GPU-b") {
+		t.Errorf("control.log does not record -M and the cards:\n%s", log)
+	}
+}
+
+// TestStandInDaemonMode starts the stand-in with -d -p 3, as an admin
+// would, talks to it with arguments and quits it with -q.
+func TestStandInDaemonMode(t *testing.T) {
+	root := shortRoot(t)
+	layout := Layout{Root: root}
+	if err := layout.create(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + layout.PipeDir(), "CUDA_MPS_LOG_DIRECTORY=" + layout.LogDir()}
+	ctx := context.Background()
+	run := func(stdin string, args ...string) (string, error) {
+		out, err := control.ExecCommander{}.Run(ctx, append([]string{standInBinary}, args...), env, stdin)
+		return string(out), err
+	}
+	if _, err := run("", "-d", "-p", "3", "-m"); err != nil {
+		t.Fatal(err)
+	}
+	// -d's daemon does not end with its starter's stdin.
+	time.Sleep(100 * time.Millisecond)
+	if _, err := run("", "server", "create", "s", "--uid=0"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("", "namespace", "create", "ns", "--server=s")
+	if err != nil || out != "" {
+		t.Errorf("namespace create: %q, %v", out, err)
+	}
+	if _, err := run("namespace list\n"); err == nil || !strings.Contains(err.Error(), "no interactive shell") {
+		t.Errorf("a v3 command on stdin: %v", err)
+	}
+	if _, err := run("", "-q"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for standin.Probe(ctx, layout.PipeDir()) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon still answers after -q")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := run("", "-p", "4"); err == nil {
+		t.Error("-p 4 accepted")
+	}
+}
+
+// TestStandInUnderRunControlDaemon is the daemon pod's path: inpod.Run
+// runs the program with -f (v3: -p 3 -m -f), its stdin held open, and quits
+// it when the pod is deleted (v3: -q).
+func TestStandInUnderRunControlDaemon(t *testing.T) {
+	for _, tt := range []struct {
+		protocol  int
+		multiUser bool
+		wantLog   []standin.LogEntry
+		wantStart string
+	}{
+		{protocol: 2, multiUser: true, wantLog: []standin.LogEntry{{Transport: "stdin", Command: "quit"}}, wantStart: "protocol 2, multi-user true"},
+		{protocol: 3, multiUser: true, wantLog: []standin.LogEntry{{Transport: "flag", Command: "quit"}}, wantStart: "protocol 3, multi-user true"},
+	} {
+		t.Run(fmt.Sprint("protocol ", tt.protocol), func(t *testing.T) {
+			root := shortRoot(t)
+			layout := Layout{Root: root}
+			if err := layout.create(); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
+			t.Setenv("CUDA_MPS_LOG_DIRECTORY", layout.LogDir())
+			t.Setenv("CUDA_MPS_PROTOCOL_VERSION", fmt.Sprint(tt.protocol))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- inpod.Run(ctx, inpod.Config{Binary: standInBinary, MultiUser: tt.multiUser})
+			}()
+			mpstest.WaitAnswering(t, func(ctx context.Context) error { return standin.Probe(ctx, layout.PipeDir()) })
+			time.Sleep(100 * time.Millisecond) // its stdin has not ended
+			if err := standin.Probe(ctx, layout.PipeDir()); err != nil {
+				t.Fatalf("the daemon stopped on its own: %v", err)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			entries, err := standin.Log(layout.LogDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(entries, tt.wantLog) {
+				t.Errorf("control.log has %+v, want %+v", entries, tt.wantLog)
+			}
+			log, _ := os.ReadFile(filepath.Join(layout.LogDir(), "control.log"))
+			if !strings.Contains(string(log), tt.wantStart) {
+				t.Errorf("control.log does not record %q:\n%s", tt.wantStart, log)
+			}
+		})
+	}
+}

@@ -1,0 +1,190 @@
+package mps
+
+// The node-wide MPS v3 server and its namespaces, through the control daemon.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+)
+
+// V3Namespaces drives the node's MPS v3 server and its namespaces.
+type V3Namespaces struct {
+	// Server is the node's server name.
+	Server string
+	// Devices are the shareable cards the server may use.
+	Devices []string
+	// PipeDir is the control daemon's CUDA_MPS_PIPE_DIRECTORY. When set,
+	// a namespace's pipe directory as the daemon reports it must be
+	// <PipeDir>/<Server>/<namespace>, where the plugin mounts it: a wrong
+	// directory would silently put the client in the uncapped default
+	// namespace.
+	PipeDir string
+	ctl     control.Func
+}
+
+// DefaultV3Server is the name of the node's v3 server.
+const DefaultV3Server = "tangram"
+
+// NewV3Namespaces returns the v3 driver for the node's shared cards.
+func NewV3Namespaces(ctl control.Func, devices []string) *V3Namespaces {
+	return &V3Namespaces{Server: DefaultV3Server, Devices: slices.Clone(devices), ctl: ctl}
+}
+
+// ServerNotRunningError answers a share whose server is not listed as
+// ready; the caller should retry.
+type ServerNotRunningError struct {
+	Server, Status string
+}
+
+func (e *ServerNotRunningError) Error() string {
+	if e.Status == "" {
+		return fmt.Sprintf("the node's MPS v3 server %q is not listed by the control daemon (server list), or not ready", e.Server)
+	}
+	return fmt.Sprintf("the node's MPS v3 server %q is %s, not Ready", e.Server, e.Status)
+}
+
+// EnsureServer creates the node's server if the control daemon does not
+// list it. Servers run as UID 0 in a multi-user daemon: clients of any UID
+// share it, and the namespaces separate them.
+func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
+	state, err := v.serverState(ctx)
+	if err != nil {
+		return err
+	}
+	if state.Listed {
+		return nil
+	}
+	if _, err := v.ctl(ctx, v3ServerCreate(v.Server, 0, v.Devices)); err != nil {
+		return fmt.Errorf("creating the node's MPS v3 server %q: %w", v.Server, err)
+	}
+	klog.FromContext(ctx).Info("Created the node's MPS v3 server", "server", v.Server, "devices", v.Devices)
+	return nil
+}
+
+// CheckRunning fails with *ServerNotRunningError unless the server is
+// listed as ready.
+func (v *V3Namespaces) CheckRunning(ctx context.Context) error {
+	state, err := v.serverState(ctx)
+	if err != nil {
+		return err
+	}
+	if !state.Ready() {
+		return &ServerNotRunningError{Server: v.Server, Status: state.Status}
+	}
+	return nil
+}
+
+func (v *V3Namespaces) serverState(ctx context.Context) (ServerState, error) {
+	out, err := v.ctl(ctx, v3ServerList())
+	if err != nil {
+		return ServerState{}, fmt.Errorf("listing MPS v3 servers: %w", err)
+	}
+	return serverState(out, v.Server)
+}
+
+// List returns the server's namespaces by name.
+func (v *V3Namespaces) List(ctx context.Context) (map[string]NamespaceSpec, error) {
+	out, err := v.ctl(ctx, v3NamespaceList(v.Server))
+	if err != nil {
+		return nil, fmt.Errorf("listing the namespaces of MPS v3 server %q: %w", v.Server, err)
+	}
+	return parseNamespaces(out)
+}
+
+// Ensure makes the namespace exist with spec's settings: created if
+// missing, set if its settings differ as numbers (adopting one a previous
+// plugin process created). A namespace whose limits already match is not
+// set again: the daemon refuses to change a namespace with clients
+// attached. Its pipe directory is then checked against PipeDir.
+func (v *V3Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[string]NamespaceSpec) error {
+	if err := ValidNamespaceName(spec.Name); err != nil {
+		return err
+	}
+	got, exists := have[spec.Name]
+	if !exists {
+		if _, err := v.ctl(ctx, v3NamespaceCreate(v.Server, spec.Name)); err != nil {
+			return fmt.Errorf("creating MPS v3 namespace %s: %w", spec.Name, err)
+		}
+	}
+	if !exists || !sameLimits(spec, got) {
+		if cmd := v3NamespaceSet(v.Server, spec); cmd != nil {
+			if _, err := v.ctl(ctx, cmd); err != nil {
+				return fmt.Errorf("setting the limits of MPS v3 namespace %s: %w", spec.Name, err)
+			}
+		}
+	}
+	return v.checkPipeDir(ctx, spec.Name, got.PipeDirectory)
+}
+
+// NamespacePipeDir asks the daemon where clients reach the namespace.
+func (v *V3Namespaces) NamespacePipeDir(ctx context.Context, name string) (string, error) {
+	out, err := v.ctl(ctx, v3NamespacePipeDir(v.Server, name))
+	if err != nil {
+		return "", fmt.Errorf("asking for the pipe directory of MPS v3 namespace %s: %w", name, err)
+	}
+	dir := strings.TrimSpace(out)
+	if dir == "" {
+		return "", fmt.Errorf("the MPS control daemon names no pipe directory for namespace %s", name)
+	}
+	return dir, nil
+}
+
+// checkPipeDir compares the namespace's pipe directory, as listed (listed)
+// or else asked for, with the one the plugin mounts.
+func (v *V3Namespaces) checkPipeDir(ctx context.Context, name, listed string) error {
+	if v.PipeDir == "" {
+		return nil
+	}
+	got := listed
+	if got == "" {
+		var err error
+		if got, err = v.NamespacePipeDir(ctx, name); err != nil {
+			return err
+		}
+	}
+	want := filepath.Join(v.PipeDir, v.Server, name)
+	if filepath.Clean(got) != want {
+		return fmt.Errorf("the MPS control daemon puts namespace %s's clients at %s, not %s where the plugin mounts it: a client there would land in the default namespace, without limits", name, got, want)
+	}
+	return nil
+}
+
+// Delete removes the namespace; one that is not listed is gone already.
+// The daemon refuses to delete a namespace with clients attached: they
+// are terminated first, and if one is still attached (or terminate is
+// refused), the delete is forced.
+func (v *V3Namespaces) Delete(ctx context.Context, name string, have map[string]NamespaceSpec) error {
+	if _, ok := have[name]; !ok {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	out, err := v.ctl(ctx, v3ClientList(v.Server))
+	var pids []int
+	if err == nil {
+		pids, err = parseClientPIDs(out, name)
+	}
+	if err != nil {
+		logger.Error(err, "Listing the clients of MPS v3 namespace failed; deleting it with --force", "namespace", name)
+	}
+	for _, pid := range pids {
+		logger.Info("Terminating an MPS client left in a namespace being deleted", "namespace", name, "pid", pid)
+		if _, err := v.ctl(ctx, v3ClientTerminate(v.Server, pid)); err != nil {
+			logger.Error(err, "Terminating an MPS client failed; the delete will be forced", "namespace", name, "pid", pid)
+		}
+	}
+	if _, err := v.ctl(ctx, v3NamespaceDelete(v.Server, name, false)); err != nil {
+		if _, errForced := v.ctl(ctx, v3NamespaceDelete(v.Server, name, true)); errForced != nil {
+			return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, errors.Join(err, errForced))
+		}
+		logger.Info("Deleted MPS v3 namespace with --force", "namespace", name, "plainDeleteErr", err)
+	}
+	return nil
+}
