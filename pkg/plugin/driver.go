@@ -418,8 +418,8 @@ func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
 }
 
 // undo removes the claim's spec, MPS accounting, /dev/shm and MIG
-// instances, then its record. The record is kept (as started) if cleanup failed, so a retry or
-// the next start-up tries again.
+// instances, then its record. The record is kept (as started) if cleanup
+// failed, so a retry or the next start-up tries again.
 func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {

@@ -26,9 +26,10 @@ func mountsOf(d cdispec.Device) []string {
 }
 
 // TestClaimSpecsShmAndPipeMounts: every device of a claim's cards mounts
-// one /dev/shm: the claim's own directory (whole cards, shares without
-// MPS, MPS v3 shares), or the MPS server's for classic MPS shares, whose
-// clients share /dev/shm with the server; the classic daemon's pipe
+// one /dev/shm, the claim's own directory (whole cards, shares without
+// MPS, MPS shares of both kinds: a classic client works with a /dev/shm of
+// its own, docs/gpu-reports/2026-11-27-h200-r580-experiments.md, so the
+// manager's client configuration names the claim's); the classic daemon's pipe
 // directory, shared by every share of the node, is mounted read-only, a v3
 // namespace's (the claim's own) read-write. The claim-wide device mounts
 // nothing. Two claims get different directories.
@@ -50,10 +51,12 @@ func TestClaimSpecsShmAndPipeMounts(t *testing.T) {
 	}
 	ownShm := func(uid string) string { return "/mps/claims/" + uid + "/shm" }
 	shm := func(dir string) string { return dir + ":/dev/shm:rbind,rw,nosuid,nodev,noexec" }
-	classic := mps.ClientConfig{PipeDir: "/mps/pipe", PipeReadOnly: true, Mounts: []mps.Mount{
-		{HostPath: "/mps/pipe", ContainerPath: "/mps/pipe", ReadOnly: true},
-		{HostPath: "/mps/shm", ContainerPath: "/dev/shm"},
-	}}
+	classic := func(uid string) mps.ClientConfig {
+		return mps.ClientConfig{PipeDir: "/mps/pipe", PipeReadOnly: true, Mounts: []mps.Mount{
+			{HostPath: "/mps/pipe", ContainerPath: "/mps/pipe", ReadOnly: true},
+			{HostPath: ownShm(uid), ContainerPath: "/dev/shm"},
+		}}
+	}
 	v3 := func(uid string) mps.ClientConfig {
 		pipe := "/mps/pipe/tangram/tangram_" + uid
 		return mps.ClientConfig{PipeDir: pipe, Mounts: []mps.Mount{
@@ -78,12 +81,12 @@ func TestClaimSpecsShmAndPipeMounts(t *testing.T) {
 			want:    map[string][]string{"c-gpu-0": {shm(ownShm("c"))}, "c-gpu-1": {shm(ownShm("c"))}, "c-claim": nil}},
 		{name: "share without MPS: the claim's own /dev/shm", uid: "d", devices: []prepared.Device{shareDev("gpu", "gpu-0", "s1", noneCfg)},
 			want: map[string][]string{"d-gpu-0-s1": {shm(ownShm("d"))}}},
-		{name: "classic MPS share: the server's /dev/shm, the daemon's pipe directory read-only", uid: "e",
-			devices: []prepared.Device{shareDev("gpu", "gpu-0", "s1", mpsCfg)}, client: classic,
-			want: map[string][]string{"e-gpu-0-s1": {"/mps/pipe:/mps/pipe:rbind,ro,nosuid,nodev", shm("/mps/shm")}}},
-		{name: "classic MPS share beside a whole card in one claim: one /dev/shm for the claim, the server's", uid: "f",
-			devices: []prepared.Device{wholeDev("big", "gpu-1"), shareDev("small", "gpu-0", "s1", mpsCfg)}, client: classic,
-			want: map[string][]string{"f-gpu-1": {shm("/mps/shm")}, "f-gpu-0-s1": {"/mps/pipe:/mps/pipe:rbind,ro,nosuid,nodev", shm("/mps/shm")}, "f-claim": nil}},
+		{name: "classic MPS share: the claim's own /dev/shm, the daemon's pipe directory read-only", uid: "e",
+			devices: []prepared.Device{shareDev("gpu", "gpu-0", "s1", mpsCfg)}, client: classic("e"),
+			want: map[string][]string{"e-gpu-0-s1": {"/mps/pipe:/mps/pipe:rbind,ro,nosuid,nodev", shm(ownShm("e"))}}},
+		{name: "classic MPS share beside a whole card in one claim: one /dev/shm for the claim, its own", uid: "f",
+			devices: []prepared.Device{wholeDev("big", "gpu-1"), shareDev("small", "gpu-0", "s1", mpsCfg)}, client: classic("f"),
+			want: map[string][]string{"f-gpu-1": {shm(ownShm("f"))}, "f-gpu-0-s1": {"/mps/pipe:/mps/pipe:rbind,ro,nosuid,nodev", shm(ownShm("f"))}, "f-claim": nil}},
 		{name: "MPS v3 share: its namespace's pipe directory read-write, the claim's own /dev/shm", uid: "g",
 			devices: []prepared.Device{shareDev("gpu", "gpu-0", "s1", mpsCfg)}, client: v3("g"),
 			want: map[string][]string{"g-gpu-0-s1": {"/mps/pipe/tangram/tangram_g:/mps/pipe/tangram/tangram_g:rbind,rw,nosuid,nodev", shm(ownShm("g"))}}},

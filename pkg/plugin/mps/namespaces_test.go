@@ -332,9 +332,9 @@ func TestManagerV3Restart(t *testing.T) {
 	}
 }
 
-// TestClassicShmClearedWhenDaemonStops: classic MPS shares one /dev/shm
-// between every share of the node; once the last share is gone and the
-// daemon stopped, what its clients left there is removed.
+// TestClassicShmClearedWhenDaemonStops: the classic daemon's own /dev/shm
+// (Layout.ShmDir; its shares have their claims' own) is emptied once the
+// last share is gone and the daemon stopped.
 func TestClassicShmClearedWhenDaemonStops(t *testing.T) {
 	root := t.TempDir()
 	layout := Layout{Root: root}

@@ -9,7 +9,7 @@ import (
 	"sync"
 )
 
-// HangingControl passes control commands (an mps.ControlFunc's argv) to
+// HangingControl passes control commands (a control.Func's argv) to
 // the wrapped function, except that a command whose words contain the hang
 // string blocks, ignoring its context, until Set is called again: the worst
 // case of a control daemon that never answers.
@@ -27,7 +27,7 @@ func NewHangingControl(ctl func(ctx context.Context, argv []string) (string, err
 	return &HangingControl{ctl: ctl, Hung: make(chan string, 100)}
 }
 
-// Control is the wrapped mps.ControlFunc.
+// Control is the wrapped control.Func.
 func (h *HangingControl) Control(ctx context.Context, argv []string) (string, error) {
 	command := strings.Join(argv, " ")
 	h.mu.Lock()
