@@ -419,9 +419,12 @@ func newShares(ctx context.Context, opts *wiring, allocatable map[string]int64, 
 	layout := mps.Layout{Root: opts.MPSRoot}
 	mode := resolveMPSMode(opts)
 	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", opts.mpsMode)
-	// Options.Validate admits only MPSDaemonPod and MPSDaemonProcess.
-	if opts.MPSDaemonMode == MPSDaemonPod {
+	switch opts.MPSDaemonMode {
+	case "", MPSDaemonProcess:
+	case MPSDaemonPod:
 		return newPodShares(ctx, opts, layout, shareable, mode, claimDirs)
+	default:
+		return nil, fmt.Errorf("unknown MPS daemon mode %q: want %q or %q", opts.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
 	}
 	if opts.FakeGPUs && mode == mps.ModeV3 {
 		return nil, errors.New("--mps-mode=v3 with fake GPUs needs a control daemon to hold the namespaces: use --mps-daemon=pod (its stand-in daemon speaks MPS v3) or --mps-mode=classic")
