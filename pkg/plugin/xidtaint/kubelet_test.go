@@ -12,7 +12,9 @@ func TestForKubelet(t *testing.T) {
 	xid79 := resourceapi.DeviceTaint{Key: TaintKeyXID, Value: "79", Effect: resourceapi.DeviceTaintEffectNoSchedule}
 	lost := resourceapi.DeviceTaint{Key: TaintKeyGPULost, Value: "true", Effect: resourceapi.DeviceTaintEffectNoExecute}
 	xid13 := resourceapi.DeviceTaint{Key: TaintKeyXID, Value: "13", Effect: resourceapi.DeviceTaintEffectNone}
-	healthy := func(name string) DeviceHealth { return DeviceHealth{Device: name, UUID: "GPU-" + name[:5], Known: true, Healthy: true} }
+	healthy := func(name string) DeviceHealth {
+		return DeviceHealth{Device: name, UUID: "GPU-" + name[:5], Known: true, Healthy: true}
+	}
 	tainted := func(name, msg string, taints ...resourceapi.DeviceTaint) DeviceHealth {
 		dh := healthy(name)
 		dh.Taints, dh.Message = taints, msg
