@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -21,7 +22,12 @@ import (
 // PrepareStarted) before the instance is created, and only after the
 // placement was found free of instances no record names; so an instance
 // that no record names was not created by Tangram, or was created by a
-// Tangram whose records are gone, and is never touched.
+// Tangram whose records are gone, and is never touched, with one
+// exception: a claim rebuilt after a corrupt checkpoint (rebuild) adopts
+// the instance at exactly its placement, and its unprepare destroys it.
+
+// migDeviceOfTimeout bounds MIGDeviceOf's listing of a card's instances.
+const migDeviceOfTimeout = 5 * time.Second
 
 // migAdvice ends the refusal of a placement taken by an instance no record
 // names.
@@ -40,7 +46,7 @@ func findMIGInstance(list []gpu.MIGInstance, m *prepared.MIG) (gpu.MIGInstance, 
 		if inst.ProfileID != m.ProfileID || inst.Placement.Start != m.Start {
 			continue
 		}
-		if m.GPUInstanceID == nil || inst.GPUInstanceID == *m.GPUInstanceID {
+		if !m.Created() || inst.GPUInstanceID == m.GPUInstanceIDValue() {
 			return inst, true
 		}
 		if fallback == nil {
@@ -299,7 +305,7 @@ func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim, save bool
 			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), migCreateError(dev, err))
 		}
 		switch {
-		case action == migFound && inst.UUID == dev.MIG.UUID && dev.MIG.GPUInstanceID != nil && *dev.MIG.GPUInstanceID == inst.GPUInstanceID:
+		case action == migFound && inst.UUID == dev.MIG.UUID && dev.MIG.GPUInstanceIDValue() == inst.GPUInstanceID:
 			continue
 		case action == migCompleted:
 			logger.Info("A prepared claim's MIG instance lost its compute instance; created it again", "claim", rec.Key(), "device", dev.Device, "instance", inst.String())
@@ -356,7 +362,7 @@ func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
 	d.mu.Lock()
 	for _, rec := range d.records {
 		for _, dev := range rec.Devices {
-			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.GPUInstanceID != nil && *dev.MIG.GPUInstanceID == gpuInstance {
+			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.Created() && dev.MIG.GPUInstanceIDValue() == gpuInstance {
 				d.mu.Unlock()
 				return dev.Device, true
 			}
@@ -367,7 +373,11 @@ func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
 	if !ok || d.cfg.MIG == nil || card.MIG == nil || !card.MIG.Enabled {
 		return "", false
 	}
-	list, err := d.cfg.MIG.List(context.Background(), card)
+	// Called for each event of a MIG instance: a hung NVML must not hold
+	// the health monitor.
+	ctx, cancel := context.WithTimeout(context.Background(), migDeviceOfTimeout)
+	defer cancel()
+	list, err := d.cfg.MIG.List(ctx, card)
 	if err != nil {
 		return "", false
 	}
