@@ -394,11 +394,14 @@ func TestResolveMIGDevice(t *testing.T) {
 // of failing on it as a taken placement, and unprepare destroys them:
 // nothing leaks. Claim "o", prepared first, holds the lowest GPU instance
 // ID before the reset, so that "m"'s instances come back under other IDs.
+// Each re-created instance is saved before the next create: the checkpoint
+// the crash leaves names the ones before it, and keeps claim "o".
 func TestCrashDuringMIGRecreateThenRestart(t *testing.T) {
 	for _, tt := range []struct {
-		step string
-		n    int
-	}{{"mig-create", 1}, {"mig-create", 2}, {"save", 1}} {
+		step  string
+		n     int
+		saved int // "m"'s re-created instances the checkpoint names
+	}{{"mig-create", 1, 0}, {"mig-create", 2, 1}, {"save", 1, 1}} {
 		t.Run(tt.step+"-"+string(rune('0'+tt.n)), func(t *testing.T) {
 			h := newHarness(t)
 			other := claimWith("o", wholeResult("gpu", device.MIGDeviceName(migCard, 19, 1)))
@@ -415,6 +418,20 @@ func TestCrashDuringMIGRecreateThenRestart(t *testing.T) {
 			h.steps.crashAt, h.steps.crashN = tt.step, h.steps.count(tt.step)+tt.n
 			if got := h.startCrashing(); got != tt.step {
 				t.Fatalf("start-up crashed after %q, want %q", got, tt.step)
+			}
+			saved, _, err := h.state.Load(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := saved["o"]; !ok {
+				t.Errorf("the checkpoint the crash left lost claim o: %v", saved)
+			}
+			list := h.migInstances()
+			for i, dev := range saved["m"].Devices {
+				inst, found := findMIGInstance(list, &prepared.MIG{ProfileID: dev.MIG.ProfileID, Start: dev.MIG.Start})
+				if recorded := found && dev.MIG.GPUInstanceIDValue() == inst.GPUInstanceID; recorded != (i < tt.saved) {
+					t.Errorf("the checkpoint names %s's re-created instance: %v, want %v (recorded %+v, card %v)", dev.Device, recorded, i < tt.saved, dev.MIG, list)
+				}
 			}
 			h.restart()
 			h.assertConsistent()
