@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -29,7 +30,10 @@ const (
 // WatchHealthStatus streams every card's health to the kubelet, which
 // shows it in pod.status.containerStatuses[].allocatedResourcesStatus of
 // the pods holding the card or a share of it: at once, on every change,
-// and every deviceHealthResendInterval. Without a monitor (the GPU source
+// and every deviceHealthResendInterval. A card in MIG mode is reported as
+// the partitions claims hold on it (and those with taints of their own),
+// each with the card's taints (xidtaint.ForKubelet): the kubelet knows
+// only the devices it allocated, and such a card is not published whole. Without a monitor (the GPU source
 // cannot watch events) it declines: reporting "Healthy" without looking
 // would be a lie.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
@@ -42,7 +46,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	defer ticker.Stop()
 	for {
 		changed := d.cfg.DeviceHealth.Changed()
-		report := deviceHealthReport(d.cfg.NodeName, d.cfg.DeviceHealth.Devices(), time.Now())
+		report := deviceHealthReport(d.cfg.NodeName, xidtaint.ForKubelet(d.cfg.DeviceHealth.Devices(), d.migPartitions()), time.Now())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -79,4 +83,31 @@ func deviceHealthReport(pool string, devices []xidtaint.DeviceHealth, now time.T
 		})
 	}
 	return report
+}
+
+// migPartitions maps each card in MIG mode to the partitions prepared
+// claims hold on it (records in any state), sorted.
+func (d *Driver) migPartitions() map[int][]string {
+	out := map[int][]string{}
+	for _, card := range d.cards {
+		if card.MIG != nil && card.MIG.Enabled {
+			out[card.Index] = nil
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rec := range d.records {
+		for _, dev := range rec.Devices {
+			if dev.MIG == nil {
+				continue
+			}
+			if _, mig := out[dev.MIG.ParentIndex]; mig && !slices.Contains(out[dev.MIG.ParentIndex], dev.Device) {
+				out[dev.MIG.ParentIndex] = append(out[dev.MIG.ParentIndex], dev.Device)
+			}
+		}
+	}
+	for index := range out {
+		slices.Sort(out[index])
+	}
+	return out
 }

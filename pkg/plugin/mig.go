@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -21,7 +22,12 @@ import (
 // PrepareStarted) before the instance is created, and only after the
 // placement was found free of instances no record names; so an instance
 // that no record names was not created by Tangram, or was created by a
-// Tangram whose records are gone, and is never touched.
+// Tangram whose records are gone, and is never touched, with one
+// exception: a claim rebuilt after a corrupt checkpoint (rebuild) adopts
+// the instance at exactly its placement, and its unprepare destroys it.
+
+// migDeviceOfTimeout bounds MIGDeviceOf's listing of a card's instances.
+const migDeviceOfTimeout = 5 * time.Second
 
 // migAdvice ends the refusal of a placement taken by an instance no record
 // names.
@@ -29,18 +35,26 @@ const migAdvice = "Tangram never touches MIG instances it did not create: destro
 
 // findMIGInstance finds the instance of a recorded MIG device among a
 // card's instances: the recorded GPU instance at the recorded profile and
-// placement once created, or any instance at exactly that profile and
-// placement for an intent (an instance created before a crash that left
-// only the intent recorded). Pure.
+// placement once created; else (an intent, whose instance may have been
+// created before a crash that left only the intent recorded, or a record
+// whose instance was re-created under another GPU instance ID by a start-up
+// that crashed before saving it) any instance at exactly that profile and
+// placement, which namedByRecord counts as the record's all the same. Pure.
 func findMIGInstance(list []gpu.MIGInstance, m *prepared.MIG) (gpu.MIGInstance, bool) {
-	for _, inst := range list {
+	var fallback *gpu.MIGInstance
+	for i, inst := range list {
 		if inst.ProfileID != m.ProfileID || inst.Placement.Start != m.Start {
 			continue
 		}
-		if m.GPUInstanceID != nil && inst.GPUInstanceID != *m.GPUInstanceID {
-			continue
+		if !m.Created() || inst.GPUInstanceID == m.GPUInstanceIDValue() {
+			return inst, true
 		}
-		return inst, true
+		if fallback == nil {
+			fallback = &list[i]
+		}
+	}
+	if fallback != nil {
+		return *fallback, true
 	}
 	return gpu.MIGInstance{}, false
 }
@@ -79,8 +93,15 @@ func withMIGInstance(dev prepared.Device, inst gpu.MIGInstance) prepared.Device 
 	return dev
 }
 
-func (d *Driver) migCard(dev prepared.Device) gpu.GPU {
-	return d.cards[device.CardDeviceName(dev.MIG.ParentIndex)]
+// migCard is the card of a MIG device, looked up by the recorded card UUID
+// (the index may name another card after a hardware change).
+func (d *Driver) migCard(dev prepared.Device) (gpu.GPU, error) {
+	for _, card := range d.cards {
+		if card.UUID == dev.GPUUUID {
+			return card, nil
+		}
+	}
+	return gpu.GPU{}, fmt.Errorf("MIG partition %s: its card %s (index %d when prepared) is not on this node any more; delete the claim's pods (its unprepare drops the record)", dev.Device, dev.GPUUUID, dev.MIG.ParentIndex)
 }
 
 func (d *Driver) needMIG(rec prepared.Claim) error {
@@ -103,7 +124,11 @@ func (d *Driver) checkMIGFree(ctx context.Context, rec prepared.Claim) error {
 	d.mu.Unlock()
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		list, err := d.cfg.MIG.List(ctx, d.migCard(dev))
+		card, err := d.migCard(dev)
+		if err != nil {
+			return err
+		}
+		list, err := d.cfg.MIG.List(ctx, card)
 		if err != nil {
 			return fmt.Errorf("listing the MIG instances of card %d (%s) for %s: %w", dev.MIG.ParentIndex, dev.GPUUUID, dev.Device, err)
 		}
@@ -113,6 +138,53 @@ func (d *Driver) checkMIGFree(ctx context.Context, rec prepared.Claim) error {
 		}
 	}
 	return nil
+}
+
+// migAction is what ensureMIGInstance did.
+type migAction int
+
+const (
+	migFound     migAction = iota // an instance at the record's placement, complete
+	migCompleted                  // its GPU instance got its compute instance
+	migCreated                    // created at the record's placement
+)
+
+// ensureMIGInstance makes sure a recorded MIG device has its instance
+// among list (the card's instances): the one findMIGInstance finds, given
+// its compute instance when it lacks it, else one created at the
+// placement unless an instance no record names overlaps it.
+func (d *Driver) ensureMIGInstance(ctx context.Context, card gpu.GPU, dev prepared.Device, list []gpu.MIGInstance) (gpu.MIGInstance, migAction, error) {
+	inst, found := findMIGInstance(list, dev.MIG)
+	switch {
+	case found && inst.ComputeInstanceID < 0:
+		inst, err := d.cfg.MIG.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
+		return inst, migCompleted, err
+	case found:
+		return inst, migFound, nil
+	}
+	d.mu.Lock()
+	records := maps.Clone(d.records)
+	d.mu.Unlock()
+	if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
+		return inst, migCreated, fmt.Errorf("%w: %s", gpu.ErrMIGPlacementTaken, foreign[0])
+	}
+	inst, err := d.cfg.MIG.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
+	return inst, migCreated, err
+}
+
+// recordMIGInstance records inst as the instance of the claim's device i
+// and saves the records. It returns the record with it.
+func (d *Driver) recordMIGInstance(ctx context.Context, rec prepared.Claim, i int, inst gpu.MIGInstance) (prepared.Claim, error) {
+	dev := rec.Devices[i]
+	rec = rec.DeepCopy()
+	rec.Devices[i] = withMIGInstance(dev, inst)
+	d.mu.Lock()
+	d.records[rec.UID] = rec
+	d.mu.Unlock()
+	if err := d.persist(ctx); err != nil {
+		return rec, fmt.Errorf("recording MIG instance %s of %s: %w", inst, dev.Device, err)
+	}
+	return rec, nil
 }
 
 // createMIG creates the claim's MIG instances (or adopts the one an
@@ -126,31 +198,26 @@ func (d *Driver) createMIG(ctx context.Context, rec prepared.Claim) (prepared.Cl
 	logger := klog.FromContext(ctx)
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card := d.migCard(dev)
+		card, err := d.migCard(dev)
+		if err != nil {
+			return rec, err
+		}
 		list, err := d.cfg.MIG.List(ctx, card)
 		if err != nil {
 			return rec, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err)
 		}
-		inst, found := findMIGInstance(list, dev.MIG)
-		switch {
-		case found && inst.ComputeInstanceID < 0:
-			logger.Info("Completing a MIG instance an interrupted prepare of this claim left without its compute instance", "device", dev.Device, "instance", inst.String())
-			inst, err = d.cfg.MIG.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
-		case found:
-			logger.Info("Adopting the MIG instance an earlier prepare of this claim created", "device", dev.Device, "instance", inst.String(), "migUUID", inst.UUID)
-		default:
-			inst, err = d.cfg.MIG.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
-		}
+		inst, action, err := d.ensureMIGInstance(ctx, card, dev, list)
 		if err != nil {
 			return rec, migCreateError(dev, err)
 		}
-		rec = rec.DeepCopy()
-		rec.Devices[i] = withMIGInstance(dev, inst)
-		d.mu.Lock()
-		d.records[rec.UID] = rec
-		d.mu.Unlock()
-		if err := d.persist(ctx); err != nil {
-			return rec, fmt.Errorf("recording MIG instance %s of %s: %w", inst, dev.Device, err)
+		switch action {
+		case migCompleted:
+			logger.Info("Completed a MIG instance an interrupted prepare of this claim left without its compute instance", "device", dev.Device, "instance", inst.String())
+		case migFound:
+			logger.Info("Adopting the MIG instance an earlier prepare of this claim created", "device", dev.Device, "instance", inst.String(), "migUUID", inst.UUID)
+		}
+		if rec, err = d.recordMIGInstance(ctx, rec, i, inst); err != nil {
+			return rec, err
 		}
 		logger.V(2).Info("MIG instance ready", "device", dev.Device, "profile", dev.MIG.Profile, "instance", inst.String(), "migUUID", inst.UUID)
 	}
@@ -173,7 +240,8 @@ func migCreateError(dev prepared.Device, err error) error {
 
 // destroyMIG destroys the claim's MIG instances, compute instance then GPU
 // instance: the recorded one, or for an intent the instance at exactly
-// the recorded placement. An instance already gone is fine.
+// the recorded placement (findMIGInstance). An instance already gone, or
+// on a card no longer on the node, is fine.
 func (d *Driver) destroyMIG(ctx context.Context, rec prepared.Claim) error {
 	if len(rec.MIGDevices()) == 0 {
 		return nil
@@ -184,7 +252,12 @@ func (d *Driver) destroyMIG(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card := d.migCard(dev)
+		card, err := d.migCard(dev)
+		if err != nil {
+			// Its instances went with the card.
+			klog.FromContext(ctx).Info("Not destroying the MIG instance of a card this node no longer has", "device", dev.Device, "reason", err.Error())
+			continue
+		}
 		list, err := d.cfg.MIG.List(ctx, card)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err))
@@ -206,10 +279,12 @@ func (d *Driver) destroyMIG(ctx context.Context, rec prepared.Claim) error {
 // reconcileMIG checks, at start-up, a completed claim's MIG instances: one
 // present is kept; a GPU instance left without its compute instance gets
 // it; one gone (the card was reset, or someone destroyed it) is created
-// again at its placement. It returns the record with what exists now and
-// whether that changed (the spec must then be written again: the MIG UUID
-// changed).
-func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim) (prepared.Claim, bool, error) {
+// again at its placement. With save, the record is saved after each
+// instance it changed, so that a crash before the end of the start-up
+// does not leave the old GPU instance ID recorded. It returns the record
+// with what exists now and whether that changed (the spec must then be
+// written again: the MIG UUID changed).
+func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim, save bool) (prepared.Claim, bool, error) {
 	if err := d.needMIG(rec); err != nil {
 		return rec, false, err
 	}
@@ -217,37 +292,37 @@ func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim) (prepared
 	changed := false
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card := d.migCard(dev)
+		card, err := d.migCard(dev)
+		if err != nil {
+			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), err)
+		}
 		list, err := d.cfg.MIG.List(ctx, card)
 		if err != nil {
 			return rec, changed, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err)
 		}
-		inst, found := findMIGInstance(list, dev.MIG)
-		switch {
-		case found && inst.ComputeInstanceID >= 0 && inst.UUID == dev.MIG.UUID:
-			continue
-		case found && inst.ComputeInstanceID < 0:
-			logger.Info("A prepared claim's MIG instance lost its compute instance; creating it again", "claim", rec.Key(), "device", dev.Device, "instance", inst.String())
-			inst, err = d.cfg.MIG.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
-		case found:
-			// The same GPU instance under another MIG UUID: record it.
-		default:
-			d.mu.Lock()
-			records := maps.Clone(d.records)
-			d.mu.Unlock()
-			if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
-				return rec, changed, fmt.Errorf("claim %s: MIG partition %s is gone and its placement is taken by an instance Tangram did not create (%s); %s",
-					rec.Key(), dev.Device, foreign[0], migAdvice)
-			}
-			logger.Info("A prepared claim's MIG instance is gone (card reset?); creating it again at its placement", "claim", rec.Key(), "device", dev.Device, "profile", dev.MIG.Profile, "start", dev.MIG.Start)
-			inst, err = d.cfg.MIG.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
-		}
+		inst, action, err := d.ensureMIGInstance(ctx, card, dev, list)
 		if err != nil {
 			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), migCreateError(dev, err))
 		}
-		rec = rec.DeepCopy()
-		rec.Devices[i] = withMIGInstance(dev, inst)
+		switch {
+		case action == migFound && inst.UUID == dev.MIG.UUID && dev.MIG.GPUInstanceIDValue() == inst.GPUInstanceID:
+			continue
+		case action == migCompleted:
+			logger.Info("A prepared claim's MIG instance lost its compute instance; created it again", "claim", rec.Key(), "device", dev.Device, "instance", inst.String())
+		case action == migCreated:
+			logger.Info("A prepared claim's MIG instance was gone (card reset?); created it again at its placement", "claim", rec.Key(), "device", dev.Device, "profile", dev.MIG.Profile, "start", dev.MIG.Start, "instance", inst.String())
+		}
+		// migFound otherwise: the instance at the placement under another
+		// MIG UUID or GPU instance ID: record it.
 		changed = true
+		if !save {
+			rec = rec.DeepCopy()
+			rec.Devices[i] = withMIGInstance(dev, inst)
+			continue
+		}
+		if rec, err = d.recordMIGInstance(ctx, rec, i, inst); err != nil {
+			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), err)
+		}
 	}
 	return rec, changed, nil
 }
@@ -287,7 +362,7 @@ func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
 	d.mu.Lock()
 	for _, rec := range d.records {
 		for _, dev := range rec.Devices {
-			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.GPUInstanceID != nil && *dev.MIG.GPUInstanceID == gpuInstance {
+			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.Created() && dev.MIG.GPUInstanceIDValue() == gpuInstance {
 				d.mu.Unlock()
 				return dev.Device, true
 			}
@@ -298,7 +373,11 @@ func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
 	if !ok || d.cfg.MIG == nil || card.MIG == nil || !card.MIG.Enabled {
 		return "", false
 	}
-	list, err := d.cfg.MIG.List(context.Background(), card)
+	// Called for each event of a MIG instance: a hung NVML must not hold
+	// the health monitor.
+	ctx, cancel := context.WithTimeout(context.Background(), migDeviceOfTimeout)
+	defer cancel()
+	list, err := d.cfg.MIG.List(ctx, card)
 	if err != nil {
 		return "", false
 	}

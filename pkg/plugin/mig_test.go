@@ -385,3 +385,97 @@ func TestResolveMIGDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashDuringMIGRecreateThenRestart: a start-up that re-creates the
+// instances of a card reset and crashes before it saved their new GPU
+// instance IDs (right after a create, or after the first save) leaves
+// records naming the old IDs beside the new instances. The next start-up
+// takes each for its record's (same card, profile and placement) instead
+// of failing on it as a taken placement, and unprepare destroys them:
+// nothing leaks. Claim "o", prepared first, holds the lowest GPU instance
+// ID before the reset, so that "m"'s instances come back under other IDs.
+// Each re-created instance is saved before the next create: the checkpoint
+// the crash leaves names the ones before it, and keeps claim "o".
+func TestCrashDuringMIGRecreateThenRestart(t *testing.T) {
+	for _, tt := range []struct {
+		step  string
+		n     int
+		saved int // "m"'s re-created instances the checkpoint names
+	}{{"mig-create", 1, 0}, {"mig-create", 2, 1}, {"save", 1, 1}} {
+		t.Run(tt.step+"-"+string(rune('0'+tt.n)), func(t *testing.T) {
+			h := newHarness(t)
+			other := claimWith("o", wholeResult("gpu", device.MIGDeviceName(migCard, 19, 1)))
+			claim := migClaim("m")
+			for _, c := range []*resourceapi.ResourceClaim{other, claim} {
+				if err := h.prepare(c)[c.UID].Err; err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := h.driver.Records()["m"]
+			if err := os.Remove(h.mig.Path()); err != nil {
+				t.Fatal(err)
+			}
+			h.steps.crashAt, h.steps.crashN = tt.step, h.steps.count(tt.step)+tt.n
+			if got := h.startCrashing(); got != tt.step {
+				t.Fatalf("start-up crashed after %q, want %q", got, tt.step)
+			}
+			saved, _, err := h.state.Load(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := saved["o"]; !ok {
+				t.Errorf("the checkpoint the crash left lost claim o: %v", saved)
+			}
+			list := h.migInstances()
+			for i, dev := range saved["m"].Devices {
+				inst, found := findMIGInstance(list, &prepared.MIG{ProfileID: dev.MIG.ProfileID, Start: dev.MIG.Start})
+				if recorded := found && dev.MIG.GPUInstanceIDValue() == inst.GPUInstanceID; recorded != (i < tt.saved) {
+					t.Errorf("the checkpoint names %s's re-created instance: %v, want %v (recorded %+v, card %v)", dev.Device, recorded, i < tt.saved, dev.MIG, list)
+				}
+			}
+			h.restart()
+			h.assertConsistent()
+			after := h.driver.Records()["m"]
+			if *after.Devices[0].MIG.GPUInstanceID == *before.Devices[0].MIG.GPUInstanceID {
+				t.Fatalf("the 1g.10gb came back under its old GPU instance ID %d: the test needs another", *before.Devices[0].MIG.GPUInstanceID)
+			}
+			if err := h.unprepare("m", "o"); err["m"] != nil || err["o"] != nil {
+				t.Fatal(err)
+			}
+			h.assertConsistent()
+			if list := h.migInstances(); len(list) != 0 {
+				t.Errorf("instances after unprepare %v, want none", list)
+			}
+		})
+	}
+}
+
+// TestMIGCardByRecordedUUID: a MIG device's card is the one with the
+// recorded UUID, wherever its index now is; a card gone from the node is
+// an error naming it, not a zero card.
+func TestMIGCardByRecordedUUID(t *testing.T) {
+	a := gpu.GPU{Index: 0, UUID: "GPU-a"}
+	b := gpu.GPU{Index: 1, UUID: "GPU-b"}
+	d := &Driver{cards: map[string]gpu.GPU{device.CardDeviceName(0): b, device.CardDeviceName(1): a}}
+	for _, tt := range []struct {
+		uuid    string
+		want    gpu.GPU
+		wantErr string
+	}{
+		{uuid: "GPU-a", want: a},
+		{uuid: "GPU-b", want: b},
+		{uuid: "GPU-gone", wantErr: "GPU-gone"},
+	} {
+		dev := prepared.Device{Device: device.MIGDeviceName(0, 19, 0), GPUUUID: tt.uuid, MIG: &prepared.MIG{ParentIndex: 0}}
+		got, err := d.migCard(dev)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: %+v %v, want an error naming %s", tt.uuid, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got.UUID != tt.want.UUID || got.Index != tt.want.Index {
+			t.Errorf("%s: %+v %v, want %+v", tt.uuid, got, err, tt.want)
+		}
+	}
+}

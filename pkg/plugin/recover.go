@@ -22,6 +22,10 @@ import (
 //     CDI specs and the API server's claims;
 //   - after a reboot every record is dropped;
 //   - claims only "started" are rolled back;
+//   - completed claims get their MIG instances checked: one gone (a card
+//     reset) is created again at its placement, its record saved at once
+//     and its spec rewritten (recoverMIG); a rolled-back claim's instances
+//     are destroyed;
 //   - completed claims get their MPS accounting replayed (never failing,
 //     never waiting: the daemon is adopted in the background);
 //   - specs of ours that no record owns are removed, and so are the
@@ -60,6 +64,12 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 
 	var errs []error
+	// Every record loaded stays recorded until it is rolled back, so that
+	// a save during recovery (after each re-created MIG instance) loses
+	// none.
+	for _, rec := range slices.Concat(plan.Keep, plan.Rollback) {
+		d.records[rec.UID] = rec
+	}
 	for _, rec := range plan.Keep {
 		if len(rec.MIGDevices()) > 0 {
 			rec = d.recoverMIG(ctx, rec, &errs)
@@ -88,7 +98,9 @@ func (d *Driver) recover(ctx context.Context) error {
 			rec.State = prepared.PrepareStarted
 			d.records[rec.UID] = rec
 			errs = append(errs, fmt.Errorf("rolling back claim %s: %w", rec.Key(), err))
+			continue
 		}
+		delete(d.records, rec.UID)
 	}
 	for _, uid := range plan.RemoveSpecs {
 		if _, kept := d.records[uid]; kept {
@@ -170,7 +182,7 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 		if len(rec.MIGDevices()) > 0 {
 			// The instance at the claim's placement is the claim's (its
 			// record is what was lost); created again if gone.
-			if rec, _, err = d.reconcileMIG(ctx, rec); err != nil {
+			if rec, _, err = d.reconcileMIG(ctx, rec, false); err != nil {
 				logger.Error(err, "Cannot rebuild the claim's MIG partitions", "claim", klog.KObj(claim))
 				continue
 			}
@@ -204,7 +216,7 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 // UUID). A failure is logged and keeps the record as it was: its pods fail
 // on the missing device until the claim is unprepared.
 func (d *Driver) recoverMIG(ctx context.Context, rec prepared.Claim, errs *[]error) prepared.Claim {
-	fixed, changed, err := d.reconcileMIG(ctx, rec)
+	fixed, changed, err := d.reconcileMIG(ctx, rec, true)
 	if err != nil {
 		*errs = append(*errs, err)
 		return rec

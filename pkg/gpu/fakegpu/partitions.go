@@ -122,9 +122,8 @@ func (p *Partitions) Create(_ context.Context, card gpu.GPU, profileID, start in
 		return gpu.MIGInstance{}, err
 	}
 	existing := f.Cards[card.UUID]
-	same, used := 0, map[int]bool{}
+	same := 0
 	for _, i := range existing {
-		used[i.GPUInstanceID] = true
 		if i.ProfileID == profileID {
 			same++
 		}
@@ -136,13 +135,7 @@ func (p *Partitions) Create(_ context.Context, card gpu.GPU, profileID, start in
 	if profile.Instances > 0 && same >= profile.Instances {
 		return gpu.MIGInstance{}, fmt.Errorf("card %d (%s): %s: %w (%d of %d)", card.Index, card.UUID, profile.Name, gpu.ErrMIGOutOfResources, same, profile.Instances)
 	}
-	id := 1
-	for used[id] {
-		id++
-	}
-	inst := fakeInstance{ProfileID: profileID, Start: placement.Start, Size: placement.Size, GPUInstanceID: id, HasCompute: true}
-	f.Cards[card.UUID] = append(existing, inst)
-	slices.SortFunc(f.Cards[card.UUID], func(a, b fakeInstance) int { return a.Start - b.Start })
+	inst := f.add(card.UUID, fakeInstance{ProfileID: profileID, Start: placement.Start, Size: placement.Size, HasCompute: true})
 	if err := p.save(f); err != nil {
 		return gpu.MIGInstance{}, err
 	}
@@ -204,6 +197,23 @@ func (p *Partitions) List(_ context.Context, card gpu.GPU) ([]gpu.MIGInstance, e
 	return out, nil
 }
 
+// add puts inst on the card under the lowest GPU instance ID the card does
+// not use, keeping the card's instances sorted by placement, and returns
+// it with its ID.
+func (f partitionsFile) add(cardUUID string, inst fakeInstance) fakeInstance {
+	used := map[int]bool{}
+	for _, i := range f.Cards[cardUUID] {
+		used[i.GPUInstanceID] = true
+	}
+	inst.GPUInstanceID = 1
+	for used[inst.GPUInstanceID] {
+		inst.GPUInstanceID++
+	}
+	f.Cards[cardUUID] = append(f.Cards[cardUUID], inst)
+	slices.SortFunc(f.Cards[cardUUID], func(a, b fakeInstance) int { return a.Start - b.Start })
+	return inst
+}
+
 // InjectGPUInstance adds a GPU instance without a compute instance, as a
 // create interrupted between its two steps leaves one, or (withCompute) a
 // full instance as an admin's nvidia-smi would: for tests.
@@ -214,17 +224,7 @@ func (p *Partitions) InjectGPUInstance(card gpu.GPU, profileID, start, size int,
 	if err != nil {
 		return gpu.MIGInstance{}, err
 	}
-	used := map[int]bool{}
-	for _, i := range f.Cards[card.UUID] {
-		used[i.GPUInstanceID] = true
-	}
-	id := 1
-	for used[id] {
-		id++
-	}
-	inst := fakeInstance{ProfileID: profileID, Start: start, Size: size, GPUInstanceID: id, HasCompute: withCompute}
-	f.Cards[card.UUID] = append(f.Cards[card.UUID], inst)
-	slices.SortFunc(f.Cards[card.UUID], func(a, b fakeInstance) int { return a.Start - b.Start })
+	inst := f.add(card.UUID, fakeInstance{ProfileID: profileID, Start: start, Size: size, HasCompute: withCompute})
 	return inst.instance(card.UUID), p.save(f)
 }
 

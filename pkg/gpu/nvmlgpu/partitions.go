@@ -99,7 +99,8 @@ func (p *partitions) Create(ctx context.Context, card gpu.GPU, profileID, start 
 	}
 	out, err := p.complete(dev, card, gi, giInfo, int(info.SliceCount))
 	if err != nil {
-		// No GPU instance left without its compute instance.
+		// complete destroyed the compute instance it may have created:
+		// no GPU instance left without its compute instance.
 		return gpu.MIGInstance{}, errors.Join(err, destroyGI(gi))
 	}
 	klog.FromContext(ctx).V(2).Info("Created MIG instance", "card", card.Index, "uuid", card.UUID, "instance", out.String(), "migUUID", out.UUID)
@@ -133,18 +134,28 @@ func (p *partitions) complete(dev nvml.Device, card gpu.GPU, gi nvml.GpuInstance
 	if ret != nvml.SUCCESS {
 		return out, fmt.Errorf("card %d (%s): creating the compute instance of GPU instance %d: %w", card.Index, card.UUID, out.GPUInstanceID, ret)
 	}
+	// Past this point a failure destroys the compute instance again: gi
+	// is left as it was found (Create then destroys it, which NVML
+	// refuses with IN_USE while it has a compute instance).
+	fail := func(err error) (gpu.MIGInstance, error) {
+		if ret := ci.Destroy(); ret != nvml.SUCCESS {
+			err = errors.Join(err, fmt.Errorf("destroying the compute instance again: %w", ret))
+		}
+		out.ComputeInstanceID, out.UUID = -1, ""
+		return out, err
+	}
 	ciInfoGot, ret := ci.GetInfo()
 	if ret != nvml.SUCCESS {
-		return out, fmt.Errorf("card %d (%s): reading the compute instance of GPU instance %d: %w", card.Index, card.UUID, out.GPUInstanceID, ret)
+		return fail(fmt.Errorf("card %d (%s): reading the compute instance of GPU instance %d: %w", card.Index, card.UUID, out.GPUInstanceID, ret))
 	}
 	out.ComputeInstanceID = int(ciInfoGot.Id)
 	uuids, err := migUUIDs(dev)
 	if err != nil {
-		return out, fmt.Errorf("card %d (%s): %w", card.Index, card.UUID, err)
+		return fail(fmt.Errorf("card %d (%s): %w", card.Index, card.UUID, err))
 	}
 	out.UUID = uuids[[2]int{out.GPUInstanceID, out.ComputeInstanceID}]
 	if out.UUID == "" {
-		return out, fmt.Errorf("card %d (%s): no MIG device for GPU instance %d, compute instance %d", card.Index, card.UUID, out.GPUInstanceID, out.ComputeInstanceID)
+		return fail(fmt.Errorf("card %d (%s): no MIG device for GPU instance %d, compute instance %d", card.Index, card.UUID, out.GPUInstanceID, out.ComputeInstanceID))
 	}
 	return out, nil
 }

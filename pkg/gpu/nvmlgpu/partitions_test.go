@@ -169,3 +169,56 @@ func TestMIGPartitions(t *testing.T) {
 		})
 	}
 }
+
+// failingMIGCount is an NVML library whose cards answer
+// nvmlDeviceGetMaxMigDeviceCount with ERROR_UNKNOWN (a return nvml.h lists
+// for it), everything else answered by the C mock: Create's last step
+// (reading the new MIG device's UUID) fails after both instances exist.
+type failingMIGCount struct{ nvml.Interface }
+
+func (l failingMIGCount) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	dev, ret := l.Interface.DeviceGetHandleByUUID(uuid)
+	return failingMIGCountDevice{dev}, ret
+}
+
+type failingMIGCountDevice struct{ nvml.Device }
+
+func (failingMIGCountDevice) GetMaxMigDeviceCount() (int, nvml.Return) {
+	return 0, nvml.ERROR_UNKNOWN
+}
+
+// TestMIGCreateFailingAfterComputeInstanceLeavesNothing: when Create fails
+// after the compute instance was created, it destroys the compute instance
+// and then the GPU instance (the mock answers IN_USE to destroying a GPU
+// instance that still has one, as NVML does), so no instance is left.
+func TestMIGCreateFailingAfterComputeInstanceLeavesNothing(t *testing.T) {
+	const node = "node-mig"
+	p, err := fakegpu.ParseProfile([]byte(h100MIGProfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	mocknvml.UseProfile(t, p, node)
+	src, done, err := Open(ctx, mockLibraryPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(done)
+	gpus, err := src.GPUs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := src.(*source).lib
+	failing := &partitions{lib: failingMIGCount{lib}}
+	_, err = failing.Create(ctx, gpus[0], 9, 4)
+	if err == nil {
+		t.Fatal("Create with the MIG device count failing: no error")
+	}
+	if errors.Is(err, nvml.ERROR_IN_USE) {
+		t.Errorf("Create's clean-up: %v, want the compute instance destroyed before the GPU instance", err)
+	}
+	list, err := (&partitions{lib: lib}).List(ctx, gpus[0])
+	if err != nil || len(list) != 0 {
+		t.Errorf("instances after the failed create = %+v %v, want none", list, err)
+	}
+}

@@ -267,7 +267,10 @@ func (m *Monitor) setWatchError(err error) {
 	m.watchErr = err
 }
 
-// Devices returns every card's health, sorted by index.
+// Devices returns every card's health, sorted by index, each followed by
+// its MIG partitions that have taints of their own: the taints to publish
+// (ApplyTaints copies a card's onto its partitions). The kubelet's
+// device-health stream needs the devices it allocated instead: ForKubelet.
 func (m *Monitor) Devices() []DeviceHealth {
 	m.mu.Lock()
 	defer m.mu.Unlock()
