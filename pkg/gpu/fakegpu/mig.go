@@ -149,8 +149,15 @@ func migInfo(g ProfileGPU) *gpu.MIG {
 	if g.MIGType == "" {
 		return nil
 	}
-	m := &gpu.MIG{Enabled: g.MIGMode == MIGModeEnabled, PendingEnabled: g.pendingMIG()}
-	for _, p := range MIGTable(g.MIGType) {
+	return &gpu.MIG{Enabled: g.MIGMode == MIGModeEnabled, PendingEnabled: g.pendingMIG(), Profiles: MIGProfiles(g.MIGType)}
+}
+
+// MIGProfiles are a MIG card type's profiles as NVML reports them (what the
+// fake source serves and what gpu-check compares a real card with); nil for
+// an unknown type.
+func MIGProfiles(migType string) []gpu.MIGProfile {
+	var out []gpu.MIGProfile
+	for _, p := range MIGTable(migType) {
 		q := gpu.MIGProfile{
 			ID: p.ID, Name: p.Name, ComputeSlices: p.ComputeSlices, Instances: p.Instances,
 			Multiprocessors: p.Multiprocessors, CopyEngines: p.CopyEngines, Decoders: p.Decoders,
@@ -159,9 +166,9 @@ func migInfo(g ProfileGPU) *gpu.MIG {
 		for _, s := range p.Starts {
 			q.Placements = append(q.Placements, gpu.MIGPlacement{Start: s, Size: p.MemorySlices})
 		}
-		m.Profiles = append(m.Profiles, q)
+		out = append(out, q)
 	}
-	return m
+	return out
 }
 
 // pendingMIG is the pending mode: migPendingMode, else migMode.

@@ -309,17 +309,7 @@ func mockMIGTable(product string, memoryMiB int64) (gpucheck.MIGExpectation, boo
 	default:
 		return gpucheck.MIGExpectation{}, false
 	}
-	e := gpucheck.MIGExpectation{Name: migType}
-	for _, p := range fakegpu.MIGTable(migType) {
-		q := gpu.MIGProfile{ID: p.ID, Name: p.Name, ComputeSlices: p.ComputeSlices, Instances: p.Instances,
-			Multiprocessors: p.Multiprocessors, CopyEngines: p.CopyEngines, Decoders: p.Decoders, JPEGs: p.JPEGs, OFAs: p.OFAs,
-			MemoryBytes: p.MemoryMiB << 20}
-		for _, start := range p.Starts {
-			q.Placements = append(q.Placements, gpu.MIGPlacement{Start: start, Size: p.MemorySlices})
-		}
-		e.Profiles = append(e.Profiles, q)
-	}
-	return e, true
+	return gpucheck.MIGExpectation{Name: migType, Profiles: fakegpu.MIGProfiles(migType)}, true
 }
 
 func (s *state) needCards() (gpucheck.Outcome, bool) {
