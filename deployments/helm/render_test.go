@@ -68,7 +68,7 @@ func TestPluginDaemonSet(t *testing.T) {
 				"health-monitor": "true", "health-informational-xids": "13,31,43,45,68,109",
 				"health-ignored-xids": "", "health-recover-after": "10m",
 			},
-			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets", "sysfs-root"},
+			noFlags:   []string{"fake-profile", "fake-profile-file", "node-label-attributes", "mps-daemon-image-pull-secrets", "sysfs-root", "driver-proc-root"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{
@@ -103,7 +103,7 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon-image":      "registry.example:5000/tangram/plugin:v9",
 			},
 			// Fake GPUs: the stand-in daemon needs no driver.
-			noFlags:   []string{"fake-profile-file", "mps-daemon-driver-root", "driver-root", "host-driver-root", "sysfs-root"},
+			noFlags:   []string{"fake-profile-file", "mps-daemon-driver-root", "driver-root", "host-driver-root", "sysfs-root", "driver-proc-root"},
 			wantImage: "registry.example:5000/tangram/plugin:v9",
 			wantFake:  true,
 		},
@@ -156,8 +156,8 @@ func TestPluginDaemonSet(t *testing.T) {
 		},
 		{
 			name:      "mock driver root: sysfs inside it",
-			sets:      []string{"driverRoot=/var/lib/tangram-mock-driver", "kubeletPlugin.sysfsRoot=/driver-root/sys"},
-			wantFlags: map[string]string{"driver-root": "/driver-root", "host-driver-root": "/var/lib/tangram-mock-driver", "sysfs-root": "/driver-root/sys"},
+			sets:      []string{"driverRoot=/var/lib/tangram-mock-driver", "kubeletPlugin.sysfsRoot=/driver-root/sys", "kubeletPlugin.driverProcRoot=/driver-root/proc"},
+			wantFlags: map[string]string{"driver-root": "/driver-root", "host-driver-root": "/var/lib/tangram-mock-driver", "sysfs-root": "/driver-root/sys", "driver-proc-root": "/driver-root/proc"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
 		},
 		{

@@ -40,6 +40,7 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "repository with a tag", sets: []string{"kubeletPlugin.image.repository=foo/bar:v1"}, wantErr: []string{"repository"}},
 		{name: "relative host path", sets: []string{"kubeletPlugin.hostPaths.cdiRoot=var/run/cdi"}, wantErr: []string{"cdiRoot"}},
 		{name: "relative sysfs root", sets: []string{"kubeletPlugin.sysfsRoot=driver-root/sys"}, wantErr: []string{"sysfsRoot"}},
+		{name: "relative driver proc root", sets: []string{"kubeletPlugin.driverProcRoot=driver-root/proc"}, wantErr: []string{"driverProcRoot"}},
 		{name: "maxUnavailable negative", sets: []string{"kubeletPlugin.updateStrategy.maxUnavailable=-1"}, wantErr: []string{"maxUnavailable"}},
 		{name: "maxSurge over 100%", sets: []string{"kubeletPlugin.updateStrategy.maxSurge=150%"}, wantErr: []string{"maxSurge"}},
 		{name: "no surge and none unavailable", sets: []string{"kubeletPlugin.updateStrategy.maxSurge=0"},

@@ -4,6 +4,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // HardwareEdits supplies what a container needs to use real cards: device
@@ -13,10 +14,10 @@ type HardwareEdits interface {
 	// CardEdits returns the edits of one card, e.g. its /dev/nvidia<Minor>.
 	// They are added to every CDI device of that card.
 	CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error)
-	// MIGEdits returns the edits of the MIG device migUUID of card g:
-	// its card's node and its GPU and compute instance's capability
+	// MIGEdits returns the edits of the created MIG partition m of card
+	// g: its card's node and its GPU and compute instance's capability
 	// nodes (/dev/nvidia-caps).
-	MIGEdits(g gpu.GPU, migUUID string) (cdispec.ContainerEdits, error)
+	MIGEdits(g gpu.GPU, m prepared.MIG) (cdispec.ContainerEdits, error)
 	// CommonEdits returns edits every container with any card needs once:
 	// control devices, driver libraries and binaries. They go into the
 	// spec-level edits, which CDI applies once per spec.
@@ -37,6 +38,6 @@ func (NoHardware) CommonEdits() (cdispec.ContainerEdits, error) {
 }
 
 // MIGEdits implements HardwareEdits.
-func (NoHardware) MIGEdits(gpu.GPU, string) (cdispec.ContainerEdits, error) {
+func (NoHardware) MIGEdits(gpu.GPU, prepared.MIG) (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{}, nil
 }

@@ -53,7 +53,7 @@ func BuildSpec(edits *ClaimEdits, claim prepared.Claim, cards map[string]gpu.GPU
 		var cardEdits cdispec.ContainerEdits
 		var err error
 		if m := claim.Devices[i].MIG; m != nil {
-			cardEdits, err = hw.MIGEdits(cards[device.CardDeviceName(m.ParentIndex)], m.UUID)
+			cardEdits, err = hw.MIGEdits(cards[device.CardDeviceName(m.ParentIndex)], *m)
 		} else {
 			cardEdits, err = hw.CardEdits(cards[dev])
 		}

@@ -25,10 +25,10 @@ func (f fakeHardware) CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error) {
 }
 
 // MIGEdits gives a MIG device its card's node and a capability node.
-func (f fakeHardware) MIGEdits(g gpu.GPU, migUUID string) (cdispec.ContainerEdits, error) {
+func (f fakeHardware) MIGEdits(g gpu.GPU, m prepared.MIG) (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{
 		{Path: fmt.Sprintf("/dev/nvidia%d", g.Minor), Type: "c", Major: 195, Minor: int64(g.Minor)},
-		{Path: "/dev/nvidia-caps/nvidia-cap-" + migUUID, Type: "c"},
+		{Path: "/dev/nvidia-caps/nvidia-cap-" + m.UUID, Type: "c"},
 	}}, f.err
 }
 

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -17,6 +18,8 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // Hardware is a cdi.HardwareEdits backed by nvcdi.
@@ -25,6 +28,10 @@ type Hardware struct {
 	// toHost rewrites paths under the plugin's view of the driver root to
 	// the host's; nil when both are the same.
 	toHost transform.Transformer
+	// devRoot is the host's /dev as the plugin sees it; procRoot the
+	// kernel's /proc (MIG capability minors), procRootFlag the option
+	// that sets it.
+	devRoot, procRoot, procRootFlag string
 
 	mu     sync.Mutex
 	common *cdispec.ContainerEdits
@@ -61,7 +68,9 @@ func newWithNVML(ctx context.Context, opts Options, lib nvml.Interface) (*Hardwa
 	if err != nil {
 		return nil, fmt.Errorf("creating NVIDIA CDI generator: %w", err)
 	}
-	return &Hardware{lib: gen, toHost: hostTransformer(opts), cards: map[string]cdispec.ContainerEdits{}}, nil
+	return &Hardware{lib: gen, toHost: hostTransformer(opts), cards: map[string]cdispec.ContainerEdits{},
+		devRoot:  cmp.Or(opts.DevRoot, opts.DriverRoot, "/"),
+		procRoot: cmp.Or(opts.ProcRoot, "/proc"), procRootFlag: cmp.Or(opts.ProcRootFlag, "ProcRoot")}, nil
 }
 
 // hostTransformer rewrites the plugin's driver root to the host's, and its
@@ -133,27 +142,72 @@ func (h *Hardware) CardEdits(g gpu.GPU) (cdispec.ContainerEdits, error) {
 	return copyEdits(edits), nil
 }
 
-// MIGEdits implements cdi.HardwareEdits: nvcdi's device spec of the MIG
-// device (the parent card's /dev/nvidia<minor> and the GPU and compute
-// instance's /dev/nvidia-caps/nvidia-cap<N>, N read from the driver's
-// /proc/driver/nvidia-caps/mig-minors). Not cached: a MIG UUID lives as
-// long as its instance. Unverified on a MIG-enabled GPU (docs/nvml.md).
-func (h *Hardware) MIGEdits(g gpu.GPU, migUUID string) (cdispec.ContainerEdits, error) {
-	if migUUID == "" {
-		return cdispec.ContainerEdits{}, fmt.Errorf("a MIG device of card %d has no UUID", g.Index)
+// capNodeMode is the file mode of a MIG device's capability nodes in the
+// container. NVIDIA's MIG user guide documents the capability files'
+// DeviceFileMode for config and monitor only; for the GPU and compute
+// instances' access nodes it says nothing, so this is 0444, what the kernel
+// module reports for monitor (DeviceFileMode: 292 on the H200 of
+// docs/gpu-reports/h200-580.159.04-mig-caps.txt): readable by the
+// container's users, as access to an instance needs.
+const capNodeMode os.FileMode = 0o444
+
+// MIGEdits implements cdi.HardwareEdits: the MIG device's nodes, built
+// here as NVIDIA's MIG user guide describes them rather than asked of nvcdi
+// (whose MIG spec reads /proc/driver/nvidia-caps/mig-minors at a fixed
+// path, docs/nvml.md): the parent card's /dev/nvidia<minor> as nvcdi gives
+// it for the card (without the card's DRM nodes and by-path hooks, which
+// nvcdi's own MIG spec leaves out too), and the GPU and compute instance's
+// /dev/nvidia-caps/nvidia-cap<N>, N from mig-minors and the major from
+// the nvidia-caps line of devices, both under ProcRoot. The capability
+// nodes carry their type, major and minor, so the runtime creates them in
+// the container even where the host has no such node yet (the driver
+// creates them only when something asks, e.g. nvidia-smi).
+//
+// The two files are read at every call (one per MIG device prepared), not
+// cached: the driver can be reloaded, with another major, while the plugin
+// runs; reading them costs a few milliseconds next to the seconds an
+// instance takes to create. Not cached either: a MIG UUID lives as long as
+// its instance. Unverified on a MIG-enabled GPU (docs/nvml.md).
+func (h *Hardware) MIGEdits(g gpu.GPU, m prepared.MIG) (cdispec.ContainerEdits, error) {
+	if m.UUID == "" || m.GPUInstanceID == nil || m.ComputeInstanceID == nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("MIG partition %s at %d of card %d was not created (no UUID or instance IDs recorded)", m.Profile, m.Start, g.Index)
 	}
-	devices, err := h.lib.GetDeviceSpecsByID(migUUID)
+	what := fmt.Sprintf("MIG device %s of card %d (%s)", m.UUID, g.Index, g.UUID)
+	card, err := h.CardEdits(g)
 	if err != nil {
-		return cdispec.ContainerEdits{}, fmt.Errorf("discovering device nodes of MIG device %s of card %d (%s): %w", migUUID, g.Index, g.UUID, err)
+		return cdispec.ContainerEdits{}, fmt.Errorf("%s: parent card: %w", what, err)
 	}
-	if len(devices) != 1 {
-		return cdispec.ContainerEdits{}, fmt.Errorf("discovering device nodes of MIG device %s: got %d devices, want 1", migUUID, len(devices))
+	parentPath := fmt.Sprintf("/dev/nvidia%d", g.Minor)
+	var edits cdispec.ContainerEdits
+	for _, n := range card.DeviceNodes {
+		if n.Path == parentPath {
+			edits.DeviceNodes = append(edits.DeviceNodes, n)
+		}
 	}
-	edits := devices[0].ContainerEdits
-	if err := h.forHost(&edits); err != nil {
-		return cdispec.ContainerEdits{}, fmt.Errorf("device nodes of MIG device %s: %w", migUUID, err)
+	if len(edits.DeviceNodes) == 0 {
+		return cdispec.ContainerEdits{}, fmt.Errorf("%s: nvcdi found no %s for the parent card under the dev root %s", what, parentPath, h.devRoot)
 	}
-	return copyEdits(edits), nil
+	files, err := nvcaps.Read(h.procRoot, h.procRootFlag)
+	if err != nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("%s: capability minors: %w", what, err)
+	}
+	nodes, err := nvcaps.MIGNodes(files.Minors, files.CapsMajor, g.Minor, *m.GPUInstanceID, *m.ComputeInstanceID)
+	if err != nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("%s: %w", what, err)
+	}
+	var caps cdispec.ContainerEdits
+	for _, n := range nodes {
+		mode := capNodeMode
+		caps.DeviceNodes = append(caps.DeviceNodes, &cdispec.DeviceNode{
+			Path: n.Path, HostPath: filepath.Join(h.devRoot, n.Path),
+			Type: "c", Major: int64(n.Major), Minor: int64(n.Minor), FileMode: &mode,
+		})
+	}
+	if err := h.forHost(&caps); err != nil {
+		return cdispec.ContainerEdits{}, fmt.Errorf("%s: %w", what, err)
+	}
+	edits.DeviceNodes = append(edits.DeviceNodes, caps.DeviceNodes...)
+	return edits, nil
 }
 
 // CommonEdits implements cdi.HardwareEdits.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,10 +16,13 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"golang.org/x/sys/unix"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 const driverVersion = "550.54.15" // what the dgxa100 mock reports
@@ -255,5 +259,110 @@ func TestMockNVMLLibrary(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("common edits lack libcuda.so.%s: %+v", version, common.Mounts)
+	}
+}
+
+// migProcRoot lays out a proc root with the real driver's mig-minors (the
+// generator the mock driver root uses, held to the real file by
+// pkg/gpu/nvcaps) and a /proc/devices whose nvidia-caps major is 241, as
+// on the H200 of docs/gpu-reports/h200-580.159.04-mig-caps.txt.
+func migProcRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(nvcaps.MIGMinorsFile)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, nvcaps.MIGMinorsFile), nvcaps.GenerateMIGMinors(), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	devices := "Character devices:\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n241 nvidia-caps\n\nBlock devices:\n  7 loop\n"
+	if err := os.WriteFile(filepath.Join(root, nvcaps.DevicesFile), []byte(devices), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// TestMIGEdits: a MIG device gets its parent card's node as nvcdi finds it
+// and its GPU and compute instance's capability nodes with the major of
+// /proc/devices and the minors of mig-minors, explicit so that the
+// runtime needs no host node; host paths rewritten to the host's driver
+// root. Before the plugin built them, nvcdi was asked for the MIG UUID's
+// spec and failed without /proc/driver/nvidia-caps/mig-minors.
+func TestMIGEdits(t *testing.T) {
+	m, uuids := newMock()
+	root, haveNodes := fakeDriverRoot(t)
+	if !haveNodes {
+		t.Log("unprivileged: no /dev/nvidia0 to find; only the errors are checked")
+	}
+	proc := migProcRoot(t)
+	const host = "/run/nvidia/driver"
+	gi, ci := 7, 0 // a 1g's first GPU instance ID on H100 and its compute instance
+	created := prepared.MIG{Profile: "1g.10gb", Start: 0, GPUInstanceID: &gi, ComputeInstanceID: &ci, UUID: "MIG-1"}
+	mode := os.FileMode(0o444)
+	tests := []struct {
+		name     string
+		opts     Options
+		mig      prepared.MIG
+		want     []cdispec.DeviceNode
+		wantErr  []string
+		needNode bool
+	}{
+		{name: "plugin on the host", opts: Options{DriverRoot: root, ProcRoot: proc}, mig: created, needNode: true, want: []cdispec.DeviceNode{
+			{Path: "/dev/nvidia0", HostPath: root + "/dev/nvidia0"},
+			{Path: "/dev/nvidia-caps/nvidia-cap66", HostPath: root + "/dev/nvidia-caps/nvidia-cap66", Type: "c", Major: 241, Minor: 66, FileMode: &mode},
+			{Path: "/dev/nvidia-caps/nvidia-cap67", HostPath: root + "/dev/nvidia-caps/nvidia-cap67", Type: "c", Major: 241, Minor: 67, FileMode: &mode},
+		}},
+		{name: "host paths of the host's driver root", opts: Options{DriverRoot: root, HostDriverRoot: host, ProcRoot: proc}, mig: created, needNode: true, want: []cdispec.DeviceNode{
+			{Path: "/dev/nvidia0", HostPath: host + "/dev/nvidia0"},
+			{Path: "/dev/nvidia-caps/nvidia-cap66", HostPath: host + "/dev/nvidia-caps/nvidia-cap66", Type: "c", Major: 241, Minor: 66, FileMode: &mode},
+			{Path: "/dev/nvidia-caps/nvidia-cap67", HostPath: host + "/dev/nvidia-caps/nvidia-cap67", Type: "c", Major: 241, Minor: 67, FileMode: &mode},
+		}},
+		{name: "no mig-minors", opts: Options{DriverRoot: root, ProcRoot: t.TempDir(), ProcRootFlag: "--proc-root"}, mig: created, needNode: true,
+			wantErr: []string{"MIG device MIG-1 of card 0", "driver/nvidia-caps/mig-minors: no such file", "NVIDIA kernel module publishes it", "point --proc-root at it"}},
+		{name: "not created", opts: Options{DriverRoot: root, ProcRoot: proc}, mig: prepared.MIG{Profile: "1g.10gb"},
+			wantErr: []string{"MIG partition 1g.10gb at 0 of card 0 was not created"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := newWithNVML(context.Background(), tc.opts, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			edits, err := h.MIGEdits(gpu.GPU{Index: 0, Minor: 0, UUID: uuids[0]}, tc.mig)
+			if !haveNodes && tc.needNode {
+				if err == nil || !strings.Contains(err.Error(), "nvcdi found no /dev/nvidia0 for the parent card") {
+					t.Errorf("err = %v, want the missing parent node", err)
+				}
+				return
+			}
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("err = %v, want it to contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []cdispec.DeviceNode
+			for _, n := range edits.DeviceNodes {
+				c := *n
+				if c.Path == "/dev/nvidia0" { // nvcdi's node: its path and host path are what matters here
+					c = cdispec.DeviceNode{Path: c.Path, HostPath: c.HostPath}
+				}
+				got = append(got, c)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("device nodes\n%+v\nwant\n%+v", got, tc.want)
+			}
+			if len(edits.Hooks)+len(edits.Mounts)+len(edits.Env) != 0 {
+				t.Errorf("a MIG device's edits carry more than device nodes: %+v", edits)
+			}
+		})
 	}
 }

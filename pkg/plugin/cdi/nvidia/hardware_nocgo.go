@@ -8,6 +8,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // Hardware is unusable without cgo; New never returns one.
@@ -30,6 +31,6 @@ func (*Hardware) CommonEdits() (cdispec.ContainerEdits, error) {
 }
 
 // MIGEdits implements cdi.HardwareEdits; it always fails.
-func (*Hardware) MIGEdits(gpu.GPU, string) (cdispec.ContainerEdits, error) {
+func (*Hardware) MIGEdits(gpu.GPU, prepared.MIG) (cdispec.ContainerEdits, error) {
 	return cdispec.ContainerEdits{}, ErrUnavailable
 }

@@ -39,4 +39,11 @@ type Options struct {
 	// NVMLLibrary is libnvidia-ml.so.1 under DriverRoot; empty means
 	// go-nvml's default (the dynamic linker's search path).
 	NVMLLibrary string
+	// ProcRoot is where the kernel's /proc is found: MIG devices' capability
+	// minors (driver/nvidia-caps/mig-minors) and the nvidia-caps major
+	// (devices) are read there. Empty means /proc (kernel files are
+	// global: a container's /proc has them on a real node).
+	ProcRoot string
+	// ProcRootFlag names the option that sets ProcRoot, for messages.
+	ProcRootFlag string
 }
