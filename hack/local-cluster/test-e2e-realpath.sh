@@ -14,6 +14,13 @@
 # reinstalled on it with default sharing values, and the specs labelled
 # `realpath && r580` (test/e2e/advisory_test.go). SKIP_R580=1 leaves it out;
 # ONLY_R580=1 runs only it (after cluster-up).
+# Before it, MIG (stage e2e-realpath-mig): a third mock root on the built-in
+# profile mig-h100 (cards 0 and 1 in MIG mode; mig-minors, /proc/devices and
+# /dev/nvidia-caps as the real driver has them), the release reinstalled on
+# it, and the specs labelled `realpath && mig-realpath`
+# (test/e2e/realpath_mig_test.go: the demo's MIG scenario with each
+# container's device nodes checked). SKIP_MIG=1 leaves it out; ONLY_MIG=1
+# runs only it (after cluster-up).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 HERE="$(dirname "${BASH_SOURCE[0]}")"
 need_root
@@ -34,6 +41,11 @@ R580_DRIVER_ROOT="$MOCK_DRIVER_ROOT-r580"
 R580_STATE_DIR="$CLUSTER_DIR/realpath-r580/state"
 R580_MPS_ROOT="$CLUSTER_DIR/realpath-r580/mps"
 R580_NVML_STATE_DIR="$R580_STATE_DIR/mock-nvml"
+# The MIG stage: its own mock root (profile mig-h100), plugin state and MPS root.
+MIG_DRIVER_ROOT="$MOCK_DRIVER_ROOT-mig"
+MIG_STATE_DIR="$CLUSTER_DIR/realpath-mig/state"
+MIG_MPS_ROOT="$CLUSTER_DIR/realpath-mig/mps"
+MIG_NVML_STATE_DIR="$MIG_STATE_DIR/mock-nvml"
 
 finish() {
 	local rc=$?
@@ -45,6 +57,9 @@ finish() {
 	down_unless_kept stage cluster-down "$HERE/down.sh"
 	if [ -z "${KEEP_CLUSTER:-}" ] && [ -f "$R580_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT" ]; then
 		rm -rf --one-file-system "$R580_DRIVER_ROOT" "$CLUSTER_DIR/realpath-r580"
+	fi
+	if [ -z "${KEEP_CLUSTER:-}" ] && [ -f "$MIG_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT" ]; then
+		rm -rf --one-file-system "$MIG_DRIVER_ROOT" "$CLUSTER_DIR/realpath-mig"
 	fi
 	stage_summary
 	[ $rc -eq 0 ] && log "test-e2e-realpath passed" || log "test-e2e-realpath FAILED (exit $rc); component logs in $LOG_DIR"
@@ -90,6 +105,16 @@ install_chart_r580() {
 	install_mock_chart "$R580_DRIVER_ROOT" "$R580_STATE_DIR" "$R580_MPS_ROOT" "$R580_NVML_STATE_DIR"
 }
 
+# install_chart_mig: the release again, on a mock root serving the built-in
+# profile mig-h100 (the MIG scenario of test/e2e/realpath_mig_test.go), with
+# the chart's default sharing values.
+install_chart_mig() {
+	"$HERE/chart.sh" uninstall || true
+	TANGRAM_MOCK_NVML_PROFILE=mig-h100 TANGRAM_MOCK_NVML_NODE_NAME="$NODE_NAME" TANGRAM_MOCK_NVML_STATE_DIR="$MIG_NVML_STATE_DIR" \
+		"$REPO_ROOT/hack/mock-driver-root/create.sh" "$MIG_DRIVER_ROOT" >/dev/null
+	install_mock_chart "$MIG_DRIVER_ROOT" "$MIG_STATE_DIR" "$MIG_MPS_ROOT" "$MIG_NVML_STATE_DIR"
+}
+
 # run_specs LABEL_FILTER DRIVER_ROOT NVML_STATE_DIR MPS_ROOT [go test -args...]
 run_specs() {
 	local filter="$1" root="$2" nvml_state="$3" mps_root="$4"
@@ -113,11 +138,15 @@ stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
 # calls.log.
 stage cluster-up env TANGRAM_MOCK_DRIVER_ROOT=1 TANGRAM_MOCK_NVML_DRIVER_VERSION=615.23.01 TANGRAM_MOCK_CGROUP_DMEM=1 \
 	TANGRAM_MOCK_NVML_STATE_DIR="$MOCK_NVML_STATE_DIR" "$HERE/up.sh"
-if [ -z "${ONLY_R580:-}" ]; then
+if [ -z "${ONLY_R580:-}" ] && [ -z "${ONLY_MIG:-}" ]; then
 	stage chart-install install_chart
-	stage e2e-realpath run_specs "realpath && !r580" "$MOCK_DRIVER_ROOT" "$MOCK_NVML_STATE_DIR" "$MPS_ROOT" "$@"
+	stage e2e-realpath run_specs "realpath && !r580 && !mig-realpath" "$MOCK_DRIVER_ROOT" "$MOCK_NVML_STATE_DIR" "$MPS_ROOT" "$@"
 fi
-if [ -z "${SKIP_R580:-}" ]; then
+if [ -z "${SKIP_MIG:-}" ] && [ -z "${ONLY_R580:-}" ]; then
+	stage chart-install-mig install_chart_mig
+	stage e2e-realpath-mig run_specs "realpath && mig-realpath" "$MIG_DRIVER_ROOT" "$MIG_NVML_STATE_DIR" "$MIG_MPS_ROOT" "$@"
+fi
+if [ -z "${SKIP_R580:-}" ] && [ -z "${ONLY_MIG:-}" ]; then
 	stage chart-install-r580 install_chart_r580
 	stage e2e-realpath-r580 run_specs "realpath && r580" "$R580_DRIVER_ROOT" "$R580_NVML_STATE_DIR" "$R580_MPS_ROOT" "$@"
 fi

@@ -53,7 +53,8 @@ hook="$(hack/nvidia-cdi-hook/build.sh | tail -n1)"
 mkdir -p "$root/usr/lib64" "$root/usr/bin" "$root/dev" "$root/proc/driver/nvidia" "$root/usr/share/tangram-mock-nvml"
 devices="$root/usr/share/tangram-mock-nvml/devices"
 go run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$TANGRAM_MOCK_NVML_PROFILE" \
-	-node-name "$TANGRAM_MOCK_NVML_NODE_NAME" -driver-version "${TANGRAM_MOCK_NVML_DRIVER_VERSION:-}" -sysfs "$root/sys" -o "$devices"
+	-node-name "$TANGRAM_MOCK_NVML_NODE_NAME" -driver-version "${TANGRAM_MOCK_NVML_DRIVER_VERSION:-}" -sysfs "$root/sys" \
+	-mig-minors "$root/proc/driver/nvidia-caps/mig-minors" -o "$devices"
 version="$(awk '$1 == "driver" {print $2}' "$devices")"
 [ -n "$version" ] && [ "$version" != "-" ] || { echo "mock driver root: the profile names no driverVersion" >&2; exit 1; }
 
@@ -98,6 +99,31 @@ mknod -m 0666 "$root/dev/nvidiactl" c 195 255
 mknod -m 0666 "$root/dev/nvidia-modeset" c 195 254
 mknod -m 0666 "$root/dev/nvidia-uvm" c 511 0
 mknod -m 0666 "$root/dev/nvidia-uvm-tools" c 511 1
+
+# MIG capabilities, as driver 580.159.04 publishes them with MIG mode off
+# (docs/gpu-reports/h200-580.159.04-mig-caps.txt): mig-minors (written
+# above by mock-nvml-profile, byte for byte the real file), the majors in
+# /proc/devices, the config and monitor capability files, and only the
+# config and monitor nodes in /dev/nvidia-caps (cr-------- and cr--r--r--):
+# a GPU or compute instance's node exists on a real host only once
+# something creates it, so the plugin's CDI spec carries its major and
+# minor. nvidia-caps' major is dynamic (241 on the H200); 510 is unused on
+# ordinary machines.
+caps_major=510
+cat >"$root/proc/devices" <<DEVICES
+Character devices:
+195 nvidia
+195 nvidiactl
+511 nvidia-uvm
+$caps_major nvidia-caps
+
+Block devices:
+DEVICES
+mkdir -p "$root/proc/driver/nvidia/capabilities/mig" "$root/dev/nvidia-caps"
+printf 'DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n' >"$root/proc/driver/nvidia/capabilities/mig/config"
+printf 'DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n' >"$root/proc/driver/nvidia/capabilities/mig/monitor"
+mknod -m 0400 "$root/dev/nvidia-caps/nvidia-cap1" c "$caps_major" 1
+mknod -m 0444 "$root/dev/nvidia-caps/nvidia-cap2" c "$caps_major" 2
 
 # What the plugin will detect (pkg/plugin/enforcement) and publish as
 # shareEnforcement: hard needs driver 615+ (whose library has the memory

@@ -93,32 +93,63 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 	})
 
 	It("runs a 1g and a 3g partition of one card side by side, keeps the 7g off it meanwhile, then gives it the 7g", func(ctx SpecContext) {
-		scenario("MIG: 1g.10gb and 3g.40gb of card 0 side by side, each container sees only its MIG device; an XID in one instance taints only its partition; 7g.80gb Pending until both are gone, then runs")
-		demoTitle("MIG partitions: a 1g.10gb and a 3g.40gb of one H100 side by side, then the 7g.80gb (DeviceClass %s)", device.MIGDeviceClassName)
-		demoSay("cards 0 and 1 of %s are in MIG mode (fake profile mig-h100); each claim asks for one partition of card 0", gpuNode)
-		ns := newNamespace(ctx)
-		createTemplate(ctx, ns, "mig-1g", migPartition("1g.10gb"))
-		createTemplate(ctx, ns, "mig-3g", migPartition("3g.40gb"))
-		createTemplate(ctx, ns, "mig-7g", migPartition("7g.80gb"))
+		migScenario{xid: true}.run(ctx)
+	}, SpecTimeout(8*time.Minute))
+})
 
-		By("a 1g.10gb and a 3g.40gb of card 0 run side by side")
-		createPod(ctx, gpuPod(ns, "small", "mig-1g"))
-		createPod(ctx, gpuPod(ns, "large", "mig-3g"))
-		seen := map[string]string{}
-		for pod, profile := range map[string]string{"small": "1g.10gb", "large": "3g.40gb"} {
-			report := waitRunning(ctx, ns, pod)
-			data := migStatus(ctx, ns, pod)
-			Expect(data.MIG).NotTo(BeNil(), "pod %s: status.devices data has no mig", pod)
-			Expect(data.MIG.Profile).To(Equal(profile))
-			Expect(data.UUID).To(HavePrefix("MIG-"), "pod %s: status.devices names the MIG device", pod)
-			Expect(data.Enforcement).To(Equal(plugin.EnforcementMIG))
-			By(fmt.Sprintf("pod %s sees exactly its MIG device %s", pod, data.UUID))
-			Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID), "pod %s's container must see its MIG device and nothing else", pod)
-			seen[pod] = data.UUID
-			narrateMIGPod(pod, data, report)
+// migScenario is the demo's MIG scenario: a 1g.10gb and a 3g.40gb of card 0
+// side by side, each container seeing only its MIG device, the 7g.80gb
+// Pending meanwhile and Running once both are gone. The fake path (label
+// mig) runs it with XIDs injected through the fake cards' events file; the
+// mock driver root (label mig-realpath, test/e2e/realpath_mig_test.go)
+// with checks of each container's device nodes and of the mock library's
+// instances.
+type migScenario struct {
+	// xid: an XID in one GPU instance taints only its partition, a
+	// card-wide one every partition (fake cards' events file).
+	xid bool
+	// checkPod checks a running partition's container further (its /dev
+	// on the mock driver root).
+	checkPod func(ctx context.Context, ns, pod string, data plugin.DeviceData, report map[string]string)
+	// afterAll runs once every pod is deleted.
+	afterAll func(ctx context.Context)
+}
+
+func (s migScenario) run(ctx SpecContext) {
+	xid := ""
+	if s.xid {
+		xid = "; an XID in one instance taints only its partition"
+	}
+	scenario("MIG: 1g.10gb and 3g.40gb of card 0 side by side, each container sees only its MIG device" + xid + "; 7g.80gb Pending until both are gone, then runs")
+	demoTitle("MIG partitions: a 1g.10gb and a 3g.40gb of one H100 side by side, then the 7g.80gb (DeviceClass %s)", device.MIGDeviceClassName)
+	demoSay("cards 0 and 1 of %s are in MIG mode (fake profile mig-h100); each claim asks for one partition of card 0", gpuNode)
+	ns := newNamespace(ctx)
+	createTemplate(ctx, ns, "mig-1g", migPartition("1g.10gb"))
+	createTemplate(ctx, ns, "mig-3g", migPartition("3g.40gb"))
+	createTemplate(ctx, ns, "mig-7g", migPartition("7g.80gb"))
+
+	By("a 1g.10gb and a 3g.40gb of card 0 run side by side")
+	createPod(ctx, gpuPod(ns, "small", "mig-1g"))
+	createPod(ctx, gpuPod(ns, "large", "mig-3g"))
+	seen := map[string]string{}
+	for pod, profile := range map[string]string{"small": "1g.10gb", "large": "3g.40gb"} {
+		report := waitRunning(ctx, ns, pod)
+		data := migStatus(ctx, ns, pod)
+		Expect(data.MIG).NotTo(BeNil(), "pod %s: status.devices data has no mig", pod)
+		Expect(data.MIG.Profile).To(Equal(profile))
+		Expect(data.UUID).To(HavePrefix("MIG-"), "pod %s: status.devices names the MIG device", pod)
+		Expect(data.Enforcement).To(Equal(plugin.EnforcementMIG))
+		By(fmt.Sprintf("pod %s sees exactly its MIG device %s", pod, data.UUID))
+		Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID), "pod %s's container must see its MIG device and nothing else", pod)
+		seen[pod] = data.UUID
+		if s.checkPod != nil {
+			s.checkPod(ctx, ns, pod, data, report)
 		}
-		Expect(seen["small"]).NotTo(Equal(seen["large"]))
+		narrateMIGPod(pod, data, report)
+	}
+	Expect(seen["small"]).NotTo(Equal(seen["large"]))
 
+	if s.xid {
 		By("an XID in the 3g.40gb's GPU instance taints only that partition; a card-wide one every partition of the card")
 		large := results(allocatedClaim(ctx, ns, "large"))[0].Device
 		small := results(allocatedClaim(ctx, ns, "small"))[0].Device
@@ -139,23 +170,30 @@ var _ = Describe("MIG partitions", Label(migLabel), func() {
 		waitTaints(ctx, small, BeEmpty())
 
 		demoSay("an XID in the 3g.40gb's GPU instance %d tainted its partition only; a card-wide XID tainted both; recovered", gi)
+	}
 
-		By("meanwhile a 7g.80gb of card 0 (the whole card as one partition) is not allocatable")
-		createPod(ctx, gpuPod(ns, "whole", "mig-7g"))
-		expectUnschedulable(ctx, ns, "whole")
-		demoSay("pod whole  (7g.80gb of card 0) stays Pending, Unschedulable, while small and large hold their partitions")
+	By("meanwhile a 7g.80gb of card 0 (the whole card as one partition) is not allocatable")
+	createPod(ctx, gpuPod(ns, "whole", "mig-7g"))
+	expectUnschedulable(ctx, ns, "whole")
+	demoSay("pod whole  (7g.80gb of card 0) stays Pending, Unschedulable, while small and large hold their partitions")
 
-		By("once both partitions are gone, the 7g.80gb is allocated and runs")
-		deletePodAndWait(ctx, ns, "small")
-		deletePodAndWait(ctx, ns, "large")
-		report := waitRunning(ctx, ns, "whole")
-		data := migStatus(ctx, ns, "whole")
-		Expect(data.MIG).NotTo(BeNil())
-		Expect(data.MIG.Profile).To(Equal("7g.80gb"))
-		Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID))
-		Expect(strings.Contains(data.UUID, ",")).To(BeFalse())
-		demoSay("small and large deleted: their GPU and compute instances destroyed")
-		narrateMIGPod("whole", data, report)
-		demoPassed("1g.10gb and 3g.40gb ran side by side on %s and %s, the 7g.80gb only once both were gone, each container seeing only its MIG device", seen["small"], seen["large"])
-	}, SpecTimeout(8*time.Minute))
-})
+	By("once both partitions are gone, the 7g.80gb is allocated and runs")
+	deletePodAndWait(ctx, ns, "small")
+	deletePodAndWait(ctx, ns, "large")
+	report := waitRunning(ctx, ns, "whole")
+	data := migStatus(ctx, ns, "whole")
+	Expect(data.MIG).NotTo(BeNil())
+	Expect(data.MIG.Profile).To(Equal("7g.80gb"))
+	Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID))
+	Expect(strings.Contains(data.UUID, ",")).To(BeFalse())
+	if s.checkPod != nil {
+		s.checkPod(ctx, ns, "whole", data, report)
+	}
+	demoSay("small and large deleted: their GPU and compute instances destroyed")
+	narrateMIGPod("whole", data, report)
+	demoPassed("1g.10gb and 3g.40gb ran side by side on %s and %s, the 7g.80gb only once both were gone, each container seeing only its MIG device", seen["small"], seen["large"])
+	if s.afterAll != nil {
+		deletePodAndWait(ctx, ns, "whole")
+		s.afterAll(ctx)
+	}
+}

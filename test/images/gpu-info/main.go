@@ -29,6 +29,9 @@ func main() {
 	if dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); dir != "" {
 		extra = append(extra, "MPS_PIPE_WRITE="+tryWrite(dir))
 	}
+	if caps := capNodes("/dev/nvidia-caps"); len(caps) > 0 {
+		extra = append(extra, "CAP_NODES="+strings.Join(caps, ","))
+	}
 	report(os.Stdout, os.Environ(), deviceNodes(), shmFiles("/dev/shm"), extra...)
 	if len(os.Args) > 1 && os.Args[1] == "--once" {
 		return
@@ -62,6 +65,33 @@ func report(w io.Writer, environ []string, devices, shm []string, extra ...strin
 	}
 	fmt.Fprintln(w, "gpu-info: end")
 }
+
+// capNodes lists the MIG capability nodes in dir (/dev/nvidia-caps), sorted,
+// each as <path>=<major>:<minor> (or <path>=not a device), so the suite can
+// tell which GPU and compute instance the container may use; none when dir
+// is absent.
+func capNodes(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR {
+			out = append(out, path+"=not a device")
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s=%d:%d", path, unixMajor(st.Rdev), unixMinor(st.Rdev)))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unixMajor and unixMinor split a Linux dev_t (glibc's gnu_dev_major/minor).
+func unixMajor(dev uint64) uint64 { return (dev>>8)&0xfff | (dev>>32)&^0xfff }
+func unixMinor(dev uint64) uint64 { return dev&0xff | (dev>>12)&^0xff }
 
 // deviceNodes lists the GPU device nodes visible in the container.
 func deviceNodes() []string {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -74,5 +75,25 @@ func TestTryWrite(t *testing.T) {
 	}
 	if got := tryWrite(filepath.Join(dir, "missing")); got != "no such file or directory" {
 		t.Errorf("tryWrite(missing) = %q", got)
+	}
+}
+
+func TestCapNodes(t *testing.T) {
+	if got := capNodes(filepath.Join(t.TempDir(), "absent")); got != nil {
+		t.Errorf("capNodes(absent dir) = %v, want none", got)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-cap9"), nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "nvidia-cap9") + "=not a device"}
+	// A character device, where the test may make one (root): its major and minor.
+	if err := syscall.Mknod(filepath.Join(dir, "nvidia-cap66"), syscall.S_IFCHR|0o444, int(510<<8|66)); err == nil {
+		want = append([]string{filepath.Join(dir, "nvidia-cap66") + "=510:66"}, want...)
+	} else {
+		t.Logf("no character device made (%v): only the regular file is checked", err)
+	}
+	if got := capNodes(dir); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("capNodes = %v, want %v", got, want)
 	}
 }

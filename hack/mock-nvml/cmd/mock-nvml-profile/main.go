@@ -2,16 +2,20 @@
 // a YAML file, docs/fake-gpus.md) into the device table of the mock
 // libnvidia-ml.so.1: the flat file TANGRAM_MOCK_NVML_DEVICES_FILE names, or
 // (-format c) the C source the build compiles in as the default; with
-// -sysfs it also writes a mock /sys with the cards' PCI devices.
+// -sysfs it also writes a mock /sys with the cards' PCI devices; with
+// -mig-minors the kernel module's /proc/driver/nvidia-caps/mig-minors as
+// the real driver writes it (nvcaps.GenerateMIGMinors).
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 )
@@ -31,6 +35,7 @@ func run(args []string) error {
 	stateDir := fs.String("c-state-dir", "/var/lib/tangram/mock-nvml", "with -format c: the library's default state directory")
 	out := fs.String("o", "", "output file (default: standard output)")
 	sysfs := fs.String("sysfs", "", "also lay out the cards' PCI devices under this directory (a mock /sys)")
+	migMinors := fs.String("mig-minors", "", "also write the NVIDIA kernel module's mig-minors, as the real driver does, to this file (a mock /proc/driver/nvidia-caps/mig-minors)")
 	driver := fs.String("driver-version", "", "serve this NVIDIA driver version instead of the profile's, e.g. 615.23.01 for a driver with per-cgroup memory limits and MPS v3")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,6 +56,14 @@ func run(args []string) error {
 	if *sysfs != "" {
 		if err := mocknvml.WriteSysfs(*sysfs, p); err != nil {
 			return err
+		}
+	}
+	if *migMinors != "" {
+		if err := os.MkdirAll(filepath.Dir(*migMinors), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*migMinors, nvcaps.GenerateMIGMinors(), 0o444); err != nil {
+			return fmt.Errorf("writing %s: %w", *migMinors, err)
 		}
 	}
 	var data []byte
