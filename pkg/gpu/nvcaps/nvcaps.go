@@ -159,6 +159,48 @@ func (d Devices) CharMajor(name string) (uint32, error) {
 	return major, nil
 }
 
+// CapabilityFile is a capability's file under
+// /proc/driver/nvidia/capabilities (mig/config, mig/monitor,
+// gpu<G>/mig/gi<I>/access ...): its node's minor and mode.
+type CapabilityFile struct {
+	DeviceFileMinor uint32
+	// DeviceFileMode is the node's permission bits (256 = 0400 for config,
+	// 292 = 0444 for monitor on the H200).
+	DeviceFileMode uint32
+}
+
+// ParseCapabilityFile parses "DeviceFileMinor: 1\nDeviceFileMode: 256\n
+// DeviceFileModify: 1\n"; a missing DeviceFileMinor or a malformed line
+// is an error naming the line.
+func ParseCapabilityFile(data []byte) (CapabilityFile, error) {
+	var out CapabilityFile
+	haveMinor := false
+	err := eachLine(data, func(n int, line string) error {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return fmt.Errorf("line %d %q: want \"<key>: <value>\"", n, line)
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(value), 10, 32)
+		if err != nil {
+			return fmt.Errorf("line %d %q: %q is not a number", n, line, strings.TrimSpace(value))
+		}
+		switch strings.TrimSpace(key) {
+		case "DeviceFileMinor":
+			out.DeviceFileMinor, haveMinor = uint32(v), true
+		case "DeviceFileMode":
+			out.DeviceFileMode = uint32(v)
+		}
+		return nil
+	})
+	if err == nil && !haveMinor {
+		err = errors.New("no DeviceFileMinor line")
+	}
+	if err != nil {
+		return CapabilityFile{}, fmt.Errorf("parsing a capability file: %w", err)
+	}
+	return out, nil
+}
+
 // eachLine calls f with each line and its number (from 1). A file's
 // trailing newline ends its last line; it does not start an empty one.
 func eachLine(data []byte, f func(n int, line string) error) error {

@@ -249,3 +249,33 @@ func TestRead(t *testing.T) {
 		})
 	}
 }
+
+func TestParseCapabilityFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    CapabilityFile
+		wantErr string
+	}{
+		// The H200's mig/config and mig/monitor (docs/gpu-reports/h200-580.159.04-mig-caps.txt).
+		{name: "config", in: "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n", want: CapabilityFile{DeviceFileMinor: 1, DeviceFileMode: 256}},
+		{name: "monitor", in: "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n", want: CapabilityFile{DeviceFileMinor: 2, DeviceFileMode: 292}},
+		{name: "no minor", in: "DeviceFileMode: 256\n", wantErr: "no DeviceFileMinor line"},
+		{name: "no colon", in: "DeviceFileMinor 1\n", wantErr: `line 1 "DeviceFileMinor 1"`},
+		{name: "not a number", in: "DeviceFileMinor: x\n", wantErr: `line 1 "DeviceFileMinor: x": "x" is not a number`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseCapabilityFile([]byte(tc.in))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -20,11 +20,13 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
@@ -99,6 +101,7 @@ func Checks(cfg Config) ([]gpucheck.Check, func()) {
 		{Name: "driver: nvidia-smi report and GPU settings", Timeout: 45 * time.Second, Run: s.checkSMI},
 		{Name: "inventory: NVML (pkg/gpu/nvmlgpu) against nvidia-smi", Timeout: 45 * time.Second, Run: s.checkInventory},
 		{Name: "MIG: NVML's profiles and placements against the mock's tables (read only)", Timeout: 30 * time.Second, Run: s.checkMIG},
+		{Name: "MIG caps: mig-minors, /proc/devices and /dev/nvidia-caps as the plugin reads them (read only)", Timeout: 15 * time.Second, Run: s.checkMIGCaps},
 		{Name: "CDI: nvcdi edits against the driver root", Timeout: 60 * time.Second, Run: s.checkCDI},
 		{Name: "health: NVML event registration of the monitor", Timeout: 30 * time.Second, Run: s.checkHealth},
 		{Name: "enforcement: detected level and reasons", Timeout: 15 * time.Second, Run: s.checkEnforcement},
@@ -310,6 +313,43 @@ func mockMIGTable(product string, memoryMiB int64) (gpucheck.MIGExpectation, boo
 		return gpucheck.MIGExpectation{}, false
 	}
 	return gpucheck.MIGExpectation{Name: migType, Profiles: fakegpu.MIGProfiles(migType)}, true
+}
+
+// checkMIGCaps reads the kernel module's MIG capability files and
+// /dev/nvidia-caps (nothing else: no node is created, nothing on the GPU
+// changes) and judges them with the parser the plugin builds a MIG
+// device's CDI nodes with (pkg/gpu/nvcaps).
+func (s *state) checkMIGCaps(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	proc := s.cfg.ProcRoot
+	progress("reading %s, %s and %s/driver/nvidia/capabilities/mig", filepath.Join(proc, nvcaps.MIGMinorsFile), filepath.Join(proc, nvcaps.DevicesFile), proc)
+	var r gpucheck.MIGCapsReading
+	r.MIGMinors, r.MIGMinorsErr = os.ReadFile(filepath.Join(proc, nvcaps.MIGMinorsFile))
+	r.Devices, r.DevicesErr = os.ReadFile(filepath.Join(proc, nvcaps.DevicesFile))
+	r.CapFiles, r.CapFileErrs = map[nvcaps.Cap][]byte{}, map[nvcaps.Cap]error{}
+	for _, c := range []nvcaps.Cap{nvcaps.ConfigCap, nvcaps.MonitorCap} {
+		r.CapFiles[c], r.CapFileErrs[c] = os.ReadFile(filepath.Join(proc, "driver/nvidia/capabilities/mig", string(c)))
+	}
+	r.Nodes = map[string]gpucheck.CapNode{}
+	dir := filepath.Join(s.cfg.DevRoot, nvcaps.CapsDir)
+	entries, _ := os.ReadDir(dir) // none: the judgment says which node is missing
+	for _, e := range entries {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+			continue
+		}
+		r.Nodes[filepath.Join(nvcaps.CapsDir, e.Name())] = gpucheck.CapNode{Char: st.Mode&unix.S_IFMT == unix.S_IFCHR,
+			Major: unix.Major(uint64(st.Rdev)), Minor: unix.Minor(uint64(st.Rdev))}
+	}
+	for _, g := range s.cards {
+		if g.Index == 0 {
+			minor := g.Minor
+			r.Card0Minor = &minor
+		}
+	}
+	if len(r.MIGMinors) > 0 {
+		s.writeArtefact("mig-minors.txt", r.MIGMinors)
+	}
+	return gpucheck.MIGCapsOutcome(r)
 }
 
 func (s *state) needCards() (gpucheck.Outcome, bool) {

@@ -11,11 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 )
@@ -99,8 +101,9 @@ func TestChecksOverMockLibrary(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cgroup, "cgroup.controllers"), []byte("cpu memory\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	dev := migCapsFromRealReading(t, proc)
 	out := t.TempDir()
-	checks, done := Checks(Config{DriverRoot: root, ProcRoot: proc, CgroupRoot: cgroup, SysfsRoot: filepath.Join(dir, "sys"),
+	checks, done := Checks(Config{DriverRoot: root, DevRoot: dev, ProcRoot: proc, CgroupRoot: cgroup, SysfsRoot: filepath.Join(dir, "sys"),
 		OutDir: out, WorkDir: t.TempDir(), NVIDIACDIHook: "/nonexistent/nvidia-cdi-hook"})
 	var progress bytes.Buffer
 	records := gpucheck.Runner{Out: &progress}.Run(context.Background(), checks)
@@ -113,6 +116,7 @@ func TestChecksOverMockLibrary(t *testing.T) {
 		"driver":             {gpucheck.Passed, "NVIDIA L4"},
 		"inventory":          {gpucheck.Passed, "4 cards"},
 		"MIG":                {gpucheck.Skipped, "MIG mode ERROR_NOT_SUPPORTED"},
+		"MIG caps":           {gpucheck.Passed, "gpu0/gi0/access: minor 3 as the mock's layout gives"},
 		"CDI":                {gpucheck.Failed, "do not exist"},
 		"health":             {gpucheck.Passed, "every card registered"},
 		"enforcement":        {gpucheck.Passed, "level advisory"},
@@ -135,7 +139,7 @@ func TestChecksOverMockLibrary(t *testing.T) {
 			t.Errorf("%s: %s: %s; want %s saying %q", r.Name, r.Result, r.Detail, w.result, w.says)
 		}
 	}
-	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "nvml-mig.json", "cdi-edits.json"} {
+	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "nvml-mig.json", "mig-minors.txt", "cdi-edits.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("artefact %s: %v", f, err)
 		}
@@ -192,4 +196,41 @@ gpus:
 	if out.Result != gpucheck.Passed || !strings.Contains(out.Detail, "NVML answers 7 profile(s)") || !strings.Contains(out.Detail, "MIG mode off") {
 		t.Errorf("outcome %s: %s", out.Result, out.Detail)
 	}
+}
+
+// migCapsFromRealReading lays out under proc and a new dev root what the
+// H200 of docs/gpu-reports/h200-580.159.04-mig-caps.txt showed (driver
+// 580.159.04, MIG mode off): the real mig-minors (nvcaps.GenerateMIGMinors,
+// held to its sha256), /proc/devices' nvidia lines, mig/config and
+// mig/monitor, and /dev/nvidia-caps/nvidia-cap1 and 2 (241:1, 241:2),
+// where the test may make device nodes. It returns the dev root.
+func migCapsFromRealReading(t *testing.T, proc string) string {
+	t.Helper()
+	files := map[string]string{
+		nvcaps.MIGMinorsFile:                     string(nvcaps.GenerateMIGMinors()),
+		nvcaps.DevicesFile:                       "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n239 nvidia-nvswitch\n240 nvidia-nvlink\n241 nvidia-caps\n242 nvidia-caps-imex-channels\n\nBlock devices:\n  7 loop\n",
+		"driver/nvidia/capabilities/mig/config":  "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
+		"driver/nvidia/capabilities/mig/monitor": "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+	}
+	for name, data := range files {
+		p := filepath.Join(proc, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev := t.TempDir()
+	caps := filepath.Join(dev, "dev/nvidia-caps")
+	if err := os.MkdirAll(caps, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for minor, mode := range map[uint32]uint32{1: 0o400, 2: 0o444} {
+		if err := unix.Mknod(filepath.Join(caps, fmt.Sprintf("nvidia-cap%d", minor)), unix.S_IFCHR|mode, int(unix.Mkdev(241, minor))); err != nil {
+			t.Logf("no device nodes made (%v): the check notes them missing", err)
+			break
+		}
+	}
+	return dev
 }
