@@ -27,7 +27,9 @@ import (
 // runs them with --demo-narrate, then goes back to the demo's profile); by
 // hand: hack/local-cluster/chart.sh install -f
 // deployments/helm/values/mig.yaml, then E2E_LABEL_FILTER=mig make e2e
-// (docs/testing.md). The default e2e run (dgx-h100) leaves them out.
+// (docs/testing.md). The default e2e run (dgx-h100) leaves them out. The
+// same scenario on the mock driver root (real CDI nodes) is
+// realpath_mig_test.go's, labelled mig-realpath.
 const migLabel = "mig"
 
 // migPartition asks for one MIG partition of profile on card 0 of the

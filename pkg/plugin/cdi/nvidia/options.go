@@ -1,7 +1,9 @@
 // Package nvidia implements cdi.HardwareEdits for real NVIDIA GPUs with
 // NVIDIA's own CDI generator (github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi,
 // NVML mode): the card's device nodes per device, and the control devices,
-// driver libraries, binaries and nvidia-cdi-hook calls once per spec.
+// driver libraries, binaries and nvidia-cdi-hook calls once per spec. A MIG
+// device's nodes are built here instead (MIGEdits: the card's node from
+// nvcdi, the instance's capability nodes from pkg/gpu/nvcaps).
 //
 // Results are cached per card UUID and computed once for the common edits:
 // discovery walks the driver root and initialises NVML, which is far slower
