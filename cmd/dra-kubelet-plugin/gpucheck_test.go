@@ -17,7 +17,7 @@ func TestGPUCheckWithoutDriver(t *testing.T) {
 		subcommand string
 		checks     int
 	}{
-		{name: "all checks", subcommand: "gpu-check", checks: 10},
+		{name: "all checks", subcommand: "gpu-check", checks: 11},
 		{name: "MPS only", subcommand: "mps-check", checks: 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
