@@ -19,3 +19,8 @@ func Open(ctx context.Context, libraryPath string) (gpu.Source, func(), error) {
 
 // Partitions reports ErrNVMLUnavailable: NVML needs cgo.
 func Partitions(gpu.Source) (gpu.MIGPartitions, error) { return nil, ErrNVMLUnavailable }
+
+// QueryMIG reports ErrNVMLUnavailable: NVML needs cgo. (The GPU check,
+// pkg/gpucheck/probe, links it; without this a !cgo build of the probe
+// did not compile.)
+func QueryMIG(gpu.Source) ([]gpu.MIGQuery, error) { return nil, ErrNVMLUnavailable }

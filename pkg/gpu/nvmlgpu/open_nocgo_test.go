@@ -19,3 +19,12 @@ func TestOpenWithoutCgo(t *testing.T) {
 	}
 	cleanup() // must be safe to call
 }
+
+func TestWithoutCgoEveryNVMLCallSaysSo(t *testing.T) {
+	if _, err := Partitions(nil); !errors.Is(err, ErrNVMLUnavailable) {
+		t.Errorf("Partitions() error = %v, want ErrNVMLUnavailable", err)
+	}
+	if q, err := QueryMIG(nil); q != nil || !errors.Is(err, ErrNVMLUnavailable) {
+		t.Errorf("QueryMIG() = %v, %v; want nil, ErrNVMLUnavailable", q, err)
+	}
+}
