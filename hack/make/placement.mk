@@ -57,6 +57,9 @@ BENCH_PERF_RUNS ?= 3
 BENCH_PERF_UPSTREAM ?=
 BENCH_PERF_TANGRAM ?=
 BENCH_PERF_DURATION ?=
+# sequential (default: stock and tangram one after the other, alternating) or
+# simultaneous (both at once in two processes: load from elsewhere falls on both).
+BENCH_PERF_MODE ?=
 BENCH_PERF_OUT ?= $(HOME)/.cache/tangram/bench-scheduler-perf
 # Extra flags of the harness, e.g. -perf-cpuprofile (profiles land in $(BENCH_PERF_OUT)/data-items).
 BENCH_PERF_ARGS ?=
@@ -75,6 +78,7 @@ bench-scheduler-perf: ## scheduler_perf: stock vs tangram-scheduler pods/s on up
 	  $(if $(BENCH_PERF_UPSTREAM),TANGRAM_PERF_UPSTREAM=$(BENCH_PERF_UPSTREAM)) \
 	  $(if $(BENCH_PERF_TANGRAM),TANGRAM_PERF_TANGRAM=$(BENCH_PERF_TANGRAM)) \
 	  $(if $(BENCH_PERF_DURATION),TANGRAM_PERF_DURATION=$(BENCH_PERF_DURATION)) \
+	  $(if $(BENCH_PERF_MODE),TANGRAM_PERF_MODE=$(BENCH_PERF_MODE)) \
 	  ARTIFACTS=$(BENCH_PERF_OUT)/artifacts \
 	  $(GO) test -run '^$$' -bench '^BenchmarkPerfScheduling$$' -benchtime=1x -timeout 90m ./internal/schedperf/ $(if $(BENCH_PERF_ARGS),-args $(BENCH_PERF_ARGS)) 2>&1 \
 	  | tee $(BENCH_PERF_OUT)/bench.log | grep --line-buffered -E '^(schedperf:|FAIL|--- FAIL|panic)'

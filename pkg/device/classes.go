@@ -2,6 +2,7 @@ package device
 
 import (
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,13 +79,25 @@ func MIGSelector() string {
 
 // SharedDeviceClass is a class of shareable cards whose node's sharing
 // backend is backend, and with hard also whose shareEnforcement is "hard".
+//
+// The conditions are one CEL expression, not one selector each: the
+// scheduler's allocator (k8s.io/dynamic-resource-allocation v0.37
+// DeviceMatches) rebuilds a device's attribute and capacity maps for every
+// selector it evaluates, so each extra selector costs about as much as the
+// first (docs/placement.md, BenchmarkClassSelectors in pkg/dra).
 func SharedDeviceClass(name, backend string, hard bool) *resourceapi.DeviceClass {
-	dc := deviceClass(name, ShareableSelector())
-	dc.Spec.Selectors = append(dc.Spec.Selectors, celSelector(BackendSelector(backend)))
+	conditions := []string{ShareableSelector(), BackendSelector(backend)}
 	if hard {
-		dc.Spec.Selectors = append(dc.Spec.Selectors, celSelector(HardSelector()))
+		conditions = append(conditions, HardSelector())
 	}
-	return dc
+	return deviceClass(name, AllOf(conditions...))
+}
+
+// AllOf is the CEL conjunction of expressions, each parenthesised (a
+// backend condition is a disjunction). The chart writes the shared classes'
+// expressions the same way, line by line.
+func AllOf(expressions ...string) string {
+	return "(" + strings.Join(expressions, ") && (") + ")"
 }
 
 // ShareableSelector selects our cards published as shareable.

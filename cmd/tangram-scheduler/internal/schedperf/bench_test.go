@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -165,15 +166,47 @@ func BenchmarkPerfScheduling(b *testing.B) {
 		}
 	}
 
-	fmt.Printf("schedperf: %d workloads x 2 profiles x %d runs; templates and data in %s\n", len(workloads), runs, out)
+	profiles := envList("TANGRAM_PERF_PROFILES", []string{"stock", "tangram"})
+	for _, p := range profiles {
+		if p != "stock" && p != "tangram" {
+			b.Fatalf("TANGRAM_PERF_PROFILES=%v: want stock and/or tangram", profiles)
+		}
+	}
+	mode := os.Getenv("TANGRAM_PERF_MODE")
+	switch mode {
+	case "", "sequential":
+		mode = "sequential"
+	case "simultaneous":
+	default:
+		b.Fatalf("TANGRAM_PERF_MODE=%q: want sequential or simultaneous", mode)
+	}
+
+	fmt.Printf("schedperf: %d workloads x %d profiles x %d runs, %s; templates and data in %s\n", len(workloads), len(profiles), runs, mode, out)
 	start := time.Now()
 	results := map[string]map[string][]float64{}
+	if mode == "simultaneous" {
+		for _, w := range workloads {
+			results[w.ID()] = map[string][]float64{}
+			for r := range runs {
+				got, err := runSimultaneously(out, w, r)
+				if err != nil {
+					b.Fatalf("%s, round %d: %v", w.ID(), r+1, err)
+				}
+				for sched, tp := range got {
+					fmt.Printf("schedperf: %s %s run %d: %.1f pods/s (simultaneous)\n", w.ID(), sched, r+1, tp)
+					results[w.ID()][sched] = append(results[w.ID()][sched], tp)
+				}
+			}
+		}
+		writeReport(b, out, workloads, results, runs, start, mode)
+		return
+	}
 	for _, w := range workloads {
 		results[w.ID()] = map[string][]float64{}
 		for r := range runs {
-			order := []string{"stock", "tangram"}
+			order := slices.Clone(profiles)
 			if r%2 == 1 {
-				order = []string{"tangram", "stock"}
+				slices.Reverse(order)
 			}
 			for _, sched := range order {
 				cfgPath := ""
@@ -209,11 +242,92 @@ func BenchmarkPerfScheduling(b *testing.B) {
 			}
 		}
 	}
+	writeReport(b, out, workloads, results, runs, start, mode)
+}
+
+// writeReport prints the table, and writes it and the raw figures
+// (results.json, what a parent in simultaneous mode reads) to out.
+func writeReport(b *testing.B, out string, workloads []Workload, results map[string]map[string][]float64, runs int, start time.Time, mode string) {
 	table := Table(workloads, results, runs, time.Since(start))
+	if mode == "simultaneous" {
+		table = "\nsimultaneous mode: in each round the stock and the tangram run ran at the same time, in two processes sharing the machine" + table
+	}
 	fmt.Print(table)
 	if err := os.WriteFile(filepath.Join(out, "table.md"), []byte(table), 0o644); err != nil {
 		b.Fatal(err)
 	}
+	raw, err := json.Marshal(results)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "results.json"), raw, 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// runSimultaneously runs round r of w with the stock and the tangram
+// profile at the same time, each in a process of its own (this test
+// binary again, one profile, one run: the harness's metrics and flags are
+// process-wide), and returns each one's pods/s. Load from elsewhere on a
+// shared machine then falls on both runs of a round alike, which running
+// them one after the other cannot promise; each gets about half of what
+// the machine has, so the absolute figures are lower than sequential ones.
+func runSimultaneously(out string, w Workload, r int) (map[string]float64, error) {
+	type child struct {
+		dir string
+		cmd *exec.Cmd
+		log *os.File
+	}
+	var children []child
+	for _, sched := range []string{"stock", "tangram"} {
+		dir := filepath.Join(out, "simultaneous", fmt.Sprintf("%s_%s_r%d", sched, regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(w.ID(), "_"), r))
+		if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o755); err != nil {
+			return nil, err
+		}
+		log, err := os.Create(filepath.Join(dir, "bench.log"))
+		if err != nil {
+			return nil, err
+		}
+		defer log.Close()
+		upstream, tangram := w.ID(), "none"
+		if w.Source == "tangram" {
+			upstream, tangram = "none", w.Name
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^BenchmarkPerfScheduling$", "-test.benchtime=1x", "-test.timeout=60m")
+		cmd.Env = append(os.Environ(),
+			"TANGRAM_PERF_MODE=sequential", "TANGRAM_PERF_PROFILES="+sched, "TANGRAM_PERF_RUNS=1",
+			"TANGRAM_PERF_UPSTREAM="+upstream, "TANGRAM_PERF_TANGRAM="+tangram,
+			"TANGRAM_PERF_OUT="+dir, "ARTIFACTS="+filepath.Join(dir, "artifacts"))
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("starting the %s run: %w", sched, err)
+		}
+		children = append(children, child{dir: dir, cmd: cmd, log: log})
+	}
+	got := map[string]float64{}
+	var errs []string
+	for i, c := range children {
+		sched := []string{"stock", "tangram"}[i]
+		if err := c.cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Sprintf("the %s run failed (%v); its log: %s", sched, err, c.log.Name()))
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(c.dir, "results.json"))
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("the %s run left no results (%v); its log: %s", sched, err, c.log.Name()))
+			continue
+		}
+		var res map[string]map[string][]float64
+		if err := json.Unmarshal(raw, &res); err != nil || len(res[w.ID()][sched]) != 1 {
+			errs = append(errs, fmt.Sprintf("the %s run's results.json has no figure for %s (%v)", sched, w.ID(), err))
+			continue
+		}
+		got[sched] = res[w.ID()][sched][0]
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return got, nil
 }
 
 // throughput reads the SchedulingThroughput average the harness wrote for
