@@ -6,10 +6,11 @@ set -u
 out="${OUT:-.}/mig-caps.txt"
 {
 	echo "## date"; date -u
-	echo "## nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,minor_number,mig.mode.current,mig.mode.pending --format=csv 2>&1
+	echo "## nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,mig.mode.current,mig.mode.pending --format=csv 2>&1
 	echo "## /proc/devices (nvidia)"; grep -i nvidia /proc/devices
 	echo "## ls -la /proc/driver/nvidia-caps"; ls -la /proc/driver/nvidia-caps 2>&1
 	echo "## wc -l mig-minors"; wc -l /proc/driver/nvidia-caps/mig-minors 2>&1
+	echo "## sha256sum mig-minors"; sha256sum /proc/driver/nvidia-caps/mig-minors 2>&1
 	for f in /proc/driver/nvidia-caps/*; do echo "## head -5 $f"; head -5 "$f" 2>&1; done
 	echo "## /dev/nvidia*"; ls -la /dev/nvidia* 2>&1
 	echo "## /dev/nvidia-caps"; ls -la /dev/nvidia-caps 2>&1

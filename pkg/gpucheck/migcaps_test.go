@@ -66,7 +66,10 @@ func TestMIGCapsOutcome(t *testing.T) {
 		}), Failed, []string{"capability file mig/config"}},
 		{"GPU instance elsewhere than the layout", with(func(r *MIGCapsReading) {
 			r.MIGMinors = []byte(strings.Replace(string(r.MIGMinors), "gpu0/gi0/access 3\n", "gpu0/gi0/access 7\n", 1))
-		}), Failed, []string{"gpu0/gi0/access is minor 7, the mock's layout gives 3"}},
+		}), Passed, []string{"gpu0/gi0/access is minor 7 where the mock's layout gives 3: the mock driver root differs from this driver"}},
+		{"card 0's GPU instance not listed", with(func(r *MIGCapsReading) {
+			r.MIGMinors = []byte(strings.Replace(string(r.MIGMinors), "gpu0/gi0/access 3\n", "", 1))
+		}), Failed, []string{"gpu0/gi0/access"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

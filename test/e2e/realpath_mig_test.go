@@ -60,6 +60,13 @@ var _ = Describe("Real GPU path: MIG partitions", Label(realPathLabel, migRealPa
 				Expect(strings.Split(report["CAP_NODES"], ",")).To(ConsistOf(want),
 					"pod %s (GPU instance %d, compute instance %d of card minor %d) must see exactly its two capability nodes", pod, data.MIG.GPUInstanceID, data.MIG.ComputeInstanceID, minor)
 				GinkgoWriter.Printf("  pod %s: %s, %s\n", pod, cardNode, report["CAP_NODES"])
+				// The mock library records the card's instances where
+				// afterAll looks for them: without this, a state file
+				// written elsewhere would make afterAll's check pass with
+				// nothing to check.
+				state, err := os.ReadFile(filepath.Join(*mockNVMLStateDir, "mig", parent))
+				Expect(err).NotTo(HaveOccurred(), "the mock library's MIG state of card %s while pod %s runs", parent, pod)
+				Expect(strings.TrimSpace(string(state))).NotTo(BeEmpty(), "no instance recorded on card %s while pod %s runs", parent, pod)
 			},
 			afterAll: func(ctx context.Context) {
 				By("unprepare destroyed every instance in the mock library")

@@ -8,8 +8,8 @@
 // parent card's device minor), the major the nvidia-caps line of
 // /proc/devices (dynamic).
 //
-// Pure: it parses text and computes paths; reading the files is the
-// caller's (ReadMIGMinors and ReadDevices are thin helpers over a proc root).
+// Parsing and computing are pure; Read is a thin helper that reads both
+// files under a proc root.
 // docs/gpu-reports/h200-580.159.04-mig-caps.txt is the real reading the
 // parsers and the generator (GenerateMIGMinors) are held to.
 package nvcaps
@@ -247,11 +247,11 @@ type Files struct {
 // an error that says which one, who publishes it and how to point elsewhere
 // (flag names the option that sets procRoot).
 func Read(procRoot, flag string) (Files, error) {
-	minorsData, err := readProcFile(procRoot, MIGMinorsFile, flag)
+	minorsData, err := readProcFile(procRoot, MIGMinorsFile, "the NVIDIA kernel module publishes it when loaded (MIG needs driver R450 or later)", flag)
 	if err != nil {
 		return Files{}, err
 	}
-	devicesData, err := readProcFile(procRoot, DevicesFile, flag)
+	devicesData, err := readProcFile(procRoot, DevicesFile, "every Linux kernel publishes it, so this is not a proc root", flag)
 	if err != nil {
 		return Files{}, err
 	}
@@ -270,11 +270,13 @@ func Read(procRoot, flag string) (Files, error) {
 	return Files{Minors: minors, CapsMajor: major}, nil
 }
 
-func readProcFile(procRoot, name, flag string) ([]byte, error) {
+// readProcFile reads name under procRoot; publisher says who writes the
+// file, for the error when it is missing.
+func readProcFile(procRoot, name, publisher, flag string) ([]byte, error) {
 	path := filepath.Join(procRoot, name)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading %s: no such file; the NVIDIA kernel module publishes it when loaded (MIG needs driver R450 or later); if the node's proc is elsewhere, point %s at it: %w", path, flag, err)
+		return nil, fmt.Errorf("reading %s: no such file; %s; if the node's proc is elsewhere, point %s at it: %w", path, publisher, flag, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)

@@ -215,7 +215,7 @@ func TestRead(t *testing.T) {
 	}{
 		{name: "both files", minors: "config 1\n", devices: realDevices, wantMajor: 241},
 		{name: "no mig-minors", devices: realDevices, wantErr: []string{"driver/nvidia-caps/mig-minors: no such file", "NVIDIA kernel module publishes it", "point --proc-root at it"}},
-		{name: "no devices", minors: "config 1\n", wantErr: []string{"/devices: no such file", "--proc-root"}},
+		{name: "no devices", minors: "config 1\n", wantErr: []string{"/devices: no such file", "every Linux kernel publishes it, so this is not a proc root", "--proc-root"}},
 		{name: "no nvidia-caps major", minors: "config 1\n", devices: "Character devices:\n195 nvidia\n", wantErr: []string{`no character device "nvidia-caps"`}},
 		{name: "bad mig-minors", minors: "config\n", devices: realDevices, wantErr: []string{"mig-minors", `line 1 "config"`}},
 	}

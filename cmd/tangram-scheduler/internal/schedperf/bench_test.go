@@ -300,6 +300,12 @@ func runSimultaneously(out string, w Workload, r int) (map[string]float64, error
 			"TANGRAM_PERF_OUT="+dir, "ARTIFACTS="+filepath.Join(dir, "artifacts"))
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
+			// A run already started would otherwise go on loading the
+			// machine for up to its 60-minute timeout.
+			for _, c := range children {
+				_ = c.cmd.Process.Kill()
+				_ = c.cmd.Wait()
+			}
 			return nil, fmt.Errorf("starting the %s run: %w", sched, err)
 		}
 		children = append(children, child{dir: dir, cmd: cmd, log: log})

@@ -56,7 +56,8 @@ func runsText(v []float64) string {
 }
 
 // PairedRatios are tangram/stock per round: the two runs of round i ran
-// back to back (BenchmarkPerfScheduling alternates which goes first), so
+// back to back (BenchmarkPerfScheduling alternates which goes first), or
+// at the same time in simultaneous mode, so
 // load that drifts over the minutes of a whole benchmark on a shared
 // machine cancels in their ratio, where it does not in the ratio of two
 // medians taken over all rounds. A round whose stock run scheduled
