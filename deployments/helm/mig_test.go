@@ -4,11 +4,8 @@ package helm
 
 import (
 	"context"
-	"encoding/json"
-	"os"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
@@ -73,32 +70,5 @@ gpus:
 	}
 	if partitions != 25 {
 		t.Errorf("%d MIG partitions published for an H100 in MIG mode, want the guide's 25", partitions)
-	}
-}
-
-// TestFakeProfileEnumIsTheBuiltins: the chart's schema accepts exactly the
-// built-in fake profiles (fakeGPU.profile), the MIG one included.
-func TestFakeProfileEnumIsTheBuiltins(t *testing.T) {
-	raw, err := os.ReadFile("tangram/values.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var schema struct {
-		Properties struct {
-			FakeGPU struct {
-				Properties struct {
-					Profile struct {
-						Enum []string `json:"enum"`
-					} `json:"profile"`
-				} `json:"properties"`
-			} `json:"fakeGPU"`
-		} `json:"properties"`
-	}
-	if err := json.Unmarshal(raw, &schema); err != nil {
-		t.Fatal(err)
-	}
-	want := append([]string{""}, fakegpu.BuiltinProfileNames()...)
-	if diff := cmp.Diff(want, schema.Properties.FakeGPU.Properties.Profile.Enum); diff != "" {
-		t.Errorf("fakeGPU.profile enum (-builtins +schema):\n%s", diff)
 	}
 }
