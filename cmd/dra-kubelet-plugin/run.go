@@ -120,7 +120,7 @@ func addRealGPUEdits(ctx context.Context, node *plugin.Node, src gpu.Source, opt
 		return err
 	}
 	hw, err := nvidia.New(ctx, nvidia.Options{DriverRoot: root.Path, HostDriverRoot: root.HostPath, DevRoot: opts.DevRoot,
-		CDIHookPath: hook, NVMLLibrary: node.NVMLLibrary, ProcRoot: opts.ProcRoot, ProcRootFlag: "--driver-proc-root (chart: kubeletPlugin.driverProcRoot)"})
+		CDIHookPath: hook, NVMLLibrary: node.NVMLLibrary, ProcRoot: opts.DriverProcRoot, ProcRootFlag: "--driver-proc-root (chart: kubeletPlugin.driverProcRoot)"})
 	if err != nil {
 		return fmt.Errorf("setting up CDI edits for real GPUs: %w", err)
 	}

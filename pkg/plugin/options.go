@@ -84,9 +84,10 @@ type Options struct {
 	HostDriverRoot string
 	DevRoot        string
 	CDIHookPath    string
-	// ProcRoot is where the NVIDIA kernel module's /proc files are, for MIG devices'
-	// capability minors and major (real GPUs; pkg/gpu/nvcaps).
-	ProcRoot string
+	// DriverProcRoot (--driver-proc-root) is where the NVIDIA kernel
+	// module's /proc files are, for MIG devices' capability minors and major
+	// (real GPUs; pkg/gpu/nvcaps); not the slices command's --proc-root.
+	DriverProcRoot string
 
 	MemoryLimitHookBinary  string
 	MemoryLimitHookDir     string
@@ -147,7 +148,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.Publish, "publish", true, "publish ResourceSlices for this node's GPUs")
 	f.StringVar(&o.HostDriverRoot, "host-driver-root", "", "the same driver root as the host sees it (chart: driverRoot, e.g. /run/nvidia/driver), written into CDI specs; default: --driver-root; real GPUs only")
 	f.StringVar(&o.DevRoot, "dev-root", "", "where the host's /dev is found (default: --driver-root); real GPUs only")
-	f.StringVar(&o.ProcRoot, "driver-proc-root", "/proc", "where the NVIDIA kernel module's /proc files are read: a MIG device's capability nodes come from driver/nvidia-caps/mig-minors and the nvidia-caps major of devices under it (the container's own /proc has them on a node: kernel files are global); real GPUs only")
+	f.StringVar(&o.DriverProcRoot, "driver-proc-root", "/proc", "where the NVIDIA kernel module's /proc files are read: a MIG device's capability nodes come from driver/nvidia-caps/mig-minors and the nvidia-caps major of devices under it (the container's own /proc has them on a node: kernel files are global); real GPUs only")
 	f.StringVar(&o.CDIHookPath, "nvidia-cdi-hook-path", "", "host path of nvidia-cdi-hook, run by the container runtime (default: nvidia-cdi-hook under --driver-root, as the host sees it); real GPUs only")
 	f.StringVar(&o.MemoryLimitHookBinary, "memory-limit-hook-binary", "", "tangram-cdi-hook in this container, copied to the host on nodes with hard share enforcement (default: tangram-cdi-hook beside this program)")
 	f.StringVar(&o.MemoryLimitHookDir, "memory-limit-hook-dir", "", "directory tangram-cdi-hook is copied to, a host directory mounted here (default: <state-dir>/bin)")
