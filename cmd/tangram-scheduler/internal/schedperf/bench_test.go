@@ -218,7 +218,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				topic := fmt.Sprintf("%s_%s_r%d", sched, regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(w.ID(), "_"), r)
+				topic := runName(sched, w, r)
 				file := filepath.Join(out, topic+".yaml")
 				if err := os.WriteFile(file, data, 0o644); err != nil {
 					b.Fatal(err)
@@ -265,6 +265,15 @@ func writeReport(b *testing.B, out string, workloads []Workload, results map[str
 	}
 }
 
+// nonWord is what runName replaces in a workload's ID.
+var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// runName names run r of w with profile sched: the harness's topic, and in
+// simultaneous mode the run's directory.
+func runName(sched string, w Workload, r int) string {
+	return fmt.Sprintf("%s_%s_r%d", sched, nonWord.ReplaceAllString(w.ID(), "_"), r)
+}
+
 // runSimultaneously runs round r of w with the stock and the tangram
 // profile at the same time, each in a process of its own (this test
 // binary again, one profile, one run: the harness's metrics and flags are
@@ -280,7 +289,7 @@ func runSimultaneously(out string, w Workload, r int) (map[string]float64, error
 	}
 	var children []child
 	for _, sched := range []string{"stock", "tangram"} {
-		dir := filepath.Join(out, "simultaneous", fmt.Sprintf("%s_%s_r%d", sched, regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(w.ID(), "_"), r))
+		dir := filepath.Join(out, "simultaneous", runName(sched, w, r))
 		if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o755); err != nil {
 			return nil, err
 		}
