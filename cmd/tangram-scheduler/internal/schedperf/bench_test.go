@@ -283,21 +283,25 @@ func runName(sched string, w Workload, r int) string {
 // the machine has, so the absolute figures are lower than sequential ones.
 func runSimultaneously(out string, w Workload, r int) (map[string]float64, error) {
 	type child struct {
-		dir string
-		cmd *exec.Cmd
-		log *os.File
+		sched, dir string
+		cmd        *exec.Cmd
+		log        *os.File
 	}
 	var children []child
-	for _, sched := range []string{"stock", "tangram"} {
+	defer func() {
+		for _, c := range children {
+			c.log.Close()
+		}
+	}()
+	start := func(sched string) error {
 		dir := filepath.Join(out, "simultaneous", runName(sched, w, r))
 		if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o755); err != nil {
-			return nil, err
+			return err
 		}
 		log, err := os.Create(filepath.Join(dir, "bench.log"))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		defer log.Close()
 		upstream, tangram := w.ID(), "none"
 		if w.Source == "tangram" {
 			upstream, tangram = "none", w.Name
@@ -309,20 +313,27 @@ func runSimultaneously(out string, w Workload, r int) (map[string]float64, error
 			"TANGRAM_PERF_OUT="+dir, "ARTIFACTS="+filepath.Join(dir, "artifacts"))
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
+			log.Close()
+			return fmt.Errorf("starting the %s run: %w", sched, err)
+		}
+		children = append(children, child{sched: sched, dir: dir, cmd: cmd, log: log})
+		return nil
+	}
+	for _, sched := range []string{"stock", "tangram"} {
+		if err := start(sched); err != nil {
 			// A run already started would otherwise go on loading the
 			// machine for up to its 60-minute timeout.
 			for _, c := range children {
 				_ = c.cmd.Process.Kill()
 				_ = c.cmd.Wait()
 			}
-			return nil, fmt.Errorf("starting the %s run: %w", sched, err)
+			return nil, err
 		}
-		children = append(children, child{dir: dir, cmd: cmd, log: log})
 	}
 	got := map[string]float64{}
 	var errs []string
-	for i, c := range children {
-		sched := []string{"stock", "tangram"}[i]
+	for _, c := range children {
+		sched := c.sched
 		if err := c.cmd.Wait(); err != nil {
 			errs = append(errs, fmt.Sprintf("the %s run failed (%v); its log: %s", sched, err, c.log.Name()))
 			continue
