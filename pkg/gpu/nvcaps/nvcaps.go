@@ -33,6 +33,9 @@ const (
 	// DevicesFile is the kernel's list of device majors, relative to the
 	// proc root.
 	DevicesFile = "devices"
+	// MIGCapabilitiesDir holds the driver-wide capability files (config,
+	// monitor: ParseCapabilityFile), relative to the proc root.
+	MIGCapabilitiesDir = "driver/nvidia/capabilities/mig"
 	// CapsDeviceName is the name of the capability nodes' major in
 	// /proc/devices.
 	CapsDeviceName = "nvidia-caps"

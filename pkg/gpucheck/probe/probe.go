@@ -321,13 +321,13 @@ func mockMIGTable(product string, memoryMiB int64) (gpucheck.MIGExpectation, boo
 // device's CDI nodes with (pkg/gpu/nvcaps).
 func (s *state) checkMIGCaps(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
 	proc := s.cfg.ProcRoot
-	progress("reading %s, %s and %s/driver/nvidia/capabilities/mig", filepath.Join(proc, nvcaps.MIGMinorsFile), filepath.Join(proc, nvcaps.DevicesFile), proc)
+	progress("reading %s, %s and %s", filepath.Join(proc, nvcaps.MIGMinorsFile), filepath.Join(proc, nvcaps.DevicesFile), filepath.Join(proc, nvcaps.MIGCapabilitiesDir))
 	var r gpucheck.MIGCapsReading
 	r.MIGMinors, r.MIGMinorsErr = os.ReadFile(filepath.Join(proc, nvcaps.MIGMinorsFile))
 	r.Devices, r.DevicesErr = os.ReadFile(filepath.Join(proc, nvcaps.DevicesFile))
 	r.CapFiles, r.CapFileErrs = map[nvcaps.Cap][]byte{}, map[nvcaps.Cap]error{}
 	for _, c := range []nvcaps.Cap{nvcaps.ConfigCap, nvcaps.MonitorCap} {
-		r.CapFiles[c], r.CapFileErrs[c] = os.ReadFile(filepath.Join(proc, "driver/nvidia/capabilities/mig", string(c)))
+		r.CapFiles[c], r.CapFileErrs[c] = os.ReadFile(filepath.Join(proc, nvcaps.MIGCapabilitiesDir, string(c)))
 	}
 	r.Nodes = map[string]gpucheck.CapNode{}
 	dir := filepath.Join(s.cfg.DevRoot, nvcaps.CapsDir)
