@@ -2,7 +2,9 @@ package mps
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,5 +162,120 @@ func TestStandInUnderRunControlDaemon(t *testing.T) {
 				t.Errorf("control.log does not record %q:\n%s", tt.wantStart, log)
 			}
 		})
+	}
+}
+
+// TestDaemonStartOverCrashedDaemon: the plugin's daemon (a process on the
+// host, or the daemon pod's main process) starts over the socket and PID
+// file a killed daemon left, which the control binary cannot bind over;
+// over the socket of a daemon that still listens, it refuses and touches
+// nothing.
+func TestDaemonStartOverCrashedDaemon(t *testing.T) {
+	ctx := context.Background()
+	t.Run("process daemon over a crashed daemon", func(t *testing.T) {
+		layout := Layout{Root: shortRoot(t)}
+		if err := standin.LeaveCrashedDaemon(layout.PipeDir()); err != nil {
+			t.Fatal(err)
+		}
+		d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true, Protocol: 3})
+		t.Cleanup(func() { _ = d.Stop(ctx) })
+		if err := d.Ensure(ctx); err != nil {
+			t.Fatalf("starting over a crashed daemon's socket: %v", err)
+		}
+		if d.Starts() != 1 {
+			t.Errorf("%d starts, want 1", d.Starts())
+		}
+	})
+	t.Run("process daemon over a listening socket", func(t *testing.T) {
+		layout := Layout{Root: shortRoot(t)}
+		hung := listenHung(t, layout)
+		d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true, Protocol: 3,
+			ReadyTimeout: 300 * time.Millisecond})
+		t.Cleanup(func() { _ = d.Stop(ctx) })
+		err := d.Ensure(ctx)
+		if !errors.Is(err, control.ErrDaemonListening) {
+			t.Fatalf("starting over a listening socket: %v, want %v", err, control.ErrDaemonListening)
+		}
+		if d.Starts() != 0 {
+			t.Errorf("%d starts, want none", d.Starts())
+		}
+		if fi, err := os.Lstat(hung); err != nil || fi.Mode().Type() != os.ModeSocket {
+			t.Errorf("the listening daemon's socket: %v", err)
+		}
+	})
+	t.Run("daemon pod over a crashed daemon", func(t *testing.T) {
+		layout := Layout{Root: shortRoot(t)}
+		if err := layout.create(); err != nil {
+			t.Fatal(err)
+		}
+		if err := standin.LeaveCrashedDaemon(layout.PipeDir()); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
+		t.Setenv("CUDA_MPS_LOG_DIRECTORY", layout.LogDir())
+		t.Setenv("CUDA_MPS_PROTOCOL_VERSION", "3")
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- inpod.Run(runCtx, inpod.Config{Binary: standInBinary, MultiUser: true}) }()
+		mpstest.WaitAnswering(t, func(ctx context.Context) error { return standin.Probe(ctx, layout.PipeDir()) })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("daemon pod over a listening socket", func(t *testing.T) {
+		layout := Layout{Root: shortRoot(t)}
+		listenHung(t, layout)
+		t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
+		err := inpod.Run(ctx, inpod.Config{Binary: standInBinary, MultiUser: true, Protocol: 3})
+		if !errors.Is(err, control.ErrDaemonListening) {
+			t.Fatalf("the daemon pod over a listening socket: %v, want %v", err, control.ErrDaemonListening)
+		}
+	})
+}
+
+// listenHung plays a hung control daemon on the layout's socket: it
+// accepts connections and never answers. It returns the socket's path.
+func listenHung(t *testing.T, layout Layout) string {
+	t.Helper()
+	if err := os.MkdirAll(layout.PipeDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", layout.ControlSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	return layout.ControlSocket()
+}
+
+// TestR580BinaryIsClassicOnly: the control binary of driver r580 has no
+// MPS v3, so a v3 daemon (-p 3 -m -f) cannot start from it, while the
+// classic daemon the plugin runs there (-f -M, commands on stdin) does.
+func TestR580BinaryIsClassicOnly(t *testing.T) {
+	ctx := context.Background()
+	v3 := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: shortRoot(t)}, Binary: standIn580Binary, VisibleDevices: []string{"GPU-a"},
+		MultiUser: true, Protocol: 3, ReadyTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = v3.Stop(ctx) })
+	if err := v3.Ensure(ctx); err == nil || !strings.Contains(err.Error(), "exited right after start") {
+		t.Errorf("an MPS v3 daemon from the r580 binary: %v, want it to exit at start", err)
+	}
+	classic := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: shortRoot(t)}, Binary: standIn580Binary, VisibleDevices: []string{"GPU-a"},
+		MultiUser: true, Protocol: 2})
+	t.Cleanup(func() { _ = classic.Stop(ctx) })
+	if err := classic.Ensure(ctx); err != nil {
+		t.Fatalf("a classic daemon from the r580 binary: %v", err)
+	}
+	if err := classic.control(ctx, "set_default_active_thread_percentage", "50"); err != nil {
+		t.Errorf("a legacy command to it: %v", err)
 	}
 }

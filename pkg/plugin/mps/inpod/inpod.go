@@ -56,7 +56,11 @@ func PipeDirFromEnv() (string, error) {
 // restarts it.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
-	if _, err := PipeDirFromEnv(); err != nil {
+	pipeDir, err := PipeDirFromEnv()
+	if err != nil {
+		return err
+	}
+	if err := removeStaleSocket(ctx, pipeDir); err != nil {
 		return err
 	}
 	if cfg.Commander == nil {
@@ -85,7 +89,6 @@ func Run(ctx context.Context, cfg Config) error {
 	logger.Info("Stopping: sending quit to the MPS control daemon")
 	quitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.QuitTimeout)
 	defer cancel()
-	pipeDir, _ := PipeDirFromEnv()
 	quit := control.Client{Runner: cfg.Commander, Binary: cfg.Binary, PipeDir: pipeDir, Protocol: cfg.Protocol, Env: cfg.Env, Timeout: cfg.QuitTimeout}
 	if err := quit.Quit(quitCtx); err != nil {
 		logger.Error(err, "quit failed; waiting for the daemon anyway")
@@ -122,6 +125,9 @@ func RunSimulated(ctx context.Context, pipeDir string) error {
 	// The pod's CUDA_MPS_PROTOCOL_VERSION chooses MPS v3, as for the real
 	// control daemon.
 	protocol := protocolFromEnv()
+	if err := removeStaleSocket(ctx, pipeDir); err != nil {
+		return err
+	}
 	klog.FromContext(ctx).Info("SIMULATED MPS control daemon (fake GPUs): a stand-in on the control socket; no MPS server runs and nothing is enforced", "socket", filepath.Join(pipeDir, "control"), "protocol", protocol)
 	return standin.RunDaemon(ctx, standin.Config{PipeDir: pipeDir, LogDir: logDir, Protocol: protocol,
 		UnderscoreColumns: os.Getenv(standin.EnvCSVSpelling) == "underscore", Hang: standin.ParseHang(os.Getenv(standin.EnvHang))})
@@ -133,4 +139,19 @@ func protocolFromEnv() int {
 		return 3
 	}
 	return 2
+}
+
+// removeStaleSocket clears the socket a daemon of an earlier container of
+// this pod left when it died (the kubelet restarts the container): a new
+// daemon cannot bind over it, and every share would fail with it. A socket
+// something still listens on is not touched.
+func removeStaleSocket(ctx context.Context, pipeDir string) error {
+	removed, err := control.RemoveStaleSocket(ctx, pipeDir)
+	if err != nil {
+		return fmt.Errorf("preparing the MPS pipe directory: %w", err)
+	}
+	if removed {
+		klog.FromContext(ctx).Info("Removed the socket of an MPS control daemon that no longer runs", "pipeDir", pipeDir)
+	}
+	return nil
 }

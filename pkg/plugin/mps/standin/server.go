@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -80,8 +79,22 @@ type wireReply struct {
 	Err string `json:"err,omitempty"`
 }
 
-// RunDaemon serves the control socket until ctx ends or a
-// client sends quit. A socket left by an earlier run is replaced.
+// The daemon's files in its pipe directory, named as the real daemon's
+// (NVIDIA-FACTS.md, "Round two").
+const (
+	controlSocketName = "control"
+	pidFileName       = "nvidia-cuda-mps-control.pid"
+	// maxSocketPath is Linux's limit on a Unix socket's path: sun_path
+	// holds 108 bytes with the NUL (unix(7)). Every server and namespace
+	// endpoint is such a socket (rule: socket-path).
+	maxSocketPath = 107
+)
+
+// RunDaemon serves the control socket until ctx ends or a client sends
+// quit, with its PID file beside it; a clean stop removes both. Like the
+// real daemon it cannot start over the socket of one that did not stop
+// cleanly (rule: stale-socket): whoever starts it must remove a socket
+// nobody listens on first.
 func RunDaemon(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if cfg.Protocol == 0 {
@@ -93,18 +106,18 @@ func RunDaemon(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.PipeDir, 0o755); err != nil {
 		return fmt.Errorf("creating MPS pipe directory %s: %w", cfg.PipeDir, err)
 	}
-	socket := filepath.Join(cfg.PipeDir, "control")
-	// A socket left by an earlier run (the container was restarted) would
-	// make Listen fail; only this process may own it.
-	if fi, err := os.Lstat(socket); err == nil && fi.Mode().Type() == fs.ModeSocket {
-		if err := os.Remove(socket); err != nil {
-			return fmt.Errorf("removing stale control socket %s: %w", socket, err)
-		}
-	}
+	socket := filepath.Join(cfg.PipeDir, controlSocketName)
 	listener, err := net.Listen("unix", socket)
 	if err != nil {
 		return fmt.Errorf("stand-in MPS daemon: listening on %s: %w", socket, err)
 	}
+	pidFile := filepath.Join(cfg.PipeDir, pidFileName)
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		_ = listener.Close()
+		return fmt.Errorf("stand-in MPS daemon: writing %s: %w", pidFile, err)
+	}
+	// Closing the listener removes the socket; the PID file goes with it.
+	defer func() { _ = os.Remove(pidFile) }()
 	d := newDaemonState(cfg)
 	d.log(fmt.Sprintf("Control daemon started (stand-in): protocol %d, multi-user %v, CUDA_VISIBLE_DEVICES=%s", cfg.Protocol, cfg.MultiUser, os.Getenv("CUDA_VISIBLE_DEVICES")))
 	logger.Info("Stand-in MPS control daemon listening: no MPS server runs and nothing is enforced", "socket", socket, "protocol", cfg.Protocol)
@@ -358,4 +371,26 @@ func Commands(logDir string) ([]string, error) {
 		out = append(out, e.Command)
 	}
 	return out, nil
+}
+
+// LeaveCrashedDaemon plays a control daemon that died without stopping
+// cleanly (killed, a node crash) in pipeDir: the `control` socket, bound
+// and closed without being removed so that connecting is refused, and a
+// PID file naming a process that is gone. A daemon started over it fails
+// to bind, as the real one does.
+func LeaveCrashedDaemon(pipeDir string) error {
+	if err := os.MkdirAll(pipeDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", pipeDir, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(pipeDir, controlSocketName), Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("playing a crashed MPS control daemon: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("playing a crashed MPS control daemon: %w", err)
+	}
+	// PID numbers wrap well below this value on Linux (pid_max is at most
+	// 2^22), so it names no live process.
+	return os.WriteFile(filepath.Join(pipeDir, pidFileName), []byte("4999999\n"), 0o644)
 }
