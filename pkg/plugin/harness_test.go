@@ -53,7 +53,14 @@ type harness struct {
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
-	dir := t.TempDir()
+	// Not t.TempDir(): its path holds the test's name, and the MPS v3
+	// namespace sockets under <dir>/mps must fit in 107 bytes, as on a
+	// node (mps.Layout.CheckSocketPaths).
+	dir, err := os.MkdirTemp("", "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	for _, sub := range []string{"cdi", "state", "mps"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			t.Fatal(err)

@@ -419,6 +419,13 @@ func newShares(ctx context.Context, opts *wiring, allocatable map[string]int64, 
 	layout := mps.Layout{Root: opts.MPSRoot}
 	mode := resolveMPSMode(opts)
 	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", opts.mpsMode)
+	v3Server := ""
+	if mode == mps.ModeV3 {
+		v3Server = mps.DefaultV3Server
+	}
+	if err := layout.CheckSocketPaths(v3Server); err != nil {
+		return nil, err
+	}
 	switch opts.MPSDaemonMode {
 	case "", MPSDaemonProcess:
 	case MPSDaemonPod:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 )
 
 // Layout places the node-wide MPS daemon's directories under one root.
@@ -20,7 +22,30 @@ func (l Layout) PipeDir() string { return filepath.Join(l.Root, "pipe") }
 
 // ControlSocket is the unix socket the control daemon listens on; clients
 // (nvidia-cuda-mps-control without -f, and the CUDA runtime) connect to it.
-func (l Layout) ControlSocket() string { return filepath.Join(l.PipeDir(), "control") }
+func (l Layout) ControlSocket() string { return filepath.Join(l.PipeDir(), control.SocketName) }
+
+// longestClaimUID stands for any claim's UID: Kubernetes UIDs are 36
+// characters.
+const longestClaimUID = "00000000-0000-0000-0000-000000000000"
+
+// CheckSocketPaths fails, naming --mps-root and by how much to shorten it,
+// when a socket the control daemon will make under the pipe directory
+// would not fit in a Unix socket address (107 bytes on Linux): the
+// daemon's own control socket and, in MPS v3, each claim's namespace
+// endpoint <pipe>/<server>/<namespace>/control (NVIDIA-FACTS.md, "Round
+// two": a longer pipe directory failed on r615). A path that does not fit
+// would fail every share on the node, so the plugin checks at start-up.
+func (l Layout) CheckSocketPaths(v3Server string) error {
+	longest := l.ControlSocket()
+	if v3Server != "" {
+		longest = filepath.Join(l.NamespacePipeDir(v3Server, longestClaimUID), control.SocketName)
+	}
+	if over := len(longest) - control.MaxSocketPath; over > 0 {
+		return fmt.Errorf("--mps-root %s (chart kubeletPlugin.hostPaths.mpsRoot) is %d characters too long: the MPS socket %s would be %d bytes, and Linux limits a Unix socket path to %d; choose a shorter --mps-root",
+			l.Root, over, longest, len(longest), control.MaxSocketPath)
+	}
+	return nil
+}
 
 // LogDir holds control.log and server.log.
 func (l Layout) LogDir() string { return filepath.Join(l.Root, "log") }
