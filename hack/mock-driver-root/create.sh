@@ -79,7 +79,7 @@ ln -s libcuda.so.1 "$lib64/libcuda.so"
 # Programs: the toolkit's nvidia-cdi-hook, the stand-in MPS control (static,
 # so the daemon pod runs it too) and a nvidia-smi that says what it is.
 install -m 0755 "$hook" "$root/usr/bin/nvidia-cdi-hook"
-CGO_ENABLED=0 go build -o "$root/usr/bin/nvidia-cuda-mps-control" ./hack/mock-driver-root/cmd/nvidia-cuda-mps-control
+CGO_ENABLED=0 go build -ldflags "-X main.driverVersion=$version" -o "$root/usr/bin/nvidia-cuda-mps-control" ./hack/mock-driver-root/cmd/nvidia-cuda-mps-control
 printf '#!/bin/sh\necho "mock NVIDIA driver %s (Tangram mock driver root): no GPU here" >&2\nexit 9\n' "$version" >"$root/usr/bin/nvidia-smi"
 chmod 0755 "$root/usr/bin/nvidia-smi"
 mkdir -p "$root/lib/firmware/nvidia/$version"

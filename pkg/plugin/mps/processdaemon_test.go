@@ -43,17 +43,25 @@ esac
 
 // Scripts are written once before any test forks, to avoid ETXTBSY from a
 // write-open file descriptor inherited by a concurrently forked child.
-var fakeBinary, failingBinary, standInBinary string
+var fakeBinary, failingBinary, standInBinary, standIn580Binary string
 
 // standInEnv makes this test binary run as the stand-in
-// nvidia-cuda-mps-control (standin.Main), so that the client code is tested
-// against it as a separate process without building another program.
+// nvidia-cuda-mps-control (standin.Main) of the driver version it holds, so
+// that the client code is tested against it as a separate process without
+// building another program.
 const standInEnv = "TANGRAM_TEST_RUN_STANDIN_MPS_CONTROL"
 
+// The drivers the stand-in binaries belong to: one with MPS v3, and r580,
+// which has none.
+const (
+	standInDriver    = "615.23.01"
+	standIn580Driver = "580.159.04"
+)
+
 func TestMain(m *testing.M) {
-	if os.Getenv(standInEnv) == "1" {
+	if version := os.Getenv(standInEnv); version != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := standin.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		code := standin.Main(ctx, version, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}
@@ -66,8 +74,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	standInBinary = filepath.Join(dir, "standin-mps-control")
-	if err := os.WriteFile(standInBinary, []byte("#!/bin/sh\n"+standInEnv+"=1 exec '"+self+"' \"$@\"\n"), 0o755); err != nil {
-		panic(err)
+	standIn580Binary = filepath.Join(dir, "standin-580-mps-control")
+	for binary, version := range map[string]string{standInBinary: standInDriver, standIn580Binary: standIn580Driver} {
+		if err := os.WriteFile(binary, []byte("#!/bin/sh\n"+standInEnv+"="+version+" exec '"+self+"' \"$@\"\n"), 0o755); err != nil {
+			panic(err)
+		}
 	}
 	fakeBinary = filepath.Join(dir, "nvidia-cuda-mps-control")
 	failingBinary = filepath.Join(dir, "broken-mps-control")

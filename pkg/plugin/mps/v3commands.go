@@ -43,10 +43,16 @@ func v3NamespaceList(server string) []string {
 	return []string{"namespace", "list", "--server=" + server, "--format=csv"}
 }
 
-// v3NamespacePipeDir asks where clients reach a namespace, in the form
-// NVIDIA's KAI project verified on r615 (server positional).
-func v3NamespacePipeDir(server, name string) []string {
-	return []string{"namespace", "get", name, server, "pipe_directory"}
+// The spellings of a namespace's pipe directory field, the documented one
+// first: NVIDIA's page spells pipe-directory, the r615 code of NVIDIA's
+// GPU-fractioning project reads pipe_directory; which the binary takes is
+// unconfirmed (NVIDIA-FACTS.md, "Round two").
+var pipeDirectoryFields = []string{"pipe-directory", "pipe_directory"}
+
+// v3NamespaceGet reads one field of a namespace: `namespace get <ns>
+// <server> <field>`, the server positional and the field required.
+func v3NamespaceGet(server, name, field string) []string {
+	return []string{"namespace", "get", name, server, field}
 }
 
 // v3ClientList lists a server's clients; the table form truncates PIDs,
@@ -55,8 +61,10 @@ func v3ClientList(server string) []string {
 	return []string{"client", "list", "--server=" + server, "--format=csv,noheader"}
 }
 
-func v3ClientTerminate(server string, pid int) []string {
-	return []string{"client", "terminate", strconv.Itoa(pid), "--server=" + server}
+// v3ClientTerminate ends one client: the PID alone, no options (it blocks
+// until the client is gone, so it runs under the command deadline).
+func v3ClientTerminate(pid int) []string {
+	return []string{"client", "terminate", strconv.Itoa(pid)}
 }
 
 func v3NamespaceDelete(server, name string, force bool) []string {
@@ -181,28 +189,40 @@ func parseNamespaces(out string) (map[string]NamespaceSpec, error) {
 }
 
 // parseClientPIDs reads "client list --format=csv,noheader": the PIDs of
-// the clients of namespace. The column order is not documented: a row
-// belongs to the namespace when one of its fields is the namespace's name,
-// and its PID is its first whole number.
-func parseClientPIDs(out, namespace string) ([]int, error) {
+// the clients of namespace on server. A row is laid out as an r615 capture
+// shows it (NVIDIA-FACTS.md, "Round two"):
+//
+//	<pid>,<server>,<device UUID>,<server>/<namespace> (<context id>),<command>
+//
+// A row belongs to the namespace when a field is "<server>/<namespace>",
+// optionally followed by " (<context>)"; the PID is its first field. A
+// header line (a daemon that ignores noheader) and rows whose first field
+// is no PID are skipped; the command, the last field, may hold commas.
+func parseClientPIDs(out, server, namespace string) ([]int, error) {
 	r := csv.NewReader(strings.NewReader(out))
 	r.TrimLeadingSpace = true
 	r.FieldsPerRecord = -1
+	r.LazyQuotes = true
 	recs, err := r.ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("reading the MPS control daemon's client list: %w", err)
 	}
 	var pids []int
 	for _, rec := range recs {
-		if !slices.ContainsFunc(rec, func(f string) bool { return strings.TrimSpace(f) == namespace }) {
+		pid, err := strconv.Atoi(strings.TrimSpace(rec[0]))
+		if err != nil || pid <= 0 {
 			continue
 		}
-		for _, f := range rec {
-			if pid, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && pid > 0 {
-				pids = append(pids, pid)
-				break
-			}
+		if slices.ContainsFunc(rec[1:], func(f string) bool { return isNamespaceField(f, server, namespace) }) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids, nil
+}
+
+// isNamespaceField reports whether a client list field names the
+// namespace: "<server>/<namespace>" or "<server>/<namespace> (<context>)".
+func isNamespaceField(field, server, namespace string) bool {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(field), server+"/"+namespace)
+	return ok && (rest == "" || strings.HasPrefix(rest, " ("))
 }

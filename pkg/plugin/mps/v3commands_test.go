@@ -19,9 +19,9 @@ func TestV3Commands(t *testing.T) {
 		{v3NamespaceSet("tangram", spec), "namespace set tangram_c --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M"},
 		{v3NamespaceSet("tangram", NamespaceSpec{Name: "tangram_c"}), ""},
 		{v3NamespaceList("tangram"), "namespace list --server=tangram --format=csv"},
-		{v3NamespacePipeDir("tangram", "tangram_c"), "namespace get tangram_c tangram pipe_directory"},
+		{v3NamespaceGet("tangram", "tangram_c", "pipe-directory"), "namespace get tangram_c tangram pipe-directory"},
 		{v3ClientList("tangram"), "client list --server=tangram --format=csv,noheader"},
-		{v3ClientTerminate("tangram", 42), "client terminate 42 --server=tangram"},
+		{v3ClientTerminate(42), "client terminate 42"},
 		{v3NamespaceDelete("tangram", "tangram_c", false), "namespace delete tangram_c --server=tangram"},
 		{v3NamespaceDelete("tangram", "tangram_c", true), "namespace delete tangram_c --server=tangram --force"},
 	}
@@ -97,16 +97,31 @@ func TestParseV3CSV(t *testing.T) {
 	}
 }
 
+// TestParseClientPIDs reads client lists laid out as the r615 capture in
+// NVIDIA-FACTS.md ("Round two"): pid, server, device UUID,
+// "<server>/<namespace> (<context>)", command.
 func TestParseClientPIDs(t *testing.T) {
-	out := "1234567,tangram,tangram_a\n42,tangram,tangram_b\n99,tangram,tangram_a\n"
-	if got, err := parseClientPIDs(out, "tangram_a"); err != nil || !slices.Equal(got, []int{1234567, 99}) {
-		t.Errorf("clients of tangram_a: %v, %v", got, err)
+	tests := []struct {
+		name, out string
+		want      []int
+	}{
+		{name: "r615 rows",
+			out:  "3167082,tangram,GPU-0b7c3a8e,tangram/tangram_a (0),VLLM::EngineCore\n42,tangram,GPU-0b7c3a8e,tangram/tangram_b (1),python\n99,tangram,GPU-1f2d,tangram/tangram_a (2),python train.py\n",
+			want: []int{3167082, 99}},
+		{name: "a command with commas", out: "7,tangram,GPU-a,tangram/tangram_a (0),python -c print(1,2)\n", want: []int{7}},
+		{name: "without the context", out: "8,tangram,GPU-a,tangram/tangram_a,python\n", want: []int{8}},
+		{name: "a daemon that prints the header anyway", out: "pid,server,device,namespace,command\n9,tangram,GPU-a,tangram/tangram_a (0),python\n", want: []int{9}},
+		{name: "a namespace whose name extends ours is not ours", out: "10,tangram,GPU-a,tangram/tangram_a_2 (0),python\n", want: nil},
+		{name: "the same namespace of another server", out: "11,other,GPU-a,other/tangram_a (0),python\n", want: nil},
+		{name: "a bare namespace name is not a row of ours", out: "12,tangram,tangram_a\n", want: nil},
+		{name: "no clients", out: "", want: nil},
 	}
-	// Another column order: the namespace first.
-	if got, err := parseClientPIDs("tangram_b, 7\n", "tangram_b"); err != nil || !slices.Equal(got, []int{7}) {
-		t.Errorf("clients of tangram_b: %v, %v", got, err)
-	}
-	if got, err := parseClientPIDs("", "tangram_a"); err != nil || len(got) != 0 {
-		t.Errorf("no clients: %v, %v", got, err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseClientPIDs(tt.out, "tangram", "tangram_a")
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("clients of tangram_a: %v, %v; want %v", got, err, tt.want)
+			}
+		})
 	}
 }

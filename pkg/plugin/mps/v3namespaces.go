@@ -124,17 +124,31 @@ func (v *V3Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[
 	return v.checkPipeDir(ctx, spec.Name, got.PipeDirectory)
 }
 
-// NamespacePipeDir asks the daemon where clients reach the namespace.
+// NamespacePipeDir asks the daemon where clients reach the namespace, with
+// the documented field spelling first and the other after it.
 func (v *V3Namespaces) NamespacePipeDir(ctx context.Context, name string) (string, error) {
-	out, err := v.ctl(ctx, v3NamespacePipeDir(v.Server, name))
-	if err != nil {
-		return "", fmt.Errorf("asking for the pipe directory of MPS v3 namespace %s: %w", name, err)
+	var errs []error
+	for _, field := range pipeDirectoryFields {
+		out, err := v.ctl(ctx, v3NamespaceGet(v.Server, name, field))
+		if err != nil {
+			errs = append(errs, err)
+			if isTimeout(err) {
+				break // the daemon does not answer: another spelling would not help
+			}
+			continue
+		}
+		if dir := strings.TrimSpace(out); dir != "" {
+			return dir, nil
+		}
+		errs = append(errs, fmt.Errorf("namespace get %s %s %s answered nothing", name, v.Server, field))
 	}
-	dir := strings.TrimSpace(out)
-	if dir == "" {
-		return "", fmt.Errorf("the MPS control daemon names no pipe directory for namespace %s", name)
-	}
-	return dir, nil
+	return "", fmt.Errorf("asking for the pipe directory of MPS v3 namespace %s: %w", name, errors.Join(errs...))
+}
+
+// isTimeout reports a command that got no answer within its deadline.
+func isTimeout(err error) bool {
+	var timeout *ControlTimeoutError
+	return errors.As(err, &timeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // checkPipeDir compares the namespace's pipe directory, as listed (listed)
@@ -159,32 +173,46 @@ func (v *V3Namespaces) checkPipeDir(ctx context.Context, name, listed string) er
 
 // Delete removes the namespace; one that is not listed is gone already.
 // The daemon refuses to delete a namespace with clients attached: they
-// are terminated first, and if one is still attached (or terminate is
-// refused), the delete is forced.
+// are terminated first (`client terminate <pid>`), and if one is still
+// attached (or terminate is refused), the delete is forced. The first
+// command that gets no answer ends it: a hung daemon would hold the caller
+// for a deadline per client, and the worker deletes what is left once the
+// daemon answers again.
 func (v *V3Namespaces) Delete(ctx context.Context, name string, have map[string]NamespaceSpec) error {
 	if _, ok := have[name]; !ok {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
 	out, err := v.ctl(ctx, v3ClientList(v.Server))
+	if isTimeout(err) {
+		return fmt.Errorf("deleting MPS v3 namespace %s: listing its clients: %w", name, err)
+	}
 	var pids []int
 	if err == nil {
-		pids, err = parseClientPIDs(out, name)
+		pids, err = parseClientPIDs(out, v.Server, name)
 	}
 	if err != nil {
 		logger.Error(err, "Listing the clients of MPS v3 namespace failed; deleting it with --force", "namespace", name)
 	}
 	for _, pid := range pids {
 		logger.Info("Terminating an MPS client left in a namespace being deleted", "namespace", name, "pid", pid)
-		if _, err := v.ctl(ctx, v3ClientTerminate(v.Server, pid)); err != nil {
+		if _, err := v.ctl(ctx, v3ClientTerminate(pid)); err != nil {
+			if isTimeout(err) {
+				return fmt.Errorf("deleting MPS v3 namespace %s: terminating client %d: %w", name, pid, err)
+			}
 			logger.Error(err, "Terminating an MPS client failed; the delete will be forced", "namespace", name, "pid", pid)
 		}
 	}
-	if _, err := v.ctl(ctx, v3NamespaceDelete(v.Server, name, false)); err != nil {
-		if _, errForced := v.ctl(ctx, v3NamespaceDelete(v.Server, name, true)); errForced != nil {
-			return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, errors.Join(err, errForced))
-		}
-		logger.Info("Deleted MPS v3 namespace with --force", "namespace", name, "plainDeleteErr", err)
+	_, err = v.ctl(ctx, v3NamespaceDelete(v.Server, name, false))
+	if err == nil {
+		return nil
 	}
+	if isTimeout(err) {
+		return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, err)
+	}
+	if _, errForced := v.ctl(ctx, v3NamespaceDelete(v.Server, name, true)); errForced != nil {
+		return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, errors.Join(err, errForced))
+	}
+	logger.Info("Deleted MPS v3 namespace with --force", "namespace", name, "plainDeleteErr", err)
 	return nil
 }

@@ -3,6 +3,7 @@ package mps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -86,22 +87,25 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	}
 	want := map[string]NamespaceSpec{
 		a.Name:     {Name: a.Name, ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G", PipeDirectory: layout.NamespacePipeDir("tangram", "a")},
-		"admin_ns": {Name: "admin_ns", ActiveThreadPercentage: 100, PinnedMemoryLimit: "none", PipeDirectory: filepath.Join(layout.PipeDir(), "tangram", "admin_ns")},
+		"admin_ns": {Name: "admin_ns", ActiveThreadPercentage: 100, PinnedMemoryLimit: "unlimited", PipeDirectory: filepath.Join(layout.PipeDir(), "tangram", "admin_ns")},
 	}
 	if !reflect.DeepEqual(have, want) {
 		t.Errorf("namespaces %+v, want %+v", have, want)
 	}
 	// A changed limit is set once the client is gone.
-	if _, err := ctl(ctx, v3ClientTerminate("tangram", 1001)); err != nil {
+	if _, err := ctl(ctx, v3ClientTerminate(1001)); err != nil {
 		t.Fatal(err)
 	}
 	a.ActiveThreadPercentage = 40
 	if err := syncNamespaces(ctx, v3, []NamespaceSpec{a}); err != nil {
 		t.Fatal(err)
 	}
-	// Delete with a client attached: terminated, then deleted.
-	if _, err := ctl(ctx, []string{"standin", "attach-client", a.Name, "--server=tangram", "--pid=1003"}); err != nil {
-		t.Fatal(err)
+	// Delete with two clients attached: both terminated with the
+	// documented command, then deleted without --force.
+	for _, pid := range []string{"--pid=1003", "--pid=1004"} {
+		if _, err := ctl(ctx, []string{"standin", "attach-client", a.Name, "--server=tangram", pid}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := v3.Delete(ctx, a.Name, have); err != nil {
 		t.Fatal(err)
@@ -131,24 +135,26 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 		"namespace list --server=tangram --format=csv",
 		"namespace create " + an + " --server=tangram",
 		"namespace set " + an + " --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M",
-		"namespace get " + an + " tangram pipe_directory",
+		"namespace get " + an + " tangram pipe-directory",
 		"namespace create " + bn + " --server=tangram",
 		"namespace set " + bn + " --server=tangram --active-thread-percentage=50",
-		"namespace get " + bn + " tangram pipe_directory",
+		"namespace get " + bn + " tangram pipe-directory",
 		"namespace create admin_ns --server=tangram",
 		"standin attach-client " + an + " --server=tangram --pid=1001",
 		"standin attach-client " + bn + " --server=tangram --pid=1002",
 		"namespace list --server=tangram --format=csv",
 		"client list --server=tangram --format=csv,noheader",
-		"client terminate 1002 --server=tangram",
+		"client terminate 1002",
 		"namespace delete " + bn + " --server=tangram",
 		"namespace list --server=tangram --format=csv",
-		"client terminate 1001 --server=tangram",
+		"client terminate 1001",
 		"namespace list --server=tangram --format=csv",
 		"namespace set " + an + " --server=tangram --active-thread-percentage=40 --pinned-memory-limit=20480M",
 		"standin attach-client " + an + " --server=tangram --pid=1003",
+		"standin attach-client " + an + " --server=tangram --pid=1004",
 		"client list --server=tangram --format=csv,noheader",
-		"client terminate 1003 --server=tangram",
+		"client terminate 1003",
+		"client terminate 1004",
 		"namespace delete " + an + " --server=tangram",
 	}
 	if !slices.Equal(logged, wantLog) {
@@ -261,4 +267,62 @@ func syncNamespaces(ctx context.Context, v *V3Namespaces, want []NamespaceSpec) 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// TestV3NamespacePipeDirSpellings: the plugin asks for the pipe directory
+// with the documented field spelling first (pipe-directory) and falls back
+// to the one r615 code reads (pipe_directory), so either binary is read.
+func TestV3NamespacePipeDirSpellings(t *testing.T) {
+	ctx := context.Background()
+	for _, underscore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("underscore=%t", underscore), func(t *testing.T) {
+			d := startStandIn(t, standin.Config{Protocol: 3, MultiUser: true, UnderscoreColumns: underscore})
+			v3 := NewV3Namespaces(standin.Control(d.pipe), []string{"GPU-a"})
+			if err := v3.EnsureServer(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := v3.Ensure(ctx, NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}, map[string]NamespaceSpec{}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := v3.NamespacePipeDir(ctx, "tangram_c")
+			if want := filepath.Join(d.pipe, "tangram", "tangram_c"); err != nil || got != want {
+				t.Errorf("pipe directory %q, %v; want %q", got, err, want)
+			}
+		})
+	}
+}
+
+// TestV3DeleteStopsAtFirstTimeout: a control daemon that does not answer
+// gets one command of a namespace delete, not one per client plus delete
+// and --force; the worker deletes the namespace once it answers again.
+func TestV3DeleteStopsAtFirstTimeout(t *testing.T) {
+	ctx := context.Background()
+	have := map[string]NamespaceSpec{"tangram_c": {Name: "tangram_c"}}
+	for _, hangs := range []string{"client list", "client terminate", "namespace delete"} {
+		t.Run(hangs, func(t *testing.T) {
+			var sent []string
+			ctl := func(_ context.Context, cmd []string) (string, error) {
+				line := strings.Join(cmd, " ")
+				sent = append(sent, line)
+				if strings.HasPrefix(line, hangs) {
+					return "", &ControlTimeoutError{Command: line, Timeout: time.Second}
+				}
+				if strings.HasPrefix(line, "client list") {
+					return "1,tangram,GPU-a,tangram/tangram_c (0),a\n2,tangram,GPU-a,tangram/tangram_c (0),b\n", nil
+				}
+				return "", nil
+			}
+			err := NewV3Namespaces(ctl, []string{"GPU-a"}).Delete(ctx, "tangram_c", have)
+			var timeout *ControlTimeoutError
+			if !errors.As(err, &timeout) {
+				t.Fatalf("Delete: %v, want the timeout", err)
+			}
+			if last := sent[len(sent)-1]; !strings.HasPrefix(last, hangs) {
+				t.Errorf("sent %q after the timeout, want nothing after %q", sent, hangs)
+			}
+			if slices.ContainsFunc(sent, func(s string) bool { return strings.HasSuffix(s, "--force") }) {
+				t.Errorf("sent %q: a forced delete after a timeout", sent)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,9 +16,16 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
+// driverVersion is the mock driver root's version, set at build time.
+var driverVersion string
+
 func main() {
+	if driverVersion == "" {
+		fmt.Fprintln(os.Stderr, "stand-in nvidia-cuda-mps-control: built without a driver version; build it with -ldflags \"-X main.driverVersion=<version>\" (hack/mock-driver-root/create.sh does)")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := standin.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := standin.Main(ctx, driverVersion, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

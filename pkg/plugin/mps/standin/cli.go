@@ -28,15 +28,21 @@ const (
 // input is not the caller's, so its end is no reason to exit.
 const standInBackgroundEnv = "TANGRAM_STANDIN_MPS_BACKGROUND"
 
-// Main is the command line of the stand-in nvidia-cuda-mps-control
-// that hack/mock-driver-root installs, with the process's environment. See
-// Run.
-func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return Run(ctx, Invocation{Args: args, Getenv: os.Getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+// Main is the command line of the stand-in nvidia-cuda-mps-control, with
+// the process's environment, as the binary of driverVersion (e.g.
+// "580.159.04"; "" for a binary of no particular driver). See Run.
+// hack/mock-driver-root builds it with its driver's version.
+func Main(ctx context.Context, driverVersion string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return Run(ctx, Invocation{DriverVersion: driverVersion, Args: args, Getenv: os.Getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
 
 // Invocation is one run of the stand-in program.
 type Invocation struct {
+	// DriverVersion is the driver release the binary belongs to, e.g.
+	// "580.159.04". Before r615 the binary has no MPS v3 (rule:
+	// pre615-options); "" plays a binary of no particular release, which
+	// takes both forms (the plugin's in-process control on fake GPUs).
+	DriverVersion string
 	// Args are the arguments after the program name.
 	Args []string
 	// Getenv reads the environment (os.Getenv for the program).
@@ -64,6 +70,14 @@ type Invocation struct {
 // its own -p says; the daemon refuses a command given the wrong way (stdin
 // under v3, arguments under v2).
 func Run(ctx context.Context, inv Invocation) int {
+	major, err := driverMajor(inv.DriverVersion)
+	if err != nil {
+		fmt.Fprintln(inv.Stderr, err)
+		return 2
+	}
+	if major > 0 && major < firstV3Driver {
+		return runPre615(ctx, inv)
+	}
 	var daemon, foreground, multiUser, legacyMultiUser, quit bool
 	protocol := 2
 	args := inv.Args

@@ -178,6 +178,10 @@ func TestStandInRules(t *testing.T) {
 		manPage  = "NVIDIA, nvidia-cuda-mps-control(1), DESCRIPTION (a server runs as its first client's UID; a client of another UID is queued until the server's clients are done)"
 		gpuRun   = "GPU run on an H200, driver 580.159.04 (docs/gpu-reports/2026-11-27-h200-r580-experiments.md)"
 		v3Server = "s"
+		// factsRound2 is shared/notes/NVIDIA-FACTS.md, "Round two" (NVIDIA's
+		// r620 MPS pages and the r615 code of NVIDIA's GPU-fractioning
+		// project).
+		factsRound2 = "NVIDIA-FACTS.md, Round two (NVIDIA MPS v3 pages, r620; NVIDIA GPU-fractioning code, r615)"
 	)
 	// v3 is a multi-user MPS v3 daemon with server s and namespace ns.
 	v3 := func(t *testing.T, cfg Config) *standInDaemon {
@@ -307,7 +311,7 @@ func TestStandInRules(t *testing.T) {
 				}
 				_, err = d.v3("namespace", "set", "ns", "--server="+v3Server, "--active-thread-percentage=30")
 				wantErr(t, "set with a client", err, "attached client")
-				if _, err := d.v3("client", "terminate", strings.TrimSpace(pid), "--server="+v3Server); err != nil {
+				if _, err := d.v3("client", "terminate", strings.TrimSpace(pid)); err != nil {
 					t.Fatal(err)
 				}
 				_, err = d.v3("namespace", "set", "ns", "--server="+v3Server, "--active-thread-percentage=40")
@@ -354,26 +358,146 @@ func TestStandInRules(t *testing.T) {
 					t.Errorf("table form %q, %v", out, err)
 				}
 			}},
-		{rule: "ns-get-pipe: namespace get <ns> <server> pipe_directory answers where clients reach the namespace", source: kai + "; " + nsPage,
+		{rule: "ns-get-form, ns-get-pipe: namespace get <ns> <server> <field> (server positional, field required) answers where clients reach the namespace; the field is spelled pipe-directory as the page does (pipe_directory as r615 code reads it: unconfirmed, switch " + EnvCSVSpelling + "=underscore)", source: factsRound2 + "; " + kai + "; " + nsPage,
 			check: func(t *testing.T) {
 				d := v3(t, Config{})
 				want := filepath.Join(d.pipe, v3Server, "ns") + "\n"
-				out, err := d.v3("namespace", "get", "ns", v3Server, "pipe_directory")
-				wantOK(t, "KAI's form", out, err, want)
-				out, err = d.v3("namespace", "get", "ns", "--server="+v3Server, "pipe-directory")
-				wantOK(t, "the option form", out, err, want)
+				out, err := d.v3("namespace", "get", "ns", v3Server, "pipe-directory")
+				wantOK(t, "the documented form", out, err, want)
 				if fi, err := os.Stat(strings.TrimSpace(want)); err != nil || !fi.IsDir() {
 					t.Errorf("the namespace's pipe directory: %v", err)
 				}
+				_, err = d.v3("namespace", "get", "ns", v3Server, "pipe_directory")
+				wantErr(t, "the other spelling", err, "unknown field")
+				_, err = d.v3("namespace", "get", "ns", "--server="+v3Server, "pipe-directory")
+				wantErr(t, "the server as an option", err, "unknown option --server")
+				_, err = d.v3("namespace", "get", "ns", v3Server)
+				wantErr(t, "no field", err, "usage: namespace get <name> <server> <field>")
+				u := v3(t, Config{UnderscoreColumns: true})
+				out, err = u.v3("namespace", "get", "ns", v3Server, "pipe_directory")
+				wantOK(t, "the r615 code's spelling, switched", out, err, filepath.Join(u.pipe, v3Server, "ns")+"\n")
+				_, err = u.v3("namespace", "get", "ns", v3Server, "pipe-directory")
+				wantErr(t, "the page's spelling, switched off", err, "unknown field")
 			}},
-		{rule: "client-list: client list --format=csv,noheader lists the clients without a header", source: kai,
+		{rule: "ns-list-unset: namespace list shows an unset memory limit as unlimited and an unset percentage as 100.00", source: factsRound2,
+			check: func(t *testing.T) {
+				d := v3(t, Config{})
+				if _, err := d.v3("namespace", "create", "bare", "--server="+v3Server); err != nil {
+					t.Fatal(err)
+				}
+				out, err := d.v3("namespace", "list", "--server="+v3Server, "--format=csv")
+				if err != nil || !strings.Contains(out, "\nbare,s,100.00,unlimited,,") {
+					t.Errorf("namespace list %q, %v; want the bare namespace as 100.00,unlimited", out, err)
+				}
+			}},
+		{rule: "client-list: client list --format=csv,noheader lists the clients without a header, each row pid,server,<device UUID>,<server>/<namespace> (<context>),<command>", source: factsRound2 + " (r615 capture); " + kai,
 			check: func(t *testing.T) {
 				d := v3(t, Config{})
 				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=1234567"); err != nil {
 					t.Fatal(err)
 				}
+				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=42", "--device=GPU-b", "--command=VLLM::EngineCore"); err != nil {
+					t.Fatal(err)
+				}
 				out, err := d.v3("client", "list", "--server="+v3Server, "--format=csv,noheader")
-				wantOK(t, "client list", out, err, "1234567,s,ns\n")
+				wantOK(t, "client list", out, err, "42,s,GPU-b,s/ns (0),VLLM::EngineCore\n1234567,s,GPU-a,s/ns (0),standin-client\n")
+			}},
+		{rule: "client-terminate-pid: client terminate takes the PID alone, no options", source: factsRound2 + "; " + v3Page,
+			check: func(t *testing.T) {
+				d := v3(t, Config{})
+				if _, err := d.v3("standin", "attach-client", "ns", "--server="+v3Server, "--pid=77"); err != nil {
+					t.Fatal(err)
+				}
+				_, err := d.v3("client", "terminate", "77", "--server="+v3Server)
+				wantErr(t, "terminate with --server", err, "unknown option --server")
+				out, err := d.v3("client", "terminate", "77")
+				wantOK(t, "terminate <pid>", out, err, "")
+				out, err = d.v3("client", "list", "--format=csv,noheader")
+				wantOK(t, "no client left", out, err, "")
+			}},
+		{rule: "socket-path: every namespace endpoint <pipe>/<server>/<namespace>/control is a Unix socket; a path over 107 bytes cannot be bound", source: factsRound2 + "; unix(7) (sun_path is 108 bytes with the NUL)",
+			check: func(t *testing.T) {
+				// A pipe directory long enough that a namespace name of
+				// 40 characters makes the endpoint exactly 107 bytes.
+				root := mpstest.ShortRoot(t)
+				pipe := filepath.Join(root, "p")
+				pipe += strings.Repeat("x", maxSocketPath-len(filepath.Join(pipe, v3Server, strings.Repeat("a", 40), "control")))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- RunDaemon(ctx, Config{PipeDir: pipe, Protocol: 3, MultiUser: true}) }()
+				t.Cleanup(func() { cancel(); <-done })
+				mpstest.WaitAnswering(t, func(ctx context.Context) error { return Probe(ctx, pipe) })
+				d := &standInDaemon{pipe: pipe}
+				if _, err := d.v3("server", "create", v3Server, "--uid=0"); err != nil {
+					t.Fatal(err)
+				}
+				fits := strings.Repeat("a", 40)
+				_, err := d.v3("namespace", "create", fits, "--server="+v3Server)
+				wantOK(t, "a namespace whose socket is exactly 107 bytes", "", err, "")
+				_, err = d.v3("namespace", "create", fits+"b", "--server="+v3Server)
+				wantErr(t, "one byte longer", err, "over the 107")
+			}},
+		{rule: "stale-socket: a daemon cannot start over the control socket of one that did not stop cleanly (nor over a running one's); a clean stop leaves neither socket nor PID file", source: factsRound2 + " (r615 code: a v3 daemon over a stale socket fails to bind)",
+			check: func(t *testing.T) {
+				root := mpstest.ShortRoot(t)
+				pipe := filepath.Join(root, "pipe")
+				if err := LeaveCrashedDaemon(pipe); err != nil {
+					t.Fatal(err)
+				}
+				err := RunDaemon(context.Background(), Config{PipeDir: pipe, Protocol: 3})
+				wantErr(t, "a start over a crashed daemon's socket", err, "address already in use")
+				d := startStandIn(t, Config{Protocol: 3})
+				err = RunDaemon(context.Background(), Config{PipeDir: d.pipe, Protocol: 3})
+				wantErr(t, "a start over a running daemon's socket", err, "address already in use")
+				if _, err := os.Stat(filepath.Join(d.pipe, pidFileName)); err != nil {
+					t.Errorf("the running daemon's PID file: %v", err)
+				}
+				if _, err := d.cli("", "-q"); err != nil {
+					t.Fatal(err)
+				}
+				waitStopped(t, d)
+				if entries, _ := os.ReadDir(d.pipe); len(entries) != 0 {
+					t.Errorf("the pipe directory holds %v after a clean stop, want nothing", entries)
+				}
+			}},
+		{rule: "pre615-options: the binary of a driver before r615 takes -d -f -h -v -S -M only: no -p, -m, -q, -a, no command as arguments; CUDA_MPS_PROTOCOL_VERSION starts no v3 daemon; its commands go through the control shell", source: factsRound2 + " (the binary before r615)",
+			check: func(t *testing.T) {
+				const r580 = "580.159.04"
+				run := func(env map[string]string, stdin string, args ...string) (int, string) {
+					var out strings.Builder
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					code := Run(ctx, Invocation{DriverVersion: r580, Args: args, Getenv: func(k string) string { return env[k] },
+						Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &out})
+					return code, out.String()
+				}
+				for _, args := range [][]string{{"-p", "3", "-f"}, {"-m", "-f"}, {"-q"}, {"-a", "x"}, {"server", "list"}, {"-p", "3", "namespace", "list"}} {
+					if code, out := run(nil, "", args...); code != 2 {
+						t.Errorf("driver %s, %v: exit %d (%q), want 2", r580, args, code, out)
+					}
+				}
+				if code, out := run(nil, "", "-v"); code != 0 || out != r580+"\n" {
+					t.Errorf("-v: %d %q", code, out)
+				}
+				// A -M daemon started with CUDA_MPS_PROTOCOL_VERSION=3 is
+				// classic: it takes commands on stdin and none as arguments.
+				root := mpstest.ShortRoot(t)
+				pipe := filepath.Join(root, "pipe")
+				env := map[string]string{"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": filepath.Join(root, "log"), "CUDA_MPS_PROTOCOL_VERSION": "3"}
+				ctx, cancel := context.WithCancel(context.Background())
+				code := make(chan int, 1)
+				go func() {
+					code <- Run(ctx, Invocation{DriverVersion: r580, Args: []string{"-f", "-M"}, Getenv: func(k string) string { return env[k] },
+						Stdin: blockingReader(t), Stdout: io.Discard, Stderr: io.Discard})
+				}()
+				t.Cleanup(func() { cancel(); <-code })
+				waitRunning(t, pipe, code)
+				if c, out := run(env, "get_server_list\n"); c != 0 {
+					t.Errorf("get_server_list on stdin: %d %q", c, out)
+				}
+				d := &standInDaemon{pipe: pipe}
+				_, err := d.cli("", "-p", "3", "server", "list")
+				wantErr(t, "a v3 command to the r580 daemon (by a client of no particular release)", err, "need a daemon started with -p 3")
 			}},
 		{rule: "multiuser-uid0: servers of a multi-user daemon take UID 0", source: v3Page + " (server create --uid=0 for multi-user servers)",
 			check: func(t *testing.T) {
@@ -444,8 +568,8 @@ func TestStandInRules(t *testing.T) {
 				wantErr(t, "a client that writes, on a read-only pipe directory", err, "read-only file system")
 				out, err = d.client(d.pipe, d.shm, EnvClientWritesPipe+"=1")
 				wantOK(t, "a client that writes, on a writable pipe directory", out, err, "*")
-				if entries, _ := os.ReadDir(d.pipe); len(entries) != 1 {
-					t.Errorf("the pipe directory holds %v after the clients, want only the control socket", entries)
+				if entries, _ := os.ReadDir(d.pipe); len(entries) != 2 {
+					t.Errorf("the pipe directory holds %v after the clients, want only the control socket and the daemon's PID file", entries)
 				}
 			}},
 		{rule: "v3-client-namespace: under MPS v3 a client connects through its namespace's pipe directory, not the control socket", source: nsPage + "; " + dynamo,

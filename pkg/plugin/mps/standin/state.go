@@ -40,8 +40,14 @@ type v3Namespace struct {
 	// pinnedBytes is the pinned-memory limit, 0 for none set.
 	pinnedBytes int64
 	priority    string
-	// clients are the PIDs of the attached clients.
-	clients map[int]bool
+	// clients are the attached clients by PID.
+	clients map[int]v3Client
+}
+
+// v3Client is an attached MPS v3 client: the device it runs on and its
+// command, as `client list` shows them.
+type v3Client struct {
+	device, command string
 }
 
 // daemonState is the daemon's state; mu guards it.

@@ -170,7 +170,13 @@ func (d *daemonState) namespaceList(cmd string, inv v3Invocation) (string, bool,
 }
 
 // clientList is `client list [--server=<server>] [--namespace=<name>]`:
-// the attached clients, as a table.
+// the attached clients, each row as an r615 capture lays it out
+// (NVIDIA-FACTS.md, "Round two"):
+//
+//	<pid>,<server>,<device UUID>,<server>/<namespace> (<context id>),<command>
+//
+// The header of the table form is not documented; the stand-in names the
+// columns pid, server, device, namespace, command.
 func (d *daemonState) clientList(cmd string, inv v3Invocation) (string, bool, error) {
 	if err := inv.only(cmd, "server", "namespace"); err != nil {
 		return "", false, err
@@ -186,33 +192,34 @@ func (d *daemonState) clientList(cmd string, inv v3Invocation) (string, bool, er
 			if f := inv.opts["namespace"]; f != "" && f != name {
 				continue
 			}
-			for _, pid := range slices.Sorted(maps.Keys(s.namespaces[name].clients)) {
-				rows = append(rows, []string{strconv.Itoa(pid), sname, name})
+			clients := s.namespaces[name].clients
+			for _, pid := range slices.Sorted(maps.Keys(clients)) {
+				c := clients[pid]
+				rows = append(rows, []string{strconv.Itoa(pid), sname, c.device, sname + "/" + name + " (0)", c.command})
 			}
 		}
 	}
-	return renderTable(inv, []string{"pid", "server", "namespace"}, rows), false, nil
+	return renderTable(inv, []string{"pid", "server", "device", "namespace", "command"}, rows), false, nil
 }
 
-// clientTerminate is `client terminate <pid> [--server=<server>]`: the
-// client is detached from its namespace.
+// clientTerminate is `client terminate <pid>`: the PID alone, no option
+// (rule: client-terminate-pid); the client is detached from its
+// namespace. The real command blocks until the client is gone; the
+// stand-in's clients go at once.
 func (d *daemonState) clientTerminate(cmd string, inv v3Invocation) (string, bool, error) {
-	if err := inv.only(cmd, "server"); err != nil {
-		return "", false, err
+	if err := inv.only(cmd); err != nil {
+		return "", false, fmt.Errorf("%w (usage: client terminate <pid>)", err)
 	}
 	if len(inv.names) != 1 {
-		return "", false, errors.New("usage: client terminate <pid> [--server=<server>]")
+		return "", false, errors.New("usage: client terminate <pid>")
 	}
 	pid, err := strconv.Atoi(inv.names[0])
 	if err != nil {
 		return "", false, fmt.Errorf("%q is not a PID", inv.names[0])
 	}
 	for _, s := range d.v3Servers {
-		if f := inv.opts["server"]; f != "" && f != s.name {
-			continue
-		}
 		for _, ns := range s.namespaces {
-			if ns.clients[pid] {
+			if _, ok := ns.clients[pid]; ok {
 				delete(ns.clients, pid)
 				return "", false, nil
 			}
@@ -288,9 +295,13 @@ func (d *daemonState) namespaceChange(verb string, inv v3Invocation) (string, bo
 		if exists {
 			return "", false, fmt.Errorf("namespace %s exists on server %s", name, s.name)
 		}
-		ns = &v3Namespace{clients: map[int]bool{}}
+		ns = &v3Namespace{clients: map[int]v3Client{}}
 		if err := ns.apply(inv.opts); err != nil {
 			return "", false, err
+		}
+		// rule: socket-path.
+		if socket := filepath.Join(d.cfg.PipeDir, s.name, name, "control"); len(socket) > maxSocketPath {
+			return "", false, fmt.Errorf("namespace %s: its endpoint %s is %d bytes, over the %d a Unix socket path may have: bind failed (File name too long)", name, socket, len(socket), maxSocketPath)
 		}
 		if err := d.mkPipeSubdir(s.name, name); err != nil {
 			return "", false, err
@@ -366,14 +377,15 @@ func (d *daemonState) namespaceColumns() []string {
 
 // namespaceRow renders a namespace as documented: percentages with two
 // decimals ("30.00"), sizes in the largest unit that holds them exactly
-// ("20G", "1536M"); unset values as "100.00" (no cap) and "none".
+// ("20G", "1536M"); unset values as "100.00" (no cap) and "unlimited"
+// (rule: ns-list-unset).
 func (d *daemonState) namespaceRow(s *v3Server, name string) []string {
 	ns := s.namespaces[name]
 	atp := ns.atp
 	if atp == 0 {
 		atp = 100
 	}
-	pinned := "none"
+	pinned := "unlimited"
 	if ns.pinnedBytes > 0 {
 		pinned = FormatSize(ns.pinnedBytes)
 	}
@@ -393,20 +405,20 @@ func FormatSize(b int64) string {
 	return strconv.FormatInt(b, 10)
 }
 
-// namespaceGet answers "namespace get <ns> <server> [<field>]" (KAI's
-// form, server positional) and "namespace get <ns> --server=<s> [<field>]".
+// namespaceGet answers `namespace get <ns> <server> <field>`: the server
+// positional and the field required (rule: ns-get-form). The page spells
+// the field pipe-directory, the r615 code reads pipe_directory; which the
+// binary takes is unconfirmed, so the stand-in takes the spelling the CSV
+// switch names and refuses the other (rule: ns-get-pipe).
 func (d *daemonState) namespaceGet(inv v3Invocation) (string, bool, error) {
-	if err := inv.only("namespace get", "server"); err != nil {
-		return "", false, err
+	if err := inv.only("namespace get"); err != nil {
+		return "", false, fmt.Errorf("%w (usage: namespace get <name> <server> <field>)", err)
 	}
-	names := inv.names
-	if inv.opts["server"] == "" && len(names) >= 2 {
-		inv.opts["server"], names = names[1], append([]string{names[0]}, names[2:]...)
+	if len(inv.names) != 3 {
+		return "", false, errors.New("usage: namespace get <name> <server> <field>")
 	}
-	if len(names) < 1 || len(names) > 2 {
-		return "", false, errors.New("usage: namespace get <name> <server> [<field>] or namespace get <name> --server=<server> [<field>]")
-	}
-	inv.names = names[:1]
+	name, server, field := inv.names[0], inv.names[1], inv.names[2]
+	inv.names, inv.opts["server"] = []string{name}, server
 	s, name, err := d.namespaceTarget("get", inv)
 	if err != nil {
 		return "", false, err
@@ -415,21 +427,20 @@ func (d *daemonState) namespaceGet(inv v3Invocation) (string, bool, error) {
 		return "", false, fmt.Errorf("no namespace %s on server %s", name, s.name)
 	}
 	row := d.namespaceRow(s, name)
-	if len(names) == 1 {
-		return renderTable(inv, d.namespaceColumns(), [][]string{row}), false, nil
-	}
-	// rule: ns-get-pipe.
-	field := strings.ReplaceAll(names[1], "_", "-")
 	for i, col := range d.namespaceColumns() {
-		if strings.ReplaceAll(col, "_", "-") == field {
+		if col == field {
 			return row[i] + "\n", false, nil
 		}
 	}
-	return "", false, fmt.Errorf("namespace get: unknown field %q", names[1])
+	return "", false, fmt.Errorf("namespace get: unknown field %q (fields: %s)", field, strings.Join(d.namespaceColumns(), ", "))
 }
 
+// attachClient is the stand-in's own `standin attach-client <ns>
+// --server=<s> [--pid=<pid>] [--device=<uuid>] [--command=<command>]`: a
+// client attached to the namespace, on the server's first device unless
+// named.
 func (d *daemonState) attachClient(inv v3Invocation) (string, bool, error) {
-	if err := inv.only("standin attach-client", "server", "pid"); err != nil {
+	if err := inv.only("standin attach-client", "server", "pid", "device", "command"); err != nil {
 		return "", false, err
 	}
 	s, name, err := d.namespaceTarget("attach-client", inv)
@@ -447,7 +458,14 @@ func (d *daemonState) attachClient(inv v3Invocation) (string, bool, error) {
 			return "", false, fmt.Errorf("--pid=%s is not a PID", v)
 		}
 	}
-	ns.clients[pid] = true
+	c := v3Client{device: inv.opts["device"], command: inv.opts["command"]}
+	if c.device == "" {
+		c.device, _, _ = strings.Cut(s.devices, ",")
+	}
+	if c.command == "" {
+		c.command = "standin-client"
+	}
+	ns.clients[pid] = c
 	return strconv.Itoa(pid) + "\n", false, nil
 }
 
