@@ -56,8 +56,8 @@ stop_proc etcd 10
 
 say "unmounting"
 # Deepest first, so nested mounts come off before their parents.
-findmnt -rn -o TARGET 2>/dev/null | awk -v a="$KUBELET_ROOT/" -v b="$CONTAINERD_ROOT" -v c="$CONTAINERD_STATE" '
-	index($0, a) == 1 || $0 == substr(a, 1, length(a) - 1) || index($0, b) == 1 || index($0, c) == 1 || $0 ~ "^/(var/)?run/netns/cni-"' |
+findmnt -rn -o TARGET 2>/dev/null | awk -v a="$KUBELET_ROOT/" -v b="$CONTAINERD_ROOT" -v c="$CONTAINERD_STATE" -v d="$MPS_RUN_ROOT/" '
+	index($0, a) == 1 || $0 == substr(a, 1, length(a) - 1) || index($0, b) == 1 || index($0, c) == 1 || index($0, d) == 1 || $0 ~ "^/(var/)?run/netns/cni-"' |
 	sort -r | while read -r m; do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || info "could not unmount $m"
 	done
@@ -87,6 +87,7 @@ rm -rf --one-file-system "$CLUSTER_DIR/etcd-data" "$CONTAINERD_ROOT" "$CONTAINER
 # next run starts as after a reboot (an old control.log would otherwise
 # carry earlier runs' MPS commands into the next run's assertions).
 rm -rf --one-file-system "$CLUSTER_DIR/realpath" 2>/dev/null || info "could not remove all of $CLUSTER_DIR/realpath"
+rm -rf --one-file-system "$MPS_RUN_ROOT" 2>/dev/null || info "could not remove all of $MPS_RUN_ROOT"
 rm -rf --one-file-system "$KUBELET_ROOT" 2>/dev/null || info "could not remove all of $KUBELET_ROOT"
 rm -f "$CDI_DIR"/k8s.gpu.tangram.dev-* "$CDI_DIR"/tangram-e2e-*.json "$CDI_DIR"/tangram-e2e-*.yaml 2>/dev/null
 rm -f "$KUBECONFIG_FILE"

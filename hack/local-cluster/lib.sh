@@ -39,10 +39,17 @@ CHART_DIR="$REPO_ROOT/deployments/helm/tangram"
 # The chart's values per cluster kind (local.yaml, host-network.yaml,
 # mock-driver-root.yaml, ...): every script that installs the chart uses these.
 CHART_VALUES_DIR="$REPO_ROOT/deployments/helm/values"
-# The plugin's checkpoints and MPS directories (chart hostPaths) live under
-# the cluster directory, so down.sh removes them with the cluster.
+# The plugin's checkpoints (chart hostPaths) live under the cluster
+# directory, so down.sh removes them with the cluster.
 PLUGIN_STATE_DIR="$CLUSTER_DIR/plugin/state"
-PLUGIN_MPS_ROOT="$CLUSTER_DIR/plugin/mps"
+# The test stages' MPS roots (chart hostPaths.mpsRoot), under one short
+# directory on /run (a tmpfs, as on a node) that down.sh removes: an MPS v3
+# namespace socket under a root must fit in 107 bytes, so a root may have
+# at most 41 characters (the plugin refuses a longer one at start-up,
+# mps.Layout.CheckSocketPaths), which a cache directory under a long HOME
+# (make test-cold) would not allow.
+MPS_RUN_ROOT="${TANGRAM_MPS_RUN_ROOT:-/run/tangram-e2e}"
+PLUGIN_MPS_ROOT="$MPS_RUN_ROOT/plugin/mps"
 
 # Host paths the kubelet plugin and containerd share.
 CDI_DIR=/var/run/cdi

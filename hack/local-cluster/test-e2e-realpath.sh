@@ -30,21 +30,22 @@ unset TANGRAM_FAKE_PROFILE
 
 # The chart's default image (values.yaml), which cluster-up built and imported.
 PLUGIN_IMAGE=localhost/tangram/dra-kubelet-plugin:dev
-# The plugin's checkpoints, the MPS directories and the mock library's state
-# (calls.log) live under the cluster directory, so down.sh removes them and
-# the next run starts as after a reboot.
+# The plugin's checkpoints and the mock library's state (calls.log) live
+# under the cluster directory, the MPS directories under MPS_RUN_ROOT
+# (lib.sh), so down.sh removes them and the next run starts as after a
+# reboot.
 STATE_DIR="$CLUSTER_DIR/realpath/state"
-MPS_ROOT="$CLUSTER_DIR/realpath/mps"
+MPS_ROOT="$MPS_RUN_ROOT/realpath/mps"
 MOCK_NVML_STATE_DIR="$STATE_DIR/mock-nvml"
 # The r580 stage: its own mock root, plugin state and MPS root.
 R580_DRIVER_ROOT="$MOCK_DRIVER_ROOT-r580"
 R580_STATE_DIR="$CLUSTER_DIR/realpath-r580/state"
-R580_MPS_ROOT="$CLUSTER_DIR/realpath-r580/mps"
+R580_MPS_ROOT="$MPS_RUN_ROOT/realpath-r580/mps"
 R580_NVML_STATE_DIR="$R580_STATE_DIR/mock-nvml"
 # The MIG stage: its own mock root (profile mig-h100), plugin state and MPS root.
 MIG_DRIVER_ROOT="$MOCK_DRIVER_ROOT-mig"
 MIG_STATE_DIR="$CLUSTER_DIR/realpath-mig/state"
-MIG_MPS_ROOT="$CLUSTER_DIR/realpath-mig/mps"
+MIG_MPS_ROOT="$MPS_RUN_ROOT/realpath-mig/mps"
 MIG_NVML_STATE_DIR="$MIG_STATE_DIR/mock-nvml"
 
 finish() {
