@@ -38,12 +38,11 @@ var _ = Describe("Admission", func() {
 		// The API server matches namespaceSelector against its own namespace
 		// cache, which sees the new label a moment later: wait (with dry-run
 		// creates, which store nothing) until the webhook applies here.
-		Eventually(func() error {
+		waitKube(ctx, "the webhook applies to namespace "+ns, 200*time.Millisecond, func(g Gomega) {
 			_, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, configuredClaim("label-probe", bad),
 				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			return err
-		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(HaveOccurred(),
-			"the webhook never applied to namespace %s after labelling it %s=enabled", ns, webhookNamespaceLabel)
+			g.Expect(err).To(HaveOccurred(), "the webhook never applied to namespace %s after labelling it %s=enabled", ns, webhookNamespaceLabel)
+		})
 
 		By("a ResourceClaim with defaultActiveThreadPercentage 150")
 		_, err = clientset.ResourceV1().ResourceClaims(ns).Create(ctx, configuredClaim("bad-config", bad), metav1.CreateOptions{})

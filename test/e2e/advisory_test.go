@@ -63,9 +63,9 @@ var _ = Describe("Advisory shares on driver r580", Label(realPathLabel, r580Labe
 		}
 		Expect(data.ShareEnforcement).To(Equal(string(enforcement.Advisory)))
 		Expect(data.ShareEnforcementReason).To(Equal(device.ReasonDriverBefore615))
-		Eventually(func(g Gomega) {
-			g.Expect(eventText(ctx, ns, "advisory")).To(ContainSubstring("GPUShareNotEnforced"))
-		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed(), "no Warning event on the pod")
+		waitKube(ctx, "GPUShareNotEnforced event of advisory", pollEvery, func(g Gomega) {
+			g.Expect(eventText(ctx, ns, "advisory")).To(ContainSubstring("GPUShareNotEnforced"), "no Warning event on the pod")
+		})
 		GinkgoWriter.Printf("  pod events:\n%s", eventText(ctx, ns, "advisory"))
 	}, SpecTimeout(4*time.Minute))
 

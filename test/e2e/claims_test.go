@@ -73,13 +73,14 @@ func podClaim(ctx context.Context, ns, pod string) *resourceapi.ResourceClaim {
 	return claim
 }
 
-// allocatedClaim waits until the pod's claim is allocated and returns it.
+// allocatedClaim waits until the pod's claim is allocated (by the
+// scheduler, with its retries: waitKube) and returns it.
 func allocatedClaim(ctx context.Context, ns, pod string) *resourceapi.ResourceClaim {
 	var claim *resourceapi.ResourceClaim
-	Eventually(func(g Gomega) {
+	waitKube(ctx, "claim of pod "+pod+" allocated", pollEvery, func(g Gomega) {
 		claim = podClaim(ctx, ns, pod)
 		g.Expect(claim.Status.Allocation).NotTo(BeNil(), "claim of pod %s is not allocated; pod events:\n%s", pod, eventText(ctx, ns, pod))
-	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	})
 	return claim
 }
 

@@ -332,10 +332,11 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		applySpec(ctx, "08-gpugang.yaml", withDemoLabel)
 		waitDemoPodsReady(ctx, "gpugang", 3*time.Minute)
 		var status tangramv1alpha1.GpuGangStatus
-		Eventually(func(g Gomega) {
+		// The controller sees the members Ready through its informer.
+		waitKube(ctx, "GpuGang finetune Running", pollEvery, func(g Gomega) {
 			status = getGangStatus(ctx, g, demoNamespace, "finetune")
 			g.Expect(status.Phase).To(Equal(tangramv1alpha1.GangRunning), "GpuGang finetune; diagnosis: %s", status.Diagnosis)
-		}).WithContext(ctx).WithTimeout(30 * time.Second).WithPolling(pollEvery).Should(Succeed())
+		})
 		held := showDemoPods(ctx, "gpugang")
 		demoSay("GpuGang finetune: %s, %d placed, %d running", status.Phase, status.Placed, status.Running)
 		Expect(distinctCards(held)).To(HaveLen(4), "two members with two cards each")
@@ -359,13 +360,14 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		}
 		Expect(cond.Status).To(Equal(metav1.ConditionFalse))
 		Expect(cond.Reason).To(Equal("Advisory"))
-		Eventually(func(g Gomega) {
-			g.Expect(eventText(ctx, demoNamespace, "runs-advisory")).To(ContainSubstring("GPUShareNotEnforced"))
-		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(pollEvery).Should(Succeed(), "no Warning event on the advisory share's pod")
+		waitKube(ctx, "GPUShareNotEnforced event of runs-advisory", pollEvery, func(g Gomega) {
+			g.Expect(eventText(ctx, demoNamespace, "runs-advisory")).To(ContainSubstring("GPUShareNotEnforced"), "no Warning event on the advisory share's pod")
+		})
 
 		// hard-shared-gpu.tangram.dev: Pending, and the reason names the class.
 		var why string
-		Eventually(func(g Gomega) {
+		// The explanation needs the scheduler's attempt (and its retries).
+		waitKube(ctx, "kubectl tangram describe pod/needs-hard names the hard class", pollEvery, func(g Gomega) {
 			var out, errOut bytes.Buffer
 			cmd := cli.NewCommand(&out)
 			cmd.SetArgs([]string{"describe", "pod/needs-hard", "-n", demoNamespace, "--kubeconfig", *kubeconfig, "--color", "never"})
@@ -373,15 +375,15 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 			g.Expect(cmd.ExecuteContext(ctx)).To(Succeed(), "kubectl tangram describe pod/needs-hard: %s", errOut.String())
 			why = out.String()
 			g.Expect(why).To(ContainSubstring(device.AttrShareEnforcement))
-			g.Expect(why).To(ContainSubstring("class " + device.HardSharedDeviceClassName + " requires"))
-		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(pollEvery).Should(Succeed(), "the explanation does not name shareEnforcement and the hard class")
+			g.Expect(why).To(ContainSubstring("class "+device.HardSharedDeviceClassName+" requires"), "the explanation does not name shareEnforcement and the hard class")
+		})
 		demoSay("kubectl tangram describe pod/needs-hard (hard-shared-gpu.tangram.dev):")
 		for _, l := range splitLines(foldLines(why, 96)) {
 			demoSay("  %s", l)
 		}
 		Expect(getPod(ctx, demoNamespace, "needs-hard").Status.Phase).To(Equal(corev1.PodPending))
 		demoPassed("the default class's share runs, labelled advisory; the hard class's stays Pending, and the reason names the class")
-	}, SpecTimeout(2*time.Minute))
+	}, SpecTimeout(kubeRetryTimeout+3*time.Minute))
 })
 
 // ReportAfterSuite counts the demo's scenarios: the last line a newcomer

@@ -44,10 +44,7 @@ var _ = Describe("DRA API features", func() {
 		}
 		createPod(ctx, pod)
 		// Several containers: their reports are read one by one below.
-		Eventually(func(g Gomega) {
-			p := getPod(ctx, ns, pod.Name)
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", pod.Name, p.Status.Phase, eventText(ctx, ns, pod.Name))
-		}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(pollEvery).Should(Succeed())
+		waitPodRunning(ctx, ns, pod.Name)
 		claim := allocatedClaim(ctx, ns, pod.Name)
 		describeAllocation(pod.Name, claim)
 		devices := nodeDevices(ctx, gpuNode)

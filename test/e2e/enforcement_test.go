@@ -99,10 +99,7 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		second.Name = "gpu-info-2"
 		pod.Spec.Containers = append(pod.Spec.Containers, second)
 		createPod(ctx, pod)
-		Eventually(func(g Gomega) {
-			p := getPod(ctx, ns, pod.Name)
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "pod is %s; events:\n%s", p.Status.Phase, eventText(ctx, ns, pod.Name))
-		}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(pollEvery).Should(Succeed())
+		waitPodRunning(ctx, ns, pod.Name)
 		res := results(allocatedClaim(ctx, ns, pod.Name))
 		Expect(res).To(HaveLen(1))
 		uuid := stringAttr(nodeDevices(ctx, gpuNode)[res[0].Device], device.AttrUUID)

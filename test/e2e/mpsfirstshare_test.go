@@ -19,8 +19,12 @@ import (
 // container's start on a node whose MPS daemon is not running. Before the
 // prepare waited for a starting daemon (docs/prepare.md, "No long waits")
 // it was refused at once and the kubelet retried about 70 s later: about
-// 85 s in all, against under a second for a whole card.
-const firstShareLimit = 15 * time.Second
+// 85 s in all, against under a second for a whole card. The property is
+// that the prepare was not refused and retried: the pod has no
+// FailedPrepareDynamicResources event. The time is printed; this limit (it
+// was 15 s) leaves a loaded machine's kubelet and containerd room to start
+// the daemon pod and the container, and still fails the 85 s of a refusal.
+const firstShareLimit = 60 * time.Second
 
 // The first share on an idle node: its prepare waits for the daemon pod
 // it starts and is not sent into the kubelet's retry back-off.
@@ -60,6 +64,8 @@ var _ = Describe("Real GPU path: the first share on an idle node", Label(realPat
 		took := started.Sub(scheduled)
 		GinkgoWriter.Printf("first share on an idle node: scheduled %s, container started %s: %s (limit %s)\n",
 			scheduled.Format(time.RFC3339), started.Format(time.RFC3339), took, firstShareLimit)
+		Expect(eventText(ctx, ns, "first-share")).NotTo(ContainSubstring("FailedPrepareDynamicResources"),
+			"the first share's prepare was refused while its daemon started, and retried by the kubelet")
 		Expect(took).To(BeNumerically("<", firstShareLimit),
 			"the first share waited %s from scheduling to its container's start: was its prepare refused while the daemon started, and retried by the kubelet? events:\n%s",
 			took, eventText(ctx, ns, "first-share"))

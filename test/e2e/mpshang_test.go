@@ -15,13 +15,14 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
-// hungPrepareLimit bounds how long a share's prepare may take to fail when
-// the MPS control daemon never answers one of its commands: the command's
-// deadline (10 s) plus the kubelet's and the API server's delivery of the
-// event. Without deadlines the prepare hung until the kubelet gave up on
-// the call, and every other prepare of the node waited behind it.
-const hungPrepareLimit = 60 * time.Second
-
+// A share's prepare must fail by the control command's own deadline (10 s)
+// when the MPS control daemon never answers it. Without deadlines the
+// prepare hung until the kubelet gave up on the call, and every other
+// prepare of the node waited behind it. That the deadline fired is what the
+// event's message says (only the deadline's errors name the control daemon
+// and the command); how long the kubelet and the API server took to deliver
+// it is printed, not limited (waitKube): it was a 60 s limit, which a
+// loaded machine's kubelet can pass on its own.
 // A hung control command fails only the prepares that need it: the
 // stand-in's hang knob (standin-hang in the MPS log directory, re-read at
 // every command) makes every "namespace create" hang; a share's prepare
@@ -48,11 +49,10 @@ var _ = Describe("Real GPU path: a hung MPS control command", Label(realPathLabe
 		wholeAfter := time.Since(created)
 
 		By("the share's prepare fails by its deadline, naming the command")
-		msg := waitEvent(ctx, ns, "hung-share", "FailedPrepareDynamicResources", "namespace create")
+		msg := waitEvent(ctx, ns, "hung-share", "FailedPrepareDynamicResources", "MPS control daemon", "namespace create")
 		failedAfter := time.Since(created)
-		Expect(failedAfter).To(BeNumerically("<", hungPrepareLimit), "the share's prepare took %s to fail: %s", failedAfter, msg)
 		Expect(getPod(ctx, ns, "hung-share").Status.Phase).NotTo(Equal(corev1.PodRunning))
-		GinkgoWriter.Printf("  whole card running after %s; share's prepare failed after %s: %s\n",
+		GinkgoWriter.Printf("  whole card running after %s; share's prepare failed after %s (the deadline is 10 s; the rest is the kubelet's and the API server's): %s\n",
 			wholeAfter.Round(time.Second), failedAfter.Round(time.Second), msg)
 
 		By("once the daemon answers again, the share runs")

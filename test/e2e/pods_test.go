@@ -21,7 +21,6 @@ import (
 
 const (
 	claimName    = "gpu" // the pod-level claim name every test pod uses
-	podTimeout   = 3 * time.Minute
 	pollEvery    = time.Second
 	gpuInfoEnd   = "gpu-info: end"
 	gpuInfoBegin = "gpu-info: begin"
@@ -38,16 +37,16 @@ func newNamespace(ctx context.Context) string {
 	DeferCleanup(func(ctx SpecContext) {
 		forceDeletePodsOn(ctx, name, simNode)
 		Expect(clientset.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
-		Eventually(func() bool {
+		waitKube(ctx, "namespace "+name+" deleted", pollEvery, func(g Gomega) {
 			_, err := clientset.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err)
-		}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(pollEvery).Should(BeTrue(), "namespace %s is still being deleted", name)
-	}, NodeTimeout(4*time.Minute))
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace %s is still being deleted", name)
+		})
+	}, NodeTimeout(kubeRetryTimeout+time.Minute))
 	// Pods are rejected until the service account controller made "default".
-	Eventually(func() error {
+	waitKube(ctx, "service account default in "+name, 200*time.Millisecond, func(g Gomega) {
 		_, err := clientset.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err
-	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "service account default in %s", name)
+		g.Expect(err).NotTo(HaveOccurred(), "service account default in %s", name)
+	})
 	GinkgoWriter.Printf("  namespace %s\n", name)
 	return name
 }
@@ -110,12 +109,11 @@ func getPod(ctx context.Context, ns, name string) *corev1.Pod {
 }
 
 // waitRunning waits until the pod runs and has printed its report, and
-// returns the report. On timeout the failure shows the pod's events.
+// returns the report. Running waits on the scheduler and the kubelet, and
+// their retries: waitKube, which prints how long it took. On timeout the
+// failure shows the pod's events.
 func waitRunning(ctx context.Context, ns, name string) map[string]string {
-	Eventually(func(g Gomega) {
-		pod := getPod(ctx, ns, name)
-		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
-	}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(pollEvery).Should(Succeed())
+	waitPodRunning(ctx, ns, name)
 	var report map[string]string
 	Eventually(func(g Gomega) {
 		var complete bool
@@ -123,6 +121,15 @@ func waitRunning(ctx context.Context, ns, name string) map[string]string {
 		g.Expect(complete).To(BeTrue(), "pod %s has not printed its full report yet", name)
 	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
 	return report
+}
+
+// waitPodRunning waits (waitKube) until the pod's phase is Running and
+// returns how long that took.
+func waitPodRunning(ctx context.Context, ns, name string) time.Duration {
+	return waitKube(ctx, "pod "+name+" Running", pollEvery, func(g Gomega) {
+		pod := getPod(ctx, ns, name)
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod %s is %s; events:\n%s", name, pod.Status.Phase, eventText(ctx, ns, name))
+	})
 }
 
 func podLog(ctx context.Context, ns, name string) string { return podLogOf(ctx, ns, name, "") }
@@ -190,7 +197,7 @@ func eventText(ctx context.Context, ns, pod string) string {
 // message contains every one of the given substrings, and returns it.
 func waitEvent(ctx context.Context, ns, pod, reason string, contains ...string) string {
 	var found string
-	Eventually(func(g Gomega) {
+	waitKube(ctx, fmt.Sprintf("event %s of pod %s", reason, pod), pollEvery, func(g Gomega) {
 		list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.AndSelectors(
 				fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
@@ -210,7 +217,7 @@ func waitEvent(ctx context.Context, ns, pod, reason string, contains ...string) 
 			}
 		}
 		g.Expect(found).NotTo(BeEmpty(), "no %s event of pod %s mentions %q; events so far:\n%s", reason, pod, contains, eventText(ctx, ns, pod))
-	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	})
 	return found
 }
 
@@ -218,10 +225,10 @@ func waitEvent(ctx context.Context, ns, pod, reason string, contains ...string) 
 func deletePodAndWait(ctx context.Context, ns, name string) {
 	err := clientset.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	Expect(err).NotTo(HaveOccurred(), "deleting pod %s/%s", ns, name)
-	Eventually(func() bool {
+	waitKube(ctx, "pod "+name+" deleted", pollEvery, func(g Gomega) {
 		_, err := clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	}).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(pollEvery).Should(BeTrue(), "pod %s/%s is still there", ns, name)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "pod %s/%s is still there", ns, name)
+	})
 }
 
 func splitLines(s string) []string {
@@ -231,18 +238,18 @@ func splitLines(s string) []string {
 // boundNode waits until the pod is bound and returns its node.
 func boundNode(ctx context.Context, ns, name string) string {
 	var node string
-	Eventually(func(g Gomega) {
+	waitKube(ctx, "pod "+name+" bound", pollEvery, func(g Gomega) {
 		node = getPod(ctx, ns, name).Spec.NodeName
 		g.Expect(node).NotTo(BeEmpty(), "pod %s is not bound yet (schedulerName %q: is that scheduler running? the chart's scheduler.enabled, as hack/local-cluster/chart.sh installs it); events:\n%s",
 			name, getPod(ctx, ns, name).Spec.SchedulerName, eventText(ctx, ns, name))
-	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+	})
 	return node
 }
 
 // scheduledBy names the scheduler that reported the pod's Scheduled event.
 func scheduledBy(ctx context.Context, ns, pod string) string {
 	var by string
-	Eventually(func(g Gomega) {
+	waitKube(ctx, "Scheduled event of pod "+pod, pollEvery, func(g Gomega) {
 		list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.AndSelectors(
 				fields.OneTermEqualSelector("involvedObject.name", pod),
@@ -256,6 +263,6 @@ func scheduledBy(ctx context.Context, ns, pod string) string {
 		if by == "" {
 			by = e.Source.Component
 		}
-	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+	})
 	return by
 }

@@ -58,13 +58,13 @@ var _ = Describe("Plugin restart", func() {
 			deletePodAndWait(ctx, ns, p)
 			waitClaimGone(ctx, ns, uid)
 			if *cdiDir != "" {
-				Eventually(func() []string { return cdiSpecsMentioning(uid) }).
-					WithContext(ctx).WithTimeout(time.Minute).WithPolling(time.Second).Should(BeEmpty(),
-					"the CDI spec of claim %s must be removed once its pod is gone", uid)
+				waitKube(ctx, "CDI spec of claim "+uid+" removed", time.Second, func(g Gomega) {
+					g.Expect(cdiSpecsMentioning(uid)).To(BeEmpty(), "the CDI spec of claim %s must be removed once its pod is gone", uid)
+				})
 			}
 			GinkgoWriter.Printf("  %s deleted: claim %s gone, no CDI spec left\n", p, uid)
 		}
-	}, SpecTimeout(8*time.Minute))
+	}, SpecTimeout(15*time.Minute))
 })
 
 // containerID is the ID of the pod's only container; it changes if the
@@ -91,10 +91,11 @@ func expectUntouched(ctx context.Context, ns string, before map[string]string, d
 	}).WithContext(ctx).WithTimeout(d).WithPolling(time.Second).Should(Succeed())
 }
 
-// waitClaimGone waits until the claim with this UID no longer exists (the
-// resourceclaim controller deletes generated claims after their pod).
+// waitClaimGone waits (waitKube) until the claim with this UID no longer
+// exists (the resourceclaim controller deletes generated claims after their
+// pod).
 func waitClaimGone(ctx context.Context, ns, uid string) {
-	Eventually(func(g Gomega) {
+	waitKube(ctx, "claim "+uid+" gone", time.Second, func(g Gomega) {
 		list, err := clientset.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 		if apierrors.IsNotFound(err) {
 			return
@@ -103,7 +104,7 @@ func waitClaimGone(ctx context.Context, ns, uid string) {
 		for _, c := range list.Items {
 			g.Expect(string(c.UID)).NotTo(Equal(uid), "claim %s (%s) still exists; allocated: %v", c.Name, uid, c.Status.Allocation != nil)
 		}
-	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
 }
 
 // cdiSpecsMentioning lists the CDI spec files in --cdi-dir that name the

@@ -81,8 +81,9 @@ var _ = Describe("Plugin upgrade", Label(realPathLabel, "upgrade"), func() {
 		waitRunning(ctx, ns, "share-after")
 		Expect(clientset.CoreV1().Pods(ns).Delete(ctx, "whole", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})).To(Succeed())
 		waitClaimGone(ctx, ns, string(wholeClaim.UID))
-		Eventually(func() []string { return cdiSpecsMentioning(string(wholeClaim.UID)) }).
-			WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(BeEmpty(), "the old plugin's CDI spec of the deleted pod's claim")
+		waitKube(ctx, "the old plugin's CDI spec of the deleted pod's claim removed", pollEvery, func(g Gomega) {
+			g.Expect(cdiSpecsMentioning(string(wholeClaim.UID))).To(BeEmpty(), "the old plugin's CDI spec of the deleted pod's claim")
+		})
 		expectUntouched(ctx, ns, map[string]string{"share": before["share"]}, 2*time.Second)
 		GinkgoWriter.Printf("  plugin pod %s replaced by %s in %s, side by side for a while; containers %v kept; MPS daemon pod %s kept; a new share ran\n",
 			old.Name, fresh.Name, rolled.Round(time.Second), before, daemon.Name)
