@@ -281,6 +281,13 @@ func UseProfile(t TB, p *fakegpu.Profile, node string) State {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return UseDevices(t, devices)
+}
+
+// UseDevices is UseProfile for a devices file as written (e.g. by
+// WithReservedMemory).
+func UseDevices(t TB, devices []byte) State {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "devices")
 	if err := os.WriteFile(file, devices, 0o644); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@
 //
 //	tangram-mock-nvml 1
 //	driver <version|-> <CUDA driver version as NVML's int, or -1>
-//	gpu <index> <minor> <uuid> <NVML bus ID> <memory bytes> <numa|-1> <arch|-1> <brand|-1> <cc major|-1> <cc minor>
+//	gpu <index> <minor> <uuid> <NVML bus ID> <memory bytes> <numa|-1> <arch|-1> <brand|-1> <cc major|-1> <cc minor> [<reserved bytes>]
 //	name <index> <product name>
 //	nvlink <index> <remote NVML bus ID>        (one per active link)
 //	fabric <index> <cluster UUID, 32 hex digits> <clique id>
@@ -15,6 +15,12 @@
 //	migprofile <index> <NVML profile> <profile id> <compute slices> <memory slices>
 //	           <instances> <SMs> <copy engines> <decoders> <encoders> <JPEGs> <OFAs>
 //	           <memory MiB> <placement starts, comma-separated> <name>
+//
+// The reserved bytes are the part of the memory the driver keeps
+// (nvmlDeviceGetMemoryInfo_v2's reserved; NVIDIA-FACTS.md "Memory the
+// driver keeps"): left out, none. Fake profiles have no such field, so
+// Flatten writes none; a test that wants some writes the column itself
+// (WithReservedMemory).
 //
 // The MIG profiles come from the fake profile's card type
 // (fakegpu.MIGTable: the MIG user guide's tables), so that the C side
@@ -217,6 +223,43 @@ func gpuLine(g fakegpu.ProfileGPU, nodeName string) (string, error) {
 	}
 	return fmt.Sprintf("gpu %d %d %s %s %d %d %d %d %d %d\n", g.Index, minor, fakegpu.FakeGPUUUID(nodeName, g.Index),
 		nvmlBusID(g.PCIBusID), q.Value(), numa, arch, brand, ccMajor, ccMinor), nil
+}
+
+// WithReservedMemory returns the devices file with the given reserved
+// bytes (by card index) in the cards' gpu lines: the memory the driver
+// keeps, which the library reports as nvmlDeviceGetMemoryInfo_v2's reserved
+// and within v1's used. A card not named keeps its line (none reserved).
+func WithReservedMemory(devices []byte, reserved map[int]int64) ([]byte, error) {
+	lines := strings.SplitAfter(string(devices), "\n")
+	seen := map[int]bool{}
+	for i, line := range lines {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || fields[0] != "gpu" {
+			continue
+		}
+		index, err := strconv.Atoi(fields[1])
+		if err != nil {
+			return nil, fmt.Errorf("mock NVML devices: line %d: bad card index %q", i+1, fields[1])
+		}
+		r, ok := reserved[index]
+		if !ok {
+			continue
+		}
+		if len(fields) != 11 {
+			return nil, fmt.Errorf("mock NVML devices: line %d: gpu line with %d fields, want 11 (and no reserved column yet)", i+1, len(fields))
+		}
+		if r < 0 {
+			return nil, fmt.Errorf("mock NVML devices: card %d: reserved memory %d is negative", index, r)
+		}
+		lines[i] = strings.Join(append(fields, strconv.FormatInt(r, 10)), " ") + "\n"
+		seen[index] = true
+	}
+	for index := range reserved {
+		if !seen[index] {
+			return nil, fmt.Errorf("mock NVML devices: no card %d to reserve memory on", index)
+		}
+	}
+	return []byte(strings.Join(lines, "")), nil
 }
 
 // nvmlBusID writes a canonical bus ID ("0000:1b:00.0") the way NVML does

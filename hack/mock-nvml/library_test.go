@@ -79,6 +79,12 @@ func serve(t *testing.T, p *fakegpu.Profile) (nvml.Interface, mocknvml.State) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveDevices(t, devices)
+}
+
+// serveDevices is serve for a devices file as written.
+func serveDevices(t *testing.T, devices []byte) (nvml.Interface, mocknvml.State) {
+	t.Helper()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "devices")
 	if err := os.WriteFile(file, devices, 0o644); err != nil {
@@ -362,10 +368,11 @@ func TestEvents(t *testing.T) {
 
 func TestBadDevicesFileFailsInit(t *testing.T) {
 	tests := map[string]string{
-		"wrong version": "tangram-mock-nvml 9\n",
-		"short gpu":     "tangram-mock-nvml 1\ngpu 0 0 GPU-x\n",
-		"unknown card":  "tangram-mock-nvml 1\nname 3 Foo\n",
-		"unknown kind":  "tangram-mock-nvml 1\nbogus 0\n",
+		"wrong version":                 "tangram-mock-nvml 9\n",
+		"short gpu":                     "tangram-mock-nvml 1\ngpu 0 0 GPU-x\n",
+		"unknown card":                  "tangram-mock-nvml 1\nname 3 Foo\n",
+		"unknown kind":                  "tangram-mock-nvml 1\nbogus 0\n",
+		"reserved not below the memory": "tangram-mock-nvml 1\ngpu 0 0 GPU-x 00000000:3B:00.0 1073741824 -1 -1 -1 -1 0 1073741824\n",
 	}
 	for name, content := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -387,6 +394,58 @@ func TestBadDevicesFileFailsInit(t *testing.T) {
 			t.Errorf("Init: %v, want ERROR_UNKNOWN", ret)
 		}
 	})
+}
+
+// TestMemoryReservedAsNVMLDocuments: the driver keeps part of each card
+// (the devices file's reserved column), reported as NVIDIA documents it
+// (nvml.h nvmlMemory_t and nvmlMemory_v2_t; NVIDIA-FACTS.md "Memory the
+// driver keeps"): v2 gives total, reserved, free = total - reserved - used
+// and used (allocated, none here); v1 the same total with the reserved
+// memory inside used. A card with no column has none reserved.
+func TestMemoryReservedAsNVMLDocuments(t *testing.T) {
+	const reserved = 462 << 20
+	devices, err := mocknvml.Flatten(builtin(t, "dgx-h100"), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devices, err = mocknvml.WithReservedMemory(devices, map[int]int64{0: reserved, 5: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	lib, _ := serveDevices(t, devices)
+	for _, tt := range []struct {
+		index    int
+		reserved uint64
+	}{{0, reserved}, {5, 1 << 30}, {3, 0}} {
+		dev, ret := lib.DeviceGetHandleByIndex(tt.index)
+		ok(t, "DeviceGetHandleByIndex", ret)
+		v2, ret := dev.GetMemoryInfo_v2()
+		ok(t, "GetMemoryInfo_v2", ret)
+		if want := (nvml.Memory_v2{Version: v2.Version, Total: 80 << 30, Reserved: tt.reserved, Free: 80<<30 - tt.reserved, Used: 0}); v2 != want {
+			t.Errorf("card %d: GetMemoryInfo_v2 = %+v, want %+v", tt.index, v2, want)
+		}
+		if v2.Total != v2.Reserved+v2.Free+v2.Used {
+			t.Errorf("card %d: v2 total %d is not reserved + free + used", tt.index, v2.Total)
+		}
+		v1, ret := dev.GetMemoryInfo()
+		ok(t, "GetMemoryInfo", ret)
+		if want := (nvml.Memory{Total: 80 << 30, Free: 80<<30 - tt.reserved, Used: tt.reserved}); v1 != want {
+			t.Errorf("card %d: GetMemoryInfo = %+v, want %+v (used is reserved + allocated)", tt.index, v1, want)
+		}
+	}
+}
+
+// A devices file names reserved memory for cards it has only.
+func TestWithReservedMemoryRejects(t *testing.T) {
+	devices, err := mocknvml.Flatten(builtin(t, "pcie-l4"), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mocknvml.WithReservedMemory(devices, map[int]int64{42: 1}); err == nil {
+		t.Error("reserved memory on card 42 of a profile without it: no error")
+	}
+	if _, err := mocknvml.WithReservedMemory(devices, map[int]int64{0: -1}); err == nil {
+		t.Error("negative reserved memory: no error")
+	}
 }
 
 func cstr(b []int8) string {

@@ -32,6 +32,11 @@ type GPU struct {
 	CUDADriverVersion string
 	// MemoryBytes is the total framebuffer memory.
 	MemoryBytes int64
+	// ReservedMemoryBytes is the part of MemoryBytes the driver keeps for
+	// itself, which no process can allocate (nvmlDeviceGetMemoryInfo_v2's
+	// reserved); 0 when unknown (a driver without the v2 call) or none.
+	// Always below MemoryBytes.
+	ReservedMemoryBytes int64
 	// PCIBusID is the canonical domain:bus:device.function, e.g. "0000:18:00.0".
 	PCIBusID string
 	// NUMANode is the NUMA node the card is attached to, nil when unknown.
@@ -45,6 +50,19 @@ type GPU struct {
 	// MIG is the card's Multi-Instance GPU mode and profiles; nil when the
 	// card cannot do MIG.
 	MIG *MIG
+}
+
+// UnreservedMemoryBytes is the memory processes on the card can allocate:
+// MemoryBytes less ReservedMemoryBytes. Shares are sized from it
+// (pkg/resourceslices); 0 when the card reports no memory.
+func (g GPU) UnreservedMemoryBytes() int64 {
+	if g.MemoryBytes <= 0 {
+		return 0
+	}
+	if g.ReservedMemoryBytes <= 0 || g.ReservedMemoryBytes >= g.MemoryBytes {
+		return g.MemoryBytes
+	}
+	return g.MemoryBytes - g.ReservedMemoryBytes
 }
 
 // Source lists the GPUs of this node.

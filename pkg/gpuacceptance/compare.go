@@ -91,8 +91,17 @@ func Compare(devices []resourceapi.Device, smi SMIReport) []Check {
 		dv := versionAttr(d, device.AttrDriverVersion)
 		add("driverVersion", dv, smi.DriverVersion, sameVersion(dv, smi.DriverVersion))
 		mem, smiMiB := memoryMiB(d), smiMemoryMiB(c.MemoryTotal)
-		// nvidia-smi rounds the byte count down to MiB.
-		add("memory (MiB)", strconv.FormatInt(mem, 10), c.MemoryTotal, mem > 0 && mem == smiMiB)
+		// nvidia-smi rounds the byte count down to MiB. The plugin
+		// publishes the total less what the driver reserves
+		// (docs/resourceslices.md), so that is what nvidia-smi must
+		// agree with where it reports a reserved amount; the two
+		// roundings down can then differ by one MiB.
+		smiValue, memOK := c.MemoryTotal, mem > 0 && mem == smiMiB
+		if reserved, ok := c.ReservedMiB(); ok && smiMiB >= 0 {
+			smiValue = c.MemoryTotal + " - " + c.MemoryReserved + " reserved"
+			memOK = mem > 0 && (mem == smiMiB-reserved || mem == smiMiB-reserved-1)
+		}
+		add("memory (MiB)", strconv.FormatInt(mem, 10), smiValue, memOK)
 	}
 	var extra []string
 	for uuid := range byUUID {

@@ -171,3 +171,32 @@ func TestWriteReport(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareReservedMemory: where nvidia-smi reports the memory the
+// driver reserves, the published memory is the total less it
+// (docs/resourceslices.md), within the one MiB the two roundings down to
+// MiB can differ by; the total itself is then wrong.
+func TestCompareReservedMemory(t *testing.T) {
+	smi := loadSMI(t)
+	smi.Cards[0].MemoryReserved = "329 MiB"
+	for _, tt := range []struct {
+		mib  int64
+		want bool
+	}{{81559 - 329, true}, {81559 - 330, true}, {81559 - 331, false}, {81559, false}} {
+		d := matchingDevices()
+		found := false
+		d[0].Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(tt.mib<<20, resource.BinarySI)}
+		for _, c := range Compare(d, smi) {
+			if c.Card != smi.Cards[0].UUID || c.Field != "memory (MiB)" {
+				continue
+			}
+			found = true
+			if c.OK != tt.want {
+				t.Errorf("published %d MiB against %s: ok %v, want %v", tt.mib, c.SMI, c.OK, tt.want)
+			}
+		}
+		if !found {
+			t.Errorf("no memory check of %s", smi.Cards[0].UUID)
+		}
+	}
+}

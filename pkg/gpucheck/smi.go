@@ -22,6 +22,9 @@ type SMICard struct {
 	PCIBusID     string `xml:"pci>pci_bus_id"`
 	// MemoryTotal is e.g. "81559 MiB".
 	MemoryTotal string `xml:"fb_memory_usage>total"`
+	// MemoryReserved is the memory the driver keeps, e.g. "329 MiB";
+	// empty from an nvidia-smi that does not report it.
+	MemoryReserved string `xml:"fb_memory_usage>reserved"`
 	// ComputeMode is e.g. "Default" or "Exclusive_Process".
 	ComputeMode string `xml:"compute_mode"`
 	// MIGMode is "Enabled", "Disabled" or "N/A" (cards without MIG).
@@ -58,6 +61,12 @@ func (c SMICard) MemoryMiB() (int64, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// ReservedMiB parses the reserved memory, "329 MiB"; ok is false when
+// nvidia-smi does not report it or it cannot be read.
+func (c SMICard) ReservedMiB() (int64, bool) {
+	return SMICard{MemoryTotal: c.MemoryReserved}.MemoryMiB()
 }
 
 // BusID turns nvidia-smi's "00000000:1B:00.0" into the plugin's canonical

@@ -160,13 +160,23 @@ func newDevice(logger klog.Logger, g gpu.GPU, nvlinkDomain string, step int64, o
 			device.CapacityCompute: {Value: *resource.NewQuantity(device.ComputeCapacity, resource.DecimalSI)},
 		},
 	}
-	if g.MemoryBytes > 0 {
-		dev.Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(g.MemoryBytes, resource.BinarySI)}
+	// The memory capacity is what processes can allocate: the total less
+	// what the driver reserves (gpu.GPU.UnreservedMemoryBytes). Shares are
+	// sized from it, so a card filled with shares never promises memory
+	// the driver keeps; a claim naming no memory still gets all of it, the
+	// whole card.
+	memory := g.UnreservedMemoryBytes()
+	if memory > 0 {
+		dev.Capacity[device.CapacityMemory] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(memory, resource.BinarySI)}
+		if g.ReservedMemoryBytes > 0 {
+			logger.V(2).Info("Publishing the GPU's memory less what the driver reserves",
+				"memoryBytes", g.MemoryBytes, "reservedMemoryBytes", g.ReservedMemoryBytes, "capacityBytes", memory)
+		}
 	} else {
 		logger.Info("GPU reports no memory size; publishing it without memory capacity", "memoryBytes", g.MemoryBytes)
 	}
 
-	shareable := opts.Sharing && makeShareable(logger, &dev, g.MemoryBytes, step)
+	shareable := opts.Sharing && makeShareable(logger, &dev, memory, step)
 	attrs[device.AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr.To(shareable)}
 	if shareable && opts.ShareBackend != "" {
 		setString(logger, attrs, device.AttrShareBackend, opts.ShareBackend)
@@ -193,9 +203,11 @@ func hardwareAttributes(logger klog.Logger, g gpu.GPU, nvlinkDomain string, opts
 	return attrs
 }
 
-// makeShareable adds allowMultipleAllocations and the request policies. A
-// claim that names no capacity gets the defaults: all memory (so it holds
-// the whole card) and no compute share (time-sliced). It reports false, and
+// makeShareable adds allowMultipleAllocations and the request policies.
+// memoryBytes is the published memory capacity (the card's unreserved
+// memory). A claim that names no capacity gets the defaults: all of it
+// rounded down to the step (so it holds the whole card) and no compute
+// share (time-sliced). It reports false, and
 // leaves the device whole-card only, when the card is too small for the
 // policy the API accepts (min + step must fit into the capacity).
 func makeShareable(logger klog.Logger, dev *resourceapi.Device, memoryBytes, step int64) bool {

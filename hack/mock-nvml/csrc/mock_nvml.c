@@ -50,6 +50,7 @@ struct nvmlDevice_st {
     char bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* 00000000:1B:00.0 */
     unsigned int domain, bus, dev;
     unsigned long long memory;
+    unsigned long long reserved; /* of memory, kept by the driver (see nvmlDeviceGetMemoryInfo) */
     int numa;             /* -1: NOT_SUPPORTED */
     int arch;             /* -1: NOT_SUPPORTED */
     int brand;            /* -1: NOT_SUPPORTED */
@@ -165,11 +166,18 @@ static int parse_line(char *line, int lineno) {
             complain("line %d: more than %d GPUs", lineno, MAX_GPUS);
             return -1;
         }
-        if (sscanf(rest, "%u %u %127s %63s %llu %d %d %d %d %d", &g.index, &g.minor, uuid, bus, &g.memory,
-                   &g.numa, &g.arch, &g.brand, &g.cc_major, &g.cc_minor) != 10 ||
+        /* The reserved memory column is optional: none reserved. */
+        int fields = sscanf(rest, "%u %u %127s %63s %llu %d %d %d %d %d %llu", &g.index, &g.minor, uuid, bus, &g.memory,
+                            &g.numa, &g.arch, &g.brand, &g.cc_major, &g.cc_minor, &g.reserved);
+        if ((fields != 10 && fields != 11) ||
             parse_bus_id(bus, &g.domain, &g.bus, &g.dev) != 0 || strlen(uuid) >= sizeof g.uuid ||
             strlen(bus) >= sizeof g.bus_id) {
-            complain("line %d: want 'gpu <index> <minor> <uuid> <bus id> <memory> <numa> <arch> <brand> <cc major> <cc minor>'", lineno);
+            complain("line %d: want 'gpu <index> <minor> <uuid> <bus id> <memory> <numa> <arch> <brand> <cc major> <cc minor> "
+                     "[<reserved memory>]'", lineno);
+            return -1;
+        }
+        if (g.reserved >= g.memory) {
+            complain("line %d: reserved memory %llu must be below the card's memory %llu", lineno, g.reserved, g.memory);
             return -1;
         }
         strcpy(g.uuid, uuid);
@@ -631,13 +639,27 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int 
     return NVML_SUCCESS;
 }
 
+/* ---- memory: the driver keeps part of each card (the devices file's
+ * reserved column, 0 when absent), as NVIDIA documents it (nvml.h of
+ * go-nvml v0.13.4-1, nvmlMemory_t and nvmlMemory_v2_t; NVIDIA-FACTS.md,
+ * "Round two", "Memory the driver keeps"):
+ *   - v1 (nvmlMemory_t): total = free + used, used being "the sum of
+ *     reserved and allocated" memory;
+ *   - v2 (nvmlMemory_v2_t, version nvmlMemory_v2): total, reserved,
+ *     free = total - reserved - used, used being the allocated memory.
+ * (nvml.h's text of nvmlDeviceGetMemoryInfo_v2 says it "includes [reserved]
+ * in the used memory amount", against its struct's fields; free is the
+ * same either way. The mock follows the struct; a GPU run should record
+ * what a real driver reports.) No process allocates anything here:
+ * allocated memory is 0. A v2 call with another struct version is refused
+ * as NVML refuses it. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
     nvmlReturn_t ret = device(d);
     if (ret != NVML_SUCCESS || m == NULL)
         return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
     m->total = d.handle->memory;
-    m->free = d.handle->memory;
-    m->used = 0;
+    m->used = d.handle->reserved;
+    m->free = d.handle->memory - m->used;
     return NVML_SUCCESS;
 }
 
@@ -645,10 +667,12 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     nvmlReturn_t ret = device(d);
     if (ret != NVML_SUCCESS || m == NULL)
         return ret != NVML_SUCCESS ? ret : NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     m->total = d.handle->memory;
-    m->free = d.handle->memory;
+    m->reserved = d.handle->reserved;
     m->used = 0;
-    m->reserved = 0;
+    m->free = d.handle->memory - m->reserved - m->used;
     return NVML_SUCCESS;
 }
 

@@ -31,6 +31,11 @@ func TestStockDGXA100Mock(t *testing.T) {
 		dev.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
 			return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
 		}
+		// It serves only the v1 memory call: the total comes from
+		// there, reserved memory stays unknown.
+		dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED
+		}
 		want = append(want, gpu.GPU{
 			Index:                 i,
 			Minor:                 i,
@@ -82,6 +87,9 @@ func TestStockDGXA100MockMIG(t *testing.T) {
 		}
 		dev.GetGpuFabricInfoFunc = func() (nvml.GpuFabricInfo, nvml.Return) {
 			return nvml.GpuFabricInfo{}, nvml.ERROR_NOT_SUPPORTED
+		}
+		dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			return nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED
 		}
 	}
 	if _, ret := server.Devices[0].SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {

@@ -26,6 +26,12 @@ type mockCard struct {
 	ccMinor int
 	minor   int
 	memory  uint64
+	// reserved is nvmlMemory_v2_t.reserved: memory the driver keeps.
+	reserved uint64
+	// memoryV2Ret makes nvmlDeviceGetMemoryInfo_v2 fail this way (e.g.
+	// FUNCTION_NOT_FOUND: a driver without it); zero: it answers like the
+	// card's other calls.
+	memoryV2Ret nvml.Return
 	// busID is NVML's form, "00000000:1B:00.0".
 	busID    string
 	numa     int
@@ -133,8 +139,17 @@ func (c *mockCard) device(unsupportedFabric bool) *mock.Device {
 			return c.ccMajor, c.ccMinor, fail
 		},
 		GetMinorNumberFunc: func() (int, nvml.Return) { return c.minor, fail },
+		// As NVML documents them: v1 counts the reserved memory as used,
+		// v2 reports it apart.
 		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
-			return nvml.Memory{Total: c.memory, Free: c.memory}, fail
+			return nvml.Memory{Total: c.memory, Free: c.memory - min(c.reserved, c.memory), Used: min(c.reserved, c.memory)}, fail
+		},
+		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+			if c.memoryV2Ret != nvml.SUCCESS {
+				return nvml.Memory_v2{}, c.memoryV2Ret
+			}
+			free := c.memory - min(c.reserved, c.memory)
+			return nvml.Memory_v2{Total: c.memory, Reserved: c.reserved, Free: free}, fail
 		},
 		GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) { return pciInfo(c.busID), fail },
 		GetNumaNodeIdFunc: func() (int, nvml.Return) {

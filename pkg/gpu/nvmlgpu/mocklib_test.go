@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
@@ -115,5 +116,59 @@ func TestSourceOverMockLibraryMatchesFakeProfile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReservedMemoryOverMockLibrary follows the memory the driver keeps
+// from NVML to the ResourceSlice: the C mock serves a reserved amount
+// (nvmlDeviceGetMemoryInfo_v2), the source records it beside the total,
+// and the published memory capacity is the total less it, with the share
+// policy's default and maximum rounded down to the step (80Gi less 462Mi is
+// 81458Mi, 81408Mi in 256Mi steps). A card without reserved memory is
+// published as before.
+func TestReservedMemoryOverMockLibrary(t *testing.T) {
+	const node, reserved = "gpu-node-1", 462 << 20
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices, err := mocknvml.Flatten(p, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devices, err = mocknvml.WithReservedMemory(devices, map[int]int64{2: reserved}); err != nil {
+		t.Fatal(err)
+	}
+	mocknvml.UseDevices(t, devices)
+	ctx := context.Background()
+	src, done, err := Open(ctx, mockLibraryPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	gpus, err := src.GPUs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gpus[2]; g.MemoryBytes != 80<<30 || g.ReservedMemoryBytes != reserved {
+		t.Fatalf("card 2: memory %d reserved %d, want %d and %d", g.MemoryBytes, g.ReservedMemoryBytes, int64(80<<30), int64(reserved))
+	}
+	devs, err := resourceslices.Devices(gpus, resourceslices.Options{NodeName: node, Sharing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		index               int
+		capacity, allocated int64
+	}{{2, 80<<30 - reserved, 81408 << 20}, {3, 80 << 30, 80 << 30}} {
+		d := devs[tt.index]
+		m := d.Capacity[device.CapacityMemory]
+		if m.Value.Value() != tt.capacity || m.RequestPolicy.Default.Value() != tt.allocated || device.AllocatableMemory(&d) != tt.allocated {
+			t.Errorf("%s: memory capacity %s, default %s, allocatable %d; want %d, %d, %d", d.Name, &m.Value, m.RequestPolicy.Default,
+				device.AllocatableMemory(&d), tt.capacity, tt.allocated, tt.allocated)
+		}
+		if !device.HoldsWholeCard(true, m.RequestPolicy.Default.Value(), device.AllocatableMemory(&d)) {
+			t.Errorf("%s: a claim naming no memory does not hold the whole card", d.Name)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/uuid"
@@ -25,6 +26,9 @@ var driverVersionForm = regexp.MustCompile(`^[0-9]+(\.[0-9]+){1,3}$`)
 
 type source struct {
 	lib nvml.Interface
+	// noMemoryV2 logs, once per source, that the driver lacks
+	// nvmlDeviceGetMemoryInfo_v2 and reserved memory is unknown.
+	noMemoryV2 sync.Once
 }
 
 // New returns a Source reading the cards from lib, which must already be
@@ -58,7 +62,7 @@ func (s *source) GPUs(ctx context.Context) ([]gpu.GPU, error) {
 			logger.Error(err, "Skipping GPU: cannot get its NVML handle")
 			continue
 		}
-		r := cardReader{dev: dev, logger: logger}
+		r := cardReader{dev: dev, logger: logger, noMemoryV2: &s.noMemoryV2}
 		busID := r.pciBusID()
 		id, ret := dev.GetUUID()
 		if ret != nvml.SUCCESS || id == "" {
@@ -72,7 +76,7 @@ func (s *source) GPUs(ctx context.Context) ([]gpu.GPU, error) {
 			continue
 		}
 		r.logger = klog.LoggerWithValues(logger, "uuid", id)
-		memory := r.memoryBytes()
+		memory, reserved := r.memoryBytes()
 		g := gpu.GPU{
 			Index:                 i,
 			Minor:                 r.minor(),
@@ -84,6 +88,7 @@ func (s *source) GPUs(ctx context.Context) ([]gpu.GPU, error) {
 			DriverVersion:         driverVersion,
 			CUDADriverVersion:     cudaDriverVersion,
 			MemoryBytes:           memory,
+			ReservedMemoryBytes:   reserved,
 			PCIBusID:              busID,
 			NUMANode:              r.numaNode(),
 			FabricCliqueID:        r.fabricCliqueID(),
@@ -132,6 +137,9 @@ func (s *source) cudaDriverVersion(logger klog.Logger) string {
 type cardReader struct {
 	dev    nvml.Device
 	logger klog.Logger
+	// noMemoryV2 is the source's: the fallback to the v1 memory call is
+	// logged once, not once per card.
+	noMemoryV2 *sync.Once
 }
 
 // leaveOut logs a value the card did not report. An unsupported call is
@@ -210,17 +218,39 @@ func (r cardReader) computeCapability() string {
 	return fmt.Sprintf("%d.%d", major, minor)
 }
 
-func (r cardReader) memoryBytes() int64 {
-	m, ret := r.dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
+// memoryBytes returns the card's total memory and the part of it the driver
+// keeps (reserved: no process can allocate it), from
+// nvmlDeviceGetMemoryInfo_v2 (nvmlMemory_v2_t: total, reserved, free, used;
+// NVIDIA-FACTS.md, "Memory the driver keeps"). A driver without the v2 call
+// (FUNCTION_NOT_FOUND, NOT_SUPPORTED) is asked the v1 call, which has no
+// reserved field (it counts that memory as used), so reserved is 0: unknown.
+// A reserved amount not below the total is odd and left out (0).
+func (r cardReader) memoryBytes() (total, reserved int64) {
+	m, ret := r.dev.GetMemoryInfo_v2()
+	if errors.Is(ret, nvml.ERROR_FUNCTION_NOT_FOUND) || errors.Is(ret, nvml.ERROR_NOT_SUPPORTED) {
+		r.noMemoryV2.Do(func() {
+			r.logger.Info("NVML has no nvmlDeviceGetMemoryInfo_v2; reading total memory with the v1 call, the memory the driver reserves is unknown and counted as none",
+				"reason", ret.Error())
+		})
+		v1, ret := r.dev.GetMemoryInfo()
+		if ret != nvml.SUCCESS {
+			r.leaveOut("memory", ret)
+			return 0, 0
+		}
+		m = nvml.Memory_v2{Total: v1.Total}
+	} else if ret != nvml.SUCCESS {
 		r.leaveOut("memory", ret)
-		return 0
+		return 0, 0
 	}
 	if m.Total == 0 || m.Total > math.MaxInt64 {
 		r.oddValue("memory", m.Total)
-		return 0
+		return 0, 0
 	}
-	return int64(m.Total)
+	if m.Reserved >= m.Total {
+		r.oddValue("reservedMemory", m.Reserved)
+		return int64(m.Total), 0
+	}
+	return int64(m.Total), int64(m.Reserved)
 }
 
 func (r cardReader) pciBusID() string {
