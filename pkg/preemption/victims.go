@@ -580,26 +580,37 @@ func (s *search) decision(set []int) (Decision, error) {
 	return d, nil
 }
 
-// holdsWhole says whether one of the claim's results takes a whole device:
-// no share ID, no consumed capacity, or all of the device's memory.
+// holdsWhole says whether one of the claim's results takes a whole device,
+// by the device contract's rule (device.HoldsWholeCard): no share ID, no
+// consumed memory, or all of the device's allocatable memory (the request
+// policy's maximum, which is below the capacity when the capacity is no
+// whole number of steps, as on most real cards).
 func (s *search) holdsWhole(c *resourceapi.ResourceClaim) bool {
 	for _, r := range c.Status.Allocation.Devices.Results {
-		used, ok := r.ConsumedCapacity[device.CapacityMemory]
-		if r.ShareID == nil || !ok {
+		if r.ShareID == nil || device.ConsumedMemory(r.ConsumedCapacity) == device.NoMemoryConsumed {
 			return true
 		}
-		for _, sl := range s.node.Slices {
-			if sl.Spec.Driver != r.Driver || sl.Spec.Pool.Name != r.Pool {
-				continue
-			}
-			for _, d := range sl.Spec.Devices {
-				if capacity, ok := d.Capacity[device.CapacityMemory]; ok && d.Name == r.Device && used.Cmp(capacity.Value) >= 0 {
-					return true
-				}
-			}
+		if d := s.sliceDevice(r.Driver, r.Pool, r.Device); d != nil &&
+			device.HoldsWholeCard(true, device.ConsumedMemory(r.ConsumedCapacity), device.AllocatableMemory(d)) {
+			return true
 		}
 	}
 	return false
+}
+
+// sliceDevice finds a published device of the node; nil if none.
+func (s *search) sliceDevice(driver, pool, name string) *resourceapi.Device {
+	for _, sl := range s.node.Slices {
+		if sl.Spec.Driver != driver || sl.Spec.Pool.Name != pool {
+			continue
+		}
+		for i := range sl.Spec.Devices {
+			if sl.Spec.Devices[i].Name == name {
+				return &sl.Spec.Devices[i]
+			}
+		}
+	}
+	return nil
 }
 
 // binomial is n choose k, saturating well above any budget.
