@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
@@ -252,4 +254,44 @@ func TestHealthAndMetricsReportAnUnresponsiveControlDaemon(t *testing.T) {
 	if _, body := healthz(); strings.Contains(body, "UNRESPONSIVE") {
 		t.Errorf("/healthz after recovery = %q", body)
 	}
+}
+
+// Once a control command got no answer, shares are refused at once, naming
+// it, without sending commands of their own: five shares queued behind the
+// hung one do not each wait a deadline under the state lock, and a whole
+// card after them is prepared at once (issue 37, item 1).
+func TestSharesRefusedAtOnceWhileControlUnresponsive(t *testing.T) {
+	const controlTimeout = 3 * time.Second
+	h, ctl := newV3StandInHarness(t, controlTimeout)
+	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ctl.Set("list")
+	if err := h.prepare(claimWith("s1", shareResult("gpu", "gpu-1", "share-1", "10Gi", "")))["s1"].Err; err == nil {
+		t.Fatal("share prepared although the control daemon does not answer")
+	}
+	// Five shares, one after another as the state lock orders them: before
+	// the fix each waited a worker probe's deadline; now none waits.
+	mpstest.ReturnsWithin(t, controlTimeout, "five shares while the control daemon is unresponsive", func() error {
+		for i := 2; i < 7; i++ {
+			uid := fmt.Sprintf("s%d", i)
+			err := h.prepare(claimWith(uid, shareResult("gpu", "gpu-1", fmt.Sprintf("share-%d", i), "1Gi", "")))[types.UID(uid)].Err
+			var notReady *mps.DaemonNotReadyError
+			if !errors.As(err, &notReady) || !strings.Contains(err.Error(), "unresponsive") || !strings.Contains(err.Error(), "list") {
+				t.Errorf("share %s while the control daemon is unresponsive: %v, want a DaemonNotReadyError naming the command that got no answer", uid, err)
+			}
+		}
+		return nil
+	})
+	mpstest.ReturnsWithin(t, controlTimeout, "a whole card after the refused shares", func() error {
+		if err := h.prepare(claimWith("w", wholeResult("gpu", "gpu-3")))["w"].Err; err != nil {
+			t.Errorf("whole card: %v", err)
+		}
+		return nil
+	})
+	ctl.Set("")
+	if err := h.prepareLikeKubelet(claimWith("s2", shareResult("gpu", "gpu-1", "share-2", "1Gi", ""))); err != nil {
+		t.Fatalf("a share once the control daemon answers again: %v", err)
+	}
+	h.assertConsistent()
 }

@@ -17,7 +17,9 @@ import (
 // Acquire records that claim holds shares and, for cards that had no share
 // yet, sets EXCLUSIVE_PROCESS; the daemon must be running. It waits at most
 // Timing.ReadyWait for the daemon and otherwise returns a
-// *DaemonNotReadyError at once, while the worker keeps starting it. In v3
+// *DaemonNotReadyError at once, while the worker keeps starting it; while
+// the control daemon is known unresponsive (a command got no answer) it
+// returns one at once, naming that command, and sends nothing. In v3
 // mode it then creates the claim's /dev/shm and namespace, with the
 // shares' limits; a server not listed as running is a *DaemonNotReadyError
 // too. Acquiring again for the same claim changes nothing. On error nothing
@@ -72,6 +74,14 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 	}
 	if len(cards) == 0 {
 		return false, nil
+	}
+	if !m.unresponsiveSince.IsZero() {
+		// A control command got no answer: refuse at once, sending none,
+		// rather than wait a deadline under the caller's state lock that
+		// whole cards queue behind. Only the worker probes the daemon.
+		m.verify = true
+		m.kickWorker()
+		return false, &DaemonNotReadyError{Claim: claim, Cause: m.lastTimeout}
 	}
 	var switched, added []string
 	for _, uuid := range cards {

@@ -49,6 +49,11 @@ func (m *Manager) AwaitDaemon(ctx context.Context) (done func(), err error) {
 			m.kickWorker()
 		})
 	}
+	if !m.unresponsiveSince.IsZero() {
+		// Known hung: waiting would only delay the call; Acquire refuses
+		// the share at once and the worker probes.
+		return done, m.lastTimeout
+	}
 	fresh := m.guard != nil && !m.inUseLocked()
 	err = m.waitReadyLocked(ctx, fresh, wait, false)
 	if errors.Is(err, errStillStarting) {
