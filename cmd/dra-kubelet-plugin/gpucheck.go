@@ -50,7 +50,9 @@ func newGPUCheckCommand() *cobra.Command {
 NVML inventory against nvidia-smi, CDI edits against the driver root, the
 health monitor's event registration, share enforcement detection, classic
 MPS with a pinned memory limit, and, on driver 615+ with cgroup v2 and dmem,
-MPS v3 namespaces and the memory-limit hook. It reads the GPUs' settings and
+MPS v3 namespaces and the memory-limit hook; it records each card's reserved
+memory beside the memory the plugin publishes, and what NVML's process lists
+show of two classic MPS clients. It reads the GPUs' settings and
 never changes them. Progress goes to stdout, logs to stderr; the last line
 is "N passed, M failed, K skipped", and the exit status is 1 if any failed.`,
 		Args: cobra.NoArgs,
@@ -69,7 +71,7 @@ func newMPSCheckCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runGPUCheck(cmd, f, func(name string) bool {
-				return !strings.HasPrefix(name, "CDI") && !strings.HasPrefix(name, "health") && !strings.HasPrefix(name, "enforcement") && !strings.HasPrefix(name, "MIG")
+				return !strings.HasPrefix(name, "CDI") && !strings.HasPrefix(name, "health") && !strings.HasPrefix(name, "enforcement") && !strings.HasPrefix(name, "MIG") && !strings.HasPrefix(name, "reserved memory")
 			})
 		},
 	}

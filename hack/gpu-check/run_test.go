@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/probe"
 )
 
 // TestRunRefusesAtOnceWithoutGPU: run (this directory's, or the one at
@@ -93,5 +95,35 @@ func TestRunRefusesAtOnceWithoutGPU(t *testing.T) {
 				t.Errorf("%s was created although the check refused", out)
 			}
 		})
+	}
+}
+
+// TestRunListsTheChecks: run's help names every check the plugin runs
+// (the part of each name before the colon), in the order they run.
+func TestRunListsTheChecks(t *testing.T) {
+	out, err := exec.Command("./run", "--help").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := strings.Join(strings.Fields(string(out)), " ")
+	checks, done := probe.Checks(probe.Config{})
+	defer done()
+	at := 0
+	for _, c := range checks {
+		name, _, _ := strings.Cut(c.Name, ":")
+		i := -1
+		for _, end := range []string{" (", ",", "."} {
+			if j := strings.Index(help[at:], " "+name+end); j >= 0 && (i < 0 || j < i) {
+				i = j
+			}
+		}
+		if i < 0 {
+			t.Errorf("run --help does not list %q (as \"NAME (\", \"NAME,\" or \"NAME.\") after the checks before it", name)
+			continue
+		}
+		at += i + len(name)
+	}
+	if t.Failed() {
+		t.Logf("run --help:\n%s", out)
 	}
 }

@@ -218,11 +218,13 @@ type Part struct {
 }
 
 // CombineParts makes one outcome of a check's parts: failed when a part
-// failed, else passed; skipped parts are named with their reason.
+// failed, else passed (noted when a part was); skipped parts are named
+// with their reason.
 func CombineParts(parts ...Part) Outcome {
 	var details []string
-	failed := false
+	failed, noted := false, false
 	for _, p := range parts {
+		noted = noted || p.Outcome.Noted
 		switch p.Outcome.Result {
 		case Failed:
 			failed = true
@@ -236,5 +238,7 @@ func CombineParts(parts ...Part) Outcome {
 	if failed {
 		return Fail("%s", strings.Join(details, "; "))
 	}
-	return Pass("%s", strings.Join(details, "; "))
+	out := Pass("%s", strings.Join(details, "; "))
+	out.Noted = noted
+	return out
 }

@@ -93,7 +93,7 @@ func WriteMarkdown(w io.Writer, r Report) error {
 	row("Result", r.Summary)
 	fmt.Fprintf(&b, "\n## Checks\n\n| Check | Result | Time | Detail |\n|---|---|---|---|\n")
 	for _, rec := range r.Records {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(rec.Name), resultMark(rec.Result), rec.Duration.Round(100*time.Millisecond), cell(rec.Detail))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(rec.Name), resultMark(rec.Outcome), rec.Duration.Round(100*time.Millisecond), cell(rec.Detail))
 	}
 	fmt.Fprintf(&b, "\n%s\n", r.Summary)
 	_, err := io.WriteString(w, b.String())
@@ -107,9 +107,12 @@ func WriteJSON(w io.Writer, r Report) error {
 	return enc.Encode(r)
 }
 
-func resultMark(r Result) string {
-	switch r {
+func resultMark(o Outcome) string {
+	switch o.Result {
 	case Passed:
+		if o.Noted {
+			return "PASS, note"
+		}
 		return "PASS"
 	case Skipped:
 		return "skip"

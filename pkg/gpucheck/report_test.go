@@ -37,6 +37,13 @@ func TestReport(t *testing.T) {
 			},
 		},
 		{
+			name:     "a noted pass is marked and counted as passed",
+			machine:  m,
+			records:  []Record{{Name: "reserved memory", Outcome: Note("note: gpu 0: the plugin publishes more")}},
+			wantStem: "gpu-check-h200-driver-580.159.03-kernel-6.18.0-fc-20261127T063000Z",
+			want:     []string{"| reserved memory | PASS, note | 0s | note: gpu 0: the plugin publishes more |", "1 passed, 0 failed, 0 skipped"},
+		},
+		{
 			name:     "no GPU found",
 			machine:  Machine{Kernel: "6.1"},
 			records:  []Record{{Name: "driver", Outcome: Skip("x")}},

@@ -23,6 +23,10 @@ type Outcome struct {
 	// Detail says what was compared or run and what came of it; for a
 	// skip, the reason.
 	Detail string `json:"detail"`
+	// Noted marks a passed check whose detail records something to look
+	// at (a figure to learn from, a value the plugin may get wrong) that
+	// is not a failure; the report shows it as "PASS, note".
+	Noted bool `json:"noted,omitempty"`
 }
 
 // Pass, Fail and Skip build outcomes.
@@ -32,6 +36,11 @@ func Pass(format string, args ...any) Outcome {
 
 func Fail(format string, args ...any) Outcome {
 	return Outcome{Result: Failed, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Note is a pass that asks to be read (Outcome.Noted).
+func Note(format string, args ...any) Outcome {
+	return Outcome{Result: Passed, Detail: fmt.Sprintf(format, args...), Noted: true}
 }
 
 func Skip(format string, args ...any) Outcome {
@@ -94,7 +103,11 @@ func (r Runner) Run(ctx context.Context, checks []Check) []Record {
 			out = r.runOne(ctx, c, grace)
 		}
 		rec := Record{Name: c.Name, Outcome: out, Duration: now().Sub(start)}
-		fmt.Fprintf(r.Out, "    %s %s (%s): %s\n", strings.ToUpper(string(out.Result)), c.Name, rec.Duration.Round(100*time.Millisecond), out.Detail)
+		mark := strings.ToUpper(string(out.Result))
+		if out.Noted {
+			mark += " (note)"
+		}
+		fmt.Fprintf(r.Out, "    %s %s (%s): %s\n", mark, c.Name, rec.Duration.Round(100*time.Millisecond), out.Detail)
 		records = append(records, rec)
 	}
 	return records

@@ -21,9 +21,11 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
@@ -32,6 +34,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // Config says where things are on the machine and in the bundle.
@@ -100,12 +103,14 @@ func Checks(cfg Config) ([]gpucheck.Check, func()) {
 	checks := []gpucheck.Check{
 		{Name: "driver: nvidia-smi report and GPU settings", Timeout: 45 * time.Second, Run: s.checkSMI},
 		{Name: "inventory: NVML (pkg/gpu/nvmlgpu) against nvidia-smi", Timeout: 45 * time.Second, Run: s.checkInventory},
+		{Name: "reserved memory: NVML v2 total, reserved, free, used per card against the memory the plugin publishes (read only)", Timeout: 15 * time.Second, Run: s.checkReservedMemory},
 		{Name: "MIG: NVML's profiles and placements against the mock's tables (read only)", Timeout: 30 * time.Second, Run: s.checkMIG},
 		{Name: "MIG caps: mig-minors, /proc/devices and /dev/nvidia-caps as the plugin reads them (read only)", Timeout: 15 * time.Second, Run: s.checkMIGCaps},
 		{Name: "CDI: nvcdi edits against the driver root", Timeout: 60 * time.Second, Run: s.checkCDI},
 		{Name: "health: NVML event registration of the monitor", Timeout: 30 * time.Second, Run: s.checkHealth},
 		{Name: "enforcement: detected level and reasons", Timeout: 15 * time.Second, Run: s.checkEnforcement},
 		{Name: "MPS classic: private multi-user daemon, a share's container view, two users, pinned limit, teardown", Timeout: 150 * time.Second, Run: s.checkClassicMPS},
+		{Name: "MPS classic processes: NVML's compute and MPS process lists while two clients of a private daemon hold memory (read only)", Timeout: 120 * time.Second, Run: s.checkMPSProcesses},
 		{Name: "MPS v3: a namespace per client, limits, teardown", Timeout: 150 * time.Second, Run: s.checkV3},
 		{Name: "memory limit: tangram-cdi-hook on a scratch cgroup", Timeout: 90 * time.Second, Run: s.checkMemoryLimitHook},
 		{Name: "settings unchanged: compute mode and MIG as found", Timeout: 30 * time.Second, Run: s.checkSettingsUnchanged},
@@ -278,6 +283,48 @@ func (s *state) checkInventory(ctx context.Context, progress gpucheck.Progress) 
 		s.writeArtefact("nvml-inventory.json", b)
 	}
 	return gpucheck.InventoryOutcome(cards, s.ref)
+}
+
+// checkReservedMemory asks NVML each card's memory, v2 (total, reserved,
+// free, used) and v1, and sets it beside the memory capacity the plugin
+// publishes for the card: resourceslices.Devices over the inventory's
+// cards, as the slices subcommand builds them (sharing on, the default
+// memory step). Queries only.
+func (s *state) checkReservedMemory(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {
+	if out, ok := s.needCards(); !ok {
+		return out
+	}
+	progress("asking NVML each card's memory: nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetMemoryInfo (queries only)")
+	cards, err := nvmlMemory(s.src)
+	if err != nil {
+		return gpucheck.Fail("reading the cards' memory through NVML: %v", err)
+	}
+	progress("building the devices the plugin publishes (pkg/resourceslices, sharing on, default memory step)")
+	devs, err := resourceslices.Devices(s.cards, resourceslices.Options{NodeName: "gpu-check", Sharing: true, Logger: klog.FromContext(ctx)})
+	if err != nil {
+		return gpucheck.Fail("building the plugin's devices: %v", err)
+	}
+	byName := map[string]*resourceapi.Device{}
+	for i := range devs {
+		byName[devs[i].Name] = &devs[i]
+	}
+	for i, c := range cards {
+		for _, g := range s.cards {
+			if g.UUID != c.UUID {
+				continue
+			}
+			if d, ok := byName[device.CardDeviceName(g.Index)]; ok {
+				if m, ok := d.Capacity[device.CapacityMemory]; ok {
+					cards[i].Published = m.Value.Value()
+				}
+				cards[i].PublishedMax = device.AllocatableMemory(d)
+			}
+		}
+	}
+	if b, err := json.MarshalIndent(cards, "", "  "); err == nil {
+		s.writeArtefact("nvml-memory.json", b)
+	}
+	return gpucheck.MemoryOutcome(cards)
 }
 
 func (s *state) checkMIG(ctx context.Context, progress gpucheck.Progress) gpucheck.Outcome {

@@ -113,17 +113,19 @@ func TestChecksOverMockLibrary(t *testing.T) {
 		result gpucheck.Result
 		says   string
 	}{
-		"driver":             {gpucheck.Passed, "NVIDIA L4"},
-		"inventory":          {gpucheck.Passed, "4 cards"},
-		"MIG":                {gpucheck.Skipped, "MIG mode ERROR_NOT_SUPPORTED"},
-		"MIG caps":           {gpucheck.Passed, "gpu0/gi0/access: minor 3 as the mock's layout gives"},
-		"CDI":                {gpucheck.Failed, "do not exist"},
-		"health":             {gpucheck.Passed, "every card registered"},
-		"enforcement":        {gpucheck.Passed, "level advisory"},
-		"MPS classic":        {gpucheck.Skipped, "no nvidia-cuda-mps-control"},
-		"MPS v3":             {gpucheck.Skipped, "older than 615"},
-		"memory limit":       {gpucheck.Skipped, "older than 615"},
-		"settings unchanged": {gpucheck.Passed, "4 card(s)"},
+		"driver":                {gpucheck.Passed, "NVIDIA L4"},
+		"inventory":             {gpucheck.Passed, "4 cards"},
+		"reserved memory":       {gpucheck.Passed, "every card publishes at most its total − reserved memory: gpu 0: v2 total 24576 MiB"},
+		"MIG":                   {gpucheck.Skipped, "MIG mode ERROR_NOT_SUPPORTED"},
+		"MIG caps":              {gpucheck.Passed, "gpu0/gi0/access: minor 3 as the mock's layout gives"},
+		"CDI":                   {gpucheck.Failed, "do not exist"},
+		"health":                {gpucheck.Passed, "every card registered"},
+		"enforcement":           {gpucheck.Passed, "level advisory"},
+		"MPS classic":           {gpucheck.Skipped, "no nvidia-cuda-mps-control"},
+		"MPS classic processes": {gpucheck.Skipped, "no nvidia-cuda-mps-control"},
+		"MPS v3":                {gpucheck.Skipped, "older than 615"},
+		"memory limit":          {gpucheck.Skipped, "older than 615"},
+		"settings unchanged":    {gpucheck.Passed, "4 card(s)"},
 	}
 	if len(records) != len(want) {
 		t.Fatalf("%d records, want %d:\n%s", len(records), len(want), progress.String())
@@ -139,7 +141,7 @@ func TestChecksOverMockLibrary(t *testing.T) {
 			t.Errorf("%s: %s: %s; want %s saying %q", r.Name, r.Result, r.Detail, w.result, w.says)
 		}
 	}
-	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "nvml-mig.json", "mig-minors.txt", "cdi-edits.json"} {
+	for _, f := range []string{"nvidia-smi-q.xml", "nvidia-smi-topo.txt", "nvml-inventory.json", "nvml-memory.json", "nvml-mig.json", "mig-minors.txt", "cdi-edits.json"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("artefact %s: %v", f, err)
 		}
