@@ -17,8 +17,8 @@ func TestGPUCheckWithoutDriver(t *testing.T) {
 		subcommand string
 		checks     int
 	}{
-		{name: "all checks", subcommand: "gpu-check", checks: 13},
-		{name: "MPS only", subcommand: "mps-check", checks: 7},
+		{name: "all checks", subcommand: "gpu-check", checks: 14},
+		{name: "MPS only", subcommand: "mps-check", checks: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "report")

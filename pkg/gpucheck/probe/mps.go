@@ -165,6 +165,14 @@ func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, na
 		return nil, fmt.Errorf("creating the private MPS directory: %w", err)
 	}
 	layout := mps.Layout{Root: dir}
+	server := ""
+	if v3 {
+		server = mps.DefaultV3Server
+	}
+	if err := layout.CheckSocketPaths(server); err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("the check's own MPS root under its work directory %s: %w", s.cfg.WorkDir, err)
+	}
 	ms := &mpsSession{s: s, layout: layout, before: s.mpsProcesses(), card: g}
 	progress("MPS directories under %s (never the default /tmp/nvidia-mps); card %s (%s)", dir, g.UUID, d.Card.ComputeMode)
 	var wrap []string

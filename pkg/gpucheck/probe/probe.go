@@ -109,6 +109,7 @@ func Checks(cfg Config) ([]gpucheck.Check, func()) {
 		{Name: "CDI: nvcdi edits against the driver root", Timeout: 60 * time.Second, Run: s.checkCDI},
 		{Name: "health: NVML event registration of the monitor", Timeout: 30 * time.Second, Run: s.checkHealth},
 		{Name: "enforcement: detected level and reasons", Timeout: 15 * time.Second, Run: s.checkEnforcement},
+		{Name: "MPS socket paths: the longest control and v3 namespace socket under the chart's default MPS root and under this check's own fit in 107 bytes (read only)", Timeout: 5 * time.Second, Run: s.checkSocketPaths},
 		{Name: "MPS classic: private multi-user daemon, a share's container view, two users, pinned limit, teardown", Timeout: 150 * time.Second, Run: s.checkClassicMPS},
 		{Name: "MPS classic processes: NVML's compute and MPS process lists while two clients of a private daemon hold memory (read only)", Timeout: 120 * time.Second, Run: s.checkMPSProcesses},
 		{Name: "MPS v3: a namespace per client, limits, teardown", Timeout: 150 * time.Second, Run: s.checkV3},

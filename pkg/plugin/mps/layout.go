@@ -24,6 +24,16 @@ func (l Layout) PipeDir() string { return filepath.Join(l.Root, "pipe") }
 // (nvidia-cuda-mps-control without -f, and the CUDA runtime) connect to it.
 func (l Layout) ControlSocket() string { return filepath.Join(l.PipeDir(), control.SocketName) }
 
+// LongestSocketPath is the longest socket path the control daemon binds
+// under the layout: in MPS v3 (v3Server set) a claim's namespace endpoint,
+// in classic MPS its own control socket.
+func (l Layout) LongestSocketPath(v3Server string) string {
+	if v3Server != "" {
+		return filepath.Join(l.NamespacePipeDir(v3Server, longestClaimUID), control.SocketName)
+	}
+	return l.ControlSocket()
+}
+
 // longestClaimUID stands for any claim's UID: Kubernetes UIDs are 36
 // characters.
 const longestClaimUID = "00000000-0000-0000-0000-000000000000"
@@ -36,10 +46,7 @@ const longestClaimUID = "00000000-0000-0000-0000-000000000000"
 // two": a longer pipe directory failed on r615). A path that does not fit
 // would fail every share on the node, so the plugin checks at start-up.
 func (l Layout) CheckSocketPaths(v3Server string) error {
-	longest := l.ControlSocket()
-	if v3Server != "" {
-		longest = filepath.Join(l.NamespacePipeDir(v3Server, longestClaimUID), control.SocketName)
-	}
+	longest := l.LongestSocketPath(v3Server)
 	if over := len(longest) - control.MaxSocketPath; over > 0 {
 		return fmt.Errorf("--mps-root %s (chart kubeletPlugin.hostPaths.mpsRoot) is %d characters too long: the MPS socket %s would be %d bytes, and Linux limits a Unix socket path to %d; choose a shorter --mps-root",
 			l.Root, over, longest, len(longest), control.MaxSocketPath)
