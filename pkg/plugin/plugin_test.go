@@ -168,3 +168,40 @@ func TestRunRefusesNegativeSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRefusesAnMPSRootTooLongForItsSockets: the plugin does not start
+// on an --mps-root under which the MPS control daemon's socket could not
+// be bound (Linux: 107 bytes), and says which flag to shorten, rather than
+// failing every share later.
+func TestRunRefusesAnMPSRootTooLongForItsSockets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	sockDir, err := os.MkdirTemp("", "tg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	long := filepath.Join(dir, strings.Repeat("m", 100))
+	err = Run(ctx, Options{
+		CDIRoot:       filepath.Join(dir, "cdi"),
+		RegistrarDir:  filepath.Join(sockDir, "reg"),
+		PluginDir:     filepath.Join(sockDir, "plugin"),
+		StateDir:      filepath.Join(dir, "state"),
+		MPSRoot:       long,
+		MPSShmSize:    "0",
+		MPSDaemonMode: MPSDaemonProcess,
+	}, Node{
+		NodeName: testNode,
+		GPUs:     testGPUs(),
+		FakeGPUs: true,
+		Sharing:  true,
+		Resources: func(map[string]string) (*resourceslice.DriverResources, error) {
+			return resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode, Sharing: true})
+		},
+		KubeClient: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}}),
+	})
+	if err == nil || !strings.Contains(err.Error(), "--mps-root "+long) || !strings.Contains(err.Error(), "107") {
+		t.Fatalf("Run with a %d-character --mps-root: %v, want a refusal naming --mps-root and the 107-byte limit", len(long), err)
+	}
+}
