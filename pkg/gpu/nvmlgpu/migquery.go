@@ -43,7 +43,7 @@ func queryCardMIG(index int, dev nvml.Device) gpu.MIGQuery {
 		q.MemoryMiB = cardBytes >> 20
 	}
 	current, pending, ret := dev.GetMigMode()
-	q.ModeReturn = returnName(ret)
+	q.ModeReturn = ReturnName(ret)
 	q.Enabled, q.Pending = current == nvml.DEVICE_MIG_ENABLE, pending == nvml.DEVICE_MIG_ENABLE
 	// NVML's profile values run from 0 to NVML_GPU_INSTANCE_PROFILE_COUNT;
 	// the bound stops a library that never says INVALID_ARGUMENT.
@@ -60,7 +60,7 @@ func queryCardMIG(index int, dev nvml.Device) gpu.MIGQuery {
 func queryProfile(dev nvml.Device, profile int, cardBytes int64) gpu.MIGProfileQuery {
 	p := gpu.MIGProfileQuery{Profile: profile}
 	info, version, name, ret := profileInfo(dev, profile)
-	p.Return = returnName(ret)
+	p.Return = ReturnName(ret)
 	if ret != nvml.SUCCESS {
 		return p
 	}
@@ -68,11 +68,11 @@ func queryProfile(dev nvml.Device, profile int, cardBytes int64) gpu.MIGProfileQ
 	// The inventory asks with the v1 call (go-nvml's mocks cannot stand in
 	// for the versioned one): record that it answers the same.
 	if v1, ret1 := dev.GetGpuInstanceProfileInfo(profile); ret1 != nvml.SUCCESS {
-		p.V1Return = returnName(ret1)
+		p.V1Return = ReturnName(ret1)
 	} else if v1.Id != info.Id || v1.SliceCount != info.SliceCount || v1.MemorySizeMB != info.MemorySizeMB || v1.InstanceCount != info.InstanceCount {
 		p.V1Return = fmt.Sprintf("SUCCESS but differs: ID %d, slices %d, %d MiB, %d instances", v1.Id, v1.SliceCount, v1.MemorySizeMB, v1.InstanceCount)
 	} else {
-		p.V1Return = returnName(ret1)
+		p.V1Return = ReturnName(ret1)
 	}
 	p.ID, p.ComputeSlices, p.Instances = int(info.Id), int(info.SliceCount), int(info.InstanceCount)
 	p.Multiprocessors, p.CopyEngines = int(info.MultiprocessorCount), int(info.CopyEngineCount)
@@ -84,7 +84,7 @@ func queryProfile(dev nvml.Device, profile int, cardBytes int64) gpu.MIGProfileQ
 		p.TangramName = name
 	}
 	placements, ret := dev.GetGpuInstancePossiblePlacements(&info)
-	p.PlacementsReturn = returnName(ret)
+	p.PlacementsReturn = ReturnName(ret)
 	for _, pl := range placements {
 		p.Placements = append(p.Placements, gpu.MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})
 	}

@@ -62,8 +62,8 @@ var returnNames = map[nvml.Return]string{
 	nvml.ERROR_UNKNOWN:                   "ERROR_UNKNOWN",
 }
 
-// returnName is ret as nvml.h names it, or its number and message.
-func returnName(ret nvml.Return) string {
+// ReturnName is ret as nvml.h names it, or its number and message.
+func ReturnName(ret nvml.Return) string {
 	if n, ok := returnNames[ret]; ok {
 		return n
 	}

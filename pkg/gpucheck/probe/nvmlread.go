@@ -20,28 +20,9 @@ import (
 // lacks: calling it would kill the process, so it is looked up first.
 const symbolMissing = "symbol missing"
 
-// retNames spell the returns these calls may give as nvml.h does (the
-// real library's own strings are prose, e.g. "Not Supported").
-var retNames = map[nvml.Return]string{
-	nvml.SUCCESS:                         gpucheck.NVMLSuccess,
-	nvml.ERROR_NOT_SUPPORTED:             gpucheck.NVMLNotSupported,
-	nvml.ERROR_UNINITIALIZED:             "ERROR_UNINITIALIZED",
-	nvml.ERROR_INVALID_ARGUMENT:          "ERROR_INVALID_ARGUMENT",
-	nvml.ERROR_NO_PERMISSION:             "ERROR_NO_PERMISSION",
-	nvml.ERROR_NOT_FOUND:                 "ERROR_NOT_FOUND",
-	nvml.ERROR_INSUFFICIENT_SIZE:         "ERROR_INSUFFICIENT_SIZE",
-	nvml.ERROR_GPU_IS_LOST:               "ERROR_GPU_IS_LOST",
-	nvml.ERROR_FUNCTION_NOT_FOUND:        "ERROR_FUNCTION_NOT_FOUND",
-	nvml.ERROR_ARGUMENT_VERSION_MISMATCH: "ERROR_ARGUMENT_VERSION_MISMATCH",
-	nvml.ERROR_UNKNOWN:                   "ERROR_UNKNOWN",
-}
-
-func retName(ret nvml.Return) string {
-	if n, ok := retNames[ret]; ok {
-		return n
-	}
-	return fmt.Sprintf("ERROR %d (%s)", int32(ret), ret.Error())
-}
+// retName spells a return as nvml.h does (the one spelling of
+// nvmlgpu), so the judgments compare names, not numbers.
+var retName = nvmlgpu.ReturnName
 
 // nvmlMemory reads every card's memory through the library under src.
 func nvmlMemory(src gpu.Source) ([]gpucheck.CardMemory, error) {
