@@ -50,6 +50,11 @@ func TestClaimSpecsMemoryLimitHook(t *testing.T) {
 			for _, d := range written.Devices {
 				for _, h := range d.ContainerEdits.Hooks {
 					got = append(got, h.Args)
+					// The written spec carries the OCI timeout: the runtime
+					// kills a hung hook instead of waiting on it for ever.
+					if h.Timeout == nil || *h.Timeout != MemoryLimitHookTimeout {
+						t.Errorf("hook timeout in the written spec %v, want %d s", h.Timeout, MemoryLimitHookTimeout)
+					}
 				}
 			}
 			if !reflect.DeepEqual(got, tt.want) {
