@@ -38,6 +38,7 @@ func run(args []string, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
+	cfg.Warn = os.Stderr
 	lib, err := driverroot.Root{Path: cfg.DriverRoot}.NVMLLibraryPath()
 	if err != nil {
 		return err

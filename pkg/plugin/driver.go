@@ -50,6 +50,10 @@ type Config struct {
 	// ClaimDirs makes each claim's own /dev/shm, which its spec mounts
 	// (cdi.ClaimSpecs.ClaimShmDir); nil makes none.
 	ClaimDirs ClaimDirs
+	// MemoryLimitRecords are tangram-cdi-hook's records of which pod holds
+	// each hard share claim; those of claims not prepared are swept at
+	// start-up. nil sweeps none.
+	MemoryLimitRecords MemoryLimitRecords
 	// ListClaims is used only to rebuild state after a corrupt checkpoint.
 	ListClaims ClaimLister
 	// ClaimStatus, if set, receives each prepared claim's device data

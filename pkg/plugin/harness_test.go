@@ -19,6 +19,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
@@ -125,6 +126,8 @@ func (h *harness) tryStart() error {
 		Configs:   ResolveConfigs,
 		Shares:    h.shares,
 		ClaimDirs: h.claimDirs(),
+		// tangram-cdi-hook's records, swept at start-up.
+		MemoryLimitRecords: h.memoryLimitRecords(),
 		// The pipe directory recorded on MPS shares.
 		MPSPipeDir: layout.PipeDir(),
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
@@ -144,6 +147,12 @@ func (h *harness) tryStart() error {
 // as the plugin makes them (plain directories: no tmpfs in tests).
 func (h *harness) claimDirs() mps.ClaimDirs {
 	return mps.ClaimDirs{Layout: mps.Layout{Root: filepath.Join(h.dir, "mps")}}
+}
+
+// memoryLimitRecords are tangram-cdi-hook's records of the node, under
+// the state directory as the plugin keeps them.
+func (h *harness) memoryLimitRecords() records.Dir {
+	return records.Dir{Path: MemoryLimitStateDir(filepath.Join(h.dir, "state"))}
 }
 
 // restart starts a new Driver as a new process would; crash hooks are off.

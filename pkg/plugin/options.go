@@ -327,6 +327,10 @@ func (o *Options) NVIDIACDIHookPath(root driverroot.Root) (string, error) {
 	return hook, nil
 }
 
+// MemoryLimitStateDir is where tangram-cdi-hook keeps its records, under
+// the plugin's state directory (mounted at the same path on the host).
+func MemoryLimitStateDir(stateDir string) string { return filepath.Join(stateDir, "memory-limits") }
+
 // InstallMemoryLimitHook copies tangram-cdi-hook to the host, where the
 // container runtime runs it, and says how CDI specs call it.
 func (o *Options) InstallMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimitHook, error) {
@@ -346,7 +350,7 @@ func (o *Options) InstallMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimit
 	}
 	// Which pod holds each claim, for the hook (pkg/plugin/memlimit/records):
 	// the state directory is mounted at the same path on the host.
-	stateDir := filepath.Join(o.StateDir, "memory-limits")
+	stateDir := MemoryLimitStateDir(o.StateDir)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the memory limit hook's state directory: %w", err)
 	}

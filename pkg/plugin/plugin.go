@@ -25,6 +25,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
@@ -266,6 +267,9 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 	if shares != nil {
 		cfg.Shares = shares
 	}
+	// Swept at start-up, also on a node no longer hard: the records of
+	// claims an earlier start prepared go once they are not prepared.
+	cfg.MemoryLimitRecords = records.Dir{Path: MemoryLimitStateDir(w.StateDir)}
 	if w.KubeClient != nil {
 		cfg.ListClaims = APIClaimLister(w.KubeClient)
 		cfg.ClaimStatus = APIClaimStatus{Client: w.KubeClient}

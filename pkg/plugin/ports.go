@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -54,6 +55,18 @@ type ClaimDirs interface {
 	Remove(ctx context.Context, claimUID string) error
 	// Sweep removes the directories of claims not in keep.
 	Sweep(ctx context.Context, keep []string) error
+}
+
+// MemoryLimitRecords are tangram-cdi-hook's records of which pod holds
+// each hard share claim (records.Dir): a claim's record goes when its spec
+// does (cdi.ClaimSpecs.Remove), and those of claims not prepared, left by
+// a reboot or by claims unprepared while the plugin was down, are swept
+// at start-up.
+type MemoryLimitRecords interface {
+	// Sweep removes the records of claims not in keep, waiting at most
+	// wait for the records lock, and returns what it removed and the
+	// kept records it cannot read.
+	Sweep(keep []string, wait time.Duration, holder string) (removed []string, unreadable []error, err error)
 }
 
 // ConfigResolver returns the effective config of each planned device

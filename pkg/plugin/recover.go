@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +18,11 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
+
+// memoryLimitRecordsWait bounds the start-up sweep's wait for the memory
+// limit records lock, which a hung tangram-cdi-hook may hold until its OCI
+// timeout kills it.
+const memoryLimitRecordsWait = 20 * time.Second
 
 // recover brings the node to a consistent state at start-up:
 //   - a corrupt checkpoint (moved aside by the store) is rebuilt from our
@@ -29,7 +36,8 @@ import (
 //   - completed claims get their MPS accounting replayed (never failing,
 //     never waiting: the daemon is adopted in the background);
 //   - specs of ours that no record owns are removed, and so are the
-//     /dev/shm directories of claims no record holds;
+//     /dev/shm directories and memory limit records of claims no record
+//     holds;
 //   - an MPS daemon nobody needs any more is stopped.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -116,6 +124,21 @@ func (d *Driver) recover(ctx context.Context) error {
 		// rolling update gets its directory only once it is recorded.
 		if err := d.cfg.ClaimDirs.Sweep(ctx, slices.Collect(maps.Keys(d.records))); err != nil {
 			errs = append(errs, fmt.Errorf("removing the /dev/shm directories of claims not prepared: %w", err))
+		}
+	}
+	if d.cfg.MemoryLimitRecords != nil {
+		// Under the state lock too: a claim the other plugin process of a
+		// rolling update prepares is recorded before its hook runs.
+		removed, unreadable, err := d.cfg.MemoryLimitRecords.Sweep(slices.Collect(maps.Keys(d.records)), memoryLimitRecordsWait,
+			fmt.Sprintf("dra-kubelet-plugin pid %d, start-up sweep", os.Getpid()))
+		if len(removed) > 0 {
+			logger.Info("Removed the memory limit records of claims not prepared", "files", removed)
+		}
+		for _, e := range unreadable {
+			logger.Error(e, "Memory limit record of a prepared claim is unreadable: its containers are refused until it is prepared again")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("removing the memory limit records of claims not prepared: %w", err))
 		}
 	}
 	if err := d.cfg.State.Save(ctx, d.records); err != nil {

@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
+	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -256,5 +257,60 @@ func TestConfigSurvivesRestart(t *testing.T) {
 	if cfg == nil || cfg.Sharing == nil || cfg.Sharing.MPS == nil || cfg.Sharing.MPS.DefaultActiveThreadPercentage == nil ||
 		*cfg.Sharing.MPS.DefaultActiveThreadPercentage != 40 {
 		t.Errorf("config after restart %v, want the claim's defaultActiveThreadPercentage 40", cfg)
+	}
+}
+
+// TestMemoryLimitRecordsSweptAtStartup: tangram-cdi-hook's records of
+// claims the plugin has not prepared (unprepared while it was down, or
+// dropped by a reboot) and the temporary files of interrupted writes are
+// removed at start-up; those of prepared claims stay.
+func TestMemoryLimitRecordsSweptAtStartup(t *testing.T) {
+	tests := []struct {
+		name     string
+		reboot   bool
+		stray    []string // more files under claims/
+		wantLeft []string
+	}{
+		{"records of claims not prepared go", false, []string{"gone.json"}, []string{"k.json", "s.json"}},
+		{"a torn record of a claim not prepared goes, and temporary files", false,
+			[]string{"gone.json", "k.json.tmp-42", "gone.json.tmp"}, []string{"k.json", "s.json"}},
+		{"after a reboot no claim is prepared: every record goes", true, []string{"gone.json"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			recs := h.memoryLimitRecords()
+			for _, c := range []*resourceapi.ResourceClaim{
+				claimWith("k", wholeResult("gpu", "gpu-0")),
+				claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "")),
+			} {
+				if err := h.prepare(c)[c.UID].Err; err != nil {
+					t.Fatal(err)
+				}
+				if err := recs.Save(string(c.UID), records.Claim{PodCgroup: "/sys/fs/cgroup/kubepods/pod1", PodUID: "1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range tt.stray {
+				if err := os.WriteFile(filepath.Join(recs.ClaimsDir(), name), []byte("{"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.reboot {
+				h.bootID = "boot-2"
+			}
+			h.restart()
+			entries, err := os.ReadDir(recs.ClaimsDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for _, e := range entries {
+				left = append(left, e.Name())
+			}
+			if !reflect.DeepEqual(left, tt.wantLeft) {
+				t.Errorf("records after restart %v, want %v", left, tt.wantLeft)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
@@ -50,6 +51,11 @@ func TestClaimSpecsMemoryLimitHook(t *testing.T) {
 			for _, d := range written.Devices {
 				for _, h := range d.ContainerEdits.Hooks {
 					got = append(got, h.Args)
+					// The written spec carries the OCI timeout: the runtime
+					// kills a hung hook instead of waiting on it for ever.
+					if h.Timeout == nil || *h.Timeout != MemoryLimitHookTimeout {
+						t.Errorf("hook timeout in the written spec %v, want %d s", h.Timeout, MemoryLimitHookTimeout)
+					}
 				}
 			}
 			if !reflect.DeepEqual(got, tt.want) {
@@ -68,7 +74,7 @@ func TestClaimSpecsRemoveDropsTheMemoryLimitRecord(t *testing.T) {
 	}
 	recs := records.Dir{Path: t.TempDir()}
 	const uid = "0b5e5a43-6b8e-4c16-9c7a-3d1d2b6f1a00"
-	unlock, err := recs.Lock()
+	unlock, err := recs.Lock(time.Second, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

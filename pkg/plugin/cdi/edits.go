@@ -431,6 +431,10 @@ func copyEdits(e cdispec.ContainerEdits) cdispec.ContainerEdits {
 		hc := *h
 		hc.Args = append([]string(nil), h.Args...)
 		hc.Env = append([]string(nil), h.Env...)
+		if h.Timeout != nil {
+			timeout := *h.Timeout
+			hc.Timeout = &timeout
+		}
 		out.Hooks = append(out.Hooks, &hc)
 	}
 	return out

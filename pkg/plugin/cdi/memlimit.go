@@ -26,6 +26,20 @@ type MemoryLimitHook struct {
 // hookName is the program name the hook is given as argv[0].
 const hookName = "tangram-cdi-hook"
 
+// MemoryLimitHookTimeout is the OCI hook timeout, in seconds, of
+// tangram-cdi-hook: the container runtime kills a hook still running then,
+// and the container does not start (fail closed, retried by the kubelet),
+// so a hook hung in NVML or on a lock never holds a container, nor the
+// node's records lock, for ever. Loading NVML and setting a limit take
+// well under a second with persistence mode, a few seconds per card
+// without it; the hook waits at most memlimit.DefaultLockWait for each of
+// its two locks (the node's records, its pod's), which leaves 20 s of the
+// 60 for NVML. It is well below the kubelet's CRI deadline for starting a
+// container (--runtime-request-timeout, 2 minutes by default), during
+// which the runtime runs createRuntime hooks, so the pod's events carry
+// the runtime's "hook timed out" rather than a CRI deadline.
+const MemoryLimitHookTimeout = 60
+
 // memoryLimitHook is the createRuntime hook limiting claim claimUID's
 // containers to limitBytes of the card, together, on their pod's cgroup:
 // createRuntime runs after the container's cgroup exists and before its
@@ -40,9 +54,11 @@ func (h MemoryLimitHook) hook(claimUID, uuid string, limitBytes int64) *cdispec.
 	if h.StateDir != "" {
 		args = append(args, "--state-dir", h.StateDir, "--claim", claimUID)
 	}
+	timeout := MemoryLimitHookTimeout
 	return &cdispec.Hook{
 		HookName: cdiapi.CreateRuntimeHook,
 		Path:     h.Path,
 		Args:     append(args, "--limit", uuid+"="+strconv.FormatInt(limitBytes, 10)),
+		Timeout:  &timeout,
 	}
 }

@@ -83,6 +83,11 @@ func TestMemoryLimitHooks(t *testing.T) {
 					if h.HookName != "createRuntime" || h.Path != hook.Path {
 						t.Errorf("%s: hook %s %s, want createRuntime %s", d.Name, h.HookName, h.Path, hook.Path)
 					}
+					// A hung hook must not hold the container (nor the
+					// node's records lock) for ever: the runtime kills it.
+					if h.Timeout == nil || *h.Timeout != MemoryLimitHookTimeout {
+						t.Errorf("%s: hook timeout %v, want %d s", d.Name, h.Timeout, MemoryLimitHookTimeout)
+					}
 					hooks = append(hooks, h.Args)
 				}
 				got = append(got, hooks)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/durable"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -260,53 +261,14 @@ func (s *Store) Save(cp *Checkpoint) error {
 	return nil
 }
 
-const tempInfix = ".tmp-"
+// tempInfix names the temporary files of writeAtomic, which a crash may leave.
+const tempInfix = durable.TempInfix
 
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating directory: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tempInfix+"*")
-	if err != nil {
-		return fmt.Errorf("creating temporary file: %w", err)
-	}
-	tmpName := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = tmp.Close()
-			_ = os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", tmpName, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmpName, err)
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return fmt.Errorf("renaming %s: %w", tmpName, err)
-	}
-	ok = true
-	// The rename is durable only once the directory entry is on disk.
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("syncing directory %s: %w", dir, err)
-	}
-	return nil
-}
+// writeAtomic writes path durably: temp file, fsync, rename, fsync of the
+// directory (durable.WriteFile).
+func writeAtomic(path string, data []byte) error { return durable.WriteFile(path, data) }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = d.Close() }()
-	return d.Sync()
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }
 
 // pruneMovedAside removes moved-aside files beyond the newest
 // maxCorruptKept and those older than corruptMaxAge, judged by the time in

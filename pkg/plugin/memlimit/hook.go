@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -27,6 +28,12 @@ type Config struct {
 	// DriverRoot is where libnvidia-ml.so.1 is looked up, as the host sees
 	// the NVIDIA driver root.
 	DriverRoot string
+	// LockWait bounds each wait for a lock (DefaultLockWait).
+	LockWait time.Duration
+	// Warn receives the hook's warnings, one line each (main: stderr,
+	// which the runtime shows only when the hook fails: they also go to
+	// the records' warnings file); nil drops them.
+	Warn io.Writer
 }
 
 // ParseFlags parses the hook's arguments (without the program name).
@@ -39,6 +46,7 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.DriverRoot, "driver-root", "/", "NVIDIA driver root on the host, where libnvidia-ml.so.1 is looked up")
 	fs.StringVar(&cfg.Claim, "claim", "", "UID of the claim whose share limits these are")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's memory limit records (the plugin's <state-dir>/memory-limits)")
+	fs.DurationVar(&cfg.LockWait, "lock-wait", DefaultLockWait, "how long to wait for each lock (the node's records, the pod's) before refusing the container")
 	fs.Func("limit", "<card UUID>=<bytes>: the claim's hard memory limit on that card (repeatable)", func(s string) error {
 		l, err := ParseLimit(s)
 		if err != nil {
@@ -49,6 +57,9 @@ func ParseFlags(args []string) (Config, error) {
 	})
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("arguments: %w", err)
+	}
+	if cfg.LockWait <= 0 {
+		return Config{}, fmt.Errorf("arguments: --lock-wait %s is not a positive duration", cfg.LockWait)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("arguments: unexpected %q; use --limit <card UUID>=<bytes>", strings.Join(fs.Args(), " "))
@@ -99,5 +110,9 @@ func Run(cfg Config, stdin io.Reader, lib nvml.Interface) error {
 	if cfg.Claim == "" {
 		return ApplyUnrecorded(lib, pod, cfg.Limits)
 	}
-	return Apply(lib, records.Dir{Path: cfg.StateDir}, cfg.Claim, pod, cfg.Limits)
+	lk := Locking{Wait: cfg.LockWait}
+	if cfg.Warn != nil {
+		lk.Warn = func(msg string) { _, _ = fmt.Fprintf(cfg.Warn, "tangram-cdi-hook: %s\n", msg) }
+	}
+	return Apply(lib, records.Dir{Path: cfg.StateDir}, cfg.Claim, pod, cfg.Limits, lk)
 }

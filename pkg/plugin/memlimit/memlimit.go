@@ -10,14 +10,17 @@ package memlimit
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -139,49 +142,101 @@ func HasMemoryLimits(lib nvml.Interface) error {
 	return nil
 }
 
-// Apply gives pod's cgroup the claim's limits, under the node-wide lock of
-// recs: it refuses a claim another live pod holds, records the claim
-// as pod's, and sets on each of the claim's cards the sum of the limits of
-// pod's claims there, unless NVML already reports exactly that (a second
-// container of the pod, or a restarted one, changes nothing). Soft limits
-// are 0: nothing is guaranteed beyond the hard limit. The claim's record
-// is saved only once every limit is set.
-func Apply(lib nvml.Interface, recs records.Dir, claimUID string, pod PodCgroup, limits []Limit) error {
+// DefaultLockWait is how long the hook waits for each of its locks (the
+// node's records, its pod's) before it refuses the container with the
+// lock's name: the node's lock is held for file reads and writes only, a
+// pod's for the NVML calls of that pod's other hooks. Two waits stay well
+// inside the hook's OCI timeout (cdi.MemoryLimitHookTimeout, 60 s).
+const DefaultLockWait = 20 * time.Second
+
+// Locking is how Apply waits for its locks and reports what it skips.
+type Locking struct {
+	// Wait bounds each wait for a lock (DefaultLockWait if 0).
+	Wait time.Duration
+	// Warn, if set, receives each warning (one line, no newline); they
+	// also go to the records' warnings file.
+	Warn func(string)
+}
+
+func (l Locking) wait() time.Duration { return cmp.Or(l.Wait, DefaultLockWait) }
+
+// Apply gives pod's cgroup the claim's limits. First, under the node-wide
+// lock of recs (file reads and writes only), it refuses a claim another
+// live pod holds and records the claim as pod's, with its limits: a
+// second pod racing for the claim then finds it taken. Then, under the
+// lock of pod alone, it sets on each of the claim's cards the sum of the
+// limits of pod's claims there, unless NVML already reports exactly that
+// (a second container of the pod, or a restarted one, changes nothing).
+// So an NVML call that hangs holds up only other hooks of the same pod,
+// never the node's records nor other pods' hooks. Soft limits are 0:
+// nothing is guaranteed beyond the hard limit. Other claims' records that
+// cannot be read are skipped and reported; the claim's own is an error.
+func Apply(lib nvml.Interface, recs records.Dir, claimUID string, pod PodCgroup, limits []Limit, lk Locking) error {
 	if len(limits) == 0 {
 		return errors.New("no --limit given: the CDI spec must name at least one card")
 	}
 	if err := HasMemoryLimits(lib); err != nil {
 		return err
 	}
-	unlock, err := recs.Lock()
+	rec, err := takeClaim(recs, claimUID, pod, limits, lk)
+	if err != nil {
+		return err
+	}
+	unlock, err := recs.LockPod(pod.PodUID, lk.wait())
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	rec, err := recs.Load(claimUID)
+	totals, unreadable, err := recs.PodTotals(pod.Dir, claimUID, rec)
 	if err != nil {
 		return err
 	}
+	for _, e := range unreadable {
+		msg := fmt.Sprintf("warning: claim %s of pod %s: skipping another claim's memory limit record: %v "+
+			"(its own containers are refused until it is unprepared; the plugin removes it then, or at its next start if it is not prepared)",
+			claimUID, pod.PodUID, e)
+		recs.Warn(msg)
+		if lk.Warn != nil {
+			lk.Warn(msg)
+		}
+	}
+	return setPodLimits(lib, pod, limits, totals)
+}
+
+// takeClaim, under the node-wide lock of recs, refuses the claim if
+// another live pod holds it, else records it as pod's with limits.
+func takeClaim(recs records.Dir, claimUID string, pod PodCgroup, limits []Limit, lk Locking) (records.Claim, error) {
+	unlock, err := recs.Lock(lk.wait(), fmt.Sprintf("tangram-cdi-hook, claim %s, pod %s", claimUID, pod.PodUID))
+	if err != nil {
+		return records.Claim{}, err
+	}
+	defer unlock()
+	rec, err := recs.Load(claimUID)
+	if err != nil {
+		return records.Claim{}, fmt.Errorf("%w; the claim's limits are unknown, so its containers cannot start until it is prepared again", err)
+	}
 	if rec.PodCgroup != "" && rec.PodCgroup != pod.Dir && rec.OwnerAlive() {
-		return fmt.Errorf("claim %s is a hard memory share held by pod %s (cgroup %s); pod %s cannot use it too: "+
+		return records.Claim{}, fmt.Errorf("claim %s is a hard memory share held by pod %s (cgroup %s); pod %s cannot use it too: "+
 			"one share bounds the containers of one pod together, so give each pod its own claim (a ResourceClaimTemplate)",
 			claimUID, rec.PodUID, rec.PodCgroup, pod.PodUID)
 	}
+	want := rec
 	if rec.PodCgroup != pod.Dir {
 		// A new claim, or one whose pod is gone: the limits start afresh.
-		rec = records.Claim{PodCgroup: pod.Dir, PodUID: pod.PodUID, Limits: map[string]uint64{}}
+		want = records.Claim{PodCgroup: pod.Dir, PodUID: pod.PodUID, Limits: map[string]uint64{}}
+	} else {
+		want.Limits = maps.Clone(rec.Limits)
 	}
 	for _, l := range limits {
-		rec.Limits[l.UUID] = l.Bytes
+		want.Limits[l.UUID] = l.Bytes
 	}
-	totals, err := recs.PodTotals(pod.Dir, claimUID, rec)
-	if err != nil {
-		return err
+	if want.PodCgroup == rec.PodCgroup && want.PodUID == rec.PodUID && maps.Equal(want.Limits, rec.Limits) {
+		return want, nil // a second container of the pod: nothing to write
 	}
-	if err := setPodLimits(lib, pod, limits, totals); err != nil {
-		return err
+	if err := recs.Save(claimUID, want); err != nil {
+		return records.Claim{}, err
 	}
-	return recs.Save(claimUID, rec)
+	return want, nil
 }
 
 // ApplyUnrecorded sets limits on pod's cgroup as Apply does, for a hook

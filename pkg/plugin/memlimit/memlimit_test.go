@@ -3,11 +3,14 @@ package memlimit
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -30,15 +33,18 @@ const (
 // after being initialised.
 type fakeNVML struct {
 	mock.Interface
-	calls            []string // "<uuid> <cgroup> <soft> <hard>"
+	mu               sync.Mutex // hooks of several containers run at once
+	calls            []string   // "<uuid> <cgroup> <soft> <hard>"
 	limits           map[string]uint64
 	inits, shutdowns int
+	// beforeSet, if set, runs before each set (outside mu): a hung call.
+	beforeSet func(uuid, cgroup string)
 }
 
 func newFakeNVML(initRet nvml.Return, fail map[string]nvml.Return, symbols bool, uuids ...string) *fakeNVML {
 	f := &fakeNVML{limits: map[string]uint64{}}
-	f.InitFunc = func() nvml.Return { f.inits++; return initRet }
-	f.ShutdownFunc = func() nvml.Return { f.shutdowns++; return nvml.SUCCESS }
+	f.InitFunc = func() nvml.Return { f.mu.Lock(); defer f.mu.Unlock(); f.inits++; return initRet }
+	f.ShutdownFunc = func() nvml.Return { f.mu.Lock(); defer f.mu.Unlock(); f.shutdowns++; return nvml.SUCCESS }
 	f.ExtensionsFunc = func() nvml.ExtendedInterface {
 		return &mock.ExtendedInterface{LookupSymbolFunc: func(s string) error {
 			if !symbols {
@@ -54,6 +60,11 @@ func newFakeNVML(initRet nvml.Return, fail map[string]nvml.Return, symbols bool,
 			}
 			return &mock.Device{
 				SetMemoryLimits_v1Func: func(ns string, soft, hard uint64) nvml.Return {
+					if f.beforeSet != nil {
+						f.beforeSet(uuid, ns)
+					}
+					f.mu.Lock()
+					defer f.mu.Unlock()
 					f.calls = append(f.calls, fmt.Sprintf("%s %s %d %d", uuid, ns, soft, hard))
 					if ret, ok := fail[uuid]; ok {
 						return ret
@@ -62,6 +73,8 @@ func newFakeNVML(initRet nvml.Return, fail map[string]nvml.Return, symbols bool,
 					return nvml.SUCCESS
 				},
 				GetMemoryLimits_v1Func: func(ns string) (nvml.MemoryLimits_v1, nvml.Return) {
+					f.mu.Lock()
+					defer f.mu.Unlock()
 					hard, ok := f.limits[uuid+" "+ns]
 					if !ok {
 						return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_FOUND
@@ -104,14 +117,22 @@ func (n node) container(t *testing.T, pid int, procCgroup string, dirs ...string
 // hook runs the hook for a container of process pid, for claim with limits.
 func (n node) hook(t *testing.T, lib nvml.Interface, pid int, claim string, limits ...string) error {
 	t.Helper()
-	args := []string{"--proc-root", n.proc, "--cgroup-root", n.cgroups, "--state-dir", n.state, "--claim", claim}
+	return n.hookWaiting(t, lib, DefaultLockWait, nil, pid, claim, limits...)
+}
+
+// hookWaiting is hook with the wait for each lock, and the warnings in warn.
+func (n node) hookWaiting(t *testing.T, lib nvml.Interface, wait time.Duration, warn io.Writer, pid int, claim string, limits ...string) error {
+	t.Helper()
+	args := []string{"--proc-root", n.proc, "--cgroup-root", n.cgroups, "--state-dir", n.state, "--claim", claim, "--lock-wait", wait.String()}
 	for _, l := range limits {
 		args = append(args, "--limit", l)
 	}
 	cfg, err := ParseFlags(args)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err) // also from other goroutines
+		return err
 	}
+	cfg.Warn = warn
 	return Run(cfg, strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.2.0","id":"c%d","status":"creating","pid":%d}`, pid, pid)), lib)
 }
 
