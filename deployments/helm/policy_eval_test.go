@@ -784,7 +784,7 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 	if r := allocated.Status.Allocation.Devices.Results[0]; ptr.To(r.ConsumedCapacity["memory"]).Cmp(cardMemory[r.Device]) >= 0 {
 		t.Errorf("the allocator gave a whole card for a memory request on %s: the policy may no longer be needed (docs/enforcement.md)", whole)
 	}
-	if render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
+	if render(t, "admissionPolicy.enabled=false", "admissionPolicy.acknowledgeUnprotected=true", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
 		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
 	}
 
@@ -983,7 +983,7 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 			}
 		})
 	}
-	for _, sets := range [][]string{{"admissionPolicy.gpuOnlyThroughClaims.enabled=false"}, {"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process"}} {
+	for _, sets := range [][]string{{"admissionPolicy.gpuOnlyThroughClaims.enabled=false"}, {"admissionPolicy.enabled=false", "admissionPolicy.acknowledgeUnprotected=true", "kubeletPlugin.mps.daemon=process"}} {
 		if render(t, sets...).has("ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims") {
 			t.Errorf("%v must drop the policy", sets)
 		}
