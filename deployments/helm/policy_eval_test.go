@@ -784,7 +784,7 @@ func TestClaimRequestPolicyDecisions(t *testing.T) {
 	if r := allocated.Status.Allocation.Devices.Results[0]; ptr.To(r.ConsumedCapacity["memory"]).Cmp(cardMemory[r.Device]) >= 0 {
 		t.Errorf("the allocator gave a whole card for a memory request on %s: the policy may no longer be needed (docs/enforcement.md)", whole)
 	}
-	if render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
+	if render(t, "admissionPolicy.enabled=false", "admissionPolicy.acknowledgeUnprotected=true", "kubeletPlugin.mps.daemon=process").has("ValidatingAdmissionPolicy", "tangram-claim-requests") {
 		t.Error("admissionPolicy.enabled=false must drop the claim-request policy")
 	}
 
@@ -844,15 +844,22 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 	}
 	ds, _ := daemonSet(t, objs)
 
-	pod := func(mutate func(*corev1.Pod)) *corev1.Pod {
+	pod := func(mutate ...func(*corev1.Pod)) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team"}, Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "app", Image: "cuda"}}}}
-		mutate(p)
+		for _, m := range mutate {
+			m(p)
+		}
 		return p
 	}
 	env := func(name, value string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: name, Value: value})
+		}
+	}
+	mount := func(path string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "v", MountPath: path})
 		}
 	}
 	hostPath := func(path string) func(*corev1.Pod) {
@@ -902,6 +909,41 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 		{name: "the runtime's volume-mount device list", req: create(pod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/var/run/nvidia-container-devices/all"}}
 		})), want: []string{`pod team/p container "app" mounts a volume under /var/run/nvidia-container-devices`}},
+		// The toolkit cleans a mount's destination (filepath.Clean) and
+		// takes what follows /var/run/nvidia-container-devices as a plain
+		// string prefix as the device: each of these names one.
+		{name: "device list: .../nvidia-container-devicesall", req: create(pod(mount("/var/run/nvidia-container-devicesall"))),
+			want: []string{`container "app" mounts a volume under /var/run/nvidia-container-devices`}},
+		{name: "device list: .../nvidia-container-devices0", req: create(pod(mount("/var/run/nvidia-container-devices0"))), want: []string{`container "app" mounts`}},
+		{name: "device list: a . segment", req: create(pod(mount("/var/./run/nvidia-container-devices/all"))), want: []string{`container "app" mounts`}},
+		{name: "device list: a .. segment", req: create(pod(mount("/var/run/x/../nvidia-container-devices/0"))), want: []string{`container "app" mounts`}},
+		{name: "device list: .. above the root", req: create(pod(mount("/../var/run/nvidia-container-devices/GPU-1"))), want: []string{`container "app" mounts`}},
+		{name: "device list: .. with a trailing name", req: create(pod(mount("/var/run/nvidia-container-devices/../nvidia-container-devicesall"))), want: []string{`container "app" mounts`}},
+		{name: "device list: // and a trailing slash", req: create(pod(mount("//var//run//nvidia-container-devices//all/"))), want: []string{`container "app" mounts`}},
+		{name: "device list under /run", req: create(pod(mount("/run/nvidia-container-devices/all"))), want: []string{`container "app" mounts`}},
+		{name: "device list in an init container", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "x", VolumeMounts: []corev1.VolumeMount{{Name: "v", MountPath: "/var/run/./nvidia-container-devices0"}}}}
+		})), want: []string{`init container "setup" mounts`}},
+		{name: "a mount beside the device list", req: create(pod(mount("/var/run/nvidia-container")))},
+		{name: "a mount named like it elsewhere", req: create(pod(mount("/data/nvidia-container-devices/all")))},
+		{name: "a .. mount elsewhere", req: create(pod(mount("/data/../cache")))},
+		// A legacy CUDA image's env: CUDA_VERSION set, NVIDIA_REQUIRE_CUDA
+		// empty or unset, no NVIDIA_VISIBLE_DEVICES: the toolkit gives it
+		// every GPU.
+		{name: "legacy image env: CUDA_VERSION alone", req: create(pod(env("CUDA_VERSION", "9.0"))),
+			want: []string{`pod team/p container "app" sets CUDA_VERSION without NVIDIA_REQUIRE_CUDA`, "legacy CUDA image and gives it every GPU", "NVIDIA_VISIBLE_DEVICES=void", what}},
+		{name: "legacy image env: NVIDIA_REQUIRE_CUDA empty", req: create(pod(env("CUDA_VERSION", "11.0"), env("NVIDIA_REQUIRE_CUDA", ""))), want: []string{`container "app" sets CUDA_VERSION`}},
+		{name: "legacy image env: NVIDIA_REQUIRE_CUDA cleared over the image's CUDA_VERSION", req: create(pod(env("NVIDIA_REQUIRE_CUDA", ""))), want: []string{`container "app" sets CUDA_VERSION`}},
+		{name: "legacy image env: CUDA_VERSION from a config map", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "CUDA_VERSION", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cuda"}, Key: "version"}}}}
+		})), want: []string{`container "app" sets CUDA_VERSION`}},
+		{name: "legacy image env in an init container", req: create(pod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "x", Env: []corev1.EnvVar{{Name: "CUDA_VERSION", Value: "10.2"}}}}
+		})), want: []string{`init container "setup" sets CUDA_VERSION`}},
+		{name: "CUDA_VERSION with NVIDIA_REQUIRE_CUDA", req: create(pod(env("CUDA_VERSION", "12.4"), env("NVIDIA_REQUIRE_CUDA", "cuda>=12.4")))},
+		{name: "CUDA_VERSION with NVIDIA_VISIBLE_DEVICES=void", req: create(pod(env("CUDA_VERSION", "9.0"), env("NVIDIA_VISIBLE_DEVICES", "void")))},
+		{name: "CUDA_VERSION empty", req: create(pod(env("CUDA_VERSION", "")))},
 		{name: "hostPath /dev", req: create(pod(hostPath("/dev"))), want: []string{"pod team/p mounts the host's device nodes through hostPath volume host (/dev, /dev/nvidia* or /dev/char)"}},
 		{name: "hostPath /dev/", req: create(pod(hostPath("/dev/"))), want: []string{"hostPath volume host"}},
 		{name: "hostPath /dev/nvidia0", req: create(pod(hostPath("/dev/nvidia0"))), want: []string{"hostPath volume host"}},
@@ -941,7 +983,7 @@ func TestGPUOnlyThroughClaimsPolicyDecisions(t *testing.T) {
 			}
 		})
 	}
-	for _, sets := range [][]string{{"admissionPolicy.gpuOnlyThroughClaims.enabled=false"}, {"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process"}} {
+	for _, sets := range [][]string{{"admissionPolicy.gpuOnlyThroughClaims.enabled=false"}, {"admissionPolicy.enabled=false", "admissionPolicy.acknowledgeUnprotected=true", "kubeletPlugin.mps.daemon=process"}} {
 		if render(t, sets...).has("ValidatingAdmissionPolicy", "tangram-gpu-only-through-claims") {
 			t.Errorf("%v must drop the policy", sets)
 		}

@@ -365,7 +365,7 @@ func TestNonRootDeviceClasses(t *testing.T) {
 			want: "shared-gpu.tangram.dev,my-class"},
 		{sets: []string{"admissionPolicy.sharedGPURunAsNonRoot.enabled=false"}},
 		// The plugin's check does not need the admission policies.
-		{sets: []string{"admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process", "sharing.requireHardEnforcement=false"}, want: "hard-shared-gpu.tangram.dev"},
+		{sets: []string{"admissionPolicy.enabled=false", "admissionPolicy.acknowledgeUnprotected=true", "kubeletPlugin.mps.daemon=process", "sharing.requireHardEnforcement=false"}, want: "hard-shared-gpu.tangram.dev"},
 		// The same namespaces as the admission policies.
 		{sets: []string{"sharing.requireHardEnforcement=false", "admissionPolicy.sharedGPURunAsNonRoot.namespaceSelector.matchLabels.tenancy=shared"},
 			want: "hard-shared-gpu.tangram.dev", wantNamespaces: `{"matchLabels":{"tenancy":"shared"}}`},
@@ -481,7 +481,7 @@ func TestAdmissionPolicy(t *testing.T) {
 		t.Errorf("binding = %+v, want Deny for policy %s", binding.Spec, vap.Name)
 	}
 
-	if off := render(t, "admissionPolicy.enabled=false", "kubeletPlugin.mps.daemon=process"); len(off["ValidatingAdmissionPolicy"]) != 0 {
+	if off := render(t, "admissionPolicy.enabled=false", "admissionPolicy.acknowledgeUnprotected=true", "kubeletPlugin.mps.daemon=process"); len(off["ValidatingAdmissionPolicy"]) != 0 {
 		t.Errorf("admissionPolicy.enabled=false still renders a policy")
 	}
 }

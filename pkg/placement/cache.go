@@ -25,7 +25,9 @@ type cachedChoice struct {
 // maxCacheEntries bounds memory; the cache is simply dropped when full.
 const maxCacheEntries = 200_000
 
-// cacheKey encodes everything Score depends on.
+// cacheKey encodes everything Score depends on: the request (MIG profile
+// included) and each card's state (a MIG card's layout and taken
+// partitions included).
 func cacheKey(n *Node, r Request, buf []byte) []byte {
 	buf = binary.AppendVarint(buf, r.CPUMilli)
 	buf = binary.AppendVarint(buf, r.MemoryMiB)
@@ -36,6 +38,8 @@ func cacheKey(n *Node, r Request, buf []byte) []byte {
 		buf = append(buf, 0)
 	}
 	buf = append(buf, 1)
+	buf = append(buf, r.MIGProfile...)
+	buf = append(buf, 0)
 	buf = binary.AppendVarint(buf, n.FreeCPUMilli())
 	buf = binary.AppendVarint(buf, n.FreeMemoryMiB())
 	for i := range n.Cards {
@@ -49,10 +53,20 @@ func cacheKey(n *Node, r Request, buf []byte) []byte {
 		if c.Shareable {
 			flags |= 2
 		}
+		if c.mig != nil {
+			flags |= 4
+		}
 		buf = append(buf, flags)
 		buf = binary.AppendVarint(buf, c.Memory.Value)
 		buf = binary.AppendVarint(buf, c.usedMemory)
 		buf = binary.AppendVarint(buf, c.usedCompute)
+		if c.mig != nil {
+			// A card in MIG mode: its layout and the partitions it has
+			// handed out (the counters they use follow from the two). A
+			// split card and an untouched one differ only here.
+			buf = binary.AppendVarint(buf, c.mig.id)
+			buf = binary.AppendUvarint(buf, c.migUsed.taken)
+		}
 	}
 	return buf
 }
@@ -85,6 +99,11 @@ func (sc *scoreCache) scoreCached(n *Node, r Request, cands []int, score func() 
 }
 
 func (e cachedChoice) cards(n *Node, r Request, cands []int) []int {
+	if r.MIGProfile != "" {
+		// What the policies pick for a partition, from the card states
+		// the key holds.
+		return migBestFit(n, cands)
+	}
 	if r.ShareMilli == 0 {
 		return firstFit(r, cands)
 	}

@@ -1,9 +1,14 @@
 package placement
 
 import (
+	"encoding/binary"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -29,6 +34,44 @@ type migLayout struct {
 	// computeSlices is the capacity of device.MIGCounterComputeSlices.
 	computeSlices int64
 	partitions    []MIGPartition
+	// id names the layout's content (capacities and partitions, not the
+	// counter set's name) in the score cache's key: equal cards of
+	// different nodes share it (internMIGLayout).
+	id int64
+}
+
+// migLayoutIDs interns MIG layouts by content: a cluster has a few
+// distinct ones (one per card model and driver), so the table stays small.
+var (
+	migLayoutIDs    sync.Map // string -> int64
+	migLayoutNextID atomic.Int64
+)
+
+// internMIGLayout returns the id of l's content.
+func internMIGLayout(l *migLayout) int64 {
+	var b []byte
+	b = binary.AppendVarint(b, l.computeSlices)
+	b = binary.AppendUvarint(b, uint64(len(l.capacity)))
+	for _, v := range l.capacity {
+		b = binary.AppendVarint(b, v)
+	}
+	for _, p := range l.partitions {
+		b = append(b, p.Profile...)
+		b = append(b, 0)
+		b = binary.AppendVarint(b, int64(p.ProfileID))
+		b = binary.AppendVarint(b, int64(p.Start))
+		b = binary.AppendVarint(b, p.ComputeSlices)
+		b = binary.AppendUvarint(b, uint64(len(p.uses)))
+		for _, u := range p.uses {
+			b = binary.AppendVarint(b, int64(u.counter))
+			b = binary.AppendVarint(b, u.amount)
+		}
+	}
+	if id, ok := migLayoutIDs.Load(string(b)); ok {
+		return id.(int64)
+	}
+	id, _ := migLayoutIDs.LoadOrStore(string(b), migLayoutNextID.Add(1))
+	return id.(int64)
 }
 
 // MIGPartition is one partition device of a card in MIG mode.
@@ -170,7 +213,10 @@ func migCards(name string, devices []resourceapi.Device, sets []resourceapi.Coun
 		idx := counterIndex[cc.CounterSet]
 		p := MIGPartition{Device: d.Name, Profile: stringAttr(d, device.AttrMIGProfile), ProfileID: int(intAttr(d, device.AttrMIGProfileID)),
 			Start: int(intAttr(d, device.AttrMIGPlacementStart))}
-		for c, v := range cc.Counters {
+		// In name order, so that equal cards number their counters
+		// alike and share a layout id (internMIGLayout).
+		for _, c := range slices.Sorted(maps.Keys(cc.Counters)) {
+			v := cc.Counters[c]
 			limit, ok := caps[c]
 			if !ok {
 				return nil, fmt.Errorf("node %s, MIG partition %s consumes counter %s, which counter set %s lacks", name, d.Name, c, cc.CounterSet)
@@ -193,6 +239,9 @@ func migCards(name string, devices []resourceapi.Device, sets []resourceapi.Coun
 			return nil, fmt.Errorf("node %s, card %s: more than 64 MIG partitions; the placement model holds 64", name, cc.CounterSet)
 		}
 		layout.partitions = append(layout.partitions, p)
+	}
+	for i := range cards {
+		cards[i].mig.id = internMIGLayout(cards[i].mig)
 	}
 	return cards, nil
 }

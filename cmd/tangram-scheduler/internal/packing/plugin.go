@@ -248,7 +248,7 @@ func (p *Plugin) policyFor(shapes map[shape]int, own *placement.Request) (placem
 	if own != nil {
 		sample = append(sample, *own)
 		counts = append(counts, 1)
-		key = fmt.Appendf(key, "own:%d/%d/%d/%d/%q", own.CPUMilli, own.MemoryMiB, own.WholeCards, own.ShareMilli, own.Models)
+		key = fmt.Appendf(key, "own:%d/%d/%d/%d/%q/%q", own.CPUMilli, own.MemoryMiB, own.WholeCards, own.ShareMilli, own.Models, own.MIGProfile)
 	}
 	p.lastMu.Lock()
 	defer p.lastMu.Unlock()
@@ -327,7 +327,7 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 	}
 	r := req.request
 	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
-	key := scoreMemo{model: m, policy: s.policy, cpu: r.CPUMilli, memMiB: r.MemoryMiB, whole: int64(r.WholeCards), share: r.ShareMilli,
+	key := scoreMemo{model: m, policy: s.policy, cpu: r.CPUMilli, memMiB: r.MemoryMiB, whole: int64(r.WholeCards), share: r.ShareMilli, mig: r.MIGProfile,
 		allocCPU: alloc.GetMilliCPU(), allocMem: alloc.GetMemory() >> 20, usedCPU: used.GetMilliCPU(), usedMem: used.GetMemory() >> 20}
 	if memo := ns.memo.Load(); memo != nil && len(r.Models) == 0 && memo.sameInputs(key) {
 		return memo.score, nil

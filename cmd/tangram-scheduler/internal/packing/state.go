@@ -76,6 +76,7 @@ type scoreMemo struct {
 	policy             placement.Policy
 	cpu, memMiB, whole int64
 	share              int64
+	mig                string // the MIG profile asked for
 	allocCPU, allocMem int64
 	usedCPU, usedMem   int64
 	score              int64

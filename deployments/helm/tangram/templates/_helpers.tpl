@@ -96,6 +96,36 @@ checks (the plugin refuses them at start-up too: --mps-daemon-namespace).
 {{- end }}
 {{- end -}}
 
+{{/*
+Refuses admissionPolicy.enabled=false unless it is said out loud. Some
+protections live only in the admission policies, with no check on the
+nodes in their place: the kubelet plugin's writes held to its own node's
+ResourceSlices, the claim-request rules (the whole-card class gives no
+shares, memory 0 only with adminAccess and adminAccess only with memory 0),
+GPUs only through claims, and the controller's Secret and caBundle limits.
+(Non-root on strict shares and a claim's sharing backend are checked again
+by the plugin at prepare.) Rendering without them needs
+admissionPolicy.acknowledgeUnprotected=true. The controller's self-managed
+webhook certificate is refused even then: its update on the
+ValidatingWebhookConfiguration (and create on Secrets) is held to the
+caBundle (and its certificate Secret) by policies alone, and without them it
+could rewrite the webhook's rules, service or failure policy, so no
+rendering keeps that right with the policies off; cert-manager injects the
+caBundle and the controller then has no such right. The MPS daemon-pod case
+(kubeletPlugin.mps.daemon=pod) is refused by tangram.validateMPSDaemonPod
+with its own reason, whatever this says.
+*/}}
+{{- define "tangram.validateAdmissionPolicyOff" -}}
+{{- if and (not .Values.admissionPolicy.enabled) (not (include "tangram.mpsDaemonPod" .)) }}
+{{- if and .Values.controller.enabled .Values.controller.webhook.enabled (not .Values.controller.webhook.certManager.enabled) }}
+{{- fail "admissionPolicy.enabled=false with the controller's self-managed webhook certificate (controller.webhook.enabled=true, controller.webhook.certManager.enabled=false): only the admission policies hold the controller's update on its ValidatingWebhookConfiguration to the caBundle (and its Secret create to the certificate Secret); without them it could rewrite the webhook's rules, service or failure policy and intercept or block writes cluster-wide. Keep admissionPolicy.enabled=true, or set controller.webhook.certManager.enabled=true (cert-manager injects the caBundle and the controller gets no write on webhook configurations or Secrets), or controller.webhook.enabled=false" }}
+{{- end }}
+{{- if not .Values.admissionPolicy.acknowledgeUnprotected }}
+{{- fail "admissionPolicy.enabled=false drops protections that exist only at admission, with no node-side check in their place: the kubelet plugin's writes held to its own node's ResourceSlices and driver; the claim-request rules (a capacity request on the whole-card class gpu.tangram.dev would get a share past the shared classes' selectors, memory 0 only with adminAccess, adminAccess only with memory 0); GPUs only through claims (admissionPolicy.gpuOnlyThroughClaims: NVIDIA_VISIBLE_DEVICES, device-list mounts, CDI annotations, /dev hostPaths). Non-root on strict shares and a claim's sharing backend are still checked by the plugin at prepare. Keep admissionPolicy.enabled=true, or set admissionPolicy.acknowledgeUnprotected=true to install without them" }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{/* The username of the kubelet plugin's service account, as admission sees it. */}}
 {{- define "tangram.kubeletPlugin.username" -}}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "tangram.kubeletPlugin.fullname" .) -}}
