@@ -180,10 +180,8 @@ func (d *ProcessDaemon) start(ctx context.Context) (control.Process, error) {
 	logger := klog.FromContext(ctx)
 	// A daemon that died (killed, a node crash) leaves its socket, over
 	// which a new one fails to bind.
-	if removed, err := control.RemoveStaleSocket(ctx, d.cfg.Layout.PipeDir()); err != nil {
+	if _, err := control.RemoveStaleSocket(ctx, d.cfg.Layout.PipeDir()); err != nil {
 		return nil, fmt.Errorf("starting MPS control daemon: %w", err)
-	} else if removed {
-		logger.Info("Removed the socket of an MPS control daemon that no longer runs", "pipeDir", d.cfg.Layout.PipeDir())
 	}
 	argv := append(append(append([]string(nil), d.cfg.Wrapper...), d.cfg.Binary), control.DaemonArgs(d.cfg.Protocol, d.cfg.MultiUser)...)
 	proc, err := d.cfg.Commander.Start(ctx, argv, d.env())

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 const (
@@ -39,7 +41,7 @@ var ErrDaemonListening = errors.New("a process still listens on the MPS control 
 // socket something still listens on is left alone and reported with
 // ErrDaemonListening: a hung daemon's socket accepts connections, and
 // removing it would orphan that daemon and its clients. It reports whether
-// it removed anything.
+// it removed anything, and logs a removed socket.
 func RemoveStaleSocket(ctx context.Context, pipeDir string) (bool, error) {
 	socket := filepath.Join(pipeDir, SocketName)
 	fi, err := os.Lstat(socket)
@@ -71,6 +73,7 @@ func RemoveStaleSocket(ctx context.Context, pipeDir string) (bool, error) {
 	if _, err := removeIfExists(filepath.Join(pipeDir, PIDFileName)); err != nil {
 		return true, err
 	}
+	klog.FromContext(ctx).Info("Removed the socket of an MPS control daemon that no longer runs", "socket", socket)
 	return true, nil
 }
 

@@ -146,12 +146,8 @@ func protocolFromEnv() int {
 // daemon cannot bind over it, and every share would fail with it. A socket
 // something still listens on is not touched.
 func removeStaleSocket(ctx context.Context, pipeDir string) error {
-	removed, err := control.RemoveStaleSocket(ctx, pipeDir)
-	if err != nil {
+	if _, err := control.RemoveStaleSocket(ctx, pipeDir); err != nil {
 		return fmt.Errorf("preparing the MPS pipe directory: %w", err)
-	}
-	if removed {
-		klog.FromContext(ctx).Info("Removed the socket of an MPS control daemon that no longer runs", "pipeDir", pipeDir)
 	}
 	return nil
 }
