@@ -155,7 +155,10 @@ type mpsSession struct {
 	cleanup []string
 }
 
-func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, name string, d gpucheck.Decision, v3 bool, wrapper func(mps.Layout) []string) (*mpsSession, error) {
+// startSession starts a private MPS session on the decision's card; with
+// privateShm its daemon gets a /dev/shm of its own, as the plugin starts
+// it. A session that fails to start is torn down before the error returns.
+func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, name string, d gpucheck.Decision, v3, privateShm bool) (*mpsSession, error) {
 	g, ok := s.cardByUUID(d.Card.UUID)
 	if !ok {
 		return nil, fmt.Errorf("card %s is not in the NVML inventory", d.Card.UUID)
@@ -176,12 +179,12 @@ func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, na
 	ms := &mpsSession{s: s, layout: layout, before: s.mpsProcesses(), card: g}
 	progress("MPS directories under %s (never the default /tmp/nvidia-mps); card %s (%s)", dir, g.UUID, d.Card.ComputeMode)
 	var wrap []string
-	if wrapper != nil {
-		wrap = wrapper(layout)
+	if privateShm {
+		wrap = mps.PrivateShmWrapper(layout.ShmDir())
 	}
 	ms.mgr, _ = newManager(layout, s.root, s.facts.MPSControl, g.UUID, v3, wrap)
 	if err := ms.mgr.Reconcile(ctx); err != nil {
-		return ms, fmt.Errorf("reconciling the MPS manager: %w", err)
+		return nil, fmt.Errorf("reconciling the MPS manager: %w; teardown: %v", err, ms.teardown(ctx, progress))
 	}
 	return ms, nil
 }
@@ -262,15 +265,8 @@ func (s *state) checkClassicMPS(ctx context.Context, progress gpucheck.Progress)
 	}
 	tools := gpucheck.ClientTools{Unshare: lookPath("unshare"), Setpriv: lookPath("setpriv"), Root: os.Geteuid() == 0}
 	view := gpucheck.PlanContainerView(tools)
-	var wrapper func(mps.Layout) []string
-	if view.Run {
-		wrapper = func(l mps.Layout) []string { return mps.PrivateShmWrapper(l.ShmDir()) }
-	}
-	ms, err := s.startSession(ctx, progress, "mps-classic", d, false, wrapper)
+	ms, err := s.startSession(ctx, progress, "mps-classic", d, false, view.Run)
 	if err != nil {
-		if ms != nil {
-			return gpucheck.Fail("%v; teardown: %v", err, ms.teardown(ctx, progress))
-		}
 		return gpucheck.Fail("%v", err)
 	}
 	limit := s.cfg.ShareMiB
@@ -451,11 +447,8 @@ func (s *state) checkV3(ctx context.Context, progress gpucheck.Progress) gpuchec
 	if !d.Run {
 		return gpucheck.Skip("%s", d.Reason)
 	}
-	ms, err := s.startSession(ctx, progress, "mps-v3", d, true, nil)
+	ms, err := s.startSession(ctx, progress, "mps-v3", d, true, false)
 	if err != nil {
-		if ms != nil {
-			return gpucheck.Fail("%v; teardown: %v", err, ms.teardown(ctx, progress))
-		}
 		return gpucheck.Fail("%v", err)
 	}
 	// Two claims, two namespaces, two limits: each client is held to its own.

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
 // procClients are the MPS processes row's two clients: each its own claim
@@ -44,15 +43,9 @@ func (s *state) checkMPSProcesses(ctx context.Context, progress gpucheck.Progres
 	if !d.Run {
 		return gpucheck.Skip("%s", d.Reason)
 	}
-	var wrapper func(mps.Layout) []string
-	if gpucheck.PlanContainerView(gpucheck.ClientTools{Unshare: lookPath("unshare"), Root: os.Geteuid() == 0}).Run {
-		wrapper = func(l mps.Layout) []string { return mps.PrivateShmWrapper(l.ShmDir()) }
-	}
-	ms, err := s.startSession(ctx, progress, "mps-procs", d, false, wrapper)
+	privateShm := gpucheck.PlanContainerView(gpucheck.ClientTools{Unshare: lookPath("unshare"), Root: os.Geteuid() == 0}).Run
+	ms, err := s.startSession(ctx, progress, "mps-procs", d, false, privateShm)
 	if err != nil {
-		if ms != nil {
-			return gpucheck.Fail("%v; teardown: %v", err, ms.teardown(ctx, progress))
-		}
 		return gpucheck.Fail("%v", err)
 	}
 	holdSeconds := s.holdSeconds
