@@ -483,8 +483,9 @@ func (d *Driver) persist(ctx context.Context) error {
 // lockState takes the lock between this node's plugin processes and
 // re-reads the checkpoint under it: during a rolling update the other
 // plugin pod may have prepared or unprepared claims since this process's
-// last call. The kubelet helper serializes calls with a lock of its own;
-// this one also covers start-up recovery, which runs before the helper.
+// last call. It is also what serializes this process's own calls: the
+// kubelet helper is told not to (Serialize(false) in plugin.go), and it
+// covers start-up recovery, which runs before the helper.
 // The returned function releases the lock.
 func (d *Driver) lockState(ctx context.Context) (func(), error) {
 	unlock, err := d.cfg.State.Lock(ctx)
