@@ -193,9 +193,13 @@ evictionHard:
   nodefs.available: 1%
   imagefs.available: 1%
 serializeImagePulls: false
-# How often the kubelet syncs a pod again, also after a failed prepare (the
-# soak shortens it so pods whose prepare met a killed plugin retry sooner).
-syncFrequency: ${TANGRAM_KUBELET_SYNC_FREQUENCY:-1m}
+# How often the kubelet syncs a pod again, also after a failed prepare:
+# 10s here, upstream's default is 1m. The kubelet retries a failed prepare
+# only when it next syncs the pod, and the node authorizer refuses its first
+# fetch of a claim when it sees the pod before the authorizer's graph has the
+# pod bound (about one pod in eight when eight start together on this node):
+# with 1m such a pod starts 60-90 s late (docs/local-cluster.md).
+syncFrequency: ${TANGRAM_KUBELET_SYNC_FREQUENCY:-10s}
 # The longest wait before the kubelet restarts a crashed container (its
 # default, 300s; the soak, which SIGKILLs the plugin's container every few
 # seconds, shortens it so the plugin is back within seconds as a host process
