@@ -23,9 +23,9 @@ func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourcea
 	}
 	placed := map[string]bool{}
 	for _, d := range devices {
-		if stringAttr(d, device.AttrType) == device.TypeMIG {
+		if device.StringAttribute(d, device.AttrType) == device.TypeMIG {
 			for _, c := range migs {
-				if c.mig.counterSet == d.ConsumesCounters[0].CounterSet && !placed[c.Device] {
+				if c.mig.CounterSet() == d.ConsumesCounters[0].CounterSet && !placed[c.Device] {
 					placed[c.Device] = true
 					n.Cards = append(n.Cards, c)
 				}
@@ -34,8 +34,8 @@ func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourcea
 		}
 		c := Card{
 			Device:    d.Name,
-			UUID:      stringAttr(d, device.AttrUUID),
-			Model:     stringAttr(d, device.AttrProductName),
+			UUID:      device.StringAttribute(d, device.AttrUUID),
+			Model:     device.StringAttribute(d, device.AttrProductName),
 			Shareable: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
 		}
 		var err error
@@ -48,16 +48,6 @@ func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourcea
 		n.Cards = append(n.Cards, c)
 	}
 	return n, nil
-}
-
-func stringAttr(d resourceapi.Device, name string) string {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	if a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	return ""
 }
 
 func capacityOf(d resourceapi.Device, name string) (Capacity, error) {

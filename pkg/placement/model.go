@@ -10,6 +10,8 @@ package placement
 
 import (
 	"slices"
+
+	"github.com/tangram-gpu/tangram/pkg/placement/mig"
 )
 
 // Card is the model of one GPU device of a node.
@@ -34,8 +36,8 @@ type Card struct {
 
 	// mig is set for a card in MIG mode, published as its partitions
 	// (mig.go); migUsed is what it has handed out.
-	mig     *migLayout
-	migUsed migState
+	mig     *mig.Layout
+	migUsed mig.State
 }
 
 // Capacity is one consumable capacity of a device with its request policy,
@@ -94,7 +96,7 @@ func (c Capacity) consume(amount *int64) (int64, bool) {
 // its free compute and free memory fractions.
 func (c *Card) FreeMilli() int64 {
 	if c.mig != nil {
-		return c.migFreeMilli()
+		return c.migUsed.FreeMilli(c.mig)
 	}
 	if c.whole || c.Memory.Value <= 0 {
 		return 0
@@ -109,7 +111,7 @@ func (c *Card) FreeMilli() int64 {
 // Unused reports whether nothing is allocated on the card.
 func (c *Card) Unused() bool {
 	if c.mig != nil {
-		return c.migUsed.taken == 0
+		return c.migUsed.Taken() == 0
 	}
 	return !c.whole && c.usedMemory == 0 && c.usedCompute == 0
 }
@@ -137,10 +139,10 @@ type Request struct {
 }
 
 // GPUMilli is the GPU the request takes, in milli-GPU (a MIG partition:
-// its compute slices in sevenths of a card, MIGMilli).
+// its compute slices in sevenths of a card, mig.Milli).
 func (r Request) GPUMilli() int64 {
 	if r.MIGProfile != "" {
-		return MIGMilli(r.MIGProfile)
+		return mig.Milli(r.MIGProfile)
 	}
 	return int64(r.WholeCards)*1000 + r.ShareMilli
 }
@@ -225,7 +227,7 @@ func (n *Node) cardFits(i int, r Request) bool {
 		return false
 	}
 	if r.MIGProfile != "" {
-		return c.migFirstFit(r.MIGProfile) >= 0
+		return c.migUsed.FirstFit(c.mig, r.MIGProfile) >= 0
 	}
 	if c.mig != nil {
 		return false // whole cards and shares never land on a card in MIG mode
@@ -281,7 +283,7 @@ func (n *Node) Expect(r Request, cards []int) []Consumed {
 		c := &n.Cards[i]
 		switch {
 		case r.MIGProfile != "":
-			out = append(out, Consumed{Card: i, MIG: c.migFirstFit(r.MIGProfile) + 1})
+			out = append(out, Consumed{Card: i, MIG: c.migUsed.FirstFit(c.mig, r.MIGProfile) + 1})
 		case r.ShareMilli > 0:
 			s := ShareOn(c, r.ShareMilli)
 			compute, _ := c.Compute.consume(&s.Compute)
@@ -313,10 +315,8 @@ func (n *Node) Commit(r Request, consumed []Consumed) {
 func (n *Node) apply(k Consumed, shareMilli int64) {
 	c := &n.Cards[k.Card]
 	if k.MIG > 0 && c.mig != nil {
-		c.migTake(k.MIG - 1)
-		if c.mig.computeSlices > 0 {
-			c.allocatedMilli += c.mig.partitions[k.MIG-1].ComputeSlices * 1000 / c.mig.computeSlices
-		}
+		c.migUsed.Take(c.mig, k.MIG-1)
+		c.allocatedMilli += c.mig.Milli(k.MIG - 1)
 		return
 	}
 	c.usedCompute += k.Compute
