@@ -86,7 +86,7 @@ func (c *Card) consumed(i int, d AllocatedDevice) Consumed {
 	if d.NoMemory {
 		memory = device.NoMemoryConsumed
 	}
-	return Consumed{Card: i, Whole: device.HoldsWholeCard(d.Share, memory, c.Memory.allocatable()), Memory: d.Memory, Compute: d.Compute}
+	return Consumed{Card: i, Whole: device.HoldsWholeCard(d.Share, memory, c.Memory.Allocatable()), Memory: d.Memory, Compute: d.Compute}
 }
 
 // NodeCards is the part of a live node's model that comes from its

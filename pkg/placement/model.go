@@ -11,6 +11,7 @@ package placement
 import (
 	"slices"
 
+	"github.com/tangram-gpu/tangram/pkg/placement/consumable"
 	"github.com/tangram-gpu/tangram/pkg/placement/mig"
 )
 
@@ -23,8 +24,8 @@ type Card struct {
 	Model  string
 	// Shareable cards allow several allocations (consumable capacity).
 	Shareable bool
-	Memory    Capacity // bytes
-	Compute   Capacity // percent of the card
+	Memory    consumable.Capacity // bytes
+	Compute   consumable.Capacity // percent of the card
 
 	usedMemory  int64
 	usedCompute int64
@@ -38,58 +39,6 @@ type Card struct {
 	// (mig.go); migUsed is what it has handed out.
 	mig     *mig.Layout
 	migUsed mig.State
-}
-
-// Capacity is one consumable capacity of a device with its request policy,
-// in the integer unit the allocator compares (bytes, percent).
-type Capacity struct {
-	Value int64
-	// Default is consumed by a request that names no amount.
-	Default int64
-	// Min, Max and Step form the valid range; Step 0 means any value >= Min.
-	Min, Max, Step int64
-	// HasPolicy is false when the device publishes no request policy: a
-	// request then consumes exactly what it asks.
-	HasPolicy bool
-}
-
-// allocatable is the most one allocation can consume (device.AllocatableMemory
-// for memory): the policy's maximum when below the value, else the value.
-// Without a policy no share is possible, and 0 says so.
-func (c Capacity) allocatable() int64 {
-	if !c.HasPolicy {
-		return 0
-	}
-	if c.Max > 0 && c.Max < c.Value {
-		return c.Max
-	}
-	return c.Value
-}
-
-// consume is what a request for amount (nil: none named) consumes, by the
-// allocator's rules: the default when nothing is asked, otherwise rounded up
-// to the valid range and step. ok is false when the policy forbids it.
-func (c Capacity) consume(amount *int64) (int64, bool) {
-	if amount == nil {
-		if c.HasPolicy {
-			return c.Default, true
-		}
-		return c.Value, true
-	}
-	v := *amount
-	if !c.HasPolicy {
-		return v, true
-	}
-	if v < c.Min {
-		v = c.Min
-	} else if c.Step > 0 {
-		n := (v - c.Min + c.Step - 1) / c.Step
-		v = c.Min + n*c.Step
-	}
-	if c.Max > 0 && v > c.Max {
-		return 0, false
-	}
-	return v, true
 }
 
 // FreeMilli is the part of the card still free, in milli-GPU: the smaller of
@@ -239,8 +188,8 @@ func (n *Node) cardFits(i int, r Request) bool {
 		return false
 	}
 	s := ShareOn(c, r.ShareMilli)
-	compute, okC := c.Compute.consume(&s.Compute)
-	memory, okM := c.Memory.consume(&s.Memory)
+	compute, okC := c.Compute.Consume(&s.Compute)
+	memory, okM := c.Memory.Consume(&s.Memory)
 	return okC && okM && c.usedCompute+compute <= c.Compute.Value && c.usedMemory+memory <= c.Memory.Value
 }
 
@@ -286,13 +235,13 @@ func (n *Node) Expect(r Request, cards []int) []Consumed {
 			out = append(out, Consumed{Card: i, MIG: c.migUsed.FirstFit(c.mig, r.MIGProfile) + 1})
 		case r.ShareMilli > 0:
 			s := ShareOn(c, r.ShareMilli)
-			compute, _ := c.Compute.consume(&s.Compute)
-			memory, _ := c.Memory.consume(&s.Memory)
+			compute, _ := c.Compute.Consume(&s.Compute)
+			memory, _ := c.Memory.Consume(&s.Memory)
 			out = append(out, Consumed{Card: i, Compute: compute, Memory: memory})
 		case c.Shareable:
 			// A claim naming no capacity takes the defaults: all memory.
-			compute, _ := c.Compute.consume(nil)
-			memory, _ := c.Memory.consume(nil)
+			compute, _ := c.Compute.Consume(nil)
+			memory, _ := c.Memory.Consume(nil)
 			out = append(out, Consumed{Card: i, Whole: true, Compute: compute, Memory: memory})
 		default:
 			out = append(out, Consumed{Card: i, Whole: true})
