@@ -36,7 +36,8 @@ type Card struct {
 	allocatedMilli int64
 
 	// mig is set for a card in MIG mode, published as its partitions
-	// (mig.go); migUsed is what it has handed out.
+	// (migcard.go, package placement/mig); migUsed is what it has handed
+	// out.
 	mig     *mig.Layout
 	migUsed mig.State
 }
