@@ -16,19 +16,19 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/gpucheck"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/nvidiasmi"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // SMICard and SMIReport are the parts of `nvidia-smi -q -x` the checks
-// read; gpu-check reads the same (pkg/gpucheck).
+// read; gpu-check reads the same (pkg/gpucheck/nvidiasmi).
 type (
-	SMICard   = gpucheck.SMICard
-	SMIReport = gpucheck.SMIReport
+	SMICard   = nvidiasmi.Card
+	SMIReport = nvidiasmi.Report
 )
 
 // ParseSMI reads the XML of `nvidia-smi -q -x`.
-func ParseSMI(r io.Reader) (SMIReport, error) { return gpucheck.ParseSMI(r) }
+func ParseSMI(r io.Reader) (SMIReport, error) { return nvidiasmi.Parse(r) }
 
 // ParseSlices reads the List that `dra-kubelet-plugin slices -o json` prints
 // and returns every device of every slice.
@@ -155,7 +155,7 @@ func smiMemoryMiB(s string) int64 {
 
 // normalBusID turns nvidia-smi's "00000000:1B:00.0" into the attribute's
 // "0000:1b:00.0".
-func normalBusID(s string) string { return gpucheck.NormalBusID(s) }
+func normalBusID(s string) string { return nvidiasmi.NormalBusID(s) }
 
 // normalArchitecture turns "Ada Lovelace" into "ada-lovelace".
 func normalArchitecture(s string) string {

@@ -3,10 +3,10 @@
 // OUTDIR` on the node; docs/nvml.md#gpu-check-before-installing). It holds
 // what can be decided without a GPU: running checks one after another, each
 // under its own deadline and none aborting the others; the summary line and
-// the Markdown report; reading `nvidia-smi -q -x` and `nvidia-smi topo -m`
-// and comparing them with the plugin's inventory; what the enforcement
-// detection may claim on the machine it sees; which steps to skip on a
-// machine that lacks what they need; and judging what the allocating
-// client reports. Package gpucheck/probe runs the checks against the
+// the Markdown report; comparing what `nvidia-smi -q -x` and `nvidia-smi
+// topo -m` say (read by package gpucheck/nvidiasmi) with the plugin's
+// inventory; what the enforcement detection may claim on the machine it
+// sees; which steps to skip on a machine that lacks what they need; and
+// judging what the allocating client reports. Package gpucheck/probe runs the checks against the
 // driver, through the plugin's own code.
 package gpucheck

@@ -8,15 +8,16 @@ import (
 	"strings"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/nvidiasmi"
 )
 
 // Reference is what the machine says about its cards, independently of
 // the plugin: the driver's own tool and the kernel.
 type Reference struct {
-	SMI SMIReport
+	SMI nvidiasmi.Report
 	// Topology is `nvidia-smi topo -m`; nil when it could not be read
 	// (NVLink is then not compared, and the comparison says so).
-	Topology Topology
+	Topology nvidiasmi.Topology
 	// NUMA maps a canonical PCI bus id to the kernel's
 	// /sys/bus/pci/devices/<bus id>/numa_node (-1: none); a card missing
 	// here is not compared.
@@ -115,7 +116,7 @@ func uuidsOf(indexes []int, cards []gpu.GPU) []string {
 	return out
 }
 
-func peersByUUID(rows []int, smi []SMICard) []string {
+func peersByUUID(rows []int, smi []nvidiasmi.Card) []string {
 	out := make([]string, 0, len(rows))
 	for _, r := range rows {
 		if r >= 0 && r < len(smi) {

@@ -1,13 +1,31 @@
 package gpucheck
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/nvidiasmi"
 )
 
 func ptr(i int) *int { return &i }
+
+// readSMI is the `nvidia-smi -q -x` of two H100s that pkg/gpucheck/nvidiasmi
+// tests its reader on.
+func readSMI(t *testing.T) nvidiasmi.Report {
+	t.Helper()
+	f, err := os.Open("nvidiasmi/testdata/nvidia-smi-q-2xh100.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := nvidiasmi.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
 
 func pluginCards() []gpu.GPU {
 	return []gpu.GPU{
@@ -20,7 +38,7 @@ func pluginCards() []gpu.GPU {
 
 func TestCompareInventory(t *testing.T) {
 	smi := readSMI(t)
-	ref := Reference{SMI: smi, Topology: Topology{0: {1}, 1: {0}}, NUMA: map[string]int{"0000:1b:00.0": 0, "0000:43:00.0": 1}}
+	ref := Reference{SMI: smi, Topology: nvidiasmi.Topology{0: {1}, 1: {0}}, NUMA: map[string]int{"0000:1b:00.0": 0, "0000:43:00.0": 1}}
 	for _, tc := range []struct {
 		name   string
 		change func(cards []gpu.GPU, ref *Reference) []gpu.GPU

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/nvidiasmi"
 )
 
 // Facts are what the machine has, read independently of the plugin's
@@ -21,7 +23,7 @@ type Facts struct {
 	// its children get.
 	RootSubtree []string
 	// Cards are nvidia-smi's cards (compute mode, MIG mode).
-	Cards []SMICard
+	Cards []nvidiasmi.Card
 	// MPSControl is the driver root's nvidia-cuda-mps-control, "" when
 	// the driver root has none.
 	MPSControl string
@@ -169,7 +171,7 @@ func orNone(s string) string {
 type Decision struct {
 	Run bool
 	// Card is the nvidia-smi card the step uses.
-	Card   SMICard
+	Card   nvidiasmi.Card
 	Reason string
 }
 

@@ -3,13 +3,15 @@ package gpucheck
 import (
 	"strings"
 	"testing"
+
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/nvidiasmi"
 )
 
-func cardsWith(modes ...string) []SMICard {
-	var out []SMICard
+func cardsWith(modes ...string) []nvidiasmi.Card {
+	var out []nvidiasmi.Card
 	for i, m := range modes {
 		compute, mig, _ := strings.Cut(m, "/")
-		out = append(out, SMICard{UUID: "GPU-" + string(rune('a'+i)), ComputeMode: compute, MIGMode: mig})
+		out = append(out, nvidiasmi.Card{UUID: "GPU-" + string(rune('a'+i)), ComputeMode: compute, MIGMode: mig})
 	}
 	return out
 }

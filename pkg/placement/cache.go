@@ -64,8 +64,8 @@ func cacheKey(n *Node, r Request, buf []byte) []byte {
 			// A card in MIG mode: its layout and the partitions it has
 			// handed out (the counters they use follow from the two). A
 			// split card and an untouched one differ only here.
-			buf = binary.AppendVarint(buf, c.mig.id)
-			buf = binary.AppendUvarint(buf, c.migUsed.taken)
+			buf = binary.AppendVarint(buf, c.mig.ID())
+			buf = binary.AppendUvarint(buf, c.migUsed.Taken())
 		}
 	}
 	return buf

@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/placement/mig"
 )
 
 // NodeFromCluster builds the model of a live node: its ResourceSlices of our
@@ -85,7 +86,7 @@ func (c *Card) consumed(i int, d AllocatedDevice) Consumed {
 	if d.NoMemory {
 		memory = device.NoMemoryConsumed
 	}
-	return Consumed{Card: i, Whole: device.HoldsWholeCard(d.Share, memory, c.Memory.allocatable()), Memory: d.Memory, Compute: d.Compute}
+	return Consumed{Card: i, Whole: device.HoldsWholeCard(d.Share, memory, c.Memory.Allocatable()), Memory: d.Memory, Compute: d.Compute}
 }
 
 // NodeCards is the part of a live node's model that comes from its
@@ -190,7 +191,7 @@ func RequestFromClaims(name string, cpuMilli, memoryMiB int64, claims []*resourc
 				// One MIG partition per pod is modelled, of the profile
 				// its selector names; other MIG requests are left to the
 				// allocator.
-				if p := migProfileOf(e.Selectors); p != "" && r.MIGProfile == "" && max(e.Count, 1) == 1 {
+				if p := mig.ProfileOf(e.Selectors); p != "" && r.MIGProfile == "" && max(e.Count, 1) == 1 {
 					r.MIGProfile, found = p, true
 				}
 				continue

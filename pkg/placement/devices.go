@@ -4,9 +4,9 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/placement/consumable"
 )
 
 // NodeFromDevices builds the model of a node from the devices our driver
@@ -23,9 +23,9 @@ func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourcea
 	}
 	placed := map[string]bool{}
 	for _, d := range devices {
-		if stringAttr(d, device.AttrType) == device.TypeMIG {
+		if device.StringAttribute(d, device.AttrType) == device.TypeMIG {
 			for _, c := range migs {
-				if c.mig.counterSet == d.ConsumesCounters[0].CounterSet && !placed[c.Device] {
+				if c.mig.CounterSet() == d.ConsumesCounters[0].CounterSet && !placed[c.Device] {
 					placed[c.Device] = true
 					n.Cards = append(n.Cards, c)
 				}
@@ -34,63 +34,18 @@ func NodeFromDevices(name string, cpuMilli, memoryMiB int64, devices []resourcea
 		}
 		c := Card{
 			Device:    d.Name,
-			UUID:      stringAttr(d, device.AttrUUID),
-			Model:     stringAttr(d, device.AttrProductName),
+			UUID:      device.StringAttribute(d, device.AttrUUID),
+			Model:     device.StringAttribute(d, device.AttrProductName),
 			Shareable: d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations,
 		}
 		var err error
-		if c.Memory, err = capacityOf(d, device.CapacityMemory); err != nil {
+		if c.Memory, err = consumable.Of(d, device.CapacityMemory); err != nil {
 			return nil, fmt.Errorf("node %s, device %s: %w", name, d.Name, err)
 		}
-		if c.Compute, err = capacityOf(d, device.CapacityCompute); err != nil {
+		if c.Compute, err = consumable.Of(d, device.CapacityCompute); err != nil {
 			return nil, fmt.Errorf("node %s, device %s: %w", name, d.Name, err)
 		}
 		n.Cards = append(n.Cards, c)
 	}
 	return n, nil
-}
-
-func stringAttr(d resourceapi.Device, name string) string {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	if a, ok := d.Attributes[resourceapi.QualifiedName(device.DriverName+"/"+name)]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	return ""
-}
-
-func capacityOf(d resourceapi.Device, name string) (Capacity, error) {
-	dc, ok := d.Capacity[resourceapi.QualifiedName(name)]
-	if !ok {
-		if name == device.CapacityCompute {
-			// Without a compute capacity only memory limits shares.
-			return Capacity{}, nil
-		}
-		return Capacity{}, fmt.Errorf("no %q capacity published; the placement model needs it", name)
-	}
-	c := Capacity{Value: dc.Value.Value()}
-	if p := dc.RequestPolicy; p != nil {
-		c.HasPolicy = true
-		c.Default = c.Value
-		if p.Default != nil {
-			c.Default = p.Default.Value()
-		}
-		if len(p.ValidValues) > 0 {
-			return Capacity{}, fmt.Errorf("capacity %q: validValues policies are not modelled; publish a validRange", name)
-		}
-		if r := p.ValidRange; r != nil {
-			c.Min = qvalue(r.Min)
-			c.Max = qvalue(r.Max)
-			c.Step = qvalue(r.Step)
-		}
-	}
-	return c, nil
-}
-
-func qvalue(q *resource.Quantity) int64 {
-	if q == nil {
-		return 0
-	}
-	return q.Value()
 }

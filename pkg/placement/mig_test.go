@@ -202,10 +202,10 @@ func TestScoreCacheKeepsMIGState(t *testing.T) {
 // state (their counters are numbered in name order, not map order).
 func TestMIGLayoutIDShared(t *testing.T) {
 	nodes, _ := migTestClusterOf(t, 2, "a", "b", "c", "d")
-	want := nodes[0].Cards[0].mig.id
+	want := nodes[0].Cards[0].mig.ID()
 	for _, n := range nodes {
 		for i := range n.Cards {
-			if got := n.Cards[i].mig.id; got != want {
+			if got := n.Cards[i].mig.ID(); got != want {
 				t.Errorf("node %s card %d: layout id %d, want %d", n.Name, i, got, want)
 			}
 		}

@@ -10,6 +10,9 @@ package placement
 
 import (
 	"slices"
+
+	"github.com/tangram-gpu/tangram/pkg/placement/consumable"
+	"github.com/tangram-gpu/tangram/pkg/placement/mig"
 )
 
 // Card is the model of one GPU device of a node.
@@ -21,8 +24,8 @@ type Card struct {
 	Model  string
 	// Shareable cards allow several allocations (consumable capacity).
 	Shareable bool
-	Memory    Capacity // bytes
-	Compute   Capacity // percent of the card
+	Memory    consumable.Capacity // bytes
+	Compute   consumable.Capacity // percent of the card
 
 	usedMemory  int64
 	usedCompute int64
@@ -33,68 +36,17 @@ type Card struct {
 	allocatedMilli int64
 
 	// mig is set for a card in MIG mode, published as its partitions
-	// (mig.go); migUsed is what it has handed out.
-	mig     *migLayout
-	migUsed migState
-}
-
-// Capacity is one consumable capacity of a device with its request policy,
-// in the integer unit the allocator compares (bytes, percent).
-type Capacity struct {
-	Value int64
-	// Default is consumed by a request that names no amount.
-	Default int64
-	// Min, Max and Step form the valid range; Step 0 means any value >= Min.
-	Min, Max, Step int64
-	// HasPolicy is false when the device publishes no request policy: a
-	// request then consumes exactly what it asks.
-	HasPolicy bool
-}
-
-// allocatable is the most one allocation can consume (device.AllocatableMemory
-// for memory): the policy's maximum when below the value, else the value.
-// Without a policy no share is possible, and 0 says so.
-func (c Capacity) allocatable() int64 {
-	if !c.HasPolicy {
-		return 0
-	}
-	if c.Max > 0 && c.Max < c.Value {
-		return c.Max
-	}
-	return c.Value
-}
-
-// consume is what a request for amount (nil: none named) consumes, by the
-// allocator's rules: the default when nothing is asked, otherwise rounded up
-// to the valid range and step. ok is false when the policy forbids it.
-func (c Capacity) consume(amount *int64) (int64, bool) {
-	if amount == nil {
-		if c.HasPolicy {
-			return c.Default, true
-		}
-		return c.Value, true
-	}
-	v := *amount
-	if !c.HasPolicy {
-		return v, true
-	}
-	if v < c.Min {
-		v = c.Min
-	} else if c.Step > 0 {
-		n := (v - c.Min + c.Step - 1) / c.Step
-		v = c.Min + n*c.Step
-	}
-	if c.Max > 0 && v > c.Max {
-		return 0, false
-	}
-	return v, true
+	// (migcard.go, package placement/mig); migUsed is what it has handed
+	// out.
+	mig     *mig.Layout
+	migUsed mig.State
 }
 
 // FreeMilli is the part of the card still free, in milli-GPU: the smaller of
 // its free compute and free memory fractions.
 func (c *Card) FreeMilli() int64 {
 	if c.mig != nil {
-		return c.migFreeMilli()
+		return c.migUsed.FreeMilli(c.mig)
 	}
 	if c.whole || c.Memory.Value <= 0 {
 		return 0
@@ -109,7 +61,7 @@ func (c *Card) FreeMilli() int64 {
 // Unused reports whether nothing is allocated on the card.
 func (c *Card) Unused() bool {
 	if c.mig != nil {
-		return c.migUsed.taken == 0
+		return c.migUsed.Taken() == 0
 	}
 	return !c.whole && c.usedMemory == 0 && c.usedCompute == 0
 }
@@ -137,10 +89,10 @@ type Request struct {
 }
 
 // GPUMilli is the GPU the request takes, in milli-GPU (a MIG partition:
-// its compute slices in sevenths of a card, MIGMilli).
+// its compute slices in sevenths of a card, mig.Milli).
 func (r Request) GPUMilli() int64 {
 	if r.MIGProfile != "" {
-		return MIGMilli(r.MIGProfile)
+		return mig.Milli(r.MIGProfile)
 	}
 	return int64(r.WholeCards)*1000 + r.ShareMilli
 }
@@ -225,7 +177,7 @@ func (n *Node) cardFits(i int, r Request) bool {
 		return false
 	}
 	if r.MIGProfile != "" {
-		return c.migFirstFit(r.MIGProfile) >= 0
+		return c.migUsed.FirstFit(c.mig, r.MIGProfile) >= 0
 	}
 	if c.mig != nil {
 		return false // whole cards and shares never land on a card in MIG mode
@@ -237,8 +189,8 @@ func (n *Node) cardFits(i int, r Request) bool {
 		return false
 	}
 	s := ShareOn(c, r.ShareMilli)
-	compute, okC := c.Compute.consume(&s.Compute)
-	memory, okM := c.Memory.consume(&s.Memory)
+	compute, okC := c.Compute.Consume(&s.Compute)
+	memory, okM := c.Memory.Consume(&s.Memory)
 	return okC && okM && c.usedCompute+compute <= c.Compute.Value && c.usedMemory+memory <= c.Memory.Value
 }
 
@@ -281,16 +233,16 @@ func (n *Node) Expect(r Request, cards []int) []Consumed {
 		c := &n.Cards[i]
 		switch {
 		case r.MIGProfile != "":
-			out = append(out, Consumed{Card: i, MIG: c.migFirstFit(r.MIGProfile) + 1})
+			out = append(out, Consumed{Card: i, MIG: c.migUsed.FirstFit(c.mig, r.MIGProfile) + 1})
 		case r.ShareMilli > 0:
 			s := ShareOn(c, r.ShareMilli)
-			compute, _ := c.Compute.consume(&s.Compute)
-			memory, _ := c.Memory.consume(&s.Memory)
+			compute, _ := c.Compute.Consume(&s.Compute)
+			memory, _ := c.Memory.Consume(&s.Memory)
 			out = append(out, Consumed{Card: i, Compute: compute, Memory: memory})
 		case c.Shareable:
 			// A claim naming no capacity takes the defaults: all memory.
-			compute, _ := c.Compute.consume(nil)
-			memory, _ := c.Memory.consume(nil)
+			compute, _ := c.Compute.Consume(nil)
+			memory, _ := c.Memory.Consume(nil)
 			out = append(out, Consumed{Card: i, Whole: true, Compute: compute, Memory: memory})
 		default:
 			out = append(out, Consumed{Card: i, Whole: true})
@@ -313,10 +265,8 @@ func (n *Node) Commit(r Request, consumed []Consumed) {
 func (n *Node) apply(k Consumed, shareMilli int64) {
 	c := &n.Cards[k.Card]
 	if k.MIG > 0 && c.mig != nil {
-		c.migTake(k.MIG - 1)
-		if c.mig.computeSlices > 0 {
-			c.allocatedMilli += c.mig.partitions[k.MIG-1].ComputeSlices * 1000 / c.mig.computeSlices
-		}
+		c.migUsed.Take(c.mig, k.MIG-1)
+		c.allocatedMilli += c.mig.Milli(k.MIG - 1)
 		return
 	}
 	c.usedCompute += k.Compute

@@ -31,6 +31,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
+	"github.com/tangram-gpu/tangram/pkg/gpucheck/nvidiasmi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
@@ -137,7 +138,7 @@ func Machine(cfg Config) gpucheck.Machine {
 	if err != nil {
 		return m
 	}
-	rep, err := gpucheck.ParseSMI(bytes.NewReader(out))
+	rep, err := nvidiasmi.Parse(bytes.NewReader(out))
 	if err != nil {
 		return m
 	}
@@ -167,7 +168,7 @@ func (s *state) checkSMI(ctx context.Context, progress gpucheck.Progress) gpuche
 		return gpucheck.Fail("%s -q -x: %v", smi, exitDetail(err))
 	}
 	s.writeArtefact("nvidia-smi-q.xml", out)
-	rep, err := gpucheck.ParseSMI(bytes.NewReader(out))
+	rep, err := nvidiasmi.Parse(bytes.NewReader(out))
 	if err != nil {
 		return gpucheck.Fail("%v", err)
 	}
@@ -176,7 +177,7 @@ func (s *state) checkSMI(ctx context.Context, progress gpucheck.Progress) gpuche
 	progress("running %s topo -m", smi)
 	if topo, err := exec.CommandContext(ctx, smi, "topo", "-m").Output(); err == nil {
 		s.writeArtefact("nvidia-smi-topo.txt", topo)
-		if t, err := gpucheck.ParseTopology(bytes.NewReader(topo)); err == nil {
+		if t, err := nvidiasmi.ParseTopology(bytes.NewReader(topo)); err == nil {
 			s.ref.Topology = t
 		} else {
 			progress("nvidia-smi topo -m unreadable: %v", err)
@@ -201,7 +202,7 @@ func (s *state) checkSMI(ctx context.Context, progress gpucheck.Progress) gpuche
 	return gpucheck.Pass("driver %s, CUDA %s: %s", rep.DriverVersion, rep.CUDAVersion, strings.Join(cards, "; "))
 }
 
-func (s *state) readFacts(rep gpucheck.SMIReport) gpucheck.Facts {
+func (s *state) readFacts(rep nvidiasmi.Report) gpucheck.Facts {
 	f := gpucheck.Facts{DriverVersion: rep.DriverVersion, Cards: rep.Cards}
 	if b, err := os.ReadFile(filepath.Join(s.cfg.ProcRoot, "sys/kernel/osrelease")); err == nil {
 		f.KernelRelease = strings.TrimSpace(string(b))
@@ -226,7 +227,7 @@ func (s *state) readFacts(rep gpucheck.SMIReport) gpucheck.Facts {
 	return f
 }
 
-func settings(rep gpucheck.SMIReport) map[string]string {
+func settings(rep nvidiasmi.Report) map[string]string {
 	out := map[string]string{}
 	for _, c := range rep.Cards {
 		out[strings.TrimSpace(c.UUID)] = fmt.Sprintf("compute mode %s, MIG %s", strings.TrimSpace(c.ComputeMode), orNA(c.MIGMode))
@@ -512,7 +513,7 @@ func (s *state) checkSettingsUnchanged(ctx context.Context, progress gpucheck.Pr
 	if err != nil {
 		return gpucheck.Fail("%s -q -x: %v", s.smi, exitDetail(err))
 	}
-	rep, err := gpucheck.ParseSMI(bytes.NewReader(out))
+	rep, err := nvidiasmi.Parse(bytes.NewReader(out))
 	if err != nil {
 		return gpucheck.Fail("%v", err)
 	}

@@ -1,4 +1,4 @@
-package gpucheck
+package nvidiasmi
 
 import (
 	"os"
@@ -7,14 +7,14 @@ import (
 	"testing"
 )
 
-func readSMI(t *testing.T) SMIReport {
+func readSMI(t *testing.T) Report {
 	t.Helper()
 	f, err := os.Open("testdata/nvidia-smi-q-2xh100.xml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := ParseSMI(f)
+	rep, err := Parse(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,8 @@ func TestParseSMI(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"<nvidia_smi_log><driver_version>1</driver_version></nvidia_smi_log>", "not xml"} {
-		if _, err := ParseSMI(strings.NewReader(bad)); err == nil {
-			t.Errorf("ParseSMI(%q) succeeded", bad)
+		if _, err := Parse(strings.NewReader(bad)); err == nil {
+			t.Errorf("Parse(%q) succeeded", bad)
 		}
 	}
 }
@@ -64,7 +64,7 @@ func TestSMIValues(t *testing.T) {
 		in string
 		ok bool
 	}{{"81559 MiB", true}, {"N/A", false}, {"80 GiB", false}} {
-		if _, ok := (SMICard{MemoryTotal: tc.in}).MemoryMiB(); ok != tc.ok {
+		if _, ok := (Card{MemoryTotal: tc.in}).MemoryMiB(); ok != tc.ok {
 			t.Errorf("MemoryMiB(%q) ok %t", tc.in, ok)
 		}
 	}

@@ -1,4 +1,8 @@
-package gpucheck
+// Package nvidiasmi reads what NVIDIA's `nvidia-smi` prints about a
+// machine's cards, as the GPU checks use it: the XML of `nvidia-smi -q -x`
+// (Parse) and the matrix of `nvidia-smi topo -m` (ParseTopology). Standard
+// library only: it holds no judgment and runs nothing.
+package nvidiasmi
 
 import (
 	"bufio"
@@ -10,9 +14,9 @@ import (
 	"strings"
 )
 
-// SMICard is one <gpu> of `nvidia-smi -q -x` (NVIDIA's nvsmi_device DTD),
+// Card is one <gpu> of `nvidia-smi -q -x` (NVIDIA's nvsmi_device DTD),
 // with the elements the checks read.
-type SMICard struct {
+type Card struct {
 	// ID is the <gpu id="..."> attribute, the PCI bus id.
 	ID           string `xml:"id,attr"`
 	ProductName  string `xml:"product_name"`
@@ -31,16 +35,16 @@ type SMICard struct {
 	MIGMode string `xml:"mig_mode>current_mig"`
 }
 
-// SMIReport is the part of `nvidia-smi -q -x` the checks read.
-type SMIReport struct {
-	DriverVersion string    `xml:"driver_version"`
-	CUDAVersion   string    `xml:"cuda_version"`
-	Cards         []SMICard `xml:"gpu"`
+// Report is the part of `nvidia-smi -q -x` the checks read.
+type Report struct {
+	DriverVersion string `xml:"driver_version"`
+	CUDAVersion   string `xml:"cuda_version"`
+	Cards         []Card `xml:"gpu"`
 }
 
-// ParseSMI reads the XML of `nvidia-smi -q -x`.
-func ParseSMI(r io.Reader) (SMIReport, error) {
-	var rep SMIReport
+// Parse reads the XML of `nvidia-smi -q -x`.
+func Parse(r io.Reader) (Report, error) {
+	var rep Report
 	dec := xml.NewDecoder(r)
 	// nvidia-smi's XML names a DTD that is not available offline.
 	dec.Strict = false
@@ -54,7 +58,7 @@ func ParseSMI(r io.Reader) (SMIReport, error) {
 }
 
 // MemoryMiB parses "81559 MiB"; ok is false when it cannot.
-func (c SMICard) MemoryMiB() (int64, bool) {
+func (c Card) MemoryMiB() (int64, bool) {
 	num, unit, _ := strings.Cut(strings.TrimSpace(c.MemoryTotal), " ")
 	v, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || unit != "MiB" {
@@ -65,16 +69,16 @@ func (c SMICard) MemoryMiB() (int64, bool) {
 
 // ReservedMiB parses the reserved memory, "329 MiB"; ok is false when
 // nvidia-smi does not report it or it cannot be read.
-func (c SMICard) ReservedMiB() (int64, bool) {
-	return SMICard{MemoryTotal: c.MemoryReserved}.MemoryMiB()
+func (c Card) ReservedMiB() (int64, bool) {
+	return Card{MemoryTotal: c.MemoryReserved}.MemoryMiB()
 }
 
 // BusID turns nvidia-smi's "00000000:1B:00.0" into the plugin's canonical
 // "0000:1b:00.0"; "" when it cannot.
-func (c SMICard) BusID() string { return NormalBusID(c.PCIBusID) }
+func (c Card) BusID() string { return NormalBusID(c.PCIBusID) }
 
 // MIGEnabled reports whether MIG mode is on now.
-func (c SMICard) MIGEnabled() bool {
+func (c Card) MIGEnabled() bool {
 	return strings.EqualFold(strings.TrimSpace(c.MIGMode), "Enabled")
 }
 
