@@ -1,7 +1,8 @@
 //go:build cgo
 
 // Command tangram-cdi-hook is the CDI createRuntime hook that holds a share
-// claim to its GPU memory: before the container's process runs, it sets
+// claim to its GPU memory, and a strict share to non-root containers:
+// before the container's process runs, it sets
 // the claim's hard limit on each of its cards, through NVML, on the cgroup
 // of the container's pod, which bounds all of the pod's containers together
 // (pkg/plugin/memlimit, docs/enforcement.md). The kubelet plugin installs it
@@ -10,12 +11,14 @@
 //
 //	tangram-cdi-hook --claim <claim UID> --state-dir <dir> --limit <card UUID>=<bytes> [--limit …]
 //	    [--driver-root /] [--cgroup-root /sys/fs/cgroup] [--proc-root /proc]
+//	    [--non-root-class <class> --claim-name <namespace>/<name>]
 //
 // Any failure exits 1 with one line on stderr, which the container runtime
 // reports as the reason the container did not start.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +31,10 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdin); err != nil {
+		if _, ok := errors.AsType[*memlimit.NonRootError](err); ok {
+			fmt.Fprintf(os.Stderr, "tangram-cdi-hook: refusing to start the container: %v\n", err)
+			os.Exit(1)
+		}
 		fmt.Fprintf(os.Stderr, "tangram-cdi-hook: GPU memory limit not set, refusing to start the container: %v\n", err)
 		os.Exit(1)
 	}

@@ -149,6 +149,46 @@ func TestHookOnADriverBefore615(t *testing.T) {
 	}
 }
 
+// TestHookRefusesRootOnStrictShare runs the hook of a strict share as
+// containerd would, for a root container joining a claim already
+// prepared: it is refused before NVML is touched, in one line naming the
+// pod, the claim and the fix; a non-root one gets its limit.
+func TestHookRefusesRootOnStrictShare(t *testing.T) {
+	h := newHost(t, mocknvml.MemoryLimitsDriver)
+	if err := os.WriteFile(filepath.Join(h.pod, "dmem.max"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	limit := fakegpu.FakeGPUUUID("mock-node", 1) + "=21474836480"
+	run := func(uid string) (string, bool) {
+		bundle := t.TempDir()
+		config := `{"process":{"user":{"uid":` + uid + `},"noNewPrivileges":true},"annotations":{"io.kubernetes.cri.sandbox-namespace":"team",` +
+			`"io.kubernetes.cri.sandbox-name":"late","io.kubernetes.cri.container-name":"cuda"}}`
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args, _ := json.Marshal([]string{"tangram-cdi-hook", "--driver-root", h.driverRoot, "--proc-root", h.proc, "--cgroup-root", h.cgroups,
+			"--state-dir", h.records, "--claim", "11111111-2222-3333-4444-555555555555", "--limit", limit,
+			"--non-root-class", "hard-shared-gpu.tangram.dev", "--claim-name", "team/share"})
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), envRunHook+"="+string(args), mocknvml.EnvDevicesFile+"=", mocknvml.EnvStateDir+"="+h.state.Dir,
+			mocknvml.EnvKernelDmem+"=1")
+		cmd.Stdin = strings.NewReader(`{"ociVersion":"1.2.0","id":"c","status":"creating","pid":77,"bundle":"` + bundle + `"}`)
+		out, err := cmd.CombinedOutput()
+		return string(out), err == nil
+	}
+	out, ok := run("0")
+	want := `tangram-cdi-hook: refusing to start the container: pod team/late container "cuda" would run as uid 0 (root) on a share of class hard-shared-gpu.tangram.dev (claim team/share)`
+	if ok || !strings.HasPrefix(out, want) || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("hook for a root container on a strict share: ok=%v\n%s\nwant one line starting:\n%s", ok, out, want)
+	}
+	if calls, err := h.state.Calls(); err != nil || len(calls) != 0 {
+		t.Errorf("NVML calls for a refused container: %v (%v), want none", calls, err)
+	}
+	if out, ok := run("1000"); !ok {
+		t.Fatalf("hook for a non-root container on a strict share: %s", out)
+	}
+}
+
 func mustMkdir(t *testing.T, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {

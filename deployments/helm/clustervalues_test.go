@@ -76,7 +76,7 @@ func TestClusterValues(t *testing.T) {
 			files: []string{"host-network.yaml", "local.yaml", "mock-driver-root.yaml", "realpath.yaml"},
 			sets:  []string{"driverRoot=/var/lib/tangram-mock-driver"},
 			want: want{
-				pluginFlags:   map[string]string{"sysfs-root": "/driver-root/sys", "driver-proc-root": "/driver-root/proc", "mps-shm-size": "0", "host-driver-root": "/var/lib/tangram-mock-driver"},
+				pluginFlags:   map[string]string{"sysfs-root": "/driver-root/sys", "driver-proc-root": "/driver-root/proc", "mps-shm-size": "64Mi", "host-driver-root": "/var/lib/tangram-mock-driver"},
 				noPluginFlags: []string{"fake-profile"},
 				pluginEnv:     loopback, hostNetwork: true,
 			},

@@ -60,6 +60,9 @@ func TestPluginDaemonSet(t *testing.T) {
 				"mps-daemon-driver-root": "/", "mps-daemon-priority-class": "system-node-critical",
 				// The daemon outlives short idle periods.
 				"mps-idle-grace": "5m",
+				// Each claim's /dev/shm is small: its pages outlive
+				// their writer's pod, charged to no pod.
+				"mps-shm-size": "64Mi",
 				// Classic daemons serve every user at once (-M).
 				"mps-multi-user": "true",
 				// NVML and the driver's programs come from the mount.
@@ -120,6 +123,20 @@ func TestPluginDaemonSet(t *testing.T) {
 			sets:      []string{"kubeletPlugin.mps.idleGrace=0"},
 			wantFlags: map[string]string{"mps-idle-grace": "0"},
 			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			name:      "an admin's opt-in for a larger /dev/shm per claim",
+			sets:      []string{"kubeletPlugin.mps.shmSize=8Gi"},
+			wantFlags: map[string]string{"mps-shm-size": "8Gi"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+		},
+		{
+			// Fake GPUs use plain directories whatever the size.
+			name:      "fake GPUs take shmSize 0",
+			sets:      []string{"fakeGPU.profile=dgx-h100", "kubeletPlugin.mps.shmSize=0"},
+			wantFlags: map[string]string{"fake-profile": "dgx-h100", "mps-shm-size": "0"},
+			wantImage: "localhost/tangram/dra-kubelet-plugin:dev",
+			wantFake:  true,
 		},
 		{
 			name:      "MPS daemon as a child process",

@@ -71,6 +71,12 @@ func TestSchemaRejects(t *testing.T) {
 		{name: "MPS shm size negative", sets: []string{"kubeletPlugin.mps.shmSize=-64Mi"}, wantErr: []string{"shmSize"}},
 		{name: "MPS shm size negative integer", sets: []string{"kubeletPlugin.mps.shmSize=-1"}, wantErr: []string{"shmSize"}},
 		{name: "MPS shm size in words", sets: []string{"kubeletPlugin.mps.shmSize=64 megabytes"}, wantErr: []string{"shmSize"}},
+		// On real GPUs 0 would be an unbounded directory on the host,
+		// its pages charged to no pod once their writer is gone.
+		{name: "MPS shm size 0 on real GPUs", sets: []string{"kubeletPlugin.mps.shmSize=0"}, notSchema: true,
+			wantErr: []string{"kubeletPlugin.mps.shmSize=0: on real GPUs each claim's /dev/shm would be a plain directory", "no size bound", "charged to no pod", "64Mi"}},
+		{name: "MPS shm size 0Mi on real GPUs", sets: []string{"kubeletPlugin.mps.shmSize=0Mi"}, notSchema: true,
+			wantErr: []string{"kubeletPlugin.mps.shmSize=0Mi: on real GPUs"}},
 		{name: "MPS idle grace without a unit", sets: []string{"kubeletPlugin.mps.idleGrace=300"}, wantErr: []string{"idleGrace"}},
 		{name: "MPS idle grace in words", sets: []string{"kubeletPlugin.mps.idleGrace=5 minutes"}, wantErr: []string{"idleGrace"}},
 		{name: "webhook certificate validity in days", sets: []string{"controller.webhook.certValidity=90d"}, wantErr: []string{"certValidity"}},

@@ -68,6 +68,16 @@ finish() {
 }
 trap finish EXIT
 
+# shared_mount DIR: DIR as a shared mount point on the host (a bind mount
+# of itself), which the plugin's Bidirectional mount of its MPS root needs
+# (containerd refuses one whose source is not on a shared mount): the
+# plugin mounts each claim's /dev/shm tmpfs under it, and the host and
+# containerd must see it. down.sh unmounts everything under MPS_RUN_ROOT.
+shared_mount() {
+	mountpoint -q "$1" || mount --bind "$1" "$1"
+	mount --make-rshared "$1"
+}
+
 # install_mock_chart DRIVER_ROOT STATE_DIR MPS_ROOT NVML_STATE_DIR [HELM_ARGS...]:
 # the local cluster's chart install (chart.sh) with the plugin on a mock
 # driver root instead of a fake profile, plugin only
@@ -76,6 +86,7 @@ install_mock_chart() {
 	local root="$1" state="$2" mps="$3" nvml_state="$4"
 	shift 4
 	mkdir -p "$state" "$mps"
+	shared_mount "$mps"
 	"$HERE/chart.sh" install \
 		-f "$CHART_VALUES_DIR/mock-driver-root.yaml" -f "$CHART_VALUES_DIR/realpath.yaml" \
 		--set "driverRoot=$root" \
@@ -96,8 +107,7 @@ install_chart() {
 # install_chart_r580: the release again, on the r580 mock root, with the
 # chart's default sharing values (no mps.mode, no requireHardEnforcement, no
 # backend; the host's cgroup root): what an admin of an r580 cluster gets
-# out of the box (shmSize=0 only for the local cluster's MPS root, see
-# realpath.yaml; classic MPS does not use it anyway).
+# out of the box.
 install_chart_r580() {
 	# The first stage's release, if any: its MPS daemon pod (v3) goes with it.
 	"$HERE/chart.sh" uninstall || true

@@ -159,11 +159,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// A pod that is not locked down refuses a claim of a strict class
 	// here, before any wait or lock: the admission policies could not
 	// check a pod created before its claim or template.
-	refused := d.checkPodSecurity(ctx, claims)
+	checks := d.checkPodSecurity(ctx, claims)
 	// A share whose daemon is starting waits for it here, before the
 	// state lock, so that no other call waits with it (docs/prepare.md,
 	// "No long waits").
-	defer d.awaitMPSDaemon(ctx, slices.DeleteFunc(slices.Clone(claims), func(c *resourceapi.ResourceClaim) bool { return refused[c.UID] != nil }))()
+	defer d.awaitMPSDaemon(ctx, slices.DeleteFunc(slices.Clone(claims), func(c *resourceapi.ResourceClaim) bool { return checks[c.UID].refused != nil }))()
 	unlock, err := d.lockState(ctx)
 	if err != nil {
 		return nil, err
@@ -173,7 +173,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// One after the other: a call holds a pod's few claims, and preparing
 	// them in parallel saved nothing measurable (docs/prepare.md).
 	for _, claim := range claims {
-		out[claim.UID] = d.prepareOne(ctx, claim, refused[claim.UID])
+		out[claim.UID] = d.prepareOne(ctx, claim, checks[claim.UID])
 	}
 	d.publishGauges()
 	return out, nil
@@ -217,12 +217,12 @@ func (d *Driver) wantsMPS(claim *resourceapi.ResourceClaim) bool {
 
 // prepareOne prepares one claim, or answers refused when the pod check
 // refused it.
-func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, refused error) kubeletplugin.PrepareResult {
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, check podCheck) kubeletplugin.PrepareResult {
 	start := time.Now()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
-	devices, err := []kubeletplugin.Device(nil), refused
-	if refused == nil {
-		devices, err = d.prepareClaim(klog.NewContext(ctx, logger), claim)
+	devices, err := []kubeletplugin.Device(nil), check.refused
+	if check.refused == nil {
+		devices, err = d.prepareClaim(klog.NewContext(ctx, logger), claim, check.strictClass)
 	}
 	d.cfg.Metrics.observePrepare(start, err)
 	if err != nil {
@@ -268,7 +268,9 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	}
 }
 
-func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+// prepareClaim prepares one claim; strictClass is the strict class its
+// containers are held to (checkPodSecurity), "" for none.
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim, strictClass string) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
 	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
 	if err != nil {
@@ -284,6 +286,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, err
 	}
 	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
+	rec.NonRootClass = strictClass
 	if len(rec.MPSCards()) > 0 && d.cfg.Shares == nil {
 		return nil, fmt.Errorf("the claim holds shares of %v, but sharing is disabled on node %s; use a whole card or a node with --sharing=enabled",
 			rec.MPSCards(), d.cfg.NodeName)

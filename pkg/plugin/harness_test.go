@@ -202,7 +202,7 @@ func crashing(f func()) (crashed string) {
 }
 
 func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) string {
-	return crashing(func() { _ = h.driver.prepareOne(context.Background(), claim, nil) })
+	return crashing(func() { _ = h.driver.prepareOne(context.Background(), claim, podCheck{}) })
 }
 
 // startCrashing starts a new Driver, as restart does, and reports the step

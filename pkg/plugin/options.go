@@ -50,8 +50,8 @@ type Options struct {
 	MPSMultiUser bool
 	// MPSMode is --mps-mode: classic, v3 or auto (mps.ParseMode).
 	MPSMode string
-	// MPSShmSize bounds each claim's /dev/shm (a quantity; 0: plain
-	// directories).
+	// MPSShmSize bounds each claim's /dev/shm (a quantity, above 0 on
+	// real GPUs; claimShmSizeBytes).
 	MPSShmSize string
 	// MPSIdleGrace keeps the MPS daemon running this long after the
 	// node's last share is released (mps.Timing.IdleGrace).
@@ -131,7 +131,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.MPSRoot, "mps-root", "/run/tangram/mps", "root of the node's MPS daemon directories (pipe, log, shm); keep it on a tmpfs")
 	f.StringVar(&o.MPSControlBinary, "mps-control-binary", "", "MPS control binary (name in $PATH or path); default: nvidia-cuda-mps-control under --driver-root; unused with fake GPUs")
 	f.StringVar(&o.MPSMode, "mps-mode", string(mps.ModeAuto), "how MPS shares are enforced: v3 (one MPS v3 server for the node, a namespace per claim with its active-thread percentage set by the daemon, a /dev/shm per claim), classic (the legacy daemon, limits in the client environment) or auto (v3 when the driver's release is 615 or later)")
-	f.StringVar(&o.MPSShmSize, "mps-shm-size", "8Gi", "size of each claim's own /dev/shm tmpfs (every claim, whole cards and shares; real GPUs); 0 leaves a plain directory under --mps-root")
+	f.StringVar(&o.MPSShmSize, "mps-shm-size", DefaultMPSShmSize, "size of each claim's own /dev/shm tmpfs (every claim, whole cards and shares; real GPUs), 64Mi like a container runtime's own /dev/shm: its pages are charged to no pod once the pod that wrote them is gone, until the claim is unprepared, so raise it only for workloads that need it; 0 is refused on real GPUs (an unbounded plain directory under --mps-root on the host); fake GPUs always use plain directories")
 	f.DurationVar(&o.MPSIdleGrace, "mps-idle-grace", 5*time.Minute, "keep the node's MPS daemon running this long after its last share is released, so that the next share finds it ready; 0 stops it at once")
 	f.BoolVar(&o.MPSMultiUser, "mps-multi-user", true, "start the classic MPS daemon with -M, so that pods running as different users are served at once by one MPS server (a fault in one client may then affect the others, as under MPS v3); false: one user at a time, the pods of another user wait until the running server's clients have all exited. MPS v3 always runs multi-user (-m)")
 	f.StringVar(&o.MPSDaemonMode, "mps-daemon", MPSDaemonProcess, "where the MPS control daemon runs: process (a child of the plugin; dies with the plugin's container) or pod (a pod of its own on this node, created through the API server; survives plugin restarts and upgrades)")
@@ -193,17 +193,47 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// DefaultMPSShmSize is --mps-shm-size's default: a container runtime's own
+// /dev/shm size (containerd's and CRI-O's sandbox default, Docker's), small
+// because a claim's /dev/shm outlives the pods that write it. Its tmpfs
+// pages stay charged to the memory cgroup of the pod that wrote them; once
+// that pod is gone they are charged to the parent (kubepods), that is to no
+// pod, until the claim is unprepared: a claim shared by pods, or kept by
+// another, holds memory the kubelet's eviction cannot attribute. More is an
+// admin's opt-in (chart kubeletPlugin.mps.shmSize).
+const DefaultMPSShmSize = "64Mi"
+
 // mpsShmSizeBytes parses --mps-shm-size. A negative size would leave each
 // claim's /dev/shm without a bound: it is refused.
 func (o *Options) mpsShmSizeBytes() (int64, error) {
 	size, err := resource.ParseQuantity(o.MPSShmSize)
 	if err != nil {
-		return 0, fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi, or 0 for plain directories (%v)", o.MPSShmSize, err)
+		return 0, fmt.Errorf("--mps-shm-size=%s: want a size such as 64Mi or 1Gi (%v)", o.MPSShmSize, err)
 	}
 	if size.Sign() < 0 {
-		return 0, fmt.Errorf("--mps-shm-size=%s is negative: each claim's /dev/shm would have no bound; want a size such as 64Mi, or 0 for plain directories", o.MPSShmSize)
+		return 0, fmt.Errorf("--mps-shm-size=%s is negative: each claim's /dev/shm would have no bound; want a size such as 64Mi", o.MPSShmSize)
 	}
 	return size.Value(), nil
+}
+
+// claimShmSizeBytes is --mps-shm-size for a node with real GPUs (fake
+// false) or fake ones. On real GPUs 0 is refused: each claim's /dev/shm
+// would be a plain directory under --mps-root, on the host's file system
+// (usually /run, itself a tmpfs), with no bound, its pages charged to no
+// pod once their writer is gone. Fake GPUs always use plain directories
+// (no tmpfs is mounted there), so any size is taken.
+func (o *Options) claimShmSizeBytes(fake bool) (int64, error) {
+	size, err := o.mpsShmSizeBytes()
+	if err != nil {
+		return 0, err
+	}
+	if size == 0 && !fake {
+		return 0, fmt.Errorf("--mps-shm-size=%s: each claim's /dev/shm would be a plain directory under --mps-root (%s) on the host, with no size bound, "+
+			"its pages charged to no pod once the pod that wrote them is gone; set a size such as %s (chart kubeletPlugin.mps.shmSize), "+
+			"which the plugin mounts as a tmpfs per claim (privileged, with --mps-root mounted Bidirectional, as the chart does)",
+			o.MPSShmSize, o.MPSRoot, DefaultMPSShmSize)
+	}
+	return size, nil
 }
 
 // nonRootNamespaces parses --nonroot-namespace-selector; nil: every namespace.

@@ -113,8 +113,8 @@ func TestMPSSizeFlags(t *testing.T) {
 		wantBytes int64
 		wantErr   string
 	}{
-		{name: "defaults", shm: "8Gi", idle: 5 * time.Minute, wantBytes: 8 << 30},
-		{name: "0: plain directories", shm: "0", wantBytes: 0},
+		{name: "defaults", shm: DefaultMPSShmSize, idle: 5 * time.Minute, wantBytes: 64 << 20},
+		{name: "an admin's opt-in for more", shm: "8Gi", wantBytes: 8 << 30},
 		{name: "negative shm size", shm: "-64Mi", wantErr: "--mps-shm-size=-64Mi is negative"},
 		{name: "shm size in words", shm: "64 megabytes", wantErr: "--mps-shm-size=64 megabytes: want a size such as 64Mi"},
 		{name: "negative idle grace", shm: "64Mi", idle: -time.Second, wantErr: "--mps-idle-grace=-1s is negative"},
@@ -133,6 +133,44 @@ func TestMPSSizeFlags(t *testing.T) {
 			}
 			if err != nil || got != tc.wantBytes {
 				t.Fatalf("got %d, %v; want %d", got, err, tc.wantBytes)
+			}
+		})
+	}
+}
+
+// TestClaimShmSize: on real GPUs a claim's /dev/shm is a tmpfs of
+// --mps-shm-size, and 0, which would leave an unbounded plain directory on
+// the host charged to no pod once its writer is gone, is refused with the
+// flag, the chart's value and the fix; fake GPUs use plain directories
+// whatever the size.
+func TestClaimShmSize(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		shm       string
+		fake      bool
+		wantBytes int64
+		wantErr   []string
+	}{
+		{name: "default on real GPUs", shm: DefaultMPSShmSize, wantBytes: 64 << 20},
+		{name: "0 on real GPUs", shm: "0", wantErr: []string{"--mps-shm-size=0: each claim's /dev/shm would be a plain directory under --mps-root (/run/tangram/mps) on the host, with no size bound",
+			"charged to no pod once the pod that wrote them is gone", "set a size such as 64Mi (chart kubeletPlugin.mps.shmSize)"}},
+		{name: "0Mi on real GPUs", shm: "0Mi", wantErr: []string{"--mps-shm-size=0Mi: each claim's /dev/shm would be a plain directory"}},
+		{name: "0 with fake GPUs", shm: "0", fake: true, wantBytes: 0},
+		{name: "negative with fake GPUs", shm: "-1", fake: true, wantErr: []string{"--mps-shm-size=-1 is negative"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{MPSShmSize: tc.shm, MPSRoot: "/run/tangram/mps"}
+			got, err := o.claimShmSizeBytes(tc.fake)
+			if len(tc.wantErr) == 0 {
+				if err != nil || got != tc.wantBytes {
+					t.Fatalf("got %d, %v; want %d", got, err, tc.wantBytes)
+				}
+				return
+			}
+			for _, w := range tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("error %v, want one containing %q", err, w)
+				}
 			}
 		})
 	}

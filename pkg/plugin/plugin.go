@@ -104,7 +104,7 @@ func newWiring(opts Options, node Node) (*wiring, error) {
 	if w.mpsMode, err = mps.ParseMode(opts.MPSMode); err != nil {
 		return nil, err
 	}
-	if w.mpsShmSizeBytes, err = opts.mpsShmSizeBytes(); err != nil {
+	if w.mpsShmSizeBytes, err = opts.claimShmSizeBytes(node.FakeGPUs); err != nil {
 		return nil, err
 	}
 	if w.mpsDaemonPod, err = opts.mpsDaemonPod(node.FakeGPUs, node.DriverRoot.HostPath); err != nil {
@@ -488,8 +488,9 @@ func protocolOf(mode mps.Mode) int {
 }
 
 // newClaimDirs makes each claim's own /dev/shm (whole cards and shares
-// alike): a size-bounded tmpfs on real GPUs (--mps-shm-size above 0),
-// plain directories under the MPS root otherwise.
+// alike): a size-bounded tmpfs on real GPUs (--mps-shm-size, which
+// newWiring refuses at 0 there), plain directories under the MPS root
+// with fake GPUs.
 func newClaimDirs(opts *wiring) mps.ClaimDirs {
 	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.mpsShmSizeBytes}
 	if !opts.FakeGPUs && opts.mpsShmSizeBytes > 0 {

@@ -148,13 +148,17 @@ func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 // TestRunRefusesNegativeSizes: a negative size or duration is refused
 // before anything starts, whoever builds the options.
 func TestRunRefusesNegativeSizes(t *testing.T) {
-	valid := Options{MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess}
+	valid := Options{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}
 	for _, tc := range []struct {
 		name string
 		edit func(*Options)
 		want string
 	}{
 		{name: "/dev/shm size", edit: func(o *Options) { o.MPSShmSize = "-1" }, want: "--mps-shm-size=-1 is negative"},
+		// Node{}: real GPUs, where 0 would be an unbounded directory on
+		// the host, charged to no pod once its writer is gone.
+		{name: "/dev/shm size 0 on real GPUs", edit: func(o *Options) { o.MPSShmSize, o.MPSRoot = "0", "/run/tangram/mps" },
+			want: "--mps-shm-size=0: each claim's /dev/shm would be a plain directory under --mps-root (/run/tangram/mps) on the host, with no size bound"},
 		{name: "idle grace", edit: func(o *Options) { o.MPSIdleGrace = -time.Second }, want: "--mps-idle-grace=-1s is negative"},
 		{name: "health recovery", edit: func(o *Options) { o.HealthRecoverAfter = -time.Minute }, want: "--health-recover-after=-1m0s is negative"},
 	} {

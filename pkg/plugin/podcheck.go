@@ -104,24 +104,35 @@ func ParseNamespaceSelector(text string) (labels.Selector, error) {
 	return selector, nil
 }
 
+// podCheck is checkPodSecurity's answer for one claim: refused, or the
+// strict class its containers are held to (prepared.Claim.NonRootClass,
+// "" when none).
+type podCheck struct {
+	refused     error
+	strictClass string
+}
+
 // checkPodSecurity refuses the claims of a strict class (Config.NonRootClasses)
 // that a pod not locked down reserves (pkg/plugin/podsecurity), before any
 // lock is taken: it may read the API server. Claims of other classes cost
 // nothing. A pod the plugin cannot read refuses the claim too (the kubelet
-// retries): the check fails closed.
-func (d *Driver) checkPodSecurity(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]error {
+// retries): the check fails closed. A claim that passes keeps its strict
+// class, which its CDI spec gives the create hook of every container that
+// joins it later (the kubelet prepares a claim once).
+func (d *Driver) checkPodSecurity(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]podCheck {
 	if len(d.cfg.NonRootClasses) == 0 || d.cfg.ReservingPods == nil {
 		return nil
 	}
-	refused := map[types.UID]error{}
+	checks := map[types.UID]podCheck{}
 	for _, claim := range claims {
-		if len(podsecurity.StrictClasses(claim, device.DriverName, d.cfg.NonRootClasses)) == 0 {
+		strict := podsecurity.StrictClasses(claim, device.DriverName, d.cfg.NonRootClasses)
+		if len(strict) == 0 {
 			continue
 		}
 		if d.cfg.NonRootNamespaces != nil {
 			applies, err := d.cfg.NonRootNamespaces(ctx, claim.Namespace)
 			if err != nil {
-				refused[claim.UID] = fmt.Errorf("checking that the pods using the claim run as non-root: %w", err)
+				checks[claim.UID] = podCheck{refused: fmt.Errorf("checking that the pods using the claim run as non-root: %w", err)}
 				continue
 			}
 			if !applies {
@@ -135,10 +146,11 @@ func (d *Driver) checkPodSecurity(ctx context.Context, claims []*resourceapi.Res
 			err = fmt.Errorf("checking that the pods using the claim run as non-root: %w", err)
 		}
 		if err != nil {
-			refused[claim.UID] = err
+			checks[claim.UID] = podCheck{refused: err}
 			continue
 		}
-		klog.FromContext(ctx).V(4).Info("Pods of a strict share run locked down", "claim", klog.KObj(claim), "pods", len(pods))
+		checks[claim.UID] = podCheck{strictClass: strict[0]}
+		klog.FromContext(ctx).V(4).Info("Pods of a strict share run locked down", "claim", klog.KObj(claim), "pods", len(pods), "class", strict[0])
 	}
-	return refused
+	return checks
 }

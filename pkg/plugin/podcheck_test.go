@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
@@ -72,20 +73,26 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 		namespaces string
 		nsLabels   map[string]string
 		want       string // "" prepared
+		// wantStrict is the prepared claim's NonRootClass: the class
+		// whose rule the create hook holds every later container to.
+		wantStrict string
 	}{
 		{name: "root pod, strict class", claim: reservedShare("c1", strictClass, podRef(root)), classes: []string{strictClass},
 			want: `pod default/root container "cuda": securityContext.runAsNonRoot must be true (on the container or the pod) for a share of class hard-shared-gpu.tangram.dev`},
 		{name: "escalation allowed, strict class", claim: reservedShare("c2", strictClass, podRef(escalating)), classes: []string{strictClass},
 			want: `pod default/escalating container "cuda": securityContext.allowPrivilegeEscalation must be false for a share of class hard-shared-gpu.tangram.dev`},
-		{name: "locked-down pod, strict class", claim: reservedShare("c3", strictClass, podRef(locked)), classes: []string{strictClass}},
+		{name: "locked-down pod, strict class", claim: reservedShare("c3", strictClass, podRef(locked)), classes: []string{strictClass},
+			wantStrict: strictClass},
 		{name: "root pod, default class", claim: reservedShare("c4", defaultClass, podRef(root)), classes: []string{strictClass}},
 		{name: "root pod, default class made strict", claim: reservedShare("c5", defaultClass, podRef(root)), classes: []string{strictClass, defaultClass},
 			want: `for a share of class shared-gpu.tangram.dev`},
 		{name: "root gang member of a PodGroup", classes: []string{strictClass},
 			claim: reservedShare("c6", strictClass, resourceapi.ResourceClaimConsumerReference{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "trainers", UID: "pg"}),
 			want:  `pod default/member container "cuda": securityContext.runAsNonRoot`},
-		{name: "a reserved pod that is gone", claim: reservedShare("c7", strictClass, gone, podRef(locked)), classes: []string{strictClass}},
-		{name: "another incarnation of a pod", claim: reservedShare("c8", strictClass, reincarnated), classes: []string{strictClass}},
+		{name: "a reserved pod that is gone", claim: reservedShare("c7", strictClass, gone, podRef(locked)), classes: []string{strictClass},
+			wantStrict: strictClass},
+		{name: "another incarnation of a pod", claim: reservedShare("c8", strictClass, reincarnated), classes: []string{strictClass},
+			wantStrict: strictClass},
 		{name: "unknown consumer kind", classes: []string{strictClass},
 			claim: reservedShare("c9", strictClass, resourceapi.ResourceClaimConsumerReference{APIGroup: "example.com", Resource: "jobs", Name: "j", UID: "j"}),
 			want:  "the claim is reserved for jobs j (group \"example.com\"), whose pods the plugin cannot read"},
@@ -100,6 +107,8 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
+			// A hard node: its shares' specs carry the create hook.
+			h.specs.MemoryLimitHook = &cdi.MemoryLimitHook{Path: "/var/lib/tangram/bin/tangram-cdi-hook", DriverRoot: "/"}
 			client := fake.NewClientset(root, locked, escalating, gangMember,
 				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: tc.nsLabels}})
 			if tc.apiError != nil {
@@ -130,6 +139,26 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 				}
 				if len(got.Devices) != 1 {
 					t.Errorf("devices %v, want one", got.Devices)
+				}
+				if rec := d.Records()[string(tc.claim.UID)]; rec.NonRootClass != tc.wantStrict {
+					t.Errorf("prepared claim's NonRootClass %q, want %q", rec.NonRootClass, tc.wantStrict)
+				}
+				// The spec has every container that joins the claim
+				// later checked by its create hook.
+				spec, err := h.specs.Store.Read(string(tc.claim.UID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var hookArgs []string
+				for _, dev := range spec.Devices {
+					for _, hk := range dev.ContainerEdits.Hooks {
+						hookArgs = append(hookArgs, strings.Join(hk.Args, " "))
+					}
+				}
+				wantArg := "--non-root-class " + tc.wantStrict + " --claim-name default/claim-" + string(tc.claim.UID)
+				if len(hookArgs) == 0 || strings.Contains(strings.Join(hookArgs, "\n"), "--non-root-class") != (tc.wantStrict != "") ||
+					(tc.wantStrict != "" && !strings.Contains(hookArgs[0], wantArg)) {
+					t.Errorf("create hooks of the claim's spec:\n%s\nwant one per device, with %q only for a strict class", strings.Join(hookArgs, "\n"), wantArg)
 				}
 				return
 			}

@@ -181,6 +181,48 @@ var _ = Describe("Hard share enforcement", Label(realPathLabel), Ordered, func()
 		GinkgoWriter.Printf("  pod events:\n%s", eventText(ctx, ns, "early-root"))
 	}, SpecTimeout(3*time.Minute))
 
+	It("refuses a root container joining a strict share claim already prepared, in the container's create hook", func(ctx SpecContext) {
+		scenario("non-root for late joiners: a root pod gated before the strict claim existed (admission cannot check it) is ungated once a locked-down pod runs on the claim; the kubelet does not prepare the claim again, and tangram-cdi-hook refuses the root container from its runtime config, naming the pod, the claim and the fix")
+		ns := newNamespace(ctx)
+		strictShare := memoryShare("20Gi")
+		strictShare.Requests[0].Exactly.DeviceClassName = device.HardSharedDeviceClassName
+		onClaim := func(p *corev1.Pod) *corev1.Pod {
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: claimName, ResourceClaimName: ptr.To("joined-share")}}
+			return p
+		}
+		late := onClaim(rootPod(ns, "late-root", "unused"))
+		late.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "tangram.dev/e2e-join-later"}}
+		createPod(ctx, late)
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "joined-share", Namespace: ns},
+			Spec: resourceapi.ResourceClaimSpec{Devices: strictShare}}
+		_, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		createPod(ctx, onClaim(gpuPod(ns, "first", "unused")))
+		waitRunning(ctx, ns, "first")
+
+		// The claim is prepared; the root pod joins it.
+		Eventually(func(g Gomega) {
+			pod := getPod(ctx, ns, late.Name)
+			pod.Spec.SchedulingGates = nil
+			_, err := clientset.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(pollEvery).Should(Succeed())
+		want := `tangram-cdi-hook: refusing to start the container: pod ` + ns + `/late-root container "gpu-info" would run as uid 0 (root)`
+		Eventually(func(g Gomega) {
+			events := eventText(ctx, ns, late.Name)
+			g.Expect(events).To(ContainSubstring(want))
+			g.Expect(events).To(ContainSubstring(`on a share of class ` + device.HardSharedDeviceClassName + ` (claim ` + ns + `/joined-share)`))
+			g.Expect(events).To(ContainSubstring("runAsNonRoot: true"))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
+		pod := getPod(ctx, ns, late.Name)
+		Expect(pod.Status.Phase).NotTo(Equal(corev1.PodRunning))
+		for _, cs := range pod.Status.ContainerStatuses {
+			Expect(cs.State.Running).To(BeNil(), "the root container must not run")
+		}
+		Expect(getPod(ctx, ns, "first").Status.Phase).To(Equal(corev1.PodRunning), "the locked-down pod keeps running")
+		GinkgoWriter.Printf("  root pod's events:\n%s", eventText(ctx, ns, late.Name))
+	}, SpecTimeout(4*time.Minute))
+
 	It("never starts a container whose memory limit cannot be set, and says why in the pod's events", func(ctx SpecContext) {
 		scenario("hard enforcement fails closed: the mock NVML refuses the limit, the pod does not start")
 		Expect(state.FailMemoryLimits(4)).To(Succeed(), "NVML_ERROR_NO_PERMISSION for every limit") // nvml.ERROR_NO_PERMISSION

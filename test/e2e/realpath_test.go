@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -291,6 +292,12 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(mps.DefaultV3Server, claims[pod])))
 			Expect(strings.Split(report["SHM_FILES"], ",")).To(ConsistOf("gpu-info-"+pod),
 				"pod %s's /dev/shm must hold its own marker only, not another share's", pod)
+			// The claim's /dev/shm is a tmpfs of the chart's default
+			// kubeletPlugin.mps.shmSize (64Mi), which the plugin mounted
+			// and the host sees (Bidirectional propagation of the MPS root).
+			fstype, options := hostMount(filepath.Join(*mpsRoot, "claims", claims[pod], "shm"))
+			Expect(fstype).To(Equal("tmpfs"), "claim %s's /dev/shm must be a tmpfs of its own on the host", claims[pod])
+			Expect(strings.Split(options, ",")).To(ContainElement("size=65536k"), "claim %s's /dev/shm must be bounded to 64Mi", claims[pod])
 		}
 
 		entries, err := standin.Log(layout.LogDir())
@@ -338,6 +345,23 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(pollEvery).Should(Succeed())
 	}, SpecTimeout(6*time.Minute))
 })
+
+// hostMount is the file system type and super options of the mount at
+// path in this process's mount namespace (the host's), "" when path is not
+// a mount point.
+func hostMount(path string) (fstype, options string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	Expect(err).NotTo(HaveOccurred())
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 0 || len(fields) < sep+4 || fields[4] != path {
+			continue
+		}
+		fstype, options = fields[sep+1], fields[sep+3]
+	}
+	return fstype, options
+}
 
 // mpsControl sends one MPS v3 command (the chart runs v3 here) to the MPS
 // control daemon on pipeDir with the mock driver root's

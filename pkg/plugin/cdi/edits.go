@@ -196,7 +196,7 @@ func ComputeClaimEdits(claim prepared.Claim, in Inputs) (*ClaimEdits, error) {
 			// The claim's memory on the card, so that shares of one card
 			// in one claim add up, whichever of their devices a
 			// container is given; the hooks of several are the same.
-			edits.Hooks = append(edits.Hooks, h.hook(claim.UID, c.uuid, c.memBytes))
+			edits.Hooks = append(edits.Hooks, h.hook(claim, c.uuid, c.memBytes))
 		}
 		out.Devices = append(out.Devices, DeviceEdits{Name: name, ID: prepared.CDIDeviceID(name), Edits: copyEdits(edits), MPS: usesMPS})
 	}

@@ -5,6 +5,8 @@ import (
 
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // MemoryLimitHook is how a share's CDI device calls tangram-cdi-hook, which
@@ -49,10 +51,19 @@ const MemoryLimitHookTimeout = 60
 //
 // Without a StateDir the hook keeps no record of the claim's pod (no
 // one-pod-per-claim check): for callers outside a node's plugin.
-func (h MemoryLimitHook) hook(claimUID, uuid string, limitBytes int64) *cdispec.Hook {
+//
+// A claim of a strict class (prepared.Claim.NonRootClass) has the hook
+// refuse, first, a container that would run as root or may gain
+// privileges (--non-root-class; pkg/plugin/podsecurity): every container
+// that joins the claim runs it, including pods that were not reserving the
+// claim when it was prepared.
+func (h MemoryLimitHook) hook(claim prepared.Claim, uuid string, limitBytes int64) *cdispec.Hook {
 	args := []string{hookName, "--driver-root", h.DriverRoot}
 	if h.StateDir != "" {
-		args = append(args, "--state-dir", h.StateDir, "--claim", claimUID)
+		args = append(args, "--state-dir", h.StateDir, "--claim", claim.UID)
+	}
+	if claim.NonRootClass != "" {
+		args = append(args, "--non-root-class", claim.NonRootClass, "--claim-name", claim.Namespace+"/"+claim.Name)
 	}
 	timeout := MemoryLimitHookTimeout
 	return &cdispec.Hook{

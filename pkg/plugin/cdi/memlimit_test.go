@@ -15,15 +15,38 @@ func TestMemoryLimitHooks(t *testing.T) {
 		return []string{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--state-dir", "/var/lib/tangram/memory-limits",
 			"--claim", uid, "--limit", uuid + "=" + bytes}
 	}
+	strict := func(uuid, bytes string) []string {
+		return []string{"tangram-cdi-hook", "--driver-root", "/run/nvidia/driver", "--state-dir", "/var/lib/tangram/memory-limits",
+			"--claim", uid, "--non-root-class", "hard-shared-gpu.tangram.dev", "--claim-name", "ml/train", "--limit", uuid + "=" + bytes}
+	}
 	tests := []struct {
 		name    string
 		results []testResult
-		want    [][][]string // per device: the args of each hook
+		// nonRootClass is the claim's strict class (prepared.Claim.NonRootClass).
+		nonRootClass string
+		want         [][][]string // per device: the args of each hook
 	}{
 		{
 			name:    "20 GiB MPS share on a hard node",
 			results: []testResult{withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "30", nil))},
 			want:    [][][]string{{args(uuid0, "21474836480")}},
+		},
+		{
+			// Every container that joins the claim is checked, not only
+			// the pods reserving it at prepare.
+			name:         "share of a strict class: the hook also refuses root containers",
+			results:      []testResult{withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "30", nil))},
+			nonRootClass: "hard-shared-gpu.tangram.dev",
+			want:         [][][]string{{strict(uuid0, "21474836480")}},
+		},
+		{
+			name: "strict shares of two cards: both hooks check",
+			results: []testResult{
+				withHook(share("gpu-0", testGPU(0, uuid0), share1, "20Gi", "", nil)),
+				withHook(share("gpu-1", testGPU(1, uuid1), share2, "8Gi", "", nil)),
+			},
+			nonRootClass: "hard-shared-gpu.tangram.dev",
+			want:         [][][]string{{strict(uuid0, "21474836480")}, {strict(uuid1, "8589934592")}},
 		},
 		{
 			name:    "time-sliced share is limited too",
@@ -68,11 +91,13 @@ func TestMemoryLimitHooks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			edits, err := run(testClaim, tt.results)
+			claim := testClaim
+			claim.NonRootClass = tt.nonRootClass
+			edits, err := run(claim, tt.results)
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec, err := build(edits, testClaim, tt.results, NoHardware{})
+			spec, err := build(edits, claim, tt.results, NoHardware{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package memlimit
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podsecurity"
 )
 
 // Config is the hook's command line.
@@ -30,6 +32,10 @@ type Config struct {
 	DriverRoot string
 	// LockWait bounds each wait for a lock (DefaultLockWait).
 	LockWait time.Duration
+	// NonRootClass, when set, is the strict class of the claim's shares:
+	// the container must run locked down (podsecurity.CheckBundle), and
+	// ClaimName ("namespace/name") names the claim in the refusal.
+	NonRootClass, ClaimName string
 	// Warn receives the hook's warnings, one line each (main: stderr,
 	// which the runtime shows only when the hook fails: they also go to
 	// the records' warnings file); nil drops them.
@@ -47,6 +53,8 @@ func ParseFlags(args []string) (Config, error) {
 	fs.StringVar(&cfg.Claim, "claim", "", "UID of the claim whose share limits these are")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory of the node's memory limit records (the plugin's <state-dir>/memory-limits)")
 	fs.DurationVar(&cfg.LockWait, "lock-wait", DefaultLockWait, "how long to wait for each lock (the node's records, the pod's) before refusing the container")
+	fs.StringVar(&cfg.NonRootClass, "non-root-class", "", "the claim's strict device class: refuse a container that runs as root or may gain privileges (pkg/plugin/podsecurity)")
+	fs.StringVar(&cfg.ClaimName, "claim-name", "", "the claim as namespace/name, for messages")
 	fs.Func("limit", "<card UUID>=<bytes>: the claim's hard memory limit on that card (repeatable)", func(s string) error {
 		l, err := ParseLimit(s)
 		if err != nil {
@@ -86,15 +94,30 @@ func ParseFlags(args []string) (Config, error) {
 	return cfg, nil
 }
 
+// NonRootError is the container refused (or not checked) by the strict
+// class's rule, rather than a memory limit not set.
+type NonRootError struct{ Err error }
+
+func (e *NonRootError) Error() string { return e.Err.Error() }
+func (e *NonRootError) Unwrap() error { return e.Err }
+
 // Run is the hook: it reads the container's pid from the OCI state on
-// stdin, finds its pod's cgroup and sets the claim's limits there through
+// stdin, checks a strict share's container (Config.NonRootClass), finds its pod's cgroup and sets the claim's limits there through
 // lib, which it initialises and shuts down (Apply). Any error means the
 // container must not start.
 func Run(cfg Config, stdin io.Reader, lib nvml.Interface) error {
-	pid, err := ReadPID(stdin)
+	state, err := ReadState(stdin)
 	if err != nil {
 		return err
 	}
+	if cfg.NonRootClass != "" {
+		// Before anything is set: a container that must not run
+		// leaves no record of its pod behind.
+		if err := podsecurity.CheckBundle(state.Bundle, state.ID, cmp.Or(cfg.ClaimName, cfg.Claim), cfg.NonRootClass); err != nil {
+			return &NonRootError{Err: err}
+		}
+	}
+	pid := state.Pid
 	container, err := ContainerCgroup(cfg.ProcRoot, cfg.CgroupRoot, pid)
 	if err != nil {
 		return err

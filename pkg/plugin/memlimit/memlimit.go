@@ -55,17 +55,17 @@ func ParseLimit(s string) (Limit, error) {
 	return Limit{UUID: uuid, Bytes: n}, nil
 }
 
-// ReadPID reads the container's init process ID from the OCI state JSON
-// a runtime hook receives on stdin.
-func ReadPID(r io.Reader) (int, error) {
+// ReadState reads the OCI state JSON a runtime hook receives on stdin: the
+// container's ID, bundle and init process ID, which must be set.
+func ReadState(r io.Reader) (specs.State, error) {
 	var state specs.State
 	if err := json.NewDecoder(r).Decode(&state); err != nil {
-		return 0, fmt.Errorf("reading the container's OCI state from stdin: %w", err)
+		return specs.State{}, fmt.Errorf("reading the container's OCI state from stdin: %w", err)
 	}
 	if state.Pid <= 0 {
-		return 0, fmt.Errorf("container %q: the OCI state on stdin has no pid (status %q); the hook must run as createRuntime or later", state.ID, state.Status)
+		return specs.State{}, fmt.Errorf("container %q: the OCI state on stdin has no pid (status %q); the hook must run as createRuntime or later", state.ID, state.Status)
 	}
-	return state.Pid, nil
+	return state, nil
 }
 
 // ContainerCgroup returns the directory of process pid's cgroup under

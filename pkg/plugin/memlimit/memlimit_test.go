@@ -526,3 +526,74 @@ func TestParseFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestRunNonRoot: on a strict share (--non-root-class) the hook checks
+// every container that joins the claim, from its own runtime config,
+// before anything is set: a root one is refused (a NonRootError naming
+// the claim and the fix) with no limit set and no record of its pod, a
+// locked-down one gets its limit. Without the flag (other classes) a root
+// container is not checked.
+func TestRunNonRoot(t *testing.T) {
+	const (
+		root     = `{"process":{"user":{"uid":0},"noNewPrivileges":true}}`
+		nonRoot  = `{"process":{"user":{"uid":1000},"noNewPrivileges":true}}`
+		strictCl = "hard-shared-gpu.tangram.dev"
+	)
+	tests := []struct {
+		name     string
+		class    string
+		config   string // the bundle's config.json; "" writes none
+		wantErr  []string
+		wantCall bool
+	}{
+		{name: "root container on a strict share", class: strictCl, config: root,
+			wantErr: []string{"container abcd would run as uid 0 (root) on a share of class " + strictCl + " (claim team/share)", "runAsNonRoot: true"}},
+		{name: "unreadable config on a strict share", class: strictCl,
+			wantErr: []string{"container abcd: reading its OCI runtime config", "refusing it"}},
+		{name: "non-root container on a strict share", class: strictCl, config: nonRoot, wantCall: true},
+		{name: "root container, class not strict", config: root, wantCall: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newNode(t)
+			n.container(t, 4242, "0::"+podV2+"\n", podV2)
+			bundle := t.TempDir()
+			if tt.config != "" {
+				if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(tt.config), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := []string{"--proc-root", n.proc, "--cgroup-root", n.cgroups, "--state-dir", n.state, "--claim", claimX,
+				"--claim-name", "team/share", "--limit", uuidA + "=21474836480"}
+			if tt.class != "" {
+				args = append(args, "--non-root-class", tt.class)
+			}
+			cfg, err := ParseFlags(args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib := newFakeNVML(nvml.SUCCESS, nil, true, uuidA, uuidB)
+			err = Run(cfg, strings.NewReader(`{"ociVersion":"1.2.0","id":"abcd","status":"creating","pid":4242,"bundle":"`+bundle+`"}`), lib)
+			if len(tt.wantErr) == 0 && err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			for _, w := range tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Run error %v, want one containing %q", err, w)
+				}
+			}
+			var nonRootErr *NonRootError
+			if errors.As(err, &nonRootErr) != (len(tt.wantErr) > 0) {
+				t.Errorf("Run error %v: NonRootError %v, want %v", err, !(len(tt.wantErr) > 0), len(tt.wantErr) > 0)
+			}
+			if got := len(lib.calls) > 0; got != tt.wantCall {
+				t.Errorf("limit set: %v, want %v (calls %q)", got, tt.wantCall, lib.calls)
+			}
+			if !tt.wantCall {
+				if _, err := os.Stat((records.Dir{Path: n.state}).ClaimsDir() + "/" + claimX + ".json"); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a refused container left its claim's record (stat: %v)", err)
+				}
+			}
+		})
+	}
+}

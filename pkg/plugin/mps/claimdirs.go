@@ -60,8 +60,8 @@ func (TmpfsMounter) Unmount(dir string) error {
 }
 
 // ClaimDirs creates, removes and sweeps the per-claim directories.
-// Negative sizes are refused before it is built (the plugin's options); 0
-// (or no Mounter) leaves plain directories.
+// Negative sizes, and 0 on real GPUs, are refused before it is built (the
+// plugin's options); no Mounter leaves plain directories.
 type ClaimDirs struct {
 	Layout Layout
 	// Mounter bounds each directory; nil leaves plain directories on the
@@ -93,7 +93,7 @@ func (c ClaimDirs) Create(ctx context.Context, claimUID string) error {
 	if c.Mounter != nil {
 		if err := c.Mounter.Mount(dir, c.ShmSizeBytes); err != nil {
 			_ = os.RemoveAll(filepath.Dir(dir))
-			return fmt.Errorf("bounding the /dev/shm of claim %s: %w; the plugin needs CAP_SYS_ADMIN for it (chart kubeletPlugin.privileged=true, with the MPS root mounted Bidirectional), or --mps-shm-size=0 (kubeletPlugin.mps.shmSize=0) for unbounded plain directories", claimUID, err)
+			return fmt.Errorf("bounding the /dev/shm of claim %s: %w; the plugin needs CAP_SYS_ADMIN for it (chart kubeletPlugin.privileged=true, with the MPS root mounted Bidirectional); an unbounded plain directory on the host is not offered (--mps-shm-size=0 is refused on real GPUs)", claimUID, err)
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Created the claim's /dev/shm", "claimUID", claimUID, "dir", dir, "sizeBytes", c.ShmSizeBytes)

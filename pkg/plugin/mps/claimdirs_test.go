@@ -82,7 +82,7 @@ func TestClaimDirs(t *testing.T) {
 		{"a failed bound leaves nothing and says how to fix it", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
 			m.fail = errors.New("operation not permitted")
 			err := dirs.Create(ctx, uid)
-			if err == nil || !strings.Contains(err.Error(), "operation not permitted") || !strings.Contains(err.Error(), "kubeletPlugin.mps.shmSize=0") {
+			if err == nil || !strings.Contains(err.Error(), "operation not permitted") || !strings.Contains(err.Error(), "kubeletPlugin.privileged=true") {
 				t.Errorf("Create with a failing bound: %v", err)
 			}
 			if _, err := os.Stat(filepath.Join(dirs.Layout.ClaimsDir(), uid)); !os.IsNotExist(err) {

@@ -56,6 +56,13 @@ type Claim struct {
 	// records of older plugins.
 	Allocation string   `json:"allocation,omitempty"`
 	Devices    []Device `json:"devices,omitempty"`
+	// NonRootClass is the strict device class (--nonroot-device-classes)
+	// whose rule the claim's containers are held to: its CDI spec has
+	// every container that joins the claim checked by the create hook
+	// (tangram-cdi-hook --non-root-class), since the pods checked at
+	// prepare are only those reserving it then. "" for other claims, and
+	// in records of older plugins.
+	NonRootClass string `json:"nonRootClass,omitempty"`
 }
 
 // Device is one allocation result of our driver in the claim, as prepared.
