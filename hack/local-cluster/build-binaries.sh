@@ -18,13 +18,16 @@ go_wrapper_build() {
 	local name="$1" version="$2" est="$3" require="$4" replace="$5" ldflags="$6"
 	shift 6
 	local dir; dir="$(component_dir "$name" "$version")"
-	if [ -f "$dir/.done" ]; then
+	# .done holds a hash of the wrapper's requirements: a cached build made
+	# from other module versions is redone, not reused.
+	local key; key="$(printf '%s\n%s\n%s' "$require" "$replace" "$ldflags" | sha256sum | cut -c1-16)"
+	if [ -f "$dir/.done" ] && [ "$(cat "$dir/.done")" = "$key" ]; then
 		info "reusing cached $name $version ($dir/bin)"
 		return 0
 	fi
 	local start; start="$(now_s)"
 	log "building $name $version (cold, $est)…"
-	rm -rf "$dir/src" "$dir/bin.tmp"
+	rm -rf "$dir/src" "$dir/bin.tmp" "$dir/.done"
 	mkdir -p "$dir/src" "$dir/bin.tmp"
 	{
 		echo "module tangram.local/build/$name"
@@ -62,7 +65,7 @@ go_wrapper_build() {
 	)
 	rm -rf "$dir/bin"
 	mv "$dir/bin.tmp" "$dir/bin"
-	touch "$dir/.done"
+	echo "$key" >"$dir/.done"
 	log "built $name $version in $(elapsed "$start") → $dir/bin"
 }
 
@@ -89,7 +92,32 @@ kube_wrapper_build() {
 		ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 		ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 	done
-	go_wrapper_build "$name" "$v" "$est" "	k8s.io/kubernetes $v" "$replace" "$ld" "$@"
+	go_wrapper_build "$name" "$v" "$est" "$(kube_requirements "$v")" "$replace" "$ld" "$@"
+}
+
+# kube_requirements VERSION: the wrapper's require lines. When the
+# tangram-scheduler module builds the same Kubernetes release (its staging
+# modules pinned to the same versions), every module of its graph is required
+# at the version it selects there, so the wrapper resolves exactly the same
+# versions for the modules both share. With the same flags as the static
+# images and the scheduler_perf glue (CGO_ENABLED=0, -trimpath), the Go build
+# cache then compiles client-go, the scheduler and the API server once for the
+# tangram-scheduler image, its tests and this build, not once each (issue 43:
+# about a third of a cold Kubernetes build). Kubernetes is then built with the
+# newer versions of a few libraries (golang.org/x/*, prometheus) that
+# tangram-scheduler itself ships with. Any other KUBE_VERSION: Kubernetes'
+# own requirements.
+kube_requirements() {
+	local v="$1" sched="$REPO_ROOT/cmd/tangram-scheduler"
+	local sched_kube; sched_kube="$(cd "$sched" && go list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)"
+	if [ "$sched_kube" != "$v" ]; then
+		printf '\tk8s.io/kubernetes %s\n' "$v"
+		return
+	fi
+	# The effective version of each module (a replaced staging module's
+	# target), our own module left out.
+	(cd "$sched" && go list -m -f '{{if not .Main}}{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}{{end}}' all) |
+		awk 'NF == 2 && $1 != "github.com/tangram-gpu/tangram" && $2 != "" { printf "\t%s %s\n", $1, $2 }'
 }
 
 build_kube() {
