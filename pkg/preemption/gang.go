@@ -25,9 +25,12 @@ type Member struct {
 type GangDecision struct {
 	// Fits is true when every member's claims can be allocated once
 	// Victims are gone; then Nodes gives each member's node (by pod UID).
-	Fits    bool
-	Nodes   map[types.UID]string
+	Fits  bool
+	Nodes map[types.UID]string
+	// Victims are the pods to evict; Gangs the running gangs among them,
+	// each evicted whole (see Decision).
 	Victims []*v1.Pod
+	Gangs   []*Gang
 	// Freed are the victims' claims their eviction frees.
 	Freed []Freed
 	// Reason says why the gang cannot be placed even with evictions.
@@ -42,7 +45,9 @@ type GangDecision struct {
 // every member fits: a gang that cannot be placed even with every
 // lower-priority pod gone evicts nobody. PodDisruptionBudgets hold across
 // the whole gang: the victims of all members together stay within each
-// budget.
+// budget. A running gang evicted for one member (see Gang) goes whole, and
+// what its members free on other nodes counts as freed for the members
+// placed after.
 //
 // The search is greedy (members in the given order, each on its best node
 // then); it can miss a placement that a different assignment of members to
@@ -97,6 +102,7 @@ func SelectGangVictims(ctx context.Context, nodes []Node, members []Member, pdbs
 			evicted[v.UID] = true
 			out.Victims = append(out.Victims, v)
 		}
+		out.Gangs = append(out.Gangs, best.Decision.Gangs...)
 		out.Freed = append(out.Freed, best.Decision.Freed...)
 		var err error
 		if budgets, err = consumeBudgets(budgets, best.Decision.Victims); err != nil {
@@ -114,15 +120,25 @@ type NodeChoice struct {
 	Decision Decision
 }
 
-// Better orders nodes as the stock preemption does, by their victims:
-// fewer, then a lower highest priority, then a lower sum of priorities;
-// then by the placement score after eviction and by name for determinism.
+// Better orders nodes by their victims, a gang counting as one victim: no
+// gang before any gang, then fewer victims, then fewer gangs, then (as the
+// stock preemption) a lower highest priority and a lower sum of
+// priorities; then by the placement score after eviction and by name for
+// determinism.
 func (a *NodeChoice) Better(b *NodeChoice) bool {
-	if c := cmp.Compare(len(a.Decision.Victims), len(b.Decision.Victims)); c != 0 {
+	pa, ga := victimUnits(a.Decision.Victims, a.Decision.Gangs)
+	pb, gb := victimUnits(b.Decision.Victims, b.Decision.Gangs)
+	if (ga > 0) != (gb > 0) {
+		return ga == 0
+	}
+	if c := cmp.Compare(len(pa), len(pb)); c != 0 {
 		return c < 0
 	}
-	ha, sa := prioritiesOf(a.Decision.Victims)
-	hb, sb := prioritiesOf(b.Decision.Victims)
+	if ga != gb {
+		return ga < gb
+	}
+	ha, sa := prioritiesOf(pa)
+	hb, sb := prioritiesOf(pb)
 	if ha != hb {
 		return ha < hb
 	}
@@ -135,11 +151,11 @@ func (a *NodeChoice) Better(b *NodeChoice) bool {
 	return a.Node < b.Node
 }
 
-func prioritiesOf(pods []*v1.Pod) (highest int32, sum int64) {
+func prioritiesOf(priorities []int32) (highest int32, sum int64) {
 	highest = -1 << 31
-	for _, p := range pods {
-		highest = max(highest, PodPriority(p))
-		sum += int64(PodPriority(p))
+	for _, p := range priorities {
+		highest = max(highest, p)
+		sum += int64(p)
 	}
 	return highest, sum
 }

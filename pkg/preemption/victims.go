@@ -6,8 +6,11 @@
 // 1.37's own preemption cannot do this: its DRA filter does not take removed
 // pods into account, so it reports that preemption is not helpful.
 //
-// The package is pure: it reads objects and returns a decision; evicting and
-// nominating is the scheduler plugin's job.
+// A running gang (a PodGroup of disruptionMode All, units.go) is one victim,
+// evicted whole or not at all. The package is pure: it reads objects and
+// returns a decision; evicting and nominating is the scheduler plugin's
+// job, which EvictAll (evict.go) orders: every victim's PodDisruptionBudget
+// is checked, for all of them together, before the first eviction.
 package preemption
 
 import (
@@ -48,6 +51,10 @@ type Node struct {
 	// Evicted are pods (by UID) evicted already whose deletion the
 	// caller's view of Pods does not show yet; they count as terminating.
 	Evicted map[types.UID]bool
+	// Gangs are the running pod groups whose members may only be disrupted
+	// together (see Gang); the cluster's, or at least those with a member
+	// among Pods. A pod of none of them is a victim on its own.
+	Gangs []*Gang
 }
 
 // Nominated is a pod nominated to a node with its pending claims.
@@ -71,10 +78,15 @@ type Decision struct {
 	// Fits is true when the preemptor's claims can be allocated on the node
 	// once Victims are gone. It can be true with no victims: the claims of
 	// pods that are already terminating or gone are being freed.
-	Fits    bool
+	Fits bool
+	// Victims are the pods to evict: each victim on its own, and every
+	// running member of each gang in Gangs, on whatever node it runs.
 	Victims []*v1.Pod
-	// Freed are the victims' claims that their eviction frees, for the
-	// events saying which devices go to whom.
+	// Gangs are the gangs among the victims, each evicted whole; a gang
+	// counts as one victim when decisions are compared.
+	Gangs []*Gang
+	// Freed are the victims' claims that their eviction frees (a gang's on
+	// every node), for the events saying which devices go to whom.
 	Freed []Freed
 	// Reserved names the nominated pods whose claims were counted first;
 	// Displaced those of them whose claims no longer fit on the node (their
@@ -110,8 +122,15 @@ func MayPreempt(pod *v1.Pod) bool {
 	return ptr.Deref(pod.Spec.PreemptionPolicy, v1.PreemptLowerPriority) != v1.PreemptNever
 }
 
-// SelectVictims finds the fewest, lowest-priority pods of node whose
+// SelectVictims finds the fewest, lowest-priority victims on node whose
 // eviction lets claims (the preemptor's pending claims) be allocated there.
+//
+// A victim is a pod on its own or a gang (see Gang): a gang member is never
+// evicted alone. All of the gang's running members go, on every node; the
+// gang counts as one victim of the group's priority, and the claims of all
+// its members count as freed. Sets of pods on their own are preferred over
+// any set with a gang when both would do; among sets with gangs, the fewest
+// victims, then the fewest gangs.
 //
 // Devices that are being freed (claims of terminating or gone pods) are
 // counted once: the pods nominated to the node with at least the
@@ -123,9 +142,10 @@ func MayPreempt(pod *v1.Pod) bool {
 // twice, and a higher-priority preemptor may take devices a lower one was
 // waiting for.
 // Among equally good sets it prefers the one whose removal leaves the cards
-// least fragmented. A victim is a pod of lower priority than preemptor that
-// is not terminating and whose eviction, with the other victims', stays
-// within every PodDisruptionBudget; evicting it frees only the claims
+// least fragmented. A victim is of lower priority than preemptor, not
+// terminating, and its eviction, with the other victims', stays within
+// every PodDisruptionBudget (a victim the Eviction API would refuse even on
+// its own, see CheckEvictions, is none); evicting it frees only the claims
 // reserved for victims alone, so a claim shared with a pod that stays, a
 // claim reserved for a PodGroup (or anything but pods) and admin-access
 // results are never freed.
@@ -150,8 +170,12 @@ func SelectVictims(ctx context.Context, node Node, preemptor *v1.Pod, claims []*
 		return Decision{Reason: "no lower-priority pod on the node holds devices only it uses"}, nil
 	}
 	all := make([]int, len(s.candidates))
+	var alone []int // the pods on their own
 	for i := range all {
 		all[i] = i
+		if s.candidates[i].gang == nil {
+			alone = append(alone, i)
+		}
 	}
 	if fits, err := s.fits(all); err != nil {
 		return Decision{}, err
@@ -162,12 +186,19 @@ func SelectVictims(ctx context.Context, node Node, preemptor *v1.Pod, claims []*
 		}
 		return Decision{Reason: reason, Reserved: s.reserved, Displaced: s.displaced}, nil
 	}
-	best, err := s.smallest(limits.Simulations)
-	if err != nil {
-		return Decision{}, err
+	// Pods on their own first: a gang goes only when they cannot make room.
+	var best []int
+	if len(alone) > 0 && len(alone) < len(all) {
+		if fits, err := s.fits(alone); err != nil {
+			return Decision{}, err
+		} else if fits {
+			if best, err = s.choose(alone, limits.Simulations); err != nil {
+				return Decision{}, err
+			}
+		}
 	}
 	if best == nil {
-		if best, err = s.reprieve(); err != nil {
+		if best, err = s.choose(all, limits.Simulations); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -177,6 +208,17 @@ func SelectVictims(ctx context.Context, node Node, preemptor *v1.Pod, claims []*
 	return s.decision(best)
 }
 
+// choose finds a fitting set of the candidates in pool (their indices,
+// ascending): the smallest within the simulation budget, else a minimal one
+// by reprieving; nil if none stays within the budgets.
+func (s *search) choose(pool []int, maxRuns int) ([]int, error) {
+	best, err := s.smallest(pool, maxRuns)
+	if err != nil || best != nil {
+		return best, err
+	}
+	return s.reprieve(pool)
+}
+
 // search holds one node's simulation inputs.
 type search struct {
 	ctx       context.Context
@@ -184,13 +226,14 @@ type search struct {
 	preemptor *v1.Pod
 	claims    []*resourceapi.ResourceClaim
 	// candidates are the possible victims, least important first.
-	candidates []*v1.Pod
+	candidates []unit
 	// kept are the node's claims no eviction can free; freeable are the
 	// others with the pods (UIDs) that must all go to free them.
 	kept     []*resourceapi.ResourceClaim
 	freeable []freeableClaim
 	// budgets are the PodDisruptionBudgets covering candidates: how many
-	// more of its pods may go, and which candidates it covers.
+	// more of its pods may go, and how many pods of each candidate it
+	// covers.
 	budgets []budget
 	runs    int
 	model   *scoreModel
@@ -206,14 +249,15 @@ type freeableClaim struct {
 
 type budget struct {
 	allowed int32
-	covers  []bool // by candidate index
+	covers  []int32 // pods covered, by candidate index
 }
 
 func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*resourceapi.ResourceClaim, pdbs []*policyv1.PodDisruptionBudget) (*search, error) {
 	s := &search{ctx: ctx, node: node, preemptor: preemptor, claims: claims}
+	gone := func(p *v1.Pod) bool { return p.DeletionTimestamp != nil || node.Evicted[p.UID] }
 	running := map[types.UID]*v1.Pod{}
 	for _, p := range node.Pods {
-		if p.DeletionTimestamp == nil && !node.Evicted[p.UID] {
+		if !gone(p) {
 			running[p.UID] = p
 		}
 	}
@@ -234,30 +278,76 @@ func newSearch(ctx context.Context, node Node, preemptor *v1.Pod, claims []*reso
 			holders[uid] = true
 		}
 	}
+	gangOf := map[types.UID]*Gang{}
+	for _, g := range node.Gangs {
+		for _, p := range g.Pods {
+			gangOf[p.UID] = g
+		}
+	}
 	priority := PodPriority(preemptor)
+	seen := map[*Gang]bool{}
 	for _, p := range running {
-		if holders[p.UID] && PodPriority(p) < priority && p.UID != preemptor.UID {
-			s.candidates = append(s.candidates, p)
+		if !holders[p.UID] || p.UID == preemptor.UID {
+			continue
+		}
+		g := gangOf[p.UID]
+		if g == nil {
+			if PodPriority(p) < priority {
+				s.candidates = append(s.candidates, podUnit(p))
+			}
+			continue
+		}
+		if seen[g] {
+			continue
+		}
+		seen[g] = true
+		// The gang's running members: on this node as Pods shows them, on
+		// the others as the gang does.
+		var members []*v1.Pod
+		for _, m := range g.Pods {
+			if r, here := running[m.UID]; here {
+				members = append(members, r)
+			} else if m.Spec.NodeName != node.Name && !gone(m) {
+				members = append(members, m)
+			}
+		}
+		if u := gangUnit(g, members); u.priority < priority && !slices.ContainsFunc(members, func(m *v1.Pod) bool { return m.UID == preemptor.UID }) {
+			s.candidates = append(s.candidates, u)
 		}
 	}
 	slices.SortFunc(s.candidates, lessImportantFirst)
-	// A budget that allows no disruption protects every pod it covers:
-	// those are no candidates at all.
-	protected := map[types.UID]bool{}
+	// A budget that allows no disruption protects every pod it covers, and
+	// a pod the Eviction API would refuse on its own (CheckEvictions: two
+	// budgets, one the disruption controller has not processed) is
+	// protected too; a candidate with a protected pod is none at all.
+	protected := map[int]bool{}
 	for _, pdb := range pdbs {
 		b, err := budgetOf(pdb, s.candidates)
 		if err != nil {
 			return nil, err
 		}
 		if b != nil && b.allowed <= 0 {
-			for i, p := range s.candidates {
-				if b.covers[i] {
-					protected[p.UID] = true
+			for i, n := range b.covers {
+				if n > 0 {
+					protected[i] = true
 				}
 			}
 		}
 	}
-	s.candidates = slices.DeleteFunc(s.candidates, func(p *v1.Pod) bool { return protected[p.UID] })
+	for i, u := range s.candidates {
+		if CheckEvictions(pdbs, u.pods) != nil {
+			protected[i] = true
+		}
+	}
+	if len(protected) > 0 {
+		kept := s.candidates[:0:0]
+		for i, u := range s.candidates {
+			if !protected[i] {
+				kept = append(kept, u)
+			}
+		}
+		s.candidates = kept
+	}
 	for _, pdb := range pdbs {
 		b, _ := budgetOf(pdb, s.candidates) // its selector parsed above
 		if b != nil {
@@ -339,7 +429,7 @@ func adminAccessOnly(c *resourceapi.ResourceClaim) bool {
 // budgetOf returns what pdb allows of the candidates it covers, or nil when
 // it covers none. Like the stock scheduler, a nil or empty selector covers
 // nothing and pods the budget already counts as disrupted are free to go.
-func budgetOf(pdb *policyv1.PodDisruptionBudget, candidates []*v1.Pod) (*budget, error) {
+func budgetOf(pdb *policyv1.PodDisruptionBudget, candidates []unit) (*budget, error) {
 	if pdb.Spec.Selector == nil {
 		return nil, nil
 	}
@@ -350,34 +440,24 @@ func budgetOf(pdb *policyv1.PodDisruptionBudget, candidates []*v1.Pod) (*budget,
 	if selector.Empty() {
 		return nil, nil
 	}
-	b := &budget{allowed: pdb.Status.DisruptionsAllowed, covers: make([]bool, len(candidates))}
+	b := &budget{allowed: pdb.Status.DisruptionsAllowed, covers: make([]int32, len(candidates))}
 	any := false
-	for i, p := range candidates {
-		if p.Namespace != pdb.Namespace || !selector.Matches(labels.Set(p.Labels)) {
-			continue
+	for i, u := range candidates {
+		for _, p := range u.pods {
+			if p.Namespace != pdb.Namespace || !selector.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			if _, disrupted := pdb.Status.DisruptedPods[p.Name]; disrupted {
+				continue
+			}
+			b.covers[i]++
+			any = true
 		}
-		if _, disrupted := pdb.Status.DisruptedPods[p.Name]; disrupted {
-			continue
-		}
-		b.covers[i] = true
-		any = true
 	}
 	if !any {
 		return nil, nil
 	}
 	return b, nil
-}
-
-// lessImportantFirst orders pods by priority, then the newest first, as the
-// scheduler prefers to evict.
-func lessImportantFirst(a, b *v1.Pod) int {
-	if c := cmp.Compare(PodPriority(a), PodPriority(b)); c != 0 {
-		return c
-	}
-	if c := startTime(b).Compare(startTime(a).Time); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.UID, b.UID)
 }
 
 func startTime(p *v1.Pod) metav1.Time {
@@ -392,9 +472,7 @@ func (s *search) withinBudgets(set []int) bool {
 	for _, b := range s.budgets {
 		n := int32(0)
 		for _, i := range set {
-			if b.covers[i] {
-				n++
-			}
+			n += b.covers[i]
 		}
 		if n > b.allowed {
 			return false
@@ -408,7 +486,9 @@ func (s *search) withinBudgets(set []int) bool {
 func (s *search) remaining(set []int) []*resourceapi.ResourceClaim {
 	gone := make(map[types.UID]bool, len(set))
 	for _, i := range set {
-		gone[s.candidates[i].UID] = true
+		for _, p := range s.candidates[i].pods {
+			gone[p.UID] = true
+		}
 	}
 	out := slices.Clone(s.kept)
 	for _, f := range s.freeable {
@@ -442,10 +522,12 @@ func (s *search) fits(set []int) (bool, error) {
 	return true, nil
 }
 
-// rank orders fitting sets of equal size: the lower highest priority, then
-// the lower sum of priorities, then the higher placement score.
+// rank orders fitting sets of equal size: the fewer gangs, then the lower
+// highest priority, then the lower sum of priorities, then the higher
+// placement score.
 type ranked struct {
 	set      []int
+	gangs    int
 	highest  int32
 	sum      int64
 	score    float64
@@ -455,14 +537,20 @@ type ranked struct {
 func (s *search) rank(set []int) ranked {
 	r := ranked{set: set, highest: -1 << 31}
 	for _, i := range set {
-		p := PodPriority(s.candidates[i])
-		r.highest = max(r.highest, p)
-		r.sum += int64(p)
+		u := s.candidates[i]
+		if u.gang != nil {
+			r.gangs++
+		}
+		r.highest = max(r.highest, u.priority)
+		r.sum += int64(u.priority)
 	}
 	return r
 }
 
 func (s *search) better(a, b ranked) bool {
+	if a.gangs != b.gangs {
+		return a.gangs < b.gangs
+	}
 	if a.highest != b.highest {
 		return a.highest < b.highest
 	}
@@ -472,18 +560,23 @@ func (s *search) better(a, b ranked) bool {
 	return a.score > b.score
 }
 
-// smallest tries every set of one victim, then of two, ... as long as the
-// allocator runs stay within budget, and returns the best fitting set of
-// the first size that has one (nil if none was found within budget).
-func (s *search) smallest(maxRuns int) ([]int, error) {
-	n := len(s.candidates)
+// smallest tries every set of one victim of pool, then of two, ... as long
+// as the allocator runs stay within budget, and returns the best fitting
+// set of the first size that has one (nil if none was found within budget).
+func (s *search) smallest(pool []int, maxRuns int) ([]int, error) {
+	n := len(pool)
+	set := make([]int, 0, n)
 	for k := 1; k <= n; k++ {
 		if s.runs+binomial(n, k) > maxRuns {
 			return nil, nil
 		}
 		var best *ranked
 		var err error
-		combinations(n, k, func(set []int) bool {
+		combinations(n, k, func(picked []int) bool {
+			set = set[:0]
+			for _, j := range picked {
+				set = append(set, pool[j])
+			}
 			if !s.withinBudgets(set) {
 				return true
 			}
@@ -496,7 +589,7 @@ func (s *search) smallest(maxRuns int) ([]int, error) {
 			}
 			r := s.rank(slices.Clone(set))
 			// The placement score is only needed to break ties.
-			if best != nil && r.highest == best.highest && r.sum == best.sum {
+			if best != nil && r.gangs == best.gangs && r.highest == best.highest && r.sum == best.sum {
 				if !best.hasScore {
 					best.score, best.hasScore = s.score(best.set), true
 				}
@@ -517,17 +610,18 @@ func (s *search) smallest(maxRuns int) ([]int, error) {
 	return nil, nil
 }
 
-// reprieve starts from every candidate gone and lets the most important
-// ones stay while the claims still fit, as the stock scheduler's preemption
-// does; candidates a PodDisruptionBudget covers are let stay first.
-func (s *search) reprieve() ([]int, error) {
-	order := make([]int, len(s.candidates))
+// reprieve starts from every candidate of pool gone and lets the most
+// important ones stay while the claims still fit, as the stock scheduler's
+// preemption does; candidates a PodDisruptionBudget covers are let stay
+// first.
+func (s *search) reprieve(pool []int) ([]int, error) {
+	order := make([]int, len(pool))
 	for i := range order {
-		order[i] = len(order) - 1 - i // most important first
+		order[i] = pool[len(pool)-1-i] // most important first
 	}
 	covered := func(i int) bool {
 		for _, b := range s.budgets {
-			if b.covers[i] {
+			if b.covers[i] > 0 {
 				return true
 			}
 		}
@@ -542,10 +636,7 @@ func (s *search) reprieve() ([]int, error) {
 		}
 		return 0
 	})
-	set := make([]int, len(s.candidates))
-	for i := range set {
-		set[i] = i
-	}
+	set := slices.Clone(pool)
 	for _, i := range order {
 		without := slices.DeleteFunc(slices.Clone(set), func(j int) bool { return j == i })
 		ok, err := s.fits(without)
@@ -566,15 +657,43 @@ func (s *search) decision(set []int) (Decision, error) {
 	d := Decision{Fits: true, Score: s.score(set), Reserved: s.reserved, Displaced: s.displaced}
 	victims := map[types.UID]*v1.Pod{}
 	for _, i := range set {
-		d.Victims = append(d.Victims, s.candidates[i])
-		victims[s.candidates[i].UID] = s.candidates[i]
+		u := s.candidates[i]
+		for _, p := range u.pods {
+			d.Victims = append(d.Victims, p)
+			victims[p.UID] = p
+		}
+		if u.gang != nil {
+			d.Gangs = append(d.Gangs, u.gang)
+		}
 	}
+	here := map[string]bool{}
 	for _, f := range s.freeable {
+		here[f.claim.Namespace+"/"+f.claim.Name] = true
 		if len(f.pods) == 0 || slices.ContainsFunc(f.pods, func(uid types.UID) bool { return victims[uid] == nil }) {
 			continue
 		}
 		for _, uid := range f.pods {
 			d.Freed = append(d.Freed, Freed{Pod: victims[uid], Claim: f.claim, Devices: dra.Devices(f.claim.Status.Allocation), Whole: s.holdsWhole(f.claim)})
+		}
+	}
+	for _, c := range s.kept {
+		here[c.Namespace+"/"+c.Name] = true
+	}
+	// What a gang's members hold on other nodes is freed as well: a claim
+	// there whose consumers are all victims.
+	for _, g := range d.Gangs {
+		for _, c := range g.Claims {
+			if here[c.Namespace+"/"+c.Name] || c.Status.Allocation == nil {
+				continue
+			}
+			here[c.Namespace+"/"+c.Name] = true
+			if !slices.ContainsFunc(c.Status.ReservedFor, func(ref resourceapi.ResourceClaimConsumerReference) bool {
+				return ref.APIGroup != "" || ref.Resource != "pods" || victims[ref.UID] == nil
+			}) {
+				for _, ref := range c.Status.ReservedFor {
+					d.Freed = append(d.Freed, Freed{Pod: victims[ref.UID], Claim: c, Devices: dra.Devices(c.Status.Allocation), Whole: s.holdsWhole(c)})
+				}
+			}
 		}
 	}
 	return d, nil

@@ -188,6 +188,74 @@ var _ = Describe("GPU preemption with tangram-scheduler", func() {
 		}
 		GinkgoWriter.Printf("  both members Running %s after creation; %d of %d low-priority pods left\n", took, len(left), cards)
 	}, SpecTimeout(kubeRetryTimeout+5*time.Minute))
+
+	It("a gang not split by preemption: evicts a pod on its own rather than a member of a running gang, and the gang only as a whole", func(ctx SpecContext) {
+		scenario("gang not split by preemption: " + gpuNode + " filled by low-priority pods on their own and, the newest, a running PodGroup of two members with disruptionMode All; high-priority pods for one card, then for all but two, with " + *tangramScheduler)
+		ns := newNamespace(ctx)
+		low := createPriorityClass(ctx, ns+"-low", 100)
+		high := createPriorityClass(ctx, ns+"-high", 1000000)
+		cards := len(nodeDevices(ctx, gpuNode))
+		Expect(cards).To(BeNumerically(">=", 4), "node %s needs at least four GPUs", gpuNode)
+		createTemplate(ctx, ns, "whole-gpu", wholeGPUs(1))
+		createTemplate(ctx, ns, "all-but-two", wholeGPUs(int64(cards-2)))
+
+		alone := make([]string, cards-2)
+		for i := range alone {
+			alone[i] = fmt.Sprintf("alone-%d", i)
+			createPod(ctx, priorityPod(ns, alone[i], "whole-gpu", low, ""))
+		}
+		for _, name := range alone {
+			waitRunning(ctx, ns, name)
+		}
+		// The gang's members start last: the newest pods of the lowest
+		// priority, the first victims when chosen pod by pod.
+		_, err := clientset.SchedulingV1beta1().PodGroups(ns).Create(ctx, &schedulingv1beta1.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: "old"},
+			Spec: schedulingv1beta1.PodGroupSpec{
+				PriorityClassName: low,
+				SchedulingPolicy:  schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
+				DisruptionMode:    &schedulingv1beta1.DisruptionMode{All: &schedulingv1beta1.AllDisruptionMode{}},
+			},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred(), "creating PodGroup old")
+		members := []string{"old-0", "old-1"}
+		for _, name := range members {
+			pod := priorityPod(ns, name, "whole-gpu", low, *tangramScheduler)
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("old")}
+			createPod(ctx, pod)
+		}
+		for _, name := range members {
+			waitRunning(ctx, ns, name)
+		}
+		GinkgoWriter.Printf("  %d pods on their own and the 2 members of gang %s/old (PriorityClass %s) hold all %d cards\n", len(alone), ns, low, cards)
+
+		By("one card: a pod on its own goes, the gang keeps both members")
+		createPod(ctx, priorityPod(ns, "urgent-one", "whole-gpu", high, *tangramScheduler))
+		waitKube(ctx, "urgent-one Running", 200*time.Millisecond, func(g Gomega) {
+			pod := getPod(ctx, ns, "urgent-one")
+			g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod urgent-one is %s; events:\n%s", pod.Status.Phase, eventText(ctx, ns, "urgent-one"))
+		})
+		Expect(runningOf(ctx, ns, members)).To(Equal(members), "a gang member was evicted for one card while pods on their own could go; events:\n%s", eventText(ctx, ns, "urgent-one"))
+		left := runningOf(ctx, ns, alone)
+		Expect(left).To(HaveLen(len(alone)-1), "exactly one pod on its own must be evicted")
+		GinkgoWriter.Printf("  urgent-one: %s\n", waitEvent(ctx, ns, "urgent-one", "Preempting"))
+
+		By("all cards but two: the gang goes whole, with the pods on their own it needs besides")
+		createPod(ctx, priorityPod(ns, "urgent-many", "all-but-two", high, *tangramScheduler))
+		waitKube(ctx, "urgent-many Running", 200*time.Millisecond, func(g Gomega) {
+			pod := getPod(ctx, ns, "urgent-many")
+			g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning), "pod urgent-many is %s; events:\n%s", pod.Status.Phase, eventText(ctx, ns, "urgent-many"))
+		})
+		Expect(runningOf(ctx, ns, members)).To(BeEmpty(), "both gang members must go together; events:\n%s", eventText(ctx, ns, "urgent-many"))
+		// cards-2 needed: urgent-one holds 1, the gang frees 2, so cards-4
+		// of the pods on their own go and one stays.
+		Expect(runningOf(ctx, ns, alone)).To(HaveLen(1), "the gang's two cards plus %d pods on their own make room; no more may go", cards-4)
+		for _, name := range members {
+			msg := waitEvent(ctx, ns, name, "Preempted", "with every member of gang "+ns+"/old")
+			GinkgoWriter.Printf("  %s: %s\n", name, msg)
+		}
+		GinkgoWriter.Printf("  urgent-many: %s\n", waitEvent(ctx, ns, "urgent-many", "Preempting", "gang "+ns+"/old"))
+	}, SpecTimeout(kubeRetryTimeout+6*time.Minute))
 })
 
 // createPriorityClass creates a PriorityClass that never becomes the

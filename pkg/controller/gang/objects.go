@@ -62,6 +62,17 @@ func gangPolicy(g *tangramv1.GpuGang) schedulingapi.PodGroupSchedulingPolicy {
 	return schedulingapi.PodGroupSchedulingPolicy{Gang: &schedulingapi.GangSchedulingPolicy{MinCount: g.Spec.MinMembers()}}
 }
 
+// disruptedTogether is the members' disruptionMode: All. A GpuGang's
+// members are one job (its pods run all or nothing), so a preemption
+// evicts all of them or none: kube-scheduler 1.37's own preemption and
+// tangram-scheduler's read this field and treat the group as one victim
+// (pkg/preemption.Gang). The API's default, Single, would let a
+// preemption evict one member alone and leave its peers holding their
+// cards.
+func disruptedTogether() *schedulingapi.DisruptionMode {
+	return &schedulingapi.DisruptionMode{All: &schedulingapi.AllDisruptionMode{}}
+}
+
 // topologyConstraints keeps the members in one domain of the gang's
 // topology key; nil without a key or when the cluster lacks support.
 func topologyConstraints(g *tangramv1.GpuGang, withTopology bool) *schedulingapi.PodGroupSchedulingConstraints {
@@ -90,7 +101,7 @@ func (p Priority) value() *int32 {
 }
 
 // DesiredWorkload is the gang's Workload: one pod group template with the
-// gang policy and priority, controlled by the GpuGang.
+// gang policy, disruptionMode All and priority, controlled by the GpuGang.
 func DesiredWorkload(g *tangramv1.GpuGang, withTopology bool, prio Priority) *schedulingapi.Workload {
 	return &schedulingapi.Workload{
 		ObjectMeta: ownedMeta(g, WorkloadName(g)),
@@ -102,6 +113,7 @@ func DesiredWorkload(g *tangramv1.GpuGang, withTopology bool, prio Priority) *sc
 				Name:                  PodGroupTemplateName,
 				SchedulingPolicy:      gangPolicy(g),
 				SchedulingConstraints: topologyConstraints(g, withTopology),
+				DisruptionMode:        disruptedTogether(),
 				PriorityClassName:     prio.ClassName,
 				Priority:              prio.value(),
 			}},
@@ -110,7 +122,8 @@ func DesiredWorkload(g *tangramv1.GpuGang, withTopology bool, prio Priority) *sc
 }
 
 // DesiredPodGroup is the runtime instance of the Workload's template that
-// member pods join. With a PriorityClass it carries both the class name
+// member pods join, disrupted only as a whole (disruptionMode All). With a
+// PriorityClass it carries both the class name
 // and its value: the Priority admission plugin accepts a value equal to
 // the class's, and the scheduler reads spec.priority (nil means 0) when it
 // preempts for the group and checks that every member has that priority.
@@ -126,6 +139,7 @@ func DesiredPodGroup(g *tangramv1.GpuGang, withTopology bool, prio Priority) *sc
 			},
 			SchedulingPolicy:      gangPolicy(g),
 			SchedulingConstraints: topologyConstraints(g, withTopology),
+			DisruptionMode:        disruptedTogether(),
 			PriorityClassName:     prio.ClassName,
 			Priority:              prio.value(),
 		},

@@ -101,6 +101,13 @@ func TestReconcileCreatesOwnedObjects(t *testing.T) {
 	if pg.Spec.SchedulingPolicy.Gang == nil || pg.Spec.SchedulingPolicy.Gang.MinCount != 3 {
 		t.Errorf("podgroup policy %+v", pg.Spec.SchedulingPolicy)
 	}
+	// Preemption evicts the members together or not at all.
+	if m := pg.Spec.DisruptionMode; m == nil || m.All == nil || m.Single != nil {
+		t.Errorf("podgroup disruptionMode %+v, want All", m)
+	}
+	if m := tmpl.DisruptionMode; m == nil || m.All == nil || m.Single != nil {
+		t.Errorf("workload template disruptionMode %+v, want All", m)
+	}
 	if !hasTopology(pg.Spec.SchedulingConstraints, zone) || !hasTopology(tmpl.SchedulingConstraints, zone) {
 		t.Errorf("topology constraint missing: podgroup %+v, template %+v", pg.Spec.SchedulingConstraints, tmpl.SchedulingConstraints)
 	}

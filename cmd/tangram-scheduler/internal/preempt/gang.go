@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -91,7 +90,7 @@ func (p *Plugin) podGroupPostFilter(ctx context.Context, pg fwk.PodGroupInfo) (*
 	logger.V(2).Info("Preempting for a gang's GPU claims", "members", len(members), "victims", klog.KObjSlice(d.Victims))
 	priority := preemption.PodPriority(pods[0])
 	by := fmt.Sprintf("gang %s (%d members, priority %d)", gang, len(members), priority)
-	if status, result := p.evictVictims(ctx, pods[0], by, kindGang, d.Victims, d.Freed); status != nil {
+	if status, result := p.evictVictims(ctx, pods[0], by, kindGang, d.Victims, d.Gangs, d.Freed); status != nil {
 		return nil, status, result
 	}
 	result := &fwk.PodGroupPostFilterResult{NominatingInfos: map[types.NamespacedName]*fwk.NominatingInfo{}}
@@ -133,13 +132,11 @@ func (p *Plugin) announceGang(gang string, members []preemption.Member, d preemp
 	if r == nil {
 		return
 	}
-	var parts []string
-	for _, v := range d.Victims {
-		parts = append(parts, fmt.Sprintf("%s/%s on %s (priority %d, %s)", v.Namespace, v.Name, v.Spec.NodeName, preemption.PodPriority(v), describeFreed(freedBy(d.Freed, v))))
-	}
+	// "" as the node: every victim's node is named.
+	victimText := describeVictims(d.Victims, d.Gangs, d.Freed, "")
 	for _, m := range members {
 		r.Eventf(m.Pod, nil, v1.EventTypeNormal, "Preempting", "Preempting", "%s",
 			truncate(fmt.Sprintf("Evicting %d lower-priority pod(s) so that all %d members of gang %s fit (this one on node %s): %s",
-				len(d.Victims), len(members), gang, d.Nodes[m.Pod.UID], strings.Join(parts, "; "))))
+				len(d.Victims), len(members), gang, d.Nodes[m.Pod.UID], victimText)))
 	}
 }

@@ -5,7 +5,10 @@
 // removing lower-priority pods' claims and runs the real allocator
 // (pkg/preemption), then nominates the node and evicts the victims through
 // the Eviction API, so PodDisruptionBudgets are enforced by the API server
-// as well. The preemptor binds once the resourceclaim controller has
+// as well; it checks every victim's budget, for all of them together,
+// before the first eviction, and evicts none if one would be refused. A
+// running gang (a PodGroup of disruptionMode All) is one victim, evicted
+// whole or not at all. The preemptor binds once the resourceclaim controller has
 // deallocated the victims' claims. Devices being freed are counted once:
 // pods already nominated to a node keep first claim on them (see
 // pkg/preemption). As a PodGroupPostFilter it preempts for a whole gang
@@ -25,6 +28,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -169,7 +173,7 @@ func (p *Plugin) postFilter(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, 
 	d := best.Decision
 	logger.V(2).Info("Preempting for GPU claims", "node", best.Node, "victims", klog.KObjSlice(d.Victims),
 		"nominatedFirst", d.Reserved, "displacedNominated", d.Displaced)
-	if status, result := p.evictVictims(ctx, pod, describePreemptor(pod), kindPod, d.Victims, d.Freed); status != nil {
+	if status, result := p.evictVictims(ctx, pod, describePreemptor(pod), kindPod, d.Victims, d.Gangs, d.Freed); status != nil {
 		return nil, status, result
 	}
 	outcome := resultWaiting
@@ -192,7 +196,7 @@ func summarize(reasons []string) string {
 // are checked once more; a victim already gone is fine. The victim's event
 // names the preemptor, the node and the claims and devices it frees.
 func (p *Plugin) evict(ctx context.Context, preemptor, victim *v1.Pod, node string, freed []preemption.Freed) error {
-	return p.evictFor(ctx, preemptor, describePreemptor(preemptor), victim, node, freed)
+	return p.evictFor(ctx, preemptor, describePreemptor(preemptor), victim, node, nil, freed)
 }
 
 // describePreemptor names a pod preempting for itself, for the events.
@@ -201,25 +205,74 @@ func describePreemptor(preemptor *v1.Pod) string {
 }
 
 // evictVictims evicts the victims of one decision, each on its node, and
-// counts them under kind (a pod or a gang). A nil status: all evicted.
-func (p *Plugin) evictVictims(ctx context.Context, preemptor *v1.Pod, by, kind string, victimPods []*v1.Pod, freed []preemption.Freed) (*fwk.Status, string) {
-	for _, victim := range victimPods {
-		if err := p.evictFor(ctx, preemptor, by, victim, victim.Spec.NodeName, freedBy(freed, victim)); err != nil {
-			if apierrors.IsTooManyRequests(err) {
-				// A PodDisruptionBudget changed since the lister saw it: not
-				// an error, the pod is retried with the budget in view.
-				return fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
-			}
-			return fwk.AsStatus(err), resultError
+// counts them under kind (a pod or a gang). Before it evicts any, it reads
+// the victims' PodDisruptionBudgets from the API server and checks that the
+// Eviction API would let all of them go together
+// (pkg/preemption.EvictAll): when one would be refused, none is evicted. A
+// nil status: all evicted. gangs are the decision's gangs, named in their
+// members' events.
+func (p *Plugin) evictVictims(ctx context.Context, preemptor *v1.Pod, by, kind string, victimPods []*v1.Pod, gangs []*preemption.Gang, freed []preemption.Freed) (*fwk.Status, string) {
+	if len(victimPods) == 0 {
+		return nil, ""
+	}
+	pdbs, err := p.liveBudgets(ctx, victimPods)
+	if err != nil {
+		return fwk.AsStatus(err), resultError
+	}
+	gangOf := map[types.UID]*preemption.Gang{}
+	for _, g := range gangs {
+		for _, m := range g.Pods {
+			gangOf[m.UID] = g
+		}
+	}
+	err = preemption.EvictAll(ctx, victimPods, pdbs, func(ctx context.Context, victim *v1.Pod) error {
+		if err := p.evictFor(ctx, preemptor, by, victim, victim.Spec.NodeName, gangOf[victim.UID], freedBy(freed, victim)); err != nil {
+			return err
 		}
 		victims.WithLabelValues(kind, evictionReason(freedBy(freed, victim))).Inc()
+		return nil
+	})
+	var refused *preemption.EvictionRefused
+	switch {
+	case err == nil:
+		return nil, ""
+	case errors.As(err, &refused):
+		klog.FromContext(ctx).V(2).Info("Not preempting: a PodDisruptionBudget would refuse a victim", "budget", refused.Budget, "victims", refused.Victims, "reason", refused.Reason)
+		return fwk.NewStatus(fwk.Unschedulable, "no victim evicted: "+err.Error()), resultRefused
+	case apierrors.IsTooManyRequests(err):
+		// A PodDisruptionBudget changed between the check and the
+		// eviction: not an error, the pod is retried with the budget in
+		// view.
+		return fwk.NewStatus(fwk.Unschedulable, err.Error()), resultRefused
 	}
-	return nil, ""
+	return fwk.AsStatus(err), resultError
+}
+
+// liveBudgets reads the PodDisruptionBudgets of the victims' namespaces
+// from the API server, not the informer: what the Eviction API will check.
+func (p *Plugin) liveBudgets(ctx context.Context, victimPods []*v1.Pod) ([]*policyv1.PodDisruptionBudget, error) {
+	var out []*policyv1.PodDisruptionBudget
+	seen := map[string]bool{}
+	for _, v := range victimPods {
+		if seen[v.Namespace] {
+			continue
+		}
+		seen[v.Namespace] = true
+		list, err := p.handle.ClientSet().PolicyV1().PodDisruptionBudgets(v.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading the PodDisruptionBudgets of namespace %s before evicting: %w", v.Namespace, err)
+		}
+		for i := range list.Items {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
 }
 
 // evictFor is evict with the preemptor described by by ("pod ns/name
-// (priority N)" or a gang).
-func (p *Plugin) evictFor(ctx context.Context, preemptor *v1.Pod, by string, victim *v1.Pod, node string, freed []preemption.Freed) error {
+// (priority N)" or a gang); gang is the victim's when it is evicted with
+// its gang.
+func (p *Plugin) evictFor(ctx context.Context, preemptor *v1.Pod, by string, victim *v1.Pod, node string, gang *preemption.Gang, freed []preemption.Freed) error {
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: victim.Name, Namespace: victim.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &victim.UID}},
@@ -238,8 +291,12 @@ func (p *Plugin) evictFor(ctx context.Context, preemptor *v1.Pod, by string, vic
 	p.evicted[victim.UID] = true
 	p.mu.Unlock()
 	if r := p.handle.EventRecorder(); r != nil {
+		together := ""
+		if gang != nil {
+			together = fmt.Sprintf(" with every member of gang %s (disruptionMode All)", gang.Key())
+		}
 		r.Eventf(victim, preemptor, v1.EventTypeNormal, "Preempted", "Preempting", "%s",
-			truncate(fmt.Sprintf("Preempted by %s on node %s to free GPU devices: %s", by, node, describeFreed(freed))))
+			truncate(fmt.Sprintf("Preempted%s by %s on node %s to free GPU devices: %s", together, by, node, describeFreed(freed))))
 	}
 	return nil
 }
@@ -255,13 +312,33 @@ func (p *Plugin) announce(preemptor *v1.Pod, node string, claims []*resourceapi.
 	for _, c := range claims {
 		names = append(names, c.Namespace+"/"+c.Name)
 	}
-	var parts []string
-	for _, v := range d.Victims {
-		parts = append(parts, fmt.Sprintf("%s/%s (priority %d, %s)", v.Namespace, v.Name, preemption.PodPriority(v), describeFreed(freedBy(d.Freed, v))))
-	}
 	r.Eventf(preemptor, nil, v1.EventTypeNormal, "Preempting", "Preempting", "%s",
 		truncate(fmt.Sprintf("Evicting %d lower-priority pod(s) on node %s for claim(s) %s: %s",
-			len(d.Victims), node, strings.Join(names, ", "), strings.Join(parts, "; "))))
+			len(d.Victims), node, strings.Join(names, ", "), describeVictims(d.Victims, d.Gangs, d.Freed, node))))
+}
+
+// describeVictims is "ns/name (priority N, claim …)" for each victim; a
+// victim on another node than node says where, a gang member which gang.
+func describeVictims(victimPods []*v1.Pod, gangs []*preemption.Gang, freed []preemption.Freed, node string) string {
+	gangOf := map[types.UID]string{}
+	for _, g := range gangs {
+		for _, m := range g.Pods {
+			gangOf[m.UID] = g.Key()
+		}
+	}
+	var parts []string
+	for _, v := range victimPods {
+		where := ""
+		if v.Spec.NodeName != node {
+			where = " on " + v.Spec.NodeName
+		}
+		of := ""
+		if g, ok := gangOf[v.UID]; ok {
+			of = ", gang " + g
+		}
+		parts = append(parts, fmt.Sprintf("%s/%s%s (priority %d%s, %s)", v.Namespace, v.Name, where, preemption.PodPriority(v), of, describeFreed(freedBy(freed, v))))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // freedBy is what evicting victim frees.
@@ -336,6 +413,9 @@ type clusterState struct {
 	slicesByNode map[string][]*resourceapi.ResourceSlice
 	classes      []*resourceapi.DeviceClass
 	claims       []*resourceapi.ResourceClaim
+	// gangs are the running pod groups of disruptionMode All: victims
+	// only as a whole.
+	gangs []*preemption.Gang
 }
 
 // readStateAndBudgets reads what choosing victims needs: the devices and
@@ -343,6 +423,9 @@ type clusterState struct {
 func (p *Plugin) readStateAndBudgets(dra fwk.SharedDRAManager) (*clusterState, []*policyv1.PodDisruptionBudget, error) {
 	state, err := p.readState(dra)
 	if err != nil {
+		return nil, nil, err
+	}
+	if state.gangs, err = p.runningGangs(state.claims); err != nil {
 		return nil, nil, err
 	}
 	pdbs, err := p.pdbs.List(labels.Everything())
@@ -388,6 +471,39 @@ func (p *Plugin) readState(dra fwk.SharedDRAManager) (*clusterState, error) {
 	return s, nil
 }
 
+// runningGangs finds the pod groups of disruptionMode All among the pods
+// bound to (or being bound to) nodes in the scheduler's snapshot, with the
+// claims of claims their members hold. The PodGroups come from the
+// snapshot too; without GenericWorkload there are none, and a pod whose
+// PodGroup is unknown is a victim on its own (as in kube-scheduler's own
+// preemption).
+func (p *Plugin) runningGangs(claims []*resourceapi.ResourceClaim) ([]*preemption.Gang, error) {
+	snapshot := p.handle.SnapshotSharedLister()
+	nodeInfos, err := snapshot.NodeInfos().List()
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var pods []*v1.Pod
+	for _, ni := range nodeInfos {
+		for _, pi := range ni.GetPods() {
+			if pod := pi.GetPod(); preemption.PodGroupOf(pod) != "" {
+				pods = append(pods, pod)
+			}
+		}
+	}
+	if len(pods) == 0 {
+		return nil, nil
+	}
+	podGroups := snapshot.PodGroups()
+	return preemption.Gangs(pods, func(namespace, name string) *schedulingv1beta1.PodGroup {
+		pg, err := podGroups.Get(namespace, name)
+		if err != nil {
+			return nil
+		}
+		return pg
+	}, claims), nil
+}
+
 // nominated lists the other pods nominated to node, with their pending
 // claims; pkg/preemption counts those of at least pod's priority first.
 func (p *Plugin) nominated(pod *v1.Pod, node string, claims fwk.ResourceClaimTracker) ([]preemption.Nominated, error) {
@@ -413,7 +529,7 @@ func (p *Plugin) nominated(pod *v1.Pod, node string, claims fwk.ResourceClaimTra
 // holding devices of its pools.
 func (s *clusterState) node(ni fwk.NodeInfo) preemption.Node {
 	name := ni.Node().Name
-	n := preemption.Node{Name: name, Slices: s.slicesByNode[name], Classes: s.classes}
+	n := preemption.Node{Name: name, Slices: s.slicesByNode[name], Classes: s.classes, Gangs: s.gangs}
 	type pool struct{ driver, name string }
 	pools := map[pool]bool{}
 	for _, sl := range n.Slices {

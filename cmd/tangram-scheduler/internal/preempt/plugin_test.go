@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -161,6 +162,65 @@ func TestPodClaimsBeforeTheTemplateClaimExists(t *testing.T) {
 			pending, allocated, err := podClaims(tc.pod, nil)
 			if (err != nil) != tc.wantErr || len(pending) != 0 || allocated {
 				t.Errorf("podClaims = %v, %v, %v; want no claims and error %v", pending, allocated, err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestEvictVictimsChecksEveryBudgetFirst: the victims' PodDisruptionBudgets
+// are read from the API server and checked for all victims together before
+// the first eviction; one refused victim means none is evicted. Before,
+// the victims were evicted one after the other and the API server's
+// refusal of c (its budget allows no disruption) left a and b evicted for
+// nothing.
+func TestEvictVictimsChecksEveryBudgetFirst(t *testing.T) {
+	db := map[string]string{"app": "db"}
+	running := func(name string, labels map[string]string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Labels: labels},
+			Spec:   v1.PodSpec{NodeName: "node-a"},
+			Status: v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}}
+	}
+	budget := func(allowed int32) *policyv1.PodDisruptionBudget {
+		return &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"},
+			Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: db}},
+			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: allowed}}
+	}
+	preemptor := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "high", Namespace: "default", UID: "high"}, Spec: v1.PodSpec{Priority: ptr.To[int32](1000)}}
+	victimPods := []*v1.Pod{running("a", nil), running("b", nil), running("c", db)}
+	for _, tc := range []struct {
+		name        string
+		budget      *policyv1.PodDisruptionBudget
+		wantEvicted []string
+		wantResult  string
+	}{
+		{"the budget allows c to go: all three evicted", budget(1), []string{"a", "b", "c"}, ""},
+		{"the budget refuses c: none evicted", budget(0), nil, resultRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(tc.budget)
+			var evicted []string
+			client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.GetSubresource() != "eviction" {
+					return false, nil, nil
+				}
+				name := action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).Name
+				if name == "c" && tc.budget.Status.DisruptionsAllowed == 0 {
+					// What the API server answers.
+					return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+				}
+				evicted = append(evicted, name)
+				return true, nil, nil
+			})
+			p := &Plugin{handle: handleWithClient{client: client}}
+			status, result := p.evictVictims(context.Background(), preemptor, describePreemptor(preemptor), kindPod, victimPods, nil, nil)
+			if !slices.Equal(evicted, tc.wantEvicted) || result != tc.wantResult {
+				t.Errorf("evicted %v, result %q (status %v); want %v, %q", evicted, result, status, tc.wantEvicted, tc.wantResult)
+			}
+			if tc.wantResult != "" && (status.Code() != fwk.Unschedulable || !strings.Contains(status.Message(), "PodDisruptionBudget default/db refuses evicting default/c")) {
+				t.Errorf("status %v, want Unschedulable naming the budget and the victim", status)
+			}
+			if tc.wantResult == "" && status != nil {
+				t.Errorf("status %v, want none", status)
 			}
 		})
 	}
