@@ -44,3 +44,12 @@ func MIGCounterMemorySlice(n int) string { return MIGCounterMemorySlicePrefix + 
 func MIGCounterProfileInstances(profileID int) string {
 	return fmt.Sprintf("profile-%d-instances", profileID)
 }
+
+// TaintKeyMIGPlacementTaken is the NoSchedule taint the kubelet plugin
+// puts on every MIG partition of a card whose placement overlaps a MIG
+// instance Tangram did not create (an admin's nvidia-smi mig -cgi, another
+// tool): the plugin would refuse to prepare it, so the scheduler must not
+// allocate it. Its value names the partition device at the instance's own
+// profile and placement ("gpu-3-mig-19-2"); it goes when the instance is
+// gone (docs/resourceslices.md, "MIG partitions").
+const TaintKeyMIGPlacementTaken = DriverName + "/mig-placement-taken"

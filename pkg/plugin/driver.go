@@ -112,6 +112,11 @@ type Driver struct {
 	// plugin processes too.
 	mu      sync.Mutex
 	records map[string]prepared.Claim
+	// foreign holds, by card UUID, the MIG instances no record names, as
+	// last listed under the state lock (mig.go, setForeignMIG); migChanged
+	// is closed when it changes (MIGChanged).
+	foreign    map[string][]foreignMIG
+	migChanged chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}

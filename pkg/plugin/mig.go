@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
 // MIG partitions at prepare, unprepare and start-up (docs/prepare.md,
@@ -23,8 +27,20 @@ import (
 // placement was found free of instances no record names; so an instance
 // that no record names was not created by Tangram, or was created by a
 // Tangram whose records are gone, and is never touched, with one
-// exception: a claim rebuilt after a corrupt checkpoint (rebuild) adopts
-// the instance at exactly its placement, and its unprepare destroys it.
+// exception: after a corrupt or missing checkpoint (rebuild), the instance
+// at exactly the placement of a claim allocated on this node is that
+// claim's: a claim with a spec adopts it, and its unprepare destroys it; a
+// claim without one (its prepare was interrupted after the create) gets
+// back its intent, and start-up rolls it back with the instance
+// (rebuildMIGIntents). While an instance no record names holds a
+// placement, the partitions overlapping it are published tainted
+// (device.TaintKeyMIGPlacementTaken, MIGTaints), so that the scheduler does
+// not allocate what prepare would refuse.
+
+// foreignMIGPollInterval is how often the plugin lists the MIG instances
+// of its cards for instances it did not create (WatchForeignMIG): NVML has
+// no event for an admin's nvidia-smi mig -cgi or -dgi.
+const foreignMIGPollInterval = 30 * time.Second
 
 // migDeviceOfTimeout bounds MIGDeviceOf's listing of a card's instances.
 const migDeviceOfTimeout = 5 * time.Second
@@ -132,6 +148,9 @@ func (d *Driver) checkMIGFree(ctx context.Context, rec prepared.Claim) error {
 		if err != nil {
 			return fmt.Errorf("listing the MIG instances of card %d (%s) for %s: %w", dev.MIG.ParentIndex, dev.GPUUUID, dev.Device, err)
 		}
+		// What was found is published at once (tainted partitions), not
+		// only at the next poll.
+		d.setForeignMIG(ctx, card, list, records)
 		if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
 			return fmt.Errorf("MIG partition %s (card %d %s, profile %s at memory slice %d): the placement is taken by an instance Tangram did not create: %s; %s",
 				dev.Device, dev.MIG.ParentIndex, dev.GPUUUID, dev.MIG.Profile, dev.MIG.Start, foreign[0], migAdvice)
@@ -327,30 +346,267 @@ func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim, save bool
 	return rec, changed, nil
 }
 
-// logForeignMIG logs, at start-up, the MIG instances of the node's cards
-// that no record names: left alone, they hold their placements, and a
-// prepare of a partition overlapping one is refused.
-func (d *Driver) logForeignMIG(ctx context.Context) {
+// migCards are the node's cards in MIG mode, by index; none when the
+// plugin has no MIG instance calls.
+func (d *Driver) migCards() []gpu.GPU {
+	if d.cfg.MIG == nil {
+		return nil
+	}
+	var out []gpu.GPU
+	for _, name := range slices.Sorted(maps.Keys(d.cards)) {
+		if card := d.cards[name]; card.MIG != nil && card.MIG.Enabled {
+			out = append(out, card)
+		}
+	}
+	return out
+}
+
+// countMIGInstances counts the instances on the node's cards in MIG mode
+// (a card that cannot be listed is logged and counts none).
+func (d *Driver) countMIGInstances(ctx context.Context) int {
+	n := 0
+	for _, card := range d.migCards() {
+		list, err := d.cfg.MIG.List(ctx, card)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
+			continue
+		}
+		n += len(list)
+	}
+	return n
+}
+
+// rebuildMIGIntents, after a lost checkpoint, gives back its intent record
+// (PrepareStarted, as prepare saved it before any create) to each claim
+// allocated on this node that has neither a spec (specUIDs: a claim with
+// one was prepared, its containers may use the instance, and rebuild
+// alone decides about it) nor a record yet, and one of whose MIG
+// partitions has an instance at exactly its card, profile and placement:
+// its prepare was interrupted after the create and before the spec, and
+// the record that named the instance was lost. The instance is thereby
+// the claim's, and start-up rolls the claim back as any interrupted
+// prepare, destroying it; the kubelet's retry prepares the claim afresh.
+// An instance at another placement, or of another profile, is not the
+// claim's and stays foreign. A claim with a partition overlapping one of
+// an already rebuilt record (two claims cannot hold overlapping partitions:
+// one allocation is stale) is left out, so that no running claim's
+// instance is rolled back with it. records gains the intents.
+func (d *Driver) rebuildMIGIntents(ctx context.Context, claims []resourceapi.ResourceClaim, specUIDs []string, records map[string]prepared.Claim) {
 	if d.cfg.MIG == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	for _, name := range slices.Sorted(maps.Keys(d.cards)) {
-		card := d.cards[name]
-		if card.MIG == nil || !card.MIG.Enabled {
+	lists := map[string][]gpu.MIGInstance{} // by card UUID
+	sorted := slices.Clone(claims)
+	slices.SortFunc(sorted, func(a, b resourceapi.ResourceClaim) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	for i := range sorted {
+		claim := &sorted[i]
+		if _, done := records[string(claim.UID)]; done || claim.Status.Allocation == nil || slices.Contains(specUIDs, string(claim.UID)) {
 			continue
 		}
-		list, err := d.cfg.MIG.List(ctx, card)
-		if err != nil {
-			logger.Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
+		planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+		if err != nil || len(planned.MIGDevices()) == 0 {
+			// Not allocated here, or not with partitions this node can
+			// hold now: none of its instances can be here.
 			continue
 		}
-		for _, inst := range list {
-			if namedByRecord(d.records, card.UUID, inst) == "" {
-				logger.Info("MIG instance no claim record names: not Tangram's, left alone; partitions overlapping it are refused at prepare", "card", card.Index, "uuid", card.UUID, "instance", inst.String(), "migUUID", inst.UUID)
+		var found []string
+		overlap := ""
+		for _, j := range planned.MIGDevices() {
+			dev := planned.Devices[j]
+			if overlap = overlappingMIGRecord(records, dev); overlap != "" {
+				break
+			}
+			list, listed := lists[dev.GPUUUID]
+			if !listed {
+				card, err := d.migCard(dev)
+				if err != nil {
+					continue
+				}
+				if list, err = d.cfg.MIG.List(ctx, card); err != nil {
+					logger.Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
+					continue
+				}
+				lists[dev.GPUUUID] = list
+			}
+			if inst, ok := findMIGInstance(list, dev.MIG); ok {
+				found = append(found, dev.Device+": "+inst.String())
+			}
+		}
+		switch {
+		case overlap != "":
+			logger.Info("Not adopting MIG instances for a claim whose partitions overlap those of a claim already rebuilt; one of the two allocations is stale", "claim", klog.KObj(claim), "other", overlap)
+		case len(found) > 0:
+			records[planned.UID] = planned
+			logger.Info("Adopted the MIG instances at exactly the placements of a claim allocated here whose prepare was interrupted before its spec (the checkpoint that named them is lost): rolled back with the claim, the kubelet's retry prepares it again",
+				"claim", klog.KObj(claim), "claimUID", planned.UID, "instances", found)
+		}
+	}
+}
+
+// overlappingMIGRecord returns the claim of records holding a partition
+// on dev's card whose placement overlaps dev's, "" when none does. Pure.
+func overlappingMIGRecord(records map[string]prepared.Claim, dev prepared.Device) string {
+	want := gpu.MIGPlacement{Start: dev.MIG.Start, Size: dev.MIG.Size}
+	for _, uid := range slices.Sorted(maps.Keys(records)) {
+		for _, other := range records[uid].Devices {
+			if other.MIG != nil && other.GPUUUID == dev.GPUUUID && want.Overlaps(gpu.MIGPlacement{Start: other.MIG.Start, Size: other.MIG.Size}) {
+				return records[uid].Key()
 			}
 		}
 	}
+	return ""
+}
+
+// foreignMIG is an instance no record names, and since when the plugin
+// has seen it.
+type foreignMIG struct {
+	gpu.MIGInstance
+	Since time.Time
+}
+
+// sameMIGInstance reports whether two listings name the same instance; the
+// MIG UUID is not compared: an instance whose compute instance an admin
+// added later is the same one.
+func sameMIGInstance(a, b gpu.MIGInstance) bool {
+	return a.GPUInstanceID == b.GPUInstanceID && a.ProfileID == b.ProfileID && a.Placement == b.Placement
+}
+
+// setForeignMIG records which of card's instances (list, just listed) no
+// record names, logs those new and those gone, and signals a change
+// (MIGChanged). The caller holds the state lock, so that records includes
+// the other plugin process's (an instance is named before it is created).
+func (d *Driver) setForeignMIG(ctx context.Context, card gpu.GPU, list []gpu.MIGInstance, records map[string]prepared.Claim) {
+	logger := klog.FromContext(ctx)
+	now := time.Now().Truncate(time.Second)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.foreign[card.UUID]
+	var current []foreignMIG
+	for _, inst := range list {
+		if namedByRecord(records, card.UUID, inst) != "" {
+			continue
+		}
+		f := foreignMIG{MIGInstance: inst, Since: now}
+		if i := slices.IndexFunc(old, func(o foreignMIG) bool { return sameMIGInstance(o.MIGInstance, inst) }); i >= 0 {
+			f.Since = old[i].Since
+		} else {
+			logger.Info("MIG instance no claim record names: not Tangram's, left alone; the partitions overlapping it are published tainted "+device.TaintKeyMIGPlacementTaken+" and refused at prepare",
+				"card", card.Index, "uuid", card.UUID, "instance", inst.String(), "migUUID", inst.UUID)
+		}
+		current = append(current, f)
+	}
+	changed := len(current) != len(old)
+	for _, o := range old {
+		if !slices.ContainsFunc(current, func(f foreignMIG) bool { return sameMIGInstance(f.MIGInstance, o.MIGInstance) }) {
+			changed = true
+			logger.Info("MIG instance Tangram did not create is gone (or a record names it now): the partitions overlapping it are offered again",
+				"card", card.Index, "uuid", card.UUID, "instance", o.String())
+		}
+	}
+	if !changed {
+		return
+	}
+	if d.foreign == nil {
+		d.foreign = map[string][]foreignMIG{}
+	}
+	if len(current) == 0 {
+		delete(d.foreign, card.UUID)
+	} else {
+		d.foreign[card.UUID] = current
+	}
+	if d.migChanged != nil {
+		close(d.migChanged)
+	}
+	d.migChanged = make(chan struct{})
+}
+
+// scanForeignMIG lists the instances of every card in MIG mode and
+// records those no record names (setForeignMIG); a card that cannot be
+// listed keeps what was known of it. The caller holds the state lock.
+func (d *Driver) scanForeignMIG(ctx context.Context) {
+	d.mu.Lock()
+	records := maps.Clone(d.records)
+	d.mu.Unlock()
+	for _, card := range d.migCards() {
+		list, err := d.cfg.MIG.List(ctx, card)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
+			continue
+		}
+		d.setForeignMIG(ctx, card, list, records)
+	}
+}
+
+// WatchForeignMIG lists the cards' MIG instances every interval, under
+// the state lock (which re-reads the checkpoint: the other plugin process
+// of a rolling update names its instances there), until ctx ends, so that
+// the tainted partitions follow an admin's instances (MIGTaints).
+func (d *Driver) WatchForeignMIG(ctx context.Context, interval time.Duration) {
+	if len(d.migCards()) == 0 {
+		return
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		d.refreshForeignMIG(ctx)
+	}
+}
+
+// refreshForeignMIG is one round of WatchForeignMIG.
+func (d *Driver) refreshForeignMIG(ctx context.Context) {
+	unlock, err := d.lockState(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Looking for MIG instances Tangram did not create")
+		}
+		return
+	}
+	defer unlock()
+	d.scanForeignMIG(ctx)
+}
+
+// MIGChanged is closed at the next change of MIGTaints.
+func (d *Driver) MIGChanged() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.migChanged == nil {
+		d.migChanged = make(chan struct{})
+	}
+	return d.migChanged
+}
+
+// MIGTaints are, by device name, the taints of the partitions that overlap
+// an instance no record names (device.TaintKeyMIGPlacementTaken,
+// NoSchedule): prepare would refuse them, so the scheduler must not
+// allocate them. One taint a partition, valued with the device name of
+// the lowest such instance it overlaps. Empty when there is none.
+func (d *Driver) MIGTaints() map[string][]resourceapi.DeviceTaint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string][]resourceapi.DeviceTaint{}
+	for _, card := range d.cards {
+		for _, f := range d.foreign[card.UUID] {
+			since := metav1.NewTime(f.Since)
+			taint := resourceapi.DeviceTaint{
+				Key:       device.TaintKeyMIGPlacementTaken,
+				Value:     device.MIGDeviceName(card.Index, f.ProfileID, f.Placement.Start),
+				Effect:    resourceapi.DeviceTaintEffectNoSchedule,
+				TimeAdded: &since,
+			}
+			for _, name := range resourceslices.MIGPartitionsOverlapping(card, f.Placement) {
+				if _, done := out[name]; !done {
+					out[name] = []resourceapi.DeviceTaint{taint}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // MIGDeviceOf names the ResourceSlice device of GPU instance gpuInstance

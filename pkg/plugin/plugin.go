@@ -161,7 +161,7 @@ func Run(ctx context.Context, opts Options, node Node) error {
 		return err
 	}
 	if monitor != nil {
-		// Events are handled once the driver exists (startXIDTaints, below).
+		// Events are handled once the driver exists (startTaints, below).
 		cfg.DeviceHealth = monitor
 	}
 	if driver, err = New(ctx, cfg); err != nil {
@@ -169,7 +169,15 @@ func Run(ctx context.Context, opts Options, node Node) error {
 	}
 
 	liveness := newLiveness(shares, metrics)
-	helper, err := w.startKubeletHelper(ctx, driver, resources, liveness)
+	// The first publication already carries the taints known now (the
+	// partitions overlapping MIG instances Tangram did not create, found
+	// by start-up).
+	pub := w.newTaintPublisher(monitor, driver, resources, metrics)
+	initial := resources
+	if pub != nil {
+		initial, _, _ = pub.tainted()
+	}
+	helper, err := w.startKubeletHelper(ctx, driver, initial, liveness)
 	if err != nil {
 		return err
 	}
@@ -178,12 +186,35 @@ func Run(ctx context.Context, opts Options, node Node) error {
 		// it leaves them for the kubelet to find dead.
 		defer helper.Stop()
 	}
-	if monitor != nil {
-		stop := w.startXIDTaints(ctx, monitor, helper, resources, metrics)
+	if pub != nil {
+		stop := w.startTaints(ctx, pub, monitor, helper)
 		defer stop()
+	}
+	if monitor != nil {
 		liveness.Details["gpus"] = func() string { return xidTaintSummary(monitor.Devices()) }
 	}
+	if pub != nil && pub.mig != nil {
+		go driver.WatchForeignMIG(ctx, foreignMIGPollInterval)
+	}
 	return w.serve(ctx, cancel, liveness, metrics)
+}
+
+// newTaintPublisher is the publisher of the devices' taints: the XID
+// taint monitor's, and those of the partitions overlapping MIG instances
+// Tangram did not create when a card is in MIG mode; nil when neither is
+// there.
+func (w *wiring) newTaintPublisher(monitor *xidtaint.Monitor, driver *Driver, resources *resourceslice.DriverResources, metrics *Metrics) *taintPublisher {
+	pub := &taintPublisher{node: w.NodeName, resources: resources, metrics: metrics}
+	if monitor != nil {
+		pub.monitor = monitor
+	}
+	if len(driver.migCards()) > 0 {
+		pub.mig = driver
+	}
+	if pub.monitor == nil && pub.mig == nil {
+		return nil
+	}
+	return pub
 }
 
 // newLiveness starts the liveness probes' checks and details (the kubelet
@@ -335,23 +366,23 @@ func (w *wiring) startKubeletHelper(ctx context.Context, driver *Driver, resourc
 	return helper, nil
 }
 
-// startXIDTaints runs the monitor over the GPU source's events and the
-// publisher of its taints (slices, metrics, Node events) over the monitor;
-// stop ends the Node event recorder.
-func (w *wiring) startXIDTaints(ctx context.Context, monitor *xidtaint.Monitor, helper *kubeletplugin.Helper,
-	resources *resourceslice.DriverResources, metrics *Metrics) (stop func()) {
-	pub := &taintPublisher{node: w.NodeName, resources: resources, monitor: monitor, metrics: metrics}
+// startTaints runs the publisher of the devices' taints (slices, and with
+// the XID taint monitor its metrics and Node events) and the monitor over
+// the GPU source's events; stop ends the Node event recorder.
+func (w *wiring) startTaints(ctx context.Context, pub *taintPublisher, monitor *xidtaint.Monitor, helper *kubeletplugin.Helper) (stop func()) {
 	if helper != nil && w.Publish {
 		pub.publish = helper.PublishResources
 	}
 	stop = func() {}
-	if w.KubeClient != nil {
-		pub.recorder, stop = newNodeEventRecorder(ctx, w.KubeClient)
+	if monitor != nil {
+		if w.KubeClient != nil {
+			pub.recorder, stop = newNodeEventRecorder(ctx, w.KubeClient)
+		}
+		go monitor.Run(ctx, w.HealthWatcher, pub.onChanges)
+		klog.FromContext(ctx).Info("Watching GPU health", "recoverAfter", w.HealthRecoverAfter,
+			"informationalXIDs", fmt.Sprint(w.xidPolicy.InformationalXIDs), "ignoredXIDs", fmt.Sprint(w.xidPolicy.IgnoredXIDs))
 	}
-	go monitor.Run(ctx, w.HealthWatcher, pub.onChanges)
 	go pub.run(ctx)
-	klog.FromContext(ctx).Info("Watching GPU health", "recoverAfter", w.HealthRecoverAfter,
-		"informationalXIDs", fmt.Sprint(w.xidPolicy.InformationalXIDs), "ignoredXIDs", fmt.Sprint(w.xidPolicy.IgnoredXIDs))
 	return stop
 }
 

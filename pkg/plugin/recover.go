@@ -25,8 +25,9 @@ import (
 const memoryLimitRecordsWait = 20 * time.Second
 
 // recover brings the node to a consistent state at start-up:
-//   - a corrupt checkpoint (moved aside by the store) is rebuilt from our
-//     CDI specs and the API server's claims;
+//   - a corrupt checkpoint (moved aside by the store), or a missing one
+//     beside specs of ours or MIG instances, is rebuilt from our CDI specs,
+//     the MIG instances and the API server's claims (rebuild);
 //   - after a reboot every record is dropped;
 //   - claims only "started" are rolled back;
 //   - completed claims get their MIG instances checked: one gone (a card
@@ -54,10 +55,13 @@ func (d *Driver) recover(ctx context.Context) error {
 		// Nothing to rebuild on a first start. Specs of ours without a
 		// checkpoint mean an earlier rebuild was interrupted (the corrupt
 		// file is already moved aside): rebuild again rather than take the
-		// specs of running claims for orphans.
+		// specs of running claims for orphans. MIG instances without a
+		// checkpoint may be those of a prepare interrupted before its
+		// spec (the checkpoint deleted, or a rebuild interrupted):
+		// rebuild gives them back to their claims.
 		records, err = d.rebuild(ctx)
 		if err != nil {
-			return fmt.Errorf("rebuilding state: there is no checkpoint but there are CDI specs of ours: %w", err)
+			return fmt.Errorf("rebuilding state: there is no checkpoint but there are CDI specs or MIG instances: %w", err)
 		}
 	case err != nil:
 		return fmt.Errorf("loading checkpoint: %w", err)
@@ -144,7 +148,7 @@ func (d *Driver) recover(ctx context.Context) error {
 	if err := d.cfg.State.Save(ctx, d.records); err != nil {
 		return fmt.Errorf("saving recovered checkpoint: %w", err)
 	}
-	d.logForeignMIG(ctx)
+	d.scanForeignMIG(ctx)
 	if d.cfg.Shares != nil {
 		if err := d.cfg.Shares.Reconcile(ctx); err != nil {
 			errs = append(errs, err)
@@ -160,10 +164,21 @@ func (d *Driver) recover(ctx context.Context) error {
 	return nil
 }
 
-// rebuild reconstructs completed records for the claims that have a spec
-// of ours and still exist, allocated on this node, in the API server. The
-// spec is rewritten from the claim, which yields the same content and IDs.
-// Claims that cannot be found lose their spec (planStartup removes it).
+// rebuild reconstructs the records a lost checkpoint held, from what
+// outlives it: our CDI specs, the MIG instances on the node's cards and
+// the API server's claims.
+//   - A claim with a spec of ours that still exists, allocated on this
+//     node, gets its completed record back; the spec is rewritten from the
+//     claim, which yields the same content and IDs, and the MIG instance
+//     at exactly each of its partitions' placements is adopted (created
+//     again if gone).
+//   - A claim allocated on this node without a spec, one of whose MIG
+//     partitions has an instance at exactly its card, profile and
+//     placement, gets back its intent (rebuildMIGIntents): the prepare was
+//     interrupted after the create, before the spec.
+//
+// Claims that cannot be found lose their spec (planStartup removes it);
+// an instance at no claim's placement stays foreign.
 func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error) {
 	logger := klog.FromContext(ctx)
 	records := map[string]prepared.Claim{}
@@ -171,11 +186,12 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 	if err != nil {
 		return nil, fmt.Errorf("listing CDI specs: %w", err)
 	}
-	if len(specUIDs) == 0 {
+	instances := d.countMIGInstances(ctx)
+	if len(specUIDs) == 0 && instances == 0 {
 		return records, nil
 	}
 	if d.cfg.ListClaims == nil {
-		logger.Info("No API server to rebuild from; specs of unknown claims will be removed", "specs", len(specUIDs))
+		logger.Info("No API server to rebuild from; specs of unknown claims will be removed, MIG instances no record names are left alone", "specs", len(specUIDs), "migInstances", instances)
 		return records, nil
 	}
 	claims, err := d.cfg.ListClaims(ctx)
@@ -230,6 +246,9 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 		}
 		records[uid] = rec
 		logger.Info("Rebuilt claim from its spec and the API server", "claim", klog.KObj(claim), "claimUID", uid)
+	}
+	if instances > 0 {
+		d.rebuildMIGIntents(ctx, claims, specUIDs, records)
 	}
 	return records, nil
 }

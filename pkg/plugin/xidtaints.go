@@ -2,9 +2,11 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -16,16 +18,46 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-// taintPublisher keeps the node's ResourceSlices, metrics and Node events
-// in line with the monitor.
+// taintPublisher keeps the node's ResourceSlices in line with two sources
+// of device taints: the XID taint monitor (with metrics and Node events)
+// and the MIG instances Tangram did not create, whose overlapping
+// partitions are tainted (Driver.MIGTaints). Either may be nil.
 type taintPublisher struct {
 	node      string
 	resources *resourceslice.DriverResources
 	monitor   DeviceHealth
+	mig       MIGTaintSource
 	// publish republishes the slices (the helper's PublishResources).
 	publish  func(ctx context.Context, res resourceslice.DriverResources) error
 	metrics  *Metrics
 	recorder record.EventRecorder
+}
+
+// MIGTaintSource is what the publisher needs of the driver's view of MIG
+// instances it did not create (mig.go).
+type MIGTaintSource interface {
+	MIGTaints() map[string][]resourceapi.DeviceTaint
+	MIGChanged() <-chan struct{}
+}
+
+// tainted is the resources with the taints of both sources now, and the
+// channels closed at their next change (nil for a source not there: never
+// ready in a select).
+func (p *taintPublisher) tainted() (res *resourceslice.DriverResources, healthChanged, migChanged <-chan struct{}) {
+	byDevice := map[string][]resourceapi.DeviceTaint{}
+	if p.monitor != nil {
+		healthChanged = p.monitor.Changed()
+		devices := p.monitor.Devices()
+		p.metrics.setDeviceHealth(p.node, devices)
+		byDevice = xidtaint.TaintsByDevice(devices)
+	}
+	if p.mig != nil {
+		migChanged = p.mig.MIGChanged()
+		for name, taints := range p.mig.MIGTaints() {
+			byDevice[name] = slices.Concat(byDevice[name], taints)
+		}
+	}
+	return xidtaint.ApplyTaints(p.resources, byDevice), healthChanged, migChanged
 }
 
 // run republishes on every change until ctx ends. Changes that come while
@@ -33,19 +65,17 @@ type taintPublisher struct {
 func (p *taintPublisher) run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for {
-		changed := p.monitor.Changed()
-		devices := p.monitor.Devices()
-		p.metrics.setDeviceHealth(p.node, devices)
+		res, healthChanged, migChanged := p.tainted()
 		if p.publish != nil {
-			res := xidtaint.ApplyTaints(p.resources, xidtaint.TaintsByDevice(devices))
 			if err := p.publish(ctx, *res); err != nil {
-				logger.Error(err, "Republishing ResourceSlices with the GPUs' health taints failed")
+				logger.Error(err, "Republishing ResourceSlices with the devices' taints failed")
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-changed:
+		case <-healthChanged:
+		case <-migChanged:
 		}
 	}
 }

@@ -170,3 +170,26 @@ func CounterSets(gpus []gpu.GPU) []resourceapi.CounterSet {
 	}
 	return out
 }
+
+// MIGPartitionsOverlapping names the partition devices card g publishes
+// (one per MIG profile and placement, migDevices) whose placement shares a
+// memory slice with p, in publication order; none when the card is not in
+// MIG mode or its layout cannot be published. The kubelet plugin taints
+// them while an instance it did not create holds p. Pure.
+func MIGPartitionsOverlapping(g gpu.GPU, p gpu.MIGPlacement) []string {
+	if g.MIG == nil || !g.MIG.Enabled {
+		return nil
+	}
+	layout, err := newMIGLayout(g)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, part := range layout.partitions {
+		pl, ok := part.profile.PlacementAt(part.start)
+		if ok && pl.Overlaps(p) {
+			out = append(out, device.MIGDeviceName(g.Index, part.profile.ID, part.start))
+		}
+	}
+	return out
+}

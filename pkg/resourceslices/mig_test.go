@@ -507,3 +507,57 @@ func TestBuiltinMIGProfile(t *testing.T) {
 		t.Errorf("counter sets (-want +got):\n%s", diff)
 	}
 }
+
+// TestMIGPartitionsOverlapping: the partitions that share a memory slice
+// with a placement are exactly the published devices that consume one of
+// its memory slice counters (what makes the allocator keep them apart),
+// in publication order; a card not in MIG mode has none.
+func TestMIGPartitionsOverlapping(t *testing.T) {
+	gpus := migGPUs(t, "h100-80gb", fakegpu.MIGModeEnabled)
+	node := migNodeOf(t, gpus)
+	for _, tt := range []struct {
+		name  string
+		taken gpu.MIGPlacement
+		some  []string // a few it must name, checked by hand
+		not   []string // and a few it must not
+	}{
+		{"a 1g at memory slice 2", gpu.MIGPlacement{Start: 2, Size: 1},
+			[]string{"gpu-0-mig-19-2", "gpu-0-mig-14-2", "gpu-0-mig-9-0", "gpu-0-mig-0-0", "gpu-0-mig-15-2"},
+			[]string{"gpu-0-mig-19-3", "gpu-0-mig-9-4", "gpu-0-mig-14-0"}},
+		{"a 3g at memory slice 4", gpu.MIGPlacement{Start: 4, Size: 4},
+			[]string{"gpu-0-mig-9-4", "gpu-0-mig-19-6", "gpu-0-mig-0-0"},
+			[]string{"gpu-0-mig-9-0", "gpu-0-mig-5-0", "gpu-0-mig-19-3"}},
+		{"the 7g", gpu.MIGPlacement{Start: 0, Size: 8}, []string{"gpu-0-mig-19-0", "gpu-0-mig-19-6", "gpu-0-mig-9-4"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var want []string
+			for _, s := range node.Slices {
+				for _, d := range s.Spec.Devices {
+					for n := tt.taken.Start; n < tt.taken.Start+tt.taken.Size && len(d.ConsumesCounters) > 0; n++ {
+						if _, ok := d.ConsumesCounters[0].Counters[device.MIGCounterMemorySlice(n)]; ok {
+							want = append(want, d.Name)
+							break
+						}
+					}
+				}
+			}
+			got := resourceslices.MIGPartitionsOverlapping(gpus[0], tt.taken)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("partitions overlapping %+v (-published consumers of its slices +got):\n%s", tt.taken, diff)
+			}
+			for _, name := range tt.some {
+				if !slices.Contains(got, name) {
+					t.Errorf("%s not named", name)
+				}
+			}
+			for _, name := range tt.not {
+				if slices.Contains(got, name) {
+					t.Errorf("%s named, but it does not overlap %+v", name, tt.taken)
+				}
+			}
+		})
+	}
+	if got := resourceslices.MIGPartitionsOverlapping(gpus[1], gpu.MIGPlacement{Start: 0, Size: 8}); got != nil {
+		t.Errorf("card not in MIG mode: %v, want none", got)
+	}
+}
