@@ -358,10 +358,18 @@ func TestManagerStopThatHangsGivesTheStateLockBack(t *testing.T) {
 // daemon start that never happened.
 func TestManagerShareRefusedNamesTheHungCommand(t *testing.T) {
 	ctx := context.Background()
-	const timeout = 300 * time.Millisecond
 	// Both orders: the share's wait ends after the hung command's deadline,
-	// and before it (the command still unanswered).
-	for i, readyWait := range []time.Duration{time.Second, time.Second, 50 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond} {
+	// and before it (the command sent, still unanswered). Before, the
+	// worker must have sent the command when the share's wait ends: it has
+	// 1.5 s, not the 50 ms this test once gave it, which a loaded machine
+	// missed (the share then rightly said "still starting").
+	for i, round := range []struct{ timeout, readyWait time.Duration }{
+		{300 * time.Millisecond, time.Second},
+		{300 * time.Millisecond, time.Second},
+		{10 * time.Second, 1500 * time.Millisecond},
+		{10 * time.Second, 1500 * time.Millisecond},
+	} {
+		timeout, readyWait := round.timeout, round.readyWait
 		m, ctl := newHangingV3Manager(t, Timing{ControlTimeout: timeout, ReadyWait: readyWait, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 		// With a stop guard and no share in use, the share waits for a
 		// fresh worker round, whose namespace sync sends the claim's
@@ -375,7 +383,7 @@ func TestManagerShareRefusedNamesTheHungCommand(t *testing.T) {
 		}
 		waitIdle(t, m)
 		ctl.Set("namespace create")
-		err := mpstest.ReturnsWithin(t, 20*timeout, "a share whose namespace create hangs", func() error {
+		err := mpstest.ReturnsWithin(t, readyWait+20*timeout, "a share whose namespace create hangs", func() error {
 			return m.Acquire(ctx, "c2", []Share{{Card: "GPU-b", MemoryBytes: 1 << 30}})
 		})
 		if err == nil || !strings.Contains(err.Error(), "namespace create") || !strings.Contains(err.Error(), "answer") {
