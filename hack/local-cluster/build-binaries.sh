@@ -59,6 +59,7 @@ go_wrapper_build() {
 		cd "$dir/src"
 		info "resolving modules for $name (go mod tidy in $dir/src)"
 		go mod tidy >"$dir/tidy.log" 2>&1 || { tail -n 30 "$dir/tidy.log" >&2; die "resolving modules for $name $version failed (log: $dir/tidy.log)"; }
+		[ -z "${WRAPPER_SHARES_WITH:-}" ] || report_shared_versions "$WRAPPER_SHARES_WITH"
 		info "compiling $*"
 		go build -ldflags "$ldflags" -o "$dir/bin.tmp/" "$@" >"$dir/build.log" 2>&1 \
 			|| { tail -n 30 "$dir/build.log" >&2; die "building $name $version failed (log: $dir/build.log)"; }
@@ -92,7 +93,22 @@ kube_wrapper_build() {
 		ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
 		ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 	done
-	go_wrapper_build "$name" "$v" "$est" "$(kube_requirements "$v")" "$replace" "$ld" "$@"
+	WRAPPER_SHARES_WITH="$REPO_ROOT/cmd/tangram-scheduler" \
+		go_wrapper_build "$name" "$v" "$est" "$(kube_requirements "$v")" "$replace" "$ld" "$@"
+}
+
+# report_shared_versions DIR: in a wrapper module, how many of the modules
+# it shares with the module in DIR it requires at the same version (only
+# those packages can come from the build cache).
+report_shared_versions() {
+	local mine theirs
+	mine="$(go list -m -f '{{.Path}} {{.Version}}' all | sort)"
+	theirs="$(cd "$1" && go list -m -f '{{.Path}} {{.Version}}' all | sort)"
+	local both same differ
+	both="$(join <(echo "$mine") <(echo "$theirs"))"
+	same="$(awk '$2 == $3' <<<"$both" | wc -l)"
+	differ="$(awk '$2 != $3 { printf " %s %s (%s)", $1, $2, $3 }' <<<"$both")"
+	info "$same of the $(wc -l <<<"$both") modules shared with ${1#"$REPO_ROOT"/} at its versions${differ:+; differing:$differ}"
 }
 
 # kube_requirements VERSION: the wrapper's require lines. When the
@@ -114,9 +130,12 @@ kube_requirements() {
 		printf '\tk8s.io/kubernetes %s\n' "$v"
 		return
 	fi
-	# The effective version of each module (a replaced staging module's
-	# target), our own module left out.
-	(cd "$sched" && go list -m -f '{{if not .Main}}{{.Path}} {{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}{{end}}' all) |
+	# Each module at the version the module requires, our own left out. A
+	# replaced staging module keeps its required version too (v0.37.2 =>
+	# v0.37.0 there): -trimpath names a replaced module's files after the
+	# requirement, so requiring the target instead would compile different
+	# packages from the same source.
+	(cd "$sched" && go list -m -f '{{if not .Main}}{{.Path}} {{.Version}}{{end}}' all) |
 		awk 'NF == 2 && $1 != "github.com/tangram-gpu/tangram" && $2 != "" { printf "\t%s %s\n", $1, $2 }'
 }
 
