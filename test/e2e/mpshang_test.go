@@ -25,12 +25,18 @@ import (
 // loaded machine's kubelet can pass on its own.
 // A hung control command fails only the prepares that need it: the
 // stand-in's hang knob (standin-hang in the MPS log directory, re-read at
-// every command) makes every "namespace create" hang; a share's prepare
-// fails by its deadline with the command named, a whole card runs
-// meanwhile, and the share runs once the daemon answers again.
+// every command) makes every "namespace create" hang. Five shares are
+// queued on the hung daemon before a whole card (issue 37: each share's
+// commands used to wait their full deadline under the node's state lock, so
+// five of them pushed the whole card's prepare past the kubelet's 45 s).
+// Now the first share's prepare fails by its deadline with the command
+// named, the others are refused at once naming it too, the whole card's
+// prepare never fails (no FailedPrepareDynamicResources event: it was never
+// cut off by the kubelet's deadline) and its time is printed, and every
+// share runs once the daemon answers again.
 var _ = Describe("Real GPU path: a hung MPS control command", Label(realPathLabel), Serial, func() {
-	It("fails only the share that needs it, within its deadline, while a whole card runs", func(ctx SpecContext) {
-		scenario("hung MPS control: 'namespace create' never answers; a share's prepare fails by its deadline, a whole card runs, the share runs once the daemon answers")
+	It("fails only the shares that need it, within its deadline, while a whole card queued behind five of them runs", func(ctx SpecContext) {
+		scenario("hung MPS control: 'namespace create' never answers; five shares queued, then a whole card: the shares' prepares fail naming the command, the whole card runs, the shares run once the daemon answers")
 		layout := mps.Layout{Root: *mpsRoot}
 		hangFile := filepath.Join(layout.LogDir(), standin.HangFile)
 		Expect(os.MkdirAll(layout.LogDir(), 0o755)).To(Succeed())
@@ -38,27 +44,47 @@ var _ = Describe("Real GPU path: a hung MPS control command", Label(realPathLabe
 		DeferCleanup(func() { _ = os.Remove(hangFile) })
 
 		ns := newNamespace(ctx)
-		createTemplate(ctx, ns, "share-20gi", memoryShare("20Gi"))
+		createTemplate(ctx, ns, "share-10gi", memoryShare("10Gi"))
 		createTemplate(ctx, ns, "whole", wholeGPUs(1))
+		shares := []string{"hung-share-0", "hung-share-1", "hung-share-2", "hung-share-3", "hung-share-4"}
 		created := time.Now()
-		createPod(ctx, gpuPod(ns, "hung-share", "share-20gi"))
+		for _, name := range shares {
+			createPod(ctx, gpuPod(ns, name, "share-10gi"))
+		}
+		// The whole card comes once the shares are bound, so that the
+		// kubelet has their prepares under way or queued when it asks.
+		waitKube(ctx, "the five shares bound", pollEvery, func(g Gomega) {
+			for _, name := range shares {
+				g.Expect(getPod(ctx, ns, name).Spec.NodeName).NotTo(BeEmpty(), "pod %s not bound yet", name)
+			}
+		})
+		wholeCreated := time.Now()
 		createPod(ctx, gpuPod(ns, "whole-card", "whole"))
 
-		By("the whole card runs although the share's control command hangs")
+		By("the whole card runs although five shares wait on the hung command")
 		waitRunning(ctx, ns, "whole-card")
-		wholeAfter := time.Since(created)
+		wholeAfter := time.Since(wholeCreated)
+		Expect(eventText(ctx, ns, "whole-card")).NotTo(ContainSubstring("FailedPrepareDynamicResources"),
+			"the whole card's prepare failed (the kubelet's deadline, queued behind the shares?)")
 
-		By("the share's prepare fails by its deadline, naming the command")
-		msg := waitEvent(ctx, ns, "hung-share", "FailedPrepareDynamicResources", "MPS control daemon", "namespace create")
-		failedAfter := time.Since(created)
-		Expect(getPod(ctx, ns, "hung-share").Status.Phase).NotTo(Equal(corev1.PodRunning))
-		GinkgoWriter.Printf("  whole card running after %s; share's prepare failed after %s (the deadline is 10 s; the rest is the kubelet's and the API server's): %s\n",
-			wholeAfter.Round(time.Second), failedAfter.Round(time.Second), msg)
+		By("every share's prepare fails naming the command")
+		var failedAfter time.Duration
+		for _, name := range shares {
+			msg := waitEvent(ctx, ns, name, "FailedPrepareDynamicResources", "MPS control daemon", "namespace create")
+			failedAfter = max(failedAfter, time.Since(created))
+			Expect(getPod(ctx, ns, name).Status.Phase).NotTo(Equal(corev1.PodRunning))
+			GinkgoWriter.Printf("  %s: %s\n", name, msg)
+		}
+		GinkgoWriter.Printf("  whole card running %s after its creation; the five shares' prepares had all failed %s after theirs (the deadline is 10 s; the rest is the kubelet's and the API server's)\n",
+			wholeAfter.Round(time.Second), failedAfter.Round(time.Second))
 
-		By("once the daemon answers again, the share runs")
+		By("once the daemon answers again, every share runs")
 		Expect(os.Remove(hangFile)).To(Succeed())
-		waitRunning(ctx, ns, "hung-share")
-		deletePodAndWait(ctx, ns, "hung-share")
-		deletePodAndWait(ctx, ns, "whole-card")
-	}, SpecTimeout(8*time.Minute))
+		for _, name := range shares {
+			waitRunning(ctx, ns, name)
+		}
+		for _, name := range append(shares, "whole-card") {
+			deletePodAndWait(ctx, ns, name)
+		}
+	}, SpecTimeout(10*time.Minute))
 })
