@@ -9,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
+	"github.com/tangram-gpu/tangram/internal/reporoot"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 )
 
@@ -49,11 +49,11 @@ func Build(outDir string) (string, error) { return BuildDriver(outDir, "") }
 // release 615 has no nvmlDeviceSetMemoryLimits_v1 symbol, and Init fails
 // when a devices file names a driver of the other kind.
 func BuildDriver(outDir, driverVersion string) (string, error) {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("building the mock NVML library: cannot locate hack/mock-nvml")
+	root, err := reporoot.Find()
+	if err != nil {
+		return "", fmt.Errorf("building the mock NVML library: %w", err)
 	}
-	script := filepath.Join(filepath.Dir(self), "build.sh")
+	script := filepath.Join(root, "hack", "mock-nvml", "build.sh")
 	cmd := exec.Command(script)
 	cmd.Env = os.Environ()
 	if outDir != "" {

@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"path/filepath"
-	"runtime"
 	"sort"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
+	"github.com/tangram-gpu/tangram/internal/reporoot"
 	"github.com/tangram-gpu/tangram/pkg/cluster"
 	"github.com/tangram-gpu/tangram/pkg/controller/metrics"
 	"github.com/tangram-gpu/tangram/pkg/dashboard"
@@ -21,11 +21,11 @@ import (
 // dashboardFile is the chart's dashboard in this checkout.
 func dashboardFile(t *testing.T) string {
 	t.Helper()
-	_, here, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("no caller information")
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(filepath.Dir(here), "..", "..", filepath.FromSlash(dashboard.ChartPath))
+	return filepath.Join(root, filepath.FromSlash(dashboard.ChartPath))
 }
 
 type emptyCluster struct{}

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
+	"github.com/tangram-gpu/tangram/internal/reporoot"
 	"github.com/tangram-gpu/tangram/pkg/dashboard"
 )
 
@@ -80,8 +80,11 @@ func TestDashboardQueriesReturnSeries(t *testing.T) {
 	if *prometheusURL == "" {
 		t.Fatal("--prometheus-url is required (hack/local-cluster/prometheus.sh check passes it)")
 	}
-	_, here, _, _ := runtime.Caller(0)
-	queries, err := dashboard.Load(filepath.Join(filepath.Dir(here), "..", "..", filepath.FromSlash(dashboard.ChartPath)))
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries, err := dashboard.Load(filepath.Join(root, filepath.FromSlash(dashboard.ChartPath)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -247,8 +246,7 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 // namespace with helm and creates what they hold; cluster-scoped objects
 // and the MPS namespace are deleted again after the spec.
 func installChartObjects(ctx context.Context, release, namespace string, templates ...string) {
-	_, file, _, _ := runtime.Caller(0)
-	chart := filepath.Join(filepath.Dir(file), "..", "..", "deployments", "helm", "tangram")
+	chart := filepath.Join(repoRoot(), "deployments", "helm", "tangram")
 	args := []string{"template", release, chart, "--namespace", namespace, "--set", "fakeGPU.profile=dgx-h100",
 		"--set", "kubeletPlugin.hostPaths.mpsRoot=" + privilegeMPSRoot}
 	for _, t := range templates {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/tangram-gpu/tangram/internal/reporoot"
 )
 
 var helmRelease = flag.String("helm-release", "tangram", "upgrade spec: the Helm release (in --release-namespace) whose kubelet plugin it upgrades with `helm upgrade --reuse-values`")
@@ -149,9 +150,10 @@ func describePluginPods(ctx context.Context) string {
 	return b.String()
 }
 
-// repoRoot is the repository this suite was built from.
+// repoRoot is the checkout the suite runs in (go test runs it in
+// test/e2e; make demo from the repository's root).
 func repoRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	Expect(ok).To(BeTrue())
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	root, err := reporoot.Find()
+	Expect(err).NotTo(HaveOccurred())
+	return root
 }
