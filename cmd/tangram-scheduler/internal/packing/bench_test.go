@@ -107,9 +107,9 @@ func benchScoreOnePod(b *testing.B, nodes int, change bool) {
 	for b.Loop() {
 		if change {
 			if present {
-				plugin.state.deleteClaim(toggled.UID)
+				plugin.state.DeleteClaim(toggled.UID)
 			} else {
-				plugin.state.upsertClaim(toggled)
+				plugin.state.UpsertClaim(toggled)
 			}
 			present = !present
 		}

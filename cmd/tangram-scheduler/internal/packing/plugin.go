@@ -6,13 +6,10 @@
 package packing
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -26,6 +23,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tangram-gpu/tangram/pkg/placement"
+	"github.com/tangram-gpu/tangram/pkg/placement/clusterstate"
 )
 
 // Name is the plugin name in KubeSchedulerConfiguration.
@@ -48,19 +46,11 @@ type Plugin struct {
 	// state is the model of every node, kept up to date by informer
 	// events and Reserve/Unreserve; synced says whether the informers have
 	// delivered their initial lists to it.
-	state  *clusterState
+	state  *clusterstate.State
 	synced func() bool
 
-	// last is the policy of the previous pod: built again only when the
-	// workload histogram changed, so its score cache (scores per distinct
-	// node state) survives between pods.
-	lastMu sync.Mutex
-	last   *cachedPolicy
-}
-
-type cachedPolicy struct {
-	key    string
-	policy placement.Policy
+	// policies keeps the previous pod's policy, with its score cache.
+	policies *clusterstate.PolicyCache
 }
 
 var (
@@ -97,7 +87,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if _, err := placement.New(args.Policy, placement.NewWorkload([]placement.Request{{WholeCards: 1}})); err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
-	p := &Plugin{handle: h, policy: args.Policy, state: newClusterState()}
+	p := &Plugin{handle: h, policy: args.Policy, state: clusterstate.New(), policies: clusterstate.NewPolicyCache(args.Policy)}
 	synced, err := p.watch(h.SharedInformerFactory())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
@@ -110,11 +100,11 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // ones its DRA plugin reads).
 func (p *Plugin) watch(factory informers.SharedInformerFactory) (func() bool, error) {
 	slices, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.state.upsertSlice(obj.(*resourceapi.ResourceSlice)) },
-		UpdateFunc: func(_, obj any) { p.state.upsertSlice(obj.(*resourceapi.ResourceSlice)) },
+		AddFunc:    func(obj any) { p.state.UpsertSlice(obj.(*resourceapi.ResourceSlice)) },
+		UpdateFunc: func(_, obj any) { p.state.UpsertSlice(obj.(*resourceapi.ResourceSlice)) },
 		DeleteFunc: func(obj any) {
 			if s, ok := tombstone[*resourceapi.ResourceSlice](obj); ok {
-				p.state.deleteSlice(s)
+				p.state.DeleteSlice(s)
 			}
 		},
 	})
@@ -122,11 +112,11 @@ func (p *Plugin) watch(factory informers.SharedInformerFactory) (func() bool, er
 		return nil, fmt.Errorf("watching ResourceSlices: %w", err)
 	}
 	claims, err := factory.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.state.upsertClaim(obj.(*resourceapi.ResourceClaim)) },
-		UpdateFunc: func(_, obj any) { p.state.upsertClaim(obj.(*resourceapi.ResourceClaim)) },
+		AddFunc:    func(obj any) { p.state.UpsertClaim(obj.(*resourceapi.ResourceClaim)) },
+		UpdateFunc: func(_, obj any) { p.state.UpsertClaim(obj.(*resourceapi.ResourceClaim)) },
 		DeleteFunc: func(obj any) {
 			if c, ok := tombstone[*resourceapi.ResourceClaim](obj); ok {
-				p.state.deleteClaim(c.UID)
+				p.state.DeleteClaim(c.UID)
 			}
 		},
 	})
@@ -164,6 +154,14 @@ type podRequest struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
+// requestFor is the pod's request on cards of memory cardMemory; ok false
+// for a card size PreScore did not see (a node modelled since) or where the
+// pod asks for none of our GPUs.
+func (s *cycleState) requestFor(cardMemory int64) (placement.Request, bool) {
+	r, ok := s.requests[cardMemory]
+	return r.request, ok && r.ok
+}
+
 // PreScore prepares the pod's request and the policy for the workload on
 // the filtered nodes; the node models come from the state, kept up to date
 // by events, so nothing here is per node but a look-up.
@@ -195,12 +193,12 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 			names[i] = node.Name
 		}
 	}
-	snap := p.state.snapshot(names)
+	snap := p.state.Snapshot(names)
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	cpu, memMiB := requests.Cpu().MilliValue(), requests.Memory().Value()>>20
-	s := &cycleState{requests: make(map[int64]podRequest, len(snap.cardMemories))}
+	s := &cycleState{requests: make(map[int64]podRequest, len(snap.CardMemories))}
 	var own *placement.Request
-	for _, mem := range snap.cardMemories {
+	for _, mem := range snap.CardMemories {
 		r, ok := placement.RequestFromClaims(pod.Name, cpu, memMiB, podClaims, mem)
 		s.requests[mem] = podRequest{request: r, ok: ok}
 		if ok && own == nil {
@@ -215,52 +213,12 @@ func (p *Plugin) PreScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod
 		logger.V(5).Info("GPU packing skipped: the pod's claims ask for no Tangram GPU", "pod", klog.KObj(pod))
 		return fwk.NewStatus(fwk.Skip)
 	}
-	s.policy, err = p.policyFor(snap.shapes, own)
+	s.policy, err = p.policies.For(snap.Shapes, own)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	state.Write(stateKey, s)
 	return nil
-}
-
-// policyFor returns the policy for the workload histogram plus the pod
-// itself (the workload is never empty), reusing the previous pod's when the
-// two are the same.
-func (p *Plugin) policyFor(shapes map[shape]int, own *placement.Request) (placement.Policy, error) {
-	keys := make([]shape, 0, len(shapes))
-	for k := range shapes {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b shape) int {
-		if c := cmp.Compare(a.whole, b.whole); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.share, b.share)
-	})
-	sample := make([]placement.Request, 0, len(keys)+1)
-	counts := make([]int, 0, len(keys)+1)
-	var key []byte
-	for _, k := range keys {
-		sample = append(sample, placement.Request{WholeCards: k.whole, ShareMilli: k.share})
-		counts = append(counts, shapes[k])
-		key = fmt.Appendf(key, "%d/%d*%d;", k.whole, k.share, shapes[k])
-	}
-	if own != nil {
-		sample = append(sample, *own)
-		counts = append(counts, 1)
-		key = fmt.Appendf(key, "own:%d/%d/%d/%d/%q/%q", own.CPUMilli, own.MemoryMiB, own.WholeCards, own.ShareMilli, own.Models, own.MIGProfile)
-	}
-	p.lastMu.Lock()
-	defer p.lastMu.Unlock()
-	if p.last != nil && p.last.key == string(key) {
-		return p.last.policy, nil
-	}
-	policy, err := placement.New(p.policy, placement.NewWeightedWorkload(sample, counts))
-	if err != nil {
-		return nil, err
-	}
-	p.last = &cachedPolicy{key: string(key), policy: policy}
-	return policy, nil
 }
 
 // reservedKey is where Reserve keeps the claims it assumed, for Unreserve.
@@ -288,7 +246,7 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		if err != nil || c.Status.Allocation == nil {
 			continue
 		}
-		if p.state.assume(c) {
+		if p.state.Assume(c) {
 			assumed = append(assumed, c.UID)
 		}
 	}
@@ -305,7 +263,7 @@ func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return
 	}
 	for _, uid := range data.(reservedClaims) {
-		p.state.unassume(uid)
+		p.state.Unassume(uid)
 	}
 }
 
@@ -316,38 +274,10 @@ func (p *Plugin) Score(ctx context.Context, state fwk.CycleState, pod *v1.Pod, n
 		return 0, nil
 	}
 	s := data.(*cycleState)
-	m, mem, ns := p.state.model(nodeInfo.Node().Name)
-	if m == nil {
-		return math.MinInt32, nil
-	}
-	req, ok := s.requests[mem]
-	if !ok || !req.ok {
-		// A node modelled after PreScore, or no GPU of ours asked there.
-		return math.MinInt32, nil
-	}
-	r := req.request
 	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
-	key := scoreMemo{model: m, policy: s.policy, cpu: r.CPUMilli, memMiB: r.MemoryMiB, whole: int64(r.WholeCards), share: r.ShareMilli, mig: r.MIGProfile,
-		allocCPU: alloc.GetMilliCPU(), allocMem: alloc.GetMemory() >> 20, usedCPU: used.GetMilliCPU(), usedMem: used.GetMemory() >> 20}
-	if memo := ns.memo.Load(); memo != nil && len(r.Models) == 0 && memo.sameInputs(key) {
-		return memo.score, nil
-	}
-	n := m.WithResources(key.allocCPU, key.allocMem, key.usedCPU, key.usedMem)
-	cands, fits := n.Candidates(r, make([]int, 0, len(n.Cards)))
-	key.score = math.MinInt32
-	if fits {
-		key.score = int64(math.Round(s.policy.Score(n, r, cands).Score * 1000))
-	}
-	stored := key
-	ns.memo.Store(&stored)
-	return key.score, nil
-}
-
-// sameInputs reports whether o scores the same model, policy, request and
-// node resources as m.
-func (m *scoreMemo) sameInputs(o scoreMemo) bool {
-	o.score = m.score
-	return *m == o
+	res := clusterstate.Resources{AllocatableCPU: alloc.GetMilliCPU(), AllocatableMemMiB: alloc.GetMemory() >> 20,
+		RequestedCPU: used.GetMilliCPU(), RequestedMemMiB: used.GetMemory() >> 20}
+	return p.state.Score(nodeInfo.Node().Name, s.policy, s.requestFor, res), nil
 }
 
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
@@ -357,14 +287,14 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 func (p *Plugin) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, s := range scores {
-		if s.Score == math.MinInt32 {
+		if s.Score == clusterstate.Unrated {
 			continue
 		}
 		lo, hi = min(lo, s.Score), max(hi, s.Score)
 	}
 	for i := range scores {
 		switch {
-		case scores[i].Score == math.MinInt32:
+		case scores[i].Score == clusterstate.Unrated:
 			scores[i].Score = 0
 		case hi == lo:
 			scores[i].Score = fwk.MaxNodeScore
@@ -400,11 +330,4 @@ func pendingClaims(pod *v1.Pod, claims fwk.ResourceClaimTracker) ([]*resourceapi
 		}
 	}
 	return out, nil
-}
-
-func cardMemory(n *placement.Node) int64 {
-	if len(n.Cards) == 0 {
-		return 0
-	}
-	return n.Cards[0].Memory.Value
 }

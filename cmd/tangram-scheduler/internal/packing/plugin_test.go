@@ -295,7 +295,7 @@ func TestReserveAssumesUntilUnreserve(t *testing.T) {
 	dra := &fakeDRA{slices: []*resourceapi.ResourceSlice{slice}, claims: []*resourceapi.ResourceClaim{shared, pending}}
 	plugin := newTestPlugin(t, "tangram", dra)
 	allocatedMilli := func() int64 {
-		m, _, _ := plugin.state.model("a")
+		m, _ := plugin.state.Model("a")
 		return m.AllocatedMilli()
 	}
 	if got := allocatedMilli(); got != 500 {

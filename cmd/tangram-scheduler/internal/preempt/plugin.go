@@ -20,10 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -59,8 +57,7 @@ type Plugin struct {
 	// snapshot may still show running (its informer lags the Eviction
 	// API): they count as terminating, so no other preemptor evicts or
 	// displaces them again.
-	mu      sync.Mutex
-	evicted map[types.UID]bool
+	evicted preemption.EvictedPods
 }
 
 var _ fwk.PostFilterPlugin = (*Plugin)(nil)
@@ -75,7 +72,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		}
 	}
 	register()
-	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(), evicted: map[types.UID]bool{}}, nil
+	return &Plugin{handle: h, pdbs: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()}, nil
 }
 
 func (*Plugin) Name() string { return Name }
@@ -284,12 +281,7 @@ func (p *Plugin) evictFor(ctx context.Context, preemptor *v1.Pod, by string, vic
 	if err != nil {
 		return fmt.Errorf("evicting pod %s/%s to make room for %s/%s on node %s: %w", victim.Namespace, victim.Name, preemptor.Namespace, preemptor.Name, node, err)
 	}
-	p.mu.Lock()
-	if p.evicted == nil {
-		p.evicted = map[types.UID]bool{}
-	}
-	p.evicted[victim.UID] = true
-	p.mu.Unlock()
+	p.evicted.Add(victim.UID)
 	if r := p.handle.EventRecorder(); r != nil {
 		together := ""
 		if gang != nil {
@@ -387,25 +379,34 @@ func truncate(note string) string {
 // evictedNotSeen returns the pods this plugin evicted that the snapshot
 // still shows without a deletion timestamp, and forgets the others.
 func (p *Plugin) evictedNotSeen() map[types.UID]bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.evicted) == 0 {
+	evicted := p.evicted.List()
+	if len(evicted) == 0 {
 		return nil
+	}
+	all := make(map[types.UID]bool, len(evicted))
+	for _, uid := range evicted {
+		all[uid] = true
 	}
 	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
-		return maps.Clone(p.evicted)
+		return all
 	}
 	seen := map[types.UID]bool{}
 	for _, ni := range nodes {
 		for _, pi := range ni.GetPods() {
-			if pod := pi.GetPod(); p.evicted[pod.UID] && pod.DeletionTimestamp == nil {
+			if pod := pi.GetPod(); all[pod.UID] && pod.DeletionTimestamp == nil {
 				seen[pod.UID] = true
 			}
 		}
 	}
-	p.evicted = seen
-	return maps.Clone(seen)
+	var gone []types.UID
+	for _, uid := range evicted {
+		if !seen[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	p.evicted.Forget(gone)
+	return seen
 }
 
 // clusterState is the DRA state read once per PostFilter call.

@@ -98,7 +98,7 @@ func TestEvict(t *testing.T) {
 			case tc.wantErr != nil && !strings.Contains(err.Error(), "default/low"):
 				t.Errorf("evict: %q does not name the victim", err)
 			}
-			if remembered := p.evicted["low-uid"]; remembered != (tc.apiErr == nil) {
+			if remembered := slices.Contains(p.evicted.List(), "low-uid"); remembered != (tc.apiErr == nil) {
 				t.Errorf("the victim is remembered as evicted: %v, want %v", remembered, tc.apiErr == nil)
 			}
 			wantEvents := []string(nil)
