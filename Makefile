@@ -5,6 +5,11 @@ SHELL := /usr/bin/env bash
 GO ?= go
 # go-nvml's cgo prolog calls functions NVML marks deprecated; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+# The build modes of hack/gomodes.sh (race, static, node): every go command
+# builds with -trimpath, and each target names its mode, so a package is
+# compiled once per mode for all of make test (docs/testing.md).
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
+GO_STATIC := CGO_ENABLED=0 $(GO)
 BIN_DIR ?= $(CURDIR)/bin
 
 .PHONY: help
@@ -20,7 +25,9 @@ build: ## build every binary into ./bin
 verify: ## gofmt, go vet, and generated API deepcopy/CRD up to date
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@echo "==> go vet"; $(GO) vet ./... && (cd hack/bench-placement && $(GO) vet ./...)
+	@# -race: vet type-checks against the race mode's compiles, which make
+	@# unit reuses, instead of compiling every package once more for vet alone.
+	@echo "==> go vet"; $(GO) vet -race ./... && (cd hack/bench-placement && $(GO) vet -race ./...)
 	@echo "==> generated API code"; $(MAKE) --no-print-directory verify-generated-api
 
 .PHONY: unit

@@ -136,7 +136,10 @@ say "chart ready in $(elapsed "$t")"
 # $PROFILE for the other scenarios, once the node's slices no longer carry
 # partitions: one plugin restart more than without MIG.
 mkdir -p "$TANGRAM_BIN_DIR" "$DEMO_LOG_DIR"
-(cd "$REPO_ROOT" && go test -c -tags e2e -o "$TANGRAM_BIN_DIR/e2e.test" ./test/e2e) || die "building the e2e suite (test/e2e) failed"
+(cd "$REPO_ROOT" && go_static test -c -tags e2e -o "$TANGRAM_BIN_DIR/e2e.test" ./test/e2e) || die "building the e2e suite (test/e2e) failed"
+# The suite finds the chart and demo/specs from its working directory
+# (internal/reporoot), wherever this script was started.
+cd "$REPO_ROOT"
 if [ "$DEMO_CLUSTER" = local ]; then
 	step "3/4  MIG partitions (fake profile mig-h100; checked by test/e2e/mig_test.go)"
 	t="$(now_s)"
@@ -181,7 +184,7 @@ say "scenarios done in $(elapsed "$t")"
 step "4/4  Cluster-wide view: kubectl tangram status"
 mkdir -p "$TANGRAM_BIN_DIR"
 ln -sf "$KUBECTL" "$TANGRAM_BIN_DIR/kubectl"
-(cd "$REPO_ROOT" && go build -o "$TANGRAM_BIN_DIR/kubectl-tangram" ./cmd/kubectl-tangram) ||
+(cd "$REPO_ROOT" && go_static build -o "$TANGRAM_BIN_DIR/kubectl-tangram" ./cmd/kubectl-tangram) ||
 	die "building kubectl-tangram failed"
 # kubectl passes no flags to plugins placed before the plugin's name.
 PATH="$TANGRAM_BIN_DIR:$PATH" KUBECONFIG="$KUBECONFIG_FILE" kubectl tangram status ||

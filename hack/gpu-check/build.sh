@@ -21,11 +21,12 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin"
 
 start=$SECONDS
-export CGO_ENABLED=1
-# go-nvml's prolog calls functions NVML marks deprecated; the warnings are noise.
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}"
-echo "==> go build (cgo, stripped) dra-kubelet-plugin, tangram-cdi-hook"
-go build -trimpath -ldflags '-s -w' -o "$stage/bin/" ./cmd/dra-kubelet-plugin ./cmd/tangram-cdi-hook
+# shellcheck source=../gomodes.sh
+source hack/gomodes.sh
+# The node mode, as the plugin's image builds them (hack/images): the same
+# compile serves both, and the binaries need no NSS modules on the GPU node.
+echo "==> go build (cgo, tags $NODE_GO_TAGS, stripped) dra-kubelet-plugin, tangram-cdi-hook"
+go_node build -ldflags '-s -w' -o "$stage/bin/" ./cmd/dra-kubelet-plugin ./cmd/tangram-cdi-hook
 echo "==> nvidia-cdi-hook (hack/nvidia-cdi-hook/build.sh)"
 hook="$(hack/nvidia-cdi-hook/build.sh | tail -n 1)"
 cp "$hook" "$stage/bin/nvidia-cdi-hook"

@@ -85,14 +85,12 @@ fi
 export SOURCE_DATE_EPOCH
 # -trimpath and an empty build ID keep paths and random IDs out of binaries.
 GO_FLAGS=(-trimpath -buildvcs=false -ldflags "-s -w -buildid=")
-# go-nvml's cgo prolog calls functions NVML marks deprecated; the warnings are noise.
-export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$IMAGE_DIR"
 info "go build ./hack/images/ocibuild"
-(cd "$REPO_ROOT" && go build -o "$work/ocibuild" ./hack/images/ocibuild) || die "building hack/images/ocibuild failed"
+(cd "$REPO_ROOT" && go_static build -o "$work/ocibuild" ./hack/images/ocibuild) || die "building hack/images/ocibuild failed"
 
 # glibc_base: assemble the Debian base into $base_rootfs, once per run.
 base_rootfs=""
@@ -142,8 +140,9 @@ build_image() {
 	static) ;;
 	glibc)
 		cgo=1
-		# Pure-Go DNS and user lookups: the image has no NSS modules.
-		tags=(-tags netgo,osusergo)
+		# Pure-Go DNS and user lookups: the image has no NSS modules
+		# (the node mode of hack/gomodes.sh).
+		tags=(-tags "$NODE_GO_TAGS")
 		glibc_base || { printf '    assembling the glibc base failed (image %s)\n' "$ref" >&2; return 1; }
 		layers+=(--layer "$base_rootfs=debian bookworm: $(awk '!/^#/ && NF {printf "%s%s=%s", sep, $1, $2; sep=" "}' "$REPO_ROOT/hack/images/debian-base.lock")")
 		;;

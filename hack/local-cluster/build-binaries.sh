@@ -8,7 +8,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Static where possible so the binaries do not care about the host libc.
 export CGO_ENABLED="${CGO_ENABLED:-0}"
-export GOFLAGS="${GOFLAGS:--buildvcs=false} -trimpath"
+# The static mode of hack/gomodes.sh (lib.sh adds -trimpath), in which the
+# tangram-scheduler module and the static images compile the same packages.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false"
 
 # go_wrapper_build NAME VERSION EST REQUIRE_LINES REPLACE_LINES LDFLAGS PKG...
 # Writes a throwaway module in the cache that requires the upstream module and

@@ -6,6 +6,8 @@
 set -o errexit -o nounset -o pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=../gomodes.sh
+source "$REPO_ROOT/hack/gomodes.sh"
 CACHE_ROOT="${TANGRAM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tangram}"
 
 # Pinned versions. Kubernetes 1.37.2's module zip is not on the proxy; 1.37.0 is.

@@ -31,7 +31,7 @@ log "bringing the local cluster up"
 node="$("$K" get nodes -o jsonpath='{.items[0].metadata.name}')"
 
 log "creating the slices of fake profile mig-h100 for node $node and the chart's DeviceClasses"
-go run ./cmd/dra-kubelet-plugin slices --node-name "$node" --fake-profile mig-h100 -o yaml >"$work/slices.yaml"
+go_node run ./cmd/dra-kubelet-plugin slices --node-name "$node" --fake-profile mig-h100 -o yaml >"$work/slices.yaml"
 "$K" apply -f "$work/slices.yaml" >/dev/null
 "$H" template t deployments/helm/tangram --show-only templates/deviceclasses.yaml | "$K" apply -f - >/dev/null
 

@@ -131,7 +131,7 @@ run_specs() {
 	local filter="$1" root="$2" nvml_state="$3" mps_root="$4"
 	shift 4
 	cd "$REPO_ROOT"
-	go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-20m}" ./test/e2e -args \
+	go_static test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-20m}" ./test/e2e -args \
 		--kubeconfig "$KUBECONFIG_FILE" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="$filter" \
 		--gpu-node "$NODE_NAME" --cdi-dir "$CDI_DIR" \
 		--mock-driver-root "$root" --mock-nvml-state-dir "$nvml_state" \
@@ -141,7 +141,7 @@ run_specs() {
 }
 
 # Compiling the suite first fails fast on a broken test before any cluster work.
-stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/"
+stage e2e-vet go_static vet -tags e2e "$REPO_ROOT/test/e2e/"
 # Driver 615 and a cgroup v2 + dmem fixture make the node "hard": shares
 # get tangram-cdi-hook (the kernel's enforcement itself is not exercised).
 # The library's built-in state directory is the plugin's, so tangram-cdi-hook

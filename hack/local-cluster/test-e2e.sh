@@ -24,7 +24,7 @@ finish() {
 trap finish EXIT
 
 # Compiling the suite first fails fast on a broken test before any cluster work.
-stage e2e-vet go vet -tags e2e "$REPO_ROOT/test/e2e/" "$REPO_ROOT/test/dashboard/"
+stage e2e-vet go_static vet -tags e2e "$REPO_ROOT/test/e2e/" "$REPO_ROOT/test/dashboard/"
 stage cluster-up "$HERE/up.sh"
 stage chart-install "$HERE/chart.sh" install
 # Prometheus scrapes the plugin, the controller and tangram-scheduler while

@@ -21,7 +21,7 @@ cluster-install-chart: ## install Tangram on the local cluster with the Helm cha
 
 .PHONY: e2e
 e2e: ## run the e2e suite against a running cluster (KUBECONFIG, default the local cluster with the chart installed)
-	$(GO) vet -tags e2e ./test/e2e/
+	$(GO_STATIC) vet -tags e2e ./test/e2e/
 	$(LOCAL_CLUSTER)/e2e.sh $(E2E_ARGS)
 
 .PHONY: test-soak

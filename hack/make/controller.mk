@@ -8,7 +8,7 @@ CONTROLLER_CRD_DIR := deployments/helm/tangram/crds
 CONTROLLER_PKGS := ./api/tangram/... ./pkg/controller/... ./cmd/dra-controller/...
 
 $(CONTROLLER_GEN):
-	$(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	$(GO_STATIC) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 .PHONY: generate-api
 generate-api: $(CONTROLLER_GEN) ## regenerate the API deepcopy (GpuGang, GpuConfig) and the CRD manifest in the chart's crds/

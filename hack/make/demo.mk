@@ -6,9 +6,9 @@ DEMO_HELM = $(shell bash -c 'source hack/local-cluster/lib.sh >/dev/null 2>&1 &&
 .PHONY: test-chart
 test-chart: ## the chart's tests: helm lint, helm template with several value sets and the values files of each cluster kind, schema rejections, rendered-object checks
 	@hack/local-cluster/build-binaries.sh helm
-	$(GO) vet -tags helm ./deployments/helm/
+	$(GO_STATIC) vet -tags helm ./deployments/helm/
 	@echo "==> chart tests with $(DEMO_HELM)"
-	HELM=$(DEMO_HELM) $(GO) test -tags helm -count=1 ./deployments/helm/
+	HELM=$(DEMO_HELM) $(GO_STATIC) test -tags helm -count=1 ./deployments/helm/
 
 .PHONY: images
 images: ## build the chart's images (cgo kubelet plugin on glibc, static others) + test images as reproducible OCI archives; no Docker or registry

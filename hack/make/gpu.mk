@@ -30,4 +30,4 @@ gpu-check: ## run the GPU check on this machine (a GPU node, as root); fails at 
 # GPU parts are missing (the Go test of hack/gpu-check, on the bundle's copy).
 .PHONY: gpu-check-ci
 gpu-check-ci: gpu-check-bundle ## CI stage: build the bundle, then check that its run refuses at once without a GPU, naming what is missing
-	GPU_CHECK_RUN=$(abspath $(GPU_CHECK_BUNDLE))/run $(GO) test -count=1 -run '^TestRunRefusesAtOnceWithoutGPU$$' ./hack/gpu-check/
+	GPU_CHECK_RUN=$(abspath $(GPU_CHECK_BUNDLE))/run $(GO_STATIC) test -count=1 -run '^TestRunRefusesAtOnceWithoutGPU$$' ./hack/gpu-check/

@@ -26,19 +26,24 @@ tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and Tang
 	@mkdir -p $(BIN_DIR)
 	cd cmd/tangram-scheduler && $(GO) build -o $(BIN_DIR)/tangram-scheduler .
 
-# vet and the scheduler_perf glue's tests are built as the static images and
-# the local cluster's Kubernetes are (CGO_ENABLED=0, -trimpath; the module has
-# no cgo code), so the Go build cache compiles the scheduler and the API
-# server once for all of them (docs/testing.md, issue 43).
-SCHED_NOCGO_ENV = CGO_ENABLED=0 GOFLAGS="$${GOFLAGS:+$$GOFLAGS }-trimpath"
+# The tangram-scheduler module is vetted and tested in the static mode of
+# hack/gomodes.sh (CGO_ENABLED=0; -trimpath comes from the Makefile), as its
+# image and the local cluster's Kubernetes are built: the Go build cache
+# compiles the scheduler and the API server once for all of them. Not under
+# -race: the plugins' concurrent state (pkg/placement/clusterstate,
+# pkg/preemption.EvictedPods) lives in this module, where make unit runs its
+# concurrent tests under the race detector; the target fails when the module
+# grows cgo code, locks, atomics or goroutines of its own (docs/testing.md,
+# issue 43).
+SCHED_NOCGO_ENV = CGO_ENABLED=0
+SCHED_FORBIDDEN = ^import "C"|^//go:build.*cgo|"sync/atomic"|sync\.(Mutex|RWMutex|Map|WaitGroup|Cond)|^[[:space:]]*go (func|[a-zA-Z_.]+\()
 
 .PHONY: test-tangram-scheduler
-test-tangram-scheduler: ## tests of the scheduler plugins (nested module, race detector on; the scheduler_perf harness glue without it: it links an in-process kube-apiserver, docs/testing.md)
-	@if grep -rlE --include='*.go' '^import "C"|^//go:build.*cgo' cmd/tangram-scheduler; then \
-		echo "cgo code in cmd/tangram-scheduler: its tests without cgo were dropped from make unit-nocgo because it had none (docs/testing.md)"; exit 1; fi
-	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GO) vet ./... && \
-		$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /internal/schedperf) && \
-		$(SCHED_NOCGO_ENV) $(GO) test -count=1 ./internal/schedperf/
+test-tangram-scheduler: ## tests of the scheduler plugins (nested module, without cgo as its image; its concurrent state lives in pkg/ and runs under -race in make unit, docs/testing.md)
+	@if grep -nE --include='*.go' --exclude='*_test.go' '$(SCHED_FORBIDDEN)' -r cmd/tangram-scheduler; then \
+		echo "cgo, locks, atomics or goroutines in cmd/tangram-scheduler (above): its tests run without -race and without cgo;"; \
+		echo "put concurrent state in a package of this module (as pkg/placement/clusterstate) where make unit races it (docs/testing.md)"; exit 1; fi
+	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GO) vet ./... && $(SCHED_NOCGO_ENV) $(GO) test -count=1 ./...
 
 # Scheduler throughput: stock kube-scheduler vs tangram-scheduler on an API
 # server and etcd of the benchmark's own (ports 23790/16443, not the local

@@ -1,0 +1,38 @@
+# The Go build modes of `make test`, for the scripts that run go (sourced).
+# A package is compiled once per mode and reused from the build cache by
+# every later build in the same mode, so a cold run compiles Kubernetes'
+# libraries once per mode; docs/testing.md ("What a cold run compiles")
+# says which stage builds in which mode and why there are no more.
+#
+#   race    go vet and go test of this module (`make verify`, `make unit`)
+#   static  CGO_ENABLED=0: the static images, the tests that talk to a
+#           cluster or render the chart (e2e, dashboard, chart, GPU check),
+#           the tangram-scheduler module, the local cluster's binaries
+#   node    CGO_ENABLED=1, tags netgo,osusergo: the kubelet plugin and the
+#           CDI hook, in their image and in the GPU check bundle alike
+#
+# Every mode builds with -trimpath (runtime.Caller then names files by import
+# path: code that needs the checkout uses internal/reporoot).
+
+case " ${GOFLAGS:-} " in
+*" -trimpath "*) ;;
+*) export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath" ;;
+esac
+# go-nvml's cgo prolog calls functions NVML marks deprecated; the warnings
+# are noise. The flags are part of a cgo package's cache key, so every
+# script uses the same ones.
+export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}"
+
+# NODE_GO_TAGS are the node binaries' build tags: pure-Go DNS and user
+# look-ups (the plugin's image has no NSS modules).
+NODE_GO_TAGS=netgo,osusergo
+
+# go_static ARGS...: go in the static mode.
+go_static() { CGO_ENABLED=0 go "$@"; }
+
+# go_node build|run ARGS...: go in the node mode.
+go_node() {
+	local verb="$1"
+	shift
+	CGO_ENABLED=1 go "$verb" -tags "$NODE_GO_TAGS" "$@"
+}
