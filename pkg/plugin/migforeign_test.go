@@ -485,7 +485,7 @@ func TestRunPublishesForeignMIGTaintsFirst(t *testing.T) {
 	defer slicesWatch.Stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{
+		done <- parseAndRun(ctx, Options{
 			CDIRoot: filepath.Join(dir, "cdi"), RegistrarDir: filepath.Join(sockDir, "reg"), PluginDir: filepath.Join(sockDir, "plugin"),
 			StateDir: stateDir, MPSRoot: filepath.Join(dir, "mps"), MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess, Publish: true,
 		}, Node{

@@ -168,29 +168,60 @@ func (o *Options) addXIDTaintFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.FakeHealthEventsFile, "fake-health-events-file", "", "fake GPUs only: JSON-lines file of injected health events (default: "+HealthEventsFileName+" in --state-dir; `dra-kubelet-plugin health-event` appends to it)")
 }
 
-// Validate reports every bad flag at once, each with its name and how to
-// fix it, before anything touches the node.
-func (o *Options) Validate() error {
+// Settings are the kubelet plugin's flags parsed and checked once
+// (Options.Parse) and handed down as they are: the command uses them to
+// find the node, Run to build the running parts. Only Parse makes them,
+// so whoever holds Settings holds checked flags.
+type Settings struct {
+	Options
+	// forFakeGPUs and forDriverRoot are the node facts Parse checked the
+	// flags against (the GPU source's flags); Run refuses a Node that
+	// differs.
+	forFakeGPUs   bool
+	forDriverRoot string
+
+	mpsMode           mps.Mode
+	claimShmSizeBytes int64
+	// mpsDaemonPod is the daemon pod's settings that do not depend on the
+	// node's cards (newShares fills those in); zero with --mps-daemon=process.
+	mpsDaemonPod      mps.DaemonPodConfig
+	nonRootNamespaces labels.Selector
+	xidPolicy         xidtaint.Policy
+	parsed            bool
+}
+
+// Parse checks every flag and reports every bad one at once, each with its
+// name and how to fix it, before anything touches the node. fake and
+// driverRoot are what the GPU source flags say of the node: with real GPUs
+// a claim's /dev/shm must have a size, and the MPS daemon pod mounts the
+// driver root (--driver-root, as the host sees it).
+func (o Options) Parse(fake bool, driverRoot string) (Settings, error) {
+	s := Settings{Options: o, forFakeGPUs: fake, forDriverRoot: driverRoot}
 	var errs []error
-	if _, err := o.mpsDaemonPod(false, ""); err != nil {
+	var err error
+	if s.mpsDaemonPod, err = o.mpsDaemonPod(fake, o.HostDriverRootOf(driverRoot).HostPath); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := mps.ParseMode(o.MPSMode); err != nil {
+	if s.mpsMode, err = mps.ParseMode(o.MPSMode); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := o.mpsShmSizeBytes(); err != nil {
+	if s.claimShmSizeBytes, err = o.claimShmSizeBytes(fake); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MPSIdleGrace < 0 {
 		errs = append(errs, fmt.Errorf("--mps-idle-grace=%s is negative: use 0 to stop the MPS daemon as soon as the last share is released", o.MPSIdleGrace))
 	}
-	if _, err := o.nonRootNamespaces(); err != nil {
+	if s.nonRootNamespaces, err = o.nonRootNamespaces(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := o.xidPolicy(); err != nil {
+	if s.xidPolicy, err = o.xidPolicy(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+	s.parsed = true
+	return s, nil
 }
 
 // DefaultMPSShmSize is --mps-shm-size's default: a container runtime's own

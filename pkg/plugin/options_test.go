@@ -122,7 +122,7 @@ func TestMPSSizeFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := Options{MPSShmSize: tc.shm, MPSIdleGrace: tc.idle, MPSDaemonMode: MPSDaemonProcess}
 			got, err := f.mpsShmSizeBytes()
-			if verr := f.Validate(); err == nil {
+			if _, verr := f.Parse(false, ""); err == nil {
 				err = verr
 			}
 			if tc.wantErr != "" {
@@ -265,10 +265,10 @@ func TestInstallMemoryLimitHook(t *testing.T) {
 func TestOptionsDefaultsValidate(t *testing.T) {
 	var opts Options
 	opts.AddFlags(pflag.NewFlagSet("run", pflag.ContinueOnError))
-	if err := opts.Validate(); err != nil {
+	if _, err := opts.Parse(false, ""); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
-	err := (&Options{}).Validate()
+	_, err := Options{}.Parse(false, "")
 	for _, want := range []string{`--mps-daemon=""`, "--mps-shm-size="} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("zero options: error %v lacks %q", err, want)

@@ -58,7 +58,7 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	var seenLabels map[string]string
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{
+		done <- parseAndRun(ctx, Options{
 			CDIRoot:       filepath.Join(dir, "cdi"),
 			RegistrarDir:  filepath.Join(sockDir, "reg"),
 			PluginDir:     filepath.Join(sockDir, "plugin"),
@@ -165,7 +165,7 @@ func TestRunRefusesNegativeSizes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := valid
 			tc.edit(&opts)
-			err := Run(context.Background(), opts, Node{})
+			err := parseAndRun(context.Background(), opts, Node{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -187,7 +187,7 @@ func TestRunRefusesAnMPSRootTooLongForItsSockets(t *testing.T) {
 	}
 	defer os.RemoveAll(sockDir)
 	long := filepath.Join(dir, strings.Repeat("m", 100))
-	err = Run(ctx, Options{
+	err = parseAndRun(ctx, Options{
 		CDIRoot:       filepath.Join(dir, "cdi"),
 		RegistrarDir:  filepath.Join(sockDir, "reg"),
 		PluginDir:     filepath.Join(sockDir, "plugin"),
@@ -208,4 +208,14 @@ func TestRunRefusesAnMPSRootTooLongForItsSockets(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--mps-root "+long) || !strings.Contains(err.Error(), "107") {
 		t.Fatalf("Run with a %d-character --mps-root: %v, want a refusal naming --mps-root and the 107-byte limit", len(long), err)
 	}
+}
+
+// parseAndRun parses opts for node, as the command does, and runs the
+// plugin with the settings.
+func parseAndRun(ctx context.Context, opts Options, node Node) error {
+	settings, err := opts.Parse(node.FakeGPUs, node.DriverRoot.Path)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, settings, node)
 }

@@ -275,6 +275,39 @@ type UnusedEnsurer interface {
 	EnsureUnused(ctx context.Context) error
 }
 
+// Settings are what the node's MPS is built from (New), the same whether
+// the daemon runs in the plugin's process or in a pod of its own: only
+// Daemon and, in v3 mode, V3Control differ with where it runs.
+type Settings struct {
+	Layout Layout
+	// ShareableCards are the UUIDs of the cards published as shareable.
+	ShareableCards []string
+	// Daemon starts, adopts and stops the node's daemon where it runs.
+	Daemon       Daemon
+	ComputeModes ComputeModeSetter
+	// V3Control, when set, enforces shares with MPS v3: a namespace per
+	// claim on the node's server, sent through it, and ClaimDirs' /dev/shm
+	// per claim. nil: classic MPS.
+	V3Control control.Func
+	ClaimDirs ClaimDirs
+	// Timing bounds the waits; zero fields take the defaults.
+	Timing Timing
+}
+
+// New builds the node's MPS from s: the one constructor the plugin uses,
+// whichever place the daemon runs in.
+func New(s Settings) *Manager {
+	opts := []ManagerOption{WithTiming(s.Timing)}
+	if s.V3Control != nil {
+		namespaces := NewV3Namespaces(s.V3Control, s.ShareableCards)
+		// A namespace's pipe directory as the daemon reports it is
+		// checked against the one containers mount.
+		namespaces.PipeDir = s.ClaimDirs.Layout.PipeDir()
+		opts = append(opts, WithV3(namespaces, s.ClaimDirs))
+	}
+	return NewManager(s.Layout, s.Daemon, s.ComputeModes, s.ShareableCards, opts...)
+}
+
 // NewManager returns a manager for the given shareable cards (UUIDs).
 func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, shareableCards []string, opts ...ManagerOption) *Manager {
 	m := &Manager{
