@@ -34,7 +34,9 @@ func newRunCommand() *cobra.Command {
 			if err := source.Complete(); err != nil {
 				return err
 			}
-			// Validate every flag before touching the node.
+			// Check every flag before touching the node: the device
+			// model's (built again with the Node's labels), and the
+			// plugin's, parsed once into the settings Run gets.
 			if _, err := model.Options(source.NodeName, nil); err != nil {
 				return err
 			}

@@ -570,7 +570,7 @@ func protocolOf(mode mps.Mode) int {
 
 // newClaimDirs makes each claim's own /dev/shm (whole cards and shares
 // alike): a size-bounded tmpfs on real GPUs (--mps-shm-size, which
-// newWiring refuses at 0 there), plain directories under the MPS root
+// Options.Parse refuses at 0 there), plain directories under the MPS root
 // with fake GPUs.
 func newClaimDirs(opts *wiring) mps.ClaimDirs {
 	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.claimShmSizeBytes}
