@@ -28,10 +28,11 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-// Options are the kubelet plugin's settings, one flag each, from the
-// command line to the running plugin (Run). The GPU source and device
-// model flags, which `dra-kubelet-plugin slices` shares, live in the
-// command; what it finds on the node with them is a Node.
+// Options are the kubelet plugin's flags, one field each, grouped by what
+// they configure; Parse checks them once into the Settings Run gets. The
+// GPU source and device model flags, which `dra-kubelet-plugin slices`
+// shares, live in the command; what it finds on the node with them is a
+// Node.
 type Options struct {
 	CDIRoot      string
 	RegistrarDir string
@@ -42,6 +43,33 @@ type Options struct {
 	// each with sockets named by its UID. Empty: one plugin per node.
 	PodUID string
 
+	// HealthzAddress serves the plugin's liveness (Liveness): gRPC
+	// grpc.health.v1 and HTTP /healthz.
+	HealthzAddress string
+	MetricsAddress string
+	Kubeconfig     string
+	// Publish controls ResourceSlice publishing.
+	Publish bool
+	// Offline runs without an API server: no kubelet registration, no
+	// publishing; state recovery, liveness and metrics still run.
+	Offline bool
+
+	// NonRootDeviceClasses are the device classes whose claims only
+	// locked-down pods may use, checked again at prepare
+	// (pkg/plugin/podsecurity); NonRootNamespaces limits the check to the
+	// namespaces a label selector (JSON) selects.
+	NonRootDeviceClasses []string
+	NonRootNamespaces    string
+
+	MPSOptions
+	HostOptions
+	HealthOptions
+}
+
+// MPSOptions are the flags of the node's MPS: its directories, the
+// control binary, the mode, each claim's /dev/shm and where the daemon
+// runs.
+type MPSOptions struct {
 	MPSRoot string
 	// MPSControlBinary is nvidia-cuda-mps-control as a name in $PATH or a
 	// path; empty means the one under the driver root (real GPUs).
@@ -58,9 +86,13 @@ type Options struct {
 	MPSIdleGrace time.Duration
 	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
 	// (a child of the plugin) or MPSDaemonPod (a pod of its own, which
-	// outlives the plugin's pod). The MPSDaemon* fields below configure
-	// that pod.
-	MPSDaemonMode  string
+	// outlives the plugin's pod, configured by MPSDaemonPodOptions).
+	MPSDaemonMode string
+	MPSDaemonPodOptions
+}
+
+// MPSDaemonPodOptions configure the MPS daemon's pod (--mps-daemon=pod).
+type MPSDaemonPodOptions struct {
 	MPSDaemonImage string
 	MPSDaemonPull  string
 	// MPSDaemonPrefix names the pod <prefix>-mps-<node>.
@@ -70,17 +102,12 @@ type Options struct {
 	MPSDaemonDriver    string
 	MPSDaemonSecrets   []string
 	MPSDaemonPrio      string
+}
 
-	// HealthzAddress serves the plugin's liveness (Liveness): gRPC
-	// grpc.health.v1 and HTTP /healthz.
-	HealthzAddress string
-	MetricsAddress string
-	Kubeconfig     string
-	// Publish controls ResourceSlice publishing.
-	Publish bool
-	// Offline runs without an API server: no kubelet registration, no
-	// publishing; state recovery, liveness and metrics still run.
-	Offline        bool
+// HostOptions say where the host's driver, devices and /proc files are as
+// the host sees them, and where tangram-cdi-hook goes: what CDI specs and
+// MIG devices need on real GPUs.
+type HostOptions struct {
 	HostDriverRoot string
 	DevRoot        string
 	CDIHookPath    string
@@ -92,16 +119,12 @@ type Options struct {
 	MemoryLimitHookBinary  string
 	MemoryLimitHookDir     string
 	MemoryLimitHookHostDir string
+}
 
-	// NonRootDeviceClasses are the device classes whose claims only
-	// locked-down pods may use, checked again at prepare
-	// (pkg/plugin/podsecurity); NonRootNamespaces limits the check to the
-	// namespaces a label selector (JSON) selects.
-	NonRootDeviceClasses []string
-	NonRootNamespaces    string
-
-	// The XID taint monitor (docs/health.md): on or off, how XIDs are
-	// classified, when a taint goes, and the fake cards' events file.
+// HealthOptions configure the XID taint monitor (docs/health.md): on or
+// off, how XIDs are classified, when a taint goes, and the fake cards'
+// events file.
+type HealthOptions struct {
 	HealthMonitor           bool
 	HealthInformationalXIDs string
 	HealthIgnoredXIDs       string

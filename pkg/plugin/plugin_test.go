@@ -59,15 +59,13 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	done := make(chan error, 1)
 	go func() {
 		done <- parseAndRun(ctx, Options{
-			CDIRoot:       filepath.Join(dir, "cdi"),
-			RegistrarDir:  filepath.Join(sockDir, "reg"),
-			PluginDir:     filepath.Join(sockDir, "plugin"),
-			StateDir:      filepath.Join(dir, "state"),
-			MPSRoot:       filepath.Join(dir, "mps"),
-			MPSShmSize:    "0",
-			MPSDaemonMode: MPSDaemonProcess,
-			PodUID:        podUID,
-			Publish:       true,
+			CDIRoot:      filepath.Join(dir, "cdi"),
+			RegistrarDir: filepath.Join(sockDir, "reg"),
+			PluginDir:    filepath.Join(sockDir, "plugin"),
+			StateDir:     filepath.Join(dir, "state"),
+			PodUID:       podUID,
+			Publish:      true,
+			MPSOptions:   MPSOptions{MPSRoot: filepath.Join(dir, "mps"), MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess},
 		}, Node{
 			NodeName: testNode,
 			GPUs:     testGPUs(),
@@ -148,7 +146,7 @@ func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 // TestRunRefusesNegativeSizes: a negative size or duration is refused
 // before anything starts, whoever builds the options.
 func TestRunRefusesNegativeSizes(t *testing.T) {
-	valid := Options{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}
+	valid := Options{MPSOptions: MPSOptions{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}}
 	for _, tc := range []struct {
 		name string
 		edit func(*Options)
@@ -188,13 +186,11 @@ func TestRunRefusesAnMPSRootTooLongForItsSockets(t *testing.T) {
 	defer os.RemoveAll(sockDir)
 	long := filepath.Join(dir, strings.Repeat("m", 100))
 	err = parseAndRun(ctx, Options{
-		CDIRoot:       filepath.Join(dir, "cdi"),
-		RegistrarDir:  filepath.Join(sockDir, "reg"),
-		PluginDir:     filepath.Join(sockDir, "plugin"),
-		StateDir:      filepath.Join(dir, "state"),
-		MPSRoot:       long,
-		MPSShmSize:    "0",
-		MPSDaemonMode: MPSDaemonProcess,
+		CDIRoot:      filepath.Join(dir, "cdi"),
+		RegistrarDir: filepath.Join(sockDir, "reg"),
+		PluginDir:    filepath.Join(sockDir, "plugin"),
+		StateDir:     filepath.Join(dir, "state"),
+		MPSOptions:   MPSOptions{MPSRoot: long, MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess},
 	}, Node{
 		NodeName: testNode,
 		GPUs:     testGPUs(),
