@@ -20,6 +20,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -214,4 +215,37 @@ func parseAndRun(ctx context.Context, opts Options, node Node) error {
 		return err
 	}
 	return Run(ctx, settings, node)
+}
+
+// TestRunRefusesSettingsNotParsedForItsNode: Run builds nothing from
+// flags that were not checked for its node: settings not made by
+// Options.Parse, or parsed for fake GPUs or another driver root than the
+// node's, are refused before anything starts.
+func TestRunRefusesSettingsNotParsedForItsNode(t *testing.T) {
+	opts := Options{MPSOptions: MPSOptions{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}}
+	forFake, err := opts.Parse(true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forDriver, err := opts.Parse(false, "/driver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		settings Settings
+		node     Node
+		want     string
+	}{
+		{name: "not parsed", settings: Settings{Options: opts}, want: "plugin settings were not parsed"},
+		{name: "parsed for fake GPUs", settings: forFake, node: Node{}, want: "parsed for fake GPUs true"},
+		{name: "parsed for another driver root", settings: forDriver, node: Node{DriverRoot: driverroot.Root{Path: "/other"}}, want: `driver root "/driver", but the node has fake GPUs false and driver root "/other"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), tc.settings, tc.node)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
 }
