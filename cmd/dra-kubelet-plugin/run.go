@@ -34,14 +34,17 @@ func newRunCommand() *cobra.Command {
 			if err := source.Complete(); err != nil {
 				return err
 			}
-			// Validate every flag before touching the node.
+			// Check every flag before touching the node: the device
+			// model's (built again with the Node's labels), and the
+			// plugin's, parsed once into the settings Run gets.
 			if _, err := model.Options(source.NodeName, nil); err != nil {
 				return err
 			}
-			if err := opts.Validate(); err != nil {
+			settings, err := opts.Parse(source.Fake(), source.DriverRoot)
+			if err != nil {
 				return err
 			}
-			return runPlugin(cmd.Context(), &source, &model, opts)
+			return runPlugin(cmd.Context(), &source, &model, settings)
 		},
 	}
 	source.AddFlags(cmd.Flags())
@@ -51,8 +54,9 @@ func newRunCommand() *cobra.Command {
 }
 
 // runPlugin finds the node's cards with the GPU source flags, what they
-// need and can enforce, and runs the plugin over them.
-func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFlags, opts plugin.Options) error {
+// need and can enforce, and runs the plugin over them with the settings
+// parsed from its flags.
+func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFlags, opts plugin.Settings) error {
 	client, err := opts.NewKubeClient()
 	if err != nil {
 		return err
@@ -106,7 +110,7 @@ func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFl
 // addRealGPUEdits sets up what real cards need: NVML's MIG calls, the
 // NVML library for compute modes, and the CDI edits of NVIDIA's driver
 // files and device nodes, discovered before the first prepare.
-func addRealGPUEdits(ctx context.Context, node *plugin.Node, src gpu.Source, opts plugin.Options) error {
+func addRealGPUEdits(ctx context.Context, node *plugin.Node, src gpu.Source, opts plugin.Settings) error {
 	var err error
 	if node.MIG, err = nvmlgpu.Partitions(src); err != nil {
 		return fmt.Errorf("MIG instance calls: %w", err)

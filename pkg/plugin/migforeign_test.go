@@ -485,9 +485,13 @@ func TestRunPublishesForeignMIGTaintsFirst(t *testing.T) {
 	defer slicesWatch.Stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{
-			CDIRoot: filepath.Join(dir, "cdi"), RegistrarDir: filepath.Join(sockDir, "reg"), PluginDir: filepath.Join(sockDir, "plugin"),
-			StateDir: stateDir, MPSRoot: filepath.Join(dir, "mps"), MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess, Publish: true,
+		done <- parseAndRun(ctx, Options{
+			CDIRoot:      filepath.Join(dir, "cdi"),
+			RegistrarDir: filepath.Join(sockDir, "reg"),
+			PluginDir:    filepath.Join(sockDir, "plugin"),
+			StateDir:     stateDir,
+			Publish:      true,
+			MPSOptions:   MPSOptions{MPSRoot: filepath.Join(dir, "mps"), MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess},
 		}, Node{
 			NodeName: testNode, GPUs: testGPUs(), FakeGPUs: true,
 			Resources: func(map[string]string) (*resourceslice.DriverResources, error) {

@@ -44,9 +44,8 @@ func TestNewSharesDaemonMode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			opts := &wiring{
-				Options:      Options{MPSRoot: t.TempDir(), MPSDaemonMode: tc.mode},
-				Node:         Node{NodeName: testNode, GPUs: testGPUs(), FakeGPUs: true, Sharing: true},
-				mpsDaemonPod: podCfg,
+				Settings: Settings{Options: Options{MPSOptions: MPSOptions{MPSRoot: t.TempDir(), MPSDaemonMode: tc.mode}}, mpsDaemonPod: podCfg},
+				Node:     Node{NodeName: testNode, GPUs: testGPUs(), FakeGPUs: true, Sharing: true},
 			}
 			client := fake.NewClientset()
 			if !tc.offline {
@@ -114,8 +113,8 @@ func TestMPSControlBinary(t *testing.T) {
 		{name: "under the driver root", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: withBinary}}}, want: bin},
 		{name: "missing under the driver root", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}},
 			wantErr: []string{"MPS control binary is missing", filepath.Join(empty, "usr/bin", driverroot.MPSControl), "--mps-control-binary", "--sharing=disabled"}},
-		{name: "explicit path wins", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}, Options: Options{MPSControlBinary: bin}}, want: bin},
-		{name: "explicit name not in PATH", opts: &wiring{Options: Options{MPSControlBinary: "no-such-mps-control"}},
+		{name: "explicit path wins", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}, Settings: Settings{Options: Options{MPSOptions: MPSOptions{MPSControlBinary: bin}}}}, want: bin},
+		{name: "explicit name not in PATH", opts: &wiring{Settings: Settings{Options: Options{MPSOptions: MPSOptions{MPSControlBinary: "no-such-mps-control"}}}},
 			wantErr: []string{`"no-such-mps-control" was not found`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

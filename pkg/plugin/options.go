@@ -28,10 +28,11 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-// Options are the kubelet plugin's settings, one flag each, from the
-// command line to the running plugin (Run). The GPU source and device
-// model flags, which `dra-kubelet-plugin slices` shares, live in the
-// command; what it finds on the node with them is a Node.
+// Options are the kubelet plugin's flags, one field each, grouped by what
+// they configure; Parse checks them once into the Settings Run gets. The
+// GPU source and device model flags, which `dra-kubelet-plugin slices`
+// shares, live in the command; what it finds on the node with them is a
+// Node.
 type Options struct {
 	CDIRoot      string
 	RegistrarDir string
@@ -42,6 +43,33 @@ type Options struct {
 	// each with sockets named by its UID. Empty: one plugin per node.
 	PodUID string
 
+	// HealthzAddress serves the plugin's liveness (Liveness): gRPC
+	// grpc.health.v1 and HTTP /healthz.
+	HealthzAddress string
+	MetricsAddress string
+	Kubeconfig     string
+	// Publish controls ResourceSlice publishing.
+	Publish bool
+	// Offline runs without an API server: no kubelet registration, no
+	// publishing; state recovery, liveness and metrics still run.
+	Offline bool
+
+	// NonRootDeviceClasses are the device classes whose claims only
+	// locked-down pods may use, checked again at prepare
+	// (pkg/plugin/podsecurity); NonRootNamespaces limits the check to the
+	// namespaces a label selector (JSON) selects.
+	NonRootDeviceClasses []string
+	NonRootNamespaces    string
+
+	MPSOptions
+	HostOptions
+	HealthOptions
+}
+
+// MPSOptions are the flags of the node's MPS: its directories, the
+// control binary, the mode, each claim's /dev/shm and where the daemon
+// runs.
+type MPSOptions struct {
 	MPSRoot string
 	// MPSControlBinary is nvidia-cuda-mps-control as a name in $PATH or a
 	// path; empty means the one under the driver root (real GPUs).
@@ -58,9 +86,13 @@ type Options struct {
 	MPSIdleGrace time.Duration
 	// MPSDaemonMode is where the node's MPS daemon runs: MPSDaemonProcess
 	// (a child of the plugin) or MPSDaemonPod (a pod of its own, which
-	// outlives the plugin's pod). The MPSDaemon* fields below configure
-	// that pod.
-	MPSDaemonMode  string
+	// outlives the plugin's pod, configured by MPSDaemonPodOptions).
+	MPSDaemonMode string
+	MPSDaemonPodOptions
+}
+
+// MPSDaemonPodOptions configure the MPS daemon's pod (--mps-daemon=pod).
+type MPSDaemonPodOptions struct {
 	MPSDaemonImage string
 	MPSDaemonPull  string
 	// MPSDaemonPrefix names the pod <prefix>-mps-<node>.
@@ -70,17 +102,12 @@ type Options struct {
 	MPSDaemonDriver    string
 	MPSDaemonSecrets   []string
 	MPSDaemonPrio      string
+}
 
-	// HealthzAddress serves the plugin's liveness (Liveness): gRPC
-	// grpc.health.v1 and HTTP /healthz.
-	HealthzAddress string
-	MetricsAddress string
-	Kubeconfig     string
-	// Publish controls ResourceSlice publishing.
-	Publish bool
-	// Offline runs without an API server: no kubelet registration, no
-	// publishing; state recovery, liveness and metrics still run.
-	Offline        bool
+// HostOptions say where the host's driver, devices and /proc files are as
+// the host sees them, and where tangram-cdi-hook goes: what CDI specs and
+// MIG devices need on real GPUs.
+type HostOptions struct {
 	HostDriverRoot string
 	DevRoot        string
 	CDIHookPath    string
@@ -92,16 +119,12 @@ type Options struct {
 	MemoryLimitHookBinary  string
 	MemoryLimitHookDir     string
 	MemoryLimitHookHostDir string
+}
 
-	// NonRootDeviceClasses are the device classes whose claims only
-	// locked-down pods may use, checked again at prepare
-	// (pkg/plugin/podsecurity); NonRootNamespaces limits the check to the
-	// namespaces a label selector (JSON) selects.
-	NonRootDeviceClasses []string
-	NonRootNamespaces    string
-
-	// The XID taint monitor (docs/health.md): on or off, how XIDs are
-	// classified, when a taint goes, and the fake cards' events file.
+// HealthOptions configure the XID taint monitor (docs/health.md): on or
+// off, how XIDs are classified, when a taint goes, and the fake cards'
+// events file.
+type HealthOptions struct {
 	HealthMonitor           bool
 	HealthInformationalXIDs string
 	HealthIgnoredXIDs       string
@@ -168,29 +191,60 @@ func (o *Options) addXIDTaintFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.FakeHealthEventsFile, "fake-health-events-file", "", "fake GPUs only: JSON-lines file of injected health events (default: "+HealthEventsFileName+" in --state-dir; `dra-kubelet-plugin health-event` appends to it)")
 }
 
-// Validate reports every bad flag at once, each with its name and how to
-// fix it, before anything touches the node.
-func (o *Options) Validate() error {
+// Settings are the kubelet plugin's flags parsed and checked once
+// (Options.Parse) and handed down as they are: the command uses them to
+// find the node, Run to build the running parts. Only Parse makes them,
+// so whoever holds Settings holds checked flags.
+type Settings struct {
+	Options
+	// forFakeGPUs and forDriverRoot are the node facts Parse checked the
+	// flags against (the GPU source's flags); Run refuses a Node that
+	// differs.
+	forFakeGPUs   bool
+	forDriverRoot string
+
+	mpsMode           mps.Mode
+	claimShmSizeBytes int64
+	// mpsDaemonPod is the daemon pod's settings that do not depend on the
+	// node's cards (newShares fills those in); zero with --mps-daemon=process.
+	mpsDaemonPod      mps.DaemonPodConfig
+	nonRootNamespaces labels.Selector
+	xidPolicy         xidtaint.Policy
+	parsed            bool
+}
+
+// Parse checks every flag and reports every bad one at once, each with its
+// name and how to fix it, before anything touches the node. fake and
+// driverRoot are what the GPU source flags say of the node: with real GPUs
+// a claim's /dev/shm must have a size, and the MPS daemon pod mounts the
+// driver root (--driver-root, as the host sees it).
+func (o Options) Parse(fake bool, driverRoot string) (Settings, error) {
+	s := Settings{Options: o, forFakeGPUs: fake, forDriverRoot: driverRoot}
 	var errs []error
-	if _, err := o.mpsDaemonPod(false, ""); err != nil {
+	var err error
+	if s.mpsDaemonPod, err = o.mpsDaemonPod(fake, o.HostDriverRootOf(driverRoot).HostPath); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := mps.ParseMode(o.MPSMode); err != nil {
+	if s.mpsMode, err = mps.ParseMode(o.MPSMode); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := o.mpsShmSizeBytes(); err != nil {
+	if s.claimShmSizeBytes, err = o.claimShmSizeBytes(fake); err != nil {
 		errs = append(errs, err)
 	}
 	if o.MPSIdleGrace < 0 {
 		errs = append(errs, fmt.Errorf("--mps-idle-grace=%s is negative: use 0 to stop the MPS daemon as soon as the last share is released", o.MPSIdleGrace))
 	}
-	if _, err := o.nonRootNamespaces(); err != nil {
+	if s.nonRootNamespaces, err = o.nonRootNamespaces(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := o.xidPolicy(); err != nil {
+	if s.xidPolicy, err = o.xidPolicy(); err != nil {
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+	s.parsed = true
+	return s, nil
 }
 
 // DefaultMPSShmSize is --mps-shm-size's default: a container runtime's own

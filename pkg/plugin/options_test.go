@@ -27,45 +27,45 @@ func TestMPSDaemonPodFlags(t *testing.T) {
 		// wantNamespace defaults to namespace ($POD_NAMESPACE).
 		wantNamespace string
 	}{
-		{name: "process mode needs nothing", flags: Options{MPSDaemonMode: "process"}},
-		{name: "unknown mode", flags: Options{MPSDaemonMode: "daemonset"}, wantErr: "want process or pod"},
-		{name: "pod mode without image", flags: Options{MPSDaemonMode: "pod", MPSDaemonPull: "IfNotPresent"}, namespace: "ns", wantErr: "--mps-daemon-image"},
-		{name: "pod mode without namespace", flags: Options{MPSDaemonMode: "pod", MPSDaemonImage: "img", MPSDaemonPull: "IfNotPresent"}, wantErr: "POD_NAMESPACE"},
+		{name: "process mode needs nothing", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "process"}}},
+		{name: "unknown mode", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "daemonset"}}, wantErr: "want process or pod"},
+		{name: "pod mode without image", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonPull: "IfNotPresent"}}}, namespace: "ns", wantErr: "--mps-daemon-image"},
+		{name: "pod mode without namespace", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img", MPSDaemonPull: "IfNotPresent"}}}, wantErr: "POD_NAMESPACE"},
 		{
 			name:      "namespace of its own beats the plugin's",
-			flags:     Options{MPSDaemonMode: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonNamespace: "ns-mps"},
+			flags:     Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonNamespace: "ns-mps"}}},
 			namespace: "ns", fake: true, wantImage: "img:v1", wantNamespace: "ns-mps",
 		},
-		{name: "kube-system", flags: Options{MPSDaemonMode: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Never", MPSDaemonNamespace: "kube-system"},
+		{name: "kube-system", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img", MPSDaemonPull: "Never", MPSDaemonNamespace: "kube-system"}}},
 			namespace: "ns", wantErr: "--mps-daemon-namespace=kube-system: the MPS daemon pod may not live in a kube-* namespace"},
-		{name: "kube-node-lease", flags: Options{MPSDaemonMode: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Never", MPSDaemonNamespace: "kube-node-lease"},
+		{name: "kube-node-lease", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img", MPSDaemonPull: "Never", MPSDaemonNamespace: "kube-node-lease"}}},
 			namespace: "ns", wantErr: "kube-* namespace"},
-		{name: "a plugin in kube-system without a namespace flag", flags: Options{MPSDaemonMode: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Never"},
+		{name: "a plugin in kube-system without a namespace flag", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img", MPSDaemonPull: "Never"}}},
 			namespace: "kube-system", wantErr: "$POD_NAMESPACE=kube-system: the MPS daemon pod may not live in a kube-* namespace"},
-		{name: "bad pull policy", flags: Options{MPSDaemonMode: "pod", MPSDaemonImage: "img", MPSDaemonPull: "Sometimes"}, namespace: "ns", wantErr: "pull-policy"},
+		{name: "bad pull policy", flags: Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img", MPSDaemonPull: "Sometimes"}}}, namespace: "ns", wantErr: "pull-policy"},
 		{
 			name:      "real GPUs: driver root passed on",
-			flags:     Options{MPSDaemonMode: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/run/nvidia/driver", MPSDaemonPrio: "system-node-critical"},
+			flags:     Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/run/nvidia/driver", MPSDaemonPrio: "system-node-critical"}}},
 			namespace: "ns", wantDriver: "/run/nvidia/driver", wantImage: "img:v1", wantPrio: "system-node-critical",
 		},
 		{
 			name:      "real GPUs: host driver root by default",
-			flags:     Options{MPSDaemonMode: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", HostDriverRoot: "/var/lib/mock-driver", MPSDaemonPrio: "p"},
+			flags:     Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel", MPSDaemonPrio: "p"}}, HostOptions: HostOptions{HostDriverRoot: "/var/lib/mock-driver"}},
 			namespace: "ns", wantDriver: "/var/lib/mock-driver", wantImage: "img:v1", wantPrio: "p",
 		},
 		{
 			name:      "real GPUs: --driver-root when nothing else is set",
-			flags:     Options{MPSDaemonMode: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel"},
+			flags:     Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img:v1", MPSDaemonPull: "Always", MPSDaemonPrefix: "rel"}}},
 			namespace: "ns", wantDriver: "/", wantImage: "img:v1",
 		},
 		{
 			name:      "fake GPUs: no driver root",
-			flags:     Options{MPSDaemonMode: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/"},
+			flags:     Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonDriver: "/"}}},
 			namespace: "ns", fake: true, wantImage: "img:v1",
 		},
 		{
 			name:      "no priority class",
-			flags:     Options{MPSDaemonMode: "pod", MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonPrio: ""},
+			flags:     Options{MPSOptions: MPSOptions{MPSDaemonMode: "pod", MPSDaemonPodOptions: MPSDaemonPodOptions{MPSDaemonImage: "img:v1", MPSDaemonPull: "Never", MPSDaemonPrefix: "rel", MPSDaemonPrio: ""}}},
 			namespace: "ns", fake: true, wantImage: "img:v1",
 		},
 	} {
@@ -120,9 +120,9 @@ func TestMPSSizeFlags(t *testing.T) {
 		{name: "negative idle grace", shm: "64Mi", idle: -time.Second, wantErr: "--mps-idle-grace=-1s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := Options{MPSShmSize: tc.shm, MPSIdleGrace: tc.idle, MPSDaemonMode: MPSDaemonProcess}
+			f := Options{MPSOptions: MPSOptions{MPSShmSize: tc.shm, MPSIdleGrace: tc.idle, MPSDaemonMode: MPSDaemonProcess}}
 			got, err := f.mpsShmSizeBytes()
-			if verr := f.Validate(); err == nil {
+			if _, verr := f.Parse(false, ""); err == nil {
 				err = verr
 			}
 			if tc.wantErr != "" {
@@ -159,7 +159,7 @@ func TestClaimShmSize(t *testing.T) {
 		{name: "negative with fake GPUs", shm: "-1", fake: true, wantErr: []string{"--mps-shm-size=-1 is negative"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := Options{MPSShmSize: tc.shm, MPSRoot: "/run/tangram/mps"}
+			o := Options{MPSOptions: MPSOptions{MPSShmSize: tc.shm, MPSRoot: "/run/tangram/mps"}}
 			got, err := o.claimShmSizeBytes(tc.fake)
 			if len(tc.wantErr) == 0 {
 				if err != nil || got != tc.wantBytes {
@@ -182,11 +182,11 @@ func TestXIDPolicyFlags(t *testing.T) {
 		flags   Options
 		wantErr string
 	}{
-		{"defaults", Options{HealthInformationalXIDs: joinXIDs(xidtaint.DefaultInformationalXIDs), HealthRecoverAfter: time.Minute}, ""},
-		{"bad informational", Options{HealthInformationalXIDs: "13,abc"}, "--health-informational-xids"},
-		{"bad ignored", Options{HealthIgnoredXIDs: "0"}, "--health-ignored-xids"},
-		{"both lists", Options{HealthInformationalXIDs: "13", HealthIgnoredXIDs: "13"}, "both informational and ignored"},
-		{"negative recovery", Options{HealthRecoverAfter: -time.Second}, "--health-recover-after"},
+		{"defaults", Options{HealthOptions: HealthOptions{HealthInformationalXIDs: joinXIDs(xidtaint.DefaultInformationalXIDs), HealthRecoverAfter: time.Minute}}, ""},
+		{"bad informational", Options{HealthOptions: HealthOptions{HealthInformationalXIDs: "13,abc"}}, "--health-informational-xids"},
+		{"bad ignored", Options{HealthOptions: HealthOptions{HealthIgnoredXIDs: "0"}}, "--health-ignored-xids"},
+		{"both lists", Options{HealthOptions: HealthOptions{HealthInformationalXIDs: "13", HealthIgnoredXIDs: "13"}}, "both informational and ignored"},
+		{"negative recovery", Options{HealthOptions: HealthOptions{HealthRecoverAfter: -time.Second}}, "--health-recover-after"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,22 +219,24 @@ func TestInstallMemoryLimitHook(t *testing.T) {
 	}{
 		{
 			name:     "defaults: <state-dir>/bin, host driver root",
-			flags:    Options{StateDir: state, MemoryLimitHookBinary: src},
+			flags:    Options{StateDir: state, HostOptions: HostOptions{MemoryLimitHookBinary: src}},
 			root:     driverroot.Root{Path: "/driver-root", HostPath: "/run/nvidia/driver"},
 			wantPath: filepath.Join(state, "bin", "tangram-cdi-hook"), wantRoot: "/run/nvidia/driver",
 			wantFile: filepath.Join(state, "bin", "tangram-cdi-hook"),
 		},
 		{
 			name: "installed through a mount the host sees elsewhere",
-			flags: Options{StateDir: state, MemoryLimitHookBinary: src,
-				MemoryLimitHookDir: filepath.Join(dir, "mnt"), MemoryLimitHookHostDir: "/opt/tangram/bin"},
+			flags: Options{
+				StateDir:    state,
+				HostOptions: HostOptions{MemoryLimitHookBinary: src, MemoryLimitHookDir: filepath.Join(dir, "mnt"), MemoryLimitHookHostDir: "/opt/tangram/bin"},
+			},
 			root:     driverroot.Root{Path: "/"},
 			wantPath: "/opt/tangram/bin/tangram-cdi-hook", wantRoot: "/",
 			wantFile: filepath.Join(dir, "mnt", "tangram-cdi-hook"),
 		},
 		{
 			name:      "no hook in the image",
-			flags:     Options{StateDir: state, MemoryLimitHookBinary: filepath.Join(dir, "missing", "tangram-cdi-hook")},
+			flags:     Options{StateDir: state, HostOptions: HostOptions{MemoryLimitHookBinary: filepath.Join(dir, "missing", "tangram-cdi-hook")}},
 			root:      driverroot.Root{Path: "/"},
 			wantError: "this node enforces shares hard, so every share's container needs tangram-cdi-hook",
 		},
@@ -265,10 +267,10 @@ func TestInstallMemoryLimitHook(t *testing.T) {
 func TestOptionsDefaultsValidate(t *testing.T) {
 	var opts Options
 	opts.AddFlags(pflag.NewFlagSet("run", pflag.ContinueOnError))
-	if err := opts.Validate(); err != nil {
+	if _, err := opts.Parse(false, ""); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
-	err := (&Options{}).Validate()
+	_, err := Options{}.Parse(false, "")
 	for _, want := range []string{`--mps-daemon=""`, "--mps-shm-size="} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("zero options: error %v lacks %q", err, want)

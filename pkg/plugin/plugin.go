@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -82,49 +81,30 @@ type Node struct {
 	HealthWatcher gpu.HealthWatcher
 }
 
-// wiring is the running plugin's view of its options and node, with the
-// flags that need parsing parsed once (Options.Validate has checked them).
+// wiring is the running plugin's view of its settings and node.
 type wiring struct {
-	Options
+	Settings
 	Node
-	mpsMode           mps.Mode
-	mpsShmSizeBytes   int64
-	mpsDaemonPod      mps.DaemonPodConfig
-	nonRootNamespaces labels.Selector
-	xidPolicy         xidtaint.Policy
 }
 
-// newWiring validates opts and parses what Run needs of them.
-func newWiring(opts Options, node Node) (*wiring, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("plugin options: %w", err)
+// newWiring joins the settings to the node they were parsed for.
+func newWiring(settings Settings, node Node) (*wiring, error) {
+	if !settings.parsed {
+		return nil, errors.New("plugin settings were not parsed: build them with Options.Parse")
 	}
-	w := &wiring{Options: opts, Node: node}
-	var err error
-	if w.mpsMode, err = mps.ParseMode(opts.MPSMode); err != nil {
-		return nil, err
+	if settings.forFakeGPUs != node.FakeGPUs || settings.forDriverRoot != node.DriverRoot.Path {
+		return nil, fmt.Errorf("plugin settings were parsed for fake GPUs %v and driver root %q, but the node has fake GPUs %v and driver root %q",
+			settings.forFakeGPUs, settings.forDriverRoot, node.FakeGPUs, node.DriverRoot.Path)
 	}
-	if w.mpsShmSizeBytes, err = opts.claimShmSizeBytes(node.FakeGPUs); err != nil {
-		return nil, err
-	}
-	if w.mpsDaemonPod, err = opts.mpsDaemonPod(node.FakeGPUs, node.DriverRoot.HostPath); err != nil {
-		return nil, err
-	}
-	if w.nonRootNamespaces, err = opts.nonRootNamespaces(); err != nil {
-		return nil, err
-	}
-	if w.xidPolicy, err = opts.xidPolicy(); err != nil {
-		return nil, err
-	}
-	return w, nil
+	return &wiring{Settings: settings, Node: node}, nil
 }
 
 // Run runs the plugin until ctx is cancelled (SIGTERM) or a fatal error:
 // it reads what to publish, builds the driver, registers with the kubelet
 // and publishes, starts the XID taint monitor, and serves liveness and
 // metrics.
-func Run(ctx context.Context, opts Options, node Node) error {
-	w, err := newWiring(opts, node)
+func Run(ctx context.Context, settings Settings, node Node) error {
+	w, err := newWiring(settings, node)
 	if err != nil {
 		return err
 	}
@@ -438,22 +418,23 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 	return out
 }
 
-// newShares builds the MPS accounting for the cards published as
-// shareable (the keys of allocatable): simulated on fake GPUs, the real
-// daemon otherwise.
-func newShares(ctx context.Context, opts *wiring, allocatable map[string]int64, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
-	if !opts.Sharing {
+// newShares builds the node's MPS for the cards published as shareable
+// (the keys of allocatable), once, with mps.New, wherever its daemon runs:
+// only the daemon and the control of v3 namespaces depend on that
+// (newMPSDaemon).
+func newShares(ctx context.Context, w *wiring, allocatable map[string]int64, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
+	if !w.Sharing {
 		return nil, nil
 	}
 	var shareable []string
-	for _, g := range opts.GPUs {
+	for _, g := range w.GPUs {
 		if _, ok := allocatable[device.CardDeviceName(g.Index)]; ok {
 			shareable = append(shareable, g.UUID)
 		}
 	}
-	layout := mps.Layout{Root: opts.MPSRoot}
-	mode := resolveMPSMode(opts)
-	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", opts.mpsMode)
+	layout := mps.Layout{Root: w.MPSRoot}
+	mode := resolveMPSMode(w)
+	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", w.mpsMode)
 	v3Server := ""
 	if mode == mps.ModeV3 {
 		v3Server = mps.DefaultV3Server
@@ -461,44 +442,113 @@ func newShares(ctx context.Context, opts *wiring, allocatable map[string]int64, 
 	if err := layout.CheckSocketPaths(v3Server); err != nil {
 		return nil, err
 	}
-	switch opts.MPSDaemonMode {
-	case "", MPSDaemonProcess:
-	case MPSDaemonPod:
-		return newPodShares(ctx, opts, layout, shareable, mode, claimDirs)
-	default:
-		return nil, fmt.Errorf("unknown MPS daemon mode %q: want %q or %q", opts.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
-	}
-	if opts.FakeGPUs && mode == mps.ModeV3 {
-		return nil, errors.New("--mps-mode=v3 with fake GPUs needs a control daemon to hold the namespaces: use --mps-daemon=pod (its stand-in daemon speaks MPS v3) or --mps-mode=classic")
-	}
-	if opts.FakeGPUs {
-		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", opts.MPSRoot)
-		return mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, shareable, managerTiming(opts)), nil
-	}
-	binary, err := mpsControlBinary(opts)
+	daemon, v3Control, err := w.newMPSDaemon(ctx, layout, shareable, mode)
 	if err != nil {
 		return nil, err
+	}
+	computeModes, err := w.computeModes()
+	if err != nil {
+		return nil, err
+	}
+	settings := mps.Settings{
+		Layout:         layout,
+		ShareableCards: shareable,
+		Daemon:         daemon,
+		ComputeModes:   computeModes,
+		Timing:         mps.Timing{IdleGrace: w.MPSIdleGrace},
+	}
+	if mode == mps.ModeV3 {
+		settings.V3Control, settings.ClaimDirs = v3Control, claimDirs
+	}
+	return mps.New(settings), nil
+}
+
+// computeModes switches the shareable cards' compute modes: recorded only
+// on fake GPUs, through NVML on real ones.
+func (w *wiring) computeModes() (mps.ComputeModeSetter, error) {
+	if w.FakeGPUs {
+		return &mps.RecordingComputeModeSetter{}, nil
+	}
+	setter, err := mps.NewNVMLComputeModeSetter(w.NVMLLibrary)
+	if err != nil {
+		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
+	}
+	return setter, nil
+}
+
+// newMPSDaemon is the one part of MPS that depends on where the daemon
+// runs (--mps-daemon): the daemon itself and, in v3 mode, the control
+// through which the plugin sends the namespace commands.
+func (w *wiring) newMPSDaemon(ctx context.Context, layout mps.Layout, shareable []string, mode mps.Mode) (mps.Daemon, control.Func, error) {
+	switch w.MPSDaemonMode {
+	case "", MPSDaemonProcess:
+		return w.newProcessDaemon(ctx, layout, shareable, mode)
+	case MPSDaemonPod:
+		return w.newPodDaemon(ctx, layout, shareable, mode)
+	default:
+		return nil, nil, fmt.Errorf("unknown MPS daemon mode %q: want %q or %q", w.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
+	}
+}
+
+// newProcessDaemon runs the node's daemon as a child of the plugin, or
+// simulates it on fake GPUs.
+func (w *wiring) newProcessDaemon(ctx context.Context, layout mps.Layout, shareable []string, mode mps.Mode) (mps.Daemon, control.Func, error) {
+	if w.FakeGPUs && mode == mps.ModeV3 {
+		return nil, nil, errors.New("--mps-mode=v3 with fake GPUs needs a control daemon to hold the namespaces: use --mps-daemon=pod (its stand-in daemon speaks MPS v3) or --mps-mode=classic")
+	}
+	if w.FakeGPUs {
+		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", w.MPSRoot)
+		return &mps.SimulatedDaemon{Layout: layout}, nil, nil
+	}
+	binary, err := mpsControlBinary(w)
+	if err != nil {
+		return nil, nil, err
 	}
 	daemon := mps.NewProcessDaemon(mps.ProcessDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
 		Wrapper:        mps.PrivateShmWrapper(layout.ShmDir()),
 		VisibleDevices: shareable,
-		MultiUser:      opts.MPSMultiUser || mode == mps.ModeV3,
+		MultiUser:      w.MPSMultiUser || mode == mps.ModeV3,
 		Protocol:       protocolOf(mode),
-		Env:            mpsControlEnv(opts),
+		Env:            mpsControlEnv(w),
 	})
-	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
-	if err != nil {
-		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
-	}
-	return mps.NewManager(layout, daemon, computeModes, shareable, append(v3Option(mode, claimDirs, daemon.Control, shareable), managerTiming(opts))...), nil
+	return daemon, daemon.Control, nil
 }
 
-// managerTiming is the Manager's timing from the options: the idle grace;
-// the other waits keep their defaults (mps.Timing).
-func managerTiming(opts *wiring) mps.ManagerOption {
-	return mps.WithTiming(mps.Timing{IdleGrace: opts.MPSIdleGrace})
+// newPodDaemon runs the node's daemon in a pod of its own: a stand-in
+// daemon on fake GPUs, nvidia-cuda-mps-control on real ones. The plugin
+// sends the v3 commands itself, as a client of the pod's daemon through
+// the shared pipe directory.
+func (w *wiring) newPodDaemon(ctx context.Context, layout mps.Layout, shareable []string, mode mps.Mode) (mps.Daemon, control.Func, error) {
+	if w.KubeClient == nil {
+		return nil, nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
+	}
+	podCfg := w.mpsDaemonPod
+	podCfg.NodeName = w.NodeName
+	podCfg.Layout = layout
+	podCfg.VisibleDevices = shareable
+	podCfg.Simulate = w.FakeGPUs
+	podCfg.MultiUser = w.MPSMultiUser || mode == mps.ModeV3
+	podCfg.Protocol = protocolOf(mode)
+	podCfg.ControlBinary = w.MPSControlBinary
+	daemon, err := mps.NewPodDaemon(mps.PodDaemonConfig{Client: w.KubeClient, Pod: podCfg})
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuring the MPS daemon pod: %w", err)
+	}
+	if w.FakeGPUs {
+		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", w.MPSRoot)
+		return daemon, standin.Control(layout.PipeDir()), nil
+	}
+	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
+	if mode != mps.ModeV3 {
+		return daemon, nil, nil
+	}
+	binary, err := mpsControlBinary(w)
+	if err != nil {
+		return nil, nil, err
+	}
+	return daemon, control.Binary(nil, binary, layout.PipeDir(), control.WithEnv(mpsControlEnv(w)...)), nil
 }
 
 // resolveMPSMode is where --mps-mode=auto is decided: v3 where capability
@@ -520,28 +570,14 @@ func protocolOf(mode mps.Mode) int {
 
 // newClaimDirs makes each claim's own /dev/shm (whole cards and shares
 // alike): a size-bounded tmpfs on real GPUs (--mps-shm-size, which
-// newWiring refuses at 0 there), plain directories under the MPS root
+// Options.Parse refuses at 0 there), plain directories under the MPS root
 // with fake GPUs.
 func newClaimDirs(opts *wiring) mps.ClaimDirs {
-	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.mpsShmSizeBytes}
-	if !opts.FakeGPUs && opts.mpsShmSizeBytes > 0 {
+	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.claimShmSizeBytes}
+	if !opts.FakeGPUs && opts.claimShmSizeBytes > 0 {
 		dirs.Mounter = mps.TmpfsMounter{}
 	}
 	return dirs
-}
-
-// v3Option configures a Manager for MPS v3: namespaces through ctl, and
-// the claims' own /dev/shm (the same directories the driver makes for
-// every claim).
-func v3Option(mode mps.Mode, dirs mps.ClaimDirs, ctl control.Func, shareable []string) []mps.ManagerOption {
-	if mode != mps.ModeV3 {
-		return nil
-	}
-	namespaces := mps.NewV3Namespaces(ctl, shareable)
-	// A namespace's pipe directory as the daemon reports it is checked
-	// against the one containers mount.
-	namespaces.PipeDir = dirs.Layout.PipeDir()
-	return []mps.ManagerOption{mps.WithV3(namespaces, dirs)}
 }
 
 // mpsControlBinary finds nvidia-cuda-mps-control: under the driver root
@@ -569,51 +605,6 @@ func mpsControlEnv(opts *wiring) []string {
 		return nil
 	}
 	return opts.DriverRoot.ToolEnv()
-}
-
-// newPodShares runs the node's daemon in a pod of its own: a stand-in
-// daemon on fake GPUs, nvidia-cuda-mps-control on real ones.
-func newPodShares(ctx context.Context, opts *wiring, layout mps.Layout, shareable []string, mode mps.Mode, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
-	if opts.KubeClient == nil {
-		return nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
-	}
-	podCfg := opts.mpsDaemonPod
-	podCfg.NodeName = opts.NodeName
-	podCfg.Layout = layout
-	podCfg.VisibleDevices = shareable
-	podCfg.Simulate = opts.FakeGPUs
-	podCfg.MultiUser = opts.MPSMultiUser || mode == mps.ModeV3
-	podCfg.Protocol = protocolOf(mode)
-	podCfg.ControlBinary = opts.MPSControlBinary
-	if opts.FakeGPUs {
-		// The stand-in needs no driver.
-		podCfg.DriverRoot = ""
-	}
-	daemon, err := mps.NewPodDaemon(mps.PodDaemonConfig{Client: opts.KubeClient, Pod: podCfg})
-	if err != nil {
-		return nil, fmt.Errorf("configuring the MPS daemon pod: %w", err)
-	}
-	if opts.FakeGPUs {
-		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", opts.MPSRoot)
-		return mps.NewManager(layout, daemon, &mps.RecordingComputeModeSetter{}, shareable,
-			append(v3Option(mode, claimDirs, standin.Control(layout.PipeDir()), shareable), managerTiming(opts))...), nil
-	}
-	computeModes, err := mps.NewNVMLComputeModeSetter(opts.NVMLLibrary)
-	if err != nil {
-		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
-	}
-	managerOpts := []mps.ManagerOption{managerTiming(opts)}
-	if mode == mps.ModeV3 {
-		// The plugin sends the v3 commands itself, as a client of the
-		// pod's daemon through the shared pipe directory.
-		binary, err := mpsControlBinary(opts)
-		if err != nil {
-			return nil, err
-		}
-		managerOpts = append(managerOpts, v3Option(mode, claimDirs, control.Binary(nil, binary, layout.PipeDir(), control.WithEnv(mpsControlEnv(opts)...)), shareable)...)
-	}
-	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
-	return mps.NewManager(layout, daemon, computeModes, shareable, managerOpts...), nil
 }
 
 func serveMetrics(ctx context.Context, addr string, m *Metrics) error {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -58,16 +59,14 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	var seenLabels map[string]string
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{
-			CDIRoot:       filepath.Join(dir, "cdi"),
-			RegistrarDir:  filepath.Join(sockDir, "reg"),
-			PluginDir:     filepath.Join(sockDir, "plugin"),
-			StateDir:      filepath.Join(dir, "state"),
-			MPSRoot:       filepath.Join(dir, "mps"),
-			MPSShmSize:    "0",
-			MPSDaemonMode: MPSDaemonProcess,
-			PodUID:        podUID,
-			Publish:       true,
+		done <- parseAndRun(ctx, Options{
+			CDIRoot:      filepath.Join(dir, "cdi"),
+			RegistrarDir: filepath.Join(sockDir, "reg"),
+			PluginDir:    filepath.Join(sockDir, "plugin"),
+			StateDir:     filepath.Join(dir, "state"),
+			PodUID:       podUID,
+			Publish:      true,
+			MPSOptions:   MPSOptions{MPSRoot: filepath.Join(dir, "mps"), MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess},
 		}, Node{
 			NodeName: testNode,
 			GPUs:     testGPUs(),
@@ -148,7 +147,7 @@ func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
 // TestRunRefusesNegativeSizes: a negative size or duration is refused
 // before anything starts, whoever builds the options.
 func TestRunRefusesNegativeSizes(t *testing.T) {
-	valid := Options{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}
+	valid := Options{MPSOptions: MPSOptions{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}}
 	for _, tc := range []struct {
 		name string
 		edit func(*Options)
@@ -165,7 +164,7 @@ func TestRunRefusesNegativeSizes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := valid
 			tc.edit(&opts)
-			err := Run(context.Background(), opts, Node{})
+			err := parseAndRun(context.Background(), opts, Node{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -187,14 +186,12 @@ func TestRunRefusesAnMPSRootTooLongForItsSockets(t *testing.T) {
 	}
 	defer os.RemoveAll(sockDir)
 	long := filepath.Join(dir, strings.Repeat("m", 100))
-	err = Run(ctx, Options{
-		CDIRoot:       filepath.Join(dir, "cdi"),
-		RegistrarDir:  filepath.Join(sockDir, "reg"),
-		PluginDir:     filepath.Join(sockDir, "plugin"),
-		StateDir:      filepath.Join(dir, "state"),
-		MPSRoot:       long,
-		MPSShmSize:    "0",
-		MPSDaemonMode: MPSDaemonProcess,
+	err = parseAndRun(ctx, Options{
+		CDIRoot:      filepath.Join(dir, "cdi"),
+		RegistrarDir: filepath.Join(sockDir, "reg"),
+		PluginDir:    filepath.Join(sockDir, "plugin"),
+		StateDir:     filepath.Join(dir, "state"),
+		MPSOptions:   MPSOptions{MPSRoot: long, MPSShmSize: "0", MPSDaemonMode: MPSDaemonProcess},
 	}, Node{
 		NodeName: testNode,
 		GPUs:     testGPUs(),
@@ -207,5 +204,48 @@ func TestRunRefusesAnMPSRootTooLongForItsSockets(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "--mps-root "+long) || !strings.Contains(err.Error(), "107") {
 		t.Fatalf("Run with a %d-character --mps-root: %v, want a refusal naming --mps-root and the 107-byte limit", len(long), err)
+	}
+}
+
+// parseAndRun parses opts for node, as the command does, and runs the
+// plugin with the settings.
+func parseAndRun(ctx context.Context, opts Options, node Node) error {
+	settings, err := opts.Parse(node.FakeGPUs, node.DriverRoot.Path)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, settings, node)
+}
+
+// TestRunRefusesSettingsNotParsedForItsNode: Run builds nothing from
+// flags that were not checked for its node: settings not made by
+// Options.Parse, or parsed for fake GPUs or another driver root than the
+// node's, are refused before anything starts.
+func TestRunRefusesSettingsNotParsedForItsNode(t *testing.T) {
+	opts := Options{MPSOptions: MPSOptions{MPSShmSize: DefaultMPSShmSize, MPSDaemonMode: MPSDaemonProcess}}
+	forFake, err := opts.Parse(true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forDriver, err := opts.Parse(false, "/driver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		settings Settings
+		node     Node
+		want     string
+	}{
+		{name: "not parsed", settings: Settings{Options: opts}, want: "plugin settings were not parsed"},
+		{name: "parsed for fake GPUs", settings: forFake, node: Node{}, want: "parsed for fake GPUs true"},
+		{name: "parsed for another driver root", settings: forDriver, node: Node{DriverRoot: driverroot.Root{Path: "/other"}}, want: `driver root "/driver", but the node has fake GPUs false and driver root "/other"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), tc.settings, tc.node)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -74,15 +74,15 @@ func (m *Manager) deadlineControl(ctl control.Func) control.Func {
 func (m *Manager) controlTimedOut(ctx context.Context, err *ControlTimeoutError) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.controlTimeouts++
-	if m.unresponsiveSince.IsZero() {
-		m.unresponsiveSince = time.Now()
+	m.control.timeouts++
+	if m.control.unresponsiveSince.IsZero() {
+		m.control.unresponsiveSince = time.Now()
 		klog.FromContext(ctx).Error(err, "The node's MPS control daemon is unresponsive; shares wait for it, whole cards are unaffected")
 	}
-	m.stuckCommand = err.Command
-	m.lastTimeout, m.lastTimeoutAt = err, time.Now()
-	m.ready = false
-	m.verify = true
+	m.control.stuckCommand = err.Command
+	m.control.lastTimeout, m.control.lastTimeoutAt = err, time.Now()
+	m.sup.ready = false
+	m.sup.verify = true
 	m.kickWorker()
 	m.changedLocked()
 }
@@ -91,11 +91,11 @@ func (m *Manager) controlTimedOut(ctx context.Context, err *ControlTimeoutError)
 func (m *Manager) controlAnswered(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.unresponsiveSince.IsZero() {
+	if m.control.unresponsiveSince.IsZero() {
 		return
 	}
-	klog.FromContext(ctx).Info("The node's MPS control daemon answers again", "unresponsiveFor", time.Since(m.unresponsiveSince).Round(time.Millisecond))
-	m.unresponsiveSince, m.stuckCommand = time.Time{}, ""
+	klog.FromContext(ctx).Info("The node's MPS control daemon answers again", "unresponsiveFor", time.Since(m.control.unresponsiveSince).Round(time.Millisecond))
+	m.control.unresponsiveSince, m.control.stuckCommand = time.Time{}, ""
 	m.changedLocked()
 }
 
@@ -104,16 +104,16 @@ func (m *Manager) controlAnswered(ctx context.Context) {
 func (m *Manager) sending(command string, at time.Time) (done func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.inFlightSeq++
-	id := m.inFlightSeq
-	if m.inFlight == nil {
-		m.inFlight = map[int]inFlightCommand{}
+	m.control.inFlightSeq++
+	id := m.control.inFlightSeq
+	if m.control.inFlight == nil {
+		m.control.inFlight = map[int]inFlightCommand{}
 	}
-	m.inFlight[id] = inFlightCommand{command: command, since: at}
+	m.control.inFlight[id] = inFlightCommand{command: command, since: at}
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		delete(m.inFlight, id)
+		delete(m.control.inFlight, id)
 	}
 }
 
@@ -122,23 +122,24 @@ type inFlightCommand struct {
 	since   time.Time
 }
 
-// waitingOnLocked explains why a share waited in vain since from: the
-// command that timed out meanwhile, or the oldest one still unanswered;
-// nil when neither (the daemon is really starting).
-func (m *Manager) waitingOnLocked(from time.Time) error {
-	if m.lastTimeout != nil && !m.lastTimeoutAt.Before(from) {
-		return m.lastTimeout
+// waitingOn explains why a share waited in vain since from: the command
+// that timed out meanwhile, or the oldest one still unanswered (timeout is
+// the commands' deadline); nil when neither (the daemon is really
+// starting). Call with the Manager's mu held.
+func (c *controlWatch) waitingOn(from time.Time, timeout time.Duration) error {
+	if c.lastTimeout != nil && !c.lastTimeoutAt.Before(from) {
+		return c.lastTimeout
 	}
 	var oldest *inFlightCommand
-	for _, c := range m.inFlight {
-		if oldest == nil || c.since.Before(oldest.since) {
-			oldest = &c
+	for _, cmd := range c.inFlight {
+		if oldest == nil || cmd.since.Before(oldest.since) {
+			oldest = &cmd
 		}
 	}
 	if oldest == nil {
 		return nil
 	}
-	return &ControlPendingError{Command: oldest.command, For: time.Since(oldest.since).Round(time.Millisecond), Timeout: m.timing.ControlTimeout}
+	return &ControlPendingError{Command: oldest.command, For: time.Since(oldest.since).Round(time.Millisecond), Timeout: timeout}
 }
 
 // ControlPendingError answers a share that waited while a control command

@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -87,18 +86,22 @@ type Manager struct {
 	ns nsLocks
 
 	mu sync.Mutex
-	// holders maps a card UUID to the claims holding a share on it; the
-	// value is false while an Acquire is still waiting for the daemon (the
-	// share is not in use yet), true once the share is in use.
-	holders map[string]map[string]bool
-	// claims maps a claim UID to the cards it holds shares on.
-	claims map[string]map[string]bool
-	// shares keeps each claim's shares, from which its v3 namespace is
-	// derived (again at start-up, from the checkpoint).
-	shares map[string][]Share
-	// settled is set by Reconcile, once the checkpoint's shares are
-	// restored: from then on no share in use means none uses the daemon.
-	settled bool
+	// Under mu: the share accounting (shares.go), what the control
+	// daemon answered (deadline.go) and the worker's supervision of the
+	// daemon (worker.go).
+	book    shareBook
+	control controlWatch
+	sup     supervision
+	// changed is closed and replaced whenever the state above changes.
+	changed chan struct{}
+
+	loop workerLoop
+}
+
+// supervision is the worker's view of the daemon: whether it is wanted,
+// ready or stopped, and how its operations went. The Manager's mu guards
+// it.
+type supervision struct {
 	// wantUntil keeps the daemon wanted for a while after a share was
 	// refused because it was not ready, so the kubelet's retry finds it,
 	// or while a prepare waits for it (AwaitDaemon).
@@ -122,9 +125,6 @@ type Manager struct {
 	// verify asks the worker to Ensure again although ready (the daemon
 	// may have gone; Ensure of a running daemon is cheap).
 	verify bool
-	// pendingModes are cards with shares whose EXCLUSIVE_PROCESS could not
-	// be restored at start-up; the worker retries them.
-	pendingModes map[string]bool
 	// attempts counts the worker's finished daemon operations; lastErr is
 	// the last one's error (nil after a success).
 	attempts, failures int
@@ -133,23 +133,30 @@ type Manager struct {
 	// busy: the worker is in a round; kicked: work was asked for since
 	// the round began.
 	busy, kicked bool
+}
+
+// controlWatch is what the Manager knows of the control daemon's answers
+// (deadline.go). The Manager's mu guards it.
+type controlWatch struct {
 	// unresponsiveSince is when a control command last got no answer
 	// within its deadline, zero once a later one was answered;
-	// stuckCommand is that command. controlTimeouts counts such commands.
+	// stuckCommand is that command. timeouts counts such commands.
 	unresponsiveSince time.Time
 	stuckCommand      string
+	timeouts          int
 	// lastTimeout is the last command without answer and when it timed
 	// out, so that a share refused meanwhile can say which command hung
 	// (the mark itself may be cleared by then).
 	lastTimeout   *ControlTimeoutError
 	lastTimeoutAt time.Time
 	// inFlight are the control commands sent and not yet answered.
-	inFlight        map[int]inFlightCommand
-	inFlightSeq     int
-	controlTimeouts int
-	// changed is closed and replaced whenever the state above changes.
-	changed chan struct{}
+	inFlight    map[int]inFlightCommand
+	inFlightSeq int
+}
 
+// workerLoop is the background worker's goroutine: kick asks it for a
+// round, cancel and done end it (Close).
+type workerLoop struct {
 	kick      chan struct{}
 	startOnce sync.Once
 	cancel    context.CancelFunc
@@ -265,7 +272,7 @@ type StopGuard interface {
 func (m *Manager) GuardStops(g StopGuard) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.guard = g
+	m.sup.guard = g
 }
 
 // UnusedEnsurer is a Daemon that can be told that no share uses it, so it
@@ -275,19 +282,54 @@ type UnusedEnsurer interface {
 	EnsureUnused(ctx context.Context) error
 }
 
+// Settings are what the node's MPS is built from (New), the same whether
+// the daemon runs in the plugin's process or in a pod of its own: only
+// Daemon and, in v3 mode, V3Control differ with where it runs.
+type Settings struct {
+	Layout Layout
+	// ShareableCards are the UUIDs of the cards published as shareable.
+	ShareableCards []string
+	// Daemon starts, adopts and stops the node's daemon where it runs.
+	Daemon       Daemon
+	ComputeModes ComputeModeSetter
+	// V3Control, when set, enforces shares with MPS v3: a namespace per
+	// claim on the node's server, sent through it, and ClaimDirs' /dev/shm
+	// per claim. nil: classic MPS.
+	V3Control control.Func
+	ClaimDirs ClaimDirs
+	// Timing bounds the waits; zero fields take the defaults.
+	Timing Timing
+}
+
+// New builds the node's MPS from s: the one constructor the plugin uses,
+// whichever place the daemon runs in.
+func New(s Settings) *Manager {
+	opts := []ManagerOption{WithTiming(s.Timing)}
+	if s.V3Control != nil {
+		namespaces := NewV3Namespaces(s.V3Control, s.ShareableCards)
+		// A namespace's pipe directory as the daemon reports it is
+		// checked against the one containers mount.
+		namespaces.PipeDir = s.ClaimDirs.Layout.PipeDir()
+		opts = append(opts, WithV3(namespaces, s.ClaimDirs))
+	}
+	return NewManager(s.Layout, s.Daemon, s.ComputeModes, s.ShareableCards, opts...)
+}
+
 // NewManager returns a manager for the given shareable cards (UUIDs).
 func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, shareableCards []string, opts ...ManagerOption) *Manager {
 	m := &Manager{
-		layout:       layout,
-		daemon:       daemon,
-		computeMode:  computeMode,
-		shareable:    map[string]bool{},
-		holders:      map[string]map[string]bool{},
-		claims:       map[string]map[string]bool{},
-		shares:       map[string][]Share{},
-		pendingModes: map[string]bool{},
-		changed:      make(chan struct{}),
-		kick:         make(chan struct{}, 1),
+		layout:      layout,
+		daemon:      daemon,
+		computeMode: computeMode,
+		shareable:   map[string]bool{},
+		book: shareBook{
+			holders:      map[string]map[string]bool{},
+			claims:       map[string]map[string]bool{},
+			shares:       map[string][]Share{},
+			pendingModes: map[string]bool{},
+		},
+		changed: make(chan struct{}),
+		loop:    workerLoop{kick: make(chan struct{}, 1)},
 	}
 	for _, uuid := range shareableCards {
 		m.shareable[uuid] = true
@@ -337,10 +379,10 @@ func (m *Manager) ClientConfig(claimUID string) ClientConfig {
 // Close stops the worker and supervision but leaves the daemon running for
 // the shares still in use; the next plugin process adopts it.
 func (m *Manager) Close() {
-	m.startOnce.Do(func() {})
-	if m.cancel != nil {
-		m.cancel()
-		<-m.done
+	m.loop.startOnce.Do(func() {})
+	if m.loop.cancel != nil {
+		m.loop.cancel()
+		<-m.loop.done
 	}
 	m.daemon.Close()
 }
@@ -349,11 +391,7 @@ func (m *Manager) Close() {
 func (m *Manager) Holders() map[string][]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[string][]string{}
-	for uuid, claims := range m.holders {
-		out[uuid] = slices.Sorted(maps.Keys(claims))
-	}
-	return out
+	return m.book.holdersByCard()
 }
 
 func uniqueSorted(in []string) []string {

@@ -22,7 +22,7 @@ func (m *Manager) prepareNamespace(ctx context.Context, claim string, shares []S
 	}
 	if err := m.v3.CheckRunning(ctx); err != nil {
 		m.mu.Lock()
-		m.verify = true
+		m.sup.verify = true
 		m.kickWorker()
 		m.mu.Unlock()
 		return &DaemonNotReadyError{Claim: claim, Cause: err}
@@ -51,8 +51,8 @@ func (m *Manager) prepareNamespace(ctx context.Context, claim string, shares []S
 // the worker's next sync removes what a restarted one still lists.
 func (m *Manager) dropNamespace(ctx context.Context, claim string) error {
 	m.mu.Lock()
-	_, held := m.claims[claim]
-	ready := m.ready
+	_, held := m.book.claims[claim]
+	ready := m.sup.ready
 	m.mu.Unlock()
 	if held && ready {
 		have, err := m.v3.List(ctx)
@@ -88,9 +88,9 @@ func (m *Manager) syncNamespaces(ctx context.Context) error {
 		return err
 	}
 	m.mu.Lock()
-	settled := m.settled
+	settled := m.book.settled
 	names := map[string]bool{}
-	for claim := range m.claims {
+	for claim := range m.book.claims {
 		names[NamespaceName(claim)] = true
 	}
 	m.mu.Unlock()
@@ -143,9 +143,9 @@ func (m *Manager) syncNamespace(ctx context.Context, name string, have map[strin
 func (m *Manager) wantedNamespace(name string) (NamespaceSpec, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for claim := range m.claims {
+	for claim := range m.book.claims {
 		if NamespaceName(claim) == name {
-			return namespaceFor(claim, m.shares[claim]), true
+			return namespaceFor(claim, m.book.shares[claim]), true
 		}
 	}
 	return NamespaceSpec{}, false

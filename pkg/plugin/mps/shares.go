@@ -75,20 +75,20 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 	if len(cards) == 0 {
 		return false, nil
 	}
-	if !m.unresponsiveSince.IsZero() {
+	if !m.control.unresponsiveSince.IsZero() {
 		// A control command got no answer: refuse at once, sending none,
 		// rather than wait a deadline under the caller's state lock that
 		// whole cards queue behind. Only the worker probes the daemon.
-		m.verify = true
+		m.sup.verify = true
 		m.kickWorker()
-		return false, &DaemonNotReadyError{Claim: claim, Cause: m.lastTimeout}
+		return false, &DaemonNotReadyError{Claim: claim, Cause: m.control.lastTimeout}
 	}
 	var switched, added []string
 	for _, uuid := range cards {
-		if _, held := m.holders[uuid][claim]; held {
+		if _, held := m.book.holders[uuid][claim]; held {
 			continue
 		}
-		if len(m.holders[uuid]) == 0 {
+		if len(m.book.holders[uuid]) == 0 {
 			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
 				m.restoreModesLocked(ctx, switched)
 				return false, fmt.Errorf("preparing card %s for MPS shares: %w", uuid, err)
@@ -102,68 +102,46 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 		// for; failing here would make the caller drop a running share.
 		return false, nil
 	}
-	m.shares[claim] = slices.Clone(shares)
+	m.book.shares[claim] = slices.Clone(shares)
 	// Held but not yet in use: a concurrent release of another claim must
 	// not stop the daemon this share is waiting for.
 	for _, uuid := range added {
-		m.holdLocked(claim, uuid, false)
+		m.book.hold(claim, uuid, false)
 	}
 	// With no other share in use, another plugin process may have stopped
 	// the daemon since this one last saw it running.
-	fresh := m.guard != nil && !m.inUseLocked()
+	fresh := m.sup.guard != nil && !m.book.inUse()
 	waitFrom := time.Now()
 	if err := m.waitReadyLocked(ctx, fresh, m.timing.ReadyWait, true); err != nil {
 		for _, uuid := range added {
-			m.dropLocked(claim, uuid)
+			m.book.drop(claim, uuid)
 		}
 		m.restoreModesLocked(ctx, switched)
-		m.wantUntil = time.Now().Add(m.timing.Linger)
+		m.sup.wantUntil = time.Now().Add(m.timing.Linger)
 		m.kickWorker()
 		if errors.Is(err, errStillStarting) {
 			// Not starting but hung, if a command timed out meanwhile:
 			// say which, rather than "still starting".
-			err = m.waitingOnLocked(waitFrom)
+			err = m.control.waitingOn(waitFrom, m.timing.ControlTimeout)
 		}
 		return false, &DaemonNotReadyError{Claim: claim, Cause: err}
 	}
 	for _, uuid := range cards {
-		m.holders[uuid][claim] = true
+		m.book.holders[uuid][claim] = true
 	}
 	// The share the daemon was kept for has arrived (or another did).
-	m.wantUntil = time.Time{}
+	m.sup.wantUntil = time.Time{}
 	if len(switched) > 0 {
 		logger.V(2).Info("Cards switched to MPS", "claim", claim, "cards", switched)
 	}
 	return true, nil
 }
 
-func (m *Manager) holdLocked(claim, uuid string, inUse bool) {
-	if m.holders[uuid] == nil {
-		m.holders[uuid] = map[string]bool{}
-	}
-	m.holders[uuid][claim] = inUse
-	if m.claims[claim] == nil {
-		m.claims[claim] = map[string]bool{}
-	}
-	m.claims[claim][uuid] = true
-}
-
-func (m *Manager) dropLocked(claim, uuid string) {
-	delete(m.holders[uuid], claim)
-	if len(m.holders[uuid]) == 0 {
-		delete(m.holders, uuid)
-	}
-	delete(m.claims[claim], uuid)
-	if len(m.claims[claim]) == 0 {
-		delete(m.claims, claim)
-	}
-}
-
 // restoreModesLocked sets cards switched by a failed Acquire back to
 // DEFAULT, unless another share arrived on them meanwhile.
 func (m *Manager) restoreModesLocked(ctx context.Context, cards []string) {
 	for _, uuid := range cards {
-		if len(m.holders[uuid]) > 0 {
+		if len(m.book.holders[uuid]) > 0 {
 			continue
 		}
 		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
@@ -186,20 +164,20 @@ func (m *Manager) Restore(ctx context.Context, claim string, shares []Share) {
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.shares[claim] = slices.Clone(shares)
+	m.book.shares[claim] = slices.Clone(shares)
 	for _, uuid := range shareCards(shares) {
 		if !m.shareable[uuid] {
 			// Kept all the same: the share may be running.
 			logger.Info("Warning: restoring a share on a card not published as shareable any more", "claim", claim, "card", uuid)
 		}
-		first := len(m.holders[uuid]) == 0
-		m.holdLocked(claim, uuid, true)
+		first := len(m.book.holders[uuid]) == 0
+		m.book.hold(claim, uuid, true)
 		if !first {
 			continue
 		}
 		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
 			logger.Error(err, "Restoring EXCLUSIVE_PROCESS of a card with shares failed; retrying in the background", "card", uuid)
-			m.pendingModes[uuid] = true
+			m.book.pendingModes[uuid] = true
 			m.recordLocked(fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
 		}
 	}
@@ -233,24 +211,24 @@ func (m *Manager) release(ctx context.Context, claim string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
-	dropped := len(m.claims[claim]) > 0
-	for _, uuid := range slices.Sorted(maps.Keys(m.claims[claim])) {
-		if len(m.holders[uuid]) == 1 {
+	dropped := len(m.book.claims[claim]) > 0
+	for _, uuid := range slices.Sorted(maps.Keys(m.book.claims[claim])) {
+		if len(m.book.holders[uuid]) == 1 {
 			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
 				errs = append(errs, fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
 				continue
 			}
-			delete(m.pendingModes, uuid)
+			delete(m.book.pendingModes, uuid)
 		}
-		m.dropLocked(claim, uuid)
+		m.book.drop(claim, uuid)
 	}
-	if len(m.claims[claim]) == 0 {
-		delete(m.shares, claim)
+	if len(m.book.claims[claim]) == 0 {
+		delete(m.book.shares, claim)
 	}
-	if len(m.holders) == 0 {
+	if len(m.book.holders) == 0 {
 		if m.timing.IdleGrace > 0 && dropped {
 			// A share arriving soon finds the daemon ready.
-			m.idleUntil = time.Now().Add(m.timing.IdleGrace)
+			m.sup.idleUntil = time.Now().Add(m.timing.IdleGrace)
 		}
 		m.kickWorker()
 	}

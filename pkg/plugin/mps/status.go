@@ -77,20 +77,20 @@ func (m *Manager) Status() Status {
 	now := time.Now()
 	st := Status{
 		Wanted:                   m.wantedLocked(now),
-		Ready:                    m.ready && m.unresponsiveSince.IsZero(),
-		SharedCards:              len(m.holders),
-		Failures:                 m.failures,
-		PendingModes:             slices.Sorted(maps.Keys(m.pendingModes)),
-		ControlUnresponsiveSince: m.unresponsiveSince,
-		StuckCommand:             m.stuckCommand,
+		Ready:                    m.sup.ready && m.control.unresponsiveSince.IsZero(),
+		SharedCards:              len(m.book.holders),
+		Failures:                 m.sup.failures,
+		PendingModes:             slices.Sorted(maps.Keys(m.book.pendingModes)),
+		ControlUnresponsiveSince: m.control.unresponsiveSince,
+		StuckCommand:             m.control.stuckCommand,
 		ControlTimeout:           m.timing.ControlTimeout,
-		ControlTimeouts:          m.controlTimeouts,
+		ControlTimeouts:          m.control.timeouts,
 	}
-	if len(m.holders) == 0 && now.Before(m.idleUntil) {
-		st.IdleUntil = m.idleUntil
+	if len(m.book.holders) == 0 && now.Before(m.sup.idleUntil) {
+		st.IdleUntil = m.sup.idleUntil
 	}
-	if m.lastErr != nil {
-		st.LastError, st.LastErrorAt = m.lastErr.Error(), m.lastErrAt
+	if m.sup.lastErr != nil {
+		st.LastError, st.LastErrorAt = m.sup.lastErr.Error(), m.sup.lastErrAt
 	}
 	return st
 }

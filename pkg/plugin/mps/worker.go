@@ -38,23 +38,23 @@ func (m *Manager) AwaitDaemon(ctx context.Context) (done func(), err error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.awaiting++
+	m.sup.awaiting++
 	var once sync.Once
 	done = func() {
 		once.Do(func() {
 			m.mu.Lock()
 			defer m.mu.Unlock()
-			m.awaiting--
+			m.sup.awaiting--
 			// No longer wanted, perhaps: the worker decides.
 			m.kickWorker()
 		})
 	}
-	if !m.unresponsiveSince.IsZero() {
+	if !m.control.unresponsiveSince.IsZero() {
 		// Known hung: waiting would only delay the call; Acquire refuses
 		// the share at once and the worker probes.
-		return done, m.lastTimeout
+		return done, m.control.lastTimeout
 	}
-	fresh := m.guard != nil && !m.inUseLocked()
+	fresh := m.sup.guard != nil && !m.book.inUse()
 	err = m.waitReadyLocked(ctx, fresh, wait, false)
 	if errors.Is(err, errStillStarting) {
 		err = fmt.Errorf("the node's MPS daemon is not ready after waiting %s", wait.Round(time.Millisecond))
@@ -69,22 +69,22 @@ func (m *Manager) AwaitDaemon(ctx context.Context) (done func(), err error) {
 // times out returns errStillStarting. fresh asks for an Ensure begun after
 // this call: what the worker saw before may be stale.
 func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Duration, failFast bool) error {
-	if m.ready && !fresh {
+	if m.sup.ready && !fresh {
 		// Running; let the worker check it in the background.
-		m.verify = true
+		m.sup.verify = true
 		m.kickWorker()
 		return nil
 	}
-	after := m.ensureRounds
-	ready := func() bool { return m.ready && (!fresh || m.readyRound > after) }
-	m.verify = true
+	after := m.sup.ensureRounds
+	ready := func() bool { return m.sup.ready && (!fresh || m.sup.readyRound > after) }
+	m.sup.verify = true
 	m.kickWorker()
-	since := m.attempts
+	since := m.sup.attempts
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for !ready() {
-		if failFast && m.attempts > since && m.lastErr != nil {
-			return m.lastErr
+		if failFast && m.sup.attempts > since && m.sup.lastErr != nil {
+			return m.sup.lastErr
 		}
 		changed := m.changed
 		m.mu.Unlock()
@@ -98,8 +98,8 @@ func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Dur
 		}
 		m.mu.Lock()
 		if done && !ready() {
-			if m.attempts > since && m.lastErr != nil {
-				return m.lastErr
+			if m.sup.attempts > since && m.sup.lastErr != nil {
+				return m.sup.lastErr
 			}
 			return errStillStarting
 		}
@@ -123,14 +123,14 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.settled = true
+	m.book.settled = true
 	var errs []error
 	if m.v3 != nil {
 		// Sync again now that unowned namespaces may be deleted.
-		m.verify = true
+		m.sup.verify = true
 	}
 	for _, uuid := range slices.Sorted(maps.Keys(m.shareable)) {
-		if len(m.holders[uuid]) > 0 {
+		if len(m.book.holders[uuid]) > 0 {
 			continue
 		}
 		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
@@ -149,7 +149,7 @@ func (m *Manager) Resync(ctx context.Context) {
 	m.startWorker(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.ready, m.stopped = false, false
+	m.sup.ready, m.sup.stopped = false, false
 	m.kickWorker()
 }
 
@@ -160,8 +160,8 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 	for {
 		m.mu.Lock()
 		want := m.wantedLocked(time.Now())
-		idle := !m.busy && !m.kicked && len(m.pendingModes) == 0 && m.lastErr == nil &&
-			((want && m.ready) || (!want && (m.stopped || m.attempts == 0)))
+		idle := !m.sup.busy && !m.sup.kicked && len(m.book.pendingModes) == 0 && m.sup.lastErr == nil &&
+			((want && m.sup.ready) || (!want && (m.sup.stopped || m.sup.attempts == 0)))
 		changed := m.changed
 		m.mu.Unlock()
 		if idle {
@@ -176,27 +176,15 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 }
 
 func (m *Manager) wantedLocked(now time.Time) bool {
-	return len(m.holders) > 0 || m.awaiting > 0 || now.Before(m.wantUntil) || now.Before(m.idleUntil)
+	return len(m.book.holders) > 0 || m.sup.awaiting > 0 || now.Before(m.sup.wantUntil) || now.Before(m.sup.idleUntil)
 }
 
 // keptUntilLocked is when the daemon stops being wanted without shares.
 func (m *Manager) keptUntilLocked() time.Time {
-	if m.idleUntil.After(m.wantUntil) {
-		return m.idleUntil
+	if m.sup.idleUntil.After(m.sup.wantUntil) {
+		return m.sup.idleUntil
 	}
-	return m.wantUntil
-}
-
-// inUseLocked reports whether some share is in use (not just waiting).
-func (m *Manager) inUseLocked() bool {
-	for _, claims := range m.holders {
-		for _, inUse := range claims {
-			if inUse {
-				return true
-			}
-		}
-	}
-	return false
+	return m.sup.wantUntil
 }
 
 func (m *Manager) changedLocked() {
@@ -205,25 +193,25 @@ func (m *Manager) changedLocked() {
 }
 
 func (m *Manager) recordLocked(err error) {
-	m.failures++
-	m.lastErr, m.lastErrAt = err, time.Now()
+	m.sup.failures++
+	m.sup.lastErr, m.sup.lastErrAt = err, time.Now()
 	m.changedLocked()
 }
 
 // kickWorker asks the worker for a round. Call with m.mu held.
 func (m *Manager) kickWorker() {
-	m.kicked = true
+	m.sup.kicked = true
 	select {
-	case m.kick <- struct{}{}:
+	case m.loop.kick <- struct{}{}:
 	default:
 	}
 }
 
 // startWorker starts the worker on first use, with the caller's logger.
 func (m *Manager) startWorker(ctx context.Context) {
-	m.startOnce.Do(func() {
+	m.loop.startOnce.Do(func() {
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		m.cancel, m.done = cancel, make(chan struct{})
+		m.loop.cancel, m.loop.done = cancel, make(chan struct{})
 		go m.work(klog.NewContext(wctx, klog.FromContext(ctx).WithName("mps-worker")))
 	})
 }
@@ -232,7 +220,7 @@ func (m *Manager) startWorker(ctx context.Context) {
 // time, so Ensure and Stop never overlap and nobody holds m.mu meanwhile.
 // Failures are retried with exponential back-off.
 func (m *Manager) work(ctx context.Context) {
-	defer close(m.done)
+	defer close(m.loop.done)
 	logger := klog.FromContext(ctx)
 	backoff := m.timing.RetryMin
 	// Nothing to do until asked: the caller that started the worker may
@@ -241,7 +229,7 @@ func (m *Manager) work(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		return
-	case <-m.kick:
+	case <-m.loop.kick:
 	}
 	for {
 		r := m.nextRound(time.Now())
@@ -259,7 +247,7 @@ func (m *Manager) work(ctx context.Context) {
 			if again {
 				// Decide afresh: work was asked for meanwhile.
 				m.mu.Lock()
-				m.busy = false
+				m.sup.busy = false
 				m.changedLocked()
 				m.mu.Unlock()
 				continue
@@ -274,7 +262,7 @@ func (m *Manager) work(ctx context.Context) {
 
 		m.mu.Lock()
 		// Done with this round: idle unless more is due.
-		m.busy = false
+		m.sup.busy = false
 		m.changedLocked()
 		m.mu.Unlock()
 		var wait <-chan time.Time
@@ -292,7 +280,7 @@ func (m *Manager) work(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.kick:
+		case <-m.loop.kick:
 		case <-wait:
 		}
 	}
@@ -317,29 +305,29 @@ type round struct {
 func (m *Manager) nextRound(now time.Time) round {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.kicked = false
+	m.sup.kicked = false
 	want := m.wantedLocked(now)
 	r := round{}
 	switch {
-	case want && (!m.ready || m.verify):
+	case want && (!m.sup.ready || m.sup.verify):
 		r.act = "ensure"
-	case !want && !m.stopped:
+	case !want && !m.sup.stopped:
 		r.act = "stop"
 		// From now on a share must not count on the daemon.
-		m.ready = false
+		m.sup.ready = false
 	}
-	m.verify = false
-	r.n = m.ensureRounds
+	m.sup.verify = false
+	r.n = m.sup.ensureRounds
 	if r.act == "ensure" {
-		m.ensureRounds++
-		r.n = m.ensureRounds
+		m.sup.ensureRounds++
+		r.n = m.sup.ensureRounds
 	}
-	r.unused = m.settled && !m.inUseLocked()
-	r.modes = slices.Sorted(maps.Keys(m.pendingModes))
-	if want && len(m.holders) == 0 {
+	r.unused = m.book.settled && !m.book.inUse()
+	r.modes = slices.Sorted(maps.Keys(m.book.pendingModes))
+	if want && len(m.book.holders) == 0 {
 		r.lingerLeft = m.keptUntilLocked().Sub(now)
 	}
-	m.busy = r.act != "" || len(r.modes) > 0
+	m.sup.busy = r.act != "" || len(r.modes) > 0
 	return r
 }
 
@@ -355,7 +343,7 @@ func (m *Manager) restoreModes(ctx context.Context, modes []string) error {
 			failed = err
 		} else {
 			klog.FromContext(ctx).Info("Restored EXCLUSIVE_PROCESS of a card with shares", "card", uuid)
-			delete(m.pendingModes, uuid)
+			delete(m.book.pendingModes, uuid)
 			m.changedLocked()
 		}
 		m.mu.Unlock()
@@ -377,14 +365,14 @@ func (m *Manager) ensureDaemon(ctx context.Context, r round) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.attempts++
+	m.sup.attempts++
 	if err != nil {
-		m.ready = false
+		m.sup.ready = false
 		m.recordLocked(err)
 		return err
 	}
-	m.ready, m.stopped, m.lastErr = true, false, nil
-	m.readyRound = r.n
+	m.sup.ready, m.sup.stopped, m.sup.lastErr = true, false, nil
+	m.sup.readyRound = r.n
 	m.changedLocked()
 	return nil
 }
@@ -394,12 +382,12 @@ func (m *Manager) ensureDaemon(ctx context.Context, r round) error {
 func (m *Manager) recordStop(err error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.attempts++
+	m.sup.attempts++
 	if err != nil {
 		m.recordLocked(err)
 		return err
 	}
-	m.ready, m.stopped, m.lastErr = false, true, nil
+	m.sup.ready, m.sup.stopped, m.sup.lastErr = false, true, nil
 	m.changedLocked()
 	return nil
 }
@@ -413,7 +401,7 @@ func (m *Manager) recordStop(err error) error {
 // or a share of this process wants the daemon now.
 func (m *Manager) stop(ctx context.Context) (again bool, err error) {
 	m.mu.Lock()
-	guard := m.guard
+	guard := m.sup.guard
 	m.mu.Unlock()
 	if guard == nil {
 		return false, m.stopDaemon(ctx)
@@ -457,7 +445,7 @@ func (m *Manager) lockForStop(ctx context.Context, guard StopGuard) (unlock func
 			return nil, false, false, fmt.Errorf("not stopping the idle MPS daemon: %w", l.err)
 		}
 		return l.unlock, l.noShares, false, nil
-	case <-m.kick:
+	case <-m.loop.kick:
 		cancel()
 		if l := <-got; l.unlock != nil {
 			l.unlock()
