@@ -19,7 +19,17 @@ const TempInfix = ".tmp-"
 // file in the same directory (mode 0600), fsynced, renamed over path, then
 // the directory fsynced, since the rename is durable only once the
 // directory entry is on disk. The directory is created if missing.
-func WriteFile(path string, data []byte) error {
+func WriteFile(path string, data []byte) error { return replace(path, data, true) }
+
+// ReplaceFile replaces path with data atomically but does not wait for the
+// disk: every process reads the old content or the new, never a torn file,
+// also after this process crashes (the page cache outlives it), but a power
+// loss may keep the old content. It is for a state that a reboot makes
+// moot anyway, on its way to a WriteFile that makes the final state
+// durable; it saves WriteFile's two fsyncs.
+func ReplaceFile(path string, data []byte) error { return replace(path, data, false) }
+
+func replace(path string, data []byte, sync bool) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating directory: %w", err)
@@ -39,8 +49,10 @@ func WriteFile(path string, data []byte) error {
 	if _, err := tmp.Write(data); err != nil {
 		return fmt.Errorf("writing %s: %w", tmpName, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", tmpName, err)
+	if sync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("syncing %s: %w", tmpName, err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("closing %s: %w", tmpName, err)
@@ -49,6 +61,9 @@ func WriteFile(path string, data []byte) error {
 		return fmt.Errorf("renaming %s: %w", tmpName, err)
 	}
 	ok = true
+	if !sync {
+		return nil
+	}
 	if err := SyncDir(dir); err != nil {
 		return fmt.Errorf("syncing directory %s: %w", dir, err)
 	}
