@@ -237,11 +237,12 @@ func (s *Store) moveAside(cause error) *CorruptError {
 func (s *Store) Save(cp *Checkpoint) error { return s.save(cp, writeAtomic) }
 
 // SaveUnsynced replaces the checkpoint file like Save, atomically, but
-// without fsync: the next process reads it (after a crash of this one, or
-// the other plugin pod of a rolling update), a power loss may lose it. A
-// power loss is a reboot, after which the boot ID drops every record, so
-// this is for a state whose only reader is a later process of this boot
-// (a claim's PrepareStarted), followed by a Save.
+// without fsync (durable.ReplaceFile): the next process reads it (after a
+// crash of this one, or the other plugin pod of a rolling update), a power
+// loss may lose it or leave an empty file (which Load reports as corrupt).
+// A power loss is a reboot, after which the boot ID drops every record, so
+// this is for a state whose only reader is a later process of this boot (a
+// claim's PrepareStarted), followed by a Save.
 func (s *Store) SaveUnsynced(cp *Checkpoint) error { return s.save(cp, durable.ReplaceFile) }
 
 func (s *Store) save(cp *Checkpoint, write func(path string, data []byte) error) error {

@@ -40,10 +40,11 @@ func WriteFile(path string, data []byte) error {
 
 // ReplaceFile replaces path with data atomically but does not wait for the
 // disk: every process reads the old content or the new, never a torn file,
-// also after this process crashes (the page cache outlives it), but a power
-// loss may keep the old content. It is for a state that a reboot makes
-// moot anyway, on its way to a WriteFile that makes the final state
-// durable; it saves WriteFile's two fsyncs.
+// also after this process crashes (the page cache outlives it). After a
+// power loss the disk may hold the old content, the new, or (the new
+// file's blocks not yet allocated) an empty file. It is for a state that a
+// reboot makes moot anyway, on its way to a WriteFile that makes the final
+// state durable; it saves WriteFile's two fsyncs.
 //
 // The new file is exchanged with path (where the file system can), not
 // renamed over it: ext4 writes a file renamed over another to disk at once
