@@ -13,8 +13,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// The benchmarks prepare claims through the real checkpoint store (atomic
-// write + fsync + rename + directory fsync) and the real CDI spec store, on
+// The benchmarks prepare claims through the real checkpoint store (an
+// unsynced atomic replace, then write + fsync + rename + directory fsync)
+// and the real CDI spec store, on
 // the file system of $TMPDIR (set it to the state directory's file system
 // to measure that disk). Each reports per-claim latency percentiles as
 // custom metrics: p50-ms and p99-ms.
@@ -73,7 +74,8 @@ func BenchmarkPrepareOneClaim(b *testing.B) {
 // BenchmarkDurableReplaceFloor is the reference for the numbers above: the
 // least one durable file replacement costs in $TMPDIR (write a temp file,
 // fsync it, rename it over the target, fsync the directory). A prepare does
-// two, one per checkpoint phase.
+// one, for PrepareCompleted; its PrepareStarted is written without fsync
+// (docs/prepare.md, "One durable write per prepare").
 func BenchmarkDurableReplaceFloor(b *testing.B) {
 	dir := b.TempDir()
 	target := filepath.Join(dir, "state")

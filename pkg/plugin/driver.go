@@ -345,7 +345,12 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	d.records[uid] = rec
 	d.mu.Unlock()
-	if err := d.persist(ctx); err != nil {
+	// Unsynced: the record must reach any later process of this boot (a
+	// restart after a crash rolls it back, the other plugin pod of a
+	// rolling update sees the cards held), not the disk: a power loss
+	// reboots the node, and a new boot drops every record. The Save of
+	// PrepareCompleted below makes the file durable.
+	if err := d.persistUnsynced(ctx); err != nil {
 		d.mu.Lock()
 		if action == actionPrepare && found {
 			// A completed claim being redone still holds what it held.
@@ -482,10 +487,19 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 
 // persist stores the records durably.
 func (d *Driver) persist(ctx context.Context) error {
+	return d.cfg.State.Save(ctx, d.snapshot())
+}
+
+// persistUnsynced stores the records for the later processes of this boot,
+// not waiting for the disk (StateStore.SaveUnsynced).
+func (d *Driver) persistUnsynced(ctx context.Context) error {
+	return d.cfg.State.SaveUnsynced(ctx, d.snapshot())
+}
+
+func (d *Driver) snapshot() map[string]prepared.Claim {
 	d.mu.Lock()
-	snapshot := maps.Clone(d.records)
-	d.mu.Unlock()
-	return d.cfg.State.Save(ctx, snapshot)
+	defer d.mu.Unlock()
+	return maps.Clone(d.records)
 }
 
 // lockState takes the lock between this node's plugin processes and

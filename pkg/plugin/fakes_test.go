@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -67,6 +68,9 @@ type stepState struct {
 	// onLock, when set, runs at the start of every Lock, the MPS worker's
 	// too. Set it only while no call runs.
 	onLock func()
+	// synced and unsynced count the saves that waited for the disk and
+	// those that did not.
+	synced, unsynced atomic.Int64
 }
 
 func (s *stepState) Lock(ctx context.Context) (func(), error) {
@@ -77,12 +81,25 @@ func (s *stepState) Lock(ctx context.Context) (func(), error) {
 }
 
 func (s *stepState) Save(ctx context.Context, records map[string]prepared.Claim) error {
+	s.synced.Add(1)
+	return s.save(func() error { return s.Claims.Save(ctx, records) })
+}
+
+// SaveUnsynced is a step "save" like Save: the crash tests crash after
+// every write of the checkpoint, whether or not it waited for the disk (a
+// crashed process loses neither).
+func (s *stepState) SaveUnsynced(ctx context.Context, records map[string]prepared.Claim) error {
+	s.unsynced.Add(1)
+	return s.save(func() error { return s.Claims.SaveUnsynced(ctx, records) })
+}
+
+func (s *stepState) save(write func() error) error {
 	if s.beforeSave != nil {
 		if err := s.beforeSave(); err != nil {
 			return err
 		}
 	}
-	if err := s.Claims.Save(ctx, records); err != nil {
+	if err := write(); err != nil {
 		return err
 	}
 	s.steps.after("save")

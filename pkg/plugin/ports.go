@@ -26,6 +26,12 @@ type StateStore interface {
 	Load(ctx context.Context) (records map[string]prepared.Claim, bootChanged bool, err error)
 	// Save replaces the stored records atomically and durably.
 	Save(ctx context.Context, records map[string]prepared.Claim) error
+	// SaveUnsynced replaces them atomically without waiting for the disk:
+	// every later process of this boot reads them, a power loss (a reboot,
+	// after which every record is dropped) may lose them. Prepare records
+	// PrepareStarted with it, so that its Save of PrepareCompleted is the
+	// call's one durable write.
+	SaveUnsynced(ctx context.Context, records map[string]prepared.Claim) error
 	// Lock waits for the lock between the plugin processes of the node
 	// (two run side by side during a rolling update) and returns its
 	// release. The driver holds it from Load to its last Save of a call.

@@ -65,3 +65,9 @@ func (c Claims) Lock(ctx context.Context) (func(), error) {
 func (c Claims) Save(_ context.Context, records map[string]prepared.Claim) error {
 	return c.Store.Save(&Checkpoint{Claims: records})
 }
+
+// SaveUnsynced replaces the stored records atomically, without waiting for
+// the disk (Store.SaveUnsynced).
+func (c Claims) SaveUnsynced(_ context.Context, records map[string]prepared.Claim) error {
+	return c.Store.SaveUnsynced(&Checkpoint{Claims: records})
+}

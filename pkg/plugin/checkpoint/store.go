@@ -231,9 +231,21 @@ func (s *Store) moveAside(cause error) *CorruptError {
 	return ce
 }
 
-// Save atomically replaces the checkpoint file with cp, stamped with the
-// current boot ID. cp is only read; callers must not change it concurrently.
-func (s *Store) Save(cp *Checkpoint) error {
+// Save atomically and durably replaces the checkpoint file with cp, stamped
+// with the current boot ID. cp is only read; callers must not change it
+// concurrently.
+func (s *Store) Save(cp *Checkpoint) error { return s.save(cp, writeAtomic) }
+
+// SaveUnsynced replaces the checkpoint file like Save, atomically, but
+// without fsync (durable.ReplaceFile): the next process reads it (after a
+// crash of this one, or the other plugin pod of a rolling update), a power
+// loss may lose it or leave an empty file (which Load reports as corrupt).
+// A power loss is a reboot, after which the boot ID drops every record, so
+// this is for a state whose only reader is a later process of this boot (a
+// claim's PrepareStarted), followed by a Save.
+func (s *Store) SaveUnsynced(cp *Checkpoint) error { return s.save(cp, durable.ReplaceFile) }
+
+func (s *Store) save(cp *Checkpoint, write func(path string, data []byte) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
@@ -255,7 +267,7 @@ func (s *Store) Save(cp *Checkpoint) error {
 	file = fmt.Appendf(file, `{"version":%q,"checksum":%q,"data":`, Version, checksum(data))
 	file = append(file, data...)
 	file = append(file, '}', '\n')
-	if err := writeAtomic(s.path, file); err != nil {
+	if err := write(s.path, file); err != nil {
 		return fmt.Errorf("saving checkpoint %s: %w", s.path, err)
 	}
 	return nil

@@ -80,6 +80,40 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSaveUnsyncedWritesTheSameFile holds that the unsynced save (a
+// claim's PrepareStarted) writes what Save writes, byte for byte, and that
+// a later Save replaces it: they differ only in waiting for the disk.
+func TestSaveUnsyncedWritesTheSameFile(t *testing.T) {
+	boot := boot1
+	s := newTestStore(t, &boot)
+	if err := s.Save(sample()); err != nil {
+		t.Fatal(err)
+	}
+	synced, err := os.ReadFile(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveUnsynced(New()); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Load(); err != nil || res.Corrupt != nil || len(res.Checkpoint.Claims) != 0 {
+		t.Fatalf("after SaveUnsynced of no claims: %+v, %v", res, err)
+	}
+	if err := s.SaveUnsynced(sample()); err != nil {
+		t.Fatal(err)
+	}
+	unsynced, err := os.ReadFile(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(unsynced) != string(synced) {
+		t.Errorf("SaveUnsynced wrote\n%s\nSave wrote\n%s", unsynced, synced)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(s.Path())); len(entries) != 1 {
+		t.Errorf("SaveUnsynced left extra files: %v", entries)
+	}
+}
+
 func TestConfigWithoutTypeMetaAndUnknownFields(t *testing.T) {
 	boot := boot1
 	s := newTestStore(t, &boot)
