@@ -9,11 +9,11 @@
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 GO=${GO:-go}
+# The static mode of hack/gomodes.sh, in which the static images are built:
+# the Kubernetes libraries compiled without cgo are compiled once for both.
+# shellcheck source=gomodes.sh
+source hack/gomodes.sh
 export CGO_ENABLED=0
-# The static images are built with -trimpath (hack/images/build-images.sh);
-# the same flag here gives the same compile actions, so the Kubernetes
-# libraries compiled without cgo are compiled once for both, not twice.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
 module=$($GO list -m)
 ours() { grep -E "^${module}(/|$)" | grep -v "^${module}/cmd/tangram-scheduler"; }
@@ -26,7 +26,5 @@ $GO vet "${pkgs[@]}"
 $GO test -count=1 "${pkgs[@]}"
 
 # The tangram-scheduler module itself has no cgo code: make
-# test-tangram-scheduler vets it with CGO_ENABLED=0 (and builds its
-# scheduler_perf glue so) and tests it under the race detector, and the
-# image build links it without cgo; testing it here again proved nothing
-# more (issue 43).
+# test-tangram-scheduler vets and tests it with CGO_ENABLED=0, as its image
+# links it (issue 43).

@@ -64,9 +64,9 @@ fail_row() { printf 'FAIL   %s\n' "$*" | tee -a "$report"; failed=$((failed + 1)
 	"$NVIDIA_SMI" -L
 } | tee "$report"
 
-log "building dra-kubelet-plugin (cgo) and gpu-acceptance"
-(cd "$REPO_ROOT" && CGO_ENABLED=1 go build -o "$work/dra-kubelet-plugin" ./cmd/dra-kubelet-plugin &&
-	go build -o "$work/gpu-acceptance" ./hack/gpu-acceptance) || die "go build failed"
+log "building dra-kubelet-plugin (cgo, as its image) and gpu-acceptance"
+(cd "$REPO_ROOT" && go_node build -o "$work/dra-kubelet-plugin" ./cmd/dra-kubelet-plugin &&
+	go_static build -o "$work/gpu-acceptance" ./hack/gpu-acceptance) || die "go build failed"
 
 # --- 1. the plugin's slices against nvidia-smi ----------------------------
 section "ResourceSlices (dra-kubelet-plugin slices, NVML) against nvidia-smi -q -x"

@@ -80,7 +80,7 @@ build_binaries() {
 control_plane_images() {
 	local out="$1" ocibuild="$KIND_CACHE/bin/ocibuild" ref name bin
 	mkdir -p "$out"
-	(cd "$REPO_ROOT" && go build -o "$ocibuild" ./hack/images/ocibuild) || die "building hack/images/ocibuild failed"
+	(cd "$REPO_ROOT" && go_static build -o "$ocibuild" ./hack/images/ocibuild) || die "building hack/images/ocibuild failed"
 	for ref in $("$KUBEADM_BIN/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null); do
 		name="${ref##*/}" name="${name%%:*}"
 		case "$name" in

@@ -24,7 +24,7 @@ bench-placement: ## every policy x openb list x 10 seeds -> docs/placement-resul
 .PHONY: tangram-scheduler
 tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and TangramPreemption plugins into ./bin (nested module)
 	@mkdir -p $(BIN_DIR)
-	cd cmd/tangram-scheduler && $(GO) build -o $(BIN_DIR)/tangram-scheduler .
+	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GO) build -o $(BIN_DIR)/tangram-scheduler .
 
 # The tangram-scheduler module is vetted and tested in the static mode of
 # hack/gomodes.sh (CGO_ENABLED=0; -trimpath comes from the Makefile), as its

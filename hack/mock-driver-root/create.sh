@@ -31,6 +31,8 @@ case "$root" in /*) ;; *) root="$(pwd)/$root" ;; esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cd "$repo"
+# shellcheck source=../gomodes.sh
+source hack/gomodes.sh
 marker="TANGRAM-MOCK-DRIVER-ROOT"
 export TANGRAM_MOCK_NVML_PROFILE="${TANGRAM_MOCK_NVML_PROFILE:-dgx-h100}"
 export TANGRAM_MOCK_NVML_NODE_NAME="${TANGRAM_MOCK_NVML_NODE_NAME:-$(hostname | tr '[:upper:]' '[:lower:]')}"
@@ -52,7 +54,7 @@ hook="$(hack/nvidia-cdi-hook/build.sh | tail -n1)"
 
 mkdir -p "$root/usr/lib64" "$root/usr/bin" "$root/dev" "$root/proc/driver/nvidia" "$root/usr/share/tangram-mock-nvml"
 devices="$root/usr/share/tangram-mock-nvml/devices"
-go run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$TANGRAM_MOCK_NVML_PROFILE" \
+go_static run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$TANGRAM_MOCK_NVML_PROFILE" \
 	-node-name "$TANGRAM_MOCK_NVML_NODE_NAME" -driver-version "${TANGRAM_MOCK_NVML_DRIVER_VERSION:-}" -sysfs "$root/sys" \
 	-mig-minors "$root/proc/driver/nvidia-caps/mig-minors" -o "$devices"
 version="$(awk '$1 == "driver" {print $2}' "$devices")"
@@ -79,7 +81,7 @@ ln -s libcuda.so.1 "$lib64/libcuda.so"
 # Programs: the toolkit's nvidia-cdi-hook, the stand-in MPS control (static,
 # so the daemon pod runs it too) and a nvidia-smi that says what it is.
 install -m 0755 "$hook" "$root/usr/bin/nvidia-cdi-hook"
-CGO_ENABLED=0 go build -ldflags "-X main.driverVersion=$version" -o "$root/usr/bin/nvidia-cuda-mps-control" ./hack/mock-driver-root/cmd/nvidia-cuda-mps-control
+go_static build -ldflags "-X main.driverVersion=$version" -o "$root/usr/bin/nvidia-cuda-mps-control" ./hack/mock-driver-root/cmd/nvidia-cuda-mps-control
 printf '#!/bin/sh\necho "mock NVIDIA driver %s (Tangram mock driver root): no GPU here" >&2\nexit 9\n' "$version" >"$root/usr/bin/nvidia-smi"
 chmod 0755 "$root/usr/bin/nvidia-smi"
 mkdir -p "$root/lib/firmware/nvidia/$version"

@@ -23,6 +23,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cd "$repo"
+# shellcheck source=../gomodes.sh
+source hack/gomodes.sh
 profile="${TANGRAM_MOCK_NVML_PROFILE:-dgx-h100}"
 node="${TANGRAM_MOCK_NVML_NODE_NAME:-mock-node}"
 state="${TANGRAM_MOCK_NVML_STATE_DIR:-/var/lib/tangram/mock-nvml}"
@@ -36,7 +38,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # The device table, as C, from the same profile code the fake source uses.
-go run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$profile" -node-name "$node" \
+go_static run ./hack/mock-nvml/cmd/mock-nvml-profile -profile "$profile" -node-name "$node" \
 	-c-state-dir "$state" -driver-version "${TANGRAM_MOCK_NVML_DRIVER_VERSION:-}" -format c -o "$work/builtin.c"
 
 # The driver release decides whether the per-cgroup memory limit calls

@@ -13,7 +13,7 @@ dir="${XDG_CACHE_HOME:-$HOME/.cache}/tangram/nvidia-cdi-hook/$version"
 if [ ! -x "$dir/nvidia-cdi-hook" ]; then
 	mkdir -p "$dir"
 	# cgo: the hook links go-nvml; go-nvml's prolog warns about deprecated calls.
-	CGO_ENABLED=1 CGO_CFLAGS="${CGO_CFLAGS:--O2 -Wno-deprecated-declarations}" GOBIN="$dir" \
+	CGO_ENABLED=1 CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" GOBIN="$dir" \
 		go install "$module/cmd/nvidia-cdi-hook@$version" >&2
 fi
 echo "$dir/nvidia-cdi-hook"

@@ -40,6 +40,7 @@ func TestConcurrentEventsAndScoring(t *testing.T) {
 				policy, err := policies.For(snap.Shapes, &request)
 				if err != nil {
 					t.Errorf("reader %d: building the policy: %v", i, err)
+					continue
 				}
 				var cycle sync.WaitGroup
 				for _, node := range worldNodes {
@@ -61,6 +62,15 @@ func TestConcurrentEventsAndScoring(t *testing.T) {
 	for step := range 400 {
 		w.step()
 		if step%40 == 0 {
+			// Only cycles that end after this point count, so every
+			// reader runs between these steps and the next ones.
+			for drained := false; !drained; {
+				select {
+				case <-cycles:
+				default:
+					drained = true
+				}
+			}
 			for seen := map[int]bool{}; len(seen) < readers; {
 				seen[<-cycles] = true
 			}
