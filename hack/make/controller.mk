@@ -40,4 +40,4 @@ test-controller-realcluster: ## the controller in-process against a real API ser
 
 .PHONY: unit-nocgo
 unit-nocgo: ## unit tests of the packages the static images link (controller, kubectl plugin, scheduler), with CGO_ENABLED=0
-	@GO=$(GO) hack/unit-nocgo.sh
+	@hack/unit-nocgo.sh

@@ -43,7 +43,7 @@ test-tangram-scheduler: ## tests of the scheduler plugins (nested module, withou
 	@if grep -nE --include='*.go' --exclude='*_test.go' '$(SCHED_FORBIDDEN)' -r cmd/tangram-scheduler; then \
 		echo "cgo, locks, atomics or goroutines in cmd/tangram-scheduler (above): its tests run without -race and without cgo;"; \
 		echo "put concurrent state in a package of this module (as pkg/placement/clusterstate) where make unit races it (docs/testing.md)"; exit 1; fi
-	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GO) vet ./... && $(SCHED_NOCGO_ENV) $(GO) test -count=1 ./...
+	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GOC) vet ./... && $(SCHED_NOCGO_ENV) $(GOC) test -count=1 ./...
 
 # Scheduler throughput: stock kube-scheduler vs tangram-scheduler on an API
 # server and etcd of the benchmark's own (ports 23790/16443, not the local
