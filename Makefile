@@ -18,7 +18,8 @@ export GOFLAGS := $(strip $(filter-out -trimpath -ldflags=-w,$(GOFLAGS)) -trimpa
 # and `make build` run as they ship.
 GO_BUILD_GOGC ?= 400
 GOC = GOGC=$(GO_BUILD_GOGC) $(GO)
-GO_STATIC = CGO_ENABLED=0 $(GOC)
+STATIC_ENV := CGO_ENABLED=0
+GO_STATIC = $(STATIC_ENV) $(GOC)
 BIN_DIR ?= $(CURDIR)/bin
 
 .PHONY: help

@@ -26,5 +26,5 @@ cd "$REPO_ROOT"
 # those labelled mig need the plugin on the mig-h100 profile, and run in
 # make demo/test-demo too, which installs it first (docs/testing.md).
 # E2E_LABEL_FILTER replaces this filter.
-exec env CGO_ENABLED=0 go test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
+go_static test -v -tags e2e -count=1 -timeout "${E2E_TIMEOUT:-45m}" ./test/e2e -args \
 	--kubeconfig "$KUBECONFIG" -ginkgo.v -ginkgo.no-color -ginkgo.label-filter="${E2E_LABEL_FILTER:-!realpath && !demo && !mig}" "${args[@]}" "$@"

@@ -24,10 +24,10 @@ bench-placement: ## every policy x openb list x 10 seeds -> docs/placement-resul
 .PHONY: tangram-scheduler
 tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and TangramPreemption plugins into ./bin (nested module)
 	@mkdir -p $(BIN_DIR)
-	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GO) build -o $(BIN_DIR)/tangram-scheduler .
+	cd cmd/tangram-scheduler && $(STATIC_ENV) $(GO) build -o $(BIN_DIR)/tangram-scheduler .
 
 # The tangram-scheduler module is vetted and tested in the static mode of
-# hack/gomodes.sh (CGO_ENABLED=0; -trimpath comes from the Makefile), as its
+# hack/gomodes.sh (GO_STATIC, STATIC_ENV in the Makefile), as its
 # image and the local cluster's Kubernetes are built: the Go build cache
 # compiles the scheduler and the API server once for all of them. Not under
 # -race: the plugins' concurrent state (pkg/placement/clusterstate,
@@ -35,7 +35,6 @@ tangram-scheduler: ## build kube-scheduler 1.37 with the TangramPacking and Tang
 # concurrent tests under the race detector; the target fails when the module
 # grows cgo code, locks, atomics or goroutines of its own (docs/testing.md,
 # issue 43).
-SCHED_NOCGO_ENV = CGO_ENABLED=0
 SCHED_FORBIDDEN = ^import "C"|^//go:build.*cgo|"sync/atomic"|sync\.(Mutex|RWMutex|Map|WaitGroup|Cond)|^[[:space:]]*go (func|[a-zA-Z_.]+\()
 
 .PHONY: test-tangram-scheduler
@@ -43,7 +42,7 @@ test-tangram-scheduler: ## tests of the scheduler plugins (nested module, withou
 	@if grep -nE --include='*.go' --exclude='*_test.go' '$(SCHED_FORBIDDEN)' -r cmd/tangram-scheduler; then \
 		echo "cgo, locks, atomics or goroutines in cmd/tangram-scheduler (above): its tests run without -race and without cgo;"; \
 		echo "put concurrent state in a package of this module (as pkg/placement/clusterstate) where make unit races it (docs/testing.md)"; exit 1; fi
-	cd cmd/tangram-scheduler && $(SCHED_NOCGO_ENV) $(GOC) vet ./... && $(SCHED_NOCGO_ENV) $(GOC) test -count=1 ./...
+	cd cmd/tangram-scheduler && $(GO_STATIC) vet ./... && $(GO_STATIC) test -count=1 ./...
 
 # Scheduler throughput: stock kube-scheduler vs tangram-scheduler on an API
 # server and etcd of the benchmark's own (ports 23790/16443, not the local

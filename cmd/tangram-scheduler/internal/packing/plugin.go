@@ -41,7 +41,6 @@ type Args struct {
 // Unreserve to see the allocations of pods it has not seen bound yet.
 type Plugin struct {
 	handle fwk.Handle
-	policy string
 
 	// state is the model of every node, kept up to date by informer
 	// events and Reserve/Unreserve; synced says whether the informers have
@@ -49,7 +48,8 @@ type Plugin struct {
 	state  *clusterstate.State
 	synced func() bool
 
-	// policies keeps the previous pod's policy, with its score cache.
+	// policies builds the configured policy (Args.Policy) and keeps the
+	// previous pod's, with its score cache.
 	policies *clusterstate.PolicyCache
 }
 
@@ -87,7 +87,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if _, err := placement.New(args.Policy, placement.NewWorkload([]placement.Request{{WholeCards: 1}})); err != nil {
 		return nil, fmt.Errorf("%s args: %w", Name, err)
 	}
-	p := &Plugin{handle: h, policy: args.Policy, state: clusterstate.New(), policies: clusterstate.NewPolicyCache(args.Policy)}
+	p := &Plugin{handle: h, state: clusterstate.New(), policies: clusterstate.NewPolicyCache(args.Policy)}
 	synced, err := p.watch(h.SharedInformerFactory())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
