@@ -103,7 +103,8 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	defer m.Close()
 	claim := prepared.Claim{UID: "c1", Namespace: "default", Name: "c1", Devices: []prepared.Device{{Request: "gpu", Device: "gpu-0",
 		GPUUUID: card.UUID, ShareID: "s1", Share: true, MemoryBytes: 20 << 30, MPSPipeDir: layout.PipeDir()}}}
-	ids, err := specs.Write(context.Background(), claim, m.ClientConfig("c1"))
+	specs.MPS = m
+	ids, err := specs.Write(context.Background(), claim)
 	if err != nil {
 		t.Fatal(err)
 	}

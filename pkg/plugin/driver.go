@@ -24,7 +24,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/kinds"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -44,9 +44,6 @@ type Config struct {
 	// MPSPipeDir is the node's MPS pipe directory, recorded on every MPS
 	// share (prepared.Device.UsesMPS).
 	MPSPipeDir string
-	// Shares is the MPS accounting; nil on nodes with sharing disabled,
-	// where a share allocation is refused.
-	Shares Shares
 	// ClaimDirs makes each claim's own /dev/shm, which its spec mounts
 	// (cdi.ClaimSpecs.ClaimShmDir); nil makes none.
 	ClaimDirs ClaimDirs
@@ -97,9 +94,8 @@ type Config struct {
 	// NonRootNamespaces, if set, limits the check to the namespaces it
 	// matches (the admission policies' namespaceSelector); nil: all.
 	NonRootNamespaces NamespaceMatcher
-	// MIG creates and destroys the MIG instances of claims of MIG
-	// partitions (NVML, or a file for fake cards); nil refuses them.
-	MIG gpu.MIGPartitions
+	// KindConfig wires the kinds of prepared device (kinds.go).
+	KindConfig
 }
 
 // Driver implements kubeletplugin.DRAPlugin.
@@ -107,16 +103,15 @@ type Driver struct {
 	cfg   Config
 	cards map[string]gpu.GPU
 
+	// kinds are the effects of the node's kinds of prepared device
+	// (kinds.go), in the order their set-up runs.
+	kinds []kinds.Effects
+
 	// mu guards records against readers outside calls (Records). Calls
 	// themselves are ordered by the state lock (StateStore.Lock), across
 	// plugin processes too.
 	mu      sync.Mutex
 	records map[string]prepared.Claim
-	// foreign holds, by card UUID, the MIG instances no record names, as
-	// last listed under the state lock (mig.go, setForeignMIG); migChanged
-	// is closed when it changes (MIGChanged).
-	foreign    map[string][]foreignMIG
-	migChanged chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = &Driver{}
@@ -135,10 +130,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.MPSPipeDir == "" {
 		return nil, errors.New("internal error: the driver has no MPS pipe directory to record on MPS shares")
 	}
-	if cfg.Shares != nil {
-		// Before recovery's Reconcile lets the worker stop an idle daemon.
-		cfg.Shares.GuardStops(stopGuard{state: cfg.State})
-	}
+	d.registerKinds()
 	// Under the lock, a record only started is truly abandoned: a plugin
 	// process still serving holds the lock for its whole call.
 	unlock, err := cfg.State.Lock(ctx)
@@ -165,10 +157,18 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// here, before any wait or lock: the admission policies could not
 	// check a pod created before its claim or template.
 	checks := d.checkPodSecurity(ctx, claims)
-	// A share whose daemon is starting waits for it here, before the
-	// state lock, so that no other call waits with it (docs/prepare.md,
-	// "No long waits").
-	defer d.awaitMPSDaemon(ctx, slices.DeleteFunc(slices.Clone(claims), func(c *resourceapi.ResourceClaim) bool { return checks[c.UID].refused != nil }))()
+	// Planning is pure: done once, before the lock, so that a kind can
+	// wait for what its set-up needs (a starting MPS daemon) before the
+	// state lock and no other call waits with it (docs/prepare.md, "No
+	// long waits").
+	plans := make(map[types.UID]plannedClaim, len(claims))
+	for _, claim := range claims {
+		if checks[claim.UID].refused == nil {
+			rec, err := d.plan(claim, checks[claim.UID].strictClass)
+			plans[claim.UID] = plannedClaim{rec: rec, err: err}
+		}
+	}
+	defer d.beforeLock(ctx, plans)()
 	unlock, err := d.lockState(ctx)
 	if err != nil {
 		return nil, err
@@ -178,56 +178,70 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// One after the other: a call holds a pod's few claims, and preparing
 	// them in parallel saved nothing measurable (docs/prepare.md).
 	for _, claim := range claims {
-		out[claim.UID] = d.prepareOne(ctx, claim, checks[claim.UID])
+		out[claim.UID] = d.prepareOne(ctx, claim, checks[claim.UID], plans[claim.UID])
 	}
 	d.publishGauges()
 	return out, nil
 }
 
-// awaitMPSDaemon waits for the MPS daemon when one of the claims holds an
-// MPS share on this node, holding no lock: the kubelet's calls are not
-// serialized by the helper (see plugin.go), so whole-card calls go on
-// meanwhile. The wait is bounded by the Manager's StartWait and the
-// call's deadline; a daemon still not ready is Acquire's to answer. The
-// returned function, called at the end of the call, lets the daemon go
-// when no share holds it.
-func (d *Driver) awaitMPSDaemon(ctx context.Context, claims []*resourceapi.ResourceClaim) (done func()) {
-	if d.cfg.Shares == nil || !slices.ContainsFunc(claims, d.wantsMPS) {
-		return func() {}
-	}
-	start := time.Now()
-	done, err := d.cfg.Shares.AwaitDaemon(ctx)
-	logger := klog.FromContext(ctx)
-	if err != nil {
-		logger.Info("MPS daemon not ready after waiting; the shares' prepares say so and the kubelet retries", "waited", time.Since(start).Round(time.Millisecond), "err", err)
-		return done
-	}
-	logger.V(3).Info("MPS daemon ready for the call's shares", "waited", time.Since(start).Round(time.Millisecond))
-	return done
+// plannedClaim is a claim's record as planned, or why it cannot be.
+type plannedClaim struct {
+	rec prepared.Claim
+	err error
 }
 
-// wantsMPS reports whether the claim holds an MPS share on this node.
-// Errors are prepareClaim's to report; here they mean no wait.
-func (d *Driver) wantsMPS(claim *resourceapi.ResourceClaim) bool {
+// plan is the claim's record before anything is done: its devices of this
+// node with their kind and effective config, PrepareStarted; no devices
+// when the claim has no result of ours. strictClass is the strict class
+// its containers are held to (checkPodSecurity), "" for none.
+func (d *Driver) plan(claim *resourceapi.ResourceClaim, strictClass string) (prepared.Claim, error) {
 	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
-	if err != nil || len(planned.Devices) == 0 || !slices.ContainsFunc(planned.Devices, func(dev prepared.Device) bool { return dev.Share }) {
-		return false
+	if err != nil || len(planned.Devices) == 0 {
+		return planned, err
 	}
 	configs, err := d.cfg.Configs(claim, planned.Devices)
 	if err != nil {
-		return false
+		return planned, err
 	}
-	return len(withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend).MPSCards()) > 0
+	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
+	rec.NonRootClass = strictClass
+	return rec, nil
+}
+
+// beforeLock lets each kind wait, holding no lock, for what the call's
+// claims need (kinds.Waiter); the returned function, called at the end of
+// the call, ends the waits.
+func (d *Driver) beforeLock(ctx context.Context, plans map[types.UID]plannedClaim) (done func()) {
+	var recs []prepared.Claim
+	for _, p := range plans {
+		if p.err == nil && len(p.rec.Devices) > 0 {
+			recs = append(recs, p.rec)
+		}
+	}
+	var dones []func()
+	for _, k := range d.kinds {
+		if w, ok := k.(kinds.Waiter); ok {
+			dones = append(dones, w.BeforeLock(ctx, recs))
+		}
+	}
+	return func() {
+		for _, done := range dones {
+			done()
+		}
+	}
 }
 
 // prepareOne prepares one claim, or answers refused when the pod check
 // refused it.
-func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, check podCheck) kubeletplugin.PrepareResult {
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, check podCheck, planned plannedClaim) kubeletplugin.PrepareResult {
 	start := time.Now()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
 	devices, err := []kubeletplugin.Device(nil), check.refused
-	if check.refused == nil {
-		devices, err = d.prepareClaim(klog.NewContext(ctx, logger), claim, check.strictClass)
+	if err == nil {
+		err = planned.err
+	}
+	if err == nil {
+		devices, err = d.prepareClaim(klog.NewContext(ctx, logger), claim, planned.rec)
 	}
 	d.cfg.Metrics.observePrepare(start, err)
 	if err != nil {
@@ -273,28 +287,13 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	}
 }
 
-// prepareClaim prepares one claim; strictClass is the strict class its
-// containers are held to (checkPodSecurity), "" for none.
-func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim, strictClass string) ([]kubeletplugin.Device, error) {
+// prepareClaim prepares one claim as planned (rec).
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim, rec prepared.Claim) ([]kubeletplugin.Device, error) {
 	uid := string(claim.UID)
-	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
-	if err != nil {
-		return nil, err
-	}
-	if len(planned.Devices) == 0 {
+	if len(rec.Devices) == 0 {
 		// The kubelet only asks for claims with results of ours; nothing
 		// to write or remember otherwise.
 		return []kubeletplugin.Device{}, nil
-	}
-	configs, err := d.cfg.Configs(claim, planned.Devices)
-	if err != nil {
-		return nil, err
-	}
-	rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
-	rec.NonRootClass = strictClass
-	if len(rec.MPSCards()) > 0 && d.cfg.Shares == nil {
-		return nil, fmt.Errorf("the claim holds shares of %v, but sharing is disabled on node %s; use a whole card or a node with --sharing=enabled",
-			rec.MPSCards(), d.cfg.NodeName)
 	}
 
 	d.mu.Lock()
@@ -326,10 +325,13 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 			return nil, fmt.Errorf("rolling back an earlier incomplete preparation: %w", err)
 		}
 	}
-	// A MIG placement held by an instance Tangram did not create is
-	// refused before the intent is recorded (see mig.go).
-	if err := d.checkMIGFree(ctx, rec); err != nil {
-		return nil, err
+	// What a kind's set-up would refuse (a MIG placement held by an
+	// instance Tangram did not create) is refused before the intent is
+	// recorded.
+	for _, k := range d.kinds {
+		if err := k.Admit(ctx, rec); err != nil {
+			return nil, err
+		}
 	}
 	// Reserve the cards by recording PrepareStarted (for a MIG partition:
 	// the intent to create it at its placement).
@@ -362,10 +364,9 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, fmt.Errorf("recording the start of preparation: %w", err)
 	}
 
-	// Side effects: MPS accounting (never a long wait under this lock:
-	// the wait for a starting daemon was awaitMPSDaemon's, and every
-	// control command has a deadline; see mps.Manager), MIG instances and
-	// the CDI spec. On error, applied is the record with what was done.
+	// Side effects: the claim's /dev/shm, each kind's (never a long wait
+	// under this lock: a kind waits in beforeLock) and the CDI spec. On
+	// error, applied is the record with what was done.
 	completed, err := d.apply(ctx, rec)
 	applied := completed
 	if err == nil {
@@ -391,27 +392,27 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	return completed.KubeletDevices(d.cfg.NodeName), nil
 }
 
-// apply makes the claim's /dev/shm, does the MPS accounting, creates its
-// MIG instances and writes the spec; it returns the completed record, or
-// on error the record with the MIG instances created so far.
+// apply makes the claim's /dev/shm, sets up each kind's side effects and
+// writes the spec; it returns the completed record, or on error the record
+// with what was done so far.
 func (d *Driver) apply(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
 	if d.cfg.ClaimDirs != nil {
 		if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
 			return rec, fmt.Errorf("creating the claim's /dev/shm: %w", err)
 		}
 	}
-	var client mps.ClientConfig
-	if len(rec.MPSCards()) > 0 {
-		if err := d.cfg.Shares.Acquire(ctx, rec.UID, rec.MPSShares()); err != nil {
+	for _, k := range d.kinds {
+		var err error
+		if rec, err = k.SetUp(ctx, rec); err != nil {
 			return rec, err
 		}
-		client = d.cfg.Shares.ClientConfig(rec.UID)
 	}
-	rec, err := d.createMIG(ctx, rec)
-	if err != nil {
-		return rec, err
-	}
-	ids, err := d.cfg.Specs.Write(ctx, rec, client)
+	return d.writeSpec(ctx, rec)
+}
+
+// writeSpec writes the claim's CDI spec and returns the record completed.
+func (d *Driver) writeSpec(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	ids, err := d.cfg.Specs.Write(ctx, rec)
 	if err != nil {
 		return rec, fmt.Errorf("writing the CDI spec: %w", err)
 	}
@@ -434,16 +435,18 @@ func completed(rec prepared.Claim, ids [][]string) (prepared.Claim, error) {
 	return out, nil
 }
 
-// undo removes the claim's spec, MPS accounting, /dev/shm and MIG
-// instances, then its record. The record is kept (as started) if cleanup
-// failed, so a retry or the next start-up tries again.
+// undo removes the claim's spec, each kind's side effects (in reverse
+// order of set-up) and its /dev/shm, then its record. The record is kept
+// (as started) if cleanup failed, so a retry or the next start-up tries
+// again.
 func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 	var errs []error
+	// First: nothing the kinds remove may stay named by a spec.
 	if err := d.cfg.Specs.Remove(ctx, rec.UID); err != nil {
 		errs = append(errs, fmt.Errorf("removing the CDI spec: %w", err))
 	}
-	if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
-		if err := d.cfg.Shares.Release(ctx, rec.UID); err != nil {
+	for _, k := range slices.Backward(d.kinds) {
+		if err := k.Undo(ctx, rec); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -451,10 +454,6 @@ func (d *Driver) undo(ctx context.Context, rec prepared.Claim) error {
 		if err := d.cfg.ClaimDirs.Remove(ctx, rec.UID); err != nil {
 			errs = append(errs, fmt.Errorf("removing the claim's /dev/shm: %w", err))
 		}
-	}
-	// Last: the containers are gone, and nothing the spec names is left.
-	if err := d.destroyMIG(ctx, rec); err != nil {
-		errs = append(errs, err)
 	}
 	d.mu.Lock()
 	if len(errs) > 0 {
@@ -521,8 +520,8 @@ func (d *Driver) lockState(ctx context.Context) (func(), error) {
 	return unlock, nil
 }
 
-// reload replaces the records with the checkpoint's and brings the MPS
-// accounting in line with them.
+// reload replaces the records with the checkpoint's and brings the kinds'
+// state in line with them (kinds.Resyncer: the MPS accounting).
 func (d *Driver) reload(ctx context.Context) error {
 	records, bootChanged, err := d.cfg.State.Load(ctx)
 	switch {
@@ -539,45 +538,12 @@ func (d *Driver) reload(ctx context.Context) error {
 	old := d.records
 	d.records = records
 	d.mu.Unlock()
-	d.syncShares(ctx, old, records)
+	for _, k := range d.kinds {
+		if r, ok := k.(kinds.Resyncer); ok {
+			r.Resync(ctx, old, records)
+		}
+	}
 	return nil
-}
-
-// syncShares tells the MPS accounting about shares another plugin process
-// prepared or unprepared: the accounting decides when the daemon is
-// needed and which cards are in EXCLUSIVE_PROCESS.
-func (d *Driver) syncShares(ctx context.Context, before, after map[string]prepared.Claim) {
-	if d.cfg.Shares == nil {
-		return
-	}
-	logger := klog.FromContext(ctx)
-	changed := false
-	uids := slices.Sorted(maps.Keys(before))
-	for uid := range after {
-		if _, ok := before[uid]; !ok {
-			uids = append(uids, uid)
-		}
-	}
-	for _, uid := range uids {
-		had, has := before[uid].MPSCards(), after[uid].MPSCards()
-		if slices.Equal(had, has) {
-			continue
-		}
-		logger.V(2).Info("Another plugin process changed the claim's MPS shares; accounting them here too", "claimUID", uid, "before", had, "after", has)
-		changed = true
-		if len(had) > 0 {
-			if err := d.cfg.Shares.Release(ctx, uid); err != nil {
-				logger.Error(err, "Releasing MPS shares another plugin process released", "claimUID", uid)
-			}
-		}
-		if len(has) > 0 {
-			d.cfg.Shares.Restore(ctx, uid, after[uid].MPSShares())
-		}
-	}
-	if changed {
-		// The other process may have started or stopped the daemon too.
-		d.cfg.Shares.Resync(ctx)
-	}
 }
 
 func (d *Driver) holdingsLocked() []Holding {

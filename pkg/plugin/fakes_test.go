@@ -114,11 +114,11 @@ type stepSpecs struct {
 	failWrite error
 }
 
-func (s *stepSpecs) Write(ctx context.Context, claim prepared.Claim, client mps.ClientConfig) ([][]string, error) {
+func (s *stepSpecs) Write(ctx context.Context, claim prepared.Claim) ([][]string, error) {
 	if s.failWrite != nil {
 		return nil, s.failWrite
 	}
-	ids, err := s.ClaimSpecs.Write(ctx, claim, client)
+	ids, err := s.ClaimSpecs.Write(ctx, claim)
 	if err == nil {
 		s.steps.after("spec-write")
 	}

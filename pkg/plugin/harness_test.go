@@ -19,6 +19,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/kinds/migpartition"
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
@@ -118,14 +119,17 @@ func (h *harness) tryStart() error {
 		opts = append(opts, h.managerOpts(layout, uuids)...)
 	}
 	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, opts...), steps: h.steps}
+	// The specs ask the current process's manager for the claims' MPS
+	// client configuration, as in plugin.go.
+	h.specs.MPS = h.shares
 	d, err := New(context.Background(), Config{
-		NodeName:  testNode,
-		GPUs:      testGPUs(),
-		State:     h.state,
-		Specs:     h.specs,
-		Configs:   ResolveConfigs,
-		Shares:    h.shares,
-		ClaimDirs: h.claimDirs(),
+		NodeName:   testNode,
+		GPUs:       testGPUs(),
+		State:      h.state,
+		Specs:      h.specs,
+		Configs:    ResolveConfigs,
+		KindConfig: KindConfig{Shares: h.shares, MIG: h.mig},
+		ClaimDirs:  h.claimDirs(),
 		// tangram-cdi-hook's records, swept at start-up.
 		MemoryLimitRecords: h.memoryLimitRecords(),
 		// The pipe directory recorded on MPS shares.
@@ -133,7 +137,6 @@ func (h *harness) tryStart() error {
 		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
 			return h.claims, h.listErr
 		},
-		MIG:         h.mig,
 		ClaimStatus: h.status,
 	})
 	if err != nil {
@@ -202,7 +205,10 @@ func crashing(f func()) (crashed string) {
 }
 
 func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) string {
-	return crashing(func() { _ = h.driver.prepareOne(context.Background(), claim, podCheck{}) })
+	return crashing(func() {
+		rec, err := h.driver.plan(claim, "")
+		_ = h.driver.prepareOne(context.Background(), claim, podCheck{}, plannedClaim{rec: rec, err: err})
+	})
 }
 
 // startCrashing starts a new Driver, as restart does, and reports the step
@@ -311,7 +317,7 @@ func (h *harness) assertMIG(records map[string]prepared.Claim, foreign ...gpu.MI
 				continue
 			}
 			want[dev.MIG.UUID] = true
-			if _, ok := findMIGInstance(list, dev.MIG); !ok {
+			if _, ok := migpartition.FindInstance(list, dev.MIG); !ok {
 				h.t.Errorf("claim %s: MIG instance of %s (%+v) lost; the card has %v", uid, dev.Device, *dev.MIG, list)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/kinds/migpartition"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -342,7 +343,7 @@ func TestMIGDeviceOf(t *testing.T) {
 		{0, 1, ""},
 	}
 	for _, tt := range tests {
-		got, ok := h.driver.MIGDeviceOf(tt.index, tt.gi)
+		got, ok := h.driver.MIGPartitions().MIGDeviceOf(tt.index, tt.gi)
 		if got != tt.want || ok != (tt.want != "") {
 			t.Errorf("MIGDeviceOf(%d, %d) = %q %v, want %q", tt.index, tt.gi, got, ok, tt.want)
 		}
@@ -428,7 +429,7 @@ func TestCrashDuringMIGRecreateThenRestart(t *testing.T) {
 			}
 			list := h.migInstances()
 			for i, dev := range saved["m"].Devices {
-				inst, found := findMIGInstance(list, &prepared.MIG{ProfileID: dev.MIG.ProfileID, Start: dev.MIG.Start})
+				inst, found := migpartition.FindInstance(list, &prepared.MIG{ProfileID: dev.MIG.ProfileID, Start: dev.MIG.Start})
 				if recorded := found && dev.MIG.GPUInstanceIDValue() == inst.GPUInstanceID; recorded != (i < tt.saved) {
 					t.Errorf("the checkpoint names %s's re-created instance: %v, want %v (recorded %+v, card %v)", dev.Device, recorded, i < tt.saved, dev.MIG, list)
 				}
@@ -447,35 +448,5 @@ func TestCrashDuringMIGRecreateThenRestart(t *testing.T) {
 				t.Errorf("instances after unprepare %v, want none", list)
 			}
 		})
-	}
-}
-
-// TestMIGCardByRecordedUUID: a MIG device's card is the one with the
-// recorded UUID, wherever its index now is; a card gone from the node is
-// an error naming it, not a zero card.
-func TestMIGCardByRecordedUUID(t *testing.T) {
-	a := gpu.GPU{Index: 0, UUID: "GPU-a"}
-	b := gpu.GPU{Index: 1, UUID: "GPU-b"}
-	d := &Driver{cards: map[string]gpu.GPU{device.CardDeviceName(0): b, device.CardDeviceName(1): a}}
-	for _, tt := range []struct {
-		uuid    string
-		want    gpu.GPU
-		wantErr string
-	}{
-		{uuid: "GPU-a", want: a},
-		{uuid: "GPU-b", want: b},
-		{uuid: "GPU-gone", wantErr: "GPU-gone"},
-	} {
-		dev := prepared.Device{Device: device.MIGDeviceName(0, 19, 0), GPUUUID: tt.uuid, MIG: &prepared.MIG{ParentIndex: 0}}
-		got, err := d.migCard(dev)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("%s: %+v %v, want an error naming %s", tt.uuid, got, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got.UUID != tt.want.UUID || got.Index != tt.want.Index {
-			t.Errorf("%s: %+v %v, want %+v", tt.uuid, got, err, tt.want)
-		}
 	}
 }

@@ -105,7 +105,7 @@ func TestMIGInstanceOfLostCheckpointGoesWithItsClaim(t *testing.T) {
 				if !kept && len(h.migInstances()) != 0 {
 					t.Errorf("instances after start-up %v, want the claim's rolled back with it", h.migInstances())
 				}
-				if taints := h.driver.MIGTaints(); len(taints) != 0 {
+				if taints := h.driver.MIGPartitions().MIGTaints(); len(taints) != 0 {
 					t.Errorf("partitions tainted %v: the claim's instances were taken for foreign", taints)
 				}
 				if err := h.prepare(claim)[claim.UID].Err; err != nil {
@@ -179,7 +179,7 @@ func TestMIGLostCheckpointAdoptsOnlyTheExactPlacement(t *testing.T) {
 				if len(h.driver.Records()) != 0 {
 					t.Errorf("records after restart %v, want none", h.driver.Records())
 				}
-				taints := h.driver.MIGTaints()
+				taints := h.driver.MIGPartitions().MIGTaints()
 				if len(taints) == 0 {
 					t.Fatal("no partition tainted, want those overlapping the foreign instance")
 				}
@@ -286,8 +286,8 @@ func TestMIGForeignInstancePartitionsTainted(t *testing.T) {
 		}},
 		{name: "found at the poll", wantTainted: at2, setup: func(t *testing.T, h *harness) gpu.MIGInstance {
 			inst := inject(t, h)
-			changed := h.driver.MIGChanged()
-			h.driver.refreshForeignMIG(context.Background())
+			changed := h.driver.MIGPartitions().MIGChanged()
+			h.driver.MIGPartitions().RefreshForeign(context.Background())
 			select {
 			case <-changed:
 			default:
@@ -336,7 +336,7 @@ func TestMIGForeignInstancePartitionsTainted(t *testing.T) {
 			if got := slices.Sorted(maps.Keys(h.driver.Records())); !slices.Equal(got, tt.wantRecorded) {
 				t.Errorf("records %v, want %v", got, tt.wantRecorded)
 			}
-			taints := h.driver.MIGTaints()
+			taints := h.driver.MIGPartitions().MIGTaints()
 			wantValue := device.MIGDeviceName(migCard, foreign.ProfileID, foreign.Placement.Start)
 			if got := slices.Sorted(maps.Keys(taints)); !slices.Equal(got, slices.Sorted(slices.Values(tt.wantTainted))) {
 				t.Errorf("tainted partitions %v, want %v", got, tt.wantTainted)
@@ -360,7 +360,7 @@ func TestMIGForeignInstancePartitionsTainted(t *testing.T) {
 			// A restart leaves it, and its taints, as they are.
 			h.restart()
 			h.assertConsistentBeside(foreign)
-			if got := slices.Sorted(maps.Keys(h.driver.MIGTaints())); !slices.Equal(got, slices.Sorted(slices.Values(tt.wantTainted))) {
+			if got := slices.Sorted(maps.Keys(h.driver.MIGPartitions().MIGTaints())); !slices.Equal(got, slices.Sorted(slices.Values(tt.wantTainted))) {
 				t.Errorf("tainted partitions after a restart %v, want %v", got, tt.wantTainted)
 			}
 
@@ -368,14 +368,14 @@ func TestMIGForeignInstancePartitionsTainted(t *testing.T) {
 			if err := h.mig.Partitions.Destroy(context.Background(), card, foreign.GPUInstanceID); err != nil {
 				t.Fatal(err)
 			}
-			changed := h.driver.MIGChanged()
-			h.driver.refreshForeignMIG(context.Background())
+			changed := h.driver.MIGPartitions().MIGChanged()
+			h.driver.MIGPartitions().RefreshForeign(context.Background())
 			select {
 			case <-changed:
 			default:
 				t.Error("MIGChanged not closed when the instance went")
 			}
-			if taints := h.driver.MIGTaints(); len(taints) != 0 {
+			if taints := h.driver.MIGPartitions().MIGTaints(); len(taints) != 0 {
 				t.Errorf("taints after the instance went: %v", taints)
 			}
 			for name, d := range publishedDevices(t, h.driver) {
@@ -403,13 +403,13 @@ func TestMIGTaintedPartitionsAreNotAllocated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.driver.refreshForeignMIG(ctx)
+	h.driver.MIGPartitions().RefreshForeign(ctx)
 	base, err := resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode})
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishedCh := make(chan resourceslice.DriverResources, 10)
-	pub := &taintPublisher{node: testNode, resources: base, mig: h.driver, metrics: NewMetrics(),
+	pub := &taintPublisher{node: testNode, resources: base, mig: h.driver.MIGPartitions(), metrics: NewMetrics(),
 		publish: func(_ context.Context, res resourceslice.DriverResources) error {
 			publishedCh <- res
 			return nil
@@ -440,7 +440,7 @@ func TestMIGTaintedPartitionsAreNotAllocated(t *testing.T) {
 	if err := h.mig.Partitions.Destroy(ctx, card, foreign.GPUInstanceID); err != nil {
 		t.Fatal(err)
 	}
-	h.driver.refreshForeignMIG(ctx)
+	h.driver.MIGPartitions().RefreshForeign(ctx)
 	select {
 	case res := <-publishedCh:
 		got, err := allocate3g(res)
@@ -538,7 +538,7 @@ func publishedDevices(t *testing.T, d *Driver) map[string]resourceapi.Device {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, _, _ := (&taintPublisher{node: testNode, resources: base, mig: d, metrics: NewMetrics()}).tainted()
+	res, _, _ := (&taintPublisher{node: testNode, resources: base, mig: d.MIGPartitions(), metrics: NewMetrics()}).tainted()
 	out := map[string]resourceapi.Device{}
 	for _, s := range res.Pools[testNode].Slices {
 		for _, dev := range s.Devices {
@@ -589,13 +589,13 @@ func TestTaintPublisherMergesXIDAndMIGTaints(t *testing.T) {
 	if _, err := h.mig.InjectGPUInstance(testGPUs()[migCard], 19, 2, 1, true); err != nil {
 		t.Fatal(err)
 	}
-	h.driver.refreshForeignMIG(ctx)
+	h.driver.MIGPartitions().RefreshForeign(ctx)
 	monitor := newTestMonitor(t)
 	base, err := resourceslices.DriverResources(testGPUs(), resourceslices.Options{NodeName: testNode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := &taintPublisher{node: testNode, resources: base, monitor: monitor, mig: h.driver, metrics: NewMetrics()}
+	pub := &taintPublisher{node: testNode, resources: base, monitor: monitor, mig: h.driver.MIGPartitions(), metrics: NewMetrics()}
 	keys := func(name string) []string {
 		res, _, _ := pub.tainted()
 		var out []string

@@ -136,7 +136,7 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 		cfg.Events = recorder
 	}
 	var driver *Driver
-	monitor, err := w.newXIDTaintMonitor(func(index, gi int) (string, bool) { return driver.MIGDeviceOf(index, gi) })
+	monitor, err := w.newXIDTaintMonitor(func(index, gi int) (string, bool) { return driver.MIGPartitions().MIGDeviceOf(index, gi) })
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 		liveness.Details["gpus"] = func() string { return xidTaintSummary(monitor.Devices()) }
 	}
 	if pub != nil && pub.mig != nil {
-		go driver.WatchForeignMIG(ctx, foreignMIGPollInterval)
+		go driver.MIGPartitions().WatchForeignMIG(ctx)
 	}
 	return w.serve(ctx, cancel, liveness, metrics)
 }
@@ -188,8 +188,8 @@ func (w *wiring) newTaintPublisher(monitor *xidtaint.Monitor, driver *Driver, re
 	if monitor != nil {
 		pub.monitor = monitor
 	}
-	if len(driver.migCards()) > 0 {
-		pub.mig = driver
+	if parts := driver.MIGPartitions(); len(parts.Cards()) > 0 {
+		pub.mig = parts
 	}
 	if pub.monitor == nil && pub.mig == nil {
 		return nil
@@ -252,8 +252,13 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 	if migParts == nil && w.FakeGPUs {
 		migParts = fakegpu.NewPartitions(filepath.Join(w.StateDir, fakegpu.PartitionsFileName))
 	}
+	specs := cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(w.GPUs), MemoryLimitHook: w.MemoryLimitHook,
+		ClaimShmDir: claimDirs.ShmDir}
+	if shares != nil {
+		specs.MPS = shares
+	}
 	cfg := Config{
-		MIG:               migParts,
+		KindConfig:        KindConfig{MIG: migParts},
 		NodeName:          w.NodeName,
 		GPUs:              w.GPUs,
 		AllocatableMemory: allocatable,
@@ -261,8 +266,7 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 			Store:     checkpoint.NewStore(filepath.Join(w.StateDir, "checkpoint.json")),
 			StateLock: checkpoint.NewFileLock(filepath.Join(w.StateDir, "checkpoint.lock")),
 		},
-		Specs: cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(w.GPUs), MemoryLimitHook: w.MemoryLimitHook,
-			ClaimShmDir: claimDirs.ShmDir},
+		Specs:        specs,
 		ClaimDirs:    claimDirs,
 		Configs:      ResolveConfigs,
 		MPSPipeDir:   mps.Layout{Root: w.MPSRoot}.PipeDir(),
@@ -276,6 +280,7 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 		ShareEnforcementReason: w.ShareEnforcementReason,
 	}
 	if shares != nil {
+		// Not a typed nil: a nil Shares is sharing disabled.
 		cfg.Shares = shares
 	}
 	// Swept at start-up, also on a node no longer hard: the records of
@@ -326,7 +331,7 @@ func (w *wiring) startKubeletHelper(ctx context.Context, driver *Driver, resourc
 		// with its state lock (Driver.lockState), across both pods
 		// of a rolling update too. The helper's own serialization
 		// would make every call wait while a share waits for a
-		// starting MPS daemon before that lock (Driver.awaitMPSDaemon,
+		// starting MPS daemon before that lock (mpsshare.Effects.BeforeLock,
 		// docs/prepare.md "No long waits"); nothing it does around
 		// our calls needs it (no device metadata is enabled).
 		kubeletplugin.Serialize(false),

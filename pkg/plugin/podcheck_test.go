@@ -115,7 +115,7 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.apiError })
 			}
 			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
-				Shares: h.shares, MPSPipeDir: mps.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir(),
+				KindConfig: KindConfig{Shares: h.shares}, MPSPipeDir: mps.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir(),
 				NonRootClasses: tc.classes, ReservingPods: APIReservingPods(client, testNode)}
 			selector, err := ParseNamespaceSelector(tc.namespaces)
 			if err != nil {

@@ -7,11 +7,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
-// The Driver talks to storage, CDI and MPS through these small interfaces;
+// The Driver talks to storage, CDI and the claims' /dev/shm through these
+// small interfaces (and to MPS and MIG through its kinds, kinds.go);
 // pkg/plugin/checkpoint (checkpoint.Claims), pkg/plugin/cdi (cdi.ClaimSpecs) and
 // pkg/plugin/mps implement them, tests bind them to the same packages on temp
 // dirs or to fault-injecting wrappers. All of them carry the one record
@@ -41,9 +41,8 @@ type StateStore interface {
 // SpecStore computes and writes the per-claim transient CDI specs.
 type SpecStore interface {
 	// Write writes the claim's spec (atomically, replacing an old one) and
-	// returns the CDI device IDs of each device, in order. client is how the
-	// claim's MPS shares reach their daemon (empty without any).
-	Write(ctx context.Context, claim prepared.Claim, client mps.ClientConfig) ([][]string, error)
+	// returns the CDI device IDs of each device, in order.
+	Write(ctx context.Context, claim prepared.Claim) ([][]string, error)
 	// Remove deletes the claim's spec; a missing spec is not an error.
 	Remove(ctx context.Context, claimUID string) error
 	// List returns the UIDs of the claims that have a spec of ours on disk.
@@ -78,33 +77,6 @@ type MemoryLimitRecords interface {
 // ConfigResolver returns the effective config of each planned device
 // (class configs, then claim configs; later wins), in order.
 type ConfigResolver func(claim *resourceapi.ResourceClaim, devices []prepared.Device) ([]*configapi.GpuConfig, error)
-
-// Shares is the MPS accounting the driver needs. None of its calls waits
-// long on the MPS daemon (see mps.Manager).
-type Shares interface {
-	// Acquire accounts a new claim's shares; an error wrapping
-	// *mps.DaemonNotReadyError means the daemon is not ready yet and
-	// the kubelet should retry.
-	Acquire(ctx context.Context, claimUID string, shares []mps.Share) error
-	// AwaitDaemon waits, bounded by its own limit and ctx, for the daemon
-	// to be ready for a share; it holds no lock others need, and the
-	// driver calls it before taking the state lock. The daemon stays
-	// wanted until done is called, after the call. An error only says the
-	// daemon is not ready: Acquire then answers the share.
-	AwaitDaemon(ctx context.Context) (done func(), err error)
-	// Restore accounts, at start-up, shares that may be running; it never
-	// fails, so nothing a running share uses is torn down.
-	Restore(ctx context.Context, claimUID string, shares []mps.Share)
-	Release(ctx context.Context, claimUID string) error
-	Reconcile(ctx context.Context) error
-	// Resync makes the accounting look at the daemon again: another plugin
-	// process may have started or stopped it.
-	Resync(ctx context.Context)
-	// ClientConfig is how the claim's containers reach their MPS server.
-	ClientConfig(claimUID string) mps.ClientConfig
-	// GuardStops makes the daemon stop only under g: see mps.StopGuard.
-	GuardStops(g mps.StopGuard)
-}
 
 // ClaimLister lists the cluster's ResourceClaims, for rebuilding state from
 // our specs after a corrupt checkpoint. nil means no API server.

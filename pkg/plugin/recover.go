@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -15,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/kinds"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -30,16 +31,18 @@ const memoryLimitRecordsWait = 20 * time.Second
 //     the MIG instances and the API server's claims (rebuild);
 //   - after a reboot every record is dropped;
 //   - claims only "started" are rolled back;
-//   - completed claims get their MIG instances checked: one gone (a card
-//     reset) is created again at its placement, its record saved at once
-//     and its spec rewritten (recoverMIG); a rolled-back claim's instances
-//     are destroyed;
-//   - completed claims get their MPS accounting replayed (never failing,
-//     never waiting: the daemon is adopted in the background);
+//   - completed claims are recovered by each kind (recoverKept): their MIG
+//     instances checked, one gone (a card reset) created again at its
+//     placement, its record saved at once and its spec rewritten; their
+//     MPS accounting replayed (never failing, never waiting: the daemon is
+//     adopted in the background); a rolled-back claim's MIG instances are
+//     destroyed;
 //   - specs of ours that no record owns are removed, and so are the
 //     /dev/shm directories and memory limit records of claims no record
 //     holds;
-//   - an MPS daemon nobody needs any more is stopped.
+//   - each kind settles (kinds.Effects.Settle): the MIG instances no
+//     record names are listed, an MPS daemon nobody needs any more is
+//     stopped.
 func (d *Driver) recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	records, bootChanged, err := d.cfg.State.Load(ctx)
@@ -83,27 +86,13 @@ func (d *Driver) recover(ctx context.Context) error {
 		d.records[rec.UID] = rec
 	}
 	for _, rec := range plan.Keep {
-		if len(rec.MIGDevices()) > 0 {
-			rec = d.recoverMIG(ctx, rec, &errs)
-		}
-		d.records[rec.UID] = rec
-		if len(rec.MPSCards()) > 0 {
-			if d.cfg.Shares == nil {
-				errs = append(errs, fmt.Errorf("claim %s holds MPS shares but the plugin now runs with --sharing=disabled; restart it with --sharing=enabled until the claim's pods are gone", rec.Key()))
-				continue
-			}
-			// Accounted unconditionally and without waiting for the
-			// daemon: the claim's containers may be running on it.
-			d.cfg.Shares.Restore(ctx, rec.UID, rec.MPSShares())
-		}
+		d.records[rec.UID] = d.recoverKept(ctx, rec, &errs)
 	}
 	for _, rec := range plan.Rollback {
 		logger.Info("Rolling back claim", "claim", rec.Key(), "claimUID", rec.UID, "state", rec.State)
 		err := d.cfg.Specs.Remove(ctx, rec.UID)
 		if err == nil {
-			// An instance only the intent names was created before the
-			// crash: it is the claim's, and goes with it.
-			err = d.destroyMIG(ctx, rec)
+			err = d.rollBackKinds(ctx, rec)
 		}
 		if err != nil {
 			// Keep the record so the next start-up tries again.
@@ -148,9 +137,8 @@ func (d *Driver) recover(ctx context.Context) error {
 	if err := d.cfg.State.Save(ctx, d.records); err != nil {
 		return fmt.Errorf("saving recovered checkpoint: %w", err)
 	}
-	d.scanForeignMIG(ctx)
-	if d.cfg.Shares != nil {
-		if err := d.cfg.Shares.Reconcile(ctx); err != nil {
+	for _, k := range d.kinds {
+		if err := k.Settle(ctx, maps.Clone(d.records)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -174,7 +162,7 @@ func (d *Driver) recover(ctx context.Context) error {
 //     again if gone).
 //   - A claim allocated on this node without a spec, one of whose MIG
 //     partitions has an instance at exactly its card, profile and
-//     placement, gets back its intent (rebuildMIGIntents): the prepare was
+//     placement, gets back its intent (kinds.Rebuilder.Intents): the prepare was
 //     interrupted after the create, before the spec.
 //
 // Claims that cannot be found lose their spec (planStartup removes it);
@@ -186,12 +174,19 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 	if err != nil {
 		return nil, fmt.Errorf("listing CDI specs: %w", err)
 	}
-	instances := d.countMIGInstances(ctx)
-	if len(specUIDs) == 0 && instances == 0 {
+	leftovers := map[kinds.Rebuilder]int{}
+	total := 0
+	for _, k := range d.kinds {
+		if r, ok := k.(kinds.Rebuilder); ok {
+			leftovers[r] = r.Leftovers(ctx)
+			total += leftovers[r]
+		}
+	}
+	if len(specUIDs) == 0 && total == 0 {
 		return records, nil
 	}
 	if d.cfg.ListClaims == nil {
-		logger.Info("No API server to rebuild from; specs of unknown claims will be removed, MIG instances no record names are left alone", "specs", len(specUIDs), "migInstances", instances)
+		logger.Info("No API server to rebuild from; specs of unknown claims will be removed, what kinds left on the node (MIG instances) that no record names is left alone", "specs", len(specUIDs), "leftovers", total)
 		return records, nil
 	}
 	claims, err := d.cfg.ListClaims(ctx)
@@ -207,81 +202,120 @@ func (d *Driver) rebuild(ctx context.Context) (map[string]prepared.Claim, error)
 		if !ok {
 			continue
 		}
-		planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
-		if err != nil || len(planned.Devices) == 0 {
+		rec, err := d.plan(claim, "")
+		if err != nil || len(rec.Devices) == 0 {
 			logger.Info("Claim with a spec is not prepared on this node any more", "claim", klog.KObj(claim), "reason", err)
 			continue
 		}
-		configs, err := d.cfg.Configs(claim, planned.Devices)
-		if err != nil {
+		if rec, err = d.adopt(ctx, rec); err != nil {
 			logger.Error(err, "Cannot rebuild claim", "claim", klog.KObj(claim))
-			continue
-		}
-		rec := withConfigs(planned, configs, d.cfg.MPSPipeDir, d.cfg.ShareBackend)
-		if len(rec.MIGDevices()) > 0 {
-			// The instance at the claim's placement is the claim's (its
-			// record is what was lost); created again if gone.
-			if rec, _, err = d.reconcileMIG(ctx, rec, false); err != nil {
-				logger.Error(err, "Cannot rebuild the claim's MIG partitions", "claim", klog.KObj(claim))
-				continue
-			}
-		}
-		if d.cfg.ClaimDirs != nil {
-			if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
-				logger.Error(err, "Cannot recreate the claim's /dev/shm while rebuilding", "claim", klog.KObj(claim))
-				continue
-			}
-		}
-		var client mps.ClientConfig
-		if len(rec.MPSCards()) > 0 && d.cfg.Shares != nil {
-			client = d.cfg.Shares.ClientConfig(rec.UID)
-		}
-		ids, err := d.cfg.Specs.Write(ctx, rec, client)
-		if err == nil {
-			rec, err = completed(rec, ids)
-		}
-		if err != nil {
-			logger.Error(err, "Cannot rewrite spec while rebuilding", "claim", klog.KObj(claim))
 			continue
 		}
 		records[uid] = rec
 		logger.Info("Rebuilt claim from its spec and the API server", "claim", klog.KObj(claim), "claimUID", uid)
 	}
-	if instances > 0 {
-		d.rebuildMIGIntents(ctx, claims, specUIDs, records)
+	if total > 0 {
+		d.rebuildIntents(ctx, claims, specUIDs, records, leftovers)
 	}
 	return records, nil
 }
 
-// recoverMIG reconciles a kept claim's MIG instances (reconcileMIG) and,
-// when they changed, writes its spec again (same CDI IDs, the new MIG
-// UUID). A failure is logged and keeps the record as it was: its pods fail
-// on the missing device until the claim is unprepared.
-func (d *Driver) recoverMIG(ctx context.Context, rec prepared.Claim, errs *[]error) prepared.Claim {
-	fixed, changed, err := d.reconcileMIG(ctx, rec, true)
+// adopt completes the record of a claim rebuilt from its spec: each kind
+// takes back what exists of it (the MIG instance at the claim's placement
+// is the claim's, its record is what was lost; created again if gone), its
+// /dev/shm is made again and its spec rewritten, which yields the same
+// content and IDs.
+func (d *Driver) adopt(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	for _, k := range d.kinds {
+		r, ok := k.(kinds.Rebuilder)
+		if !ok {
+			continue
+		}
+		var err error
+		if rec, err = r.Adopt(ctx, rec); err != nil {
+			return rec, fmt.Errorf("adopting its %s: %w", k.Kind(), err)
+		}
+	}
+	if d.cfg.ClaimDirs != nil {
+		if err := d.cfg.ClaimDirs.Create(ctx, rec.UID); err != nil {
+			return rec, fmt.Errorf("recreating the claim's /dev/shm: %w", err)
+		}
+	}
+	rec, err := d.writeSpec(ctx, rec)
 	if err != nil {
-		*errs = append(*errs, err)
-		return rec
+		return rec, fmt.Errorf("rewriting its spec: %w", err)
+	}
+	return rec, nil
+}
+
+// rebuildIntents lets each kind with leftovers on the node give back
+// their intents to the claims allocated here that have neither a spec
+// nor a record (kinds.Rebuilder.Intents); claims are planned without
+// their configs, in UID order.
+func (d *Driver) rebuildIntents(ctx context.Context, claims []resourceapi.ResourceClaim, specUIDs []string, records map[string]prepared.Claim, leftovers map[kinds.Rebuilder]int) {
+	var planned []prepared.Claim
+	for i := range claims {
+		claim := &claims[i]
+		uid := string(claim.UID)
+		if _, done := records[uid]; done || claim.Status.Allocation == nil || slices.Contains(specUIDs, uid) {
+			continue
+		}
+		rec, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
+		if err != nil || len(rec.Devices) == 0 {
+			// Not allocated here: none of its side effects can be here.
+			continue
+		}
+		planned = append(planned, rec)
+	}
+	slices.SortFunc(planned, func(a, b prepared.Claim) int { return strings.Compare(a.UID, b.UID) })
+	for _, k := range d.kinds {
+		if r, ok := k.(kinds.Rebuilder); ok && leftovers[r] > 0 {
+			r.Intents(ctx, planned, records)
+		}
+	}
+}
+
+// recoverKept recovers a completed claim kept from the checkpoint: each
+// kind replays or repairs its side effects (kinds.Effects.Recover) and,
+// when one changed the record (a re-created MIG instance has a new UUID),
+// the spec is written again (same CDI IDs) and the status updated. A
+// failure is logged and keeps the record as that kind found it: its pods
+// fail on the missing device until the claim is unprepared.
+func (d *Driver) recoverKept(ctx context.Context, rec prepared.Claim, errs *[]error) prepared.Claim {
+	changed := false
+	for _, k := range d.kinds {
+		fixed, ch, err := k.Recover(ctx, rec)
+		if err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		rec, changed = fixed, changed || ch
 	}
 	if !changed {
 		return rec
 	}
-	var client mps.ClientConfig
-	if len(fixed.MPSCards()) > 0 && d.cfg.Shares != nil {
-		client = d.cfg.Shares.ClientConfig(fixed.UID)
-	}
-	ids, err := d.cfg.Specs.Write(ctx, fixed, client)
-	if err == nil {
-		fixed, err = completed(fixed, ids)
-	}
+	fixed, err := d.writeSpec(ctx, rec)
 	if err != nil {
-		*errs = append(*errs, fmt.Errorf("claim %s: writing the spec of its re-created MIG partitions: %w", rec.Key(), err))
+		*errs = append(*errs, fmt.Errorf("claim %s: writing the spec of its repaired devices: %w", rec.Key(), err))
 		return rec
 	}
-	klog.FromContext(ctx).Info("Repaired the record of a claim whose MIG partitions were re-created", "claim", rec.Key(), "claimUID", rec.UID)
+	klog.FromContext(ctx).Info("Repaired the record of a claim whose devices were re-created", "claim", rec.Key(), "claimUID", rec.UID)
 	// Its status.devices names the new MIG UUID.
 	d.writeStatus(ctx, fixed)
 	return fixed
+}
+
+// rollBackKinds removes, at start-up, what each kind's side effects left
+// of a claim whose preparation did not complete (in reverse order of
+// set-up).
+func (d *Driver) rollBackKinds(ctx context.Context, rec prepared.Claim) error {
+	var errs []error
+	for _, k := range slices.Backward(d.kinds) {
+		if err := k.RollBack(ctx, rec); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // APIClaimLister lists every ResourceClaim through the API server.

@@ -27,11 +27,13 @@ func TestSpecMountsTheClaimsOwnMPSDirs(t *testing.T) {
 	m := mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, []string{card.UUID},
 		mps.WithV3(mps.NewV3Namespaces(nil, []string{card.UUID}), mps.ClaimDirs{Layout: layout}))
 	defer m.Close()
+	specs.MPS = m
 
 	for _, uid := range []string{"c1", "c2"} {
-		share := prepared.Device{Request: "gpu", Device: "gpu-0", GPUUUID: card.UUID, ShareID: "s-" + uid, Share: true, MemoryBytes: 20 << 30}
+		share := prepared.Device{Request: "gpu", Device: "gpu-0", GPUUUID: card.UUID, ShareID: "s-" + uid, Share: true, MemoryBytes: 20 << 30,
+			MPSPipeDir: layout.PipeDir()}
 		claim := prepared.Claim{UID: uid, Namespace: "default", Name: uid, Devices: []prepared.Device{share}}
-		ids, err := specs.Write(context.Background(), claim, m.ClientConfig(uid))
+		ids, err := specs.Write(context.Background(), claim)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ import (
 // taintPublisher keeps the node's ResourceSlices in line with two sources
 // of device taints: the XID taint monitor (with metrics and Node events)
 // and the MIG instances Tangram did not create, whose overlapping
-// partitions are tainted (Driver.MIGTaints). Either may be nil.
+// partitions are tainted (migpartition.Partitions.MIGTaints). Either may be nil.
 type taintPublisher struct {
 	node      string
 	resources *resourceslice.DriverResources
@@ -34,7 +34,7 @@ type taintPublisher struct {
 }
 
 // MIGTaintSource is what the publisher needs of the driver's view of MIG
-// instances it did not create (mig.go).
+// instances it did not create (pkg/plugin/kinds/migpartition).
 type MIGTaintSource interface {
 	MIGTaints() map[string][]resourceapi.DeviceTaint
 	MIGChanged() <-chan struct{}

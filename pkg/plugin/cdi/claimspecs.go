@@ -28,13 +28,24 @@ type ClaimSpecs struct {
 	// (mps.ClaimDirs.ShmDir), which the driver creates before the spec is
 	// written; nil leaves the runtime's /dev/shm (tests, older set-ups).
 	ClaimShmDir func(claimUID string) string
+	// MPS is how the claims' MPS shares reach their daemon (mps.Manager);
+	// nil on nodes with sharing disabled.
+	MPS MPSClients
+}
+
+// MPSClients gives each claim with MPS shares its client configuration.
+type MPSClients interface {
+	ClientConfig(claimUID string) mps.ClientConfig
 }
 
 // Write computes the claim's edits and writes its spec (atomically,
-// replacing an old one); client is how the claim's MPS shares reach their
-// daemon. It returns the CDI device IDs of each of the claim's devices, in
-// order.
-func (c ClaimSpecs) Write(_ context.Context, claim prepared.Claim, client mps.ClientConfig) ([][]string, error) {
+// replacing an old one). It returns the CDI device IDs of each of the
+// claim's devices, in order.
+func (c ClaimSpecs) Write(_ context.Context, claim prepared.Claim) ([][]string, error) {
+	var client mps.ClientConfig
+	if c.MPS != nil && len(claim.MPSCards()) > 0 {
+		client = c.MPS.ClientConfig(claim.UID)
+	}
 	edits, err := ComputeClaimEdits(claim, Inputs{Cards: c.Cards, MPSPipeDir: client.PipeDir, MPSPipeReadOnly: client.PipeReadOnly,
 		ShmDir: c.shmDir(claim.UID, client), MemoryLimitHook: c.MemoryLimitHook})
 	if err != nil {

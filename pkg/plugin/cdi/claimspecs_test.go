@@ -9,7 +9,6 @@ import (
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -40,7 +39,7 @@ func TestClaimSpecsMemoryLimitHook(t *testing.T) {
 				t.Fatal(err)
 			}
 			specs := ClaimSpecs{Store: store, Hardware: NoHardware{}, Cards: map[string]gpu.GPU{"gpu-0": card}, MemoryLimitHook: tt.hook}
-			if _, err := specs.Write(context.Background(), claim, mps.ClientConfig{}); err != nil {
+			if _, err := specs.Write(context.Background(), claim); err != nil {
 				t.Fatal(err)
 			}
 			written, err := store.Read(claim.UID)

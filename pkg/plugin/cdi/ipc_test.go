@@ -98,12 +98,12 @@ func TestClaimSpecsShmAndPipeMounts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			specs := ClaimSpecs{Store: store, Hardware: NoHardware{}, Cards: cards, ClaimShmDir: ownShm}
+			specs := ClaimSpecs{Store: store, Hardware: NoHardware{}, Cards: cards, ClaimShmDir: ownShm, MPS: fixedClient(tt.client)}
 			if tt.noDirs {
 				specs.ClaimShmDir = nil
 			}
 			claim := prepared.Claim{UID: tt.uid, Namespace: "ns", Name: "claim-" + tt.uid, Devices: tt.devices}
-			if _, err := specs.Write(context.Background(), claim, tt.client); err != nil {
+			if _, err := specs.Write(context.Background(), claim); err != nil {
 				t.Fatal(err)
 			}
 			written, err := store.Read(tt.uid)
@@ -131,3 +131,8 @@ func TestClaimSpecsShmAndPipeMounts(t *testing.T) {
 		})
 	}
 }
+
+// fixedClient gives every claim the same MPS client configuration.
+type fixedClient mps.ClientConfig
+
+func (f fixedClient) ClientConfig(string) mps.ClientConfig { return mps.ClientConfig(f) }

@@ -1,4 +1,4 @@
-package plugin
+package mpsshare
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // during a rolling update the other plugin pod may have prepared the
 // node's first share since this process last looked, and its container
 // needs the daemon.
-type stopGuard struct{ state StateStore }
+type stopGuard struct{ state Checkpoint }
 
 var _ mps.StopGuard = stopGuard{}
 

@@ -1,4 +1,26 @@
-package plugin
+// Package migpartition is the MIG partition kind of the kubelet plugin:
+// the MIG instances of the claims that hold partitions, created at
+// prepare, destroyed at unprepare, repaired and adopted at start-up, and
+// the partitions tainted while an instance Tangram did not create holds
+// their placement (docs/prepare.md, "MIG").
+//
+// Which instances are Tangram's is decided by the records alone: an
+// instance is ours when a record (in any state) names its card, profile
+// and placement. A record names a placement (the intent, with the claim
+// PrepareStarted) before the instance is created, and only after the
+// placement was found free of instances no record names; so an instance
+// that no record names was not created by Tangram, or was created by a
+// Tangram whose records are gone, and is never touched, with one
+// exception: after a corrupt or missing checkpoint (rebuild), the instance
+// at exactly the placement of a claim allocated on this node is that
+// claim's: a claim with a spec adopts it (Adopt), and its unprepare
+// destroys it; a claim without one (its prepare was interrupted after the
+// create) gets back its intent (Intents), and start-up rolls it back with
+// the instance. While an instance no record names holds a placement, the
+// partitions overlapping it are published tainted
+// (device.TaintKeyMIGPlacementTaken, Taints), so that the scheduler does
+// not allocate what prepare would refuse.
+package migpartition
 
 import (
 	"context"
@@ -6,7 +28,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -15,48 +37,126 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/kinds"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
-// MIG partitions at prepare, unprepare and start-up (docs/prepare.md,
-// "MIG"). Which instances are Tangram's is decided by the records alone:
-// an instance is ours when a record (in any state) names its card, profile
-// and placement. A record names a placement (the intent, with the claim
-// PrepareStarted) before the instance is created, and only after the
-// placement was found free of instances no record names; so an instance
-// that no record names was not created by Tangram, or was created by a
-// Tangram whose records are gone, and is never touched, with one
-// exception: after a corrupt or missing checkpoint (rebuild), the instance
-// at exactly the placement of a claim allocated on this node is that
-// claim's: a claim with a spec adopts it, and its unprepare destroys it; a
-// claim without one (its prepare was interrupted after the create) gets
-// back its intent, and start-up rolls it back with the instance
-// (rebuildMIGIntents). While an instance no record names holds a
-// placement, the partitions overlapping it are published tainted
-// (device.TaintKeyMIGPlacementTaken, MIGTaints), so that the scheduler does
-// not allocate what prepare would refuse.
+// Partitions are the MIG partition kind's effects on the node's cards.
+type Partitions struct {
+	// cards are the node's cards by ResourceSlice device name.
+	cards map[string]gpu.GPU
+	// calls creates, lists and destroys instances (NVML, or a file for
+	// fake cards); nil refuses every partition.
+	calls   gpu.MIGPartitions
+	records kinds.Records
 
-// foreignMIGPollInterval is how often the plugin lists the MIG instances
-// of its cards for instances it did not create (WatchForeignMIG): NVML has
+	mu sync.Mutex
+	// foreign holds, by card UUID, the instances no record names, as last
+	// listed under the state lock (setForeignMIG); changed is closed when
+	// it changes (Changed).
+	foreign map[string][]foreignMIG
+	changed chan struct{}
+}
+
+var (
+	_ kinds.Effects   = (*Partitions)(nil)
+	_ kinds.Rebuilder = (*Partitions)(nil)
+)
+
+// New returns the MIG partitions of cards (by device name); calls nil
+// refuses every partition.
+func New(cards map[string]gpu.GPU, calls gpu.MIGPartitions, records kinds.Records) *Partitions {
+	return &Partitions{cards: cards, calls: calls, records: records}
+}
+
+// Kind names the kind.
+func (p *Partitions) Kind() string { return "MIG partition" }
+
+// Admit refuses a partition whose placement an instance Tangram did not
+// create holds (checkMIGFree).
+func (p *Partitions) Admit(ctx context.Context, rec prepared.Claim) error {
+	if len(rec.MIGDevices()) == 0 {
+		return nil
+	}
+	return p.checkMIGFree(ctx, rec)
+}
+
+// SetUp creates the claim's instances (createMIG).
+func (p *Partitions) SetUp(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	if len(rec.MIGDevices()) == 0 {
+		return rec, nil
+	}
+	return p.createMIG(ctx, rec)
+}
+
+// Undo destroys the claim's instances (destroyMIG). It is called last:
+// the containers are gone, and nothing the spec names is left.
+func (p *Partitions) Undo(ctx context.Context, rec prepared.Claim) error {
+	return p.destroyMIG(ctx, rec)
+}
+
+// RollBack destroys the instances of a claim whose preparation did not
+// complete: an instance only the intent names was created before the
+// crash, it is the claim's, and goes with it.
+func (p *Partitions) RollBack(ctx context.Context, rec prepared.Claim) error {
+	return p.destroyMIG(ctx, rec)
+}
+
+// Recover checks a kept claim's instances, creating again, and saving at
+// once, those a reset removed (reconcileMIG).
+func (p *Partitions) Recover(ctx context.Context, rec prepared.Claim) (prepared.Claim, bool, error) {
+	if len(rec.MIGDevices()) == 0 {
+		return rec, false, nil
+	}
+	return p.reconcileMIG(ctx, rec, true)
+}
+
+// Adopt takes back the instances at a rebuilt claim's placements
+// (reconcileMIG without saving: the records are being rebuilt).
+func (p *Partitions) Adopt(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	if len(rec.MIGDevices()) == 0 {
+		return rec, nil
+	}
+	fixed, _, err := p.reconcileMIG(ctx, rec, false)
+	return fixed, err
+}
+
+// Settle lists the instances no record names (they taint partitions).
+func (p *Partitions) Settle(ctx context.Context, _ map[string]prepared.Claim) error {
+	p.scanForeignMIG(ctx)
+	return nil
+}
+
+// Leftovers counts the instances on the node's cards in MIG mode.
+func (p *Partitions) Leftovers(ctx context.Context) int { return p.countMIGInstances(ctx) }
+
+// Intents gives back their intents to the claims whose instances a lost
+// checkpoint named (rebuildMIGIntents).
+func (p *Partitions) Intents(ctx context.Context, planned []prepared.Claim, records map[string]prepared.Claim) {
+	p.rebuildMIGIntents(ctx, planned, records)
+}
+
+// foreignPollInterval is how often the plugin lists the MIG instances of
+// its cards for instances it did not create (WatchForeignMIG): NVML has
 // no event for an admin's nvidia-smi mig -cgi or -dgi.
-const foreignMIGPollInterval = 30 * time.Second
+const foreignPollInterval = 30 * time.Second
 
-// migDeviceOfTimeout bounds MIGDeviceOf's listing of a card's instances.
+// migDeviceOfTimeout bounds DeviceOf's listing of a card's instances.
 const migDeviceOfTimeout = 5 * time.Second
 
 // migAdvice ends the refusal of a placement taken by an instance no record
 // names.
 const migAdvice = "Tangram never touches MIG instances it did not create: destroy that instance (nvidia-smi mig -dci then -dgi, on the card) or take the card out of MIG mode, then the kubelet's retry prepares the claim"
 
-// findMIGInstance finds the instance of a recorded MIG device among a
+// FindInstance finds the instance of a recorded MIG device among a
 // card's instances: the recorded GPU instance at the recorded profile and
 // placement once created; else (an intent, whose instance may have been
 // created before a crash that left only the intent recorded, or a record
 // whose instance was re-created under another GPU instance ID by a start-up
 // that crashed before saving it) any instance at exactly that profile and
 // placement, which namedByRecord counts as the record's all the same. Pure.
-func findMIGInstance(list []gpu.MIGInstance, m *prepared.MIG) (gpu.MIGInstance, bool) {
+func FindInstance(list []gpu.MIGInstance, m *prepared.MIG) (gpu.MIGInstance, bool) {
 	var fallback *gpu.MIGInstance
 	for i, inst := range list {
 		if inst.ProfileID != m.ProfileID || inst.Placement.Start != m.Start {
@@ -111,8 +211,8 @@ func withMIGInstance(dev prepared.Device, inst gpu.MIGInstance) prepared.Device 
 
 // migCard is the card of a MIG device, looked up by the recorded card UUID
 // (the index may name another card after a hardware change).
-func (d *Driver) migCard(dev prepared.Device) (gpu.GPU, error) {
-	for _, card := range d.cards {
+func (p *Partitions) migCard(dev prepared.Device) (gpu.GPU, error) {
+	for _, card := range p.cards {
 		if card.UUID == dev.GPUUUID {
 			return card, nil
 		}
@@ -120,9 +220,9 @@ func (d *Driver) migCard(dev prepared.Device) (gpu.GPU, error) {
 	return gpu.GPU{}, fmt.Errorf("MIG partition %s: its card %s (index %d when prepared) is not on this node any more; delete the claim's pods (its unprepare drops the record)", dev.Device, dev.GPUUUID, dev.MIG.ParentIndex)
 }
 
-func (d *Driver) needMIG(rec prepared.Claim) error {
-	if len(rec.MIGDevices()) > 0 && d.cfg.MIG == nil {
-		return fmt.Errorf("claim %s holds MIG partitions, but this plugin has no MIG instance calls (internal error: Config.MIG is nil)", rec.Key())
+func (p *Partitions) needMIG(rec prepared.Claim) error {
+	if len(rec.MIGDevices()) > 0 && p.calls == nil {
+		return fmt.Errorf("claim %s holds MIG partitions, but this plugin has no MIG instance calls (internal error: no gpu.MIGPartitions was wired)", rec.Key())
 	}
 	return nil
 }
@@ -131,26 +231,24 @@ func (d *Driver) needMIG(rec prepared.Claim) error {
 // placement (or part of it) is held by an instance no record names. An
 // instance a record names is the overlap check's (checkOverlap) or, named
 // by this claim, its own (adopted by createMIG).
-func (d *Driver) checkMIGFree(ctx context.Context, rec prepared.Claim) error {
-	if err := d.needMIG(rec); err != nil {
+func (p *Partitions) checkMIGFree(ctx context.Context, rec prepared.Claim) error {
+	if err := p.needMIG(rec); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	records := maps.Clone(d.records)
-	d.mu.Unlock()
+	records := p.records.Snapshot()
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card, err := d.migCard(dev)
+		card, err := p.migCard(dev)
 		if err != nil {
 			return err
 		}
-		list, err := d.cfg.MIG.List(ctx, card)
+		list, err := p.calls.List(ctx, card)
 		if err != nil {
 			return fmt.Errorf("listing the MIG instances of card %d (%s) for %s: %w", dev.MIG.ParentIndex, dev.GPUUUID, dev.Device, err)
 		}
 		// What was found is published at once (tainted partitions), not
 		// only at the next poll.
-		d.setForeignMIG(ctx, card, list, records)
+		p.setForeignMIG(ctx, card, list, records)
 		if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
 			return fmt.Errorf("MIG partition %s (card %d %s, profile %s at memory slice %d): the placement is taken by an instance Tangram did not create: %s; %s",
 				dev.Device, dev.MIG.ParentIndex, dev.GPUUUID, dev.MIG.Profile, dev.MIG.Start, foreign[0], migAdvice)
@@ -169,38 +267,33 @@ const (
 )
 
 // ensureMIGInstance makes sure a recorded MIG device has its instance
-// among list (the card's instances): the one findMIGInstance finds, given
+// among list (the card's instances): the one FindInstance finds, given
 // its compute instance when it lacks it, else one created at the
 // placement unless an instance no record names overlaps it.
-func (d *Driver) ensureMIGInstance(ctx context.Context, card gpu.GPU, dev prepared.Device, list []gpu.MIGInstance) (gpu.MIGInstance, migAction, error) {
-	inst, found := findMIGInstance(list, dev.MIG)
+func (p *Partitions) ensureMIGInstance(ctx context.Context, card gpu.GPU, dev prepared.Device, list []gpu.MIGInstance) (gpu.MIGInstance, migAction, error) {
+	inst, found := FindInstance(list, dev.MIG)
 	switch {
 	case found && inst.ComputeInstanceID < 0:
-		inst, err := d.cfg.MIG.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
+		inst, err := p.calls.CompleteComputeInstance(ctx, card, inst.GPUInstanceID)
 		return inst, migCompleted, err
 	case found:
 		return inst, migFound, nil
 	}
-	d.mu.Lock()
-	records := maps.Clone(d.records)
-	d.mu.Unlock()
+	records := p.records.Snapshot()
 	if foreign := foreignMIGConflicts(records, dev, list); len(foreign) > 0 {
 		return inst, migCreated, fmt.Errorf("%w: %s", gpu.ErrMIGPlacementTaken, foreign[0])
 	}
-	inst, err := d.cfg.MIG.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
+	inst, err := p.calls.Create(ctx, card, dev.MIG.ProfileID, dev.MIG.Start)
 	return inst, migCreated, err
 }
 
 // recordMIGInstance records inst as the instance of the claim's device i
 // and saves the records. It returns the record with it.
-func (d *Driver) recordMIGInstance(ctx context.Context, rec prepared.Claim, i int, inst gpu.MIGInstance) (prepared.Claim, error) {
+func (p *Partitions) recordMIGInstance(ctx context.Context, rec prepared.Claim, i int, inst gpu.MIGInstance) (prepared.Claim, error) {
 	dev := rec.Devices[i]
 	rec = rec.DeepCopy()
 	rec.Devices[i] = withMIGInstance(dev, inst)
-	d.mu.Lock()
-	d.records[rec.UID] = rec
-	d.mu.Unlock()
-	if err := d.persist(ctx); err != nil {
+	if err := p.records.Save(ctx, rec); err != nil {
 		return rec, fmt.Errorf("recording MIG instance %s of %s: %w", inst, dev.Device, err)
 	}
 	return rec, nil
@@ -210,22 +303,22 @@ func (d *Driver) recordMIGInstance(ctx context.Context, rec prepared.Claim, i in
 // interrupted attempt of this claim left at exactly the placement) and
 // records each one's IDs and UUID, persisted, before the next. It returns
 // the record with what was created, also on error.
-func (d *Driver) createMIG(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
-	if err := d.needMIG(rec); err != nil {
+func (p *Partitions) createMIG(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
+	if err := p.needMIG(rec); err != nil {
 		return rec, err
 	}
 	logger := klog.FromContext(ctx)
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card, err := d.migCard(dev)
+		card, err := p.migCard(dev)
 		if err != nil {
 			return rec, err
 		}
-		list, err := d.cfg.MIG.List(ctx, card)
+		list, err := p.calls.List(ctx, card)
 		if err != nil {
 			return rec, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err)
 		}
-		inst, action, err := d.ensureMIGInstance(ctx, card, dev, list)
+		inst, action, err := p.ensureMIGInstance(ctx, card, dev, list)
 		if err != nil {
 			return rec, migCreateError(dev, err)
 		}
@@ -235,7 +328,7 @@ func (d *Driver) createMIG(ctx context.Context, rec prepared.Claim) (prepared.Cl
 		case migFound:
 			logger.Info("Adopting the MIG instance an earlier prepare of this claim created", "device", dev.Device, "instance", inst.String(), "migUUID", inst.UUID)
 		}
-		if rec, err = d.recordMIGInstance(ctx, rec, i, inst); err != nil {
+		if rec, err = p.recordMIGInstance(ctx, rec, i, inst); err != nil {
 			return rec, err
 		}
 		logger.V(2).Info("MIG instance ready", "device", dev.Device, "profile", dev.MIG.Profile, "instance", inst.String(), "migUUID", inst.UUID)
@@ -259,34 +352,34 @@ func migCreateError(dev prepared.Device, err error) error {
 
 // destroyMIG destroys the claim's MIG instances, compute instance then GPU
 // instance: the recorded one, or for an intent the instance at exactly
-// the recorded placement (findMIGInstance). An instance already gone, or
+// the recorded placement (FindInstance). An instance already gone, or
 // on a card no longer on the node, is fine.
-func (d *Driver) destroyMIG(ctx context.Context, rec prepared.Claim) error {
+func (p *Partitions) destroyMIG(ctx context.Context, rec prepared.Claim) error {
 	if len(rec.MIGDevices()) == 0 {
 		return nil
 	}
-	if err := d.needMIG(rec); err != nil {
+	if err := p.needMIG(rec); err != nil {
 		return err
 	}
 	var errs []error
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card, err := d.migCard(dev)
+		card, err := p.migCard(dev)
 		if err != nil {
 			// Its instances went with the card.
 			klog.FromContext(ctx).Info("Not destroying the MIG instance of a card this node no longer has", "device", dev.Device, "reason", err.Error())
 			continue
 		}
-		list, err := d.cfg.MIG.List(ctx, card)
+		list, err := p.calls.List(ctx, card)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err))
 			continue
 		}
-		inst, found := findMIGInstance(list, dev.MIG)
+		inst, found := FindInstance(list, dev.MIG)
 		if !found {
 			continue
 		}
-		if err := d.cfg.MIG.Destroy(ctx, card, inst.GPUInstanceID); err != nil {
+		if err := p.calls.Destroy(ctx, card, inst.GPUInstanceID); err != nil {
 			errs = append(errs, fmt.Errorf("destroying MIG partition %s (%s): %w", dev.Device, inst, err))
 			continue
 		}
@@ -303,23 +396,23 @@ func (d *Driver) destroyMIG(ctx context.Context, rec prepared.Claim) error {
 // does not leave the old GPU instance ID recorded. It returns the record
 // with what exists now and whether that changed (the spec must then be
 // written again: the MIG UUID changed).
-func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim, save bool) (prepared.Claim, bool, error) {
-	if err := d.needMIG(rec); err != nil {
+func (p *Partitions) reconcileMIG(ctx context.Context, rec prepared.Claim, save bool) (prepared.Claim, bool, error) {
+	if err := p.needMIG(rec); err != nil {
 		return rec, false, err
 	}
 	logger := klog.FromContext(ctx)
 	changed := false
 	for _, i := range rec.MIGDevices() {
 		dev := rec.Devices[i]
-		card, err := d.migCard(dev)
+		card, err := p.migCard(dev)
 		if err != nil {
 			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), err)
 		}
-		list, err := d.cfg.MIG.List(ctx, card)
+		list, err := p.calls.List(ctx, card)
 		if err != nil {
 			return rec, changed, fmt.Errorf("listing the MIG instances of card %d (%s): %w", card.Index, card.UUID, err)
 		}
-		inst, action, err := d.ensureMIGInstance(ctx, card, dev, list)
+		inst, action, err := p.ensureMIGInstance(ctx, card, dev, list)
 		if err != nil {
 			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), migCreateError(dev, err))
 		}
@@ -339,22 +432,22 @@ func (d *Driver) reconcileMIG(ctx context.Context, rec prepared.Claim, save bool
 			rec.Devices[i] = withMIGInstance(dev, inst)
 			continue
 		}
-		if rec, err = d.recordMIGInstance(ctx, rec, i, inst); err != nil {
+		if rec, err = p.recordMIGInstance(ctx, rec, i, inst); err != nil {
 			return rec, changed, fmt.Errorf("claim %s: %w", rec.Key(), err)
 		}
 	}
 	return rec, changed, nil
 }
 
-// migCards are the node's cards in MIG mode, by index; none when the
-// plugin has no MIG instance calls.
-func (d *Driver) migCards() []gpu.GPU {
-	if d.cfg.MIG == nil {
+// Cards are the node's cards in MIG mode, by index; none when the plugin
+// has no MIG instance calls.
+func (p *Partitions) Cards() []gpu.GPU {
+	if p.calls == nil {
 		return nil
 	}
 	var out []gpu.GPU
-	for _, name := range slices.Sorted(maps.Keys(d.cards)) {
-		if card := d.cards[name]; card.MIG != nil && card.MIG.Enabled {
+	for _, name := range slices.Sorted(maps.Keys(p.cards)) {
+		if card := p.cards[name]; card.MIG != nil && card.MIG.Enabled {
 			out = append(out, card)
 		}
 	}
@@ -363,10 +456,10 @@ func (d *Driver) migCards() []gpu.GPU {
 
 // countMIGInstances counts the instances on the node's cards in MIG mode
 // (a card that cannot be listed is logged and counts none).
-func (d *Driver) countMIGInstances(ctx context.Context) int {
+func (p *Partitions) countMIGInstances(ctx context.Context) int {
 	n := 0
-	for _, card := range d.migCards() {
-		list, err := d.cfg.MIG.List(ctx, card)
+	for _, card := range p.Cards() {
+		list, err := p.calls.List(ctx, card)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
 			continue
@@ -378,9 +471,10 @@ func (d *Driver) countMIGInstances(ctx context.Context) int {
 
 // rebuildMIGIntents, after a lost checkpoint, gives back its intent record
 // (PrepareStarted, as prepare saved it before any create) to each claim
-// allocated on this node that has neither a spec (specUIDs: a claim with
-// one was prepared, its containers may use the instance, and rebuild
-// alone decides about it) nor a record yet, and one of whose MIG
+// allocated on this node that has neither a spec (a claim with one was
+// prepared, its containers may use the instance, and rebuild alone decides
+// about it; claims holds those without, planned, in UID order) nor a
+// record yet, and one of whose MIG
 // partitions has an instance at exactly its card, profile and placement:
 // its prepare was interrupted after the create and before the spec, and
 // the record that named the instance was lost. The instance is thereby
@@ -391,23 +485,16 @@ func (d *Driver) countMIGInstances(ctx context.Context) int {
 // an already rebuilt record (two claims cannot hold overlapping partitions:
 // one allocation is stale) is left out, so that no running claim's
 // instance is rolled back with it. records gains the intents.
-func (d *Driver) rebuildMIGIntents(ctx context.Context, claims []resourceapi.ResourceClaim, specUIDs []string, records map[string]prepared.Claim) {
-	if d.cfg.MIG == nil {
+func (p *Partitions) rebuildMIGIntents(ctx context.Context, claims []prepared.Claim, records map[string]prepared.Claim) {
+	if p.calls == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	lists := map[string][]gpu.MIGInstance{} // by card UUID
-	sorted := slices.Clone(claims)
-	slices.SortFunc(sorted, func(a, b resourceapi.ResourceClaim) int { return strings.Compare(string(a.UID), string(b.UID)) })
-	for i := range sorted {
-		claim := &sorted[i]
-		if _, done := records[string(claim.UID)]; done || claim.Status.Allocation == nil || slices.Contains(specUIDs, string(claim.UID)) {
-			continue
-		}
-		planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
-		if err != nil || len(planned.MIGDevices()) == 0 {
-			// Not allocated here, or not with partitions this node can
-			// hold now: none of its instances can be here.
+	for _, planned := range claims {
+		if _, done := records[planned.UID]; done || len(planned.MIGDevices()) == 0 {
+			// Not with partitions this node can hold now: none of its
+			// instances can be here.
 			continue
 		}
 		var found []string
@@ -419,27 +506,27 @@ func (d *Driver) rebuildMIGIntents(ctx context.Context, claims []resourceapi.Res
 			}
 			list, listed := lists[dev.GPUUUID]
 			if !listed {
-				card, err := d.migCard(dev)
+				card, err := p.migCard(dev)
 				if err != nil {
 					continue
 				}
-				if list, err = d.cfg.MIG.List(ctx, card); err != nil {
+				if list, err = p.calls.List(ctx, card); err != nil {
 					logger.Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
 					continue
 				}
 				lists[dev.GPUUUID] = list
 			}
-			if inst, ok := findMIGInstance(list, dev.MIG); ok {
+			if inst, ok := FindInstance(list, dev.MIG); ok {
 				found = append(found, dev.Device+": "+inst.String())
 			}
 		}
 		switch {
 		case overlap != "":
-			logger.Info("Not adopting MIG instances for a claim whose partitions overlap those of a claim already rebuilt; one of the two allocations is stale", "claim", klog.KObj(claim), "other", overlap)
+			logger.Info("Not adopting MIG instances for a claim whose partitions overlap those of a claim already rebuilt; one of the two allocations is stale", "claim", planned.Key(), "other", overlap)
 		case len(found) > 0:
 			records[planned.UID] = planned
 			logger.Info("Adopted the MIG instances at exactly the placements of a claim allocated here whose prepare was interrupted before its spec (the checkpoint that named them is lost): rolled back with the claim, the kubelet's retry prepares it again",
-				"claim", klog.KObj(claim), "claimUID", planned.UID, "instances", found)
+				"claim", planned.Key(), "claimUID", planned.UID, "instances", found)
 		}
 	}
 }
@@ -476,12 +563,12 @@ func sameMIGInstance(a, b gpu.MIGInstance) bool {
 // record names, logs those new and those gone, and signals a change
 // (MIGChanged). The caller holds the state lock, so that records includes
 // the other plugin process's (an instance is named before it is created).
-func (d *Driver) setForeignMIG(ctx context.Context, card gpu.GPU, list []gpu.MIGInstance, records map[string]prepared.Claim) {
+func (p *Partitions) setForeignMIG(ctx context.Context, card gpu.GPU, list []gpu.MIGInstance, records map[string]prepared.Claim) {
 	logger := klog.FromContext(ctx)
 	now := time.Now().Truncate(time.Second)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	old := d.foreign[card.UUID]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.foreign[card.UUID]
 	var current []foreignMIG
 	for _, inst := range list {
 		if namedByRecord(records, card.UUID, inst) != "" {
@@ -507,46 +594,45 @@ func (d *Driver) setForeignMIG(ctx context.Context, card gpu.GPU, list []gpu.MIG
 	if !changed {
 		return
 	}
-	if d.foreign == nil {
-		d.foreign = map[string][]foreignMIG{}
+	if p.foreign == nil {
+		p.foreign = map[string][]foreignMIG{}
 	}
 	if len(current) == 0 {
-		delete(d.foreign, card.UUID)
+		delete(p.foreign, card.UUID)
 	} else {
-		d.foreign[card.UUID] = current
+		p.foreign[card.UUID] = current
 	}
-	if d.migChanged != nil {
-		close(d.migChanged)
+	if p.changed != nil {
+		close(p.changed)
 	}
-	d.migChanged = make(chan struct{})
+	p.changed = make(chan struct{})
 }
 
 // scanForeignMIG lists the instances of every card in MIG mode and
 // records those no record names (setForeignMIG); a card that cannot be
 // listed keeps what was known of it. The caller holds the state lock.
-func (d *Driver) scanForeignMIG(ctx context.Context) {
-	d.mu.Lock()
-	records := maps.Clone(d.records)
-	d.mu.Unlock()
-	for _, card := range d.migCards() {
-		list, err := d.cfg.MIG.List(ctx, card)
+func (p *Partitions) scanForeignMIG(ctx context.Context) {
+	records := p.records.Snapshot()
+	for _, card := range p.Cards() {
+		list, err := p.calls.List(ctx, card)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Listing a card's MIG instances", "card", card.Index, "uuid", card.UUID)
 			continue
 		}
-		d.setForeignMIG(ctx, card, list, records)
+		p.setForeignMIG(ctx, card, list, records)
 	}
 }
 
-// WatchForeignMIG lists the cards' MIG instances every interval, under
+// WatchForeignMIG lists the cards' MIG instances every
+// foreignPollInterval, under
 // the state lock (which re-reads the checkpoint: the other plugin process
 // of a rolling update names its instances there), until ctx ends, so that
 // the tainted partitions follow an admin's instances (MIGTaints).
-func (d *Driver) WatchForeignMIG(ctx context.Context, interval time.Duration) {
-	if len(d.migCards()) == 0 {
+func (p *Partitions) WatchForeignMIG(ctx context.Context) {
+	if len(p.Cards()) == 0 {
 		return
 	}
-	ticker := time.NewTicker(interval)
+	ticker := time.NewTicker(foreignPollInterval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -554,13 +640,13 @@ func (d *Driver) WatchForeignMIG(ctx context.Context, interval time.Duration) {
 			return
 		case <-ticker.C:
 		}
-		d.refreshForeignMIG(ctx)
+		p.RefreshForeign(ctx)
 	}
 }
 
-// refreshForeignMIG is one round of WatchForeignMIG.
-func (d *Driver) refreshForeignMIG(ctx context.Context) {
-	unlock, err := d.lockState(ctx)
+// RefreshForeign is one round of WatchForeignMIG.
+func (p *Partitions) RefreshForeign(ctx context.Context) {
+	unlock, err := p.records.Lock(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).Error(err, "Looking for MIG instances Tangram did not create")
@@ -568,17 +654,17 @@ func (d *Driver) refreshForeignMIG(ctx context.Context) {
 		return
 	}
 	defer unlock()
-	d.scanForeignMIG(ctx)
+	p.scanForeignMIG(ctx)
 }
 
 // MIGChanged is closed at the next change of MIGTaints.
-func (d *Driver) MIGChanged() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.migChanged == nil {
-		d.migChanged = make(chan struct{})
+func (p *Partitions) MIGChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changed == nil {
+		p.changed = make(chan struct{})
 	}
-	return d.migChanged
+	return p.changed
 }
 
 // MIGTaints are, by device name, the taints of the partitions that overlap
@@ -586,12 +672,12 @@ func (d *Driver) MIGChanged() <-chan struct{} {
 // NoSchedule): prepare would refuse them, so the scheduler must not
 // allocate them. One taint a partition, valued with the device name of
 // the lowest such instance it overlaps. Empty when there is none.
-func (d *Driver) MIGTaints() map[string][]resourceapi.DeviceTaint {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (p *Partitions) MIGTaints() map[string][]resourceapi.DeviceTaint {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := map[string][]resourceapi.DeviceTaint{}
-	for _, card := range d.cards {
-		for _, f := range d.foreign[card.UUID] {
+	for _, card := range p.cards {
+		for _, f := range p.foreign[card.UUID] {
 			since := metav1.NewTime(f.Since)
 			taint := resourceapi.DeviceTaint{
 				Key:       device.TaintKeyMIGPlacementTaken,
@@ -614,26 +700,23 @@ func (d *Driver) MIGTaints() map[string][]resourceapi.DeviceTaint {
 // there, else the one at the instance's profile and placement (a
 // partition of the card all the same); ok is false when the card has no
 // such instance.
-func (d *Driver) MIGDeviceOf(index, gpuInstance int) (string, bool) {
-	d.mu.Lock()
-	for _, rec := range d.records {
+func (p *Partitions) MIGDeviceOf(index, gpuInstance int) (string, bool) {
+	for _, rec := range p.records.Snapshot() {
 		for _, dev := range rec.Devices {
 			if dev.MIG != nil && dev.MIG.ParentIndex == index && dev.MIG.Created() && dev.MIG.GPUInstanceIDValue() == gpuInstance {
-				d.mu.Unlock()
 				return dev.Device, true
 			}
 		}
 	}
-	d.mu.Unlock()
-	card, ok := d.cards[device.CardDeviceName(index)]
-	if !ok || d.cfg.MIG == nil || card.MIG == nil || !card.MIG.Enabled {
+	card, ok := p.cards[device.CardDeviceName(index)]
+	if !ok || p.calls == nil || card.MIG == nil || !card.MIG.Enabled {
 		return "", false
 	}
 	// Called for each event of a MIG instance: a hung NVML must not hold
 	// the health monitor.
 	ctx, cancel := context.WithTimeout(context.Background(), migDeviceOfTimeout)
 	defer cancel()
-	list, err := d.cfg.MIG.List(ctx, card)
+	list, err := p.calls.List(ctx, card)
 	if err != nil {
 		return "", false
 	}
