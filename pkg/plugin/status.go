@@ -171,15 +171,15 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, n
 		}
 		enforced := metav1.Condition{Type: ConditionLimitsEnforced, LastTransitionTime: now}
 		data.Enforcement, enforced.Status, enforced.Reason, enforced.Message = limitsEnforced(dev, node)
-		switch {
-		case dev.AdminAccess:
+		switch kind := dev.Kind(); {
+		case kind == prepared.KindAdminAccess:
 			data.MemoryBytes, data.Memory, data.ComputePercent = card.MemoryBytes, resource.NewQuantity(card.MemoryBytes, resource.BinarySI).String(), 100
-		case dev.MIG != nil:
+		case kind == prepared.KindMIGPartition:
 			// All of the partition's compute is its holder's.
 			data.ComputePercent, data.UUID, data.MIG = 100, dev.MIG.UUID, migData(dev)
-		case !dev.Share:
+		case kind == prepared.KindWholeCard:
 			data.ComputePercent = 100
-		case !dev.UsesMPS() || node.level != "":
+		case kind == prepared.KindShare || node.level != "":
 			data.ShareEnforcement, data.ShareEnforcementReason = node.level, node.reason
 		}
 		raw, err := json.Marshal(data)
@@ -209,15 +209,18 @@ func deviceStatuses(rec prepared.Claim, pool string, cards map[string]gpu.GPU, n
 // reason, message). Pure: the status data and the Warning event on the
 // pods of an unenforced share both say it.
 func limitsEnforced(dev prepared.Device, node nodeEnforcement) (Enforcement, metav1.ConditionStatus, string, string) {
-	switch {
-	case dev.AdminAccess:
+	switch dev.Kind() {
+	case prepared.KindAdminAccess:
 		return EnforcementAdminAccess, metav1.ConditionTrue, "AdminAccess", "monitoring access: the card is seen as it is and nothing is held"
-	case dev.MIG != nil:
+	case prepared.KindMIGPartition:
 		return EnforcementMIG, metav1.ConditionTrue, "MIGPartition", "a MIG instance: its memory, cache and multiprocessors are the GPU's hardware partition, held by the GPU"
-	case !dev.Share:
+	case prepared.KindWholeCard:
 		return EnforcementExclusive, metav1.ConditionTrue, "WholeCard", "the card belongs to this claim alone"
-	case !dev.UsesMPS():
+	case prepared.KindShare:
 		return EnforcementNone, metav1.ConditionFalse, ReasonAccountingOnly, "sharing backend none: the scheduler accounts the share, nothing enforces it"
+	}
+	// An MPS share.
+	switch {
 	case node.level != "":
 		how := EnforcementMPS
 		if node.simulated {
@@ -305,7 +308,7 @@ func unenforcedMessage(rec prepared.Claim, node nodeEnforcement, nodeName string
 	var devices []string
 	message := ""
 	for _, dev := range rec.Devices {
-		if dev.UsesMPS() && node.level == "" {
+		if dev.Kind() == prepared.KindMPSShare && node.level == "" {
 			// The node published no level (tests): no event.
 			continue
 		}

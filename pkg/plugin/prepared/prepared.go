@@ -170,6 +170,45 @@ func (c Claim) MIGDevices() []int {
 // daemon, so that MPS accounting is done for it.
 func (d Device) UsesMPS() bool { return d.Share && d.MPSPipeDir != "" }
 
+// Kind is the kind of a prepared device, which decides what preparing it
+// does (pkg/plugin/kinds) and what its status says.
+type Kind string
+
+const (
+	// KindWholeCard: the card, held by this claim alone.
+	KindWholeCard Kind = "whole-card"
+	// KindAdminAccess: monitoring; the card is seen as it is, nothing is
+	// held.
+	KindAdminAccess Kind = "admin-access"
+	// KindMPSShare: part of a card, its limits served by the node's MPS
+	// daemon.
+	KindMPSShare Kind = "mps-share"
+	// KindShare: part of a card with sharing backend none, accounted by
+	// the scheduler only.
+	KindShare Kind = "share"
+	// KindMIGPartition: a MIG partition of a card, held by the GPU.
+	KindMIGPartition Kind = "mig-partition"
+)
+
+// Kind reads the device's kind from what the plan recorded (admin access,
+// a MIG placement, a share and its backend). The one place the kinds are
+// told apart; it is not stored, so records of every plugin version have
+// one.
+func (d Device) Kind() Kind {
+	switch {
+	case d.AdminAccess:
+		return KindAdminAccess
+	case d.MIG != nil:
+		return KindMIGPartition
+	case !d.Share:
+		return KindWholeCard
+	case d.UsesMPS():
+		return KindMPSShare
+	default:
+		return KindShare
+	}
+}
+
 // Key is "namespace/name", for messages.
 func (c Claim) Key() string { return c.Namespace + "/" + c.Name }
 

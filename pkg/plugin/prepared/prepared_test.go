@@ -78,3 +78,25 @@ func TestClaimJSONLeavesTheUIDToTheKey(t *testing.T) {
 		t.Errorf("the UID was written into the entry: %s", raw)
 	}
 }
+
+// TestDeviceKind: each combination the plan records reads as one kind;
+// admin access and a MIG placement win over the share flags, a share's
+// backend is its recorded pipe directory.
+func TestDeviceKind(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		dev  Device
+		want Kind
+	}{
+		{name: "whole card", dev: Device{Device: "gpu-0"}, want: KindWholeCard},
+		{name: "admin access", dev: Device{Device: "gpu-0", AdminAccess: true}, want: KindAdminAccess},
+		{name: "MIG partition", dev: Device{Device: "gpu-0-mig-19-0", MIG: &MIG{ProfileID: 19}}, want: KindMIGPartition},
+		{name: "MPS share", dev: Device{Device: "gpu-0", Share: true, MPSPipeDir: "/mps/pipe"}, want: KindMPSShare},
+		{name: "share without a backend", dev: Device{Device: "gpu-0", Share: true}, want: KindShare},
+		{name: "a whole card never uses MPS", dev: Device{Device: "gpu-0", MPSPipeDir: "/mps/pipe"}, want: KindWholeCard},
+	} {
+		if got := tt.dev.Kind(); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
