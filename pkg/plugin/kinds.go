@@ -21,15 +21,16 @@ type KindConfig struct {
 }
 
 // registerKinds builds the effects of the node's kinds of prepared device
-// (pkg/plugin/kinds), in the order their set-up runs: MIG instances, then
-// the MPS accounting; undo runs in reverse. A whole card, admin access and
+// (pkg/plugin/kinds), in the order their set-up runs: the MPS accounting
+// first (a daemon not ready refuses the claim before any MIG instance is
+// created), then the MIG instances; undo runs in reverse. A whole card, admin access and
 // a share without a backend have no effects beyond their CDI spec. Adding
 // a kind with effects is its package under pkg/plugin/kinds and one line
 // here (docs/architecture.md, "Adding a kind").
 func (d *Driver) registerKinds() {
 	d.kinds = []kinds.Effects{
-		migpartition.New(d.cards, d.cfg.MIG, driverRecords{d}),
 		mpsshare.New(d.cfg.Shares, d.cfg.NodeName, d.cfg.State),
+		migpartition.New(d.cards, d.cfg.MIG, driverRecords{d}),
 	}
 }
 

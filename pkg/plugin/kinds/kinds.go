@@ -65,7 +65,9 @@ type Records interface {
 	// forgotten by a crash (each MIG instance it creates).
 	Save(ctx context.Context, rec prepared.Claim) error
 	// Lock takes the state lock and re-reads the checkpoint, as a call of
-	// the kubelet does; unlock releases it.
+	// the kubelet does; unlock releases it. It is for a kind's own
+	// background work: the Driver holds the lock while it calls Effects,
+	// and the lock is not re-entrant.
 	Lock(ctx context.Context) (unlock func(), err error)
 }
 

@@ -90,8 +90,9 @@ func (p *Partitions) SetUp(ctx context.Context, rec prepared.Claim) (prepared.Cl
 	return p.createMIG(ctx, rec)
 }
 
-// Undo destroys the claim's instances (destroyMIG). It is called last:
-// the containers are gone, and nothing the spec names is left.
+// Undo destroys the claim's instances (destroyMIG), after the Driver
+// removed the claim's spec: the containers are gone, and nothing the spec
+// names is left.
 func (p *Partitions) Undo(ctx context.Context, rec prepared.Claim) error {
 	return p.destroyMIG(ctx, rec)
 }
