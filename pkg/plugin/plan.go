@@ -14,7 +14,6 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/config"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -65,7 +64,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			p.ShareID = string(*r.ShareID)
 		}
 		if q, ok := r.ConsumedCapacity[device.CapacityMemory]; ok {
-			memory, err := cdi.Int64Value(q)
+			memory, err := device.ExactInt64(q)
 			if err != nil {
 				return rec, fmt.Errorf("request %q: consumed memory %s on %s: %w", r.Request, q.String(), r.Device, err)
 			}
@@ -85,7 +84,7 @@ func planClaim(claim *resourceapi.ResourceClaim, pool string, cards map[string]g
 			}
 		}
 		if q, ok := r.ConsumedCapacity[device.CapacityCompute]; ok {
-			compute, err := cdi.Int64Value(q)
+			compute, err := device.ExactInt64(q)
 			if err != nil {
 				return rec, fmt.Errorf("request %q: consumed compute %s on %s: %w", r.Request, q.String(), r.Device, err)
 			}

@@ -1,4 +1,4 @@
-package cdi
+package device
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-func TestInt64Value(t *testing.T) {
+func TestExactInt64(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    int64
@@ -24,9 +24,9 @@ func TestInt64Value(t *testing.T) {
 		{in: "1e30", wantErr: true},
 	}
 	for _, tt := range tests {
-		got, err := Int64Value(resource.MustParse(tt.in))
+		got, err := ExactInt64(resource.MustParse(tt.in))
 		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("Int64Value(%s) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
+			t.Errorf("ExactInt64(%s) = %d, %v; want %d, error %v", tt.in, got, err, tt.want, tt.wantErr)
 		}
 	}
 }
