@@ -36,13 +36,21 @@ build: ## build every binary into ./bin
 	$(GO) build -o $(BIN_DIR)/ ./cmd/...
 
 .PHONY: verify
-verify: ## gofmt, go vet, and generated API deepcopy/CRD up to date
+verify: verify-static vet-cgo ## gofmt, go vet of every file (cgo's too), generated API deepcopy/CRD up to date
+
+.PHONY: verify-static
+verify-static: ## make test's first stage: gofmt, go vet in the static mode, generated API code up to date
 	@echo "==> gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@# -race: vet type-checks against the race mode's compiles, which make
-	@# unit reuses, instead of compiling every package once more for vet alone.
-	@echo "==> go vet"; $(GOC) vet -race ./... && (cd hack/bench-placement && $(GOC) vet -race ./...)
+	@# The static mode: vet type-checks against the compiles the static
+	@# stages reuse (unit-nocgo, the images, the e2e tests); the files only
+	@# cgo builds are vet-cgo's (hack/vet.sh).
+	@hack/vet.sh static
 	@echo "==> generated API code"; $(MAKE) --no-print-directory verify-generated-api
+
+.PHONY: vet-cgo
+vet-cgo: ## go vet, in the race mode make unit compiles, of the packages with files only cgo builds (go-nvml's users)
+	@hack/vet.sh cgo
 
 .PHONY: unit
 unit: ## unit tests with the race detector

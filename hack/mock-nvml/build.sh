@@ -73,7 +73,9 @@ if [ -n "${MOCK_NVML_OUT:-}" ] || [ ! -f "$lib" ]; then
 	mkdir -p "$out"
 	"$cc" -shared -fPIC -O2 -Wall -Wextra -Wno-unused-parameter -Wno-deprecated-declarations \
 		-Wl,-soname,libnvidia-ml.so.1 -Wl,-z,nodelete -I"$nvml_dir" -DTANGRAM_MOCK_MEMORY_LIMITS="$memory_limits" \
-		-o "$lib.tmp" "$here/csrc/mock_nvml.c" "$work/stubs.c" "$work/builtin.c" -lpthread
-	mv "$lib.tmp" "$lib"
+		-o "$lib.tmp.$$" "$here/csrc/mock_nvml.c" "$work/stubs.c" "$work/builtin.c" -lpthread
+	# A temporary name of its own: make test's race tests and its realpath
+	# stage may build the same library at once (hack/test-all.sh).
+	mv "$lib.tmp.$$" "$lib"
 fi
 echo "$lib"
