@@ -37,10 +37,13 @@ if [ "${UNIT_BESIDE:-1}" = 1 ]; then
 	marks="$(mktemp -d "${TMPDIR:-/tmp}/tangram-test-all.XXXXXX")"
 	# The cluster scripts' stages leave their marks here.
 	export TANGRAM_STAGE_MARKS="$marks"
-	# Its own session, so that stopping it stops the go commands under it.
-	setsid hack/unit-beside.sh "$marks" &
-	unit_pid=$! unit_done=0
-	trap '[ "$unit_done" = 1 ] || kill -- -"$unit_pid" 2>/dev/null; rm -rf "$marks"' EXIT
+	trap '[ "$unit_done" = 1 ] || [ -z "$unit_pid" ] || kill -- -"$unit_pid" 2>/dev/null; rm -rf "$marks"' EXIT
+	# Its own session, so that stopping it stops the go commands under it
+	# (started from this non-interactive shell, it is no group leader, so
+	# setsid does not fork: its pid is its process group's).
+	unit_done=0
+	setsid hack/unit-beside.sh "$marks" "$$" &
+	unit_pid=$!
 	stages=("${beside_stages[@]}")
 fi
 
@@ -60,6 +63,16 @@ collect_unit() {
 		fi
 		echo "==> make test: waiting for stage vet-cgo + unit, which runs beside the cluster stages"
 		wait "$unit_pid"
+		if [ ! -e "$marks/unit.rc" ]; then
+			# Killed, or setsid missing: no status is a failure, and
+			# what it started goes too.
+			kill -- -"$unit_pid" 2>/dev/null
+			unit_done=1 overall=1
+			echo "==> make test: stage vet-cgo + unit ended without a status (killed?); its output so far:"
+			cat "$marks/unit.log" 2>/dev/null
+			summary+=("$(printf '%-24s %6s   %s' "vet-cgo + unit (beside)" "?" "FAILED (no status)")")
+			return
+		fi
 	fi
 	[ -e "$marks/unit.rc" ] || return 0
 	unit_done=1
@@ -73,7 +86,8 @@ collect_unit() {
 
 for stage in "${stages[@]}"; do
 	run_stage "$stage"
-	[ "$overall" -eq 0 ] || break
+	# Also after a failed stage: a race-mode run that already ended is
+	# reported.
 	collect_unit
 	[ "$overall" -eq 0 ] || break
 done

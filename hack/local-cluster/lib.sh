@@ -254,7 +254,7 @@ stage() { # stage NAME CMD...: run and time one stage; its exit code is the comm
 	log "stage $name"
 	# make test (hack/test-all.sh) starts the race tests beside the cluster
 	# stages when it sees test-e2e's specs start.
-	[ -z "${TANGRAM_STAGE_MARKS:-}" ] || touch "$TANGRAM_STAGE_MARKS/$name.started"
+	[ -z "${TANGRAM_STAGE_MARKS:-}" ] || touch "$TANGRAM_STAGE_MARKS/$name.started" 2>/dev/null || :
 	"$@" && rc=0 || rc=$?
 	STAGES+=("$(printf '%-16s %5ss  %s' "$name" "$(($(now_s) - start))" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)")")")
 	return $rc
