@@ -18,7 +18,7 @@
 // create) gets back its intent (Intents), and start-up rolls it back with
 // the instance. While an instance no record names holds a placement, the
 // partitions overlapping it are published tainted
-// (device.TaintKeyMIGPlacementTaken, Taints), so that the scheduler does
+// (device.TaintKeyMIGPlacementTaken, MIGTaints), so that the scheduler does
 // not allocate what prepare would refuse.
 package migpartition
 
