@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/app"
 )
 
 // newHealthEventCommand injects a health event for fake cards: tests and
@@ -60,7 +60,7 @@ func newHealthEventCommand() *cobra.Command {
 				}
 				ev.GPUInstance = &instance
 			}
-			path := plugin.HealthEventsFile(eventsFile, stateDir)
+			path := app.HealthEventsFile(eventsFile, stateDir)
 			if err := gpu.AppendHealthEvent(path, ev); err != nil {
 				return err
 			}
@@ -76,6 +76,6 @@ func newHealthEventCommand() *cobra.Command {
 	f.BoolVar(&recovered, "recovered", false, "report the card recovered: its health taints go")
 	f.StringVar(&message, "message", "", "detail shown in the Node event and pod status")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/tangram", "the plugin's --state-dir")
-	f.StringVar(&eventsFile, "fake-health-events-file", "", "the plugin's --fake-health-events-file (default: "+plugin.HealthEventsFileName+" in --state-dir)")
+	f.StringVar(&eventsFile, "fake-health-events-file", "", "the plugin's --fake-health-events-file (default: "+app.HealthEventsFileName+" in --state-dir)")
 	return cmd
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvmlgpu"
-	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/app"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi/nvidia"
 	"github.com/tangram-gpu/tangram/pkg/plugin/enforcement"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
@@ -20,7 +20,7 @@ func newRunCommand() *cobra.Command {
 	var (
 		source gpuSourceFlags
 		model  deviceModelFlags
-		opts   plugin.Options
+		opts   app.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -56,7 +56,7 @@ func newRunCommand() *cobra.Command {
 // runPlugin finds the node's cards with the GPU source flags, what they
 // need and can enforce, and runs the plugin over them with the settings
 // parsed from its flags.
-func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFlags, opts plugin.Settings) error {
+func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFlags, opts app.Settings) error {
 	client, err := opts.NewKubeClient()
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFl
 		return fmt.Errorf("listing GPUs: %w", err)
 	}
 	gpu.LogMIG(klog.FromContext(ctx), gpus)
-	node := plugin.Node{
+	node := app.Node{
 		NodeName:      source.NodeName,
 		GPUs:          gpus,
 		FakeGPUs:      source.Fake(),
@@ -104,13 +104,13 @@ func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFl
 		// opts.ShareBackend comes from --share-backend (model.Options).
 		return resourceslices.DriverResources(gpus, opts)
 	}
-	return plugin.Run(ctx, opts, node)
+	return app.Run(ctx, opts, node)
 }
 
 // addRealGPUEdits sets up what real cards need: NVML's MIG calls, the
 // NVML library for compute modes, and the CDI edits of NVIDIA's driver
 // files and device nodes, discovered before the first prepare.
-func addRealGPUEdits(ctx context.Context, node *plugin.Node, src gpu.Source, opts plugin.Settings) error {
+func addRealGPUEdits(ctx context.Context, node *app.Node, src gpu.Source, opts app.Settings) error {
 	var err error
 	if node.MIG, err = nvmlgpu.Partitions(src); err != nil {
 		return fmt.Errorf("MIG instance calls: %w", err)

@@ -97,7 +97,7 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs := mps.ClaimDirs{Layout: layout}
-	specs := cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs()), ClaimShmDir: dirs.ShmDir}
+	specs := cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs()), ClaimShmDir: dirs.ShmDir}
 	card := testGPUs()[0]
 	m := mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, []string{card.UUID})
 	defer m.Close()

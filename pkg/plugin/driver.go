@@ -24,7 +24,9 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 	"github.com/tangram-gpu/tangram/pkg/plugin/kinds"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -55,7 +57,7 @@ type Config struct {
 	ListClaims ClaimLister
 	// ClaimStatus, if set, receives each prepared claim's device data
 	// (ResourceClaim.status.devices); nil writes none.
-	ClaimStatus ClaimStatusWriter
+	ClaimStatus claimstatus.Writer
 	// SimulatedMPS reports that MPS shares are simulated (fake GPUs), so
 	// the device status says they are not enforced.
 	SimulatedMPS bool
@@ -90,10 +92,10 @@ type Config struct {
 	// ReservingPods reads the pods that reserve such a claim. Either
 	// empty: no check at prepare.
 	NonRootClasses []string
-	ReservingPods  ReservingPods
+	ReservingPods  podcheck.ReservingPods
 	// NonRootNamespaces, if set, limits the check to the namespaces it
 	// matches (the admission policies' namespaceSelector); nil: all.
-	NonRootNamespaces NamespaceMatcher
+	NonRootNamespaces podcheck.NamespaceMatcher
 	// KindConfig wires the kinds of prepared device (kinds.go).
 	KindConfig
 }
@@ -124,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d := &Driver{
 		cfg:     cfg,
-		cards:   cardsByDevice(cfg.GPUs),
+		cards:   CardsByDevice(cfg.GPUs),
 		records: map[string]prepared.Claim{},
 	}
 	if cfg.MPSPipeDir == "" {
@@ -156,15 +158,15 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// A pod that is not locked down refuses a claim of a strict class
 	// here, before any wait or lock: the admission policies could not
 	// check a pod created before its claim or template.
-	checks := d.checkPodSecurity(ctx, claims)
+	checks := podcheck.Checker{Classes: d.cfg.NonRootClasses, ReservingPods: d.cfg.ReservingPods, Namespaces: d.cfg.NonRootNamespaces}.Check(ctx, claims)
 	// Planning is pure: done once, before the lock, so that a kind can
 	// wait for what its set-up needs (a starting MPS daemon) before the
 	// state lock and no other call waits with it (docs/prepare.md, "No
 	// long waits").
 	plans := make(map[types.UID]plannedClaim, len(claims))
 	for _, claim := range claims {
-		if checks[claim.UID].refused == nil {
-			rec, err := d.plan(claim, checks[claim.UID].strictClass)
+		if checks[claim.UID].Refused == nil {
+			rec, err := d.plan(claim, checks[claim.UID].StrictClass)
 			plans[claim.UID] = plannedClaim{rec: rec, err: err}
 		}
 	}
@@ -193,7 +195,7 @@ type plannedClaim struct {
 // plan is the claim's record before anything is done: its devices of this
 // node with their kind and effective config, PrepareStarted; no devices
 // when the claim has no result of ours. strictClass is the strict class
-// its containers are held to (checkPodSecurity), "" for none.
+// its containers are held to (podcheck.Checker), "" for none.
 func (d *Driver) plan(claim *resourceapi.ResourceClaim, strictClass string) (prepared.Claim, error) {
 	planned, err := planClaim(claim, d.cfg.NodeName, d.cards, d.cfg.AllocatableMemory)
 	if err != nil || len(planned.Devices) == 0 {
@@ -233,10 +235,10 @@ func (d *Driver) beforeLock(ctx context.Context, plans map[types.UID]plannedClai
 
 // prepareOne prepares one claim, or answers refused when the pod check
 // refused it.
-func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, check podCheck, planned plannedClaim) kubeletplugin.PrepareResult {
+func (d *Driver) prepareOne(ctx context.Context, claim *resourceapi.ResourceClaim, check podcheck.Result, planned plannedClaim) kubeletplugin.PrepareResult {
 	start := time.Now()
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
-	devices, err := []kubeletplugin.Device(nil), check.refused
+	devices, err := []kubeletplugin.Device(nil), check.Refused
 	if err == nil {
 		err = planned.err
 	}
@@ -347,12 +349,20 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	}
 	d.records[uid] = rec
 	d.mu.Unlock()
-	// Unsynced: the record must reach any later process of this boot (a
-	// restart after a crash rolls it back, the other plugin pod of a
-	// rolling update sees the cards held), not the disk: a power loss
-	// reboots the node, and a new boot drops every record. The Save of
-	// PrepareCompleted below makes the file durable.
-	if err := d.persistUnsynced(ctx); err != nil {
+	// The intent is written where a restart needs it to undo what SetUp
+	// leaves (kinds.Effects.NeedsIntent: a MIG instance) or to replace
+	// the claim's record on disk; a fresh whole card or share skips it:
+	// what a crash leaves of it (its spec and /dev/shm, a share's compute
+	// mode) start-up removes as held by no record, or the other plugin pod
+	// of a rolling update when asked to unprepare the claim (removeStrays);
+	// the state lock keeps that pod from preparing meanwhile.
+	// Unsynced: the record must reach any later process of this boot, not
+	// the disk: a power loss reboots the node, and a new boot drops every
+	// record. The Save of PrepareCompleted below makes the file durable.
+	onDisk := found && action != actionRollbackThenPrepare
+	if !onDisk && !d.needsIntent(rec) {
+		klog.FromContext(ctx).V(5).Info("No intent to record: nothing the claim's set-up leaves outlives the process")
+	} else if err := d.persistUnsynced(ctx); err != nil {
 		d.mu.Lock()
 		if action == actionPrepare && found {
 			// A completed claim being redone still holds what it held.
@@ -390,6 +400,17 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	d.writeStatus(ctx, completed)
 	d.warnUnenforced(ctx, claim, completed)
 	return completed.KubeletDevices(d.cfg.NodeName), nil
+}
+
+// needsIntent reports whether a kind asks for the claim's intent to be
+// recorded before its set-up.
+func (d *Driver) needsIntent(rec prepared.Claim) bool {
+	for _, k := range d.kinds {
+		if k.NeedsIntent(rec) {
+			return true
+		}
+	}
+	return false
 }
 
 // apply makes the claim's /dev/shm, sets up each kind's side effects and
@@ -474,14 +495,51 @@ func (d *Driver) unprepareClaim(ctx context.Context, uid string) error {
 	rec, found := d.records[uid]
 	d.mu.Unlock()
 	if !found {
-		klog.FromContext(ctx).V(3).Info("Not prepared; nothing to do")
-		return nil
+		// A preparation a crash interrupted before it recorded anything
+		// (a fresh whole card or share records no intent) may have left
+		// its spec and /dev/shm; start-up removes them too, but the
+		// other plugin pod of a rolling update does not start again.
+		return d.removeStrays(ctx, uid)
 	}
 	if err := d.undo(ctx, rec); err != nil {
 		return err
 	}
 	d.clearStatus(ctx, rec)
 	return nil
+}
+
+// removeStrays removes what a preparation of the claim left when it was
+// interrupted before it recorded anything (a fresh whole card or share
+// records no intent, kinds.Effects.NeedsIntent): its spec, its /dev/shm,
+// and, by settling every kind against the records, what a kind set up
+// for it (an MPS share's compute mode and v3 namespace). Start-up does
+// the same, but the other plugin pod of a rolling update, which the
+// kubelet may ask instead, does not start again. Nothing there: nothing
+// to do, at the cost of two stats.
+func (d *Driver) removeStrays(ctx context.Context, uid string) error {
+	spec := d.cfg.Specs.Exists(ctx, uid)
+	dir := d.cfg.ClaimDirs != nil && d.cfg.ClaimDirs.Exists(uid)
+	if !spec && !dir {
+		klog.FromContext(ctx).V(3).Info("Not prepared; nothing to do")
+		return nil
+	}
+	klog.FromContext(ctx).Info("Removing what an interrupted preparation of the claim left", "spec", spec, "shmDir", dir)
+	var errs []error
+	if err := d.cfg.Specs.Remove(ctx, uid); err != nil {
+		errs = append(errs, fmt.Errorf("removing the CDI spec: %w", err))
+	}
+	if dir {
+		if err := d.cfg.ClaimDirs.Remove(ctx, uid); err != nil {
+			errs = append(errs, fmt.Errorf("removing the claim's /dev/shm: %w", err))
+		}
+	}
+	records := d.snapshot()
+	for _, k := range d.kinds {
+		if err := k.Settle(ctx, records); err != nil {
+			errs = append(errs, fmt.Errorf("settling the %s kind: %w", k.Kind(), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // persist stores the records durably.
@@ -505,7 +563,7 @@ func (d *Driver) snapshot() map[string]prepared.Claim {
 // re-reads the checkpoint under it: during a rolling update the other
 // plugin pod may have prepared or unprepared claims since this process's
 // last call. It is also what serializes this process's own calls: the
-// kubelet helper is told not to (Serialize(false) in plugin.go), and it
+// kubelet helper is told not to (Serialize(false) in pkg/plugin/app/run.go), and it
 // covers start-up recovery, which runs before the helper.
 // The returned function releases the lock.
 func (d *Driver) lockState(ctx context.Context) (func(), error) {
@@ -581,8 +639,8 @@ func (d *Driver) publishGauges() {
 	d.cfg.Metrics.setPrepared(claims, whole, shares)
 }
 
-// cardsByDevice keys the node's cards by their ResourceSlice device name.
-func cardsByDevice(gpus []gpu.GPU) map[string]gpu.GPU {
+// CardsByDevice keys the node's cards by their ResourceSlice device name.
+func CardsByDevice(gpus []gpu.GPU) map[string]gpu.GPU {
 	cards := make(map[string]gpu.GPU, len(gpus))
 	for _, g := range gpus {
 		cards[device.CardDeviceName(g.Index)] = g

@@ -18,6 +18,7 @@ import (
 	configapi "github.com/tangram-gpu/tangram/api/gpu/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/config"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 )
 
@@ -551,7 +552,7 @@ func TestPrepareWarnsPodsOfUnenforcedShares(t *testing.T) {
 	}{
 		{name: "advisory share, two pods", level: "advisory", reason: device.ReasonDriverBefore615,
 			claim: reserved(claimWith("c1", shareResult("gpu", "gpu-1", "s1", "20Gi", "")), "p1", "p2"), wantEvents: 2,
-			wantText: []string{"Warning " + ReasonShareNotEnforced, "claim default/claim-c1", "gpu-1", "advisory", device.ShareEnforcementReasonText(device.ReasonDriverBefore615), device.HardSharedDeviceClassName}},
+			wantText: []string{"Warning " + claimstatus.ReasonShareNotEnforced, "claim default/claim-c1", "gpu-1", "advisory", device.ShareEnforcementReasonText(device.ReasonDriverBefore615), device.HardSharedDeviceClassName}},
 		{name: "compute-only share", level: "compute-only", reason: device.ReasonNotCgroupV2,
 			claim: reserved(claimWith("c1", shareResult("gpu", "gpu-1", "s1", "20Gi", "")), "p1"), wantEvents: 1,
 			wantText: []string{"compute-only", "memory is not limited per pod"}},

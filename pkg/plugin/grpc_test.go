@@ -18,6 +18,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/plugin/liveness"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -81,7 +82,7 @@ func TestKubeletGRPC(t *testing.T) {
 	}
 
 	// Health over gRPC and HTTP on one port.
-	health := &Liveness{Checks: map[string]LivenessCheck{"dra-socket": DRASocketCheck(socket)}}
+	health := &liveness.Server{Checks: map[string]liveness.Check{"dra-socket": liveness.DRASocket(socket)}}
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

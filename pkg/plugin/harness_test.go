@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,9 +20,11 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 	"github.com/tangram-gpu/tangram/pkg/plugin/kinds/migpartition"
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -39,7 +42,7 @@ type harness struct {
 	shares stepShares
 	mig    stepMIG
 	// status, when set, receives each start's claim status writes.
-	status ClaimStatusWriter
+	status claimstatus.Writer
 	claims []resourceapi.ResourceClaim
 	// listErr makes listing claims from the API server fail.
 	listErr error
@@ -80,7 +83,7 @@ func newHarness(t testing.TB) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs()),
+	h.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs()),
 		ClaimShmDir: h.claimDirs().ShmDir}, steps: h.steps}
 	t.Cleanup(func() {
 		if h.shares.Manager != nil {
@@ -120,7 +123,7 @@ func (h *harness) tryStart() error {
 	}
 	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, opts...), steps: h.steps}
 	// The specs ask the current process's manager for the claims' MPS
-	// client configuration, as in plugin.go.
+	// client configuration, as in pkg/plugin/app/run.go.
 	h.specs.MPS = h.shares
 	d, err := New(context.Background(), Config{
 		NodeName:   testNode,
@@ -207,7 +210,7 @@ func crashing(f func()) (crashed string) {
 func (h *harness) prepareCrashing(claim *resourceapi.ResourceClaim) string {
 	return crashing(func() {
 		rec, err := h.driver.plan(claim, "")
-		_ = h.driver.prepareOne(context.Background(), claim, podCheck{}, plannedClaim{rec: rec, err: err})
+		_ = h.driver.prepareOne(context.Background(), claim, podcheck.Result{}, plannedClaim{rec: rec, err: err})
 	})
 }
 
@@ -252,6 +255,18 @@ func (h *harness) assertConsistent() {
 	}
 	if !reflect.DeepEqual(nilIfEmpty(specUIDs), nilIfEmpty(recordUIDs)) {
 		h.t.Errorf("specs on disk %v, claim records %v: they must match", specUIDs, recordUIDs)
+	}
+	// Each record's /dev/shm directory and no other.
+	var dirUIDs []string
+	entries, err := os.ReadDir(h.claimDirs().Layout.ClaimsDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.t.Fatal(err)
+	}
+	for _, e := range entries {
+		dirUIDs = append(dirUIDs, e.Name())
+	}
+	if !reflect.DeepEqual(nilIfEmpty(dirUIDs), nilIfEmpty(recordUIDs)) {
+		h.t.Errorf("claim /dev/shm directories %v, claim records %v: they must match", dirUIDs, recordUIDs)
 	}
 	for card := range wantHolders {
 		sort.Strings(wantHolders[card])

@@ -149,9 +149,9 @@ func (m *Metrics) RegisterMPSStatus(status func() mps.Status) {
 	)
 }
 
-// setDeviceHealth replaces the health and taint gauges with the cards'
+// SetDeviceHealth replaces the health and taint gauges with the cards'
 // current state: taints that are gone lose their series.
-func (m *Metrics) setDeviceHealth(node string, devices []xidtaint.DeviceHealth) {
+func (m *Metrics) SetDeviceHealth(node string, devices []xidtaint.DeviceHealth) {
 	m.gpuHealth.Reset()
 	m.gpuTaints.Reset()
 	for _, d := range devices {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 	"github.com/tangram-gpu/tangram/pkg/plugin/kinds/migpartition"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
@@ -245,7 +246,7 @@ func TestMIGRecordedButGoneIsRecreated(t *testing.T) {
 			if len(statuses) != 2 {
 				t.Fatalf("status rewritten with %d devices, want 2", len(statuses))
 			}
-			var data DeviceData
+			var data claimstatus.DeviceData
 			if err := json.Unmarshal(statuses[1].Data.Raw, &data); err != nil || data.UUID != after.Devices[1].MIG.UUID {
 				t.Errorf("status.devices names %q (%v), want the re-created instance %s", data.UUID, err, after.Devices[1].MIG.UUID)
 			}
@@ -306,13 +307,13 @@ func TestMIGDeviceStatus(t *testing.T) {
 		memory          string
 	}{{device.MIGDeviceName(migCard, 19, 0), "1g.10gb", 0, 1, "9856Mi"}, {device.MIGDeviceName(migCard, 9, 4), "3g.40gb", 4, 4, "40192Mi"}} {
 		st := statuses[i]
-		var data DeviceData
+		var data claimstatus.DeviceData
 		if err := json.Unmarshal(st.Data.Raw, &data); err != nil {
 			t.Fatal(err)
 		}
-		wantMIG := MIGData{Profile: want.profile, ProfileID: list[i].ProfileID, PlacementStart: want.start, PlacementSize: want.size,
+		wantMIG := claimstatus.MIGData{Profile: want.profile, ProfileID: list[i].ProfileID, PlacementStart: want.start, PlacementSize: want.size,
 			GPUInstanceID: list[i].GPUInstanceID, ComputeInstanceID: list[i].ComputeInstanceID, ParentUUID: testGPUs()[migCard].UUID}
-		if st.Device != want.device || data.UUID != list[i].UUID || data.MIG == nil || *data.MIG != wantMIG || data.Memory != want.memory || data.Enforcement != EnforcementMIG {
+		if st.Device != want.device || data.UUID != list[i].UUID || data.MIG == nil || *data.MIG != wantMIG || data.Memory != want.memory || data.Enforcement != claimstatus.EnforcementMIG {
 			t.Errorf("status %d: device %s data %+v (MIG %+v), want %s with UUID %s, %s memory, MIG %+v", i, st.Device, data, data.MIG, want.device, list[i].UUID, want.memory, wantMIG)
 		}
 	}
@@ -354,7 +355,7 @@ func TestMIGDeviceOf(t *testing.T) {
 // profile and placement; a name the card cannot hold now is refused with
 // what changed and what to do.
 func TestResolveMIGDevice(t *testing.T) {
-	cards := cardsByDevice(testGPUs())
+	cards := CardsByDevice(testGPUs())
 	off := testGPUs()
 	off[migCard].MIG.Enabled = false
 	tests := []struct {
@@ -366,7 +367,7 @@ func TestResolveMIGDevice(t *testing.T) {
 	}{
 		{name: "3g at 4", cards: cards, device: "gpu-3-mig-9-4",
 			want: &prepared.MIG{ParentIndex: 3, ProfileID: 9, Profile: "3g.40gb", Start: 4, Size: 4}},
-		{name: "card left MIG mode", cards: cardsByDevice(off), device: "gpu-3-mig-9-4", wantErr: "not in MIG mode now"},
+		{name: "card left MIG mode", cards: CardsByDevice(off), device: "gpu-3-mig-9-4", wantErr: "not in MIG mode now"},
 		{name: "no such profile", cards: cards, device: "gpu-3-mig-14-0", wantErr: "has no MIG profile 14"},
 		{name: "no such placement", cards: cards, device: "gpu-3-mig-9-2", wantErr: "has no placement at memory slice 2"},
 		{name: "no such card", cards: cards, device: "gpu-9-mig-9-0", wantErr: "not a GPU of this node"},

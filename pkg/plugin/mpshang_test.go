@@ -17,6 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/liveness"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
@@ -210,7 +211,7 @@ func TestHealthAndMetricsReportAnUnresponsiveControlDaemon(t *testing.T) {
 	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
 		t.Fatal(err)
 	}
-	health := &Liveness{Checks: map[string]LivenessCheck{"dra": func(context.Context) error { return nil }},
+	health := &liveness.Server{Checks: map[string]liveness.Check{"dra": func(context.Context) error { return nil }},
 		Details: map[string]func() string{"mps": func() string { return h.shares.Status().String() }}}
 	metrics := NewMetrics()
 	metrics.RegisterMPSStatus(h.shares.Status)

@@ -13,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/liveness"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
@@ -252,7 +253,7 @@ func TestHealthAndMetricsReportMPSStatus(t *testing.T) {
 	if err := h.prepare(share)["s1"].Err; err == nil {
 		t.Fatal("share prepared although its daemon cannot start")
 	}
-	health := &Liveness{Checks: map[string]LivenessCheck{"dra": func(context.Context) error { return nil }},
+	health := &liveness.Server{Checks: map[string]liveness.Check{"dra": func(context.Context) error { return nil }},
 		Details: map[string]func() string{"mps": func() string { return h.shares.Status().String() }}}
 	metrics := NewMetrics()
 	metrics.RegisterMPSStatus(h.shares.Status)

@@ -4,20 +4,27 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/tangram-gpu/tangram/pkg/device"
 )
 
-// TestPrepareMakesOneDurableWrite holds the prepare to one durable
-// checkpoint write (PrepareCompleted), its PrepareStarted written without
-// fsync (docs/prepare.md, "One durable write per prepare"); a prepared
+// TestPrepareMakesOneDurableWrite holds the prepare of a whole card or a
+// share to one checkpoint write, durable (PrepareCompleted), with no
+// intent written before it (docs/prepare.md, "One durable write per
+// prepare"); a MIG partition's prepare writes its intent without fsync
+// and each instance's IDs durably before PrepareCompleted. A prepared
 // claim asked again writes nothing, and an unprepare writes durably once.
-// The crash tests hold that both writes are still saves a crash can follow.
+// The crash tests hold that a crash after any write still ends consistent.
 func TestPrepareMakesOneDurableWrite(t *testing.T) {
 	tests := []struct {
 		name  string
 		claim *resourceapi.ResourceClaim
+		// wantSynced and wantUnsynced are the prepare's checkpoint writes.
+		wantSynced, wantUnsynced int64
 	}{
-		{"whole card", claimWith("w", wholeResult("gpu", "gpu-0"))},
-		{"share", claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "30"))},
+		{"whole card", claimWith("w", wholeResult("gpu", "gpu-0")), 1, 0},
+		{"share", claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", "30")), 1, 0},
+		{"MIG partition", claimWith("m", wholeResult("gpu", device.MIGDeviceName(migCard, 9, 4))), 2, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,8 +41,8 @@ func TestPrepareMakesOneDurableWrite(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if synced, unsynced := writes(prepare); synced != 1 || unsynced != 1 {
-				t.Errorf("prepare: %d durable and %d unsynced checkpoint writes, want 1 and 1", synced, unsynced)
+			if synced, unsynced := writes(prepare); synced != tt.wantSynced || unsynced != tt.wantUnsynced {
+				t.Errorf("prepare: %d durable and %d unsynced checkpoint writes, want %d and %d", synced, unsynced, tt.wantSynced, tt.wantUnsynced)
 			}
 			if synced, unsynced := writes(prepare); synced != 0 || unsynced != 0 {
 				t.Errorf("prepare of a prepared claim: %d durable and %d unsynced writes, want none", synced, unsynced)

@@ -402,3 +402,29 @@ func TestIsShare(t *testing.T) {
 		}
 	}
 }
+
+// A real card's memory is rarely a whole number of share steps (an H100
+// reports 81559 MiB, of which 81408 MiB can be allocated: the app's
+// TestAllocatableMemoryOfAnUnevenCard); a claim that names no memory gets
+// the published default, which is less than the card's memory, and must
+// still be prepared as a whole card: no MPS limits, no share accounting.
+func TestWholeMemoryOfAnUnevenCardIsAWholeCard(t *testing.T) {
+	card := gpu.GPU{Index: 0, UUID: "GPU-0", MemoryBytes: 81559 << 20}
+	allocatable := map[string]int64{"gpu-0": 81408 << 20}
+	cards := map[string]gpu.GPU{"gpu-0": card}
+	for _, tc := range []struct {
+		memory    string
+		wantShare bool
+	}{
+		{memory: "81408Mi", wantShare: false},
+		{memory: "81152Mi", wantShare: true},
+	} {
+		plan, err := planClaim(claimWith("c", shareResult("gpu", "gpu-0", "s1", tc.memory, "")), testNode, cards, allocatable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Devices[0].Share != tc.wantShare {
+			t.Errorf("consumed %s: share = %v, want %v", tc.memory, plan.Devices[0].Share, tc.wantShare)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
 )
 
 const (
@@ -116,13 +117,13 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 			}
 			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
 				KindConfig: KindConfig{Shares: h.shares}, MPSPipeDir: mps.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir(),
-				NonRootClasses: tc.classes, ReservingPods: APIReservingPods(client, testNode)}
-			selector, err := ParseNamespaceSelector(tc.namespaces)
+				NonRootClasses: tc.classes, ReservingPods: podcheck.APIReservingPods(client, testNode)}
+			selector, err := podcheck.ParseNamespaceSelector(tc.namespaces)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if selector != nil {
-				cfg.NonRootNamespaces = APINamespaceMatcher(client, selector)
+				cfg.NonRootNamespaces = podcheck.APINamespaceMatcher(client, selector)
 			}
 			d, err := New(context.Background(), cfg)
 			if err != nil {
@@ -170,40 +171,6 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 			}
 			if _, ok := d.Records()[string(tc.claim.UID)]; ok || h.specs.Exists(context.Background(), string(tc.claim.UID)) {
 				t.Error("a refused claim left a record or a spec")
-			}
-		})
-	}
-}
-
-func TestParseNamespaceSelector(t *testing.T) {
-	for _, tc := range []struct {
-		text, want string // want: the selector's string; "<nil>" every namespace
-		wantErr    string
-	}{
-		{text: "", want: "<nil>"},
-		{text: "{}", want: "<nil>"},
-		{text: `{"matchLabels":{"a":"b"}}`, want: "a=b"},
-		{text: `{"matchExpressions":[{"key":"x","operator":"NotIn","values":["y"]}]}`, want: "x notin (y)"},
-		{text: `{"matchLabels":`, wantErr: "not a label selector in JSON"},
-		{text: `{"matchExpressions":[{"key":"x","operator":"Near"}]}`, wantErr: `"Near" is not a valid label selector operator`},
-	} {
-		t.Run(tc.text, func(t *testing.T) {
-			got, err := ParseNamespaceSelector(tc.text)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := "<nil>"
-			if got != nil {
-				s = got.String()
-			}
-			if s != tc.want {
-				t.Errorf("selector %s, want %s", s, tc.want)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -58,6 +59,8 @@ type SpecStore interface {
 type ClaimDirs interface {
 	Create(ctx context.Context, claimUID string) error
 	Remove(ctx context.Context, claimUID string) error
+	// Exists reports whether the claim has a directory.
+	Exists(claimUID string) bool
 	// Sweep removes the directories of claims not in keep.
 	Sweep(ctx context.Context, keep []string) error
 }
@@ -81,3 +84,7 @@ type ConfigResolver func(claim *resourceapi.ResourceClaim, devices []prepared.De
 // ClaimLister lists the cluster's ResourceClaims, for rebuilding state from
 // our specs after a corrupt checkpoint. nil means no API server.
 type ClaimLister func(ctx context.Context) ([]resourceapi.ResourceClaim, error)
+
+// MemoryLimitStateDir is where tangram-cdi-hook keeps its records, under
+// the plugin's state directory (mounted at the same path on the host).
+func MemoryLimitStateDir(stateDir string) string { return filepath.Join(stateDir, "memory-limits") }

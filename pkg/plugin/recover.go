@@ -113,8 +113,10 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 	}
 	if d.cfg.ClaimDirs != nil {
-		// Under the state lock: a claim of the other plugin process of a
-		// rolling update gets its directory only once it is recorded.
+		// Under the state lock, which the other plugin process of a
+		// rolling update holds from its reload until its claim's
+		// completed record is saved: a directory no record holds now is
+		// no preparation's in progress.
 		if err := d.cfg.ClaimDirs.Sweep(ctx, slices.Collect(maps.Keys(d.records))); err != nil {
 			errs = append(errs, fmt.Errorf("removing the /dev/shm directories of claims not prepared: %w", err))
 		}

@@ -17,17 +17,18 @@ import (
 
 func TestCrashDuringPrepareThenRestart(t *testing.T) {
 	// Before the crash: start-up saves once (save 1) and a whole-card
-	// claim is prepared (saves 2 and 3, spec-write 1). The share claim then
-	// goes: save 4 (started), mps-acquire 1, spec-write 2, save 5 (completed).
+	// claim is prepared (save 2, spec-write 1: a fresh whole card records
+	// no intent). The share claim then goes: mps-acquire 1, spec-write 2,
+	// save 3 (completed); a crash before save 3 leaves its spec and
+	// /dev/shm with no record, which start-up removes.
 	tests := []struct {
 		step     string
 		n        int
 		wantKept bool
 	}{
-		{step: "save", n: 4},
 		{step: "mps-acquire", n: 1},
 		{step: "spec-write", n: 2},
-		{step: "save", n: 5, wantKept: true},
+		{step: "save", n: 3, wantKept: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.step, func(t *testing.T) {
@@ -89,10 +90,11 @@ func TestCrashDuringUnprepareThenRestart(t *testing.T) {
 func TestCrashDuringRecoveryThenRestart(t *testing.T) {
 	h := newHarness(t)
 	share := claimWith("s", shareResult("gpu", "gpu-1", "s1", "10Gi", ""))
-	// Saves: 1 at start-up, 2 when the claim's preparation starts.
-	h.steps.crashAt, h.steps.crashN = "save", 2
-	if got := h.prepareCrashing(share); got != "save" {
-		t.Fatalf("crashed after %q, want save", got)
+	// The claim's spec is written and it is not recorded (a fresh share
+	// records no intent): start-up removes the spec, then crashes.
+	h.steps.crashAt, h.steps.crashN = "spec-write", 1
+	if got := h.prepareCrashing(share); got != "spec-write" {
+		t.Fatalf("crashed after %q, want spec-write", got)
 	}
 	h.steps.crashAt, h.steps.crashN = "spec-remove", h.steps.count("spec-remove")+1
 	if got := h.startCrashing(); got != "spec-remove" {

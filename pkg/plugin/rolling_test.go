@@ -44,7 +44,7 @@ func (h *harness) twinWith(wrap func(mps.Daemon) mps.Daemon) *harness {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	t.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: t.steps}
+	t.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs())}, steps: t.steps}
 	// One daemon per node, whichever process drives it (as in pod mode).
 	nodeDaemon := h.daemon
 	t.wrapDaemon = func(*mps.SimulatedDaemon) mps.Daemon {

@@ -21,7 +21,7 @@ func TestSpecMountsTheClaimsOwnMPSDirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs := &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: cardsByDevice(testGPUs())}, steps: &steps{}}
+	specs := &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs())}, steps: &steps{}}
 	layout := mps.Layout{Root: filepath.Join(dir, "mps")}
 	card := testGPUs()[0]
 	m := mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, []string{card.UUID},

@@ -16,7 +16,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
@@ -49,8 +49,8 @@ func migPartition(profile string) resourceapi.DeviceClaim {
 }
 
 // migStatus is the plugin's status data of the pod's one MIG partition.
-func migStatus(ctx context.Context, ns, pod string) plugin.DeviceData {
-	var data plugin.DeviceData
+func migStatus(ctx context.Context, ns, pod string) claimstatus.DeviceData {
+	var data claimstatus.DeviceData
 	Eventually(func(g Gomega) {
 		claim := allocatedClaim(ctx, ns, pod)
 		g.Expect(claim.Status.Devices).To(HaveLen(1), "the claim's status.devices")
@@ -74,7 +74,7 @@ func expectUnschedulable(ctx context.Context, ns, name string) {
 }
 
 // narrateMIGPod says, for the demo's narration, what a MIG pod got.
-func narrateMIGPod(pod string, data plugin.DeviceData, report map[string]string) {
+func narrateMIGPod(pod string, data claimstatus.DeviceData, report map[string]string) {
 	demoSay("pod %-6s → MIG %s of card 0 (%s; GPU instance %d, compute instance %d, memory slices %d-%d): %s",
 		pod, data.MIG.Profile, data.MIG.ParentUUID, data.MIG.GPUInstanceID, data.MIG.ComputeInstanceID,
 		data.MIG.PlacementStart, data.MIG.PlacementStart+data.MIG.PlacementSize-1, data.UUID)
@@ -112,7 +112,7 @@ type migScenario struct {
 	xid bool
 	// checkPod checks a running partition's container further (its /dev
 	// on the mock driver root).
-	checkPod func(ctx context.Context, ns, pod string, data plugin.DeviceData, report map[string]string)
+	checkPod func(ctx context.Context, ns, pod string, data claimstatus.DeviceData, report map[string]string)
 	// afterAll runs once every pod is deleted.
 	afterAll func(ctx context.Context)
 }
@@ -140,7 +140,7 @@ func (s migScenario) run(ctx SpecContext) {
 		Expect(data.MIG).NotTo(BeNil(), "pod %s: status.devices data has no mig", pod)
 		Expect(data.MIG.Profile).To(Equal(profile))
 		Expect(data.UUID).To(HavePrefix("MIG-"), "pod %s: status.devices names the MIG device", pod)
-		Expect(data.Enforcement).To(Equal(plugin.EnforcementMIG))
+		Expect(data.Enforcement).To(Equal(claimstatus.EnforcementMIG))
 		By(fmt.Sprintf("pod %s sees exactly its MIG device %s", pod, data.UUID))
 		Expect(report["NVIDIA_VISIBLE_DEVICES"]).To(Equal(data.UUID), "pod %s's container must see its MIG device and nothing else", pod)
 		seen[pod] = data.UUID

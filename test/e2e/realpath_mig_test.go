@@ -15,7 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu/nvcaps"
-	"github.com/tangram-gpu/tangram/pkg/plugin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 )
 
 // migRealPathLabel marks the MIG scenario on the mock driver root: `make
@@ -35,7 +35,7 @@ var _ = Describe("Real GPU path: MIG partitions", Label(realPathLabel, migRealPa
 		minors := mockCardMinors()
 		var parent string // card 0's UUID, whose instances must all be gone at the end
 		migScenario{
-			checkPod: func(ctx context.Context, ns, pod string, data plugin.DeviceData, report map[string]string) {
+			checkPod: func(ctx context.Context, ns, pod string, data claimstatus.DeviceData, report map[string]string) {
 				parent = data.MIG.ParentUUID
 				minor, ok := minors[data.MIG.ParentUUID]
 				Expect(ok).To(BeTrue(), "the mock root's devices file has no card %s", data.MIG.ParentUUID)

@@ -33,9 +33,19 @@ type Effects interface {
 	// clear by itself (sharing disabled on the node, a MIG placement held
 	// by an instance Tangram did not create).
 	Admit(ctx context.Context, rec prepared.Claim) error
-	// SetUp does the kind's side effects for the claim, once its intent is
-	// recorded (PrepareStarted). It returns the record with what was done,
-	// on error too, so that Undo finds it.
+	// NeedsIntent reports whether SetUp would leave, for this claim,
+	// something that outlives the process and that a restart finds only
+	// through the claim's recorded intent (a MIG instance at its
+	// placement). The Driver records the intent (PrepareStarted) before
+	// SetUp only for such claims (and those with a record on disk
+	// already): what else a crash leaves (the CDI spec, the claim's
+	// /dev/shm, an MPS share's compute mode and v3 namespace) start-up,
+	// or an unprepare of the claim in the other process of a rolling
+	// update, removes as held by no record (Settle).
+	NeedsIntent(rec prepared.Claim) bool
+	// SetUp does the kind's side effects for the claim, after its intent
+	// is recorded where NeedsIntent asks for it. It returns the record
+	// with what was done, on error too, so that Undo finds it.
 	SetUp(ctx context.Context, rec prepared.Claim) (prepared.Claim, error)
 	// Undo removes what SetUp did or may have done (an interrupted SetUp);
 	// nothing to remove is no error.
@@ -52,7 +62,9 @@ type Effects interface {
 	// process's memory is gone with it.
 	RollBack(ctx context.Context, rec prepared.Claim) error
 	// Settle is called at the end of start-up, with every record loaded
-	// or rolled back, and may remove what no record holds.
+	// or rolled back, and after an unprepare removed what an interrupted
+	// preparation left (a claim without a record, whose intent was not
+	// needed); it may remove what no record holds.
 	Settle(ctx context.Context, records map[string]prepared.Claim) error
 }
 

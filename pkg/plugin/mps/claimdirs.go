@@ -33,6 +33,8 @@ type ShmMounter interface {
 	Mount(dir string, sizeBytes int64) error
 	// Unmount undoes Mount; a directory that is not a mount point is fine.
 	Unmount(dir string) error
+	// Mounted reports whether dir is bounded already (a mount point).
+	Mounted(dir string) (bool, error)
 }
 
 // TmpfsMounter mounts a tmpfs per claim (needs CAP_SYS_ADMIN and, in a
@@ -48,6 +50,19 @@ func (TmpfsMounter) Mount(dir string, sizeBytes int64) error {
 		return fmt.Errorf("mounting a %d-byte tmpfs on %s: %w", sizeBytes, dir, err)
 	}
 	return nil
+}
+
+// Mounted reports whether dir is a mount point: on another file system
+// than its parent.
+func (TmpfsMounter) Mounted(dir string) (bool, error) {
+	var st, parent unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return false, fmt.Errorf("checking whether %s is mounted: %w", dir, err)
+	}
+	if err := unix.Stat(filepath.Dir(dir), &parent); err != nil {
+		return false, fmt.Errorf("checking whether %s is mounted: %w", dir, err)
+	}
+	return st.Dev != parent.Dev, nil
 }
 
 // Unmount detaches the tmpfs on dir, if any.
@@ -75,14 +90,24 @@ type ClaimDirs struct {
 func (c ClaimDirs) ShmDir(claimUID string) string { return c.Layout.ClaimShmDir(claimUID) }
 
 // Create makes the claim's /dev/shm: world-writable and sticky like
-// /dev/shm, for the containers' UIDs. Creating it again is a no-op.
+// /dev/shm, for the containers' UIDs. Creating it again is a no-op, but
+// for a directory left unbounded (a crash between making and mounting
+// it, in a preparation that recorded no intent), which is bounded now.
 func (c ClaimDirs) Create(ctx context.Context, claimUID string) error {
 	if !claimUIDForm.MatchString(claimUID) {
 		return fmt.Errorf("claim UID %q cannot name a directory", claimUID)
 	}
 	dir := c.Layout.ClaimShmDir(claimUID)
 	if _, err := os.Stat(dir); err == nil {
-		return nil
+		if c.Mounter == nil {
+			return nil
+		}
+		mounted, err := c.Mounter.Mounted(dir)
+		if err != nil || mounted {
+			return err
+		}
+		klog.FromContext(ctx).Info("Bounding the claim's /dev/shm that an interrupted preparation left unbounded", "claimUID", claimUID, "dir", dir)
+		return c.mount(dir, claimUID)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating the /dev/shm directory of claim %s: %w", claimUID, err)
@@ -91,13 +116,28 @@ func (c ClaimDirs) Create(ctx context.Context, claimUID string) error {
 		return fmt.Errorf("setting the mode of claim %s's /dev/shm directory: %w", claimUID, err)
 	}
 	if c.Mounter != nil {
-		if err := c.Mounter.Mount(dir, c.ShmSizeBytes); err != nil {
-			_ = os.RemoveAll(filepath.Dir(dir))
-			return fmt.Errorf("bounding the /dev/shm of claim %s: %w; the plugin needs CAP_SYS_ADMIN for it (chart kubeletPlugin.privileged=true, with the MPS root mounted Bidirectional); an unbounded plain directory on the host is not offered (--mps-shm-size=0 is refused on real GPUs)", claimUID, err)
+		if err := c.mount(dir, claimUID); err != nil {
+			return err
 		}
 	}
 	klog.FromContext(ctx).V(2).Info("Created the claim's /dev/shm", "claimUID", claimUID, "dir", dir, "sizeBytes", c.ShmSizeBytes)
 	return nil
+}
+
+// mount bounds the claim's /dev/shm directory; on failure it removes the
+// claim's directory, so that no unbounded one is left.
+func (c ClaimDirs) mount(dir, claimUID string) error {
+	if err := c.Mounter.Mount(dir, c.ShmSizeBytes); err != nil {
+		_ = os.RemoveAll(filepath.Dir(dir))
+		return fmt.Errorf("bounding the /dev/shm of claim %s: %w; the plugin needs CAP_SYS_ADMIN for it (chart kubeletPlugin.privileged=true, with the MPS root mounted Bidirectional); an unbounded plain directory on the host is not offered (--mps-shm-size=0 is refused on real GPUs)", claimUID, err)
+	}
+	return nil
+}
+
+// Exists reports whether the claim has a /dev/shm directory.
+func (c ClaimDirs) Exists(claimUID string) bool {
+	_, err := os.Stat(filepath.Join(c.Layout.ClaimsDir(), claimUID))
+	return err == nil
 }
 
 // Remove unmounts and deletes the claim's directory and what its

@@ -35,6 +35,20 @@ func TestClaimDirs(t *testing.T) {
 				t.Errorf("bound %d, want %d", got, 64<<20)
 			}
 		}},
+		{"create over a directory an interrupted preparation left unbounded: bounded now", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+			if err := os.MkdirAll(dirs.ShmDir(uid), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := dirs.Create(ctx, uid); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.mounted[dirs.ShmDir(uid)]; got != 64<<20 {
+				t.Errorf("bound %d, want %d", got, 64<<20)
+			}
+			if !dirs.Exists(uid) {
+				t.Error("Exists = false after Create")
+			}
+		}},
 		{"remove: unbounded, gone with its contents; removing again succeeds", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
 			if err := dirs.Create(ctx, uid); err != nil {
 				t.Fatal(err)
@@ -94,6 +108,22 @@ func TestClaimDirs(t *testing.T) {
 			m := &recordingMounter{mounted: map[string]int64{}}
 			tt.run(t, ClaimDirs{Layout: Layout{Root: t.TempDir()}, Mounter: m, ShmSizeBytes: 64 << 20}, m)
 		})
+	}
+}
+
+// TestTmpfsMounterMounted: a directory on its parent's file system is not
+// a mount point (a tmpfs mount needs CAP_SYS_ADMIN, which the tests do not
+// have).
+func TestTmpfsMounterMounted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shm")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if mounted, err := (TmpfsMounter{}).Mounted(dir); err != nil || mounted {
+		t.Errorf("Mounted(plain directory) = %v, %v; want false", mounted, err)
+	}
+	if _, err := (TmpfsMounter{}).Mounted(filepath.Join(dir, "missing")); err == nil {
+		t.Error("Mounted(missing directory): no error")
 	}
 }
 

@@ -34,6 +34,13 @@ func (r *recordingMounter) Mount(dir string, size int64) error {
 	return nil
 }
 
+func (r *recordingMounter) Mounted(dir string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.mounted[dir]
+	return ok, nil
+}
+
 func (r *recordingMounter) Unmount(dir string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -82,6 +82,11 @@ func (p *Partitions) Admit(ctx context.Context, rec prepared.Claim) error {
 	return p.checkMIGFree(ctx, rec)
 }
 
+// NeedsIntent is true for a claim with partitions: an instance outlives
+// the process, and a restart finds the one a crash interrupted by the
+// intent's placement (RollBack).
+func (p *Partitions) NeedsIntent(rec prepared.Claim) bool { return len(rec.MIGDevices()) > 0 }
+
 // SetUp creates the claim's instances (createMIG).
 func (p *Partitions) SetUp(ctx context.Context, rec prepared.Claim) (prepared.Claim, error) {
 	if len(rec.MIGDevices()) == 0 {

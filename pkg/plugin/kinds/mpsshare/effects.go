@@ -91,7 +91,7 @@ func (e *Effects) Admit(_ context.Context, rec prepared.Claim) error {
 
 // BeforeLock waits for the MPS daemon when one of the call's claims holds
 // an MPS share, holding no lock: the kubelet's calls are not serialized by
-// the helper (plugin.go), so whole-card calls go on meanwhile. The wait is
+// the helper (pkg/plugin/app/run.go), so whole-card calls go on meanwhile. The wait is
 // bounded by the Manager's StartWait and the call's deadline; a daemon
 // still not ready is SetUp's to answer. done lets the daemon go when no
 // share holds it.
@@ -123,6 +123,11 @@ func (e *Effects) SetUp(ctx context.Context, rec prepared.Claim) (prepared.Claim
 	return rec, e.shares.Acquire(ctx, rec.UID, rec.MPSShares())
 }
 
+// NeedsIntent is false: the accounting is in this process's memory, and
+// what a share leaves on the node (its card's compute mode, the daemon, a
+// v3 namespace) Settle puts in line with the records that hold shares.
+func (e *Effects) NeedsIntent(prepared.Claim) bool { return false }
+
 // Undo releases the claim's MPS shares.
 func (e *Effects) Undo(ctx context.Context, rec prepared.Claim) error {
 	if len(rec.MPSCards()) == 0 || e.shares == nil {
@@ -150,12 +155,16 @@ func (e *Effects) Recover(ctx context.Context, rec prepared.Claim) (prepared.Cla
 }
 
 // Settle stops a daemon nobody needs any more and brings the cards'
-// compute modes and v3 namespaces in line with the accounting.
+// compute modes and v3 namespaces in line with the accounting. The daemon
+// is looked at again (Resync): a process that died preparing a share may
+// have started it.
 func (e *Effects) Settle(ctx context.Context, _ map[string]prepared.Claim) error {
 	if e.shares == nil {
 		return nil
 	}
-	return e.shares.Reconcile(ctx)
+	err := e.shares.Reconcile(ctx)
+	e.shares.Resync(ctx)
+	return err
 }
 
 // Resync tells the accounting about shares another plugin process

@@ -1,4 +1,8 @@
-package plugin
+// Package app is the kubelet plugin's process: its flags (Options, parsed
+// once into Settings) and Run, which builds the running parts from them
+// and the Node the command found: the Driver (pkg/plugin), the node's MPS,
+// the kubelet helper, the taint publisher, liveness and metrics.
+package app
 
 import (
 	"context"
@@ -21,13 +25,18 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
+	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
+	"github.com/tangram-gpu/tangram/pkg/plugin/liveness"
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
+	"github.com/tangram-gpu/tangram/pkg/plugin/taints"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
@@ -115,7 +124,7 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 	if err != nil {
 		return err
 	}
-	metrics := NewMetrics()
+	metrics := plugin.NewMetrics()
 	allocatable := allocatableMemory(resources)
 	claimDirs := newClaimDirs(w)
 	shares, err := newShares(ctx, w, allocatable, claimDirs)
@@ -131,11 +140,11 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 	}
 	if w.KubeClient != nil {
 		// Warning events on the pods of shares a tenant can exceed.
-		recorder, stop := newNodeEventRecorder(ctx, w.KubeClient)
+		recorder, stop := taints.NewNodeEventRecorder(ctx, w.KubeClient)
 		defer stop()
 		cfg.Events = recorder
 	}
-	var driver *Driver
+	var driver *plugin.Driver
 	monitor, err := w.newXIDTaintMonitor(func(index, gi int) (string, bool) { return driver.MIGPartitions().MIGDeviceOf(index, gi) })
 	if err != nil {
 		return err
@@ -144,20 +153,20 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 		// Events are handled once the driver exists (startTaints, below).
 		cfg.DeviceHealth = monitor
 	}
-	if driver, err = New(ctx, cfg); err != nil {
+	if driver, err = plugin.New(ctx, cfg); err != nil {
 		return err
 	}
 
-	liveness := newLiveness(shares, metrics)
+	probes := newLiveness(shares, metrics)
 	// The first publication already carries the taints known now (the
 	// partitions overlapping MIG instances Tangram did not create, found
 	// by start-up).
 	pub := w.newTaintPublisher(monitor, driver, resources, metrics)
 	initial := resources
 	if pub != nil {
-		initial, _, _ = pub.tainted()
+		initial, _, _ = pub.Tainted()
 	}
-	helper, err := w.startKubeletHelper(ctx, driver, initial, liveness)
+	helper, err := w.startKubeletHelper(ctx, driver, initial, probes)
 	if err != nil {
 		return err
 	}
@@ -171,27 +180,28 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 		defer stop()
 	}
 	if monitor != nil {
-		liveness.Details["gpus"] = func() string { return xidTaintSummary(monitor.Devices()) }
+		probes.Details["gpus"] = func() string { return taints.Summary(monitor.Devices()) }
 	}
-	if pub != nil && pub.mig != nil {
+	if pub != nil && pub.MIG != nil {
 		go driver.MIGPartitions().WatchForeignMIG(ctx)
 	}
-	return w.serve(ctx, cancel, liveness, metrics)
+	return w.serve(ctx, cancel, probes, metrics)
 }
 
 // newTaintPublisher is the publisher of the devices' taints: the XID
 // taint monitor's, and those of the partitions overlapping MIG instances
 // Tangram did not create when a card is in MIG mode; nil when neither is
 // there.
-func (w *wiring) newTaintPublisher(monitor *xidtaint.Monitor, driver *Driver, resources *resourceslice.DriverResources, metrics *Metrics) *taintPublisher {
-	pub := &taintPublisher{node: w.NodeName, resources: resources, metrics: metrics}
+func (w *wiring) newTaintPublisher(monitor *xidtaint.Monitor, driver *plugin.Driver, resources *resourceslice.DriverResources, metrics *plugin.Metrics) *taints.Publisher {
+	pub := &taints.Publisher{Node: w.NodeName, Resources: resources, Metrics: metrics}
 	if monitor != nil {
-		pub.monitor = monitor
+		// Not a typed nil: a nil Health is health not watched.
+		pub.Health = monitor
 	}
 	if parts := driver.MIGPartitions(); len(parts.Cards()) > 0 {
-		pub.mig = parts
+		pub.MIG = parts
 	}
-	if pub.monitor == nil && pub.mig == nil {
+	if pub.Health == nil && pub.MIG == nil {
 		return nil
 	}
 	return pub
@@ -201,13 +211,13 @@ func (w *wiring) newTaintPublisher(monitor *xidtaint.Monitor, driver *Driver, re
 // helper adds its socket's check): the MPS daemon's state, reported and in
 // metrics, never failing the probe: the worker retries the daemon by
 // itself, and a restarted plugin would find it no better.
-func newLiveness(shares *mps.Manager, metrics *Metrics) *Liveness {
-	liveness := &Liveness{Checks: map[string]LivenessCheck{}, Details: map[string]func() string{}}
+func newLiveness(shares *mps.Manager, metrics *plugin.Metrics) *liveness.Server {
+	probes := &liveness.Server{Checks: map[string]liveness.Check{}, Details: map[string]func() string{}}
 	if shares != nil {
-		liveness.Details["mps"] = func() string { return shares.Status().String() }
+		probes.Details["mps"] = func() string { return shares.Status().String() }
 		metrics.RegisterMPSStatus(shares.Status)
 	}
-	return liveness
+	return probes
 }
 
 // resources reads the Node's labels (online) and builds the
@@ -232,33 +242,33 @@ func (w *wiring) resources(ctx context.Context) (*resourceslice.DriverResources,
 // its lock, the CDI specs, MIG, the API clients of claim status and the
 // pod check.
 func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64, claimDirs mps.ClaimDirs, shares *mps.Manager,
-	metrics *Metrics, cancel context.CancelCauseFunc) (Config, error) {
+	metrics *plugin.Metrics, cancel context.CancelCauseFunc) (plugin.Config, error) {
 	specStore, err := cdi.NewSpecStore(w.CDIRoot)
 	if err != nil {
-		return Config{}, err
+		return plugin.Config{}, err
 	}
 	hardware := w.Hardware
 	if hardware == nil {
 		if !w.FakeGPUs {
-			return Config{}, errors.New("internal error: real GPUs need hardware CDI edits")
+			return plugin.Config{}, errors.New("internal error: real GPUs need hardware CDI edits")
 		}
 		hardware = cdi.NoHardware{}
 	}
 	// The state lock's file lives next to the checkpoint.
 	if err := os.MkdirAll(w.StateDir, 0o700); err != nil {
-		return Config{}, fmt.Errorf("creating state directory: %w", err)
+		return plugin.Config{}, fmt.Errorf("creating state directory: %w", err)
 	}
 	migParts := w.MIG
 	if migParts == nil && w.FakeGPUs {
 		migParts = fakegpu.NewPartitions(filepath.Join(w.StateDir, fakegpu.PartitionsFileName))
 	}
-	specs := cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: cardsByDevice(w.GPUs), MemoryLimitHook: w.MemoryLimitHook,
+	specs := cdi.ClaimSpecs{Store: specStore, Hardware: hardware, Cards: plugin.CardsByDevice(w.GPUs), MemoryLimitHook: w.MemoryLimitHook,
 		ClaimShmDir: claimDirs.ShmDir}
 	if shares != nil {
 		specs.MPS = shares
 	}
-	cfg := Config{
-		KindConfig:        KindConfig{MIG: migParts},
+	cfg := plugin.Config{
+		KindConfig:        plugin.KindConfig{MIG: migParts},
 		NodeName:          w.NodeName,
 		GPUs:              w.GPUs,
 		AllocatableMemory: allocatable,
@@ -268,7 +278,7 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 		},
 		Specs:        specs,
 		ClaimDirs:    claimDirs,
-		Configs:      ResolveConfigs,
+		Configs:      plugin.ResolveConfigs,
 		MPSPipeDir:   mps.Layout{Root: w.MPSRoot}.PipeDir(),
 		Metrics:      metrics,
 		OnFatal:      func(err error) { cancel(err) },
@@ -285,14 +295,14 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 	}
 	// Swept at start-up, also on a node no longer hard: the records of
 	// claims an earlier start prepared go once they are not prepared.
-	cfg.MemoryLimitRecords = records.Dir{Path: MemoryLimitStateDir(w.StateDir)}
+	cfg.MemoryLimitRecords = records.Dir{Path: plugin.MemoryLimitStateDir(w.StateDir)}
 	if w.KubeClient != nil {
-		cfg.ListClaims = APIClaimLister(w.KubeClient)
-		cfg.ClaimStatus = APIClaimStatus{Client: w.KubeClient}
+		cfg.ListClaims = plugin.APIClaimLister(w.KubeClient)
+		cfg.ClaimStatus = claimstatus.API{Client: w.KubeClient}
 		cfg.NonRootClasses = w.NonRootDeviceClasses
-		cfg.ReservingPods = APIReservingPods(w.KubeClient, w.NodeName)
+		cfg.ReservingPods = podcheck.APIReservingPods(w.KubeClient, w.NodeName)
 		if w.nonRootNamespaces != nil {
-			cfg.NonRootNamespaces = APINamespaceMatcher(w.KubeClient, w.nonRootNamespaces)
+			cfg.NonRootNamespaces = podcheck.APINamespaceMatcher(w.KubeClient, w.nonRootNamespaces)
 		}
 	}
 	return cfg, nil
@@ -311,7 +321,7 @@ func (w *wiring) newXIDTaintMonitor(migDevice func(index, gi int) (string, bool)
 // startKubeletHelper registers the driver with the kubelet, adds the DRA
 // socket to the liveness checks and publishes the ResourceSlices; offline
 // it does nothing and returns nil.
-func (w *wiring) startKubeletHelper(ctx context.Context, driver *Driver, resources *resourceslice.DriverResources, liveness *Liveness) (*kubeletplugin.Helper, error) {
+func (w *wiring) startKubeletHelper(ctx context.Context, driver *plugin.Driver, resources *resourceslice.DriverResources, probes *liveness.Server) (*kubeletplugin.Helper, error) {
 	logger := klog.FromContext(ctx)
 	if w.KubeClient == nil {
 		logger.Info("OFFLINE: no API server configured; not registering with the kubelet and not publishing ResourceSlices")
@@ -340,7 +350,7 @@ func (w *wiring) startKubeletHelper(ctx context.Context, driver *Driver, resourc
 	if err != nil {
 		return nil, fmt.Errorf("starting the kubelet plugin service: %w", err)
 	}
-	liveness.Checks["dra-socket"] = DRASocketCheck(filepath.Join(w.PluginDir, draSocketName(w.PodUID)))
+	probes.Checks["dra-socket"] = liveness.DRASocket(filepath.Join(w.PluginDir, draSocketName(w.PodUID)))
 	if w.Publish {
 		if err := helper.PublishResources(ctx, *resources); err != nil {
 			helper.Stop()
@@ -354,29 +364,29 @@ func (w *wiring) startKubeletHelper(ctx context.Context, driver *Driver, resourc
 // startTaints runs the publisher of the devices' taints (slices, and with
 // the XID taint monitor its metrics and Node events) and the monitor over
 // the GPU source's events; stop ends the Node event recorder.
-func (w *wiring) startTaints(ctx context.Context, pub *taintPublisher, monitor *xidtaint.Monitor, helper *kubeletplugin.Helper) (stop func()) {
+func (w *wiring) startTaints(ctx context.Context, pub *taints.Publisher, monitor *xidtaint.Monitor, helper *kubeletplugin.Helper) (stop func()) {
 	if helper != nil && w.Publish {
-		pub.publish = helper.PublishResources
+		pub.Publish = helper.PublishResources
 	}
 	stop = func() {}
 	if monitor != nil {
 		if w.KubeClient != nil {
-			pub.recorder, stop = newNodeEventRecorder(ctx, w.KubeClient)
+			pub.Recorder, stop = taints.NewNodeEventRecorder(ctx, w.KubeClient)
 		}
-		go monitor.Run(ctx, w.HealthWatcher, pub.onChanges)
+		go monitor.Run(ctx, w.HealthWatcher, pub.OnChanges)
 		klog.FromContext(ctx).Info("Watching GPU health", "recoverAfter", w.HealthRecoverAfter,
 			"informationalXIDs", fmt.Sprint(w.xidPolicy.InformationalXIDs), "ignoredXIDs", fmt.Sprint(w.xidPolicy.IgnoredXIDs))
 	}
-	go pub.run(ctx)
+	go pub.Run(ctx)
 	return stop
 }
 
 // serve serves liveness and metrics until ctx ends or either fails.
-func (w *wiring) serve(ctx context.Context, cancel context.CancelCauseFunc, liveness *Liveness, metrics *Metrics) error {
+func (w *wiring) serve(ctx context.Context, cancel context.CancelCauseFunc, probes *liveness.Server, metrics *plugin.Metrics) error {
 	logger := klog.FromContext(ctx)
 	errs := make(chan error, 2)
 	if w.HealthzAddress != "" {
-		go func() { errs <- liveness.Serve(ctx, w.HealthzAddress) }()
+		go func() { errs <- probes.Serve(ctx, w.HealthzAddress) }()
 	}
 	if w.MetricsAddress != "" {
 		go func() { errs <- serveMetrics(ctx, w.MetricsAddress, metrics) }()
@@ -612,8 +622,8 @@ func mpsControlEnv(opts *wiring) []string {
 	return opts.DriverRoot.ToolEnv()
 }
 
-func serveMetrics(ctx context.Context, addr string, m *Metrics) error {
-	listener, err := listenShared(ctx, addr)
+func serveMetrics(ctx context.Context, addr string, m *plugin.Metrics) error {
+	listener, err := liveness.ListenShared(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listening for metrics on %s: %w", addr, err)
 	}

@@ -1,4 +1,4 @@
-package plugin
+package liveness
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// listenShared listens on a TCP address that another process may be
+// ListenShared listens on a TCP address that another process may be
 // listening on too (SO_REUSEPORT): during a rolling update the old and the
 // new plugin pod of a node run at once, and on the host network
 // (kubeletPlugin.hostNetwork) their health and metrics ports are the same
 // node port. The kernel spreads connections over both until the old pod
 // closes its listener; a probe of either pod may therefore be answered by
 // the other for those seconds.
-func listenShared(ctx context.Context, addr string) (net.Listener, error) {
+func ListenShared(ctx context.Context, addr string) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var sockErr error
 		if err := c.Control(func(fd uintptr) {

@@ -1,12 +1,13 @@
-package plugin
+package taints
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -15,6 +16,51 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
+
+const testNode = "node-a"
+
+// testGPUs are four 80 GiB cards.
+func testGPUs() []gpu.GPU {
+	var out []gpu.GPU
+	for i := range 4 {
+		out = append(out, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryBytes: 80 << 30})
+	}
+	return out
+}
+
+func newTestMonitor(t *testing.T) *xidtaint.Monitor {
+	t.Helper()
+	m, err := xidtaint.NewMonitor(xidtaint.Config{Cards: testGPUs(), Policy: xidtaint.DefaultPolicy(), RecoverAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// recordedHealth keeps what the publisher last gave its metrics.
+type recordedHealth struct {
+	mu      sync.Mutex
+	node    string
+	devices []xidtaint.DeviceHealth
+}
+
+func (r *recordedHealth) SetDeviceHealth(node string, devices []xidtaint.DeviceHealth) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.node, r.devices = node, devices
+}
+
+// of is the last health given of device, and whether it was given.
+func (r *recordedHealth) of(device string) (xidtaint.DeviceHealth, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.devices {
+		if d.Device == device && r.node == testNode {
+			return d, true
+		}
+	}
+	return xidtaint.DeviceHealth{}, false
+}
 
 func TestTaintPublisher(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -27,19 +73,19 @@ func TestTaintPublisher(t *testing.T) {
 	var mu sync.Mutex
 	var published []resourceslice.DriverResources
 	publishedCh := make(chan struct{}, 10)
-	metrics := NewMetrics()
+	metrics := &recordedHealth{}
 	recorder := record.NewFakeRecorder(10)
-	pub := &taintPublisher{node: testNode, resources: resources, monitor: monitor, metrics: metrics, recorder: recorder,
-		publish: func(_ context.Context, res resourceslice.DriverResources) error {
+	pub := &Publisher{Node: testNode, Resources: resources, Health: monitor, Metrics: metrics, Recorder: recorder,
+		Publish: func(_ context.Context, res resourceslice.DriverResources) error {
 			mu.Lock()
 			published = append(published, res)
 			mu.Unlock()
 			publishedCh <- struct{}{}
 			return nil
 		}}
-	go pub.run(ctx)
+	go pub.Run(ctx)
 	<-publishedCh
-	pub.onChanges(monitor.Handle(ctx, gpu.HealthEvent{Index: 1, Kind: gpu.HealthEventXID, XID: 79}))
+	pub.OnChanges(monitor.Handle(ctx, gpu.HealthEvent{Index: 1, Kind: gpu.HealthEventXID, XID: 79}))
 	<-publishedCh
 	mu.Lock()
 	last := published[len(published)-1]
@@ -55,15 +101,10 @@ func TestTaintPublisher(t *testing.T) {
 	if got := <-recorder.Events; !strings.HasPrefix(got, "Warning GPUUnhealthy gpu-1 tainted") || !strings.Contains(got, "gpu.tangram.dev/xid=79:NoSchedule") {
 		t.Errorf("Node event = %q", got)
 	}
-	gpu1 := testGPUs()[1]
-	if got := testutil.ToFloat64(metrics.gpuHealth.WithLabelValues(testNode, "gpu-1", gpu1.UUID)); got != 0 {
-		t.Errorf("tangram_gpu_health of gpu-1 = %v, want 0", got)
+	if got, ok := metrics.of("gpu-1"); !ok || got.Healthy || len(got.Taints) != 1 || got.Taints[0].Key != xidtaint.TaintKeyXID {
+		t.Errorf("metrics got gpu-1 as %+v (given: %v), want unhealthy with the XID taint", got, ok)
 	}
-	if got := testutil.ToFloat64(metrics.gpuTaints.WithLabelValues(testNode, "gpu-1", xidtaint.TaintKeyXID, "NoSchedule")); got != 1 {
-		t.Errorf("tangram_gpu_taints of gpu-1 = %v, want 1", got)
-	}
-
-	pub.onChanges(monitor.Handle(ctx, gpu.HealthEvent{Index: 1, Kind: gpu.HealthEventRecovered}))
+	pub.OnChanges(monitor.Handle(ctx, gpu.HealthEvent{Index: 1, Kind: gpu.HealthEventRecovered}))
 	<-publishedCh
 	mu.Lock()
 	last = published[len(published)-1]
@@ -74,11 +115,8 @@ func TestTaintPublisher(t *testing.T) {
 	if got := <-recorder.Events; !strings.HasPrefix(got, "Normal GPURecovered gpu-1 taint removed") {
 		t.Errorf("Node event = %q", got)
 	}
-	if got := testutil.ToFloat64(metrics.gpuHealth.WithLabelValues(testNode, "gpu-1", gpu1.UUID)); got != 1 {
-		t.Errorf("tangram_gpu_health of gpu-1 after recovery = %v, want 1", got)
-	}
-	if got := testutil.CollectAndCount(metrics.gpuTaints); got != 0 {
-		t.Errorf("tangram_gpu_taints has %d series after recovery, want 0", got)
+	if got, ok := metrics.of("gpu-1"); !ok || !got.Healthy || len(got.Taints) != 0 {
+		t.Errorf("metrics got gpu-1 after recovery as %+v (given: %v), want healthy without taints", got, ok)
 	}
 }
 
@@ -92,18 +130,18 @@ func TestNodeEventOf(t *testing.T) {
 		{xidtaint.Change{Added: false, Taint: xidtaint.Taint{Effect: resourceapi.DeviceTaintEffectNoSchedule}}, "Normal", ReasonGPURecovered},
 	}
 	for _, tt := range tests {
-		gotType, gotWhy, _ := nodeEventOf(tt.change)
+		gotType, gotWhy, _ := NodeEventOf(tt.change)
 		if gotType != tt.wantType || gotWhy != tt.wantWhy {
-			t.Errorf("nodeEventOf(%+v) = %s %s, want %s %s", tt.change, gotType, gotWhy, tt.wantType, tt.wantWhy)
+			t.Errorf("NodeEventOf(%+v) = %s %s, want %s %s", tt.change, gotType, gotWhy, tt.wantType, tt.wantWhy)
 		}
 	}
 }
 
 func TestXIDTaintSummary(t *testing.T) {
-	if got := xidTaintSummary([]xidtaint.DeviceHealth{{Device: "gpu-0", Known: true, Healthy: true}}); got != "" {
+	if got := Summary([]xidtaint.DeviceHealth{{Device: "gpu-0", Known: true, Healthy: true}}); got != "" {
 		t.Errorf("all healthy: %q, want empty", got)
 	}
-	got := xidTaintSummary([]xidtaint.DeviceHealth{
+	got := Summary([]xidtaint.DeviceHealth{
 		{Device: "gpu-0", Known: true, Healthy: true},
 		{Device: "gpu-1", Known: true, Message: "XID 79 (NoSchedule)"},
 		{Device: "gpu-2", Known: true, Healthy: true, Message: "XID 13 (None)"},

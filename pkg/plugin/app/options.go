@@ -1,4 +1,4 @@
-package plugin
+package app
 
 import (
 	"cmp"
@@ -21,10 +21,12 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
+	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/plugin/hostbin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
@@ -292,7 +294,7 @@ func (o *Options) claimShmSizeBytes(fake bool) (int64, error) {
 
 // nonRootNamespaces parses --nonroot-namespace-selector; nil: every namespace.
 func (o *Options) nonRootNamespaces() (labels.Selector, error) {
-	selector, err := ParseNamespaceSelector(o.NonRootNamespaces)
+	selector, err := podcheck.ParseNamespaceSelector(o.NonRootNamespaces)
 	if err != nil {
 		return nil, fmt.Errorf("--nonroot-namespace-selector: %w", err)
 	}
@@ -411,10 +413,6 @@ func (o *Options) NVIDIACDIHookPath(root driverroot.Root) (string, error) {
 	return hook, nil
 }
 
-// MemoryLimitStateDir is where tangram-cdi-hook keeps its records, under
-// the plugin's state directory (mounted at the same path on the host).
-func MemoryLimitStateDir(stateDir string) string { return filepath.Join(stateDir, "memory-limits") }
-
 // InstallMemoryLimitHook copies tangram-cdi-hook to the host, where the
 // container runtime runs it, and says how CDI specs call it.
 func (o *Options) InstallMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimitHook, error) {
@@ -434,7 +432,7 @@ func (o *Options) InstallMemoryLimitHook(root driverroot.Root) (*cdi.MemoryLimit
 	}
 	// Which pod holds each claim, for the hook (pkg/plugin/memlimit/records):
 	// the state directory is mounted at the same path on the host.
-	stateDir := MemoryLimitStateDir(o.StateDir)
+	stateDir := plugin.MemoryLimitStateDir(o.StateDir)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the memory limit hook's state directory: %w", err)
 	}

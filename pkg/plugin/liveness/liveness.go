@@ -1,4 +1,8 @@
-package plugin
+// Package liveness answers the kubelet plugin's liveness probes: gRPC
+// health (what a Kubernetes `grpc:` probe calls) and HTTP /healthz on one
+// address, from named checks that fail the probe and details that only
+// report.
+package liveness
 
 import (
 	"context"
@@ -21,15 +25,15 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 )
 
-// LivenessCheck reports nil when the part it checks works.
-type LivenessCheck func(ctx context.Context) error
+// Check reports nil when the part it checks works.
+type Check func(ctx context.Context) error
 
-// Liveness answers liveness probes over gRPC (grpc.health.v1, what a
+// Server answers liveness probes over gRPC (grpc.health.v1, what a
 // Kubernetes `grpc:` probe calls) and HTTP (/healthz) on the same address.
-type Liveness struct {
+type Server struct {
 	grpc_health_v1.UnimplementedHealthServer
 	// Checks are run on every probe, by name.
-	Checks map[string]LivenessCheck
+	Checks map[string]Check
 	// Timeout bounds one probe.
 	Timeout time.Duration
 	// Details are reported in the /healthz body, by name, without failing
@@ -40,7 +44,7 @@ type Liveness struct {
 }
 
 // details returns "name: detail" lines of the non-empty details, sorted.
-func (h *Liveness) details() string {
+func (h *Server) details() string {
 	var lines []string
 	for _, name := range slices.Sorted(maps.Keys(h.Details)) {
 		if d := h.Details[name](); d != "" {
@@ -51,7 +55,7 @@ func (h *Liveness) details() string {
 }
 
 // run runs every check and joins the failures, naming each.
-func (h *Liveness) run(ctx context.Context) error {
+func (h *Server) run(ctx context.Context) error {
 	timeout := h.Timeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
@@ -74,7 +78,7 @@ func (h *Liveness) run(ctx context.Context) error {
 
 // Check implements grpc.health.v1: the empty service name and "dra" mean
 // the whole plugin.
-func (h *Liveness) Check(ctx context.Context, req *grpc_health_v1.HealthCheckRequest) (*grpc_health_v1.HealthCheckResponse, error) {
+func (h *Server) Check(ctx context.Context, req *grpc_health_v1.HealthCheckRequest) (*grpc_health_v1.HealthCheckResponse, error) {
 	if req.GetService() != "" && req.GetService() != "dra" {
 		return nil, status.Errorf(codes.NotFound, "unknown service %q; use \"\" or \"dra\"", req.GetService())
 	}
@@ -86,7 +90,7 @@ func (h *Liveness) Check(ctx context.Context, req *grpc_health_v1.HealthCheckReq
 }
 
 // ServeHTTP answers /healthz with 200 "ok" or 503 and the failures.
-func (h *Liveness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.run(r.Context()); err != nil {
 		http.Error(w, err.Error()+"\n"+h.details(), http.StatusServiceUnavailable)
 		return
@@ -96,8 +100,8 @@ func (h *Liveness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Serve listens on addr and serves gRPC health (HTTP/2 cleartext) and
 // /healthz (HTTP/1 or 2) until ctx ends.
-func (h *Liveness) Serve(ctx context.Context, addr string) error {
-	listener, err := listenShared(ctx, addr)
+func (h *Server) Serve(ctx context.Context, addr string) error {
+	listener, err := ListenShared(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("listening for health probes on %s: %w", addr, err)
 	}
@@ -105,7 +109,7 @@ func (h *Liveness) Serve(ctx context.Context, addr string) error {
 }
 
 // ServeListener is Serve on an existing listener.
-func (h *Liveness) ServeListener(ctx context.Context, listener net.Listener) error {
+func (h *Server) ServeListener(ctx context.Context, listener net.Listener) error {
 	grpcServer := grpc.NewServer()
 	grpc_health_v1.RegisterHealthServer(grpcServer, h)
 	mux := http.NewServeMux()
@@ -138,9 +142,9 @@ func (h *Liveness) ServeListener(ctx context.Context, listener net.Listener) err
 	return nil
 }
 
-// DRASocketCheck calls NodePrepareResources with no claims on the plugin's
+// DRASocket calls NodePrepareResources with no claims on the plugin's
 // socket, which proves the gRPC server the kubelet talks to answers.
-func DRASocketCheck(socketPath string) LivenessCheck {
+func DRASocket(socketPath string) Check {
 	return func(ctx context.Context) error {
 		conn, err := grpc.NewClient("unix://"+socketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

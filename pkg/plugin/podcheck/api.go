@@ -1,4 +1,9 @@
-package plugin
+// Package podcheck is what the prepare-time pod check
+// (pkg/plugin/podsecurity's Check, run by the Driver) reads of the
+// cluster: the pods that reserve a claim and whether the check applies to
+// their namespace, through the API server. It is apart from podsecurity,
+// which tangram-cdi-hook links and which must not pull in client-go.
+package podcheck
 
 import (
 	"context"
@@ -11,12 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
-
-	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/plugin/podsecurity"
 )
 
 // ReservingPods returns the pods a claim is reserved for
@@ -102,55 +102,4 @@ func ParseNamespaceSelector(text string) (labels.Selector, error) {
 		return nil, nil
 	}
 	return selector, nil
-}
-
-// podCheck is checkPodSecurity's answer for one claim: refused, or the
-// strict class its containers are held to (prepared.Claim.NonRootClass,
-// "" when none).
-type podCheck struct {
-	refused     error
-	strictClass string
-}
-
-// checkPodSecurity refuses the claims of a strict class (Config.NonRootClasses)
-// that a pod not locked down reserves (pkg/plugin/podsecurity), before any
-// lock is taken: it may read the API server. Claims of other classes cost
-// nothing. A pod the plugin cannot read refuses the claim too (the kubelet
-// retries): the check fails closed. A claim that passes keeps its strict
-// class, which its CDI spec gives the create hook of every container that
-// joins it later (the kubelet prepares a claim once).
-func (d *Driver) checkPodSecurity(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]podCheck {
-	if len(d.cfg.NonRootClasses) == 0 || d.cfg.ReservingPods == nil {
-		return nil
-	}
-	checks := map[types.UID]podCheck{}
-	for _, claim := range claims {
-		strict := podsecurity.StrictClasses(claim, device.DriverName, d.cfg.NonRootClasses)
-		if len(strict) == 0 {
-			continue
-		}
-		if d.cfg.NonRootNamespaces != nil {
-			applies, err := d.cfg.NonRootNamespaces(ctx, claim.Namespace)
-			if err != nil {
-				checks[claim.UID] = podCheck{refused: fmt.Errorf("checking that the pods using the claim run as non-root: %w", err)}
-				continue
-			}
-			if !applies {
-				continue
-			}
-		}
-		pods, err := d.cfg.ReservingPods(ctx, claim)
-		if err == nil {
-			err = podsecurity.Check(claim, pods, device.DriverName, d.cfg.NonRootClasses)
-		} else {
-			err = fmt.Errorf("checking that the pods using the claim run as non-root: %w", err)
-		}
-		if err != nil {
-			checks[claim.UID] = podCheck{refused: err}
-			continue
-		}
-		checks[claim.UID] = podCheck{strictClass: strict[0]}
-		klog.FromContext(ctx).V(4).Info("Pods of a strict share run locked down", "claim", klog.KObj(claim), "pods", len(pods), "class", strict[0])
-	}
-	return checks
 }

@@ -1,4 +1,4 @@
-package plugin
+package liveness
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 // metrics on the same port while they overlap.
 func TestListenSharedTwiceOnOnePort(t *testing.T) {
 	ctx := context.Background()
-	first, err := listenShared(ctx, "127.0.0.1:0")
+	first, err := ListenShared(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
 	addr := first.Addr().String()
-	second, err := listenShared(ctx, addr)
+	second, err := ListenShared(ctx, addr)
 	if err != nil {
 		t.Fatalf("second listener on %s: %v", addr, err)
 	}
