@@ -51,7 +51,17 @@ type Store struct {
 	corruptMaxAge  time.Duration
 
 	mu sync.Mutex
+	// sweptAt is when a Load last removed the stale temp files and pruned
+	// the moved-aside ones. A Load (one per kubelet call, under the state
+	// lock) skips the two directory scans within sweepInterval of it,
+	// unless it moved a file aside: what a process that died mid-save
+	// leaves stays that long at most.
+	sweptAt time.Time
 }
+
+// sweepInterval is how often Load looks for stale temp files and
+// moved-aside checkpoints past their limits.
+const sweepInterval = time.Hour
 
 // Option configures a Store.
 type Option func(*Store)
@@ -144,11 +154,17 @@ type LoadResult struct {
 
 // Load reads the checkpoint. A missing file gives an empty checkpoint. Bad
 // content never fails Load (see LoadResult.Corrupt); only failing to read
-// the boot ID does, because without it state cannot be trusted.
+// the boot ID does, because without it state cannot be trusted. At most
+// every sweepInterval, and after moving a file aside, it also removes the
+// temp files of saves that never finished and the moved-aside files past
+// their limits.
 func (s *Store) Load() (*LoadResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.removeStaleTemps()
+	sweep := s.sweptAt.IsZero() || s.now().Sub(s.sweptAt) >= sweepInterval
+	if sweep {
+		s.removeStaleTemps()
+	}
 
 	bootID, err := s.bootID()
 	if err != nil {
@@ -156,7 +172,12 @@ func (s *Store) Load() (*LoadResult, error) {
 	}
 	res := &LoadResult{Checkpoint: New()}
 	res.Checkpoint.BootID = bootID
-	defer func() { res.RemovedCorrupt = s.pruneMovedAside() }()
+	defer func() {
+		if sweep || res.Corrupt != nil {
+			res.RemovedCorrupt = s.pruneMovedAside()
+			s.sweptAt = s.now()
+		}
+	}()
 
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -338,6 +338,35 @@ func TestLoadRemovesStaleTempFiles(t *testing.T) {
 	}
 }
 
+// TestLoadSweepsHourly: a Load within sweepInterval of the last sweep
+// (one per kubelet call) does not scan the directory; the first Load after
+// it removes the stale temp files again.
+func TestLoadSweepsHourly(t *testing.T) {
+	now := fixedNow
+	s := NewStore(filepath.Join(t.TempDir(), "checkpoint.json"),
+		WithBootID(func() (string, error) { return boot1, nil }),
+		WithClock(func() time.Time { return now }))
+	if _, err := s.Load(); err != nil {
+		t.Fatal(err)
+	}
+	stale := s.Path() + tempInfix + "12345"
+	writeFile(t, stale, []byte("half"))
+	now = now.Add(sweepInterval - time.Second)
+	if _, err := s.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Errorf("swept within the interval: %v", err)
+	}
+	now = now.Add(time.Second)
+	if _, err := s.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale temp file survived the hourly sweep: %v", err)
+	}
+}
+
 func TestConcurrentSave(t *testing.T) {
 	boot := boot1
 	s := newTestStore(t, &boot)
