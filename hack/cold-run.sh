@@ -126,7 +126,7 @@ git clone --quiet --no-local --no-checkout "$REPO_ROOT" "$src"
 git -C "$src" checkout --quiet --detach "$rev"
 
 log "running .ci/run in $src with empty caches under $scratch; log: $logfile"
-log "(about 60 min on the 2-core VM, measured 2026-11-29; progress: the stage lines below, details in the log)"
+log "(about 52 min on the 2-core VM, measured 2026-11-29; progress: the stage lines below, details in the log)"
 start=$(date +%s)
 set +o errexit
 (

@@ -142,7 +142,7 @@ kube_requirements() {
 }
 
 build_kube() {
-	kube_wrapper_build kubernetes "~14 min on 2 cores" \
+	kube_wrapper_build kubernetes "~2-3 min on 2 cores after the tangram-scheduler stage compiled its packages, ~14 min from an empty Go build cache" \
 		k8s.io/kubernetes/cmd/kube-apiserver \
 		k8s.io/kubernetes/cmd/kube-controller-manager \
 		k8s.io/kubernetes/cmd/kube-scheduler \
