@@ -37,12 +37,12 @@ type deviceModelFlags struct {
 
 func (f *deviceModelFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.Sharing, "sharing", "enabled", "enabled: cards can be shared by several claims (memory/compute shares); disabled: whole cards only")
-	flags.StringVar(&f.ShareBackend, "share-backend", device.ShareBackendMPS, "how this node keeps the shares of a card apart, published as the shareBackend attribute the shared DeviceClasses select on: mps (NVIDIA MPS) or none (accounted by the scheduler only); the admin's choice: a claim's GpuConfig may not name a backend (chart: sharing.backend)")
+	flags.StringVar(&f.ShareBackend, "share-backend", device.ShareBackendMPS, "how this node keeps the shares of a card apart: mps or none (chart: sharing.backend; docs/configuration.md)")
 	flags.StringSliceVar(&f.NodeLabelAttributes, "node-label-attributes", nil, "node label keys to copy into device attributes, e.g. topology.kubernetes.io/zone")
 	flags.StringVar(&f.MemoryStep, "memory-step", device.DefaultMemoryStep.String(), "granularity of memory shares; requests are rounded up to it")
 	flags.StringVar(&f.ProcRoot, "proc-root", "/proc", "proc file system the kernel release is read from (sys/kernel/osrelease), for share enforcement detection")
-	flags.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup root as this process sees it; cgroup v2, the dmem controller and +dmem down to the kubelet's pod cgroups decide share enforcement (chart: kubeletPlugin.cgroupRoot)")
-	flags.StringVar(&f.KubeletPodsCgroup, "kubelet-pods-cgroup", "", "the kubelet's pods cgroup under --cgroup-root (kubepods with the cgroupfs driver, kubepods.slice with systemd, deeper with a kubelet --cgroup-root); default: whichever of kubepods.slice and kubepods exists (chart: kubeletPlugin.kubeletPodsCgroup)")
+	flags.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup root as this process sees it, read to decide share enforcement (chart: kubeletPlugin.cgroupRoot; docs/configuration.md)")
+	flags.StringVar(&f.KubeletPodsCgroup, "kubelet-pods-cgroup", "", "the kubelet's pods cgroup under --cgroup-root; default: kubepods.slice or kubepods, whichever exists (docs/configuration.md)")
 }
 
 // Enforcement detects the node's share enforcement level (published as the

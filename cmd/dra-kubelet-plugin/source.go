@@ -35,7 +35,7 @@ func (f *gpuSourceFlags) AddFlags(flags *pflag.FlagSet) {
 	flags.StringVar(&f.NodeName, "node-name", "", "name of this node (default: $NODE_NAME)")
 	flags.StringVar(&f.FakeProfile, "fake-profile", "", fmt.Sprintf("use fake GPUs from a built-in profile (%v) instead of NVML", fakegpu.BuiltinProfileNames()))
 	flags.StringVar(&f.FakeProfileFile, "fake-profile-file", "", "use fake GPUs from a profile file (format: docs/fake-gpus.md) instead of NVML")
-	flags.StringVar(&f.DriverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation as this process sees it (default: $NVIDIA_DRIVER_ROOT, else /); NVML, nvidia-cuda-mps-control and nvidia-cdi-hook are looked up in its standard directories; real GPUs only")
+	flags.StringVar(&f.DriverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation as this process sees it (default: $NVIDIA_DRIVER_ROOT, else /); real GPUs only (docs/configuration.md)")
 	flags.StringVar(&f.SysfsRoot, "sysfs-root", deviceattribute.SysfsRoot, "the /sys the PCIe roots of real cards are read from (e.g. a mock driver root's sys); real GPUs only")
 }
 
