@@ -21,11 +21,8 @@ type DeviceHealth interface {
 
 // deviceHealthResendInterval re-sends the health report this often although
 // nothing changed: the kubelet reports a device Unknown when its health
-// was not refreshed within deviceHealthCheckTimeout.
-const (
-	deviceHealthResendInterval = 10 * time.Second
-	deviceHealthCheckTimeout   = 30 * time.Second
-)
+// was not refreshed within xidtaint.KubeletHealthCheckTimeout.
+const deviceHealthResendInterval = 10 * time.Second
 
 // WatchHealthStatus streams every card's health to the kubelet, which
 // shows it in pod.status.containerStatuses[].allocatedResourcesStatus of
@@ -46,7 +43,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	defer ticker.Stop()
 	for {
 		changed := d.cfg.DeviceHealth.Changed()
-		report := deviceHealthReport(d.cfg.NodeName, xidtaint.ForKubelet(d.cfg.DeviceHealth.Devices(), d.migPartitions()), time.Now())
+		report := xidtaint.KubeletReport(d.cfg.NodeName, xidtaint.ForKubelet(d.cfg.DeviceHealth.Devices(), d.migPartitions()), time.Now())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -59,30 +56,6 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		case <-ticker.C:
 		}
 	}
-}
-
-// deviceHealthReport is the kubelet's view of the cards: Unhealthy when a taint
-// keeps new claims off the card, Unknown while events cannot be watched.
-func deviceHealthReport(pool string, devices []xidtaint.DeviceHealth, now time.Time) kubeletplugin.DeviceHealthReport {
-	report := kubeletplugin.DeviceHealthReport{Devices: make([]kubeletplugin.DeviceHealth, 0, len(devices))}
-	for _, dev := range devices {
-		status := kubeletplugin.HealthStatusHealthy
-		switch {
-		case !dev.Known:
-			status = kubeletplugin.HealthStatusUnknown
-		case !dev.Healthy:
-			status = kubeletplugin.HealthStatusUnhealthy
-		}
-		report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{
-			PoolName:           pool,
-			DeviceName:         dev.Device,
-			Health:             status,
-			LastUpdated:        now,
-			HealthCheckTimeout: deviceHealthCheckTimeout,
-			Message:            dev.Message,
-		})
-	}
-	return report
 }
 
 // migPartitions maps each card in MIG mode to the partitions prepared

@@ -32,35 +32,6 @@ func statusOf(report kubeletplugin.DeviceHealthReport, device string) kubeletplu
 	return kubeletplugin.DeviceHealth{}
 }
 
-func TestDeviceHealthReport(t *testing.T) {
-	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
-	devices := []xidtaint.DeviceHealth{
-		{Device: "gpu-0", Known: true, Healthy: true},
-		{Device: "gpu-1", Known: true, Healthy: false, Message: "XID 79 (NoSchedule)"},
-		{Device: "gpu-2", Known: true, Healthy: true, Message: "XID 13 (None)"},
-		{Device: "gpu-3", Known: false, Healthy: true, Message: "health events cannot be watched"},
-	}
-	report := deviceHealthReport("node-a", devices, now)
-	want := map[string]kubeletplugin.HealthStatus{
-		"gpu-0": kubeletplugin.HealthStatusHealthy,
-		"gpu-1": kubeletplugin.HealthStatusUnhealthy,
-		"gpu-2": kubeletplugin.HealthStatusHealthy,
-		"gpu-3": kubeletplugin.HealthStatusUnknown,
-	}
-	if len(report.Devices) != len(want) {
-		t.Fatalf("report has %d devices, want %d", len(report.Devices), len(want))
-	}
-	for device, status := range want {
-		got := statusOf(report, device)
-		if got.Health != status || got.PoolName != "node-a" || !got.LastUpdated.Equal(now) || got.HealthCheckTimeout != deviceHealthCheckTimeout {
-			t.Errorf("%s: %+v, want %s in pool node-a at %v", device, got, status, now)
-		}
-	}
-	if got := statusOf(report, "gpu-1").Message; got != "XID 79 (NoSchedule)" {
-		t.Errorf("gpu-1 message = %q", got)
-	}
-}
-
 func TestWatchHealthStatusNotSupportedWithoutMonitor(t *testing.T) {
 	h := newHarness(t)
 	if err := h.driver.WatchHealthStatus(context.Background(), make(chan kubeletplugin.DeviceHealthReport)); err != kubeletplugin.ErrHealthNotSupported {

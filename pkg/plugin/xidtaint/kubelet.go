@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 )
@@ -79,4 +81,33 @@ func partitionHealth(name string, card, own DeviceHealth, hasOwn bool) DeviceHea
 	}
 	out.Message = strings.Join(why, "; ")
 	return out
+}
+
+// KubeletHealthCheckTimeout is how long the kubelet keeps a reported
+// health before it says Unknown; the plugin re-sends well within it.
+const KubeletHealthCheckTimeout = 30 * time.Second
+
+// KubeletReport is the kubelet's view of the devices: Unhealthy when a
+// taint keeps new claims off the card, Unknown while events cannot be
+// watched. Pure.
+func KubeletReport(pool string, devices []DeviceHealth, now time.Time) kubeletplugin.DeviceHealthReport {
+	report := kubeletplugin.DeviceHealthReport{Devices: make([]kubeletplugin.DeviceHealth, 0, len(devices))}
+	for _, dev := range devices {
+		status := kubeletplugin.HealthStatusHealthy
+		switch {
+		case !dev.Known:
+			status = kubeletplugin.HealthStatusUnknown
+		case !dev.Healthy:
+			status = kubeletplugin.HealthStatusUnhealthy
+		}
+		report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{
+			PoolName:           pool,
+			DeviceName:         dev.Device,
+			Health:             status,
+			LastUpdated:        now,
+			HealthCheckTimeout: KubeletHealthCheckTimeout,
+			Message:            dev.Message,
+		})
+	}
+	return report
 }

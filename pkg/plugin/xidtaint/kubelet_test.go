@@ -4,8 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 )
 
 func TestForKubelet(t *testing.T) {
@@ -85,5 +87,44 @@ func TestForKubelet(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// kubeletStatusOf is the device's entry in the report, or none.
+func kubeletStatusOf(report kubeletplugin.DeviceHealthReport, device string) kubeletplugin.DeviceHealth {
+	for _, d := range report.Devices {
+		if d.DeviceName == device {
+			return d
+		}
+	}
+	return kubeletplugin.DeviceHealth{}
+}
+
+func TestDeviceHealthReport(t *testing.T) {
+	now := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	devices := []DeviceHealth{
+		{Device: "gpu-0", Known: true, Healthy: true},
+		{Device: "gpu-1", Known: true, Healthy: false, Message: "XID 79 (NoSchedule)"},
+		{Device: "gpu-2", Known: true, Healthy: true, Message: "XID 13 (None)"},
+		{Device: "gpu-3", Known: false, Healthy: true, Message: "health events cannot be watched"},
+	}
+	report := KubeletReport("node-a", devices, now)
+	want := map[string]kubeletplugin.HealthStatus{
+		"gpu-0": kubeletplugin.HealthStatusHealthy,
+		"gpu-1": kubeletplugin.HealthStatusUnhealthy,
+		"gpu-2": kubeletplugin.HealthStatusHealthy,
+		"gpu-3": kubeletplugin.HealthStatusUnknown,
+	}
+	if len(report.Devices) != len(want) {
+		t.Fatalf("report has %d devices, want %d", len(report.Devices), len(want))
+	}
+	for device, status := range want {
+		got := kubeletStatusOf(report, device)
+		if got.Health != status || got.PoolName != "node-a" || !got.LastUpdated.Equal(now) || got.HealthCheckTimeout != KubeletHealthCheckTimeout {
+			t.Errorf("%s: %+v, want %s in pool node-a at %v", device, got, status, now)
+		}
+	}
+	if got := kubeletStatusOf(report, "gpu-1").Message; got != "XID 79 (NoSchedule)" {
+		t.Errorf("gpu-1 message = %q", got)
 	}
 }
