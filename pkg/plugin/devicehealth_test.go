@@ -4,24 +4,17 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/plugintest"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-func newTestMonitor(t *testing.T) *xidtaint.Monitor {
-	t.Helper()
-	m, err := xidtaint.NewMonitor(xidtaint.Config{Cards: testGPUs(), Policy: xidtaint.DefaultPolicy(), RecoverAfter: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func newTestMonitor(t *testing.T) *xidtaint.Monitor { return plugintest.Monitor(t) }
 
 func statusOf(report kubeletplugin.DeviceHealthReport, device string) kubeletplugin.DeviceHealth {
 	for _, d := range report.Devices {

@@ -23,6 +23,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/plugintest"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -181,32 +182,15 @@ func (s stepShares) Release(ctx context.Context, claim string) error {
 	return nil
 }
 
-// Test inventory: four 80 GiB cards.
-const cardMemory = 80 << 30
+// The test inventory (pkg/plugin/plugintest): four 80 GiB cards, the last
+// in MIG mode.
+const (
+	cardMemory = plugintest.CardMemory
+	migCard    = plugintest.MIGCard
+)
 
-func testGPUs() []gpu.GPU {
-	var out []gpu.GPU
-	for i := range 4 {
-		out = append(out, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryBytes: cardMemory})
-	}
-	out[migCard].MIG = testMIG()
-	return out
-}
-
-// migCard is the test inventory's card in MIG mode (an H100 80GB's
-// profiles, as the MIG user guide lists them, three of them).
-const migCard = 3
-
-func testMIG() *gpu.MIG {
-	return &gpu.MIG{Enabled: true, PendingEnabled: true, Profiles: []gpu.MIGProfile{
-		{ID: 19, Name: "1g.10gb", ComputeSlices: 1, Instances: 7, MemoryBytes: 9856 << 20,
-			Placements: []gpu.MIGPlacement{{Start: 0, Size: 1}, {Start: 1, Size: 1}, {Start: 2, Size: 1}, {Start: 3, Size: 1}, {Start: 4, Size: 1}, {Start: 5, Size: 1}, {Start: 6, Size: 1}}},
-		{ID: 9, Name: "3g.40gb", ComputeSlices: 3, Instances: 2, MemoryBytes: 40192 << 20,
-			Placements: []gpu.MIGPlacement{{Start: 0, Size: 4}, {Start: 4, Size: 4}}},
-		{ID: 0, Name: "7g.80gb", ComputeSlices: 7, Instances: 1, MemoryBytes: 80 << 30,
-			Placements: []gpu.MIGPlacement{{Start: 0, Size: 8}}},
-	}}
-}
+func testGPUs() []gpu.GPU { return plugintest.GPUs() }
+func testMIG() *gpu.MIG   { return plugintest.MIG() }
 
 // stepMIG wraps the fake cards' MIG instances and reports steps.
 type stepMIG struct {
@@ -230,7 +214,7 @@ func (s stepMIG) Destroy(ctx context.Context, card gpu.GPU, gi int) error {
 	return err
 }
 
-const testNode = "node-a"
+const testNode = plugintest.Node
 
 // result builders
 func wholeResult(request, deviceName string) resourceapi.DeviceRequestAllocationResult {

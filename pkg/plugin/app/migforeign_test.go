@@ -31,14 +31,7 @@ func TestRunPublishesForeignMIGTaintsFirst(t *testing.T) {
 	defer cancel()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode}})
 	dir := t.TempDir()
-	sockDir, err := os.MkdirTemp("", "tg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	if err := os.Mkdir(filepath.Join(sockDir, "reg"), 0o750); err != nil {
-		t.Fatal(err)
-	}
+	sockDir := kubeletDirs(t)
 	stateDir := filepath.Join(dir, "state")
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		t.Fatal(err)

@@ -42,14 +42,7 @@ func runPublishesAndShutsDown(t *testing.T, podUID string) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, Labels: map[string]string{"topology.kubernetes.io/zone": "zone-a"}}}
 	client := fake.NewClientset(node)
 	dir := t.TempDir()
-	sockDir, err := os.MkdirTemp("", "tg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	if err := os.Mkdir(filepath.Join(sockDir, "reg"), 0o750); err != nil {
-		t.Fatal(err)
-	}
+	sockDir := kubeletDirs(t)
 	// Watch before Run starts, so the published slice arrives as an event.
 	slicesWatch, err := client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -2,11 +2,9 @@ package taints
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/tools/record"
@@ -14,28 +12,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/plugintest"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
-const testNode = "node-a"
-
-// testGPUs are four 80 GiB cards.
-func testGPUs() []gpu.GPU {
-	var out []gpu.GPU
-	for i := range 4 {
-		out = append(out, gpu.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryBytes: 80 << 30})
-	}
-	return out
-}
-
-func newTestMonitor(t *testing.T) *xidtaint.Monitor {
-	t.Helper()
-	m, err := xidtaint.NewMonitor(xidtaint.Config{Cards: testGPUs(), Policy: xidtaint.DefaultPolicy(), RecoverAfter: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+const testNode = plugintest.Node
 
 // recordedHealth keeps what the publisher last gave its metrics.
 type recordedHealth struct {
@@ -66,7 +47,7 @@ func TestTaintPublisher(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	monitor := newTestMonitor(t)
+	monitor := plugintest.Monitor(t)
 	resources := &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{testNode: {Slices: []resourceslice.Slice{{
 		Devices: []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}},
 	}}}}}
