@@ -30,7 +30,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/dra"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	tangramslices "github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -172,16 +172,16 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			mpsNS := flags["mps-daemon-namespace"]
 			// The pod exactly as the plugin builds it from the chart's flags.
 			build := func(node string, multiUser bool) *corev1.Pod {
-				cfg := mps.DaemonPodConfig{
+				cfg := daemon.DaemonPodConfig{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
 					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
-					Command: mps.DaemonPodCommand, Layout: mps.Layout{Root: flags["mps-root"]},
+					Command: daemon.DaemonPodCommand, Layout: daemon.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
 					DriverRoot: flags["mps-daemon-driver-root"], MultiUser: multiUser,
 					// As pkg/plugin passes --mps-control-binary on.
 					ControlBinary: flags["mps-control-binary"],
 				}
-				pod, err := mps.BuildDaemonPod(cfg)
+				pod, err := daemon.BuildDaemonPod(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

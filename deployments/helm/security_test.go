@@ -14,7 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 const mpsPolicyName = pluginName + "-mps-daemon-pods"
@@ -103,7 +103,7 @@ func TestMPSDaemonPodPolicy(t *testing.T) {
 			}
 			// The host paths are exactly the daemon's: pkg/plugin/mps's layout
 			// under the plugin's --mps-root.
-			layout := mps.Layout{Root: strings.TrimSuffix(flags["mps-root"], "/")}
+			layout := daemon.Layout{Root: strings.TrimSuffix(flags["mps-root"], "/")}
 			wantPaths := `["` + layout.PipeDir() + `","` + layout.LogDir() + `","` + layout.ShmDir() + `"]`
 			if vars["hostPaths"] != wantPaths {
 				t.Errorf("hostPaths = %s, want %s", vars["hostPaths"], wantPaths)

@@ -48,7 +48,7 @@ PLUGIN_STATE_DIR="$CLUSTER_DIR/plugin/state"
 # directory on /run (a tmpfs, as on a node) that down.sh removes: an MPS v3
 # namespace socket under a root must fit in 107 bytes, so a root may have
 # at most 41 characters (the plugin refuses a longer one at start-up,
-# mps.Layout.CheckSocketPaths), which a cache directory under a long HOME
+# mps.CheckSocketPaths), which a cache directory under a long HOME
 # (make test-cold) would not allow.
 MPS_RUN_ROOT="${TANGRAM_MPS_RUN_ROOT:-/run/tangram-e2e}"
 PLUGIN_MPS_ROOT="$MPS_RUN_ROOT/plugin/mps"

@@ -297,3 +297,14 @@ func UseDevices(t TB, devices []byte) State {
 	t.Setenv(EnvStateDir, state.Dir)
 	return state
 }
+
+// UseBuiltIn points the mock library at its built-in dgx-h100 of node
+// mock-node for the rest of test t, with a fresh state directory, which it
+// returns.
+func UseBuiltIn(t TB) State {
+	t.Helper()
+	state := State{Dir: t.TempDir()}
+	t.Setenv(EnvDevicesFile, "")
+	t.Setenv(EnvStateDir, state.Dir)
+	return state
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
@@ -73,7 +74,7 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	layout := mps.Layout{Root: root}
+	layout := daemon.Layout{Root: root}
 	if err := os.MkdirAll(layout.ShmDir(), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +97,10 @@ func TestClassicShareReachesTheStandInThroughItsSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := mps.ClaimDirs{Layout: layout}
+	dirs := daemon.ClaimDirs{Layout: layout}
 	specs := cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs()), ClaimShmDir: dirs.ShmDir}
 	card := testGPUs()[0]
-	m := mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, []string{card.UUID})
+	m := mps.NewManager(layout, &daemon.SimulatedDaemon{Layout: layout}, &daemon.RecordingComputeModeSetter{}, []string{card.UUID})
 	defer m.Close()
 	claim := prepared.Claim{UID: "c1", Namespace: "default", Name: "c1", Devices: []prepared.Device{{Request: "gpu", Device: "gpu-0",
 		GPUUUID: card.UUID, ShareID: "s1", Share: true, MemoryBytes: 20 << 30, MPSPipeDir: layout.PipeDir()}}}

@@ -19,7 +19,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/config"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin/claimstatus"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 func cdiIDs(res kubeletplugin.PrepareResult) []string {
@@ -224,7 +224,7 @@ func TestPrepareErrorsLeaveNothing(t *testing.T) {
 			name:  "compute mode cannot be set",
 			claim: claimWith("c4", shareResult("gpu", "gpu-0", "s1", "10Gi", "")),
 			setup: func(h *harness) {
-				h.modes.Fail = func(string, mps.ComputeMode) error { return errInjected }
+				h.modes.Fail = func(string, daemon.ComputeMode) error { return errInjected }
 			},
 			wantErr: "preparing card GPU-0 for MPS shares: injected failure",
 		},
@@ -286,7 +286,7 @@ func TestPrepareIsIdempotent(t *testing.T) {
 func TestSharingDisabledRefusesShares(t *testing.T) {
 	h := newHarness(t)
 	d, err := New(context.Background(), Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
-		MPSPipeDir: mps.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir()})
+		MPSPipeDir: daemon.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/kinds/migpartition"
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
@@ -37,8 +38,8 @@ type harness struct {
 	state  *stepState
 	bootID string
 	specs  *stepSpecs
-	modes  *mps.RecordingComputeModeSetter
-	daemon *mps.SimulatedDaemon
+	modes  *daemon.RecordingComputeModeSetter
+	daemon *daemon.SimulatedDaemon
 	shares stepShares
 	mig    stepMIG
 	// status, when set, receives each start's claim status writes.
@@ -48,11 +49,11 @@ type harness struct {
 	listErr error
 	// wrapDaemon, when set, wraps the simulated daemon of each start
 	// (e.g. to make it slow or failing); timing replaces the Manager's.
-	wrapDaemon func(*mps.SimulatedDaemon) mps.Daemon
+	wrapDaemon func(*daemon.SimulatedDaemon) daemon.Daemon
 	timing     mps.Timing
 	// managerOpts, when set, adds options to each start's Manager (e.g.
 	// MPS v3 against a stand-in).
-	managerOpts func(layout mps.Layout, cards []string) []mps.ManagerOption
+	managerOpts func(layout daemon.Layout, cards []string) []mps.ManagerOption
 	driver      *Driver
 }
 
@@ -60,7 +61,7 @@ func newHarness(t testing.TB) *harness {
 	t.Helper()
 	// Not t.TempDir(): its path holds the test's name, and the MPS v3
 	// namespace sockets under <dir>/mps must fit in 107 bytes, as on a
-	// node (mps.Layout.CheckSocketPaths).
+	// node (daemon.Layout.CheckSocketPaths).
 	dir, err := os.MkdirTemp("", "h")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func newHarness(t testing.TB) *harness {
 			t.Fatal(err)
 		}
 	}
-	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &mps.RecordingComputeModeSetter{}}
+	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &daemon.RecordingComputeModeSetter{}}
 	h.mig = stepMIG{Partitions: fakegpu.NewPartitions(filepath.Join(dir, "state", fakegpu.PartitionsFileName)), steps: h.steps}
 	h.bootID = "boot-1"
 	h.state = &stepState{steps: h.steps, Claims: checkpoint.Claims{
@@ -103,8 +104,8 @@ func (h *harness) start() {
 
 // tryStart starts a new Driver and returns New's error.
 func (h *harness) tryStart() error {
-	layout := mps.Layout{Root: filepath.Join(h.dir, "mps")}
-	h.daemon = &mps.SimulatedDaemon{Layout: layout}
+	layout := daemon.Layout{Root: filepath.Join(h.dir, "mps")}
+	h.daemon = &daemon.SimulatedDaemon{Layout: layout}
 	var uuids []string
 	for _, g := range testGPUs() {
 		uuids = append(uuids, g.UUID)
@@ -113,7 +114,7 @@ func (h *harness) tryStart() error {
 		// The previous process's worker dies with it.
 		h.shares.Close()
 	}
-	var daemon mps.Daemon = h.daemon
+	var daemon daemon.Daemon = h.daemon
 	if h.wrapDaemon != nil {
 		daemon = h.wrapDaemon(h.daemon)
 	}
@@ -151,8 +152,8 @@ func (h *harness) tryStart() error {
 
 // claimDirs are the claims' own /dev/shm directories, under the MPS root
 // as the plugin makes them (plain directories: no tmpfs in tests).
-func (h *harness) claimDirs() mps.ClaimDirs {
-	return mps.ClaimDirs{Layout: mps.Layout{Root: filepath.Join(h.dir, "mps")}}
+func (h *harness) claimDirs() daemon.ClaimDirs {
+	return daemon.ClaimDirs{Layout: daemon.Layout{Root: filepath.Join(h.dir, "mps")}}
 }
 
 // memoryLimitRecords are tangram-cdi-hook's records of the node, under
@@ -275,9 +276,9 @@ func (h *harness) assertConsistent() {
 		h.t.Errorf("MPS holders %v, want %v", got, wantHolders)
 	}
 	for _, g := range testGPUs() {
-		want := mps.ComputeModeDefault
+		want := daemon.ComputeModeDefault
 		if len(wantHolders[g.UUID]) > 0 {
-			want = mps.ComputeModeExclusiveProcess
+			want = daemon.ComputeModeExclusiveProcess
 		}
 		if got := h.modes.Mode(g.UUID); got != want {
 			h.t.Errorf("card %s compute mode %s, want %s", g.UUID, got, want)

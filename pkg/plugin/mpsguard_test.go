@@ -10,13 +10,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // gatedStop holds the daemon's Stop until release is closed, so that a
 // test can run another process's calls while a stop is under way.
 type gatedStop struct {
-	mps.Daemon
+	daemon.Daemon
 	entered, release chan struct{}
 	once             sync.Once
 }
@@ -71,7 +71,7 @@ func TestNewPluginProcessLeavesTheDaemonOfTheOldOnesFirstShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate := newGatedStop()
-	newPod := oldPod.twinWith(func(d mps.Daemon) mps.Daemon { gate.Daemon = d; return gate })
+	newPod := oldPod.twinWith(func(d daemon.Daemon) daemon.Daemon { gate.Daemon = d; return gate })
 	waitClosed(t, gate.entered, "the new process to stop the idle daemon")
 
 	claim := claimWith("s", shareResult("gpu", "gpu-1", "s1", "4Gi", ""))
@@ -193,7 +193,7 @@ func TestStopUnderTheLockEndsWithItsProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate := newGatedStop() // never released
-	newPod := oldPod.twinWith(func(d mps.Daemon) mps.Daemon { gate.Daemon = d; return gate })
+	newPod := oldPod.twinWith(func(d daemon.Daemon) daemon.Daemon { gate.Daemon = d; return gate })
 	waitClosed(t, gate.entered, "the new process to stop the idle daemon")
 
 	done := oldPod.prepareAsync(claimWith("s", shareResult("gpu", "gpu-1", "s1", "4Gi", "")))

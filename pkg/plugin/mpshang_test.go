@@ -19,7 +19,10 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/liveness"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
@@ -79,7 +82,7 @@ func TestShareWaitsForAStartingDaemonWhileWholeCardsGoOn(t *testing.T) {
 // standInV3Daemon runs the stand-in MPS v3 control daemon in the test
 // process and tracks it in the harness's simulated daemon.
 type standInV3Daemon struct {
-	*mps.SimulatedDaemon
+	*daemon.SimulatedDaemon
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan error
@@ -140,7 +143,7 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 	if err := h.prepareLikeKubelet(claimWith("s0", shareResult("gpu", "gpu-0", "share-0", "10Gi", ""))); err != nil {
 		t.Fatal(err)
 	}
-	ctl.Set(mps.NamespaceName("s1"))
+	ctl.Set(mpsv3.NamespaceName("s1"))
 	shareDone := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -166,9 +169,9 @@ func TestHungControlCommandFailsOnlyItsShare(t *testing.T) {
 	case <-time.After(controlTimeout + noWaitLimit):
 		t.Fatal("the share whose control command hangs was not answered by the command's deadline")
 	}
-	var timedOut *mps.ControlTimeoutError
-	if !errors.As(err, &timedOut) || !strings.Contains(err.Error(), mps.NamespaceName("s1")) {
-		t.Fatalf("share with a hung control command: %v, want a ControlTimeoutError naming the command", err)
+	var timedOut *control.TimeoutError
+	if !errors.As(err, &timedOut) || !strings.Contains(err.Error(), mpsv3.NamespaceName("s1")) {
+		t.Fatalf("share with a hung control command: %v, want a control.TimeoutError naming the command", err)
 	}
 	if took := time.Since(start); took < controlTimeout {
 		t.Errorf("the share failed after %s, before its command's %s deadline", took, controlTimeout)
@@ -191,10 +194,10 @@ func newV3StandInHarness(t *testing.T, controlTimeout time.Duration) (*harness, 
 	t.Helper()
 	h := newHarness(t)
 	var ctl *mpstest.HangingControl
-	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
-	h.managerOpts = func(layout mps.Layout, cards []string) []mps.ManagerOption {
+	h.wrapDaemon = func(sim *daemon.SimulatedDaemon) daemon.Daemon { return &standInV3Daemon{SimulatedDaemon: sim} }
+	h.managerOpts = func(layout daemon.Layout, cards []string) []mps.ManagerOption {
 		ctl = mpstest.NewHangingControl(standin.Control(layout.PipeDir()))
-		return []mps.ManagerOption{mps.WithV3(mps.NewV3Namespaces(ctl.Control, cards), mps.ClaimDirs{Layout: layout})}
+		return []mps.ManagerOption{mps.WithV3(mpsv3.NewNamespaces(ctl.Control, cards), daemon.ClaimDirs{Layout: layout})}
 	}
 	h.timing = mps.Timing{ControlTimeout: controlTimeout, ReadyWait: 10 * time.Second, StartWait: 10 * time.Second,
 		RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond}

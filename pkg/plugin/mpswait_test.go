@@ -15,6 +15,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/liveness"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
@@ -22,7 +23,7 @@ import (
 // set, Ensure (or Stop) blocks until the gate is closed; while ensureErr is
 // set, Ensure fails.
 type gatedDaemon struct {
-	*mps.SimulatedDaemon
+	*daemon.SimulatedDaemon
 	mu                  sync.Mutex
 	ensureGate          chan struct{}
 	stopGate            chan struct{}
@@ -82,7 +83,7 @@ func (g *gatedDaemon) counts() (ensures, stops int) {
 func newGatedHarness(t *testing.T) (*harness, *gatedDaemon) {
 	gated := &gatedDaemon{}
 	h := newHarness(t)
-	h.wrapDaemon = func(sim *mps.SimulatedDaemon) mps.Daemon {
+	h.wrapDaemon = func(sim *daemon.SimulatedDaemon) daemon.Daemon {
 		gated.SimulatedDaemon = sim
 		return gated
 	}
@@ -125,7 +126,7 @@ func TestStartupReplayKeepsWhatRunningSharesUse(t *testing.T) {
 	gated.set(func(g *gatedDaemon) { g.ensureErr = errors.New("the API server is unreachable") })
 	_, stopsBefore := gated.counts()
 	h.restart()
-	if got := h.modes.Mode("GPU-0"); got != mps.ComputeModeExclusiveProcess {
+	if got := h.modes.Mode("GPU-0"); got != daemon.ComputeModeExclusiveProcess {
 		t.Errorf("card of a running share reset to %s at start-up", got)
 	}
 	if got := h.shares.Holders()["GPU-0"]; len(got) != 1 || got[0] != "s1" {

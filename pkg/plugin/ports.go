@@ -53,7 +53,7 @@ type SpecStore interface {
 }
 
 // ClaimDirs makes each prepared claim's own /dev/shm directory
-// (mps.ClaimDirs): created before the claim's spec is written, removed
+// (daemon.ClaimDirs): created before the claim's spec is written, removed
 // when the claim is undone, and those of claims no record holds swept at
 // start-up.
 type ClaimDirs interface {

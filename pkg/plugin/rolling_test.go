@@ -13,7 +13,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -31,7 +31,7 @@ func (h *harness) twin() *harness {
 
 // twinWith is twin with the node's daemon, as the second process drives
 // it, wrapped by wrap (nil: not wrapped).
-func (h *harness) twinWith(wrap func(mps.Daemon) mps.Daemon) *harness {
+func (h *harness) twinWith(wrap func(daemon.Daemon) daemon.Daemon) *harness {
 	h.t.Helper()
 	t := &harness{t: h.t, dir: h.dir, steps: &steps{}, modes: h.modes, bootID: h.bootID, claims: h.claims, timing: h.timing}
 	t.mig = stepMIG{Partitions: h.mig.Partitions, steps: t.steps}
@@ -47,7 +47,7 @@ func (h *harness) twinWith(wrap func(mps.Daemon) mps.Daemon) *harness {
 	t.specs = &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs())}, steps: t.steps}
 	// One daemon per node, whichever process drives it (as in pod mode).
 	nodeDaemon := h.daemon
-	t.wrapDaemon = func(*mps.SimulatedDaemon) mps.Daemon {
+	t.wrapDaemon = func(*daemon.SimulatedDaemon) daemon.Daemon {
 		if wrap != nil {
 			return wrap(nodeDaemon)
 		}

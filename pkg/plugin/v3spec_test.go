@@ -9,6 +9,8 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -22,10 +24,10 @@ func TestSpecMountsTheClaimsOwnMPSDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	specs := &stepSpecs{ClaimSpecs: cdi.ClaimSpecs{Store: store, Hardware: cdi.NoHardware{}, Cards: CardsByDevice(testGPUs())}, steps: &steps{}}
-	layout := mps.Layout{Root: filepath.Join(dir, "mps")}
+	layout := daemon.Layout{Root: filepath.Join(dir, "mps")}
 	card := testGPUs()[0]
-	m := mps.NewManager(layout, &mps.SimulatedDaemon{Layout: layout}, &mps.RecordingComputeModeSetter{}, []string{card.UUID},
-		mps.WithV3(mps.NewV3Namespaces(nil, []string{card.UUID}), mps.ClaimDirs{Layout: layout}))
+	m := mps.NewManager(layout, &daemon.SimulatedDaemon{Layout: layout}, &daemon.RecordingComputeModeSetter{}, []string{card.UUID},
+		mps.WithV3(mpsv3.NewNamespaces(nil, []string{card.UUID}), daemon.ClaimDirs{Layout: layout}))
 	defer m.Close()
 	specs.MPS = m
 

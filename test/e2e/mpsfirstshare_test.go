@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // firstShareLimit bounds the time from a share pod's scheduling to its
@@ -40,7 +40,7 @@ var _ = Describe("Real GPU path: the first share on an idle node", Label(realPat
 		By("deleting the node's MPS daemon pod, which the idle grace may keep")
 		mpsNS := *releaseNamespace + "-mps"
 		list, err := clientset.CoreV1().Pods(mpsNS).List(ctx, metav1.ListOptions{
-			LabelSelector: mps.LabelComponent + "=" + mps.DaemonComponent,
+			LabelSelector: daemon.LabelComponent + "=" + daemon.DaemonComponent,
 			FieldSelector: "spec.nodeName=" + gpuNode,
 		})
 		Expect(err).NotTo(HaveOccurred())

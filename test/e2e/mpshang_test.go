@@ -11,7 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
@@ -37,7 +37,7 @@ import (
 var _ = Describe("Real GPU path: a hung MPS control command", Label(realPathLabel), Serial, func() {
 	It("fails only the shares that need it, within its deadline, while a whole card queued behind five of them runs", func(ctx SpecContext) {
 		scenario("hung MPS control: 'namespace create' never answers; five shares queued, then a whole card: the shares' prepares fail naming the command, the whole card runs, the shares run once the daemon answers")
-		layout := mps.Layout{Root: *mpsRoot}
+		layout := daemon.Layout{Root: *mpsRoot}
 		hangFile := filepath.Join(layout.LogDir(), standin.HangFile)
 		Expect(os.MkdirAll(layout.LogDir(), 0o755)).To(Succeed())
 		Expect(os.WriteFile(hangFile, []byte("namespace create\n"), 0o644)).To(Succeed())

@@ -28,7 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/device"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // The chart's security objects are rendered with these values: fake GPUs
@@ -78,10 +78,10 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 		node, err := clientset.CoreV1().Nodes().Get(ctx, gpuNode, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		daemonPod := func(nodeName string) *corev1.Pod {
-			pod, err := mps.BuildDaemonPod(mps.DaemonPodConfig{
+			pod, err := daemon.BuildDaemonPod(daemon.DaemonPodConfig{
 				Prefix: fullname, Namespace: mpsNS, NodeName: nodeName, NodeUID: string(node.UID),
 				Image: privilegeImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: mps.Layout{Root: privilegeMPSRoot},
+				Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: daemon.Layout{Root: privilegeMPSRoot},
 				Simulate: true, PriorityClassName: "system-node-critical",
 			})
 			Expect(err).NotTo(HaveOccurred())

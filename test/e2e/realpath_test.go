@@ -29,6 +29,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
@@ -207,8 +209,8 @@ var _ = Describe("Real GPU path", Label(realPathLabel), Ordered, ContinueOnFailu
 		// claim's namespace directory under the node daemon's. Ask the
 		// daemon what an admin would, through the driver root's own
 		// nvidia-cuda-mps-control (the stand-in).
-		layout := mps.Layout{Root: *mpsRoot}
-		Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(mps.DefaultV3Server, string(claim.UID))),
+		layout := daemon.Layout{Root: *mpsRoot}
+		Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(mps.NamespacePipeDir(layout, mpsv3.DefaultServer, string(claim.UID))),
 			"the share must be pointed at its own MPS v3 namespace")
 		pipeDir := layout.PipeDir()
 		logDir := layout.LogDir()
@@ -267,7 +269,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			share.Requests[0].Exactly.Capacity.Requests[device.CapacityCompute] = resource.MustParse(percents[pod])
 			createTemplate(ctx, ns, pod, share)
 		}
-		layout := mps.Layout{Root: *mpsRoot}
+		layout := daemon.Layout{Root: *mpsRoot}
 		before, _ := standin.Commands(layout.LogDir())
 
 		// The first share writes its marker into its /dev/shm before the
@@ -289,7 +291,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 				card = res[0].Device
 			}
 			Expect(res[0].Device).To(Equal(card), "the three 20Gi shares must be packed onto one card")
-			Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(layout.NamespacePipeDir(mps.DefaultV3Server, claims[pod])))
+			Expect(report["CUDA_MPS_PIPE_DIRECTORY"]).To(Equal(mps.NamespacePipeDir(layout, mpsv3.DefaultServer, claims[pod])))
 			Expect(strings.Split(report["SHM_FILES"], ",")).To(ConsistOf("gpu-info-"+pod),
 				"pod %s's /dev/shm must hold its own marker only, not another share's", pod)
 			// The claim's /dev/shm is a tmpfs of the chart's default
@@ -323,10 +325,10 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 		}
 		Expect(serverCreates).To(BeNumerically("<=", 1), "one MPS v3 server for the node:\n%s", strings.Join(commands, "\n"))
 		for pod, uid := range claims {
-			nsName := mps.NamespaceName(uid)
-			Expect(mps.ValidNamespaceName(nsName)).To(Succeed())
-			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + mps.DefaultV3Server))
-			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+mps.DefaultV3Server+
+			nsName := mpsv3.NamespaceName(uid)
+			Expect(mpsv3.ValidNamespaceName(nsName)).To(Succeed())
+			Expect(commands).To(ContainElement("namespace create " + nsName + " --server=" + mpsv3.DefaultServer))
+			Expect(commands).To(ContainElement("namespace set "+nsName+" --server="+mpsv3.DefaultServer+
 				" --active-thread-percentage="+percents[pod]+" --pinned-memory-limit=20480M"), "control.log:\n%s", strings.Join(commands, "\n"))
 		}
 		GinkgoWriter.Printf("  control.log of the stand-in for the three shares:\n    %s\n", strings.Join(commands, "\n    "))
@@ -338,7 +340,7 @@ var _ = Describe("Real GPU path: MPS v3", Label(realPathLabel), func() {
 			after, err := standin.Commands(layout.LogDir())
 			g.Expect(err).NotTo(HaveOccurred())
 			for _, uid := range claims {
-				g.Expect(after).To(ContainElement("namespace delete " + mps.NamespaceName(uid) + " --server=" + mps.DefaultV3Server))
+				g.Expect(after).To(ContainElement("namespace delete " + mpsv3.NamespaceName(uid) + " --server=" + mpsv3.DefaultServer))
 				_, statErr := os.Stat(filepath.Join(layout.ClaimsDir(), uid))
 				g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "claim %s's /dev/shm directory is left", uid)
 			}
@@ -471,7 +473,7 @@ func pluginPod(ctx context.Context) *corev1.Pod {
 // <release namespace>-mps), apart from the release's other components.
 func mpsDaemonPod(ctx context.Context) *corev1.Pod {
 	list, err := clientset.CoreV1().Pods(*releaseNamespace+"-mps").List(ctx, metav1.ListOptions{
-		LabelSelector: mps.LabelComponent + "=" + mps.DaemonComponent,
+		LabelSelector: daemon.LabelComponent + "=" + daemon.DaemonComponent,
 		FieldSelector: "spec.nodeName=" + gpuNode,
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -20,6 +20,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -30,19 +32,21 @@ import (
 // readOnlyModes stands in for the NVML compute-mode setter of a prepare:
 // gpu-check never changes a card's settings, it records what a prepare
 // would have set. MPS also serves clients in DEFAULT compute mode.
-type readOnlyModes struct{ mps.RecordingComputeModeSetter }
+type readOnlyModes struct {
+	daemon.RecordingComputeModeSetter
+}
 
 // newManager is the MPS accounting a prepare drives, on a private layout:
 // classic (v3 false) or MPS v3 with a namespace per claim. The daemon runs
 // with the driver root's libraries and multi-user (-M classic, -m v3), as
 // the plugin runs it by default; wrapper, when set, starts it in a mount
-// namespace of its own (mps.PrivateShmWrapper), as the plugin does.
-func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3 bool, wrapper []string) (*mps.Manager, *mps.ProcessDaemon) {
+// namespace of its own (daemon.PrivateShmWrapper), as the plugin does.
+func newManager(layout daemon.Layout, root driverroot.Root, binary, card string, v3 bool, wrapper []string) (*mps.Manager, *daemon.ProcessDaemon) {
 	protocol := 2
 	if v3 {
 		protocol = 3
 	}
-	daemon := mps.NewProcessDaemon(mps.ProcessDaemonConfig{
+	d := daemon.NewProcessDaemon(daemon.ProcessDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
 		VisibleDevices: []string{card},
@@ -55,9 +59,9 @@ func newManager(layout mps.Layout, root driverroot.Root, binary, card string, v3
 	})
 	opts := []mps.ManagerOption{mps.WithTiming(mps.Timing{ReadyWait: 30 * time.Second, Linger: time.Millisecond, RetryMin: time.Second, RetryMax: 5 * time.Second})}
 	if v3 {
-		opts = append(opts, mps.WithV3(mps.NewV3Namespaces(daemon.Control, []string{card}), mps.ClaimDirs{Layout: layout}))
+		opts = append(opts, mps.WithV3(mpsv3.NewNamespaces(d.Control, []string{card}), daemon.ClaimDirs{Layout: layout}))
 	}
-	return mps.NewManager(layout, daemon, &readOnlyModes{}, []string{card}, opts...), daemon
+	return mps.NewManager(layout, d, &readOnlyModes{}, []string{card}, opts...), d
 }
 
 // shareOf is the prepared record of a claim holding one share of card.
@@ -147,7 +151,7 @@ func (s *state) runClient(ctx context.Context, env []string, tryMiB int64, cgrou
 // mpsSession is one run of the prepare sequence on a private layout.
 type mpsSession struct {
 	s       *state
-	layout  mps.Layout
+	layout  daemon.Layout
 	mgr     *mps.Manager
 	before  map[int]string
 	claims  []string
@@ -167,12 +171,12 @@ func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, na
 	if err != nil {
 		return nil, fmt.Errorf("creating the private MPS directory: %w", err)
 	}
-	layout := mps.Layout{Root: dir}
+	layout := daemon.Layout{Root: dir}
 	server := ""
 	if v3 {
-		server = mps.DefaultV3Server
+		server = mpsv3.DefaultServer
 	}
-	if err := layout.CheckSocketPaths(server); err != nil {
+	if err := mps.CheckSocketPaths(layout, server); err != nil {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("the check's own MPS root under its work directory %s: %w", s.cfg.WorkDir, err)
 	}
@@ -180,7 +184,7 @@ func (s *state) startSession(ctx context.Context, progress gpucheck.Progress, na
 	progress("MPS directories under %s (never the default /tmp/nvidia-mps); card %s (%s)", dir, g.UUID, d.Card.ComputeMode)
 	var wrap []string
 	if privateShm {
-		wrap = mps.PrivateShmWrapper(layout.ShmDir())
+		wrap = daemon.PrivateShmWrapper(layout.ShmDir())
 	}
 	ms.mgr, _ = newManager(layout, s.root, s.facts.MPSControl, g.UUID, v3, wrap)
 	if err := ms.mgr.Reconcile(ctx); err != nil {

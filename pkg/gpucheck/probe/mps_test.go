@@ -12,7 +12,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // TestClientEnv: the client gets what a share's CDI spec gives its
@@ -137,7 +137,7 @@ if [ -n "$CUDA_ALLOC_HOLD_SECONDS" ]; then sleep "$CUDA_ALLOC_HOLD_SECONDS"; rm 
 		t.Run(tc.name, func(t *testing.T) {
 			_ = os.Remove(holding) // a killed holder leaves its mark
 			s := &state{cfg: Config{CUDAAlloc: alloc}, holdSeconds: tc.hold}
-			ms := &mpsSession{layout: mps.Layout{Root: root}}
+			ms := &mpsSession{layout: daemon.Layout{Root: root}}
 			tools := gpucheck.ClientTools{Setpriv: tc.setpriv, Root: true}
 			o := s.twoUsers(context.Background(), func(string, ...any) {}, ms, tools, gpucheck.Decision{Reason: "no unshare"}, pipe, nil, 2048)
 			if (o.Result == gpucheck.Passed) != tc.pass || !strings.Contains(o.Detail, tc.want) {

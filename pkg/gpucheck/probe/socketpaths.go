@@ -9,6 +9,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/gpucheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 )
 
 // DefaultMPSRoot is the chart's kubeletPlugin.hostPaths.mpsRoot.
@@ -33,15 +35,15 @@ func (s *state) checkSocketPaths(_ context.Context, progress gpucheck.Progress) 
 	}
 	var lines, errs, notes []string
 	for i, r := range roots {
-		layout := mps.Layout{Root: r.root}
-		for _, server := range []string{"", mps.DefaultV3Server} {
+		layout := daemon.Layout{Root: r.root}
+		for _, server := range []string{"", mpsv3.DefaultServer} {
 			mode := "classic control socket"
 			if server != "" {
 				mode = "MPS v3 namespace socket"
 			}
-			path := layout.LongestSocketPath(server)
+			path := mps.LongestSocketPath(layout, server)
 			lines = append(lines, fmt.Sprintf("%s %s: %s, %d of %d bytes", r.what, mode, path, len(path), control.MaxSocketPath))
-			if err := layout.CheckSocketPaths(server); err != nil {
+			if err := mps.CheckSocketPaths(layout, server); err != nil {
 				if i == 0 {
 					errs = append(errs, err.Error())
 				} else {

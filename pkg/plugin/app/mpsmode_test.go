@@ -16,14 +16,14 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin/driverroot"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // TestNewSharesDaemonMode checks how --mps-daemon picks the daemon: the
 // default and "process" keep the simulated child-process backend on fake
 // GPUs, "pod" builds a PodDaemon and needs the API server.
 func TestNewSharesDaemonMode(t *testing.T) {
-	podCfg := mps.DaemonPodConfig{
+	podCfg := daemon.DaemonPodConfig{
 		Prefix: "tangram", Namespace: "tangram-system", Image: "img:dev",
 		Command: []string{"/dra-kubelet-plugin", "mps-daemon"},
 	}

@@ -34,6 +34,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
 	"github.com/tangram-gpu/tangram/pkg/plugin/taints"
@@ -241,7 +243,7 @@ func (w *wiring) resources(ctx context.Context) (*resourceslice.DriverResources,
 // driverConfig builds the driver's stores and clients: the checkpoint and
 // its lock, the CDI specs, MIG, the API clients of claim status and the
 // pod check.
-func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64, claimDirs mps.ClaimDirs, shares *mps.Manager,
+func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64, claimDirs daemon.ClaimDirs, shares *mps.Manager,
 	metrics *plugin.Metrics, cancel context.CancelCauseFunc) (plugin.Config, error) {
 	specStore, err := cdi.NewSpecStore(w.CDIRoot)
 	if err != nil {
@@ -279,7 +281,7 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 		Specs:        specs,
 		ClaimDirs:    claimDirs,
 		Configs:      plugin.ResolveConfigs,
-		MPSPipeDir:   mps.Layout{Root: w.MPSRoot}.PipeDir(),
+		MPSPipeDir:   daemon.Layout{Root: w.MPSRoot}.PipeDir(),
 		Metrics:      metrics,
 		OnFatal:      func(err error) { cancel(err) },
 		SimulatedMPS: w.FakeGPUs,
@@ -437,7 +439,7 @@ func allocatableMemory(resources *resourceslice.DriverResources) map[string]int6
 // (the keys of allocatable), once, with mps.New, wherever its daemon runs:
 // only the daemon and the control of v3 namespaces depend on that
 // (newMPSDaemon).
-func newShares(ctx context.Context, w *wiring, allocatable map[string]int64, claimDirs mps.ClaimDirs) (*mps.Manager, error) {
+func newShares(ctx context.Context, w *wiring, allocatable map[string]int64, claimDirs daemon.ClaimDirs) (*mps.Manager, error) {
 	if !w.Sharing {
 		return nil, nil
 	}
@@ -447,17 +449,17 @@ func newShares(ctx context.Context, w *wiring, allocatable map[string]int64, cla
 			shareable = append(shareable, g.UUID)
 		}
 	}
-	layout := mps.Layout{Root: w.MPSRoot}
+	layout := daemon.Layout{Root: w.MPSRoot}
 	mode := resolveMPSMode(w)
 	klog.FromContext(ctx).Info("MPS mode", "mode", mode, "flag", w.mpsMode)
 	v3Server := ""
 	if mode == mps.ModeV3 {
-		v3Server = mps.DefaultV3Server
+		v3Server = mpsv3.DefaultServer
 	}
-	if err := layout.CheckSocketPaths(v3Server); err != nil {
+	if err := mps.CheckSocketPaths(layout, v3Server); err != nil {
 		return nil, err
 	}
-	daemon, v3Control, err := w.newMPSDaemon(ctx, layout, shareable, mode)
+	d, v3Control, err := w.newMPSDaemon(ctx, layout, shareable, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +470,7 @@ func newShares(ctx context.Context, w *wiring, allocatable map[string]int64, cla
 	settings := mps.Settings{
 		Layout:         layout,
 		ShareableCards: shareable,
-		Daemon:         daemon,
+		Daemon:         d,
 		ComputeModes:   computeModes,
 		Timing:         mps.Timing{IdleGrace: w.MPSIdleGrace},
 	}
@@ -480,11 +482,11 @@ func newShares(ctx context.Context, w *wiring, allocatable map[string]int64, cla
 
 // computeModes switches the shareable cards' compute modes: recorded only
 // on fake GPUs, through NVML on real ones.
-func (w *wiring) computeModes() (mps.ComputeModeSetter, error) {
+func (w *wiring) computeModes() (daemon.ComputeModeSetter, error) {
 	if w.FakeGPUs {
-		return &mps.RecordingComputeModeSetter{}, nil
+		return &daemon.RecordingComputeModeSetter{}, nil
 	}
-	setter, err := mps.NewNVMLComputeModeSetter(w.NVMLLibrary)
+	setter, err := daemon.NewNVMLComputeModeSetter(w.NVMLLibrary)
 	if err != nil {
 		return nil, fmt.Errorf("sharing is enabled on real GPUs: %w; use a cgo build or --sharing=disabled", err)
 	}
@@ -494,7 +496,7 @@ func (w *wiring) computeModes() (mps.ComputeModeSetter, error) {
 // newMPSDaemon is the one part of MPS that depends on where the daemon
 // runs (--mps-daemon): the daemon itself and, in v3 mode, the control
 // through which the plugin sends the namespace commands.
-func (w *wiring) newMPSDaemon(ctx context.Context, layout mps.Layout, shareable []string, mode mps.Mode) (mps.Daemon, control.Func, error) {
+func (w *wiring) newMPSDaemon(ctx context.Context, layout daemon.Layout, shareable []string, mode mps.Mode) (daemon.Daemon, control.Func, error) {
 	switch w.MPSDaemonMode {
 	case "", MPSDaemonProcess:
 		return w.newProcessDaemon(ctx, layout, shareable, mode)
@@ -507,35 +509,35 @@ func (w *wiring) newMPSDaemon(ctx context.Context, layout mps.Layout, shareable 
 
 // newProcessDaemon runs the node's daemon as a child of the plugin, or
 // simulates it on fake GPUs.
-func (w *wiring) newProcessDaemon(ctx context.Context, layout mps.Layout, shareable []string, mode mps.Mode) (mps.Daemon, control.Func, error) {
+func (w *wiring) newProcessDaemon(ctx context.Context, layout daemon.Layout, shareable []string, mode mps.Mode) (daemon.Daemon, control.Func, error) {
 	if w.FakeGPUs && mode == mps.ModeV3 {
 		return nil, nil, errors.New("--mps-mode=v3 with fake GPUs needs a control daemon to hold the namespaces: use --mps-daemon=pod (its stand-in daemon speaks MPS v3) or --mps-mode=classic")
 	}
 	if w.FakeGPUs {
 		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs): shares are accounted and their CDI edits written, but no MPS daemon runs and nothing is enforced", "mpsRoot", w.MPSRoot)
-		return &mps.SimulatedDaemon{Layout: layout}, nil, nil
+		return &daemon.SimulatedDaemon{Layout: layout}, nil, nil
 	}
 	binary, err := mpsControlBinary(w)
 	if err != nil {
 		return nil, nil, err
 	}
-	daemon := mps.NewProcessDaemon(mps.ProcessDaemonConfig{
+	d := daemon.NewProcessDaemon(daemon.ProcessDaemonConfig{
 		Layout:         layout,
 		Binary:         binary,
-		Wrapper:        mps.PrivateShmWrapper(layout.ShmDir()),
+		Wrapper:        daemon.PrivateShmWrapper(layout.ShmDir()),
 		VisibleDevices: shareable,
 		MultiUser:      w.MPSMultiUser || mode == mps.ModeV3,
 		Protocol:       protocolOf(mode),
 		Env:            mpsControlEnv(w),
 	})
-	return daemon, daemon.Control, nil
+	return d, d.Control, nil
 }
 
 // newPodDaemon runs the node's daemon in a pod of its own: a stand-in
 // daemon on fake GPUs, nvidia-cuda-mps-control on real ones. The plugin
 // sends the v3 commands itself, as a client of the pod's daemon through
 // the shared pipe directory.
-func (w *wiring) newPodDaemon(ctx context.Context, layout mps.Layout, shareable []string, mode mps.Mode) (mps.Daemon, control.Func, error) {
+func (w *wiring) newPodDaemon(ctx context.Context, layout daemon.Layout, shareable []string, mode mps.Mode) (daemon.Daemon, control.Func, error) {
 	if w.KubeClient == nil {
 		return nil, nil, errors.New("--mps-daemon=pod needs the API server to create the daemon's pod; use --mps-daemon=process offline")
 	}
@@ -547,23 +549,23 @@ func (w *wiring) newPodDaemon(ctx context.Context, layout mps.Layout, shareable 
 	podCfg.MultiUser = w.MPSMultiUser || mode == mps.ModeV3
 	podCfg.Protocol = protocolOf(mode)
 	podCfg.ControlBinary = w.MPSControlBinary
-	daemon, err := mps.NewPodDaemon(mps.PodDaemonConfig{Client: w.KubeClient, Pod: podCfg})
+	d, err := daemon.NewPodDaemon(daemon.PodDaemonConfig{Client: w.KubeClient, Pod: podCfg})
 	if err != nil {
 		return nil, nil, fmt.Errorf("configuring the MPS daemon pod: %w", err)
 	}
 	if w.FakeGPUs {
-		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "mpsRoot", w.MPSRoot)
-		return daemon, standin.Control(layout.PipeDir()), nil
+		klog.FromContext(ctx).Info("SIMULATED MPS backend (fake GPUs) in a daemon pod: a stand-in daemon listens on the control socket, nothing is enforced", "pod", klog.KRef(podCfg.Namespace, d.Name()), "mpsRoot", w.MPSRoot)
+		return d, standin.Control(layout.PipeDir()), nil
 	}
-	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, daemon.Name()), "image", podCfg.Image)
+	klog.FromContext(ctx).Info("MPS daemon runs in its own pod", "pod", klog.KRef(podCfg.Namespace, d.Name()), "image", podCfg.Image)
 	if mode != mps.ModeV3 {
-		return daemon, nil, nil
+		return d, nil, nil
 	}
 	binary, err := mpsControlBinary(w)
 	if err != nil {
 		return nil, nil, err
 	}
-	return daemon, control.Binary(nil, binary, layout.PipeDir(), control.WithEnv(mpsControlEnv(w)...)), nil
+	return d, control.Binary(nil, binary, layout.PipeDir(), control.WithEnv(mpsControlEnv(w)...)), nil
 }
 
 // resolveMPSMode is where --mps-mode=auto is decided: v3 where capability
@@ -587,10 +589,10 @@ func protocolOf(mode mps.Mode) int {
 // alike): a size-bounded tmpfs on real GPUs (--mps-shm-size, which
 // Options.Parse refuses at 0 there), plain directories under the MPS root
 // with fake GPUs.
-func newClaimDirs(opts *wiring) mps.ClaimDirs {
-	dirs := mps.ClaimDirs{Layout: mps.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.claimShmSizeBytes}
+func newClaimDirs(opts *wiring) daemon.ClaimDirs {
+	dirs := daemon.ClaimDirs{Layout: daemon.Layout{Root: opts.MPSRoot}, ShmSizeBytes: opts.claimShmSizeBytes}
 	if !opts.FakeGPUs && opts.claimShmSizeBytes > 0 {
-		dirs.Mounter = mps.TmpfsMounter{}
+		dirs.Mounter = daemon.TmpfsMounter{}
 	}
 	return dirs
 }

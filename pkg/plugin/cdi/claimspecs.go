@@ -25,7 +25,7 @@ type ClaimSpecs struct {
 	// nil on nodes without hard enforcement.
 	MemoryLimitHook *MemoryLimitHook
 	// ClaimShmDir, when set, names each claim's own /dev/shm directory
-	// (mps.ClaimDirs.ShmDir), which the driver creates before the spec is
+	// (daemon.ClaimDirs.ShmDir), which the driver creates before the spec is
 	// written; nil leaves the runtime's /dev/shm (tests, older set-ups).
 	ClaimShmDir func(claimUID string) string
 	// MPS is how the claims' MPS shares reach their daemon (mps.Manager);

@@ -12,19 +12,6 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 )
 
-// ControlTimeoutError answers a control command that got no answer within
-// its deadline (Timing.ControlTimeout): the control daemon is hung or
-// overloaded. The Manager marks it unresponsive until a later command is
-// answered.
-type ControlTimeoutError struct {
-	Command string
-	Timeout time.Duration
-}
-
-func (e *ControlTimeoutError) Error() string {
-	return fmt.Sprintf("the node's MPS control daemon did not answer %q within %s", e.Command, e.Timeout)
-}
-
 // deadlineControl gives each of ctl's commands the Manager's deadline and
 // returns by it even if ctl does not heed its context (its goroutine then
 // ends when ctl does). A command that times out marks the control daemon
@@ -63,7 +50,7 @@ func (m *Manager) deadlineControl(ctl control.Func) control.Func {
 		}
 		// The caller's own deadline may have come first.
 		waited := min(time.Since(start), m.timing.ControlTimeout).Round(time.Millisecond)
-		err := &ControlTimeoutError{Command: command, Timeout: waited}
+		err := &control.TimeoutError{Command: command, Timeout: waited}
 		m.controlTimedOut(ctx, err)
 		return "", err
 	}
@@ -71,7 +58,7 @@ func (m *Manager) deadlineControl(ctl control.Func) control.Func {
 
 // controlTimedOut records a command without answer: the daemon is not
 // ready for shares until the worker sees it answer again.
-func (m *Manager) controlTimedOut(ctx context.Context, err *ControlTimeoutError) {
+func (m *Manager) controlTimedOut(ctx context.Context, err *control.TimeoutError) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.control.timeouts++

@@ -3,6 +3,7 @@ package mps
 import (
 	"context"
 	"errors"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"strings"
 	"sync"
 	"testing"
@@ -50,8 +51,8 @@ func TestManagerStopsOnlyWhatTheGuardAllows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			// Left running by an earlier process.
-			daemon := &countingDaemon{running: true}
-			m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+			fake := &countingDaemon{running: true}
+			m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 				WithTiming(Timing{RetryMin: 10 * time.Millisecond, RetryMax: 10 * time.Millisecond}))
 			t.Cleanup(m.Close)
 			m.GuardStops(tc.guard)
@@ -69,7 +70,7 @@ func TestManagerStopsOnlyWhatTheGuardAllows(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-			if got := daemon.isRunning(); got != tc.wantRunning {
+			if got := fake.isRunning(); got != tc.wantRunning {
 				t.Errorf("daemon running %v, want %v", got, tc.wantRunning)
 			}
 			if got := m.Status().LastError; !strings.Contains(got, tc.wantErr) || (tc.wantErr == "") != (got == "") {
@@ -118,9 +119,9 @@ func (d *gatedEnsure) Ensure(ctx context.Context) error {
 // and is refused as still starting while the daemon is not back.
 func TestManagerFirstShareDoesNotTrustAnOldReady(t *testing.T) {
 	ctx := context.Background()
-	daemon := &gatedEnsure{countingDaemon: &countingDaemon{}}
-	daemon.hold()
-	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
+	fake := &gatedEnsure{countingDaemon: &countingDaemon{}}
+	fake.hold()
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
 		WithTiming(Timing{ReadyWait: 50 * time.Millisecond, RetryMin: 10 * time.Millisecond}))
 	t.Cleanup(m.Close)
 	m.GuardStops(&fakeGuard{noShares: true})
@@ -131,30 +132,30 @@ func TestManagerFirstShareDoesNotTrustAnOldReady(t *testing.T) {
 	if err := m.Acquire(ctx, "refused", cardShares("GPU-a")); !errors.As(err, &notReady) {
 		t.Fatalf("first Acquire: %v, want a DaemonNotReadyError", err)
 	}
-	daemon.open()
+	fake.open()
 	waitIdle(t, m)
 	if st := m.Status(); !st.Ready || st.SharedCards != 0 {
 		t.Fatalf("status %+v, want the daemon ready and kept for the refused share's retry", st)
 	}
 
 	// The other process stops it, and starting it again takes a while.
-	if err := daemon.Stop(ctx); err != nil {
+	if err := fake.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	daemon.hold()
+	fake.hold()
 	err := m.Acquire(ctx, "first", cardShares("GPU-b"))
-	if err == nil && !daemon.isRunning() {
+	if err == nil && !fake.isRunning() {
 		t.Fatal("the node's first share was acquired while the daemon was stopped")
 	}
 	if !errors.As(err, &notReady) {
 		t.Fatalf("Acquire while the daemon starts again: %v, want a DaemonNotReadyError", err)
 	}
-	daemon.open()
+	fake.open()
 	waitIdle(t, m)
 	if err := m.Acquire(ctx, "first", cardShares("GPU-b")); err != nil {
 		t.Fatalf("retried Acquire: %v", err)
 	}
-	if !daemon.isRunning() {
+	if !fake.isRunning() {
 		t.Fatal("the retried first share was acquired while the daemon was stopped")
 	}
 }

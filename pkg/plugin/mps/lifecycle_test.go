@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 )
 
 func newHangingControl(t *testing.T, ctl control.Func) *mpstest.HangingControl {
@@ -20,13 +22,13 @@ func newHangingControl(t *testing.T, ctl control.Func) *mpstest.HangingControl {
 
 func newHangingV3Manager(t *testing.T, timing Timing) (*Manager, *mpstest.HangingControl) {
 	t.Helper()
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	d := newInProcessV3(t, root)
 	ctl := newHangingControl(t, d.Control)
 	cards := []string{"GPU-a", "GPU-b"}
-	layout := Layout{Root: root}
-	m := NewManager(layout, d, &RecordingComputeModeSetter{}, cards, WithTiming(timing),
-		WithV3(NewV3Namespaces(ctl.Control, cards), ClaimDirs{Layout: layout}))
+	layout := daemon.Layout{Root: root}
+	m := NewManager(layout, d, &daemon.RecordingComputeModeSetter{}, cards, WithTiming(timing),
+		WithV3(mpsv3.NewNamespaces(ctl.Control, cards), daemon.ClaimDirs{Layout: layout}))
 	t.Cleanup(m.Close)
 	return m, ctl
 }
@@ -59,9 +61,9 @@ func TestManagerControlCommandThatNeverAnswers(t *testing.T) {
 	case <-time.After(20 * timeout):
 		t.Fatalf("Acquire did not return within %s of a control command's %s deadline", 20*timeout, timeout)
 	}
-	var timedOut *ControlTimeoutError
+	var timedOut *control.TimeoutError
 	if !errors.As(err, &timedOut) || !strings.Contains(err.Error(), "list") || !strings.Contains(err.Error(), "did not answer") {
-		t.Fatalf("Acquire with a hung control daemon: %v, want a ControlTimeoutError naming the command", err)
+		t.Fatalf("Acquire with a hung control daemon: %v, want a control.TimeoutError naming the command", err)
 	}
 	if took := time.Since(start); took < timeout {
 		t.Errorf("Acquire returned after %s, before the %s deadline", took, timeout)
@@ -109,7 +111,7 @@ func TestManagerHungClaimHoldsUpNoOtherClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, m)
-	ctl.Set(NamespaceName("c1"))
+	ctl.Set(mpsv3.NamespaceName("c1"))
 	done := make(chan error, 1)
 	go func() { done <- m.Acquire(ctx, "c1", []Share{{Card: "GPU-a"}}) }()
 	<-ctl.Hung
@@ -142,9 +144,9 @@ func TestManagerHungClaimHoldsUpNoOtherClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, c0 := have[NamespaceName("c0")]
-	_, c1 := have[NamespaceName("c1")]
-	_, c2 := have[NamespaceName("c2")]
+	_, c0 := have[mpsv3.NamespaceName("c0")]
+	_, c1 := have[mpsv3.NamespaceName("c1")]
+	_, c2 := have[mpsv3.NamespaceName("c2")]
 	if c0 || !c1 || !c2 {
 		t.Errorf("namespaces %v, want c1's and c2's only", have)
 	}
@@ -173,7 +175,7 @@ func TestAwaitDaemonWaitsForAStartingDaemon(t *testing.T) {
 	ctx := context.Background()
 	t.Run("ready within the wait", func(t *testing.T) {
 		d := &gatedStartDaemon{gate: make(chan struct{})}
-		m := NewManager(Layout{Root: t.TempDir()}, d, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+		m := NewManager(daemon.Layout{Root: t.TempDir()}, d, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 			WithTiming(Timing{StartWait: 20 * time.Second, ReadyWait: 10 * time.Millisecond, RetryMin: time.Millisecond}))
 		defer m.Close()
 		go func() {
@@ -210,7 +212,7 @@ func TestAwaitDaemonWaitsForAStartingDaemon(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				d := &gatedStartDaemon{gate: make(chan struct{})}
 				defer close(d.gate)
-				m := NewManager(Layout{Root: t.TempDir()}, d, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+				m := NewManager(daemon.Layout{Root: t.TempDir()}, d, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 					WithTiming(Timing{StartWait: tc.startWait, ReadyWait: 10 * time.Millisecond}))
 				defer m.Close()
 				callCtx, cancel := context.WithTimeout(ctx, tc.deadline)
@@ -245,7 +247,7 @@ func TestManagerIdleGrace(t *testing.T) {
 	ctx := context.Background()
 	const grace = 500 * time.Millisecond
 	d := &countingDaemon{}
-	m := NewManager(Layout{Root: t.TempDir()}, d, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, d, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 		WithTiming(Timing{IdleGrace: grace, ReadyWait: 5 * time.Second, RetryMin: time.Millisecond}))
 	defer m.Close()
 	stops := func() int {
@@ -326,7 +328,7 @@ func TestManagerStopThatHangsGivesTheStateLockBack(t *testing.T) {
 	d := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
 	close(d.ensureGate)
 	defer close(d.stopGate)
-	m := NewManager(Layout{Root: t.TempDir()}, d, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, d, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 		WithTiming(Timing{StopTimeout: stopTimeout, ReadyWait: 5 * time.Second, RetryMin: time.Second, RetryMax: time.Second}))
 	defer m.Close()
 	guard := &countingGuard{}

@@ -13,10 +13,12 @@
 // the daemon is stopped, after Timing.IdleGrace. Whole-card claims never
 // come here.
 //
-// Below it: control runs the control binary as a client, behind the Runner
-// interface that both the real binary (control.ExecCommander) and the
-// strict stand-in (standin.Runner) implement; inpod is the daemon pod's
-// entry point.
+// Below it: daemon runs the control daemon where it runs (a child
+// process, a pod, or simulated) and keeps its directories; mpsv3 sends the
+// v3 server and namespace commands; control runs the control binary as a
+// client, behind the Runner interface that both the real binary
+// (control.ExecCommander) and the strict stand-in (standin.Runner)
+// implement; inpod is the daemon pod's entry point.
 package mps
 
 import (
@@ -29,6 +31,8 @@ import (
 	"time"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 )
 
 // Mount is a host directory a share's container must see.
@@ -68,15 +72,15 @@ type ClientConfig struct {
 // Namespace work is serialized per claim (nsLocks), never node-wide, so a
 // hung command holds up only the claim whose command it is.
 type Manager struct {
-	layout      Layout
-	daemon      Daemon
-	computeMode ComputeModeSetter
+	layout      daemon.Layout
+	daemon      daemon.Daemon
+	computeMode daemon.ComputeModeSetter
 	shareable   map[string]bool
 	timing      Timing
 	// v3 drives the node's MPS v3 server and namespaces; nil in classic
 	// mode. dirs are the per-claim /dev/shm directories of v3 mode.
-	v3   *V3Namespaces
-	dirs ClaimDirs
+	v3   *mpsv3.Namespaces
+	dirs daemon.ClaimDirs
 
 	// ns serializes the namespace work of each claim (Acquire once the
 	// claim is recorded, Release until it is dropped, the worker's sync of
@@ -147,7 +151,7 @@ type controlWatch struct {
 	// lastTimeout is the last command without answer and when it timed
 	// out, so that a share refused meanwhile can say which command hung
 	// (the mark itself may be cleared by then).
-	lastTimeout   *ControlTimeoutError
+	lastTimeout   *control.TimeoutError
 	lastTimeoutAt time.Time
 	// inFlight are the control commands sent and not yet answered.
 	inFlight    map[int]inFlightCommand
@@ -176,7 +180,7 @@ type Timing struct {
 	StartWait time.Duration
 	// ControlTimeout is the deadline of each control command the Manager
 	// sends (default control.DefaultTimeout, 10s); a command that exceeds it fails with a
-	// *ControlTimeoutError naming it.
+	// *control.TimeoutError naming it.
 	ControlTimeout time.Duration
 	// StopTimeout bounds a stop of the daemon (default 2m): the worker
 	// stops it under the node's state lock (StopGuard), which no daemon
@@ -229,7 +233,7 @@ func WithTiming(t Timing) ManagerOption { return func(m *Manager) { m.timing = t
 // WithV3 enforces shares with MPS v3: a namespace per claim on the node's
 // server, created at Acquire and deleted at Release, and a /dev/shm per
 // claim (dirs).
-func WithV3(v3 *V3Namespaces, dirs ClaimDirs) ManagerOption {
+func WithV3(v3 *mpsv3.Namespaces, dirs daemon.ClaimDirs) ManagerOption {
 	return func(m *Manager) { m.v3, m.dirs = v3, dirs }
 }
 
@@ -242,7 +246,7 @@ type DaemonNotReadyError struct {
 }
 
 func (e *DaemonNotReadyError) Error() string {
-	var hung *ControlTimeoutError
+	var hung *control.TimeoutError
 	var pending *ControlPendingError
 	if errors.As(e.Cause, &hung) || errors.As(e.Cause, &pending) {
 		return fmt.Sprintf("the node's MPS control daemon is unresponsive, so the share of claim %s cannot be set up: %v; whole cards are unaffected, the kubelet retries this prepare", e.Claim, e.Cause)
@@ -286,17 +290,17 @@ type UnusedEnsurer interface {
 // the daemon runs in the plugin's process or in a pod of its own: only
 // Daemon and, in v3 mode, V3Control differ with where it runs.
 type Settings struct {
-	Layout Layout
+	Layout daemon.Layout
 	// ShareableCards are the UUIDs of the cards published as shareable.
 	ShareableCards []string
 	// Daemon starts, adopts and stops the node's daemon where it runs.
-	Daemon       Daemon
-	ComputeModes ComputeModeSetter
+	Daemon       daemon.Daemon
+	ComputeModes daemon.ComputeModeSetter
 	// V3Control, when set, enforces shares with MPS v3: a namespace per
 	// claim on the node's server, sent through it, and ClaimDirs' /dev/shm
 	// per claim. nil: classic MPS.
 	V3Control control.Func
-	ClaimDirs ClaimDirs
+	ClaimDirs daemon.ClaimDirs
 	// Timing bounds the waits; zero fields take the defaults.
 	Timing Timing
 }
@@ -306,7 +310,7 @@ type Settings struct {
 func New(s Settings) *Manager {
 	opts := []ManagerOption{WithTiming(s.Timing)}
 	if s.V3Control != nil {
-		namespaces := NewV3Namespaces(s.V3Control, s.ShareableCards)
+		namespaces := mpsv3.NewNamespaces(s.V3Control, s.ShareableCards)
 		// A namespace's pipe directory as the daemon reports it is
 		// checked against the one containers mount.
 		namespaces.PipeDir = s.ClaimDirs.Layout.PipeDir()
@@ -316,10 +320,10 @@ func New(s Settings) *Manager {
 }
 
 // NewManager returns a manager for the given shareable cards (UUIDs).
-func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, shareableCards []string, opts ...ManagerOption) *Manager {
+func NewManager(layout daemon.Layout, d daemon.Daemon, computeMode daemon.ComputeModeSetter, shareableCards []string, opts ...ManagerOption) *Manager {
 	m := &Manager{
 		layout:      layout,
-		daemon:      daemon,
+		daemon:      d,
 		computeMode: computeMode,
 		shareable:   map[string]bool{},
 		book: shareBook{
@@ -340,10 +344,7 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 	m.timing = m.timing.withDefaults()
 	m.ns = newNSLocks()
 	if m.v3 != nil {
-		// A copy: the caller's V3Namespaces keeps its own control.
-		v3 := *m.v3
-		v3.ctl = m.deadlineControl(v3.ctl)
-		m.v3 = &v3
+		m.v3 = m.v3.WrapControl(m.deadlineControl)
 	}
 	return m
 }
@@ -360,7 +361,7 @@ func NewManager(layout Layout, daemon Daemon, computeMode ComputeModeSetter, sha
 func (m *Manager) ClientConfig(claimUID string) ClientConfig {
 	shm := Mount{HostPath: m.layout.ClaimShmDir(claimUID), ContainerPath: "/dev/shm"}
 	if m.v3 != nil {
-		pipe := m.layout.NamespacePipeDir(m.v3.Server, claimUID)
+		pipe := NamespacePipeDir(m.layout, m.v3.Server, claimUID)
 		return ClientConfig{
 			PipeDir: pipe,
 			Mounts:  []Mount{{HostPath: pipe, ContainerPath: pipe}, shm},
@@ -398,13 +399,4 @@ func uniqueSorted(in []string) []string {
 	out := append([]string(nil), in...)
 	sort.Strings(out)
 	return slices.Compact(out)
-}
-
-// PrivateShmWrapper returns the command prefix that starts the daemon in a
-// private mount namespace whose /dev/shm is shmDir, the daemon's own (not
-// the host's; shares' containers have their claim's). shmDir should be on a tmpfs
-// (the default MPS root under /run is).
-func PrivateShmWrapper(shmDir string) []string {
-	return []string{"unshare", "--mount", "--propagation", "private", "--",
-		"sh", "-c", `mount --bind "$0" /dev/shm && exec "$@"`, shmDir}
 }

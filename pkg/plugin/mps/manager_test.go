@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"reflect"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ func TestManagerAccounting(t *testing.T) {
 		wantStarts  int
 		wantStops   int
 		wantRunning bool
-		wantCalls   []ComputeModeCall
+		wantCalls   []daemon.ComputeModeCall
 		wantHolders map[string][]string
 	}{
 		{
@@ -71,7 +72,7 @@ func TestManagerAccounting(t *testing.T) {
 			steps:       []step{{acquire: "c1", cards: []string{"GPU-a"}}},
 			wantStarts:  1,
 			wantRunning: true,
-			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantCalls:   []daemon.ComputeModeCall{{UUID: "GPU-a", Mode: daemon.ComputeModeExclusiveProcess}},
 			wantHolders: map[string][]string{"GPU-a": {"c1"}},
 		},
 		{
@@ -82,7 +83,7 @@ func TestManagerAccounting(t *testing.T) {
 			},
 			wantStarts:  1,
 			wantRunning: true,
-			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantCalls:   []daemon.ComputeModeCall{{UUID: "GPU-a", Mode: daemon.ComputeModeExclusiveProcess}},
 			wantHolders: map[string][]string{"GPU-a": {"c1", "c2"}},
 		},
 		{
@@ -93,7 +94,7 @@ func TestManagerAccounting(t *testing.T) {
 			},
 			wantStarts:  1,
 			wantRunning: true,
-			wantCalls:   []ComputeModeCall{{"GPU-a", ComputeModeExclusiveProcess}},
+			wantCalls:   []daemon.ComputeModeCall{{UUID: "GPU-a", Mode: daemon.ComputeModeExclusiveProcess}},
 			wantHolders: map[string][]string{"GPU-a": {"c1"}},
 		},
 		{
@@ -105,10 +106,10 @@ func TestManagerAccounting(t *testing.T) {
 			},
 			wantStarts:  1,
 			wantRunning: true,
-			wantCalls: []ComputeModeCall{
-				{"GPU-a", ComputeModeExclusiveProcess},
-				{"GPU-b", ComputeModeExclusiveProcess},
-				{"GPU-a", ComputeModeDefault},
+			wantCalls: []daemon.ComputeModeCall{
+				{UUID: "GPU-a", Mode: daemon.ComputeModeExclusiveProcess},
+				{UUID: "GPU-b", Mode: daemon.ComputeModeExclusiveProcess},
+				{UUID: "GPU-a", Mode: daemon.ComputeModeDefault},
 			},
 			wantHolders: map[string][]string{"GPU-b": {"c2"}},
 		},
@@ -122,11 +123,11 @@ func TestManagerAccounting(t *testing.T) {
 			},
 			wantStarts: 1,
 			wantStops:  1,
-			wantCalls: []ComputeModeCall{
-				{"GPU-a", ComputeModeExclusiveProcess},
-				{"GPU-b", ComputeModeExclusiveProcess},
-				{"GPU-a", ComputeModeDefault},
-				{"GPU-b", ComputeModeDefault},
+			wantCalls: []daemon.ComputeModeCall{
+				{UUID: "GPU-a", Mode: daemon.ComputeModeExclusiveProcess},
+				{UUID: "GPU-b", Mode: daemon.ComputeModeExclusiveProcess},
+				{UUID: "GPU-a", Mode: daemon.ComputeModeDefault},
+				{UUID: "GPU-b", Mode: daemon.ComputeModeDefault},
 			},
 			wantHolders: map[string][]string{},
 		},
@@ -140,10 +141,10 @@ func TestManagerAccounting(t *testing.T) {
 			wantStarts:  2,
 			wantStops:   1,
 			wantRunning: true,
-			wantCalls: []ComputeModeCall{
-				{"GPU-a", ComputeModeExclusiveProcess},
-				{"GPU-a", ComputeModeDefault},
-				{"GPU-c", ComputeModeExclusiveProcess},
+			wantCalls: []daemon.ComputeModeCall{
+				{UUID: "GPU-a", Mode: daemon.ComputeModeExclusiveProcess},
+				{UUID: "GPU-a", Mode: daemon.ComputeModeDefault},
+				{UUID: "GPU-c", Mode: daemon.ComputeModeExclusiveProcess},
 			},
 			wantHolders: map[string][]string{"GPU-c": {"c2"}},
 		},
@@ -163,9 +164,9 @@ func TestManagerAccounting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			daemon := &countingDaemon{}
-			modes := &RecordingComputeModeSetter{}
-			m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+			fake := &countingDaemon{}
+			modes := &daemon.RecordingComputeModeSetter{}
+			m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 			defer m.Close()
 			for i, s := range tt.steps {
 				var err error
@@ -179,9 +180,9 @@ func TestManagerAccounting(t *testing.T) {
 				}
 				waitIdle(t, m)
 			}
-			if daemon.starts != tt.wantStarts || daemon.stops != tt.wantStops || daemon.running != tt.wantRunning {
+			if fake.starts != tt.wantStarts || fake.stops != tt.wantStops || fake.running != tt.wantRunning {
 				t.Errorf("daemon starts/stops/running = %d/%d/%v, want %d/%d/%v",
-					daemon.starts, daemon.stops, daemon.running, tt.wantStarts, tt.wantStops, tt.wantRunning)
+					fake.starts, fake.stops, fake.running, tt.wantStarts, tt.wantStops, tt.wantRunning)
 			}
 			if got := modes.Calls(); !reflect.DeepEqual(got, tt.wantCalls) {
 				t.Errorf("compute mode calls = %v, want %v", got, tt.wantCalls)
@@ -198,28 +199,28 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 	cards := []string{"GPU-a", "GPU-b"}
 
 	t.Run("compute mode failure on the second card restores the first", func(t *testing.T) {
-		modes := &RecordingComputeModeSetter{Fail: func(uuid string, mode ComputeMode) error {
-			if uuid == "GPU-b" && mode == ComputeModeExclusiveProcess {
+		modes := &daemon.RecordingComputeModeSetter{Fail: func(uuid string, mode daemon.ComputeMode) error {
+			if uuid == "GPU-b" && mode == daemon.ComputeModeExclusiveProcess {
 				return errors.New("insufficient permissions")
 			}
 			return nil
 		}}
-		daemon := &countingDaemon{}
-		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		fake := &countingDaemon{}
+		m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 		err := m.Acquire(ctx, "c1", cardShares("GPU-a", "GPU-b"))
 		if want := "preparing card GPU-b for MPS shares: insufficient permissions"; errString(err) != want {
 			t.Fatalf("error %q, want %q", errString(err), want)
 		}
-		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.starts != 0 || len(m.Holders()) != 0 {
+		if modes.Mode("GPU-a") != daemon.ComputeModeDefault || fake.starts != 0 || len(m.Holders()) != 0 {
 			t.Errorf("after failure: GPU-a mode %s, daemon starts %d, holders %v; want Default, 0, none",
-				modes.Mode("GPU-a"), daemon.starts, m.Holders())
+				modes.Mode("GPU-a"), fake.starts, m.Holders())
 		}
 	})
 
 	t.Run("daemon failure restores compute modes", func(t *testing.T) {
-		modes := &RecordingComputeModeSetter{}
-		daemon := &countingDaemon{ensureErr: errors.New("binary not found")}
-		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		modes := &daemon.RecordingComputeModeSetter{}
+		fake := &countingDaemon{ensureErr: errors.New("binary not found")}
+		m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 		defer m.Close()
 		err := m.Acquire(ctx, "c1", cardShares("GPU-a"))
 		if want := "starting the node's MPS daemon for claim c1: binary not found; retrying in the background, the kubelet retries this prepare"; errString(err) != want {
@@ -229,21 +230,21 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		if !errors.As(err, &notReady) {
 			t.Errorf("error %T is not a *DaemonNotReadyError", err)
 		}
-		if modes.Mode("GPU-a") != ComputeModeDefault || len(m.Holders()) != 0 {
+		if modes.Mode("GPU-a") != daemon.ComputeModeDefault || len(m.Holders()) != 0 {
 			t.Errorf("after failure: GPU-a mode %s, holders %v", modes.Mode("GPU-a"), m.Holders())
 		}
 	})
 
 	t.Run("failed restore keeps the share so a retried release tries again", func(t *testing.T) {
 		fail := true
-		modes := &RecordingComputeModeSetter{Fail: func(uuid string, mode ComputeMode) error {
-			if fail && mode == ComputeModeDefault {
+		modes := &daemon.RecordingComputeModeSetter{Fail: func(uuid string, mode daemon.ComputeMode) error {
+			if fail && mode == daemon.ComputeModeDefault {
 				return errors.New("GPU is busy")
 			}
 			return nil
 		}}
-		daemon := &countingDaemon{}
-		m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+		fake := &countingDaemon{}
+		m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 		if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
 			t.Fatal(err)
 		}
@@ -251,16 +252,16 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 		if want := "releasing MPS shares of claim c1: restoring compute mode of card GPU-a: GPU is busy"; errString(err) != want {
 			t.Fatalf("error %q, want %q", errString(err), want)
 		}
-		if !reflect.DeepEqual(m.Holders(), map[string][]string{"GPU-a": {"c1"}}) || !daemon.running {
-			t.Fatalf("after failed release: holders %v, daemon running %v", m.Holders(), daemon.running)
+		if !reflect.DeepEqual(m.Holders(), map[string][]string{"GPU-a": {"c1"}}) || !fake.running {
+			t.Fatalf("after failed release: holders %v, daemon running %v", m.Holders(), fake.running)
 		}
 		fail = false
 		if err := m.Release(ctx, "c1"); err != nil {
 			t.Fatal(err)
 		}
 		waitIdle(t, m)
-		if modes.Mode("GPU-a") != ComputeModeDefault || daemon.running || len(m.Holders()) != 0 {
-			t.Errorf("after retry: mode %s, daemon running %v, holders %v", modes.Mode("GPU-a"), daemon.running, m.Holders())
+		if modes.Mode("GPU-a") != daemon.ComputeModeDefault || fake.running || len(m.Holders()) != 0 {
+			t.Errorf("after retry: mode %s, daemon running %v, holders %v", modes.Mode("GPU-a"), fake.running, m.Holders())
 		}
 	})
 }
@@ -268,9 +269,9 @@ func TestManagerFailuresLeaveNothingHalfDone(t *testing.T) {
 func TestManagerConcurrentShares(t *testing.T) {
 	ctx := context.Background()
 	cards := []string{"GPU-a", "GPU-b"}
-	daemon := &countingDaemon{}
-	modes := &RecordingComputeModeSetter{}
-	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	fake := &countingDaemon{}
+	modes := &daemon.RecordingComputeModeSetter{}
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 	const claims = 40
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*claims)
@@ -280,8 +281,8 @@ func TestManagerConcurrentShares(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if daemon.starts != 1 || len(modes.Calls()) != 2 {
-		t.Fatalf("after %d concurrent acquires: daemon starts %d, compute mode calls %v; want 1 start, 2 calls", claims, daemon.starts, modes.Calls())
+	if fake.starts != 1 || len(modes.Calls()) != 2 {
+		t.Fatalf("after %d concurrent acquires: daemon starts %d, compute mode calls %v; want 1 start, 2 calls", claims, fake.starts, modes.Calls())
 	}
 	for i := range claims {
 		wg.Go(func() { errs <- m.Release(ctx, fmt.Sprintf("c%d", i)) })
@@ -294,13 +295,13 @@ func TestManagerConcurrentShares(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if daemon.running || daemon.stops != 1 || modes.Mode("GPU-a") != ComputeModeDefault || modes.Mode("GPU-b") != ComputeModeDefault {
-		t.Errorf("after releases: running %v stops %d modes %s/%s", daemon.running, daemon.stops, modes.Mode("GPU-a"), modes.Mode("GPU-b"))
+	if fake.running || fake.stops != 1 || modes.Mode("GPU-a") != daemon.ComputeModeDefault || modes.Mode("GPU-b") != daemon.ComputeModeDefault {
+		t.Errorf("after releases: running %v stops %d modes %s/%s", fake.running, fake.stops, modes.Mode("GPU-a"), modes.Mode("GPU-b"))
 	}
 }
 
 func TestClientConfigMountsPipeAndShm(t *testing.T) {
-	m := NewManager(Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &RecordingComputeModeSetter{}, nil)
+	m := NewManager(daemon.Layout{Root: "/run/tangram/mps"}, &countingDaemon{}, &daemon.RecordingComputeModeSetter{}, nil)
 	// Classic mode: the daemon's pipe directory, read-only (a client only
 	// connects to its sockets), and the claim's own /dev/shm, not the
 	// daemon's: a classic client worked with a /dev/shm of its own on a GPU

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"k8s.io/klog/v2"
 )
 
@@ -38,7 +39,7 @@ func (m *Manager) prepareNamespace(ctx context.Context, claim string, shares []S
 	// The container runtime bind-mounts the namespace's socket directory
 	// when the container is created; the daemon makes it, but whether
 	// before its first client is not documented, so make sure it exists.
-	if err := os.MkdirAll(m.layout.NamespacePipeDir(m.v3.Server, claim), 0o755); err != nil {
+	if err := os.MkdirAll(NamespacePipeDir(m.layout, m.v3.Server, claim), 0o755); err != nil {
 		return fmt.Errorf("creating the pipe directory of MPS v3 namespace %s: %w", spec.Name, err)
 	}
 	klog.FromContext(ctx).V(2).Info("MPS v3 namespace ready", "claim", claim, "namespace", spec.Name,
@@ -57,14 +58,14 @@ func (m *Manager) dropNamespace(ctx context.Context, claim string) error {
 	if held && ready {
 		have, err := m.v3.List(ctx)
 		if err == nil {
-			err = m.v3.Delete(ctx, NamespaceName(claim), have)
+			err = m.v3.Delete(ctx, mpsv3.NamespaceName(claim), have)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := os.RemoveAll(m.layout.NamespacePipeDir(m.v3.Server, claim)); err != nil {
-		return fmt.Errorf("removing the pipe directory of MPS v3 namespace %s: %w", NamespaceName(claim), err)
+	if err := os.RemoveAll(NamespacePipeDir(m.layout, m.v3.Server, claim)); err != nil {
+		return fmt.Errorf("removing the pipe directory of MPS v3 namespace %s: %w", mpsv3.NamespaceName(claim), err)
 	}
 	return m.dirs.Remove(ctx, claim)
 }
@@ -91,11 +92,11 @@ func (m *Manager) syncNamespaces(ctx context.Context) error {
 	settled := m.book.settled
 	names := map[string]bool{}
 	for claim := range m.book.claims {
-		names[NamespaceName(claim)] = true
+		names[mpsv3.NamespaceName(claim)] = true
 	}
 	m.mu.Unlock()
 	for name := range have {
-		if settled && ownNamespace(name) {
+		if settled && mpsv3.OwnNamespace(name) {
 			names[name] = true
 		}
 	}
@@ -114,7 +115,7 @@ func (m *Manager) syncNamespaces(ctx context.Context) error {
 // syncNamespace brings one namespace to what the accounting wants, under
 // its claim's lock: it exists with its claim's limits while the claim
 // holds shares, and (once settled) is deleted otherwise.
-func (m *Manager) syncNamespace(ctx context.Context, name string, have map[string]NamespaceSpec, since uint64, settled bool) error {
+func (m *Manager) syncNamespace(ctx context.Context, name string, have map[string]mpsv3.NamespaceSpec, since uint64, settled bool) error {
 	unlock, err := m.ns.lock(ctx, name)
 	if err != nil {
 		return err
@@ -140,13 +141,13 @@ func (m *Manager) syncNamespace(ctx context.Context, name string, have map[strin
 
 // wantedNamespace is the namespace a claim holding shares wants under
 // name; false when no such claim does.
-func (m *Manager) wantedNamespace(name string) (NamespaceSpec, bool) {
+func (m *Manager) wantedNamespace(name string) (mpsv3.NamespaceSpec, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for claim := range m.book.claims {
-		if NamespaceName(claim) == name {
+		if mpsv3.NamespaceName(claim) == name {
 			return namespaceFor(claim, m.book.shares[claim]), true
 		}
 	}
-	return NamespaceSpec{}, false
+	return mpsv3.NamespaceSpec{}, false
 }

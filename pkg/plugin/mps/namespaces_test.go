@@ -14,45 +14,17 @@ import (
 	"time"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
-
-// recordingMounter records the bounds it was asked for.
-type recordingMounter struct {
-	mu      sync.Mutex
-	mounted map[string]int64
-	fail    error
-}
-
-func (r *recordingMounter) Mount(dir string, size int64) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.fail != nil {
-		return r.fail
-	}
-	r.mounted[dir] = size
-	return nil
-}
-
-func (r *recordingMounter) Mounted(dir string) (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.mounted[dir]
-	return ok, nil
-}
-
-func (r *recordingMounter) Unmount(dir string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.mounted, dir)
-	return nil
-}
 
 // inProcessV3 is the stand-in v3 daemon run in the test process: the
 // Manager tests start and adopt it many times, which the separate program
 // (TestV3NamespacesAgainstStandIn) makes slow under the race detector.
 type inProcessV3 struct {
-	layout Layout
+	layout daemon.Layout
 	mu     sync.Mutex
 	done   chan error
 }
@@ -66,7 +38,7 @@ func (d *inProcessV3) Ensure(ctx context.Context) error {
 	if err := standin.Probe(ctx, d.layout.PipeDir()); err == nil {
 		return nil // running (adopted)
 	}
-	if err := d.layout.create(); err != nil {
+	if err := d.layout.Create(); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
@@ -101,32 +73,32 @@ func (d *inProcessV3) Control(ctx context.Context, command []string) (string, er
 }
 
 func newInProcessV3(t *testing.T, root string) *inProcessV3 {
-	d := &inProcessV3{layout: Layout{Root: root}}
+	d := &inProcessV3{layout: daemon.Layout{Root: root}}
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
 	return d
 }
 
 type controlDaemon interface {
-	Daemon
+	daemon.Daemon
 	Control(ctx context.Context, command []string) (string, error)
 }
 
-func newV3Manager(t *testing.T, root string, d *inProcessV3, mounter ShmMounter) *Manager {
+func newV3Manager(t *testing.T, root string, d *inProcessV3, mounter daemon.ShmMounter) *Manager {
 	t.Helper()
 	cards := []string{"GPU-a", "GPU-b"}
-	layout := Layout{Root: root}
-	namespaces := NewV3Namespaces(d.Control, cards)
+	layout := daemon.Layout{Root: root}
+	namespaces := mpsv3.NewNamespaces(d.Control, cards)
 	namespaces.PipeDir = layout.PipeDir()
-	m := NewManager(layout, d, &RecordingComputeModeSetter{}, cards,
+	m := NewManager(layout, d, &daemon.RecordingComputeModeSetter{}, cards,
 		WithTiming(Timing{ReadyWait: 5 * time.Second, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}),
-		WithV3(namespaces, ClaimDirs{Layout: layout, Mounter: mounter, ShmSizeBytes: 64 << 20}))
+		WithV3(namespaces, daemon.ClaimDirs{Layout: layout, Mounter: mounter, ShmSizeBytes: 64 << 20}))
 	t.Cleanup(m.Close)
 	return m
 }
 
-func namespacesOf(t *testing.T, d controlDaemon) map[string]NamespaceSpec {
+func namespacesOf(t *testing.T, d controlDaemon) map[string]mpsv3.NamespaceSpec {
 	t.Helper()
-	v3 := NewV3Namespaces(d.Control, nil)
+	v3 := mpsv3.NewNamespaces(d.Control, nil)
 	have, err := v3.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -143,12 +115,12 @@ func namespacesOf(t *testing.T, d controlDaemon) map[string]NamespaceSpec {
 // /dev/shm and pipe directory per claim, all gone at release.
 func TestManagerV3(t *testing.T) {
 	const gib = 1 << 30
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	ctx := context.Background()
 	d := newInProcessV3(t, root)
-	mounter := &recordingMounter{mounted: map[string]int64{}}
+	mounter := mpstest.NewRecordingMounter()
 	m := newV3Manager(t, root, d, mounter)
-	layout := Layout{Root: root}
+	layout := daemon.Layout{Root: root}
 
 	claims := map[string][]Share{
 		"c1": {{Card: "GPU-a", MemoryBytes: 20 * gib, ThreadPercent: 30}},
@@ -165,7 +137,7 @@ func TestManagerV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As the daemon lists them: sizes in the largest exact unit.
-	want := map[string]NamespaceSpec{
+	want := map[string]mpsv3.NamespaceSpec{
 		"tangram_c1": {Name: "tangram_c1", ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G"},
 		"tangram_c2": {Name: "tangram_c2", ActiveThreadPercentage: 20, PinnedMemoryLimit: "20G"},
 		"tangram_c3": {Name: "tangram_c3", ActiveThreadPercentage: 50, PinnedMemoryLimit: "20G"},
@@ -189,10 +161,10 @@ func TestManagerV3(t *testing.T) {
 		if err != nil || fi.Mode()&os.ModePerm != 0o777 || fi.Mode()&os.ModeSticky == 0 {
 			t.Errorf("/dev/shm of %s: %v, %v; want a sticky world-writable directory", c, fi, err)
 		}
-		if mounter.mounted[layout.ClaimShmDir(c)] != 64<<20 {
-			t.Errorf("/dev/shm of %s is not bounded to 64 MiB: %v", c, mounter.mounted)
+		if mounter.Bounds[layout.ClaimShmDir(c)] != 64<<20 {
+			t.Errorf("/dev/shm of %s is not bounded to 64 MiB: %v", c, mounter.Bounds)
 		}
-		if _, err := os.Stat(layout.NamespacePipeDir("tangram", c)); err != nil {
+		if _, err := os.Stat(NamespacePipeDir(layout, "tangram", c)); err != nil {
 			t.Errorf("the namespace pipe directory of %s: %v", c, err)
 		}
 	}
@@ -207,7 +179,7 @@ func TestManagerV3(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "claims", "c2")); !os.IsNotExist(err) {
 		t.Errorf("c2's directory is still there: %v", err)
 	}
-	if _, ok := mounter.mounted[layout.ClaimShmDir("c2")]; ok {
+	if _, ok := mounter.Bounds[layout.ClaimShmDir("c2")]; ok {
 		t.Error("c2's /dev/shm is still mounted")
 	}
 	if err := m.Release(ctx, "c2"); err != nil {
@@ -248,9 +220,9 @@ func TestManagerV3(t *testing.T) {
 func TestManagerV3Failures(t *testing.T) {
 	ctx := context.Background()
 	t.Run("shm bound fails", func(t *testing.T) {
-		root := shortRoot(t)
+		root := mpstest.ShortRoot(t)
 		d := newInProcessV3(t, root)
-		m := newV3Manager(t, root, d, &recordingMounter{fail: errors.New("permission denied")})
+		m := newV3Manager(t, root, d, &mpstest.RecordingMounter{Fail: errors.New("permission denied")})
 		err := m.Acquire(ctx, "c1", []Share{{Card: "GPU-a", MemoryBytes: 1 << 30}})
 		if err == nil || !strings.Contains(err.Error(), "bounding the /dev/shm of claim c1: permission denied") {
 			t.Errorf("Acquire: %v", err)
@@ -263,19 +235,19 @@ func TestManagerV3Failures(t *testing.T) {
 		}
 	})
 	t.Run("server not running", func(t *testing.T) {
-		root := shortRoot(t)
+		root := mpstest.ShortRoot(t)
 		d := newInProcessV3(t, root)
 		// A control daemon that lists the server as starting.
 		ctl := func(ctx context.Context, cmd []string) (string, error) {
-			if slices.Equal(cmd, v3ServerList()) {
+			if slices.Equal(cmd, []string{"server", "list", "--format=csv"}) {
 				return "name,pid,status\ntangram,0,Starting\n", nil
 			}
 			return d.Control(ctx, cmd)
 		}
-		layout := Layout{Root: root}
-		m := NewManager(layout, d, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+		layout := daemon.Layout{Root: root}
+		m := NewManager(layout, d, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 			WithTiming(Timing{ReadyWait: 5 * time.Second, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond}),
-			WithV3(NewV3Namespaces(ctl, []string{"GPU-a"}), ClaimDirs{Layout: layout}))
+			WithV3(mpsv3.NewNamespaces(ctl, []string{"GPU-a"}), daemon.ClaimDirs{Layout: layout}))
 		t.Cleanup(m.Close)
 		err := m.Acquire(ctx, "c1", []Share{{Card: "GPU-a", MemoryBytes: 1 << 30}})
 		var notReady *DaemonNotReadyError
@@ -287,8 +259,9 @@ func TestManagerV3Failures(t *testing.T) {
 		}
 		// The server was never created: no namespace anywhere.
 		out, err := d.Control(ctx, []string{"namespace", "list", "--format=csv"})
-		if got, perr := parseNamespaces(out); err != nil || perr != nil || len(got) != 0 {
-			t.Errorf("namespaces after a failed share: %+v (%v, %v)", got, err, perr)
+		// A header and no row.
+		if rows := strings.Split(strings.TrimSpace(out), "\n"); err != nil || len(rows) != 1 {
+			t.Errorf("namespaces after a failed share: %q (%v)", out, err)
 		}
 	})
 }
@@ -300,7 +273,7 @@ func TestManagerV3Failures(t *testing.T) {
 // and the driver sweeps those of claims it holds no record of
 // (pkg/plugin TestRecoverSweepsClaimDirs).
 func TestManagerV3Restart(t *testing.T) {
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	ctx := context.Background()
 	d := newInProcessV3(t, root)
 	first := newV3Manager(t, root, d, nil)
@@ -316,7 +289,7 @@ func TestManagerV3Restart(t *testing.T) {
 	// The plugin exits (the daemon keeps running); the kept claim's
 	// namespace is lost meanwhile.
 	first.Close()
-	if _, err := d.Control(ctx, v3NamespaceDelete("tangram", NamespaceName("kept"), false)); err != nil {
+	if _, err := d.Control(ctx, []string{"namespace", "delete", mpsv3.NamespaceName("kept"), "--server=tangram"}); err != nil {
 		log, _ := os.ReadFile(filepath.Join(root, "log", "control.log"))
 		t.Fatalf("%v; control.log:\n%s", err, log)
 	}
@@ -327,14 +300,14 @@ func TestManagerV3Restart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, next)
-	want := map[string]NamespaceSpec{"tangram_kept": {Name: "tangram_kept", ActiveThreadPercentage: 30, PinnedMemoryLimit: "1G"}}
+	want := map[string]mpsv3.NamespaceSpec{"tangram_kept": {Name: "tangram_kept", ActiveThreadPercentage: 30, PinnedMemoryLimit: "1G"}}
 	if got := namespacesOf(t, d); !reflect.DeepEqual(got, want) {
 		t.Errorf("namespaces after restart %+v, want %+v", got, want)
 	}
 	if _, err := os.Stat(filepath.Join(root, "claims", "dropped")); err != nil {
 		t.Errorf("the Manager removed a claim's directory, which is the driver's to sweep: %v", err)
 	}
-	if _, err := os.Stat(Layout{Root: root}.ClaimShmDir("kept")); err != nil {
+	if _, err := os.Stat(daemon.Layout{Root: root}.ClaimShmDir("kept")); err != nil {
 		t.Errorf("the kept claim's /dev/shm: %v", err)
 	}
 }
@@ -344,11 +317,11 @@ func TestManagerV3Restart(t *testing.T) {
 // last share is gone and the daemon stopped.
 func TestClassicShmClearedWhenDaemonStops(t *testing.T) {
 	root := t.TempDir()
-	layout := Layout{Root: root}
-	if err := layout.create(); err != nil {
+	layout := daemon.Layout{Root: root}
+	if err := layout.Create(); err != nil {
 		t.Fatal(err)
 	}
-	m := NewManager(layout, &countingDaemon{}, &RecordingComputeModeSetter{}, []string{"GPU-a"},
+	m := NewManager(layout, &countingDaemon{}, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
 		WithTiming(Timing{ReadyWait: 5 * time.Second, Linger: time.Millisecond, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond}))
 	t.Cleanup(m.Close)
 	ctx := context.Background()

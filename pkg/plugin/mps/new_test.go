@@ -2,6 +2,8 @@ package mps
 
 import (
 	"context"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"slices"
 	"testing"
 	"time"
@@ -13,12 +15,12 @@ import (
 // pipe directory as the daemon reports it is checked against the one
 // containers mount), and keeps the idle grace it was given.
 func TestNewBuildsClassicOrV3(t *testing.T) {
-	layout := Layout{Root: t.TempDir()}
+	layout := daemon.Layout{Root: t.TempDir()}
 	settings := Settings{
 		Layout:         layout,
 		ShareableCards: []string{"GPU-a", "GPU-b"},
-		Daemon:         &SimulatedDaemon{Layout: layout},
-		ComputeModes:   &RecordingComputeModeSetter{},
+		Daemon:         &daemon.SimulatedDaemon{Layout: layout},
+		ComputeModes:   &daemon.RecordingComputeModeSetter{},
 		Timing:         Timing{IdleGrace: 3 * time.Minute},
 	}
 
@@ -35,7 +37,7 @@ func TestNewBuildsClassicOrV3(t *testing.T) {
 	}
 
 	settings.V3Control = func(context.Context, []string) (string, error) { return "", nil }
-	settings.ClaimDirs = ClaimDirs{Layout: layout}
+	settings.ClaimDirs = daemon.ClaimDirs{Layout: layout}
 	v3 := New(settings)
 	defer v3.Close()
 	if v3.v3 == nil {
@@ -44,7 +46,7 @@ func TestNewBuildsClassicOrV3(t *testing.T) {
 	if v3.v3.PipeDir != layout.PipeDir() || !slices.Equal(v3.v3.Devices, settings.ShareableCards) {
 		t.Errorf("v3 namespaces pipe directory %q devices %v, want %q %v", v3.v3.PipeDir, v3.v3.Devices, layout.PipeDir(), settings.ShareableCards)
 	}
-	want := layout.NamespacePipeDir(DefaultV3Server, "c1")
+	want := NamespacePipeDir(layout, mpsv3.DefaultServer, "c1")
 	if cc := v3.ClientConfig("c1"); cc.PipeDir != want || cc.PipeReadOnly {
 		t.Errorf("v3 client config %+v, want the claim's namespace directory %s", cc, want)
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"k8s.io/klog/v2"
 )
 
@@ -32,7 +34,7 @@ func (m *Manager) Acquire(ctx context.Context, claim string, shares []Share) err
 		return err
 	}
 	// The claim is recorded, so a sync from now on keeps its namespace.
-	unlock, err := m.ns.lock(ctx, NamespaceName(claim))
+	unlock, err := m.ns.lock(ctx, mpsv3.NamespaceName(claim))
 	if err != nil {
 		if added {
 			err = errors.Join(err, m.release(ctx, claim))
@@ -89,7 +91,7 @@ func (m *Manager) acquire(ctx context.Context, claim string, shares []Share) (bo
 			continue
 		}
 		if len(m.book.holders[uuid]) == 0 {
-			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
+			if err := m.computeMode.SetComputeMode(ctx, uuid, daemon.ComputeModeExclusiveProcess); err != nil {
 				m.restoreModesLocked(ctx, switched)
 				return false, fmt.Errorf("preparing card %s for MPS shares: %w", uuid, err)
 			}
@@ -144,7 +146,7 @@ func (m *Manager) restoreModesLocked(ctx context.Context, cards []string) {
 		if len(m.book.holders[uuid]) > 0 {
 			continue
 		}
-		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
+		if err := m.computeMode.SetComputeMode(ctx, uuid, daemon.ComputeModeDefault); err != nil {
 			klog.FromContext(ctx).Error(err, "Restoring compute mode after a failed share", "card", uuid)
 		}
 	}
@@ -175,7 +177,7 @@ func (m *Manager) Restore(ctx context.Context, claim string, shares []Share) {
 		if !first {
 			continue
 		}
-		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess); err != nil {
+		if err := m.computeMode.SetComputeMode(ctx, uuid, daemon.ComputeModeExclusiveProcess); err != nil {
 			logger.Error(err, "Restoring EXCLUSIVE_PROCESS of a card with shares failed; retrying in the background", "card", uuid)
 			m.book.pendingModes[uuid] = true
 			m.recordLocked(fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
@@ -194,7 +196,7 @@ func (m *Manager) Restore(ctx context.Context, claim string, shares []Share) {
 // the shares stay recorded, so a retried Release tries again.
 func (m *Manager) Release(ctx context.Context, claim string) error {
 	if m.v3 != nil {
-		unlock, err := m.ns.lock(ctx, NamespaceName(claim))
+		unlock, err := m.ns.lock(ctx, mpsv3.NamespaceName(claim))
 		if err != nil {
 			return fmt.Errorf("releasing MPS shares of claim %s: %w", claim, err)
 		}
@@ -214,7 +216,7 @@ func (m *Manager) release(ctx context.Context, claim string) error {
 	dropped := len(m.book.claims[claim]) > 0
 	for _, uuid := range slices.Sorted(maps.Keys(m.book.claims[claim])) {
 		if len(m.book.holders[uuid]) == 1 {
-			if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
+			if err := m.computeMode.SetComputeMode(ctx, uuid, daemon.ComputeModeDefault); err != nil {
 				errs = append(errs, fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))
 				continue
 			}
@@ -237,3 +239,5 @@ func (m *Manager) release(ctx context.Context, claim string) error {
 	}
 	return nil
 }
+
+var errNotShareable = errors.New("card is not shareable on this node")

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"k8s.io/klog/v2"
 )
 
@@ -133,7 +134,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		if len(m.book.holders[uuid]) > 0 {
 			continue
 		}
-		if err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeDefault); err != nil {
+		if err := m.computeMode.SetComputeMode(ctx, uuid, daemon.ComputeModeDefault); err != nil {
 			errs = append(errs, fmt.Errorf("restoring compute mode of idle card %s: %w", uuid, err))
 		}
 	}
@@ -336,7 +337,7 @@ func (m *Manager) nextRound(now time.Time) round {
 func (m *Manager) restoreModes(ctx context.Context, modes []string) error {
 	var failed error
 	for _, uuid := range modes {
-		err := m.computeMode.SetComputeMode(ctx, uuid, ComputeModeExclusiveProcess)
+		err := m.computeMode.SetComputeMode(ctx, uuid, daemon.ComputeModeExclusiveProcess)
 		m.mu.Lock()
 		if err != nil {
 			m.recordLocked(fmt.Errorf("restoring compute mode of card %s: %w", uuid, err))

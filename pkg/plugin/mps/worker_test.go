@@ -3,6 +3,7 @@ package mps
 import (
 	"context"
 	"errors"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,11 +13,11 @@ import (
 func TestManagerReconcile(t *testing.T) {
 	ctx := context.Background()
 	cards := []string{"GPU-a", "GPU-b", "GPU-c"}
-	daemon := &countingDaemon{running: true}
-	modes := &RecordingComputeModeSetter{}
+	fake := &countingDaemon{running: true}
+	modes := &daemon.RecordingComputeModeSetter{}
 	// A previous process switched GPU-c and died before recording a share.
-	_ = modes.SetComputeMode(ctx, "GPU-c", ComputeModeExclusiveProcess)
-	m := NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	_ = modes.SetComputeMode(ctx, "GPU-c", daemon.ComputeModeExclusiveProcess)
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 	if err := m.Acquire(ctx, "kept", cardShares("GPU-a")); err != nil {
 		t.Fatal(err)
 	}
@@ -24,25 +25,25 @@ func TestManagerReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIdle(t, m)
-	got := []ComputeMode{modes.Mode("GPU-a"), modes.Mode("GPU-b"), modes.Mode("GPU-c")}
-	want := []ComputeMode{ComputeModeExclusiveProcess, ComputeModeDefault, ComputeModeDefault}
-	if !reflect.DeepEqual(got, want) || !daemon.running {
-		t.Errorf("after reconcile with a share: modes %v running %v, want %v true", got, daemon.running, want)
+	got := []daemon.ComputeMode{modes.Mode("GPU-a"), modes.Mode("GPU-b"), modes.Mode("GPU-c")}
+	want := []daemon.ComputeMode{daemon.ComputeModeExclusiveProcess, daemon.ComputeModeDefault, daemon.ComputeModeDefault}
+	if !reflect.DeepEqual(got, want) || !fake.running {
+		t.Errorf("after reconcile with a share: modes %v running %v, want %v true", got, fake.running, want)
 	}
 	if err := m.Release(ctx, "kept"); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, m)
-	daemon.mu.Lock()
-	daemon.running = true // a daemon left by an earlier process
-	daemon.mu.Unlock()
+	fake.mu.Lock()
+	fake.running = true // a daemon left by an earlier process
+	fake.mu.Unlock()
 	// A new process: nothing stopped yet.
-	m = NewManager(Layout{Root: t.TempDir()}, daemon, modes, cards)
+	m = NewManager(daemon.Layout{Root: t.TempDir()}, fake, modes, cards)
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, m)
-	if daemon.running {
+	if fake.running {
 		t.Error("reconcile with no share left the daemon running")
 	}
 }
@@ -92,8 +93,8 @@ func TestManagerTellsDaemonWhenUnused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			daemon := &unusedAwareDaemon{}
-			m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, cards)
+			fake := &unusedAwareDaemon{}
+			m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, cards)
 			for _, s := range tc.steps {
 				var err error
 				switch {
@@ -110,8 +111,8 @@ func TestManagerTellsDaemonWhenUnused(t *testing.T) {
 				}
 				waitIdle(t, m)
 			}
-			if !reflect.DeepEqual(daemon.calls, tc.want) {
-				t.Errorf("Ensure calls %v, want %v", daemon.calls, tc.want)
+			if !reflect.DeepEqual(fake.calls, tc.want) {
+				t.Errorf("Ensure calls %v, want %v", fake.calls, tc.want)
 			}
 		})
 	}
@@ -146,8 +147,8 @@ func (d *blockingDaemon) Stop(ctx context.Context) error {
 // for the daemon.
 func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 	ctx := context.Background()
-	daemon := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
-	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
+	fake := &blockingDaemon{ensureGate: make(chan struct{}), stopGate: make(chan struct{})}
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a", "GPU-b"},
 		WithTiming(Timing{ReadyWait: 10 * time.Millisecond, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond}))
 	defer m.Close()
 	returns := func(what string, f func()) {
@@ -178,7 +179,7 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 			t.Errorf("second Acquire while starting: %v", err)
 		}
 	})
-	close(daemon.ensureGate)
+	close(fake.ensureGate)
 	deadline := time.Now().Add(20 * time.Second)
 	for m.Acquire(ctx, "c1", cardShares("GPU-a")) != nil {
 		if time.Now().After(deadline) {
@@ -204,7 +205,7 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 			t.Errorf("Acquire while stopping: %v, want a DaemonNotReadyError", err)
 		}
 	})
-	close(daemon.stopGate)
+	close(fake.stopGate)
 	// The refused share keeps the daemon wanted: it is started again.
 	waitIdle(t, m)
 	if st := m.Status(); !st.Wanted || !st.Ready {
@@ -218,22 +219,22 @@ func TestManagerNeverWaitsForTheDaemonUnderItsLock(t *testing.T) {
 func TestManagerResync(t *testing.T) {
 	ctx := context.Background()
 	cards := []string{"GPU-a"}
-	daemon := &countingDaemon{}
-	m := NewManager(Layout{Root: t.TempDir()}, daemon, &RecordingComputeModeSetter{}, cards)
+	fake := &countingDaemon{}
+	m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, cards)
 	t.Cleanup(m.Close)
 	if err := m.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, m)
 	setRunning := func(running bool) {
-		daemon.mu.Lock()
-		daemon.running = running
-		daemon.mu.Unlock()
+		fake.mu.Lock()
+		fake.running = running
+		fake.mu.Unlock()
 	}
 	isRunning := func() bool {
-		daemon.mu.Lock()
-		defer daemon.mu.Unlock()
-		return daemon.running
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return fake.running
 	}
 
 	// No share here, yet the other process started the daemon.

@@ -152,3 +152,16 @@ func DaemonArgs(protocol int, multiUser bool) []string {
 	}
 	return args
 }
+
+// TimeoutError answers a control command that got no answer within
+// its deadline (the mps Manager's Timing.ControlTimeout): the control daemon is hung or
+// overloaded. The mps Manager marks it unresponsive until a later command is
+// answered.
+type TimeoutError struct {
+	Command string
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("the node's MPS control daemon did not answer %q within %s", e.Command, e.Timeout)
+}

@@ -19,7 +19,7 @@ import (
 // Config is what `dra-kubelet-plugin mps-daemon` runs inside
 // the daemon pod. The MPS variables (CUDA_MPS_PIPE_DIRECTORY,
 // CUDA_MPS_LOG_DIRECTORY, CUDA_VISIBLE_DEVICES) come from the pod's
-// environment, which mps.BuildDaemonPod sets.
+// environment, which daemon.BuildDaemonPod sets.
 type Config struct {
 	// Binary is nvidia-cuda-mps-control.
 	Binary string
@@ -115,8 +115,8 @@ func RunSimulated(ctx context.Context, pipeDir string) error {
 	if filepath.Base(pipeDir) != "pipe" {
 		return fmt.Errorf("simulated MPS daemon: pipe directory %s does not end in /pipe", pipeDir)
 	}
-	// mps.Layout's directories: pipe and log under one root (this package
-	// is below mps, whose tests run it as the fake kubelet's container).
+	// daemon.Layout's directories: pipe and log under one root (this package
+	// is below daemon, whose tests run it as the fake kubelet's container).
 	root := filepath.Dir(pipeDir)
 	logDir := filepath.Join(root, "log")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {

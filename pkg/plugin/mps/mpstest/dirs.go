@@ -3,6 +3,7 @@ package mpstest
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,4 +47,20 @@ func ReturnsWithin[T any](t *testing.T, limit time.Duration, what string, f func
 		t.Fatalf("%s did not return within %s: it waits on the MPS daemon", what, limit)
 		panic("unreachable")
 	}
+}
+
+// CheckError fails the test unless err is nil when wantErr is "", or
+// contains wantErr; it reports whether an error was wanted.
+func CheckError(t *testing.T, err error, wantErr string) bool {
+	t.Helper()
+	if wantErr == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("error %v, want one containing %q", err, wantErr)
+	}
+	return true
 }

@@ -1,8 +1,9 @@
-package mps
+package daemon
 
 import (
 	"context"
 	"errors"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,9 +20,9 @@ func TestClaimDirs(t *testing.T) {
 	const uid = "0b5e5a43-6b8e-4c16-9c7a-3d1d2b6f1a00"
 	for _, tt := range []struct {
 		name string
-		run  func(t *testing.T, dirs ClaimDirs, m *recordingMounter)
+		run  func(t *testing.T, dirs ClaimDirs, m *mpstest.RecordingMounter)
 	}{
-		{"create: mode 1777, bounded, idempotent", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+		{"create: mode 1777, bounded, idempotent", func(t *testing.T, dirs ClaimDirs, m *mpstest.RecordingMounter) {
 			for range 2 {
 				if err := dirs.Create(ctx, uid); err != nil {
 					t.Fatal(err)
@@ -31,25 +32,25 @@ func TestClaimDirs(t *testing.T) {
 			if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
 				t.Errorf("%s: %v, %v; want drwxrwxrwt", dirs.ShmDir(uid), fi, err)
 			}
-			if got := m.mounted[dirs.ShmDir(uid)]; got != 64<<20 {
+			if got := m.Bounds[dirs.ShmDir(uid)]; got != 64<<20 {
 				t.Errorf("bound %d, want %d", got, 64<<20)
 			}
 		}},
-		{"create over a directory an interrupted preparation left unbounded: bounded now", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+		{"create over a directory an interrupted preparation left unbounded: bounded now", func(t *testing.T, dirs ClaimDirs, m *mpstest.RecordingMounter) {
 			if err := os.MkdirAll(dirs.ShmDir(uid), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			if err := dirs.Create(ctx, uid); err != nil {
 				t.Fatal(err)
 			}
-			if got := m.mounted[dirs.ShmDir(uid)]; got != 64<<20 {
+			if got := m.Bounds[dirs.ShmDir(uid)]; got != 64<<20 {
 				t.Errorf("bound %d, want %d", got, 64<<20)
 			}
 			if !dirs.Exists(uid) {
 				t.Error("Exists = false after Create")
 			}
 		}},
-		{"remove: unbounded, gone with its contents; removing again succeeds", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+		{"remove: unbounded, gone with its contents; removing again succeeds", func(t *testing.T, dirs ClaimDirs, m *mpstest.RecordingMounter) {
 			if err := dirs.Create(ctx, uid); err != nil {
 				t.Fatal(err)
 			}
@@ -64,11 +65,11 @@ func TestClaimDirs(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dirs.Layout.ClaimsDir(), uid)); !os.IsNotExist(err) {
 				t.Errorf("the claim's directory is left: %v", err)
 			}
-			if len(m.mounted) != 0 {
-				t.Errorf("bounds left: %v", m.mounted)
+			if len(m.Bounds) != 0 {
+				t.Errorf("bounds left: %v", m.Bounds)
 			}
 		}},
-		{"sweep: orphans go, kept claims and other names stay", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
+		{"sweep: orphans go, kept claims and other names stay", func(t *testing.T, dirs ClaimDirs, m *mpstest.RecordingMounter) {
 			for _, c := range []string{uid, "orphan"} {
 				if err := dirs.Create(ctx, c); err != nil {
 					t.Fatal(err)
@@ -89,12 +90,12 @@ func TestClaimDirs(t *testing.T) {
 					t.Errorf("%s was swept: %v", keep, err)
 				}
 			}
-			if _, bounded := m.mounted[dirs.ShmDir("orphan")]; bounded {
+			if _, bounded := m.Bounds[dirs.ShmDir("orphan")]; bounded {
 				t.Error("the orphan's bound is left")
 			}
 		}},
-		{"a failed bound leaves nothing and says how to fix it", func(t *testing.T, dirs ClaimDirs, m *recordingMounter) {
-			m.fail = errors.New("operation not permitted")
+		{"a failed bound leaves nothing and says how to fix it", func(t *testing.T, dirs ClaimDirs, m *mpstest.RecordingMounter) {
+			m.Fail = errors.New("operation not permitted")
 			err := dirs.Create(ctx, uid)
 			if err == nil || !strings.Contains(err.Error(), "operation not permitted") || !strings.Contains(err.Error(), "kubeletPlugin.privileged=true") {
 				t.Errorf("Create with a failing bound: %v", err)
@@ -105,7 +106,7 @@ func TestClaimDirs(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &recordingMounter{mounted: map[string]int64{}}
+			m := mpstest.NewRecordingMounter()
 			tt.run(t, ClaimDirs{Layout: Layout{Root: t.TempDir()}, Mounter: m, ShmSizeBytes: 64 << 20}, m)
 		})
 	}

@@ -1,8 +1,8 @@
-package mps
+package mpsv3
 
 // The MPS v3 control commands in their documented forms (NVIDIA, "MPS v3
 // Interface"; docs/nvml.md has the list), built and their answers parsed
-// here without I/O; only V3Namespaces.ctl runs them.
+// here without I/O; only Namespaces.ctl runs them.
 
 import (
 	"encoding/csv"

@@ -1,4 +1,4 @@
-package mps
+package daemon
 
 // ProcessDaemon: the node's MPS control daemon as a child process of the
 // plugin (--mps-daemon=process), supervised and restarted.
@@ -153,7 +153,7 @@ func (d *ProcessDaemon) Ensure(ctx context.Context) error {
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	if err := d.cfg.Layout.create(); err != nil {
+	if err := d.cfg.Layout.Create(); err != nil {
 		return err
 	}
 	var proc control.Process
@@ -335,4 +335,13 @@ func (d *ProcessDaemon) Close() {
 	d.cancel()
 	<-d.done
 	d.cancel, d.done = nil, nil
+}
+
+// PrivateShmWrapper returns the command prefix that starts the daemon in a
+// private mount namespace whose /dev/shm is shmDir, the daemon's own (not
+// the host's; shares' containers have their claim's). shmDir should be on a tmpfs
+// (the default MPS root under /run is).
+func PrivateShmWrapper(shmDir string) []string {
+	return []string{"unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount --bind "$0" /dev/shm && exec "$@"`, shmDir}
 }

@@ -1,6 +1,6 @@
 //go:build !cgo
 
-package mps
+package daemon
 
 // NewNVMLComputeModeSetter reports ErrNVMLUnavailable: NVML is loaded
 // through cgo.

@@ -1,10 +1,9 @@
-package mps
+package daemon
 
 import (
 	"bufio"
 	"context"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,92 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest/controlbin"
 )
 
-// fakeMPSControl mimics nvidia-cuda-mps-control: "-f" records its pid and
-// stays in the foreground; as a client it answers get_server_list while the
-// recorded daemon lives and kills it on quit. It writes a log of what it did.
-const fakeMPSControl = `#!/bin/sh
-dir="$CUDA_MPS_PIPE_DIRECTORY"
-if [ "$1" = "-f" ]; then
-	echo "start $CUDA_VISIBLE_DEVICES $2" >> "$dir/fake.log"
-	ls /dev/shm > "$dir/shm.txt"
-	echo "$$" > "$dir/fake.pid.tmp" && mv "$dir/fake.pid.tmp" "$dir/fake.pid"
-	# Tests that wait for a start read the pids from this FIFO.
-	if [ -p "$dir/started" ]; then echo "$$" > "$dir/started"; fi
-	exec sleep 100000
-fi
-read cmd
-pid=$(cat "$dir/fake.pid" 2>/dev/null)
-if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
-	echo "Cannot find MPS control daemon process" >&2
-	exit 1
-fi
-case "$cmd" in
-get_server_list) exit 0 ;;
-quit) echo "quit" >> "$dir/fake.log"; rm -f "$dir/fake.pid"; kill "$pid"; exit 0 ;;
-*) echo "unknown command $cmd" >&2; exit 1 ;;
-esac
-`
-
-// Scripts are written once before any test forks, to avoid ETXTBSY from a
-// write-open file descriptor inherited by a concurrently forked child.
-var fakeBinary, failingBinary, standInBinary, standIn580Binary string
-
-// standInEnv makes this test binary run as the stand-in
-// nvidia-cuda-mps-control (standin.Main) of the driver version it holds, so
-// that the client code is tested against it as a separate process without
-// building another program.
-const standInEnv = "TANGRAM_TEST_RUN_STANDIN_MPS_CONTROL"
-
-// The drivers the stand-in binaries belong to: one with MPS v3, and r580,
-// which has none.
-const (
-	standInDriver    = "615.23.01"
-	standIn580Driver = "580.159.04"
-)
-
-func TestMain(m *testing.M) {
-	if version := os.Getenv(standInEnv); version != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := standin.Main(ctx, version, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
-	}
-	dir, err := os.MkdirTemp("", "fake-mps")
-	if err != nil {
-		panic(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		panic(err)
-	}
-	standInBinary = filepath.Join(dir, "standin-mps-control")
-	standIn580Binary = filepath.Join(dir, "standin-580-mps-control")
-	for binary, version := range map[string]string{standInBinary: standInDriver, standIn580Binary: standIn580Driver} {
-		if err := os.WriteFile(binary, []byte("#!/bin/sh\n"+standInEnv+"="+version+" exec '"+self+"' \"$@\"\n"), 0o755); err != nil {
-			panic(err)
-		}
-	}
-	fakeBinary = filepath.Join(dir, "nvidia-cuda-mps-control")
-	failingBinary = filepath.Join(dir, "broken-mps-control")
-	if err := os.WriteFile(fakeBinary, []byte(fakeMPSControl), 0o755); err != nil {
-		panic(err)
-	}
-	if err := os.WriteFile(failingBinary, []byte("#!/bin/sh\necho 'no GPU' >&2\nexit 3\n"), 0o755); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlbin.Main(m) }
 
 func newFakeDaemon(t *testing.T, root string) *ProcessDaemon {
 	t.Helper()
 	return NewProcessDaemon(ProcessDaemonConfig{
 		Layout:         Layout{Root: root},
-		Binary:         fakeBinary,
+		Binary:         controlbin.FakeBinary,
 		VisibleDevices: []string{"GPU-a", "GPU-b"},
 		MinBackoff:     10 * time.Millisecond,
 		MaxBackoff:     50 * time.Millisecond,
@@ -107,11 +30,7 @@ func newFakeDaemon(t *testing.T, root string) *ProcessDaemon {
 
 func fakeLog(t *testing.T, root string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(Layout{Root: root}.PipeDir(), "fake.log"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return strings.Fields(strings.ReplaceAll(string(data), "\n", " ; "))
+	return controlbin.FakeLog(t, Layout{Root: root}.PipeDir())
 }
 
 func fakePid(t *testing.T, root string) int {
@@ -265,7 +184,7 @@ func TestProcessDaemonAdoptsRunningDaemon(t *testing.T) {
 func TestProcessDaemonStartFailure(t *testing.T) {
 	d := NewProcessDaemon(ProcessDaemonConfig{
 		Layout:       Layout{Root: t.TempDir()},
-		Binary:       failingBinary,
+		Binary:       controlbin.FailingBinary,
 		ReadyTimeout: 5 * time.Second,
 	})
 	err := d.Ensure(context.Background())
@@ -276,58 +195,6 @@ func TestProcessDaemonStartFailure(t *testing.T) {
 	err = missing.Ensure(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "starting MPS control daemon: starting /nonexistent/nvidia-cuda-mps-control") {
 		t.Fatalf("Ensure error %v, want a start error naming the binary", err)
-	}
-}
-
-func TestManagerWithFakeBinary(t *testing.T) {
-	ctx := context.Background()
-	root := t.TempDir()
-	d := newFakeDaemon(t, root)
-	modes := &RecordingComputeModeSetter{}
-	m := NewManager(Layout{Root: root}, d, modes, []string{"GPU-a", "GPU-b"})
-	if err := m.Acquire(ctx, "c1", cardShares("GPU-a", "GPU-b")); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Acquire(ctx, "c2", cardShares("GPU-b")); err != nil {
-		t.Fatal(err)
-	}
-	if d.Starts() != 1 {
-		t.Errorf("Starts() = %d, want 1", d.Starts())
-	}
-	for _, c := range []string{"c1", "c2"} {
-		if err := m.Release(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitIdle(t, m)
-	if got, want := strings.Join(fakeLog(t, root), " "), "start GPU-a,GPU-b ; quit ;"; got != want {
-		t.Errorf("fake log %q, want %q", got, want)
-	}
-	if modes.Mode("GPU-a") != ComputeModeDefault || modes.Mode("GPU-b") != ComputeModeDefault {
-		t.Errorf("modes after release: %s %s", modes.Mode("GPU-a"), modes.Mode("GPU-b"))
-	}
-}
-
-func TestSimulatedDaemon(t *testing.T) {
-	ctx := context.Background()
-	root := t.TempDir()
-	sim := &SimulatedDaemon{Layout: Layout{Root: root}}
-	m := NewManager(Layout{Root: root}, sim, &RecordingComputeModeSetter{}, []string{"GPU-a"})
-	if err := m.Acquire(ctx, "c1", cardShares("GPU-a")); err != nil {
-		t.Fatal(err)
-	}
-	if !sim.Running() || sim.Starts() != 1 {
-		t.Errorf("simulated daemon running %v starts %d, want true 1", sim.Running(), sim.Starts())
-	}
-	if _, err := os.Stat(filepath.Join(root, "pipe")); err != nil {
-		t.Errorf("pipe directory not created: %v", err)
-	}
-	if err := m.Release(ctx, "c1"); err != nil {
-		t.Fatal(err)
-	}
-	waitIdle(t, m)
-	if sim.Running() {
-		t.Error("simulated daemon still running after the last share")
 	}
 }
 
@@ -344,7 +211,7 @@ func TestProcessDaemonPrivateShm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(layout.ShmDir(), "marker-from-plugin"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: fakeBinary, Wrapper: PrivateShmWrapper(layout.ShmDir())})
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: controlbin.FakeBinary, Wrapper: PrivateShmWrapper(layout.ShmDir())})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatalf("starting the daemon in a private mount namespace (needs root): %v", err)
 	}
@@ -364,7 +231,7 @@ func TestProcessDaemonPrivateShm(t *testing.T) {
 func TestProcessDaemonMultiUser(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	d := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: root}, Binary: fakeBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true})
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: root}, Binary: controlbin.FakeBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +251,7 @@ func TestProcessDaemonStopAfterDeath(t *testing.T) {
 	root := t.TempDir()
 	d := NewProcessDaemon(ProcessDaemonConfig{
 		Layout:     Layout{Root: root},
-		Binary:     fakeBinary,
+		Binary:     controlbin.FakeBinary,
 		MinBackoff: time.Hour, // no restart during the test
 		MaxBackoff: time.Hour,
 	})

@@ -1,4 +1,4 @@
-package mps
+package mpsv3
 
 import (
 	"context"
@@ -13,15 +13,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest/controlbin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
+func TestMain(m *testing.M) { controlbin.Main(m) }
+
 // newV3StandIn starts the stand-in control binary (a separate process) as
 // an MPS v3 daemon, as the plugin does on a node.
-func newV3StandIn(t *testing.T, root string, cards []string) *ProcessDaemon {
+func newV3StandIn(t *testing.T, root string, cards []string) *daemon.ProcessDaemon {
 	t.Helper()
-	d := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: root}, Binary: standInBinary, VisibleDevices: cards, MultiUser: true, Protocol: 3,
+	d := daemon.NewProcessDaemon(daemon.ProcessDaemonConfig{Layout: daemon.Layout{Root: root}, Binary: controlbin.StandInBinary, VisibleDevices: cards, MultiUser: true, Protocol: 3,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ProbeInterval: 20 * time.Millisecond})
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
 	return d
@@ -32,8 +37,8 @@ func newV3StandIn(t *testing.T, root string, cards []string) *ProcessDaemon {
 // v3 code: commands as arguments, valid names, readiness from Ready,
 // numbers compared as numbers, clients terminated before a delete.
 func TestV3NamespacesAgainstStandIn(t *testing.T) {
-	root := shortRoot(t)
-	layout := Layout{Root: root}
+	root := mpstest.ShortRoot(t)
+	layout := daemon.Layout{Root: root}
 	ctx := context.Background()
 	d := newV3StandIn(t, root, []string{"GPU-a", "GPU-b"})
 	if err := d.Ensure(ctx); err != nil {
@@ -43,7 +48,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	// runs on a node), the rest through the stand-in in this process: each
 	// run of the binary is a fork of this test program, slow under the
 	// race detector.
-	v3 := NewV3Namespaces(d.Control, []string{"GPU-a", "GPU-b"})
+	v3 := NewNamespaces(d.Control, []string{"GPU-a", "GPU-b"})
 	v3.PipeDir = layout.PipeDir()
 	var notRunning *ServerNotRunningError
 	if err := v3.CheckRunning(ctx); !errors.As(err, &notRunning) || !strings.Contains(err.Error(), `server "tangram" is not listed`) {
@@ -52,7 +57,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	v3 = NewV3Namespaces(standin.Control(layout.PipeDir()), []string{"GPU-a", "GPU-b"})
+	v3 = NewNamespaces(standin.Control(layout.PipeDir()), []string{"GPU-a", "GPU-b"})
 	v3.PipeDir = layout.PipeDir()
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
@@ -86,7 +91,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]NamespaceSpec{
-		a.Name:     {Name: a.Name, ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G", PipeDirectory: layout.NamespacePipeDir("tangram", "a")},
+		a.Name:     {Name: a.Name, ActiveThreadPercentage: 30, PinnedMemoryLimit: "20G", PipeDirectory: filepath.Join(layout.PipeDir(), "tangram", NamespaceName("a"))},
 		"admin_ns": {Name: "admin_ns", ActiveThreadPercentage: 100, PinnedMemoryLimit: "unlimited", PipeDirectory: filepath.Join(layout.PipeDir(), "tangram", "admin_ns")},
 	}
 	if !reflect.DeepEqual(have, want) {
@@ -169,7 +174,7 @@ type standInDaemon struct{ pipe, logDir string }
 // directories filled in) until the test ends.
 func startStandIn(t *testing.T, cfg standin.Config) standInDaemon {
 	t.Helper()
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	d := standInDaemon{pipe: filepath.Join(root, "pipe"), logDir: filepath.Join(root, "log")}
 	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -193,15 +198,15 @@ func startStandIn(t *testing.T, cfg standin.Config) standInDaemon {
 func TestV3PipeDirMismatch(t *testing.T) {
 	ctx := context.Background()
 	d := startStandIn(t, standin.Config{Protocol: 3, MultiUser: true})
-	v3 := NewV3Namespaces(standin.Control(d.pipe), []string{"GPU-a"})
+	v3 := NewNamespaces(standin.Control(d.pipe), []string{"GPU-a"})
 	v3.PipeDir = "/elsewhere"
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	err := v3.Ensure(ctx, NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}, map[string]NamespaceSpec{})
-	checkError(t, err, "not /elsewhere/tangram/tangram_c where the plugin mounts it")
+	mpstest.CheckError(t, err, "not /elsewhere/tangram/tangram_c where the plugin mounts it")
 	err = v3.Ensure(ctx, NamespaceSpec{Name: "tangram-c"}, map[string]NamespaceSpec{})
-	checkError(t, err, "not a valid MPS v3 namespace name")
+	mpstest.CheckError(t, err, "not a valid MPS v3 namespace name")
 }
 
 // TestV3DeleteForced: when terminating a client is refused, the delete is
@@ -217,7 +222,7 @@ func TestV3DeleteForced(t *testing.T) {
 		}
 		return real(ctx, cmd)
 	}
-	v3 := NewV3Namespaces(ctl, []string{"GPU-a"})
+	v3 := NewNamespaces(ctl, []string{"GPU-a"})
 	if err := v3.EnsureServer(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +250,7 @@ func TestV3DeleteForced(t *testing.T) {
 // are created, changed ones set, and those of ours no claim wants deleted
 // (also any named as earlier versions named them). Other namespaces are
 // left alone.
-func syncNamespaces(ctx context.Context, v *V3Namespaces, want []NamespaceSpec) error {
+func syncNamespaces(ctx context.Context, v *Namespaces, want []NamespaceSpec) error {
 	have, err := v.List(ctx)
 	if err != nil {
 		return err
@@ -259,7 +264,7 @@ func syncNamespaces(ctx context.Context, v *V3Namespaces, want []NamespaceSpec) 
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(have)) {
-		if wanted[name] || !ownNamespace(name) {
+		if wanted[name] || !OwnNamespace(name) {
 			continue
 		}
 		if err := v.Delete(ctx, name, have); err != nil {
@@ -277,7 +282,7 @@ func TestV3NamespacePipeDirSpellings(t *testing.T) {
 	for _, underscore := range []bool{false, true} {
 		t.Run(fmt.Sprintf("underscore=%t", underscore), func(t *testing.T) {
 			d := startStandIn(t, standin.Config{Protocol: 3, MultiUser: true, UnderscoreColumns: underscore})
-			v3 := NewV3Namespaces(standin.Control(d.pipe), []string{"GPU-a"})
+			v3 := NewNamespaces(standin.Control(d.pipe), []string{"GPU-a"})
 			if err := v3.EnsureServer(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -305,15 +310,15 @@ func TestV3DeleteStopsAtFirstTimeout(t *testing.T) {
 				line := strings.Join(cmd, " ")
 				sent = append(sent, line)
 				if strings.HasPrefix(line, hangs) {
-					return "", &ControlTimeoutError{Command: line, Timeout: time.Second}
+					return "", &control.TimeoutError{Command: line, Timeout: time.Second}
 				}
 				if strings.HasPrefix(line, "client list") {
 					return "1,tangram,GPU-a,tangram/tangram_c (0),a\n2,tangram,GPU-a,tangram/tangram_c (0),b\n", nil
 				}
 				return "", nil
 			}
-			err := NewV3Namespaces(ctl, []string{"GPU-a"}).Delete(ctx, "tangram_c", have)
-			var timeout *ControlTimeoutError
+			err := NewNamespaces(ctl, []string{"GPU-a"}).Delete(ctx, "tangram_c", have)
+			var timeout *control.TimeoutError
 			if !errors.As(err, &timeout) {
 				t.Fatalf("Delete: %v, want the timeout", err)
 			}

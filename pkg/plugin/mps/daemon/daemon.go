@@ -1,10 +1,17 @@
-package mps
+// Package daemon runs the node's one MPS control daemon and keeps the
+// directories it and its clients use under --mps-root: the Daemon
+// interface the mps Manager supervises, with three places to run it (a
+// child process of the plugin, a pod of its own, or simulated on fake
+// GPUs); the Layout of --mps-root; each claim's own /dev/shm (ClaimDirs);
+// and the cards' compute mode, which MPS wants EXCLUSIVE_PROCESS. Which
+// cards hold shares, and when the daemon should run, is the Manager's
+// business, not this package's.
+package daemon
 
 // The daemon as the Manager sees it, and its stand-in for fake GPUs.
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -40,7 +47,7 @@ func (s *SimulatedDaemon) Ensure(ctx context.Context) error {
 	if s.run {
 		return nil
 	}
-	if err := s.Layout.create(); err != nil {
+	if err := s.Layout.Create(); err != nil {
 		return err
 	}
 	s.run = true
@@ -76,5 +83,3 @@ func (s *SimulatedDaemon) Starts() int {
 	defer s.mu.Unlock()
 	return s.starts
 }
-
-var errNotShareable = errors.New("card is not shareable on this node")

@@ -1,4 +1,4 @@
-package mps
+package mpsv3
 
 // The node-wide MPS v3 server and its namespaces, through the control daemon.
 
@@ -15,8 +15,8 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 )
 
-// V3Namespaces drives the node's MPS v3 server and its namespaces.
-type V3Namespaces struct {
+// Namespaces drives the node's MPS v3 server and its namespaces.
+type Namespaces struct {
 	// Server is the node's server name.
 	Server string
 	// Devices are the shareable cards the server may use.
@@ -30,12 +30,20 @@ type V3Namespaces struct {
 	ctl     control.Func
 }
 
-// DefaultV3Server is the name of the node's v3 server.
-const DefaultV3Server = "tangram"
+// DefaultServer is the name of the node's v3 server.
+const DefaultServer = "tangram"
 
-// NewV3Namespaces returns the v3 driver for the node's shared cards.
-func NewV3Namespaces(ctl control.Func, devices []string) *V3Namespaces {
-	return &V3Namespaces{Server: DefaultV3Server, Devices: slices.Clone(devices), ctl: ctl}
+// NewNamespaces returns the v3 driver for the node's shared cards.
+func NewNamespaces(ctl control.Func, devices []string) *Namespaces {
+	return &Namespaces{Server: DefaultServer, Devices: slices.Clone(devices), ctl: ctl}
+}
+
+// WrapControl returns a copy of v whose commands go through wrap(its
+// control), e.g. with the caller's deadline on each; v keeps its own.
+func (v *Namespaces) WrapControl(wrap func(control.Func) control.Func) *Namespaces {
+	wrapped := *v
+	wrapped.ctl = wrap(v.ctl)
+	return &wrapped
 }
 
 // ServerNotRunningError answers a share whose server is not listed as
@@ -54,7 +62,7 @@ func (e *ServerNotRunningError) Error() string {
 // EnsureServer creates the node's server if the control daemon does not
 // list it. Servers run as UID 0 in a multi-user daemon: clients of any UID
 // share it, and the namespaces separate them.
-func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
+func (v *Namespaces) EnsureServer(ctx context.Context) error {
 	state, err := v.serverState(ctx)
 	if err != nil {
 		return err
@@ -71,7 +79,7 @@ func (v *V3Namespaces) EnsureServer(ctx context.Context) error {
 
 // CheckRunning fails with *ServerNotRunningError unless the server is
 // listed as ready.
-func (v *V3Namespaces) CheckRunning(ctx context.Context) error {
+func (v *Namespaces) CheckRunning(ctx context.Context) error {
 	state, err := v.serverState(ctx)
 	if err != nil {
 		return err
@@ -82,7 +90,7 @@ func (v *V3Namespaces) CheckRunning(ctx context.Context) error {
 	return nil
 }
 
-func (v *V3Namespaces) serverState(ctx context.Context) (ServerState, error) {
+func (v *Namespaces) serverState(ctx context.Context) (ServerState, error) {
 	out, err := v.ctl(ctx, v3ServerList())
 	if err != nil {
 		return ServerState{}, fmt.Errorf("listing MPS v3 servers: %w", err)
@@ -91,7 +99,7 @@ func (v *V3Namespaces) serverState(ctx context.Context) (ServerState, error) {
 }
 
 // List returns the server's namespaces by name.
-func (v *V3Namespaces) List(ctx context.Context) (map[string]NamespaceSpec, error) {
+func (v *Namespaces) List(ctx context.Context) (map[string]NamespaceSpec, error) {
 	out, err := v.ctl(ctx, v3NamespaceList(v.Server))
 	if err != nil {
 		return nil, fmt.Errorf("listing the namespaces of MPS v3 server %q: %w", v.Server, err)
@@ -104,7 +112,7 @@ func (v *V3Namespaces) List(ctx context.Context) (map[string]NamespaceSpec, erro
 // plugin process created). A namespace whose limits already match is not
 // set again: the daemon refuses to change a namespace with clients
 // attached. Its pipe directory is then checked against PipeDir.
-func (v *V3Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[string]NamespaceSpec) error {
+func (v *Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[string]NamespaceSpec) error {
 	if err := ValidNamespaceName(spec.Name); err != nil {
 		return err
 	}
@@ -126,7 +134,7 @@ func (v *V3Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[
 
 // NamespacePipeDir asks the daemon where clients reach the namespace, with
 // the documented field spelling first and the other after it.
-func (v *V3Namespaces) NamespacePipeDir(ctx context.Context, name string) (string, error) {
+func (v *Namespaces) NamespacePipeDir(ctx context.Context, name string) (string, error) {
 	var errs []error
 	for _, field := range pipeDirectoryFields {
 		out, err := v.ctl(ctx, v3NamespaceGet(v.Server, name, field))
@@ -147,13 +155,13 @@ func (v *V3Namespaces) NamespacePipeDir(ctx context.Context, name string) (strin
 
 // isTimeout reports a command that got no answer within its deadline.
 func isTimeout(err error) bool {
-	var timeout *ControlTimeoutError
+	var timeout *control.TimeoutError
 	return errors.As(err, &timeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // checkPipeDir compares the namespace's pipe directory, as listed (listed)
 // or else asked for, with the one the plugin mounts.
-func (v *V3Namespaces) checkPipeDir(ctx context.Context, name, listed string) error {
+func (v *Namespaces) checkPipeDir(ctx context.Context, name, listed string) error {
 	if v.PipeDir == "" {
 		return nil
 	}
@@ -178,7 +186,7 @@ func (v *V3Namespaces) checkPipeDir(ctx context.Context, name, listed string) er
 // command that gets no answer ends it: a hung daemon would hold the caller
 // for a deadline per client, and the worker deletes what is left once the
 // daemon answers again.
-func (v *V3Namespaces) Delete(ctx context.Context, name string, have map[string]NamespaceSpec) error {
+func (v *Namespaces) Delete(ctx context.Context, name string, have map[string]NamespaceSpec) error {
 	if _, ok := have[name]; !ok {
 		return nil
 	}

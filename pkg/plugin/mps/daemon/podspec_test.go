@@ -1,9 +1,10 @@
-package mps
+package daemon
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -173,7 +174,7 @@ func TestBuildDaemonPod(t *testing.T) {
 				tc.mutate(&cfg)
 			}
 			pod, err := BuildDaemonPod(cfg)
-			if checkError(t, err, tc.wantErr) {
+			if mpstest.CheckError(t, err, tc.wantErr) {
 				return
 			}
 			tc.check(t, pod)

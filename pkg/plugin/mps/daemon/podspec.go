@@ -1,4 +1,4 @@
-package mps
+package daemon
 
 // The MPS daemon pod (--mps-daemon=pod) as the plugin builds it; the
 // chart's admission policy admits exactly these pods.

@@ -1,4 +1,4 @@
-package mps
+package daemon
 
 import (
 	"context"
@@ -15,10 +15,11 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/control"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/inpod"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest/controlbin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/standin"
 )
 
-// The stand-in run as a separate program (standInBinary, TestMain) under
+// The stand-in run as a separate program (controlbin.StandInBinary, TestMain) under
 // the plugin's daemon code: the host process daemon, an admin's -d, and
 // the daemon pod's entry point.
 
@@ -27,10 +28,10 @@ import (
 // -f -M (its stdin held open), probes it with get_server_list on stdin and
 // stops it with quit, as on a real node.
 func TestStandInWithProcessDaemon(t *testing.T) {
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	layout := Layout{Root: root}
 	ctx := context.Background()
-	d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a", "GPU-b"}, MultiUser: true})
+	d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: controlbin.StandInBinary, VisibleDevices: []string{"GPU-a", "GPU-b"}, MultiUser: true})
 	if err := d.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -73,15 +74,15 @@ func TestStandInWithProcessDaemon(t *testing.T) {
 // TestStandInDaemonMode starts the stand-in with -d -p 3, as an admin
 // would, talks to it with arguments and quits it with -q.
 func TestStandInDaemonMode(t *testing.T) {
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	layout := Layout{Root: root}
-	if err := layout.create(); err != nil {
+	if err := layout.Create(); err != nil {
 		t.Fatal(err)
 	}
 	env := []string{"CUDA_MPS_PIPE_DIRECTORY=" + layout.PipeDir(), "CUDA_MPS_LOG_DIRECTORY=" + layout.LogDir()}
 	ctx := context.Background()
 	run := func(stdin string, args ...string) (string, error) {
-		out, err := control.ExecCommander{}.Run(ctx, append([]string{standInBinary}, args...), env, stdin)
+		out, err := control.ExecCommander{}.Run(ctx, append([]string{controlbin.StandInBinary}, args...), env, stdin)
 		return string(out), err
 	}
 	if _, err := run("", "-d", "-p", "3", "-m"); err != nil {
@@ -128,9 +129,9 @@ func TestStandInUnderRunControlDaemon(t *testing.T) {
 		{protocol: 3, multiUser: true, wantLog: []standin.LogEntry{{Transport: "flag", Command: "quit"}}, wantStart: "protocol 3, multi-user true"},
 	} {
 		t.Run(fmt.Sprint("protocol ", tt.protocol), func(t *testing.T) {
-			root := shortRoot(t)
+			root := mpstest.ShortRoot(t)
 			layout := Layout{Root: root}
-			if err := layout.create(); err != nil {
+			if err := layout.Create(); err != nil {
 				t.Fatal(err)
 			}
 			t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
@@ -139,7 +140,7 @@ func TestStandInUnderRunControlDaemon(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				done <- inpod.Run(ctx, inpod.Config{Binary: standInBinary, MultiUser: tt.multiUser})
+				done <- inpod.Run(ctx, inpod.Config{Binary: controlbin.StandInBinary, MultiUser: tt.multiUser})
 			}()
 			mpstest.WaitAnswering(t, func(ctx context.Context) error { return standin.Probe(ctx, layout.PipeDir()) })
 			time.Sleep(100 * time.Millisecond) // its stdin has not ended
@@ -173,11 +174,11 @@ func TestStandInUnderRunControlDaemon(t *testing.T) {
 func TestDaemonStartOverCrashedDaemon(t *testing.T) {
 	ctx := context.Background()
 	t.Run("process daemon over a crashed daemon", func(t *testing.T) {
-		layout := Layout{Root: shortRoot(t)}
+		layout := Layout{Root: mpstest.ShortRoot(t)}
 		if err := standin.LeaveCrashedDaemon(layout.PipeDir()); err != nil {
 			t.Fatal(err)
 		}
-		d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true, Protocol: 3})
+		d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: controlbin.StandInBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true, Protocol: 3})
 		t.Cleanup(func() { _ = d.Stop(ctx) })
 		if err := d.Ensure(ctx); err != nil {
 			t.Fatalf("starting over a crashed daemon's socket: %v", err)
@@ -187,9 +188,9 @@ func TestDaemonStartOverCrashedDaemon(t *testing.T) {
 		}
 	})
 	t.Run("process daemon over a listening socket", func(t *testing.T) {
-		layout := Layout{Root: shortRoot(t)}
+		layout := Layout{Root: mpstest.ShortRoot(t)}
 		hung := listenHung(t, layout)
-		d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: standInBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true, Protocol: 3,
+		d := NewProcessDaemon(ProcessDaemonConfig{Layout: layout, Binary: controlbin.StandInBinary, VisibleDevices: []string{"GPU-a"}, MultiUser: true, Protocol: 3,
 			ReadyTimeout: 300 * time.Millisecond})
 		t.Cleanup(func() { _ = d.Stop(ctx) })
 		err := d.Ensure(ctx)
@@ -204,8 +205,8 @@ func TestDaemonStartOverCrashedDaemon(t *testing.T) {
 		}
 	})
 	t.Run("daemon pod over a crashed daemon", func(t *testing.T) {
-		layout := Layout{Root: shortRoot(t)}
-		if err := layout.create(); err != nil {
+		layout := Layout{Root: mpstest.ShortRoot(t)}
+		if err := layout.Create(); err != nil {
 			t.Fatal(err)
 		}
 		if err := standin.LeaveCrashedDaemon(layout.PipeDir()); err != nil {
@@ -216,7 +217,7 @@ func TestDaemonStartOverCrashedDaemon(t *testing.T) {
 		t.Setenv("CUDA_MPS_PROTOCOL_VERSION", "3")
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- inpod.Run(runCtx, inpod.Config{Binary: standInBinary, MultiUser: true}) }()
+		go func() { done <- inpod.Run(runCtx, inpod.Config{Binary: controlbin.StandInBinary, MultiUser: true}) }()
 		mpstest.WaitAnswering(t, func(ctx context.Context) error { return standin.Probe(ctx, layout.PipeDir()) })
 		cancel()
 		if err := <-done; err != nil {
@@ -224,10 +225,10 @@ func TestDaemonStartOverCrashedDaemon(t *testing.T) {
 		}
 	})
 	t.Run("daemon pod over a listening socket", func(t *testing.T) {
-		layout := Layout{Root: shortRoot(t)}
+		layout := Layout{Root: mpstest.ShortRoot(t)}
 		listenHung(t, layout)
 		t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
-		err := inpod.Run(ctx, inpod.Config{Binary: standInBinary, MultiUser: true, Protocol: 3})
+		err := inpod.Run(ctx, inpod.Config{Binary: controlbin.StandInBinary, MultiUser: true, Protocol: 3})
 		if !errors.Is(err, control.ErrDaemonListening) {
 			t.Fatalf("the daemon pod over a listening socket: %v, want %v", err, control.ErrDaemonListening)
 		}
@@ -263,13 +264,13 @@ func listenHung(t *testing.T, layout Layout) string {
 // classic daemon the plugin runs there (-f -M, commands on stdin) does.
 func TestR580BinaryIsClassicOnly(t *testing.T) {
 	ctx := context.Background()
-	v3 := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: shortRoot(t)}, Binary: standIn580Binary, VisibleDevices: []string{"GPU-a"},
+	v3 := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: mpstest.ShortRoot(t)}, Binary: controlbin.StandIn580Binary, VisibleDevices: []string{"GPU-a"},
 		MultiUser: true, Protocol: 3, ReadyTimeout: 5 * time.Second})
 	t.Cleanup(func() { _ = v3.Stop(ctx) })
 	if err := v3.Ensure(ctx); err == nil || !strings.Contains(err.Error(), "exited right after start") {
 		t.Errorf("an MPS v3 daemon from the r580 binary: %v, want it to exit at start", err)
 	}
-	classic := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: shortRoot(t)}, Binary: standIn580Binary, VisibleDevices: []string{"GPU-a"},
+	classic := NewProcessDaemon(ProcessDaemonConfig{Layout: Layout{Root: mpstest.ShortRoot(t)}, Binary: controlbin.StandIn580Binary, VisibleDevices: []string{"GPU-a"},
 		MultiUser: true, Protocol: 2})
 	t.Cleanup(func() { _ = classic.Stop(ctx) })
 	if err := classic.Ensure(ctx); err != nil {

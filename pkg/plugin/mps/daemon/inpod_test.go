@@ -1,4 +1,4 @@
-package mps
+package daemon
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/inpod"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest/controlbin"
 )
 
 func TestRunSimulatedControlDaemon(t *testing.T) {
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	layout := Layout{Root: root}
 	if err := os.MkdirAll(layout.PipeDir(), 0o755); err != nil {
 		t.Fatal(err)
@@ -60,13 +62,13 @@ func TestRunControlDaemon(t *testing.T) {
 		wantErr  string
 		wantQuit bool
 	}{
-		{name: "pod deleted: quit sent, clean exit", binary: fakeBinary, cancel: true, wantQuit: true},
-		{name: "daemon cannot start: the container fails", binary: failingBinary, wantErr: "exited"},
+		{name: "pod deleted: quit sent, clean exit", binary: controlbin.FakeBinary, cancel: true, wantQuit: true},
+		{name: "daemon cannot start: the container fails", binary: controlbin.FailingBinary, wantErr: "exited"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := shortRoot(t)
+			root := mpstest.ShortRoot(t)
 			layout := Layout{Root: root}
-			if err := layout.create(); err != nil {
+			if err := layout.Create(); err != nil {
 				t.Fatal(err)
 			}
 			t.Setenv("CUDA_MPS_PIPE_DIRECTORY", layout.PipeDir())
@@ -96,7 +98,7 @@ func TestRunControlDaemon(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("inpod.Run did not return")
 			}
-			if checkError(t, err, tc.wantErr) {
+			if mpstest.CheckError(t, err, tc.wantErr) {
 				return
 			}
 			log := strings.Join(fakeLog(t, root), " ")

@@ -1,4 +1,4 @@
-package mps
+package mpsv3
 
 import (
 	"reflect"
@@ -89,8 +89,8 @@ func TestParseV3CSV(t *testing.T) {
 					t.Errorf("namespaces %+v, want %+v", ns, tt.wantNS)
 				}
 			}
-			if errString(err) == "" && tt.wantErr != "" || tt.wantErr == "" && err != nil ||
-				tt.wantErr != "" && !strings.Contains(errString(err), tt.wantErr) {
+			if err == nil && tt.wantErr != "" || tt.wantErr == "" && err != nil ||
+				tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("error %v, want %q", err, tt.wantErr)
 			}
 		})

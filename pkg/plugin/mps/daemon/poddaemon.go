@@ -1,4 +1,4 @@
-package mps
+package daemon
 
 // PodDaemon: the node's MPS daemon in a pod the plugin creates and deletes.
 
@@ -124,7 +124,7 @@ func (d *PodDaemon) ensure(ctx context.Context, unused bool) error {
 	d.known, d.absent, d.differs = false, false, false
 	// The plugin, not the pod, creates the directories: hostPath would
 	// create them 0755, and shm and log must be world-writable and sticky.
-	if err := d.cfg.Pod.Layout.create(); err != nil {
+	if err := d.cfg.Pod.Layout.Create(); err != nil {
 		return err
 	}
 	pod, err := d.pods().Get(ctx, d.Name(), metav1.GetOptions{})

@@ -1,4 +1,4 @@
-package mps
+package daemon
 
 import (
 	"context"
@@ -22,21 +22,6 @@ import (
 
 // checkError fails t unless err contains wantErr, or is nil when wantErr is
 // empty. It reports whether an error was wanted: the case is then done.
-func checkError(t *testing.T, err error, wantErr string) bool {
-	t.Helper()
-	if wantErr == "" {
-		if err != nil {
-			t.Fatal(err)
-		}
-		return false
-	}
-	if err == nil || !strings.Contains(err.Error(), wantErr) {
-		t.Fatalf("error %v, want one containing %q", err, wantErr)
-	}
-	return true
-}
-
-func shortRoot(t *testing.T) string { return mpstest.ShortRoot(t) }
 
 // fakeKubelet runs a simulated daemon for every daemon pod created through
 // the fake clientset, as the kubelet would start its container, and stops
@@ -108,7 +93,7 @@ func newTestPodDaemon(t *testing.T, client *fake.Clientset, root string) *PodDae
 // runs a daemon for each pod created if runDaemon) and a PodDaemon on it.
 func newPodDaemonOnFakeCluster(t *testing.T, runDaemon bool) (*fake.Clientset, *fakeKubelet, *PodDaemon) {
 	t.Helper()
-	root := shortRoot(t)
+	root := mpstest.ShortRoot(t)
 	client, kubelet := newFakeCluster(t, root, runDaemon)
 	return client, kubelet, newTestPodDaemon(t, client, root)
 }
