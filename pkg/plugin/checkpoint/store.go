@@ -81,7 +81,7 @@ func WithCorruptRetention(keep int, maxAge time.Duration) Option {
 // NewStore keeps the checkpoint at path, e.g.
 // /var/lib/kubelet/plugins/gpu.tangram.dev/checkpoint.json.
 func NewStore(path string, opts ...Option) *Store {
-	s := &Store{path: path, bootID: ReadBootID, now: time.Now,
+	s := &Store{path: path, bootID: onceBootID(ReadBootID), now: time.Now,
 		maxCorruptKept: DefaultMaxCorruptKept, corruptMaxAge: DefaultCorruptMaxAge}
 	for _, o := range opts {
 		o(s)
@@ -91,6 +91,27 @@ func NewStore(path string, opts ...Option) *Store {
 
 // Path is the checkpoint file.
 func (s *Store) Path() string { return s.path }
+
+// onceBootID returns read's first boot ID from then on: a process never
+// outlives its boot, and every Load and Save of a call asks for it. An
+// error is not kept; the next call reads again.
+func onceBootID(read func() (string, error)) func() (string, error) {
+	var mu sync.Mutex
+	var id string
+	return func() (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if id != "" {
+			return id, nil
+		}
+		got, err := read()
+		if err != nil {
+			return "", err
+		}
+		id = got
+		return id, nil
+	}
+}
 
 // ReadBootID reads the current boot ID from BootIDPath.
 func ReadBootID() (string, error) {

@@ -314,6 +314,44 @@ func TestBootIDChangeDropsClaims(t *testing.T) {
 	}
 }
 
+// TestOnceBootID: the store reads the boot ID once per process, but
+// again after a failed read.
+func TestOnceBootID(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// results are what successive reads return ("" fails).
+		results []string
+		// want is what each call returns ("" an error); reads how many
+		// reads the calls made.
+		want  []string
+		reads int
+	}{
+		{"read once", []string{"a", "b"}, []string{"a", "a", "a"}, 1},
+		{"error not kept", []string{"", "a", "b"}, []string{"", "a", "a"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reads := 0
+			get := onceBootID(func() (string, error) {
+				r := tc.results[reads]
+				reads++
+				if r == "" {
+					return "", errors.New("unreadable")
+				}
+				return r, nil
+			})
+			for i, want := range tc.want {
+				got, err := get()
+				if want == "" && err == nil || want != "" && (err != nil || got != want) {
+					t.Errorf("call %d: got %q, %v; want %q", i, got, err, want)
+				}
+			}
+			if reads != tc.reads {
+				t.Errorf("read %d times, want %d", reads, tc.reads)
+			}
+		})
+	}
+}
+
 func TestBootIDErrors(t *testing.T) {
 	s := NewStore(filepath.Join(t.TempDir(), "cp.json"),
 		WithBootID(func() (string, error) { return "", errors.New("no /proc") }))
