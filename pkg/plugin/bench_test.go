@@ -9,16 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 )
 
 // The benchmarks prepare claims through the real checkpoint store (an
 // unsynced atomic replace, then write + fsync + rename + directory fsync)
-// and the real CDI spec store, on
-// the file system of $TMPDIR (set it to the state directory's file system
-// to measure that disk). Each reports per-claim latency percentiles as
-// custom metrics: p50-ms and p99-ms.
+// and the real CDI spec store, with the files where a node has them: the
+// checkpoint on the file system of $TMPDIR (set it to the state
+// directory's file system to measure that disk), the CDI specs and the MPS
+// root (claims' /dev/shm directories) on tmpfs, /dev/shm here, as
+// /var/run/cdi and /run/tangram/mps are on a node (newNodeHarness). Each
+// reports per-claim latency percentiles as custom metrics: p50-ms and
+// p99-ms.
 
 func init() {
 	// Keep benchmark output readable; errors still fail the benchmark.
@@ -29,6 +33,21 @@ func init() {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// newNodeHarness is a harness with the node's file systems: the state
+// directory in $TMPDIR, the CDI specs and the MPS root on tmpfs. Without a
+// tmpfs at /dev/shm everything stays in $TMPDIR, and the benchmark says
+// so.
+func newNodeHarness(b *testing.B) *harness {
+	b.Helper()
+	dir := harnessDir(b, "")
+	var fs unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+		b.Logf("no tmpfs at /dev/shm (%v): the CDI specs and the MPS root stay in %s, on the checkpoint's file system", err, dir)
+		return newHarnessIn(b, dir, dir)
+	}
+	return newHarnessIn(b, dir, harnessDir(b, "/dev/shm"))
+}
 
 func reportPercentiles(b *testing.B, latencies []time.Duration) {
 	slices.Sort(latencies)
@@ -44,19 +63,31 @@ func reportPercentiles(b *testing.B, latencies []time.Duration) {
 // timed. The MPS daemon is kept between shares for the plugin's default
 // --mps-idle-grace (5m), as on a node: a share's prepare finds it running,
 // rather than timing a daemon start each time (the harness default, 0,
-// stops it as soon as the last share goes).
+// stops it as soon as the last share goes). "share" is the common case of
+// a node that shares its cards: another claim's share is held throughout,
+// on another card. "first-share" is a share on a node where no other is
+// held: its prepare waits for the MPS worker to check the daemon afresh
+// (Manager.AwaitDaemon), since whatever the worker saw before may be stale
+// once no share holds the daemon.
 func BenchmarkPrepareOneClaim(b *testing.B) {
-	for _, shape := range []string{"whole", "share"} {
+	for _, shape := range []string{"whole", "share", "first-share"} {
 		b.Run(shape, func(b *testing.B) {
-			h := newHarness(b)
+			h := newNodeHarness(b)
 			h.timing.IdleGrace = 5 * time.Minute
 			h.restart()
 			ctx := context.Background()
+			if shape == "share" {
+				resident := claimWith("resident", shareResult("gpu", "gpu-2", "s", "4Gi", "20"))
+				res, _ := h.driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{resident})
+				if err := res[resident.UID].Err; err != nil {
+					b.Fatal(err)
+				}
+			}
 			var latencies []time.Duration
 			for i := 0; b.Loop(); i++ {
 				uid := fmt.Sprintf("bench-%d", i)
 				claim := claimWith(uid, wholeResult("gpu", "gpu-0"))
-				if shape == "share" {
+				if shape != "whole" {
 					claim = claimWith(uid, shareResult("gpu", "gpu-1", "s", "4Gi", "20"))
 				}
 				start := time.Now()

@@ -32,8 +32,12 @@ import (
 // harness runs a Driver on temp dirs; restart() simulates a new process on
 // the same node (same files, same card compute modes, fresh memory).
 type harness struct {
-	t      testing.TB
+	t testing.TB
+	// dir holds the state directory; runDir the CDI specs and the MPS
+	// root, which a node keeps on tmpfs (/var/run/cdi, /run/tangram/mps):
+	// dir itself, but for the benchmarks (newNodeHarness).
 	dir    string
+	runDir string
 	steps  *steps
 	state  *stepState
 	bootID string
@@ -59,20 +63,32 @@ type harness struct {
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
-	// Not t.TempDir(): its path holds the test's name, and the MPS v3
-	// namespace sockets under <dir>/mps must fit in 107 bytes, as on a
-	// node (daemon.Layout.CheckSocketPaths).
-	dir, err := os.MkdirTemp("", "h")
+	dir := harnessDir(t, "")
+	return newHarnessIn(t, dir, dir)
+}
+
+// harnessDir makes a directory removed when t ends, in parent ("": the
+// temporary directory). Not t.TempDir(): its path holds the test's name,
+// and the MPS v3 namespace sockets under <dir>/mps must fit in 107 bytes,
+// as on a node (mps.CheckSocketPaths).
+func harnessDir(t testing.TB, parent string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(parent, "h")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	for _, sub := range []string{"cdi", "state", "mps"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+	return dir
+}
+
+func newHarnessIn(t testing.TB, dir, runDir string) *harness {
+	t.Helper()
+	for _, sub := range []string{filepath.Join(runDir, "cdi"), filepath.Join(dir, "state"), filepath.Join(runDir, "mps")} {
+		if err := os.MkdirAll(sub, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h := &harness{t: t, dir: dir, steps: &steps{}, modes: &daemon.RecordingComputeModeSetter{}}
+	h := &harness{t: t, dir: dir, runDir: runDir, steps: &steps{}, modes: &daemon.RecordingComputeModeSetter{}}
 	h.mig = stepMIG{Partitions: fakegpu.NewPartitions(filepath.Join(dir, "state", fakegpu.PartitionsFileName)), steps: h.steps}
 	h.bootID = "boot-1"
 	h.state = &stepState{steps: h.steps, Claims: checkpoint.Claims{
@@ -80,7 +96,7 @@ func newHarness(t testing.TB) *harness {
 			checkpoint.WithBootID(func() (string, error) { return h.bootID, nil })),
 		StateLock: checkpoint.NewFileLock(filepath.Join(dir, "state", "checkpoint.lock")),
 	}}
-	store, err := cdi.NewSpecStore(filepath.Join(dir, "cdi"))
+	store, err := cdi.NewSpecStore(filepath.Join(runDir, "cdi"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +120,7 @@ func (h *harness) start() {
 
 // tryStart starts a new Driver and returns New's error.
 func (h *harness) tryStart() error {
-	layout := daemon.Layout{Root: filepath.Join(h.dir, "mps")}
+	layout := daemon.Layout{Root: filepath.Join(h.runDir, "mps")}
 	h.daemon = &daemon.SimulatedDaemon{Layout: layout}
 	var uuids []string
 	for _, g := range testGPUs() {
@@ -114,15 +130,15 @@ func (h *harness) tryStart() error {
 		// The previous process's worker dies with it.
 		h.shares.Close()
 	}
-	var daemon daemon.Daemon = h.daemon
+	var running daemon.Daemon = h.daemon
 	if h.wrapDaemon != nil {
-		daemon = h.wrapDaemon(h.daemon)
+		running = h.wrapDaemon(h.daemon)
 	}
 	opts := []mps.ManagerOption{mps.WithTiming(h.timing)}
 	if h.managerOpts != nil {
 		opts = append(opts, h.managerOpts(layout, uuids)...)
 	}
-	h.shares = stepShares{Manager: mps.NewManager(layout, daemon, h.modes, uuids, opts...), steps: h.steps}
+	h.shares = stepShares{Manager: mps.NewManager(layout, running, h.modes, uuids, opts...), steps: h.steps}
 	// The specs ask the current process's manager for the claims' MPS
 	// client configuration, as in pkg/plugin/app/run.go.
 	h.specs.MPS = h.shares
@@ -153,7 +169,7 @@ func (h *harness) tryStart() error {
 // claimDirs are the claims' own /dev/shm directories, under the MPS root
 // as the plugin makes them (plain directories: no tmpfs in tests).
 func (h *harness) claimDirs() daemon.ClaimDirs {
-	return daemon.ClaimDirs{Layout: daemon.Layout{Root: filepath.Join(h.dir, "mps")}}
+	return daemon.ClaimDirs{Layout: daemon.Layout{Root: filepath.Join(h.runDir, "mps")}}
 }
 
 // memoryLimitRecords are tangram-cdi-hook's records of the node, under

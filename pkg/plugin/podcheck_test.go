@@ -116,7 +116,7 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.apiError })
 			}
 			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
-				KindConfig: KindConfig{Shares: h.shares}, MPSPipeDir: daemon.Layout{Root: filepath.Join(h.dir, "mps")}.PipeDir(),
+				KindConfig: KindConfig{Shares: h.shares}, MPSPipeDir: daemon.Layout{Root: filepath.Join(h.runDir, "mps")}.PipeDir(),
 				NonRootClasses: tc.classes, ReservingPods: podcheck.APIReservingPods(client, testNode)}
 			selector, err := podcheck.ParseNamespaceSelector(tc.namespaces)
 			if err != nil {

@@ -33,14 +33,14 @@ func (h *harness) twin() *harness {
 // it, wrapped by wrap (nil: not wrapped).
 func (h *harness) twinWith(wrap func(daemon.Daemon) daemon.Daemon) *harness {
 	h.t.Helper()
-	t := &harness{t: h.t, dir: h.dir, steps: &steps{}, modes: h.modes, bootID: h.bootID, claims: h.claims, timing: h.timing}
+	t := &harness{t: h.t, dir: h.dir, runDir: h.runDir, steps: &steps{}, modes: h.modes, bootID: h.bootID, claims: h.claims, timing: h.timing}
 	t.mig = stepMIG{Partitions: h.mig.Partitions, steps: t.steps}
 	t.state = &stepState{steps: t.steps, Claims: checkpoint.Claims{
 		Store: checkpoint.NewStore(filepath.Join(h.dir, "state", "checkpoint.json"),
 			checkpoint.WithBootID(func() (string, error) { return t.bootID, nil })),
 		StateLock: checkpoint.NewFileLock(filepath.Join(h.dir, "state", "checkpoint.lock")),
 	}}
-	store, err := cdi.NewSpecStore(filepath.Join(h.dir, "cdi"))
+	store, err := cdi.NewSpecStore(filepath.Join(h.runDir, "cdi"))
 	if err != nil {
 		h.t.Fatal(err)
 	}
