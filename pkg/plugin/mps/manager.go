@@ -120,6 +120,8 @@ type supervision struct {
 	// stopped: its last Stop succeeded, or was left to the plugin process
 	// whose shares use the daemon (see StopGuard), and no Ensure followed.
 	ready, stopped bool
+	// readyAt is when an Ensure last succeeded.
+	readyAt time.Time
 	// ensureRounds counts the Ensure rounds the worker began; readyRound
 	// is the one that made the daemon ready. A share that must not count
 	// on what this process saw earlier waits for a round begun after it.
@@ -197,6 +199,13 @@ type Timing struct {
 	// RetryMin and RetryMax bound the back-off between failed daemon
 	// operations (defaults 1s and 30s).
 	RetryMin, RetryMax time.Duration
+	// Recheck is how long a successful check of a ready daemon stands: a
+	// share that finds the daemon ready has the worker check it again in
+	// the background only when the last success is older (default 1s).
+	// The share never waits for that check, so checking for every share
+	// bought nothing for it, and on a busy node cost every prepare a
+	// check beside it (a control command each on a GPU).
+	Recheck time.Duration
 }
 
 func (t Timing) withDefaults() Timing {
@@ -220,6 +229,9 @@ func (t Timing) withDefaults() Timing {
 	}
 	if t.RetryMax == 0 {
 		t.RetryMax = 30 * time.Second
+	}
+	if t.Recheck == 0 {
+		t.Recheck = time.Second
 	}
 	return t
 }

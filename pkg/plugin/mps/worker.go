@@ -71,9 +71,12 @@ func (m *Manager) AwaitDaemon(ctx context.Context) (done func(), err error) {
 // this call: what the worker saw before may be stale.
 func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Duration, failFast bool) error {
 	if m.sup.ready && !fresh {
-		// Running; let the worker check it in the background.
-		m.sup.verify = true
-		m.kickWorker()
+		// Running; let the worker check it in the background, unless
+		// it did a moment ago (Timing.Recheck).
+		if time.Since(m.sup.readyAt) >= m.timing.Recheck {
+			m.sup.verify = true
+			m.kickWorker()
+		}
 		return nil
 	}
 	after := m.sup.ensureRounds
@@ -373,7 +376,7 @@ func (m *Manager) ensureDaemon(ctx context.Context, r round) error {
 		return err
 	}
 	m.sup.ready, m.sup.stopped, m.sup.lastErr = true, false, nil
-	m.sup.readyRound = r.n
+	m.sup.readyRound, m.sup.readyAt = r.n, time.Now()
 	m.changedLocked()
 	return nil
 }

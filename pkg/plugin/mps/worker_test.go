@@ -3,6 +3,7 @@ package mps
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"reflect"
 	"strings"
@@ -94,7 +95,10 @@ func TestManagerTellsDaemonWhenUnused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			fake := &unusedAwareDaemon{}
-			m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, cards)
+			// Every share has the daemon checked, however soon after the
+			// last check (Timing.Recheck), so each check's mode shows.
+			m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, cards,
+				WithTiming(Timing{Recheck: time.Nanosecond}))
 			for _, s := range tc.steps {
 				var err error
 				switch {
@@ -255,5 +259,46 @@ func TestManagerResync(t *testing.T) {
 	waitIdle(t, m)
 	if !isRunning() {
 		t.Error("after Resync with a share the daemon is not running")
+	}
+}
+
+// TestRecheckOfAReadyDaemon: a share that finds the daemon ready has the
+// worker check it again only when the last successful check is older than
+// Timing.Recheck; the share itself never waits for that check.
+func TestRecheckOfAReadyDaemon(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		recheck time.Duration
+		// minEnsures and maxEnsures bound the checks after the first
+		// share and three more on a ready daemon, each a moment after the
+		// last (the first share's own prepare may check twice).
+		minEnsures, maxEnsures int
+	}{
+		{name: "checked a moment ago: no new check", recheck: time.Hour, minEnsures: 1, maxEnsures: 2},
+		{name: "every share once the last check is older", recheck: time.Nanosecond, minEnsures: 4, maxEnsures: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			fake := &unusedAwareDaemon{}
+			m := NewManager(daemon.Layout{Root: t.TempDir()}, fake, &daemon.RecordingComputeModeSetter{}, []string{"GPU-a"},
+				WithTiming(Timing{Recheck: tc.recheck}))
+			t.Cleanup(m.Close)
+			for i := range 4 {
+				claim := fmt.Sprintf("c%d", i)
+				done, err := m.AwaitDaemon(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = m.Acquire(ctx, claim, cardShares("GPU-a"))
+				done()
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitIdle(t, m)
+			}
+			if got := len(fake.calls); got < tc.minEnsures || got > tc.maxEnsures {
+				t.Errorf("%d Ensure calls %v, want %d to %d", got, fake.calls, tc.minEnsures, tc.maxEnsures)
+			}
+		})
 	}
 }
