@@ -58,25 +58,20 @@ type Config struct {
 	// ClaimStatus, if set, receives each prepared claim's device data
 	// (ResourceClaim.status.devices); nil writes none.
 	ClaimStatus claimstatus.Writer
-	// SimulatedMPS reports that MPS shares are simulated (fake GPUs), so
-	// the device status says they are not enforced.
-	SimulatedMPS bool
-	// MPSv3 reports that MPS shares get a v3 namespace whose compute cap
-	// the daemon holds, which the device status says.
-	MPSv3 bool
 	// ShareBackend is the node's sharing backend (--share-backend: "mps"
 	// or "none"), published as shareBackend: every share of the node uses
 	// it, and a DeviceClass config naming another is refused
 	// (config.CheckAllocationBackends). Empty: the class config decides,
 	// as before nodes published one (tests of the mixed-backend guard).
 	ShareBackend string
-	// ShareEnforcement and ShareEnforcementReason are the node's published
-	// shareEnforcement level (pkg/plugin/enforcement) and, below hard,
-	// its reason code: a share's status condition LimitsEnforced and the
-	// Warning event on its pods say them. Empty level: not detected
-	// (tests), the status says what the MPS mode holds.
-	ShareEnforcement       string
-	ShareEnforcementReason string
+	// ShareStatus is what a share's status.devices entry, its condition
+	// LimitsEnforced and the Warning event on its pods say of how the
+	// node enforces shares: simulated (fake GPUs), MPS v3 (the daemon
+	// holds a namespace's compute cap), and the node's published
+	// shareEnforcement level (pkg/plugin/enforcement) with, below hard,
+	// its reason code. Empty level: not detected (tests), the status says
+	// what the MPS mode holds.
+	ShareStatus claimstatus.Node
 	// Events, if set, receives a Warning event on each pod reserving a
 	// claim whose shares are not enforced hard; nil records none.
 	Events  record.EventRecorder
@@ -87,15 +82,10 @@ type Config struct {
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
-	// NonRootClasses are the device classes whose claims only locked-down
-	// pods may use (--nonroot-device-classes; pkg/plugin/podsecurity);
-	// ReservingPods reads the pods that reserve such a claim. Either
-	// empty: no check at prepare.
-	NonRootClasses []string
-	ReservingPods  podcheck.ReservingPods
-	// NonRootNamespaces, if set, limits the check to the namespaces it
-	// matches (the admission policies' namespaceSelector); nil: all.
-	NonRootNamespaces podcheck.NamespaceMatcher
+	// PodCheck refuses, at prepare, a claim of a strict device class
+	// (--nonroot-device-classes; pkg/plugin/podsecurity) that pods not
+	// locked down reserve; its zero value checks nothing.
+	PodCheck podcheck.Checker
 	// KindConfig wires the kinds of prepared device (kinds.go).
 	KindConfig
 }
@@ -158,7 +148,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	// A pod that is not locked down refuses a claim of a strict class
 	// here, before any wait or lock: the admission policies could not
 	// check a pod created before its claim or template.
-	checks := podcheck.Checker{Classes: d.cfg.NonRootClasses, ReservingPods: d.cfg.ReservingPods, Namespaces: d.cfg.NonRootNamespaces}.Check(ctx, claims)
+	checks := d.cfg.PodCheck.Check(ctx, claims)
 	// Planning is pure: done once, before the lock, so that a kind can
 	// wait for what its set-up needs (a starting MPS daemon) before the
 	// state lock and no other call waits with it (docs/prepare.md, "No

@@ -564,7 +564,7 @@ func TestPrepareWarnsPodsOfUnenforcedShares(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
 			rec := record.NewFakeRecorder(10)
-			h.driver.cfg.Events, h.driver.cfg.ShareEnforcement, h.driver.cfg.ShareEnforcementReason = rec, tt.level, tt.reason
+			h.driver.cfg.Events, h.driver.cfg.ShareStatus.Level, h.driver.cfg.ShareStatus.Reason = rec, tt.level, tt.reason
 			if err := h.prepare(tt.claim)["c1"].Err; err != nil {
 				t.Fatal(err)
 			}

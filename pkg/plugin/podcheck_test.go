@@ -117,13 +117,13 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 			}
 			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
 				KindConfig: KindConfig{Shares: h.shares}, MPSPipeDir: daemon.Layout{Root: filepath.Join(h.runDir, "mps")}.PipeDir(),
-				NonRootClasses: tc.classes, ReservingPods: podcheck.APIReservingPods(client, testNode)}
+				PodCheck: podcheck.Checker{Classes: tc.classes, ReservingPods: podcheck.APIReservingPods(client, testNode)}}
 			selector, err := podcheck.ParseNamespaceSelector(tc.namespaces)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if selector != nil {
-				cfg.NonRootNamespaces = podcheck.APINamespaceMatcher(client, selector)
+				cfg.PodCheck.Namespaces = podcheck.APINamespaceMatcher(client, selector)
 			}
 			d, err := New(context.Background(), cfg)
 			if err != nil {

@@ -22,17 +22,13 @@ func (d *Driver) writeStatus(ctx context.Context, rec prepared.Claim) {
 	if d.cfg.ClaimStatus == nil {
 		return
 	}
-	statuses, err := claimstatus.DeviceStatuses(rec, d.cfg.NodeName, d.cards, d.nodeEnforcement(), metav1.Now())
+	statuses, err := claimstatus.DeviceStatuses(rec, d.cfg.NodeName, d.cards, d.cfg.ShareStatus, metav1.Now())
 	if err == nil {
 		err = d.cfg.ClaimStatus.SetDevices(ctx, rec.Namespace, rec.Name, statuses)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Writing the claim's device status failed; the claim is prepared all the same")
 	}
-}
-
-func (d *Driver) nodeEnforcement() claimstatus.Node {
-	return claimstatus.Node{Simulated: d.cfg.SimulatedMPS, V3: d.cfg.MPSv3, Level: d.cfg.ShareEnforcement, Reason: d.cfg.ShareEnforcementReason}
 }
 
 // warnUnenforced records a Warning event on each pod reserving the claim
@@ -42,7 +38,7 @@ func (d *Driver) warnUnenforced(ctx context.Context, claim *resourceapi.Resource
 	if d.cfg.Events == nil {
 		return
 	}
-	msg := claimstatus.UnenforcedMessage(rec, d.nodeEnforcement(), d.cfg.NodeName)
+	msg := claimstatus.UnenforcedMessage(rec, d.cfg.ShareStatus, d.cfg.NodeName)
 	if msg == "" {
 		return
 	}

@@ -284,12 +284,13 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 		MPSPipeDir:   daemon.Layout{Root: w.MPSRoot}.PipeDir(),
 		Metrics:      metrics,
 		OnFatal:      func(err error) { cancel(err) },
-		SimulatedMPS: w.FakeGPUs,
 		ShareBackend: w.ShareBackend,
-		MPSv3:        shares != nil && resolveMPSMode(w) == mps.ModeV3,
-
-		ShareEnforcement:       w.ShareEnforcement,
-		ShareEnforcementReason: w.ShareEnforcementReason,
+		ShareStatus: claimstatus.Node{
+			Simulated: w.FakeGPUs,
+			V3:        shares != nil && resolveMPSMode(w) == mps.ModeV3,
+			Level:     w.ShareEnforcement,
+			Reason:    w.ShareEnforcementReason,
+		},
 	}
 	if shares != nil {
 		// Not a typed nil: a nil Shares is sharing disabled.
@@ -301,10 +302,9 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 	if w.KubeClient != nil {
 		cfg.ListClaims = plugin.APIClaimLister(w.KubeClient)
 		cfg.ClaimStatus = claimstatus.API{Client: w.KubeClient}
-		cfg.NonRootClasses = w.NonRootDeviceClasses
-		cfg.ReservingPods = podcheck.APIReservingPods(w.KubeClient, w.NodeName)
+		cfg.PodCheck = podcheck.Checker{Classes: w.NonRootDeviceClasses, ReservingPods: podcheck.APIReservingPods(w.KubeClient, w.NodeName)}
 		if w.nonRootNamespaces != nil {
-			cfg.NonRootNamespaces = podcheck.APINamespaceMatcher(w.KubeClient, w.nonRootNamespaces)
+			cfg.PodCheck.Namespaces = podcheck.APINamespaceMatcher(w.KubeClient, w.nonRootNamespaces)
 		}
 	}
 	return cfg, nil
