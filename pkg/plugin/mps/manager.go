@@ -129,8 +129,10 @@ type supervision struct {
 	// guard, when set, orders stops with the plugin processes' calls.
 	guard StopGuard
 	// verify asks the worker to Ensure again although ready (the daemon
-	// may have gone; Ensure of a running daemon is cheap).
-	verify bool
+	// may have gone; Ensure of a running daemon is cheap). recheck asks
+	// the same of a routine check, after a share found the daemon ready:
+	// the worker does it once Timing.Recheck has passed since readyAt.
+	verify, recheck bool
 	// attempts counts the worker's finished daemon operations; lastErr is
 	// the last one's error (nil after a success).
 	attempts, failures int
@@ -199,12 +201,12 @@ type Timing struct {
 	// RetryMin and RetryMax bound the back-off between failed daemon
 	// operations (defaults 1s and 30s).
 	RetryMin, RetryMax time.Duration
-	// Recheck is how long a successful check of a ready daemon stands: a
-	// share that finds the daemon ready has the worker check it again in
-	// the background only when the last success is older (default 1s).
-	// The share never waits for that check, so checking for every share
-	// bought nothing for it, and on a busy node cost every prepare a
-	// check beside it (a control command each on a GPU).
+	// Recheck is how long a successful check of a ready daemon stands
+	// (default 1s): a share that finds the daemon ready has the worker
+	// check it again in the background once the last success is that
+	// old, so a burst of shares gets one check after it rather than one
+	// beside each prepare (a control command each on a GPU). The share
+	// never waits for that check.
 	Recheck time.Duration
 }
 

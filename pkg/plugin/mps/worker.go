@@ -71,12 +71,10 @@ func (m *Manager) AwaitDaemon(ctx context.Context) (done func(), err error) {
 // this call: what the worker saw before may be stale.
 func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Duration, failFast bool) error {
 	if m.sup.ready && !fresh {
-		// Running; let the worker check it in the background, unless
-		// it did a moment ago (Timing.Recheck).
-		if time.Since(m.sup.readyAt) >= m.timing.Recheck {
-			m.sup.verify = true
-			m.kickWorker()
-		}
+		// Running; let the worker check it in the background once the
+		// last check is Timing.Recheck old.
+		m.sup.recheck = true
+		m.kickWorker()
 		return nil
 	}
 	after := m.sup.ensureRounds
@@ -278,8 +276,8 @@ func (m *Manager) work(ctx context.Context) {
 			// Look again at once: the wanted state may have changed.
 			backoff = m.timing.RetryMin
 			continue
-		case r.lingerLeft > 0:
-			wait = time.After(r.lingerLeft)
+		case r.lingerLeft > 0 || r.recheckIn > 0:
+			wait = time.After(minPositive(r.lingerLeft, r.recheckIn))
 		}
 		select {
 		case <-ctx.Done():
@@ -302,6 +300,8 @@ type round struct {
 	modes []string
 	// lingerLeft is how much longer an unheld daemon stays wanted.
 	lingerLeft time.Duration
+	// recheckIn is when a routine check of the ready daemon is due.
+	recheckIn time.Duration
 }
 
 // nextRound decides the worker's next round and marks the Manager busy
@@ -312,15 +312,20 @@ func (m *Manager) nextRound(now time.Time) round {
 	m.sup.kicked = false
 	want := m.wantedLocked(now)
 	r := round{}
+	recheckAt := m.sup.readyAt.Add(m.timing.Recheck)
 	switch {
-	case want && (!m.sup.ready || m.sup.verify):
+	case want && (!m.sup.ready || m.sup.verify || m.sup.recheck && !now.Before(recheckAt)):
 		r.act = "ensure"
+	case want && m.sup.recheck:
+		// Checked a moment ago: once more when that check is old.
+		r.recheckIn = recheckAt.Sub(now)
 	case !want && !m.sup.stopped:
 		r.act = "stop"
 		// From now on a share must not count on the daemon.
 		m.sup.ready = false
 	}
 	m.sup.verify = false
+	m.sup.recheck = r.recheckIn > 0
 	r.n = m.sup.ensureRounds
 	if r.act == "ensure" {
 		m.sup.ensureRounds++
@@ -490,4 +495,15 @@ func clearDir(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// minPositive is the smaller of a and b that is above zero.
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
 }

@@ -57,13 +57,20 @@ type unusedAwareDaemon struct {
 }
 
 func (d *unusedAwareDaemon) Ensure(ctx context.Context) error {
-	d.calls = append(d.calls, "in use")
+	d.record("in use")
 	return d.countingDaemon.Ensure(ctx)
 }
 
 func (d *unusedAwareDaemon) EnsureUnused(ctx context.Context) error {
-	d.calls = append(d.calls, "unused")
+	d.record("unused")
 	return d.countingDaemon.Ensure(ctx)
+}
+
+// record notes a call; the worker calls while a test may read.
+func (d *unusedAwareDaemon) record(call string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls = append(d.calls, call)
 }
 
 func TestManagerTellsDaemonWhenUnused(t *testing.T) {
@@ -263,19 +270,23 @@ func TestManagerResync(t *testing.T) {
 }
 
 // TestRecheckOfAReadyDaemon: a share that finds the daemon ready has the
-// worker check it again only when the last successful check is older than
-// Timing.Recheck; the share itself never waits for that check.
+// worker check it again once the last successful check is Timing.Recheck
+// old: a burst of shares inside that window gets one check after it (so a
+// daemon that died meanwhile is found without another share), not one
+// beside each share; the shares never wait for it.
 func TestRecheckOfAReadyDaemon(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		recheck time.Duration
-		// minEnsures and maxEnsures bound the checks after the first
-		// share and three more on a ready daemon, each a moment after the
-		// last (the first share's own prepare may check twice).
-		minEnsures, maxEnsures int
+		// minNow and maxNow bound the checks right after the first share
+		// and three more on the ready daemon, each a moment after the
+		// last (the first share's own prepare may check twice); later
+		// the checks after the burst, once every due one has run.
+		minNow, maxNow, later int
 	}{
-		{name: "checked a moment ago: no new check", recheck: time.Hour, minEnsures: 1, maxEnsures: 2},
-		{name: "every share once the last check is older", recheck: time.Nanosecond, minEnsures: 4, maxEnsures: 8},
+		{name: "checked a moment ago: no new check yet", recheck: time.Hour, minNow: 1, maxNow: 2, later: -1},
+		{name: "a burst inside the window: one check after it", recheck: 300 * time.Millisecond, minNow: 1, maxNow: 2, later: +1},
+		{name: "every share once the last check is older", recheck: time.Nanosecond, minNow: 4, maxNow: 8, later: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -296,8 +307,27 @@ func TestRecheckOfAReadyDaemon(t *testing.T) {
 				}
 				waitIdle(t, m)
 			}
-			if got := len(fake.calls); got < tc.minEnsures || got > tc.maxEnsures {
-				t.Errorf("%d Ensure calls %v, want %d to %d", got, fake.calls, tc.minEnsures, tc.maxEnsures)
+			calls := func() int {
+				fake.mu.Lock()
+				defer fake.mu.Unlock()
+				return len(fake.calls)
+			}
+			now := calls()
+			if now < tc.minNow || now > tc.maxNow {
+				t.Fatalf("%d Ensure calls right after the shares, want %d to %d", now, tc.minNow, tc.maxNow)
+			}
+			if tc.later < 0 {
+				return
+			}
+			// The deferred check, if any, runs within a few windows; none
+			// follows it without another share.
+			deadline := time.Now().Add(10 * time.Second)
+			for calls() < now+tc.later && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(3 * tc.recheck)
+			if got := calls(); got != now+tc.later {
+				t.Errorf("%d Ensure calls after the burst, want %d", got, now+tc.later)
 			}
 		})
 	}
