@@ -56,7 +56,7 @@ the plugin and tests can see a daemon; nothing is enforced.`,
 	f.StringVar(&driverRoot, "driver-root", driverroot.FromEnv(), "root of the NVIDIA driver installation (default: $NVIDIA_DRIVER_ROOT, which the plugin sets to the pod's /driver-root mount, else /)")
 	// Off unless given: the plugin builds the daemon pod's command with
 	// --mps-multi-user exactly when its own --mps-multi-user (default on)
-	// or MPS v3 asks for it (daemon.BuildDaemonPod), and the chart's
+	// or MPS v3 asks for it (daemon.BuildPod), and the chart's
 	// admission policy admits exactly those commands; a pod an older plugin
 	// created without the flag keeps running as it was started.
 	f.BoolVar(&multiUser, "mps-multi-user", false, "start the daemon in multi-user mode (-m with MPS v3, -M legacy); the plugin passes it to the daemon pod it creates when its own --mps-multi-user is on (the default)")

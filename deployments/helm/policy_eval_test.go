@@ -137,7 +137,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 		name string
 		sets []string
 		fake bool
-		// multiUser: the values of DaemonPodConfig.MultiUser the plugin
+		// multiUser: the values of PodSpec.MultiUser the plugin
 		// may build with the chart's flags (pkg/plugin: v3 runs
 		// multi-user; auto picks v3 or classic by the driver); refused:
 		// the pods built with the other value.
@@ -172,16 +172,16 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			mpsNS := flags["mps-daemon-namespace"]
 			// The pod exactly as the plugin builds it from the chart's flags.
 			build := func(node string, multiUser bool) *corev1.Pod {
-				cfg := daemon.DaemonPodConfig{
+				cfg := daemon.PodSpec{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
 					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
-					Command: daemon.DaemonPodCommand, Layout: daemon.Layout{Root: flags["mps-root"]},
+					Command: daemon.PodCommand, Layout: daemon.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
 					DriverRoot: flags["mps-daemon-driver-root"], MultiUser: multiUser,
 					// As pkg/plugin passes --mps-control-binary on.
 					ControlBinary: flags["mps-control-binary"],
 				}
-				pod, err := daemon.BuildDaemonPod(cfg)
+				pod, err := daemon.BuildPod(cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

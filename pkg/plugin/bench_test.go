@@ -159,7 +159,7 @@ func durableReplace(dir, target string, data []byte) error {
 func BenchmarkPrepareBatch(b *testing.B) {
 	for _, size := range []int{2, 8} {
 		b.Run(fmt.Sprintf("claims=%d", size), func(b *testing.B) {
-			h := newHarness(b)
+			h := newNodeHarness(b)
 			ctx := context.Background()
 			for call := 0; b.Loop(); call++ {
 				var claims []*resourceapi.ResourceClaim

@@ -16,7 +16,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
-
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
 	"github.com/tangram-gpu/tangram/pkg/plugin/checkpoint"
@@ -73,7 +72,8 @@ func newHarness(t testing.TB) *harness {
 // as on a node (mps.CheckSocketPaths).
 func harnessDir(t testing.TB, parent string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp(parent, "h")
+	// A name a stray one (a killed benchmark's, in /dev/shm) is known by.
+	dir, err := os.MkdirTemp(parent, "tangram-h")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 		node, err := clientset.CoreV1().Nodes().Get(ctx, gpuNode, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		daemonPod := func(nodeName string) *corev1.Pod {
-			pod, err := daemon.BuildDaemonPod(daemon.DaemonPodConfig{
+			pod, err := daemon.BuildPod(daemon.PodSpec{
 				Prefix: fullname, Namespace: mpsNS, NodeName: nodeName, NodeUID: string(node.UID),
 				Image: privilegeImage, ImagePullPolicy: corev1.PullIfNotPresent,
 				Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: daemon.Layout{Root: privilegeMPSRoot},

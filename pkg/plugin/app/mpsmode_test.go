@@ -23,7 +23,7 @@ import (
 // default and "process" keep the simulated child-process backend on fake
 // GPUs, "pod" builds a PodDaemon and needs the API server.
 func TestNewSharesDaemonMode(t *testing.T) {
-	podCfg := daemon.DaemonPodConfig{
+	podCfg := daemon.PodSpec{
 		Prefix: "tangram", Namespace: "tangram-system", Image: "img:dev",
 		Command: []string{"/dra-kubelet-plugin", "mps-daemon"},
 	}

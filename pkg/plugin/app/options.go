@@ -210,7 +210,7 @@ type Settings struct {
 	claimShmSizeBytes int64
 	// mpsDaemonPod is the daemon pod's settings that do not depend on the
 	// node's cards (newShares fills those in); zero with --mps-daemon=process.
-	mpsDaemonPod      daemon.DaemonPodConfig
+	mpsDaemonPod      daemon.PodSpec
 	nonRootNamespaces labels.Selector
 	xidPolicy         xidtaint.Policy
 	parsed            bool
@@ -324,19 +324,19 @@ func (o *Options) xidPolicy() (xidtaint.Policy, error) {
 
 // mpsDaemonPodCommand runs the daemon in the plugin's image (the chart's
 // command is the same binary).
-var mpsDaemonPodCommand = daemon.DaemonPodCommand
+var mpsDaemonPodCommand = daemon.PodCommand
 
 // mpsDaemonPod checks the --mps-daemon flags and returns the pod settings
 // that do not depend on the node's cards (the driver fills those in).
 // hostDriverRoot is the driver root as the host sees it: the daemon pod's
 // default when --mps-daemon-driver-root is not set.
-func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (daemon.DaemonPodConfig, error) {
+func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (daemon.PodSpec, error) {
 	switch o.MPSDaemonMode {
 	case MPSDaemonProcess:
-		return daemon.DaemonPodConfig{}, nil
+		return daemon.PodSpec{}, nil
 	case MPSDaemonPod:
 	default:
-		return daemon.DaemonPodConfig{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", o.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
+		return daemon.PodSpec{}, fmt.Errorf("--mps-daemon=%q: want %s or %s", o.MPSDaemonMode, MPSDaemonProcess, MPSDaemonPod)
 	}
 	namespace := o.MPSDaemonNamespace
 	if namespace == "" {
@@ -344,9 +344,9 @@ func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (daemon.DaemonP
 	}
 	switch {
 	case o.MPSDaemonImage == "":
-		return daemon.DaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
+		return daemon.PodSpec{}, errors.New("--mps-daemon=pod needs --mps-daemon-image (the plugin's own image)")
 	case namespace == "":
-		return daemon.DaemonPodConfig{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
+		return daemon.PodSpec{}, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE (the namespace the daemon pod is created in)")
 	case strings.HasPrefix(namespace, "kube-"):
 		// The plugin may create pods where its daemon lives; kube-*
 		// namespaces hold the cluster's own components and are often
@@ -355,15 +355,15 @@ func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (daemon.DaemonP
 		if o.MPSDaemonNamespace == "" {
 			source = "$POD_NAMESPACE"
 		}
-		return daemon.DaemonPodConfig{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
+		return daemon.PodSpec{}, fmt.Errorf("%s=%s: the MPS daemon pod may not live in a kube-* namespace, which holds the cluster's own components and would come within reach of the plugin's pod rights; give it a namespace of its own (--mps-daemon-namespace)", source, namespace)
 	}
 	pull := corev1.PullPolicy(o.MPSDaemonPull)
 	switch pull {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
-		return daemon.DaemonPodConfig{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", o.MPSDaemonPull)
+		return daemon.PodSpec{}, fmt.Errorf("--mps-daemon-image-pull-policy=%q: want Always, IfNotPresent or Never", o.MPSDaemonPull)
 	}
-	cfg := daemon.DaemonPodConfig{
+	cfg := daemon.PodSpec{
 		Prefix:            o.MPSDaemonPrefix,
 		Namespace:         namespace,
 		Image:             o.MPSDaemonImage,

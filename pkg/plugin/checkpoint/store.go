@@ -92,8 +92,9 @@ func NewStore(path string, opts ...Option) *Store {
 // Path is the checkpoint file.
 func (s *Store) Path() string { return s.path }
 
-// onceBootID returns read's first boot ID from then on: a process never
-// outlives its boot, and every Load and Save of a call asks for it. An
+// onceBootID returns read's first boot ID from then on (a Store reads it
+// once): a process never outlives its boot, and every Load and Save of a
+// call asks for it. An
 // error is not kept; the next call reads again.
 func onceBootID(read func() (string, error)) func() (string, error) {
 	var mu sync.Mutex

@@ -4,13 +4,14 @@ package mps
 
 import (
 	"context"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest/controlbin"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest/controlbin"
 )
 
 func TestMain(m *testing.M) { controlbin.Main(m) }

@@ -3,11 +3,12 @@ package mps
 import (
 	"context"
 	"errors"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // fakeGuard stands in for the driver's StopGuard: what the node's state

@@ -183,8 +183,8 @@ type Timing struct {
 	// time to answer.
 	StartWait time.Duration
 	// ControlTimeout is the deadline of each control command the Manager
-	// sends (default control.DefaultTimeout, 10s); a command that exceeds it fails with a
-	// *control.TimeoutError naming it.
+	// sends (default control.DefaultTimeout, 10s); a command that exceeds
+	// it fails with a *control.TimeoutError naming it.
 	ControlTimeout time.Duration
 	// StopTimeout bounds a stop of the daemon (default 2m): the worker
 	// stops it under the node's state lock (StopGuard), which no daemon

@@ -4,12 +4,12 @@ package mps
 
 import (
 	"context"
-	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"

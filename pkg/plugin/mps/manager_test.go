@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // countingDaemon records Ensure/Stop calls and whether the daemon "runs".

@@ -11,8 +11,9 @@ import (
 	"os"
 	"slices"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 )
 
 // prepareNamespace creates the claim's /dev/shm and v3 namespace. It is

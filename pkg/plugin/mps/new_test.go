@@ -2,11 +2,12 @@ package mps
 
 import (
 	"context"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 )
 
 // TestNewBuildsClassicOrV3: mps.New, the plugin's one constructor, builds

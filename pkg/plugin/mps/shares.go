@@ -11,9 +11,10 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
-	"k8s.io/klog/v2"
 )
 
 // Acquire records that claim holds shares and, for cards that had no share

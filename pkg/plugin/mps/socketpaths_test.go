@@ -1,11 +1,12 @@
 package mps
 
 import (
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpsv3"
 )
 
 // TestCheckSocketPaths: the plugin refuses, at start-up and naming

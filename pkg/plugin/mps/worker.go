@@ -14,8 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 // AwaitDaemon waits until the daemon is ready for a share, for at most

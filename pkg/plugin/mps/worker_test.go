@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 )
 
 func TestManagerReconcile(t *testing.T) {

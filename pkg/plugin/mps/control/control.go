@@ -153,10 +153,10 @@ func DaemonArgs(protocol int, multiUser bool) []string {
 	return args
 }
 
-// TimeoutError answers a control command that got no answer within
-// its deadline (the mps Manager's Timing.ControlTimeout): the control daemon is hung or
-// overloaded. The mps Manager marks it unresponsive until a later command is
-// answered.
+// TimeoutError answers a control command that got no answer within its
+// deadline (the mps Manager's Timing.ControlTimeout): the control daemon
+// is hung or overloaded. The mps Manager marks it unresponsive until a
+// later command is answered.
 type TimeoutError struct {
 	Command string
 	Timeout time.Duration

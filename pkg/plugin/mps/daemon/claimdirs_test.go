@@ -3,11 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
 // TestClaimDirs: a claim's /dev/shm is made world-writable and sticky and

@@ -25,7 +25,7 @@ import (
 type PodDaemonConfig struct {
 	Client kubernetes.Interface
 	// Pod describes the pod; NodeUID is filled in from the Node if empty.
-	Pod DaemonPodConfig
+	Pod PodSpec
 	// StartTimeout bounds how long Ensure waits for a new or adopted pod's
 	// daemon to answer (image pull included). Default 90s.
 	StartTimeout time.Duration
@@ -69,14 +69,14 @@ func NewPodDaemon(cfg PodDaemonConfig) (*PodDaemon, error) {
 		cfg.PollInterval = 250 * time.Millisecond
 	}
 	// Fail at start-up, not at the first share, on a bad configuration.
-	if _, err := BuildDaemonPod(cfg.Pod); err != nil {
+	if _, err := BuildPod(cfg.Pod); err != nil {
 		return nil, err
 	}
 	return &PodDaemon{cfg: cfg}, nil
 }
 
 // Name is the daemon pod's name.
-func (d *PodDaemon) Name() string { return DaemonPodName(d.cfg.Pod.Prefix, d.cfg.Pod.NodeName) }
+func (d *PodDaemon) Name() string { return PodName(d.cfg.Pod.Prefix, d.cfg.Pod.NodeName) }
 
 func (d *PodDaemon) pods() podClient {
 	return d.cfg.Client.CoreV1().Pods(d.cfg.Pod.Namespace)
@@ -183,7 +183,7 @@ type podDiff struct{ name, have, want string }
 // image, the cards it sees, whether it accepts clients of any user and its
 // MPS protocol (a legacy daemon cannot serve v3 namespaces).
 func (d *PodDaemon) diff(have *corev1.Pod) []podDiff {
-	want, err := BuildDaemonPod(d.cfg.Pod)
+	want, err := BuildPod(d.cfg.Pod)
 	if err != nil {
 		// NewPodDaemon built it once already.
 		return nil
@@ -240,7 +240,7 @@ func (d *PodDaemon) create(ctx context.Context) error {
 		}
 		cfg.NodeUID = string(node.UID)
 	}
-	pod, err := BuildDaemonPod(cfg)
+	pod, err := BuildPod(cfg)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func (b *logBuffer) String() string {
 // fake kubelet starts its daemon.
 func createOldPod(ctx context.Context, t *testing.T, client *fake.Clientset, d *PodDaemon, mutate func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
-	old, err := BuildDaemonPod(d.cfg.Pod)
+	old, err := BuildPod(d.cfg.Pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestPodDaemonExistingPod(t *testing.T) {
 			wantStarts := 1
 			if tc.wantReplace {
 				wantStarts = 2
-				if want, _ := BuildDaemonPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec, want.Spec) || pod.Status.Phase != "" {
+				if want, _ := BuildPod(d.cfg.Pod); !reflect.DeepEqual(pod.Spec, want.Spec) || pod.Status.Phase != "" {
 					t.Errorf("replacement spec %+v phase %q, want a new pod of spec %+v", pod.Spec, pod.Status.Phase, want.Spec)
 				}
 			}

@@ -30,9 +30,9 @@ const (
 	defaultPodStartWait = 90 * time.Second
 )
 
-// DaemonPodConfig describes the daemon pod; BuildDaemonPod turns it
+// PodSpec describes the daemon pod; BuildPod turns it
 // into a Pod object.
-type DaemonPodConfig struct {
+type PodSpec struct {
 	// Prefix names the pod <Prefix>-mps-<NodeName>, e.g. the release name.
 	Prefix    string
 	Namespace string
@@ -44,7 +44,7 @@ type DaemonPodConfig struct {
 	ImagePullPolicy corev1.PullPolicy
 	// ImagePullSecrets name secrets of Namespace, as the plugin's pod has.
 	ImagePullSecrets []string
-	// Command runs the daemon in the image (DaemonPodCommand); flags are
+	// Command runs the daemon in the image (PodCommand); flags are
 	// appended.
 	Command []string
 	Layout  Layout
@@ -66,10 +66,10 @@ type DaemonPodConfig struct {
 	PriorityClassName string
 }
 
-// DaemonPodName returns <prefix>-mps-<node>; a name longer than a pod
+// PodName returns <prefix>-mps-<node>; a name longer than a pod
 // name may be is cut and ends in a hash of the full name, so that two long
 // node names still get different pods.
-func DaemonPodName(prefix, node string) string {
+func PodName(prefix, node string) string {
 	name := prefix + "-mps-" + node
 	if len(name) <= maxPodNameLength {
 		return name
@@ -79,23 +79,23 @@ func DaemonPodName(prefix, node string) string {
 	return strings.TrimRight(name[:maxPodNameLength-len(suffix)], "-.") + suffix
 }
 
-// DaemonPodCommand runs the daemon in the plugin's image (the chart's
+// PodCommand runs the daemon in the plugin's image (the chart's
 // command is the same binary). The chart's daemon-pod admission policy
-// allows exactly this command followed by the words BuildDaemonPod
+// allows exactly this command followed by the words BuildPod
 // appends (the DaemonFlag constants), and nothing else.
-var DaemonPodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
+var PodCommand = []string{"/dra-kubelet-plugin", "mps-daemon"}
 
-// The words BuildDaemonPod appends to the command.
+// The words BuildPod appends to the command.
 const (
 	DaemonFlagSimulate      = "--simulate"
 	DaemonFlagMultiUser     = "--mps-multi-user"
 	DaemonFlagControlBinary = "--mps-control-binary="
 )
 
-// BuildDaemonPod returns the pod that runs the node's MPS control daemon.
+// BuildPod returns the pod that runs the node's MPS control daemon.
 // It is pinned with spec.nodeName (no scheduler: it must run on this node,
 // even one the scheduler would refuse) and tolerates every taint.
-func BuildDaemonPod(cfg DaemonPodConfig) (*corev1.Pod, error) {
+func BuildPod(cfg PodSpec) (*corev1.Pod, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func BuildDaemonPod(cfg DaemonPodConfig) (*corev1.Pod, error) {
 	volumes, mounts, env := cfg.storageAndEnv()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      DaemonPodName(cfg.Prefix, cfg.NodeName),
+			Name:      PodName(cfg.Prefix, cfg.NodeName),
 			Namespace: cfg.Namespace,
 			Labels: map[string]string{
 				"app.kubernetes.io/name":       "tangram",
@@ -158,7 +158,7 @@ func BuildDaemonPod(cfg DaemonPodConfig) (*corev1.Pod, error) {
 }
 
 // validate says which required field of the daemon pod is missing.
-func (cfg DaemonPodConfig) validate() error {
+func (cfg PodSpec) validate() error {
 	switch {
 	case cfg.Prefix == "", cfg.Namespace == "", cfg.NodeName == "", cfg.Image == "":
 		return fmt.Errorf("MPS daemon pod: prefix, namespace, node name and image are required (got %q, %q, %q, %q)",
@@ -171,8 +171,8 @@ func (cfg DaemonPodConfig) validate() error {
 	return nil
 }
 
-// args are the words BuildDaemonPod appends to the pod's command.
-func (cfg DaemonPodConfig) args() []string {
+// args are the words BuildPod appends to the pod's command.
+func (cfg PodSpec) args() []string {
 	args := []string{}
 	if cfg.Simulate {
 		args = append(args, DaemonFlagSimulate)
@@ -189,7 +189,7 @@ func (cfg DaemonPodConfig) args() []string {
 
 // storageAndEnv are the daemon container's host directories, their
 // mounts, and its MPS environment.
-func (cfg DaemonPodConfig) storageAndEnv() ([]corev1.Volume, []corev1.VolumeMount, []corev1.EnvVar) {
+func (cfg PodSpec) storageAndEnv() ([]corev1.Volume, []corev1.VolumeMount, []corev1.EnvVar) {
 	hostDir := corev1.HostPathDirectoryOrCreate
 	volumes := []corev1.Volume{
 		{Name: "mps-pipe", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: cfg.Layout.PipeDir(), Type: &hostDir}}},

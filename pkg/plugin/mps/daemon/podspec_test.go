@@ -4,12 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/mpstest"
 )
 
-func basePodConfig(root string) DaemonPodConfig {
-	return DaemonPodConfig{
+func basePodConfig(root string) PodSpec {
+	return PodSpec{
 		Prefix:          "tangram",
 		Namespace:       "tangram-system",
 		NodeName:        "node-1",
@@ -43,13 +44,13 @@ func TestBuildDaemonPod(t *testing.T) {
 	long := strings.Repeat("n", 250)
 	for _, tc := range []struct {
 		name    string
-		mutate  func(*DaemonPodConfig)
+		mutate  func(*PodSpec)
 		wantErr string
 		check   func(t *testing.T, pod *corev1.Pod)
 	}{
 		{
 			name: "real GPUs, multi-user, driver root",
-			mutate: func(c *DaemonPodConfig) {
+			mutate: func(c *PodSpec) {
 				c.MultiUser = true
 				c.DriverRoot = "/run/nvidia/driver"
 				c.ImagePullSecrets = []string{"regcred"}
@@ -72,7 +73,7 @@ func TestBuildDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "simulated: no driver root, stand-in flag only",
-			mutate: func(c *DaemonPodConfig) { c.Simulate = true; c.MultiUser = true },
+			mutate: func(c *PodSpec) { c.Simulate = true; c.MultiUser = true },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				c := pod.Spec.Containers[0]
 				if got, want := strings.Join(c.Command, " "), "/dra-kubelet-plugin mps-daemon --simulate"; got != want {
@@ -133,12 +134,12 @@ func TestBuildDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "long node name is cut to a valid, distinct name",
-			mutate: func(c *DaemonPodConfig) { c.NodeName = long },
+			mutate: func(c *PodSpec) { c.NodeName = long },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				if len(pod.Name) > 253 || !strings.HasPrefix(pod.Name, "tangram-mps-nnn") {
 					t.Errorf("name %q (%d characters)", pod.Name, len(pod.Name))
 				}
-				if other := DaemonPodName("tangram", long+"x"); other == pod.Name {
+				if other := PodName("tangram", long+"x"); other == pod.Name {
 					t.Error("two long node names give the same pod name")
 				}
 				if v := pod.Labels[LabelNode]; len(v) > 63 {
@@ -148,7 +149,7 @@ func TestBuildDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "no priority class",
-			mutate: func(c *DaemonPodConfig) { c.PriorityClassName = "" },
+			mutate: func(c *PodSpec) { c.PriorityClassName = "" },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				if p := pod.Spec.PriorityClassName; p != "" {
 					t.Errorf("priority class %q, want none", p)
@@ -157,23 +158,23 @@ func TestBuildDaemonPod(t *testing.T) {
 		},
 		{
 			name:   "custom priority class",
-			mutate: func(c *DaemonPodConfig) { c.PriorityClassName = "gpu-infra" },
+			mutate: func(c *PodSpec) { c.PriorityClassName = "gpu-infra" },
 			check: func(t *testing.T, pod *corev1.Pod) {
 				if p := pod.Spec.PriorityClassName; p != "gpu-infra" {
 					t.Errorf("priority class %q, want gpu-infra", p)
 				}
 			},
 		},
-		{name: "no image", mutate: func(c *DaemonPodConfig) { c.Image = "" }, wantErr: "image are required"},
-		{name: "no command", mutate: func(c *DaemonPodConfig) { c.Command = nil }, wantErr: "command is required"},
-		{name: "no MPS root", mutate: func(c *DaemonPodConfig) { c.Layout.Root = "" }, wantErr: "MPS root"},
+		{name: "no image", mutate: func(c *PodSpec) { c.Image = "" }, wantErr: "image are required"},
+		{name: "no command", mutate: func(c *PodSpec) { c.Command = nil }, wantErr: "command is required"},
+		{name: "no MPS root", mutate: func(c *PodSpec) { c.Layout.Root = "" }, wantErr: "MPS root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := basePodConfig("/r")
 			if tc.mutate != nil {
 				tc.mutate(&cfg)
 			}
-			pod, err := BuildDaemonPod(cfg)
+			pod, err := BuildPod(cfg)
 			if mpstest.CheckError(t, err, tc.wantErr) {
 				return
 			}

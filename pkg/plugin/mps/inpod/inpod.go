@@ -19,7 +19,7 @@ import (
 // Config is what `dra-kubelet-plugin mps-daemon` runs inside
 // the daemon pod. The MPS variables (CUDA_MPS_PIPE_DIRECTORY,
 // CUDA_MPS_LOG_DIRECTORY, CUDA_VISIBLE_DEVICES) come from the pod's
-// environment, which daemon.BuildDaemonPod sets.
+// environment, which daemon.BuildPod sets.
 type Config struct {
 	// Binary is nvidia-cuda-mps-control.
 	Binary string

@@ -1,6 +1,7 @@
-// Package mpstest has test doubles of the MPS control daemon shared by the
-// tests of pkg/plugin/mps and pkg/plugin. It does not import mps, so that
-// package's own tests can use it.
+// Package mpstest has the test doubles and helpers shared by the tests of
+// pkg/plugin/mps, its daemon and mpsv3 packages, and pkg/plugin: a control
+// daemon that hangs, a recording /dev/shm mounter, short MPS roots, error
+// checks. It imports none of them, so their own tests can use it.
 package mpstest
 
 import (

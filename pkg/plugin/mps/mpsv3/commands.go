@@ -14,18 +14,18 @@ import (
 	"strings"
 )
 
-func v3ServerCreate(server string, uid int, devices []string) []string {
+func serverCreate(server string, uid int, devices []string) []string {
 	return []string{"server", "create", server, fmt.Sprintf("--uid=%d", uid), "--allowed-devices=" + strings.Join(devices, ",")}
 }
 
-func v3ServerList() []string { return []string{"server", "list", "--format=csv"} }
+func serverList() []string { return []string{"server", "list", "--format=csv"} }
 
-func v3NamespaceCreate(server, name string) []string {
+func namespaceCreate(server, name string) []string {
 	return []string{"namespace", "create", name, "--server=" + server}
 }
 
-// v3NamespaceSet sets what the spec names; nil when it names nothing.
-func v3NamespaceSet(server string, spec NamespaceSpec) []string {
+// namespaceSet sets what the spec names; nil when it names nothing.
+func namespaceSet(server string, spec NamespaceSpec) []string {
 	var opts []string
 	if spec.ActiveThreadPercentage > 0 {
 		opts = append(opts, fmt.Sprintf("--active-thread-percentage=%d", spec.ActiveThreadPercentage))
@@ -39,7 +39,7 @@ func v3NamespaceSet(server string, spec NamespaceSpec) []string {
 	return append([]string{"namespace", "set", spec.Name, "--server=" + server}, opts...)
 }
 
-func v3NamespaceList(server string) []string {
+func namespaceList(server string) []string {
 	return []string{"namespace", "list", "--server=" + server, "--format=csv"}
 }
 
@@ -49,25 +49,25 @@ func v3NamespaceList(server string) []string {
 // unconfirmed (NVIDIA-FACTS.md, "Round two").
 var pipeDirectoryFields = []string{"pipe-directory", "pipe_directory"}
 
-// v3NamespaceGet reads one field of a namespace: `namespace get <ns>
+// namespaceGet reads one field of a namespace: `namespace get <ns>
 // <server> <field>`, the server positional and the field required.
-func v3NamespaceGet(server, name, field string) []string {
+func namespaceGet(server, name, field string) []string {
 	return []string{"namespace", "get", name, server, field}
 }
 
-// v3ClientList lists a server's clients; the table form truncates PIDs,
+// clientList lists a server's clients; the table form truncates PIDs,
 // so CSV without a header (KAI, r615).
-func v3ClientList(server string) []string {
+func clientList(server string) []string {
 	return []string{"client", "list", "--server=" + server, "--format=csv,noheader"}
 }
 
-// v3ClientTerminate ends one client: the PID alone, no options (it blocks
+// clientTerminate ends one client: the PID alone, no options (it blocks
 // until the client is gone, so it runs under the command deadline).
-func v3ClientTerminate(pid int) []string {
+func clientTerminate(pid int) []string {
 	return []string{"client", "terminate", strconv.Itoa(pid)}
 }
 
-func v3NamespaceDelete(server, name string, force bool) []string {
+func namespaceDelete(server, name string, force bool) []string {
 	cmd := []string{"namespace", "delete", name, "--server=" + server}
 	if force {
 		cmd = append(cmd, "--force")

@@ -13,17 +13,17 @@ func TestV3Commands(t *testing.T) {
 		got  []string
 		want string
 	}{
-		{v3ServerCreate("tangram", 0, []string{"GPU-a", "GPU-b"}), "server create tangram --uid=0 --allowed-devices=GPU-a,GPU-b"},
-		{v3ServerList(), "server list --format=csv"},
-		{v3NamespaceCreate("tangram", "tangram_c"), "namespace create tangram_c --server=tangram"},
-		{v3NamespaceSet("tangram", spec), "namespace set tangram_c --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M"},
-		{v3NamespaceSet("tangram", NamespaceSpec{Name: "tangram_c"}), ""},
-		{v3NamespaceList("tangram"), "namespace list --server=tangram --format=csv"},
-		{v3NamespaceGet("tangram", "tangram_c", "pipe-directory"), "namespace get tangram_c tangram pipe-directory"},
-		{v3ClientList("tangram"), "client list --server=tangram --format=csv,noheader"},
-		{v3ClientTerminate(42), "client terminate 42"},
-		{v3NamespaceDelete("tangram", "tangram_c", false), "namespace delete tangram_c --server=tangram"},
-		{v3NamespaceDelete("tangram", "tangram_c", true), "namespace delete tangram_c --server=tangram --force"},
+		{serverCreate("tangram", 0, []string{"GPU-a", "GPU-b"}), "server create tangram --uid=0 --allowed-devices=GPU-a,GPU-b"},
+		{serverList(), "server list --format=csv"},
+		{namespaceCreate("tangram", "tangram_c"), "namespace create tangram_c --server=tangram"},
+		{namespaceSet("tangram", spec), "namespace set tangram_c --server=tangram --active-thread-percentage=30 --pinned-memory-limit=20480M"},
+		{namespaceSet("tangram", NamespaceSpec{Name: "tangram_c"}), ""},
+		{namespaceList("tangram"), "namespace list --server=tangram --format=csv"},
+		{namespaceGet("tangram", "tangram_c", "pipe-directory"), "namespace get tangram_c tangram pipe-directory"},
+		{clientList("tangram"), "client list --server=tangram --format=csv,noheader"},
+		{clientTerminate(42), "client terminate 42"},
+		{namespaceDelete("tangram", "tangram_c", false), "namespace delete tangram_c --server=tangram"},
+		{namespaceDelete("tangram", "tangram_c", true), "namespace delete tangram_c --server=tangram --force"},
 	}
 	for _, tt := range tests {
 		if got := strings.Join(tt.got, " "); got != tt.want {

@@ -70,7 +70,7 @@ func (v *Namespaces) EnsureServer(ctx context.Context) error {
 	if state.Listed {
 		return nil
 	}
-	if _, err := v.ctl(ctx, v3ServerCreate(v.Server, 0, v.Devices)); err != nil {
+	if _, err := v.ctl(ctx, serverCreate(v.Server, 0, v.Devices)); err != nil {
 		return fmt.Errorf("creating the node's MPS v3 server %q: %w", v.Server, err)
 	}
 	klog.FromContext(ctx).Info("Created the node's MPS v3 server", "server", v.Server, "devices", v.Devices)
@@ -91,7 +91,7 @@ func (v *Namespaces) CheckRunning(ctx context.Context) error {
 }
 
 func (v *Namespaces) serverState(ctx context.Context) (ServerState, error) {
-	out, err := v.ctl(ctx, v3ServerList())
+	out, err := v.ctl(ctx, serverList())
 	if err != nil {
 		return ServerState{}, fmt.Errorf("listing MPS v3 servers: %w", err)
 	}
@@ -100,7 +100,7 @@ func (v *Namespaces) serverState(ctx context.Context) (ServerState, error) {
 
 // List returns the server's namespaces by name.
 func (v *Namespaces) List(ctx context.Context) (map[string]NamespaceSpec, error) {
-	out, err := v.ctl(ctx, v3NamespaceList(v.Server))
+	out, err := v.ctl(ctx, namespaceList(v.Server))
 	if err != nil {
 		return nil, fmt.Errorf("listing the namespaces of MPS v3 server %q: %w", v.Server, err)
 	}
@@ -118,12 +118,12 @@ func (v *Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[st
 	}
 	got, exists := have[spec.Name]
 	if !exists {
-		if _, err := v.ctl(ctx, v3NamespaceCreate(v.Server, spec.Name)); err != nil {
+		if _, err := v.ctl(ctx, namespaceCreate(v.Server, spec.Name)); err != nil {
 			return fmt.Errorf("creating MPS v3 namespace %s: %w", spec.Name, err)
 		}
 	}
 	if !exists || !sameLimits(spec, got) {
-		if cmd := v3NamespaceSet(v.Server, spec); cmd != nil {
+		if cmd := namespaceSet(v.Server, spec); cmd != nil {
 			if _, err := v.ctl(ctx, cmd); err != nil {
 				return fmt.Errorf("setting the limits of MPS v3 namespace %s: %w", spec.Name, err)
 			}
@@ -132,12 +132,12 @@ func (v *Namespaces) Ensure(ctx context.Context, spec NamespaceSpec, have map[st
 	return v.checkPipeDir(ctx, spec.Name, got.PipeDirectory)
 }
 
-// NamespacePipeDir asks the daemon where clients reach the namespace, with
+// ListedPipeDir asks the daemon where clients reach the namespace, with
 // the documented field spelling first and the other after it.
-func (v *Namespaces) NamespacePipeDir(ctx context.Context, name string) (string, error) {
+func (v *Namespaces) ListedPipeDir(ctx context.Context, name string) (string, error) {
 	var errs []error
 	for _, field := range pipeDirectoryFields {
-		out, err := v.ctl(ctx, v3NamespaceGet(v.Server, name, field))
+		out, err := v.ctl(ctx, namespaceGet(v.Server, name, field))
 		if err != nil {
 			errs = append(errs, err)
 			if isTimeout(err) {
@@ -168,7 +168,7 @@ func (v *Namespaces) checkPipeDir(ctx context.Context, name, listed string) erro
 	got := listed
 	if got == "" {
 		var err error
-		if got, err = v.NamespacePipeDir(ctx, name); err != nil {
+		if got, err = v.ListedPipeDir(ctx, name); err != nil {
 			return err
 		}
 	}
@@ -191,7 +191,7 @@ func (v *Namespaces) Delete(ctx context.Context, name string, have map[string]Na
 		return nil
 	}
 	logger := klog.FromContext(ctx)
-	out, err := v.ctl(ctx, v3ClientList(v.Server))
+	out, err := v.ctl(ctx, clientList(v.Server))
 	if isTimeout(err) {
 		return fmt.Errorf("deleting MPS v3 namespace %s: listing its clients: %w", name, err)
 	}
@@ -204,21 +204,21 @@ func (v *Namespaces) Delete(ctx context.Context, name string, have map[string]Na
 	}
 	for _, pid := range pids {
 		logger.Info("Terminating an MPS client left in a namespace being deleted", "namespace", name, "pid", pid)
-		if _, err := v.ctl(ctx, v3ClientTerminate(pid)); err != nil {
+		if _, err := v.ctl(ctx, clientTerminate(pid)); err != nil {
 			if isTimeout(err) {
 				return fmt.Errorf("deleting MPS v3 namespace %s: terminating client %d: %w", name, pid, err)
 			}
 			logger.Error(err, "Terminating an MPS client failed; the delete will be forced", "namespace", name, "pid", pid)
 		}
 	}
-	_, err = v.ctl(ctx, v3NamespaceDelete(v.Server, name, false))
+	_, err = v.ctl(ctx, namespaceDelete(v.Server, name, false))
 	if err == nil {
 		return nil
 	}
 	if isTimeout(err) {
 		return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, err)
 	}
-	if _, errForced := v.ctl(ctx, v3NamespaceDelete(v.Server, name, true)); errForced != nil {
+	if _, errForced := v.ctl(ctx, namespaceDelete(v.Server, name, true)); errForced != nil {
 		return fmt.Errorf("deleting MPS v3 namespace %s: %w", name, errors.Join(err, errForced))
 	}
 	logger.Info("Deleted MPS v3 namespace with --force", "namespace", name, "plainDeleteErr", err)

@@ -98,7 +98,7 @@ func TestV3NamespacesAgainstStandIn(t *testing.T) {
 		t.Errorf("namespaces %+v, want %+v", have, want)
 	}
 	// A changed limit is set once the client is gone.
-	if _, err := ctl(ctx, v3ClientTerminate(1001)); err != nil {
+	if _, err := ctl(ctx, clientTerminate(1001)); err != nil {
 		t.Fatal(err)
 	}
 	a.ActiveThreadPercentage = 40
@@ -289,7 +289,7 @@ func TestV3NamespacePipeDirSpellings(t *testing.T) {
 			if err := v3.Ensure(ctx, NamespaceSpec{Name: "tangram_c", ActiveThreadPercentage: 10}, map[string]NamespaceSpec{}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := v3.NamespacePipeDir(ctx, "tangram_c")
+			got, err := v3.ListedPipeDir(ctx, "tangram_c")
 			if want := filepath.Join(d.pipe, "tangram", "tangram_c"); err != nil || got != want {
 				t.Errorf("pipe directory %q, %v; want %q", got, err, want)
 			}
