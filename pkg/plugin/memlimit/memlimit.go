@@ -9,7 +9,6 @@
 package memlimit
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/tangram-gpu/tangram/pkg/plugin/memlimit/records"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcgroup"
 )
 
 // Limit is a claim's hard memory limit on one card.
@@ -74,44 +74,18 @@ func ReadState(r io.Reader) (specs.State, error) {
 // path; on a cgroup v1 or hybrid host, the memory controller's hierarchy
 // (<cgroupRoot>/memory/<path>). The directory must exist.
 func ContainerCgroup(procRoot, cgroupRoot string, pid int) (string, error) {
-	file := filepath.Join(procRoot, strconv.Itoa(pid), "cgroup")
-	f, err := os.Open(file)
+	c, err := podcgroup.Read(procRoot, pid)
 	if err != nil {
 		return "", fmt.Errorf("finding the cgroup of the container's process %d: %w", pid, err)
 	}
-	defer func() { _ = f.Close() }()
-	var unified, memory string
-	lines := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if sc.Text() == "" {
-			continue
-		}
-		lines++
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") {
-			return "", fmt.Errorf("%s: line %q is not <id>:<controllers>:<path>", file, sc.Text())
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			unified = parts[2]
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "memory" {
-				memory = parts[2]
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("reading %s: %w", file, err)
-	}
 	var dir string
 	switch {
-	case lines == 1 && unified != "":
-		dir = filepath.Join(cgroupRoot, unified)
-	case memory != "":
-		dir = filepath.Join(cgroupRoot, "memory", memory)
+	case c.Lines == 1 && c.Unified != "":
+		dir = filepath.Join(cgroupRoot, c.Unified)
+	case c.Memory != "":
+		dir = filepath.Join(cgroupRoot, "memory", c.Memory)
 	default:
-		return "", fmt.Errorf("%s names neither a cgroup v2 path nor a memory cgroup", file)
+		return "", fmt.Errorf("%s names neither a cgroup v2 path nor a memory cgroup", filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
 	}
 	st, err := os.Stat(dir)
 	if err != nil {

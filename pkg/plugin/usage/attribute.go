@@ -1,0 +1,177 @@
+// Package usage attributes what runs on a node's GPUs to the claims the
+// plugin prepared (issue 39, first part): each GPU process NVML reports is
+// mapped through its cgroup to its pod (pkg/plugin/podcgroup) and through
+// the pod's claims to the prepared device it runs on, so an admin can see
+// what each share really uses, which share exceeds its memory, and which
+// process no claim accounts for. Attribute is pure; reading NVML and
+// /proc, and reporting, are the watcher's (not yet wired: docs/observability.md).
+package usage
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// NoInstance is Process.GPUInstance of a process outside any MIG instance.
+const NoInstance = -1
+
+// Process is one GPU process as NVML reports it (a compute process or an
+// MPS client; nvmlDeviceGetComputeRunningProcesses_v3,
+// nvmlDeviceGetMPSComputeRunningProcesses_v3).
+type Process struct {
+	// Card is the UUID of the card the process runs on (the parent card
+	// for a process in a MIG instance).
+	Card string
+	// GPUInstance is the MIG GPU instance the process runs in, NoInstance
+	// outside MIG.
+	GPUInstance int
+	// PID is in the host's PID namespace, as NVML gives it.
+	PID int
+	// UsedBytes is its GPU memory; negative when NVML says it is not
+	// available (NVIDIA documents that it may be, e.g. under MPS).
+	UsedBytes int64
+}
+
+// Inputs are what one attribution looks at, read at about the same time.
+type Inputs struct {
+	Processes []Process
+	// PodOf is the UID of each process's pod, "" for a process outside
+	// any pod. A process without an entry exited before its cgroup was
+	// read (podcgroup.ErrProcessGone) and is left out.
+	PodOf map[int]string
+	// ClaimsOf are the UIDs of the claims each pod uses.
+	ClaimsOf map[string][]string
+	// Records are the plugin's prepared claims, by UID.
+	Records map[string]prepared.Claim
+	// NodePIDs are the processes of the node's own daemons (the MPS
+	// control daemon and its servers): their use is the node's.
+	NodePIDs map[int]bool
+}
+
+// Use is what the processes of one prepared device's pods use of it.
+type Use struct {
+	ClaimUID, Namespace, Name string
+	Device                    prepared.Device
+	// PIDs are the processes attributed to the device, in ascending order.
+	PIDs []int
+	// UsedBytes sums their memory; UsedKnown is false when NVML did not
+	// say it for one of them (then UsedBytes is a lower bound).
+	UsedBytes int64
+	UsedKnown bool
+	// Over is set on a share using more memory than it was given; never
+	// on a whole card, a MIG partition (the GPU holds it) or admin access.
+	Over bool
+}
+
+// Stray is a GPU process no prepared claim accounts for: it runs outside
+// any pod, or its pod holds no claim on that card.
+type Stray struct {
+	Process
+	// Pod is the process's pod UID, "" outside any pod.
+	Pod string
+}
+
+// Report is one attribution.
+type Report struct {
+	// Uses has an entry for every prepared device with a process, by
+	// claim UID then device order.
+	Uses []Use
+	// Strays are the processes no claim accounts for, by card and PID.
+	Strays []Stray
+	// Node are the node's own daemons' processes.
+	Node []Process
+	// Ambiguous are the processes whose pod holds several devices of the
+	// card: what NVML reports does not say which one a process serves, so
+	// each was given to the first (by claim UID, then device order).
+	Ambiguous []Process
+}
+
+// Attribute maps each process to the prepared device its pod holds on
+// the card it runs on.
+func Attribute(in Inputs) Report {
+	type key struct {
+		claim string
+		index int
+	}
+	uses := map[key]*Use{}
+	var r Report
+	for _, p := range sortedProcesses(in.Processes) {
+		pod, alive := in.PodOf[p.PID]
+		switch {
+		case !alive:
+			continue
+		case in.NodePIDs[p.PID]:
+			r.Node = append(r.Node, p)
+			continue
+		case pod == "":
+			r.Strays = append(r.Strays, Stray{Process: p})
+			continue
+		}
+		var held []key
+		for _, claim := range slices.Sorted(slices.Values(in.ClaimsOf[pod])) {
+			rec, ok := in.Records[claim]
+			if !ok {
+				continue
+			}
+			for i, dev := range rec.Devices {
+				if runsOn(p, dev) {
+					held = append(held, key{claim, i})
+				}
+			}
+		}
+		if len(held) == 0 {
+			r.Strays = append(r.Strays, Stray{Process: p, Pod: pod})
+			continue
+		}
+		if len(held) > 1 {
+			r.Ambiguous = append(r.Ambiguous, p)
+		}
+		k := held[0]
+		u := uses[k]
+		if u == nil {
+			rec := in.Records[k.claim]
+			u = &Use{ClaimUID: k.claim, Namespace: rec.Namespace, Name: rec.Name, Device: rec.Devices[k.index], UsedKnown: true}
+			uses[k] = u
+		}
+		u.PIDs = append(u.PIDs, p.PID)
+		if p.UsedBytes < 0 {
+			u.UsedKnown = false
+		} else {
+			u.UsedBytes += p.UsedBytes
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(uses), func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.index, b.index))
+	}) {
+		u := uses[k]
+		slices.Sort(u.PIDs)
+		kind := u.Device.Kind()
+		isShare := kind == prepared.KindShare || kind == prepared.KindMPSShare
+		u.Over = isShare && u.Device.MemoryBytes > 0 && u.UsedBytes > u.Device.MemoryBytes
+		r.Uses = append(r.Uses, *u)
+	}
+	return r
+}
+
+// runsOn reports whether process p runs on prepared device dev: the same
+// card and, for a MIG partition, its GPU instance.
+func runsOn(p Process, dev prepared.Device) bool {
+	if dev.GPUUUID != p.Card {
+		return false
+	}
+	if dev.MIG != nil {
+		return dev.MIG.Created() && dev.MIG.GPUInstanceIDValue() == p.GPUInstance
+	}
+	return p.GPUInstance == NoInstance
+}
+
+func sortedProcesses(in []Process) []Process {
+	out := slices.Clone(in)
+	slices.SortFunc(out, func(a, b Process) int {
+		return cmp.Or(cmp.Compare(a.Card, b.Card), cmp.Compare(a.GPUInstance, b.GPUInstance), cmp.Compare(a.PID, b.PID))
+	})
+	return out
+}

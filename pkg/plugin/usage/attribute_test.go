@@ -1,0 +1,135 @@
+package usage
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+const gib = int64(1) << 30
+
+func ptr(i int) *int { return &i }
+
+// records: an MPS share and a share without a backend on GPU-1, a whole
+// card and an admin-access claim on GPU-2, a MIG partition (GPU instance
+// 1) on GPU-3.
+func records() map[string]prepared.Claim {
+	claim := func(uid string, dev prepared.Device) prepared.Claim {
+		return prepared.Claim{UID: uid, Namespace: "team", Name: "claim-" + uid, State: prepared.PrepareCompleted, Devices: []prepared.Device{dev}}
+	}
+	return map[string]prepared.Claim{
+		"a": claim("a", prepared.Device{Device: "gpu-1", GPUUUID: "GPU-1", ShareID: "s1", Share: true, MemoryBytes: 4 * gib, MPSPipeDir: "/run/tangram/mps/pipe"}),
+		"b": claim("b", prepared.Device{Device: "gpu-1", GPUUUID: "GPU-1", ShareID: "s2", Share: true, MemoryBytes: 2 * gib}),
+		"w": claim("w", prepared.Device{Device: "gpu-2", GPUUUID: "GPU-2", MemoryBytes: 80 * gib}),
+		"x": claim("x", prepared.Device{Device: "gpu-2", GPUUUID: "GPU-2", AdminAccess: true}),
+		"m": claim("m", prepared.Device{Device: "gpu-3-mig-9-4", GPUUUID: "GPU-3", MemoryBytes: 20 * gib,
+			MIG: &prepared.MIG{ParentIndex: 3, ProfileID: 9, Profile: "3g.40gb", Start: 4, Size: 4, GPUInstanceID: ptr(1), ComputeInstanceID: ptr(0), UUID: "MIG-3"}}),
+	}
+}
+
+// use is a Use as the tests compare it.
+type use struct {
+	claim string
+	pids  []int
+	used  int64
+	known bool
+	over  bool
+}
+
+func TestAttribute(t *testing.T) {
+	claimsOf := map[string][]string{
+		"pod-a": {"a"}, "pod-b": {"b"}, "pod-w": {"w"}, "pod-x": {"x"}, "pod-m": {"m"},
+		"pod-ab": {"b", "a"}, "pod-unprepared": {"gone"},
+	}
+	tests := []struct {
+		name        string
+		procs       []Process
+		podOf       map[int]string
+		node        map[int]bool
+		wantUses    []use
+		wantStrays  []int
+		wantNode    []int
+		wantAmbig   []int
+		wantStrayOf map[int]string
+	}{
+		{name: "a share's processes summed",
+			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 11, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 10, UsedBytes: 2 * gib}},
+			podOf:    map[int]string{10: "pod-a", 11: "pod-a"},
+			wantUses: []use{{claim: "a", pids: []int{10, 11}, used: 3 * gib, known: true}}},
+		{name: "a share over its memory, MPS and without a backend",
+			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 10, UsedBytes: 5 * gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 20, UsedBytes: 2*gib + 1}},
+			podOf:    map[int]string{10: "pod-a", 20: "pod-b"},
+			wantUses: []use{{claim: "a", pids: []int{10}, used: 5 * gib, known: true, over: true}, {claim: "b", pids: []int{20}, used: 2*gib + 1, known: true, over: true}}},
+		{name: "memory NVML does not give: a lower bound, never over on it",
+			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 10, UsedBytes: -1}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 12, UsedBytes: gib}},
+			podOf:    map[int]string{10: "pod-a", 12: "pod-a"},
+			wantUses: []use{{claim: "a", pids: []int{10, 12}, used: gib, known: false}}},
+		{name: "a whole card is never over, admin access is accounted",
+			procs:    []Process{{Card: "GPU-2", GPUInstance: NoInstance, PID: 30, UsedBytes: 90 * gib}, {Card: "GPU-2", GPUInstance: NoInstance, PID: 40, UsedBytes: gib}},
+			podOf:    map[int]string{30: "pod-w", 40: "pod-x"},
+			wantUses: []use{{claim: "w", pids: []int{30}, used: 90 * gib, known: true}, {claim: "x", pids: []int{40}, used: gib, known: true}}},
+		{name: "a MIG partition: its own instance, not another's",
+			procs:       []Process{{Card: "GPU-3", GPUInstance: 1, PID: 50, UsedBytes: 30 * gib}, {Card: "GPU-3", GPUInstance: 2, PID: 51, UsedBytes: gib}, {Card: "GPU-3", GPUInstance: NoInstance, PID: 52, UsedBytes: gib}},
+			podOf:       map[int]string{50: "pod-m", 51: "pod-m", 52: "pod-m"},
+			wantUses:    []use{{claim: "m", pids: []int{50}, used: 30 * gib, known: true}},
+			wantStrays:  []int{52, 51},
+			wantStrayOf: map[int]string{51: "pod-m", 52: "pod-m"}},
+		{name: "strays: a card the pod holds nothing of, no pod, a claim not prepared",
+			procs:       []Process{{Card: "GPU-2", GPUInstance: NoInstance, PID: 10, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 60, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 61, UsedBytes: gib}},
+			podOf:       map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared"},
+			wantStrays:  []int{60, 61, 10},
+			wantStrayOf: map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared"}},
+		{name: "the node's daemon is the node's; a process gone before its cgroup was read is left out",
+			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 70, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 71, UsedBytes: gib}},
+			podOf:    map[int]string{70: ""},
+			node:     map[int]bool{70: true},
+			wantNode: []int{70}},
+		{name: "a pod with two shares of the card: the first claim, said to be ambiguous",
+			procs:     []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 80, UsedBytes: gib}},
+			podOf:     map[int]string{80: "pod-ab"},
+			wantUses:  []use{{claim: "a", pids: []int{80}, used: gib, known: true}},
+			wantAmbig: []int{80}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Attribute(Inputs{Processes: tt.procs, PodOf: tt.podOf, ClaimsOf: claimsOf, Records: records(), NodePIDs: tt.node})
+			var uses []use
+			for _, u := range r.Uses {
+				if u.Namespace != "team" || u.Name != "claim-"+u.ClaimUID || u.Device.Device != records()[u.ClaimUID].Devices[0].Device {
+					t.Errorf("use of %s names %s/%s, device %s", u.ClaimUID, u.Namespace, u.Name, u.Device.Device)
+				}
+				uses = append(uses, use{claim: u.ClaimUID, pids: u.PIDs, used: u.UsedBytes, known: u.UsedKnown, over: u.Over})
+			}
+			if fmt.Sprint(uses) != fmt.Sprint(tt.wantUses) {
+				t.Errorf("uses %+v, want %+v", uses, tt.wantUses)
+			}
+			pidsOf := func(ps []Process) []int {
+				var out []int
+				for _, p := range ps {
+					out = append(out, p.PID)
+				}
+				return out
+			}
+			var strays []int
+			strayOf := map[int]string{}
+			for _, s := range r.Strays {
+				strays = append(strays, s.PID)
+				strayOf[s.PID] = s.Pod
+			}
+			if !reflect.DeepEqual(strays, tt.wantStrays) {
+				t.Errorf("strays %v, want %v", strays, tt.wantStrays)
+			}
+			if len(tt.wantStrayOf) > 0 && !reflect.DeepEqual(strayOf, tt.wantStrayOf) {
+				t.Errorf("strays' pods %v, want %v", strayOf, tt.wantStrayOf)
+			}
+			if got := pidsOf(r.Node); !reflect.DeepEqual(got, tt.wantNode) {
+				t.Errorf("node's processes %v, want %v", got, tt.wantNode)
+			}
+			if got := pidsOf(r.Ambiguous); !reflect.DeepEqual(got, tt.wantAmbig) {
+				t.Errorf("ambiguous %v, want %v", got, tt.wantAmbig)
+			}
+		})
+	}
+}
