@@ -3,8 +3,9 @@
 // mapped through its cgroup to its pod (pkg/plugin/podcgroup) and through
 // the pod's claims to the prepared device it runs on, so an admin can see
 // what each share really uses, which share exceeds its memory, and which
-// process no claim accounts for. Attribute is pure; reading NVML and
-// /proc, and reporting, are the watcher's (not yet wired: docs/observability.md).
+// process no claim accounts for. Attribute is pure; reading NVML
+// (gpu.ProcessLister) and /proc, and reporting, are the watcher's (not yet
+// wired: docs/observability.md).
 package usage
 
 import (
@@ -12,32 +13,14 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
-// NoInstance is Process.GPUInstance of a process outside any MIG instance.
-const NoInstance = -1
-
-// Process is one GPU process as NVML reports it (a compute process or an
-// MPS client; nvmlDeviceGetComputeRunningProcesses_v3,
-// nvmlDeviceGetMPSComputeRunningProcesses_v3).
-type Process struct {
-	// Card is the UUID of the card the process runs on (the parent card
-	// for a process in a MIG instance).
-	Card string
-	// GPUInstance is the MIG GPU instance the process runs in, NoInstance
-	// outside MIG.
-	GPUInstance int
-	// PID is in the host's PID namespace, as NVML gives it.
-	PID int
-	// UsedBytes is its GPU memory; negative when NVML says it is not
-	// available (NVIDIA documents that it may be, e.g. under MPS).
-	UsedBytes int64
-}
-
 // Inputs are what one attribution looks at, read at about the same time.
 type Inputs struct {
-	Processes []Process
+	// Processes are what NVML reports (gpu.ProcessLister).
+	Processes []gpu.Process
 	// PodOf is the UID of each process's pod, "" for a process outside
 	// any pod. A process without an entry exited before its cgroup was
 	// read (podcgroup.ErrProcessGone) and is left out.
@@ -69,7 +52,7 @@ type Use struct {
 // Stray is a GPU process no prepared claim accounts for: it runs outside
 // any pod, or its pod holds no claim on that card.
 type Stray struct {
-	Process
+	gpu.Process
 	// Pod is the process's pod UID, "" outside any pod.
 	Pod string
 }
@@ -82,11 +65,11 @@ type Report struct {
 	// Strays are the processes no claim accounts for, by card and PID.
 	Strays []Stray
 	// Node are the node's own daemons' processes.
-	Node []Process
+	Node []gpu.Process
 	// Ambiguous are the processes whose pod holds several devices of the
 	// card: what NVML reports does not say which one a process serves, so
 	// each was given to the first (by claim UID, then device order).
-	Ambiguous []Process
+	Ambiguous []gpu.Process
 }
 
 // Attribute maps each process to the prepared device its pod holds on
@@ -158,19 +141,19 @@ func Attribute(in Inputs) Report {
 
 // runsOn reports whether process p runs on prepared device dev: the same
 // card and, for a MIG partition, its GPU instance.
-func runsOn(p Process, dev prepared.Device) bool {
+func runsOn(p gpu.Process, dev prepared.Device) bool {
 	if dev.GPUUUID != p.Card {
 		return false
 	}
 	if dev.MIG != nil {
 		return dev.MIG.Created() && dev.MIG.GPUInstanceIDValue() == p.GPUInstance
 	}
-	return p.GPUInstance == NoInstance
+	return p.GPUInstance == gpu.NoGPUInstance
 }
 
-func sortedProcesses(in []Process) []Process {
+func sortedProcesses(in []gpu.Process) []gpu.Process {
 	out := slices.Clone(in)
-	slices.SortFunc(out, func(a, b Process) int {
+	slices.SortFunc(out, func(a, b gpu.Process) int {
 		return cmp.Or(cmp.Compare(a.Card, b.Card), cmp.Compare(a.GPUInstance, b.GPUInstance), cmp.Compare(a.PID, b.PID))
 	})
 	return out

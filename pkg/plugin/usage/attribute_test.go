@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
@@ -45,7 +46,7 @@ func TestAttribute(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
-		procs       []Process
+		procs       []gpu.Process
 		podOf       map[int]string
 		node        map[int]bool
 		wantUses    []use
@@ -55,39 +56,39 @@ func TestAttribute(t *testing.T) {
 		wantStrayOf map[int]string
 	}{
 		{name: "a share's processes summed",
-			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 11, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 10, UsedBytes: 2 * gib}},
+			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 11, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: 2 * gib}},
 			podOf:    map[int]string{10: "pod-a", 11: "pod-a"},
 			wantUses: []use{{claim: "a", pids: []int{10, 11}, used: 3 * gib, known: true}}},
 		{name: "a share over its memory, MPS and without a backend",
-			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 10, UsedBytes: 5 * gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 20, UsedBytes: 2*gib + 1}},
+			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: 5 * gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 20, UsedBytes: 2*gib + 1}},
 			podOf:    map[int]string{10: "pod-a", 20: "pod-b"},
 			wantUses: []use{{claim: "a", pids: []int{10}, used: 5 * gib, known: true, over: true}, {claim: "b", pids: []int{20}, used: 2*gib + 1, known: true, over: true}}},
 		{name: "memory NVML does not give: a lower bound, never over on it",
-			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 10, UsedBytes: -1}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 12, UsedBytes: gib}},
+			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: -1}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 12, UsedBytes: gib}},
 			podOf:    map[int]string{10: "pod-a", 12: "pod-a"},
 			wantUses: []use{{claim: "a", pids: []int{10, 12}, used: gib, known: false}}},
 		{name: "a whole card is never over, admin access is accounted",
-			procs:    []Process{{Card: "GPU-2", GPUInstance: NoInstance, PID: 30, UsedBytes: 90 * gib}, {Card: "GPU-2", GPUInstance: NoInstance, PID: 40, UsedBytes: gib}},
+			procs:    []gpu.Process{{Card: "GPU-2", GPUInstance: gpu.NoGPUInstance, PID: 30, UsedBytes: 90 * gib}, {Card: "GPU-2", GPUInstance: gpu.NoGPUInstance, PID: 40, UsedBytes: gib}},
 			podOf:    map[int]string{30: "pod-w", 40: "pod-x"},
 			wantUses: []use{{claim: "w", pids: []int{30}, used: 90 * gib, known: true}, {claim: "x", pids: []int{40}, used: gib, known: true}}},
 		{name: "a MIG partition: its own instance, not another's",
-			procs:       []Process{{Card: "GPU-3", GPUInstance: 1, PID: 50, UsedBytes: 30 * gib}, {Card: "GPU-3", GPUInstance: 2, PID: 51, UsedBytes: gib}, {Card: "GPU-3", GPUInstance: NoInstance, PID: 52, UsedBytes: gib}},
+			procs:       []gpu.Process{{Card: "GPU-3", GPUInstance: 1, PID: 50, UsedBytes: 30 * gib}, {Card: "GPU-3", GPUInstance: 2, PID: 51, UsedBytes: gib}, {Card: "GPU-3", GPUInstance: gpu.NoGPUInstance, PID: 52, UsedBytes: gib}},
 			podOf:       map[int]string{50: "pod-m", 51: "pod-m", 52: "pod-m"},
 			wantUses:    []use{{claim: "m", pids: []int{50}, used: 30 * gib, known: true}},
 			wantStrays:  []int{52, 51},
 			wantStrayOf: map[int]string{51: "pod-m", 52: "pod-m"}},
 		{name: "strays: a card the pod holds nothing of, no pod, a claim not prepared",
-			procs:       []Process{{Card: "GPU-2", GPUInstance: NoInstance, PID: 10, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 60, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 61, UsedBytes: gib}},
+			procs:       []gpu.Process{{Card: "GPU-2", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 60, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 61, UsedBytes: gib}},
 			podOf:       map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared"},
 			wantStrays:  []int{60, 61, 10},
 			wantStrayOf: map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared"}},
 		{name: "the node's daemon is the node's; a process gone before its cgroup was read is left out",
-			procs:    []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 70, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: NoInstance, PID: 71, UsedBytes: gib}},
+			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 70, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 71, UsedBytes: gib}},
 			podOf:    map[int]string{70: ""},
 			node:     map[int]bool{70: true},
 			wantNode: []int{70}},
 		{name: "a pod with two shares of the card: the first claim, said to be ambiguous",
-			procs:     []Process{{Card: "GPU-1", GPUInstance: NoInstance, PID: 80, UsedBytes: gib}},
+			procs:     []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 80, UsedBytes: gib}},
 			podOf:     map[int]string{80: "pod-ab"},
 			wantUses:  []use{{claim: "a", pids: []int{80}, used: gib, known: true}},
 			wantAmbig: []int{80}},
@@ -105,7 +106,7 @@ func TestAttribute(t *testing.T) {
 			if fmt.Sprint(uses) != fmt.Sprint(tt.wantUses) {
 				t.Errorf("uses %+v, want %+v", uses, tt.wantUses)
 			}
-			pidsOf := func(ps []Process) []int {
+			pidsOf := func(ps []gpu.Process) []int {
 				var out []int
 				for _, p := range ps {
 					out = append(out, p.PID)

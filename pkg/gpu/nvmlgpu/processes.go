@@ -1,0 +1,98 @@
+//go:build cgo
+
+package nvmlgpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+// noInstance is NVML's GPU instance ID of a process outside MIG.
+const noInstance = math.MaxUint32
+
+// GPUProcesses lists every card's compute processes and MPS clients. On a
+// card in MIG mode the card's handle gives the processes of all its
+// instances, each with its GPU instance ID, to a caller with the
+// privileges the plugin has (NVML, nvmlDeviceGetComputeRunningProcesses).
+// A card whose list fails is left out and named in the returned error;
+// the others' processes are still returned. An MPS list NVML does not
+// support is no MPS client, not an error.
+func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
+	count, ret := s.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("listing GPU processes: nvmlDeviceGetCount: %w", ret)
+	}
+	var out []gpu.Process
+	var errs []error
+	for i := 0; i < count; i++ {
+		procs, err := cardProcesses(s.lib, i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, procs...)
+	}
+	return out, errors.Join(errs...)
+}
+
+func cardProcesses(lib nvml.Interface, index int) ([]gpu.Process, error) {
+	dev, ret := lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("listing the processes of card %d: its handle: %w", index, ret)
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("listing the processes of card %d: its UUID: %w", index, ret)
+	}
+	compute, ret := dev.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("listing the compute processes of card %d (%s): %w", index, uuid, ret)
+	}
+	mps, ret := dev.GetMPSComputeRunningProcesses()
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		mps = nil
+	default:
+		return nil, fmt.Errorf("listing the MPS clients of card %d (%s): %w", index, uuid, ret)
+	}
+	type key struct{ pid, instance int }
+	seen := map[key]int{}
+	var out []gpu.Process
+	add := func(p nvml.ProcessInfo, client bool) {
+		proc := gpu.Process{Card: uuid, GPUInstance: gpu.NoGPUInstance, PID: int(p.Pid), UsedBytes: -1, MPSClient: client}
+		if p.GpuInstanceId != noInstance {
+			proc.GPUInstance = int(p.GpuInstanceId)
+		}
+		// NVML_VALUE_NOT_AVAILABLE is all ones; a size past int64 is no
+		// size either.
+		if p.UsedGpuMemory <= math.MaxInt64 {
+			proc.UsedBytes = int64(p.UsedGpuMemory)
+		}
+		k := key{proc.PID, proc.GPUInstance}
+		if at, dup := seen[k]; dup {
+			out[at].MPSClient = out[at].MPSClient || client
+			if out[at].UsedBytes < 0 {
+				out[at].UsedBytes = proc.UsedBytes
+			}
+			return
+		}
+		seen[k] = len(out)
+		out = append(out, proc)
+	}
+	for _, p := range compute {
+		add(p, false)
+	}
+	for _, p := range mps {
+		add(p, true)
+	}
+	slices.SortFunc(out, func(a, b gpu.Process) int { return a.PID - b.PID })
+	return out, nil
+}

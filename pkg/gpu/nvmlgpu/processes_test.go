@@ -1,0 +1,109 @@
+//go:build cgo
+
+package nvmlgpu
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+)
+
+// TestGPUProcesses reads the process lists of go-nvml's DGX A100 mock as
+// NVML documents them: host PIDs, memory that may be "not available"
+// (all ones), a GPU instance ID of all ones outside MIG, MPS clients in a
+// list of their own, which a driver may not support. One card's failure
+// leaves the others' processes.
+func TestGPUProcesses(t *testing.T) {
+	const notAvailable = math.MaxUint64
+	type lists struct {
+		compute    []nvml.ProcessInfo
+		computeRet nvml.Return
+		mps        []nvml.ProcessInfo
+		mpsRet     nvml.Return
+	}
+	tests := []struct {
+		name    string
+		cards   map[int]lists // the others run nothing
+		want    func(uuid func(int) string) []gpu.Process
+		wantErr string
+	}{
+		{name: "compute processes, one without its memory",
+			cards: map[int]lists{0: {compute: []nvml.ProcessInfo{
+				{Pid: 200, UsedGpuMemory: 3 << 30, GpuInstanceId: math.MaxUint32, ComputeInstanceId: math.MaxUint32},
+				{Pid: 100, UsedGpuMemory: notAvailable, GpuInstanceId: math.MaxUint32, ComputeInstanceId: math.MaxUint32},
+			}, mpsRet: nvml.ERROR_NOT_SUPPORTED}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{
+					{Card: uuid(0), GPUInstance: gpu.NoGPUInstance, PID: 100, UsedBytes: -1},
+					{Card: uuid(0), GPUInstance: gpu.NoGPUInstance, PID: 200, UsedBytes: 3 << 30},
+				}
+			}},
+		{name: "MPS: a client in both lists, its memory from the one that gives it",
+			cards: map[int]lists{2: {
+				compute: []nvml.ProcessInfo{{Pid: 50, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}, {Pid: 300, UsedGpuMemory: notAvailable, GpuInstanceId: math.MaxUint32}},
+				mps:     []nvml.ProcessInfo{{Pid: 300, UsedGpuMemory: 2 << 30, GpuInstanceId: math.MaxUint32}},
+			}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{
+					{Card: uuid(2), GPUInstance: gpu.NoGPUInstance, PID: 50, UsedBytes: 1 << 30},
+					{Card: uuid(2), GPUInstance: gpu.NoGPUInstance, PID: 300, UsedBytes: 2 << 30, MPSClient: true},
+				}
+			}},
+		{name: "MIG: each process with its GPU instance",
+			cards: map[int]lists{1: {compute: []nvml.ProcessInfo{
+				{Pid: 400, UsedGpuMemory: 5 << 30, GpuInstanceId: 1, ComputeInstanceId: 0},
+				{Pid: 401, UsedGpuMemory: 1 << 30, GpuInstanceId: 2, ComputeInstanceId: 0},
+			}, mpsRet: nvml.ERROR_NOT_SUPPORTED}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{
+					{Card: uuid(1), GPUInstance: 1, PID: 400, UsedBytes: 5 << 30},
+					{Card: uuid(1), GPUInstance: 2, PID: 401, UsedBytes: 1 << 30},
+				}
+			}},
+		{name: "one card fails: the others' processes, the card named",
+			cards: map[int]lists{
+				3: {computeRet: nvml.ERROR_GPU_IS_LOST},
+				4: {compute: []nvml.ProcessInfo{{Pid: 500, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}}},
+			},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{{Card: uuid(4), GPUInstance: gpu.NoGPUInstance, PID: 500, UsedBytes: 1 << 30}}
+			},
+			wantErr: "listing the compute processes of card 3 (GPU-"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			server := dgxa100.New()
+			uuid := func(i int) string { return server.Devices[i].(*dgxa100.Device).UUID }
+			for i, d := range server.Devices {
+				dev := d.(*dgxa100.Device)
+				l := tt.cards[i]
+				dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+					if l.computeRet != 0 {
+						return nil, l.computeRet
+					}
+					return l.compute, nvml.SUCCESS
+				}
+				dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+					if l.mpsRet != 0 {
+						return nil, l.mpsRet
+					}
+					return l.mps, nvml.SUCCESS
+				}
+			}
+			got, err := New(server).(gpu.ProcessLister).GPUProcesses(context.Background())
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("error %v, want %q", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want(uuid), got); diff != "" {
+				t.Errorf("processes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
