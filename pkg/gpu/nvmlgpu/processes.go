@@ -23,8 +23,14 @@ const noInstance = math.MaxUint32
 // privileges the plugin has (NVML, nvmlDeviceGetComputeRunningProcesses).
 // A card whose list fails is left out and named in the returned error;
 // the others' processes are still returned. An MPS list NVML does not
-// support is no MPS client, not an error.
+// support, or a library without the call, is no MPS client, not an error.
 func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
+	// Calling a symbol the library lacks would kill the process (go-nvml
+	// binds lazily): look the calls up first.
+	if !s.hasAnySymbol(computeProcessSymbols) {
+		return nil, fmt.Errorf("listing GPU processes: the NVIDIA driver's NVML has none of %v", computeProcessSymbols)
+	}
+	withMPS := s.hasAnySymbol(mpsProcessSymbols)
 	count, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("listing GPU processes: nvmlDeviceGetCount: %w", ret)
@@ -32,7 +38,7 @@ func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
 	var out []gpu.Process
 	var errs []error
 	for i := 0; i < count; i++ {
-		procs, err := cardProcesses(s.lib, i)
+		procs, err := cardProcesses(s.lib, i, withMPS)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -42,7 +48,22 @@ func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
 	return out, errors.Join(errs...)
 }
 
-func cardProcesses(lib nvml.Interface, index int) ([]gpu.Process, error) {
+// The versions of the process list calls go-nvml may call, newest first.
+var (
+	computeProcessSymbols = []string{"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses"}
+	mpsProcessSymbols     = []string{"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses"}
+)
+
+func (s *source) hasAnySymbol(names []string) bool {
+	for _, name := range names {
+		if s.lib.Extensions().LookupSymbol(name) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func cardProcesses(lib nvml.Interface, index int, withMPS bool) ([]gpu.Process, error) {
 	dev, ret := lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("listing the processes of card %d: its handle: %w", index, ret)
@@ -55,7 +76,11 @@ func cardProcesses(lib nvml.Interface, index int) ([]gpu.Process, error) {
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("listing the compute processes of card %d (%s): %w", index, uuid, ret)
 	}
-	mps, ret := dev.GetMPSComputeRunningProcesses()
+	var mps []nvml.ProcessInfo
+	ret = nvml.ERROR_NOT_SUPPORTED
+	if withMPS {
+		mps, ret = dev.GetMPSComputeRunningProcesses()
+	}
 	switch ret {
 	case nvml.SUCCESS:
 	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:

@@ -107,3 +107,52 @@ func TestGPUProcesses(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUProcessesLooksUpTheCalls: a library without the process list
+// calls is never called (go-nvml binds lazily: calling a missing symbol
+// kills the process); one without the MPS list is asked for compute
+// processes only.
+func TestGPUProcessesLooksUpTheCalls(t *testing.T) {
+	tests := []struct {
+		name        string
+		missing     string // a prefix of the symbols the library lacks
+		wantErr     string
+		wantCompute bool
+	}{
+		{name: "no process list at all", missing: "nvmlDeviceGetComputeRunningProcesses", wantErr: "has none of [nvmlDeviceGetComputeRunningProcesses_v3"},
+		{name: "no MPS list", missing: "nvmlDeviceGetMPSComputeRunningProcesses", wantCompute: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			server := dgxa100.New()
+			server.LookupSymbolFunc = func(symbol string) error {
+				if strings.HasPrefix(symbol, tt.missing) {
+					return nvml.ERROR_FUNCTION_NOT_FOUND
+				}
+				return nil
+			}
+			computeCalls := 0
+			for _, d := range server.Devices {
+				dev := d.(*dgxa100.Device)
+				dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+					computeCalls++
+					return nil, nvml.SUCCESS
+				}
+				dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+					t.Fatal("the MPS list was called")
+					return nil, nvml.ERROR_UNKNOWN
+				}
+				if tt.missing != "nvmlDeviceGetMPSComputeRunningProcesses" {
+					dev.GetMPSComputeRunningProcessesFunc = nil
+				}
+			}
+			_, err := New(server).(gpu.ProcessLister).GPUProcesses(context.Background())
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("error %v, want %q", err, tt.wantErr)
+			}
+			if (computeCalls > 0) != tt.wantCompute {
+				t.Errorf("%d compute list calls, want some: %t", computeCalls, tt.wantCompute)
+			}
+		})
+	}
+}
