@@ -25,7 +25,8 @@ type Inputs struct {
 	// any pod. A process without an entry exited before its cgroup was
 	// read (podcgroup.ErrProcessGone) and is left out.
 	PodOf map[int]string
-	// ClaimsOf are the UIDs of the claims each pod uses.
+	// ClaimsOf are the claims each pod uses, by pod UID, each as
+	// "namespace/name" (a pod's status.resourceClaimStatuses name them).
 	ClaimsOf map[string][]string
 	// Records are the plugin's prepared claims, by UID.
 	Records map[string]prepared.Claim
@@ -80,6 +81,10 @@ func Attribute(in Inputs) Report {
 		index int
 	}
 	uses := map[key]*Use{}
+	byName := map[string]string{}
+	for uid, rec := range in.Records {
+		byName[rec.Namespace+"/"+rec.Name] = uid
+	}
 	var r Report
 	for _, p := range sortedProcesses(in.Processes) {
 		pod, alive := in.PodOf[p.PID]
@@ -95,13 +100,13 @@ func Attribute(in Inputs) Report {
 		}
 		var held []key
 		for _, claim := range slices.Sorted(slices.Values(in.ClaimsOf[pod])) {
-			rec, ok := in.Records[claim]
+			uid, ok := byName[claim]
 			if !ok {
 				continue
 			}
-			for i, dev := range rec.Devices {
+			for i, dev := range in.Records[uid].Devices {
 				if runsOn(p, dev) {
-					held = append(held, key{claim, i})
+					held = append(held, key{uid, i})
 				}
 			}
 		}
@@ -112,6 +117,8 @@ func Attribute(in Inputs) Report {
 		if len(held) > 1 {
 			r.Ambiguous = append(r.Ambiguous, p)
 		}
+		// held is in claim-name order: a pod's process goes to the same
+		// device from one read to the next.
 		k := held[0]
 		u := uses[k]
 		if u == nil {

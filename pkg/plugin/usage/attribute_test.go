@@ -41,8 +41,10 @@ type use struct {
 
 func TestAttribute(t *testing.T) {
 	claimsOf := map[string][]string{
-		"pod-a": {"a"}, "pod-b": {"b"}, "pod-w": {"w"}, "pod-x": {"x"}, "pod-m": {"m"},
-		"pod-ab": {"b", "a"}, "pod-unprepared": {"gone"},
+		"pod-a": {"team/claim-a"}, "pod-b": {"team/claim-b"}, "pod-w": {"team/claim-w"}, "pod-x": {"team/claim-x"}, "pod-m": {"team/claim-m"},
+		"pod-ab": {"team/claim-b", "team/claim-a"}, "pod-unprepared": {"team/claim-gone"},
+		// The same name in another namespace is another claim.
+		"pod-other": {"elsewhere/claim-a"},
 	}
 	tests := []struct {
 		name        string
@@ -77,11 +79,11 @@ func TestAttribute(t *testing.T) {
 			wantUses:    []use{{claim: "m", pids: []int{50}, used: 30 * gib, known: true}},
 			wantStrays:  []int{52, 51},
 			wantStrayOf: map[int]string{51: "pod-m", 52: "pod-m"}},
-		{name: "strays: a card the pod holds nothing of, no pod, a claim not prepared",
-			procs:       []gpu.Process{{Card: "GPU-2", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 60, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 61, UsedBytes: gib}},
-			podOf:       map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared"},
-			wantStrays:  []int{60, 61, 10},
-			wantStrayOf: map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared"}},
+		{name: "strays: a card the pod holds nothing of, no pod, a claim not prepared, another namespace's claim of the same name",
+			procs:       []gpu.Process{{Card: "GPU-2", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 60, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 61, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 62, UsedBytes: gib}},
+			podOf:       map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared", 62: "pod-other"},
+			wantStrays:  []int{60, 61, 62, 10},
+			wantStrayOf: map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared", 62: "pod-other"}},
 		{name: "the node's daemon is the node's; a process gone before its cgroup was read is left out",
 			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 70, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 71, UsedBytes: gib}},
 			podOf:    map[int]string{70: ""},

@@ -1,0 +1,103 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcgroup"
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
+)
+
+// Watcher attributes the node's GPU processes every Interval and hands
+// each Report to Publish. It reads, never waits on, the Driver (Records
+// copies its records under its own lock), so prepare and the health
+// stream never wait on it.
+type Watcher struct {
+	Processes gpu.ProcessLister
+	// PodOf returns the UID of process pid's pod, "" outside any pod,
+	// and podcgroup.ErrProcessGone for a process that exited (ProcPodOf).
+	PodOf func(pid int) (string, error)
+	// PodClaims returns the claims of the node's pods ("namespace/name"
+	// by pod UID; ClaimsOfPods).
+	PodClaims func(ctx context.Context) (map[string][]string, error)
+	// Records returns the prepared claims (Driver.Records).
+	Records func() map[string]prepared.Claim
+	// NodePIDs, if set, returns the processes of the node's own daemons.
+	NodePIDs func() map[int]bool
+	// Interval is the time between two rounds (Run).
+	Interval time.Duration
+	Publish  func(Report)
+}
+
+// Once reads every source once and attributes what it read. A card NVML
+// could not list, or a process whose cgroup could not be read, is left
+// out and logged; the round still counts the rest. Only the pods' claims
+// failing fails the round: without them every process would read as a
+// stray.
+func (w *Watcher) Once(ctx context.Context) (Report, error) {
+	logger := klog.FromContext(ctx)
+	procs, err := w.Processes.GPUProcesses(ctx)
+	if err != nil {
+		logger.Error(err, "Listing the GPU processes of some cards failed; they are left out of this round")
+	}
+	claims, err := w.PodClaims(ctx)
+	if err != nil {
+		return Report{}, fmt.Errorf("reading the claims of the node's pods: %w", err)
+	}
+	in := Inputs{Processes: procs, PodOf: map[int]string{}, ClaimsOf: claims, Records: w.Records()}
+	if w.NodePIDs != nil {
+		in.NodePIDs = w.NodePIDs()
+	}
+	for _, p := range procs {
+		if _, done := in.PodOf[p.PID]; done {
+			continue
+		}
+		pod, err := w.PodOf(p.PID)
+		switch {
+		case errors.Is(err, podcgroup.ErrProcessGone):
+			continue
+		case err != nil:
+			logger.Error(err, "Reading a GPU process's pod failed; it is left out of this round", "pid", p.PID, "card", p.Card)
+			continue
+		}
+		in.PodOf[p.PID] = pod
+	}
+	return Attribute(in), nil
+}
+
+// Run publishes a round every Interval until ctx ends. A failed round is
+// logged and the next one runs.
+func (w *Watcher) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	ticker := time.NewTicker(w.Interval)
+	defer ticker.Stop()
+	for {
+		if r, err := w.Once(ctx); err != nil {
+			logger.Error(err, "GPU usage round failed; the next one runs in the interval", "interval", w.Interval)
+		} else {
+			w.Publish(r)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// ProcPodOf reads a process's pod from <procRoot>/<pid>/cgroup.
+func ProcPodOf(procRoot string) func(pid int) (string, error) {
+	return func(pid int) (string, error) {
+		c, err := podcgroup.Read(procRoot, pid)
+		if err != nil {
+			return "", err
+		}
+		pod, _ := c.PodOf()
+		return pod, nil
+	}
+}

@@ -1,0 +1,210 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/podcgroup"
+)
+
+type listedProcesses struct {
+	procs []gpu.Process
+	err   error
+}
+
+func (l listedProcesses) GPUProcesses(context.Context) ([]gpu.Process, error) { return l.procs, l.err }
+
+// TestWatcherOnce: one round over its sources. A card NVML could not list
+// and a process whose cgroup could not be read are left out, the rest
+// counted; a process that exited meanwhile is no stray; the pods' claims
+// failing fails the round.
+func TestWatcherOnce(t *testing.T) {
+	procs := []gpu.Process{
+		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: gib},
+		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 11, UsedBytes: gib},
+		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 12, UsedBytes: gib},
+		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 13, UsedBytes: gib},
+	}
+	podOf := func(pid int) (string, error) {
+		switch pid {
+		case 10, 11:
+			return "pod-a", nil
+		case 12:
+			return "", fmt.Errorf("reading /proc/12/cgroup: %w", podcgroup.ErrProcessGone)
+		}
+		return "", errors.New("permission denied")
+	}
+	tests := []struct {
+		name       string
+		listErr    error
+		claimsErr  error
+		wantPIDs   []int
+		wantErr    string
+		wantStrays int
+	}{
+		{name: "every source answers", wantPIDs: []int{10, 11}},
+		{name: "some cards not listed: the others counted", listErr: errors.New("card 3: GPU is lost"), wantPIDs: []int{10, 11}},
+		{name: "the pods' claims unread: no round", claimsErr: errors.New("the API server is away"), wantErr: "reading the claims of the node's pods: the API server is away"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := Watcher{
+				Processes: listedProcesses{procs: procs, err: tt.listErr},
+				PodOf:     podOf,
+				PodClaims: func(context.Context) (map[string][]string, error) {
+					return map[string][]string{"pod-a": {"team/claim-a"}}, tt.claimsErr
+				},
+				Records: records,
+			}
+			r, err := w.Once(context.Background())
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Once: %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Uses) != 1 || !reflect.DeepEqual(r.Uses[0].PIDs, tt.wantPIDs) || r.Uses[0].UsedBytes != 2*gib {
+				t.Errorf("uses %+v, want claim a with %v and 2 GiB", r.Uses, tt.wantPIDs)
+			}
+			if len(r.Strays) != tt.wantStrays {
+				t.Errorf("strays %+v: the gone and the unreadable process are no strays", r.Strays)
+			}
+		})
+	}
+}
+
+// TestWatcherRunPublishesEachRound: Run publishes a round at once and one
+// per interval, a failed round skipped, until its context ends.
+func TestWatcherRunPublishesEachRound(t *testing.T) {
+	rounds := make(chan Report, 10)
+	calls := 0
+	w := Watcher{
+		Processes: listedProcesses{},
+		PodOf:     func(int) (string, error) { return "", nil },
+		PodClaims: func(context.Context) (map[string][]string, error) {
+			calls++
+			if calls == 2 {
+				return nil, errors.New("once")
+			}
+			return nil, nil
+		},
+		Records:  records,
+		Interval: time.Millisecond,
+		Publish:  func(r Report) { rounds <- r },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	for range 3 {
+		select {
+		case <-rounds:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no round published")
+		}
+	}
+	cancel()
+	<-done
+}
+
+func TestProcPodOf(t *testing.T) {
+	proc := t.TempDir()
+	write := func(pid int, content string) {
+		dir := filepath.Join(proc, fmt.Sprint(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const uid = "1b6d5f1e-9c5a-4b8f-9a0e-2d7c3e1f4a5b"
+	write(1, "0::/kubepods/besteffort/pod"+uid+"/ctr\n")
+	write(2, "0::/system.slice/containerd.service\n")
+	podOf := ProcPodOf(proc)
+	for _, tt := range []struct {
+		pid     int
+		want    string
+		wantErr error
+	}{{1, uid, nil}, {2, "", nil}, {3, "", podcgroup.ErrProcessGone}} {
+		got, err := podOf(tt.pid)
+		if got != tt.want || !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
+			t.Errorf("pid %d: %q, %v; want %q, %v", tt.pid, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestClaimsOfPods(t *testing.T) {
+	name := func(s string) *string { return &s }
+	pods := []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "team", UID: types.UID("p1")},
+			Spec:   corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: name("shared")}, {Name: "t", ResourceClaimTemplateName: name("tmpl")}}},
+			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "t", ResourceClaimName: name("p1-t-abcde")}, {Name: "unmade"}}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "team", UID: types.UID("p2")}},
+	}
+	want := map[string][]string{"p1": {"team/p1-t-abcde", "team/shared"}}
+	if got := ClaimsOfPods(pods); !reflect.DeepEqual(got, want) {
+		t.Errorf("ClaimsOfPods = %v, want %v", got, want)
+	}
+}
+
+// TestMetricsPublish: a round's gauges replace the last round's.
+func TestMetricsPublish(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := records()
+	share := recs["a"]
+	m.Publish("n1", Report{
+		Uses:      []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, Over: true}},
+		Strays:    []Stray{{Process: gpu.Process{Card: "GPU-2", PID: 60, UsedBytes: gib}}, {Process: gpu.Process{Card: "GPU-2", PID: 61, UsedBytes: -1}}},
+		Node:      []gpu.Process{{Card: "GPU-1", PID: 70}},
+		Ambiguous: []gpu.Process{{Card: "GPU-1", PID: 10}},
+	})
+	want := `
+# HELP tangram_gpu_claim_memory_over 1 when a share's processes use more GPU memory than the share was given, 0 otherwise; only shares (a whole card or a MIG partition is held by the GPU).
+# TYPE tangram_gpu_claim_memory_over gauge
+tangram_gpu_claim_memory_over{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 1
+# HELP tangram_gpu_claim_memory_used_bytes GPU memory the processes of a prepared device's pods use on it, as NVML reports it (a lower bound where NVML gives no figure for a process).
+# TYPE tangram_gpu_claim_memory_used_bytes gauge
+tangram_gpu_claim_memory_used_bytes{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 5.36870912e+09
+# HELP tangram_gpu_unaccounted_memory_bytes GPU memory of the processes no prepared claim accounts for, as NVML reports it.
+# TYPE tangram_gpu_unaccounted_memory_bytes gauge
+tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-2"} 1.073741824e+09
+# HELP tangram_gpu_unaccounted_processes GPU processes on a card that no prepared claim accounts for: outside any pod, or in a pod that holds nothing of that card.
+# TYPE tangram_gpu_unaccounted_processes gauge
+tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-2"} 2
+# HELP tangram_gpu_node_processes GPU processes of the node's own daemons (the MPS control daemon and servers) on a card.
+# TYPE tangram_gpu_node_processes gauge
+tangram_gpu_node_processes{node="n1",uuid="GPU-1"} 1
+# HELP tangram_gpu_ambiguous_processes GPU processes whose pod holds several devices of the card: each is counted on the first, as NVML does not say which one it serves.
+# TYPE tangram_gpu_ambiguous_processes gauge
+tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-1"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	// The next round has nothing: no series left.
+	m.Publish("n1", Report{})
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Errorf("%d series after an empty round (%v), want none", n, err)
+	}
+}
