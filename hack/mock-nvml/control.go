@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,6 +168,52 @@ func (s State) SetMigDeviceBusy(migUUID string, busy bool) error {
 	}
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		return fmt.Errorf("marking mock MIG device %s busy: %w", migUUID, err)
+	}
+	return nil
+}
+
+// Process is a process a test "runs" on a card (RunProcesses).
+type Process struct {
+	Card string
+	PID  int
+	// UsedBytes is its memory; negative: NVML_VALUE_NOT_AVAILABLE.
+	UsedBytes int64
+	// GPUInstance is the MIG GPU instance it runs in; negative: none.
+	GPUInstance int
+	// MPSClient lists it among the card's MPS clients rather than its
+	// compute processes.
+	MPSClient bool
+}
+
+// RunProcesses makes the library report exactly procs as the cards'
+// running processes (nvmlDeviceGetComputeRunningProcesses_v3 and
+// nvmlDeviceGetMPSComputeRunningProcesses_v3), replacing what it reported.
+func (s State) RunProcesses(procs []Process) error {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating mock NVML state directory: %w", err)
+	}
+	var b strings.Builder
+	for _, p := range procs {
+		used, gi := "-", "-"
+		if p.UsedBytes >= 0 {
+			used = strconv.FormatInt(p.UsedBytes, 10)
+		}
+		if p.GPUInstance >= 0 {
+			gi = strconv.Itoa(p.GPUInstance)
+		}
+		fmt.Fprintf(&b, "%s %d %s %s", p.Card, p.PID, used, gi)
+		if p.MPSClient {
+			b.WriteString(" mps")
+		}
+		b.WriteString("\n")
+	}
+	// Replaced whole, so a reader never sees half a list.
+	tmp := filepath.Join(s.Dir, "processes.tmp")
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the mock NVML processes: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.Dir, "processes")); err != nil {
+		return fmt.Errorf("writing the mock NVML processes: %w", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package mocknvml_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -750,5 +751,57 @@ func TestMigModeIsKept(t *testing.T) {
 	}
 	if cur, _, ret := dev.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_DISABLE {
 		t.Errorf("GetMigMode after turning it off = %d %v, want disabled", cur, ret)
+	}
+}
+
+// TestProcessesAsNVMLDocuments: the process lists follow NVML's size
+// protocol (a count of 0 asks; too small answers INSUFFICIENT_SIZE with
+// the count needed), all ones for memory NVML does not give and for a GPU
+// instance outside MIG, MPS clients in their own list, through go-nvml
+// as the plugin calls them.
+func TestProcessesAsNVMLDocuments(t *testing.T) {
+	lib, state := serve(t, builtin(t, "dgx-h100"))
+	uuid0, uuid1 := fakegpu.FakeGPUUUID(node, 0), fakegpu.FakeGPUUUID(node, 1)
+	dev0, ret := lib.DeviceGetHandleByIndex(0)
+	ok(t, "DeviceGetHandleByIndex", ret)
+	dev1, ret := lib.DeviceGetHandleByIndex(1)
+	ok(t, "DeviceGetHandleByIndex", ret)
+
+	// Nothing runs yet.
+	if procs, ret := dev0.GetComputeRunningProcesses(); ret != nvml.SUCCESS || len(procs) != 0 {
+		t.Errorf("before any process: %v, %v", procs, ret)
+	}
+	var run []mocknvml.Process
+	for pid := 100; pid < 103; pid++ {
+		run = append(run, mocknvml.Process{Card: uuid0, PID: pid, UsedBytes: int64(pid) << 20, GPUInstance: -1})
+	}
+	run = append(run,
+		mocknvml.Process{Card: uuid0, PID: 200, UsedBytes: -1, GPUInstance: -1},
+		mocknvml.Process{Card: uuid0, PID: 300, UsedBytes: 4 << 30, GPUInstance: -1, MPSClient: true},
+		mocknvml.Process{Card: uuid1, PID: 400, UsedBytes: 1 << 30, GPUInstance: 2})
+	if err := state.RunProcesses(run); err != nil {
+		t.Fatal(err)
+	}
+	// go-nvml starts with room for one: three doublings for four.
+	procs, ret := dev0.GetComputeRunningProcesses()
+	ok(t, "GetComputeRunningProcesses", ret)
+	want := []nvml.ProcessInfo{
+		{Pid: 100, UsedGpuMemory: 100 << 20, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF},
+		{Pid: 101, UsedGpuMemory: 101 << 20, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF},
+		{Pid: 102, UsedGpuMemory: 102 << 20, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF},
+		{Pid: 200, UsedGpuMemory: math.MaxUint64, GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF},
+	}
+	if !reflect.DeepEqual(procs, want) {
+		t.Errorf("compute processes of card 0:\n%+v\nwant\n%+v", procs, want)
+	}
+	mps, ret := dev0.GetMPSComputeRunningProcesses()
+	ok(t, "GetMPSComputeRunningProcesses", ret)
+	if len(mps) != 1 || mps[0].Pid != 300 || mps[0].UsedGpuMemory != 4<<30 {
+		t.Errorf("MPS clients of card 0: %+v, want pid 300 with 4 GiB", mps)
+	}
+	procs, ret = dev1.GetComputeRunningProcesses()
+	ok(t, "GetComputeRunningProcesses", ret)
+	if len(procs) != 1 || procs[0].Pid != 400 || procs[0].GpuInstanceId != 2 || procs[0].ComputeInstanceId != 0 {
+		t.Errorf("compute processes of card 1: %+v, want pid 400 in GPU instance 2", procs)
 	}
 }

@@ -9,7 +9,8 @@
  * to <state>/events, keeps MIG modes in <state>/mig-mode and per-cgroup
  * memory limits in <state>/memory-limits (<state>/fail-memory-limits makes
  * setting them fail; the calls exist only in a library built as driver
- * r615 or later). Every other NVML entry point is a weak stub
+ * r615 or later), and lists the processes tests write to <state>/processes.
+ * Every other NVML entry point is a weak stub
  * (stubs.c, generated from go-nvml's nvml.h) answering
  * NVML_ERROR_NOT_SUPPORTED.
  *
@@ -802,6 +803,67 @@ nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, nvmlComputeMode_t mode) {
         return NVML_ERROR_UNKNOWN;
     }
     return NVML_SUCCESS;
+}
+
+/* ---- processes: tests write <state>/processes, a line per process they
+ * "run" on a card:
+ *   <card uuid> <pid> <used bytes, or - for NVML_VALUE_NOT_AVAILABLE> <GPU instance ID, or -> [mps]
+ * A line ending in "mps" is an MPS client, listed by
+ * nvmlDeviceGetMPSComputeRunningProcesses_v3; the others are compute
+ * processes (nvmlDeviceGetComputeRunningProcesses_v3). Both follow NVML's
+ * size protocol: *infoCount too small (0 to ask) answers
+ * NVML_ERROR_INSUFFICIENT_SIZE with the count needed, or NVML_SUCCESS when
+ * there is none; infos may be NULL only then. A card in MIG mode lists
+ * every instance's processes with their GPU instance IDs, as NVML does for
+ * a privileged caller of the card's handle; a MIG device handle is refused
+ * (INVALID_ARGUMENT), which NVML would serve. ---- */
+
+#define MAX_PROCESSES 256
+
+static nvmlReturn_t list_processes(nvmlDevice_t d, unsigned int *infoCount, nvmlProcessInfo_t *infos, int mps) {
+    char path[4200], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], used[32], gi[16], line[MAX_LINE];
+    nvmlProcessInfo_t found[MAX_PROCESSES];
+    unsigned int n = 0, pid;
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (infoCount == NULL || (infos == NULL && *infoCount != 0))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (state_path(path, sizeof path, "processes") != 0)
+        return NVML_ERROR_UNKNOWN;
+    FILE *f = fopen(path, "r");
+    while (f != NULL && fgets(line, sizeof line, f) != NULL && n < MAX_PROCESSES) {
+        char kind[8] = "";
+        int fields = sscanf(line, "%95s %u %31s %15s %7s", uuid, &pid, used, gi, kind);
+        if (fields < 4 || strcmp(uuid, d.handle->uuid) != 0 || (strcmp(kind, "mps") == 0) != mps)
+            continue;
+        nvmlProcessInfo_t *p = &found[n++];
+        p->pid = pid;
+        p->usedGpuMemory = strcmp(used, "-") == 0 ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE : strtoull(used, NULL, 10);
+        p->gpuInstanceId = p->computeInstanceId = 0xFFFFFFFFu;
+        if (strcmp(gi, "-") != 0) {
+            p->gpuInstanceId = (unsigned int)strtoul(gi, NULL, 10);
+            p->computeInstanceId = 0;
+        }
+    }
+    if (f != NULL)
+        fclose(f);
+    if (*infoCount < n) {
+        *infoCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0)
+        memcpy(infos, found, n * sizeof found[0]);
+    *infoCount = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *infoCount, nvmlProcessInfo_t *infos) {
+    return list_processes(d, infoCount, infos, 0);
+}
+
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *infoCount, nvmlProcessInfo_t *infos) {
+    return list_processes(d, infoCount, infos, 1);
 }
 
 /* ---- events: tests append lines to <state>/events:

@@ -11,6 +11,7 @@ import (
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
@@ -170,5 +171,41 @@ func TestReservedMemoryOverMockLibrary(t *testing.T) {
 		if !device.HoldsWholeCard(true, m.RequestPolicy.Default.Value(), device.AllocatableMemory(&d)) {
 			t.Errorf("%s: a claim naming no memory does not hold the whole card", d.Name)
 		}
+	}
+}
+
+// TestGPUProcessesOverMockLibrary lists processes through the real path:
+// go-nvml loading the C mock, which serves what the test "runs".
+func TestGPUProcessesOverMockLibrary(t *testing.T) {
+	const node = "gpu-node-1"
+	p, err := fakegpu.BuiltinProfile("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := mocknvml.UseProfile(t, p, node)
+	card0, card2 := fakegpu.FakeGPUUUID(node, 0), fakegpu.FakeGPUUUID(node, 2)
+	if err := state.RunProcesses([]mocknvml.Process{
+		{Card: card0, PID: 100, UsedBytes: 2 << 30, GPUInstance: -1},
+		{Card: card2, PID: 300, UsedBytes: -1, GPUInstance: -1},
+		{Card: card2, PID: 300, UsedBytes: 3 << 30, GPUInstance: -1, MPSClient: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	src, done, err := Open(ctx, mockLibraryPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	got, err := src.(gpu.ProcessLister).GPUProcesses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []gpu.Process{
+		{Card: card0, GPUInstance: gpu.NoGPUInstance, PID: 100, UsedBytes: 2 << 30},
+		{Card: card2, GPUInstance: gpu.NoGPUInstance, PID: 300, UsedBytes: 3 << 30, MPSClient: true},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("processes through NVML (-want +got):\n%s", diff)
 	}
 }
