@@ -8,12 +8,15 @@ BENCH_PREPARES ?= 200
 # How long the plugin idles before its RSS is read.
 BENCH_IDLE_SECONDS ?= 10
 
-.PHONY: bench bench-prepare bench-rss
-bench: bench-prepare bench-rss ## prepare latency (1 claim, calls of 2 and 8 claims; fsync included) and the plugin's idle RSS
+.PHONY: bench bench-prepare bench-rss bench-usage
+bench: bench-prepare bench-rss bench-usage ## prepare latency (1 claim, calls of 2 and 8 claims; fsync included), the plugin's idle RSS, a usage round's cost
 
 bench-prepare: ## p50/p99 prepare latency through the real checkpoint (fsync) and CDI stores
 	@echo "==> prepare latency, state on $(BENCH_STATE_DIR) ($$(df --output=fstype $(BENCH_STATE_DIR) | tail -1))"
 	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkDurableReplaceFloor|BenchmarkPrepareOneClaim|BenchmarkPrepareBatch' -benchtime $(BENCH_PREPARES)x ./pkg/plugin/
+
+bench-usage: ## one round of the GPU usage watcher on 8 cards and 50 shares (/proc reads included, NVML and the API server not)
+	TMPDIR=$(BENCH_STATE_DIR) $(GO) test -run '^$$' -bench 'BenchmarkWatcherRound' -benchtime 200x ./pkg/plugin/usage/
 
 bench-rss: ## idle RSS of the real binary: run --offline with the dgx-h100 fake profile, read /proc/<pid>/status
 	@mkdir -p $(BIN_DIR)
