@@ -14,9 +14,9 @@ import (
 )
 
 // Watcher attributes the node's GPU processes every Interval and hands
-// each Report to Publish. It reads, never waits on, the Driver (Records
-// copies its records under its own lock), so prepare and the health
-// stream never wait on it.
+// each Report to Publish. Of the Driver it takes only a copy of the
+// records (Records), so a prepare or the health stream waits at most for
+// that copy, never for NVML or /proc.
 type Watcher struct {
 	Processes gpu.ProcessLister
 	// PodOf returns the UID of process pid's pod, "" outside any pod,
