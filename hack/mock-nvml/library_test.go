@@ -782,7 +782,7 @@ func TestProcessesAsNVMLDocuments(t *testing.T) {
 	if err := state.RunProcesses(run); err != nil {
 		t.Fatal(err)
 	}
-	// go-nvml starts with room for one: three doublings for four.
+	// go-nvml starts with room for one: two doublings for four.
 	procs, ret := dev0.GetComputeRunningProcesses()
 	ok(t, "GetComputeRunningProcesses", ret)
 	want := []nvml.ProcessInfo{

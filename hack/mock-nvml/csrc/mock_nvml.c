@@ -816,7 +816,10 @@ nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, nvmlComputeMode_t mode) {
  * there is none; infos may be NULL only then. A card in MIG mode lists
  * every instance's processes with their GPU instance IDs, as NVML does for
  * a privileged caller of the card's handle; a MIG device handle is refused
- * (INVALID_ARGUMENT), which NVML would serve. ---- */
+ * (INVALID_ARGUMENT), which NVML would serve. A GPU instance on a card not
+ * in MIG mode is served as written: the test owns the file. More than
+ * MAX_PROCESSES on a card answers NVML_ERROR_UNKNOWN, never a short list.
+ * ---- */
 
 #define MAX_PROCESSES 256
 
@@ -832,11 +835,17 @@ static nvmlReturn_t list_processes(nvmlDevice_t d, unsigned int *infoCount, nvml
     if (state_path(path, sizeof path, "processes") != 0)
         return NVML_ERROR_UNKNOWN;
     FILE *f = fopen(path, "r");
-    while (f != NULL && fgets(line, sizeof line, f) != NULL && n < MAX_PROCESSES) {
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
         char kind[8] = "";
         int fields = sscanf(line, "%95s %u %31s %15s %7s", uuid, &pid, used, gi, kind);
         if (fields < 4 || strcmp(uuid, d.handle->uuid) != 0 || (strcmp(kind, "mps") == 0) != mps)
             continue;
+        if (n == MAX_PROCESSES) {
+            /* A real driver lists them all: never a silent short list. */
+            complain("%s lists more than %d processes on %s", path, MAX_PROCESSES, d.handle->uuid);
+            fclose(f);
+            return NVML_ERROR_UNKNOWN;
+        }
         nvmlProcessInfo_t *p = &found[n++];
         p->pid = pid;
         p->usedGpuMemory = strcmp(used, "-") == 0 ? (unsigned long long)NVML_VALUE_NOT_AVAILABLE : strtoull(used, NULL, 10);

@@ -3,6 +3,7 @@
 package nvmlgpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,6 +119,8 @@ func cardProcesses(lib nvml.Interface, index int, withMPS bool) ([]gpu.Process, 
 	for _, p := range mps {
 		add(p, true)
 	}
-	slices.SortFunc(out, func(a, b gpu.Process) int { return a.PID - b.PID })
+	slices.SortFunc(out, func(a, b gpu.Process) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.GPUInstance, b.GPUInstance))
+	})
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // A pod's cgroup as the kubelet names it, by cgroup driver:
@@ -105,13 +106,38 @@ func ParseProcCgroup(content string) (ProcCgroup, error) {
 
 // PodOf returns the UID of the pod whose cgroup holds a process with that
 // /proc/<pid>/cgroup content; ok is false for a process outside any pod.
+//
+// The file's paths are relative to the reader's cgroup namespace. From
+// the host's they start at the root and a pod cgroup must sit below a
+// kubepods one. From a container's own namespace (cgroup v2 gives each
+// container one) another pod's path climbs out first,
+// "/../../../kubepods-besteffort.slice/…-pod<uid>.slice/…": the kubepods
+// ancestor may be cut off, so there a pod cgroup name alone is enough.
+// A process of the reader's own pod reads "/", a path below it, or
+// "/../<another container>": no pod is seen for it.
 func (c ProcCgroup) PodOf() (uid string, ok bool) {
 	for _, p := range []string{c.Unified, c.Memory} {
 		if p == "" {
 			continue
 		}
-		if uid, _, ok := Find(strings.Split(strings.Trim(path.Clean(p), "/"), "/")); ok {
-			return uid, true
+		parts := strings.Split(strings.Trim(p, "/"), "/")
+		climbed := 0
+		for climbed < len(parts) && parts[climbed] == ".." {
+			climbed++
+		}
+		parts = parts[climbed:]
+		if climbed == 0 {
+			if uid, _, ok := Find(strings.Split(strings.Trim(path.Clean(p), "/"), "/")); ok {
+				return uid, true
+			}
+			continue
+		}
+		// Above the last element, as in Find: the process's own cgroup
+		// is a container's, below its pod's.
+		for i := len(parts) - 2; i >= 0; i-- {
+			if uid := podUIDOf(parts[i]); uid != "" {
+				return uid, true
+			}
 		}
 	}
 	return "", false
@@ -122,13 +148,22 @@ func (c ProcCgroup) PodOf() (uid string, ok bool) {
 // of the caller's.
 var ErrProcessGone = errors.New("the process is gone")
 
+// gone reports whether err is a read of a process that exited: its
+// /proc directory is gone (ENOENT), or it exited between the open and the
+// read (ESRCH).
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+}
+
 // Read reads <procRoot>/<pid>/cgroup.
 func Read(procRoot string, pid int) (ProcCgroup, error) {
 	file := filepath.Join(procRoot, strconv.Itoa(pid), "cgroup")
 	data, err := os.ReadFile(file)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return ProcCgroup{}, fmt.Errorf("reading %s: %w", file, ErrProcessGone)
+	case gone(err):
+		// Both errors: a wrong --proc-root reads as every process gone,
+		// and the OS error says which directory was missing.
+		return ProcCgroup{}, fmt.Errorf("reading %s: %w: %w", file, ErrProcessGone, err)
 	case err != nil:
 		return ProcCgroup{}, fmt.Errorf("reading %s: %w", file, err)
 	}

@@ -2,9 +2,11 @@ package podcgroup
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -36,6 +38,20 @@ func TestPodOf(t *testing.T) {
 			content: "12:pids:/system.slice\n11:memory:/kubepods/burstable/pod" + uid + "/0123\n1:name=systemd:/kubepods/burstable/pod" + uid + "/0123\n", wantUID: uid},
 		{name: "a static pod (32 hex digits)",
 			content: "0::/kubepods/burstable/pod0123456789abcdef0123456789abcdef/0123\n", wantUID: "0123456789abcdef0123456789abcdef"},
+		{name: "CRI-O's scope name",
+			content: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + underscored + ".slice/crio-0123.scope\n", wantUID: uid},
+		{name: "Docker's scope name",
+			content: "0::/kubepods.slice/kubepods-pod" + underscored + ".slice/docker-0123.scope\n", wantUID: uid},
+		{name: "a cgroup nested below the container's",
+			content: "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + underscored + ".slice/cri-containerd-0123.scope/init\n", wantUID: uid},
+		{name: "read from a container's own cgroup namespace: the kubepods parent cut off",
+			content: "0::/../../../kubepods-besteffort.slice/kubepods-besteffort-pod" + underscored + ".slice/cri-containerd-4567.scope\n", wantUID: uid},
+		{name: "read from a container's own namespace, cgroupfs: the pod the first element",
+			content: "0::/../../pod" + uid + "/4567\n", wantUID: uid},
+		{name: "read from a container's own namespace: a process of the reader's own container", content: "0::/\n"},
+		{name: "read from a container's own namespace: another container of the reader's pod", content: "0::/../cri-containerd-89ab.scope\n"},
+		{name: "a process in its pod's cgroup itself, no container's: no pod",
+			content: "0::/kubepods/besteffort/pod" + uid + "\n"},
 		{name: "a host process: no pod", content: "0::/user.slice/user-0.slice/session-1.scope\n"},
 		{name: "the runtime itself: no pod", content: "0::/system.slice/containerd.service\n"},
 		{name: "a pod-like name outside kubepods: no pod", content: "0::/user.slice/pod" + uid + "/0123\n"},
@@ -79,8 +95,12 @@ func TestRead(t *testing.T) {
 	if got, ok := c.PodOf(); !ok || got != uid {
 		t.Errorf("PodOf of pid 42 = %q, %t", got, ok)
 	}
-	if _, err := Read(proc, 43); !errors.Is(err, ErrProcessGone) || !strings.Contains(err.Error(), filepath.Join(proc, "43", "cgroup")) {
-		t.Errorf("Read of an exited process: %v, want ErrProcessGone naming the file", err)
+	if _, err := Read(proc, 43); !errors.Is(err, ErrProcessGone) || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), filepath.Join(proc, "43", "cgroup")) {
+		t.Errorf("Read of an exited process: %v, want ErrProcessGone with the OS error, naming the file", err)
+	}
+	// A process that exits between the open and the read answers ESRCH.
+	if !gone(&fs.PathError{Op: "read", Path: "/proc/45/cgroup", Err: syscall.ESRCH}) || gone(syscall.EACCES) {
+		t.Error("gone: ESRCH is a process gone, EACCES is not")
 	}
 	if err := os.MkdirAll(filepath.Join(proc, "44", "cgroup"), 0o755); err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ type Report struct {
 	Node []gpu.Process
 	// Ambiguous are the processes whose pod holds several devices of the
 	// card: what NVML reports does not say which one a process serves, so
-	// each was given to the first (by claim UID, then device order).
+	// each was given to the first (by claim name, then device order).
 	Ambiguous []gpu.Process
 }
 
@@ -81,9 +81,15 @@ func Attribute(in Inputs) Report {
 		index int
 	}
 	uses := map[key]*Use{}
+	// A claim deleted and made again under its name may have two records
+	// for a while: the completed one is the claim the pods run with.
 	byName := map[string]string{}
-	for uid, rec := range in.Records {
-		byName[rec.Namespace+"/"+rec.Name] = uid
+	for _, uid := range slices.Sorted(maps.Keys(in.Records)) {
+		rec := in.Records[uid]
+		name := rec.Namespace + "/" + rec.Name
+		if had, ok := byName[name]; !ok || in.Records[had].State != prepared.PrepareCompleted && rec.State == prepared.PrepareCompleted {
+			byName[name] = uid
+		}
 	}
 	var r Report
 	for _, p := range sortedProcesses(in.Processes) {

@@ -97,7 +97,14 @@ func TestAttribute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Attribute(Inputs{Processes: tt.procs, PodOf: tt.podOf, ClaimsOf: claimsOf, Records: records(), NodePIDs: tt.node})
+			recs := records()
+			// A claim made again under the name of "a", its old record
+			// still being undone: the pods run with the completed one.
+			old := recs["a"]
+			old.UID, old.State = "z-older", prepared.PrepareStarted
+			old.Devices = []prepared.Device{{Device: "gpu-1", GPUUUID: "GPU-1", ShareID: "s0", Share: true, MemoryBytes: gib}}
+			recs[old.UID] = old
+			r := Attribute(Inputs{Processes: tt.procs, PodOf: tt.podOf, ClaimsOf: claimsOf, Records: recs, NodePIDs: tt.node})
 			var uses []use
 			for _, u := range r.Uses {
 				if u.Namespace != "team" || u.Name != "claim-"+u.ClaimUID || u.Device.Device != records()[u.ClaimUID].Devices[0].Device {

@@ -36,13 +36,17 @@ type Watcher struct {
 
 // Once reads every source once and attributes what it read. A card NVML
 // could not list, or a process whose cgroup could not be read, is left
-// out and logged; the round still counts the rest. Only the pods' claims
-// failing fails the round: without them every process would read as a
-// stray.
+// out and logged; the round still counts the rest. NVML listing nothing
+// at all, or the pods' claims failing, fails the round: it would read as
+// nothing running, or every process as a stray.
 func (w *Watcher) Once(ctx context.Context) (Report, error) {
 	logger := klog.FromContext(ctx)
 	procs, err := w.Processes.GPUProcesses(ctx)
-	if err != nil {
+	switch {
+	case err != nil && procs == nil:
+		// Nothing listed: a round would read as nothing running.
+		return Report{}, fmt.Errorf("listing the GPU processes: %w", err)
+	case err != nil:
 		logger.Error(err, "Listing the GPU processes of some cards failed; they are left out of this round")
 	}
 	claims, err := w.PodClaims(ctx)
@@ -71,8 +75,11 @@ func (w *Watcher) Once(ctx context.Context) (Report, error) {
 }
 
 // Run publishes a round every Interval until ctx ends. A failed round is
-// logged and the next one runs.
-func (w *Watcher) Run(ctx context.Context) {
+// logged, not published (the last good one stays), and the next one runs.
+func (w *Watcher) Run(ctx context.Context) error {
+	if w.Interval <= 0 || w.Publish == nil {
+		return fmt.Errorf("the GPU usage watcher needs an interval above 0 (%s) and somewhere to publish", w.Interval)
+	}
 	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(w.Interval)
 	defer ticker.Stop()
@@ -84,7 +91,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-ticker.C:
 		}
 	}

@@ -38,32 +38,40 @@ func TestWatcherOnce(t *testing.T) {
 		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 11, UsedBytes: gib},
 		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 12, UsedBytes: gib},
 		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 13, UsedBytes: gib},
+		{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 14, UsedBytes: gib},
 	}
 	podOf := func(pid int) (string, error) {
 		switch pid {
 		case 10, 11:
 			return "pod-a", nil
+		case 14:
+			return "pod-without-claims", nil
 		case 12:
 			return "", fmt.Errorf("reading /proc/12/cgroup: %w", podcgroup.ErrProcessGone)
 		}
 		return "", errors.New("permission denied")
 	}
 	tests := []struct {
-		name       string
-		listErr    error
-		claimsErr  error
-		wantPIDs   []int
-		wantErr    string
-		wantStrays int
+		name      string
+		listed    bool // NVML listed some cards
+		listErr   error
+		claimsErr error
+		wantPIDs  []int
+		wantErr   string
 	}{
-		{name: "every source answers", wantPIDs: []int{10, 11}},
-		{name: "some cards not listed: the others counted", listErr: errors.New("card 3: GPU is lost"), wantPIDs: []int{10, 11}},
-		{name: "the pods' claims unread: no round", claimsErr: errors.New("the API server is away"), wantErr: "reading the claims of the node's pods: the API server is away"},
+		{name: "every source answers", listed: true, wantPIDs: []int{10, 11}},
+		{name: "some cards not listed: the others counted", listed: true, listErr: errors.New("card 3: GPU is lost"), wantPIDs: []int{10, 11}},
+		{name: "NVML listed nothing: no round", listErr: errors.New("the driver's NVML has none of the calls"), wantErr: "listing the GPU processes: the driver's NVML has none of the calls"},
+		{name: "the pods' claims unread: no round", listed: true, claimsErr: errors.New("the API server is away"), wantErr: "reading the claims of the node's pods: the API server is away"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			listed := listedProcesses{err: tt.listErr}
+			if tt.listed {
+				listed.procs = procs
+			}
 			w := Watcher{
-				Processes: listedProcesses{procs: procs, err: tt.listErr},
+				Processes: listed,
 				PodOf:     podOf,
 				PodClaims: func(context.Context) (map[string][]string, error) {
 					return map[string][]string{"pod-a": {"team/claim-a"}}, tt.claimsErr
@@ -83,17 +91,20 @@ func TestWatcherOnce(t *testing.T) {
 			if len(r.Uses) != 1 || !reflect.DeepEqual(r.Uses[0].PIDs, tt.wantPIDs) || r.Uses[0].UsedBytes != 2*gib {
 				t.Errorf("uses %+v, want claim a with %v and 2 GiB", r.Uses, tt.wantPIDs)
 			}
-			if len(r.Strays) != tt.wantStrays {
-				t.Errorf("strays %+v: the gone and the unreadable process are no strays", r.Strays)
+			// The gone and the unreadable processes are no strays; the
+			// one in a pod without claims is.
+			if len(r.Strays) != 1 || r.Strays[0].PID != 14 || r.Strays[0].Pod != "pod-without-claims" {
+				t.Errorf("strays %+v, want pid 14 of pod-without-claims alone", r.Strays)
 			}
 		})
 	}
 }
 
 // TestWatcherRunPublishesEachRound: Run publishes a round at once and one
-// per interval, a failed round skipped, until its context ends.
+// per interval, never a failed one, until its context ends; without an
+// interval or a place to publish it refuses to start.
 func TestWatcherRunPublishesEachRound(t *testing.T) {
-	rounds := make(chan Report, 10)
+	rounds := make(chan Report, 100)
 	calls := 0
 	w := Watcher{
 		Processes: listedProcesses{},
@@ -110,8 +121,8 @@ func TestWatcherRunPublishesEachRound(t *testing.T) {
 		Publish:  func(r Report) { rounds <- r },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
 	for range 3 {
 		select {
 		case <-rounds:
@@ -120,7 +131,17 @@ func TestWatcherRunPublishesEachRound(t *testing.T) {
 		}
 	}
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if published := 3 + len(rounds); published != calls-1 {
+		t.Errorf("%d rounds published of %d run, one of which failed", published, calls)
+	}
+	for _, bad := range []Watcher{{Interval: 0, Publish: func(Report) {}}, {Interval: time.Second}} {
+		if err := bad.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "needs an interval above 0") {
+			t.Errorf("Run with interval %s, publish %t: %v", bad.Interval, bad.Publish != nil, err)
+		}
+	}
 }
 
 func TestProcPodOf(t *testing.T) {
@@ -164,16 +185,16 @@ func TestClaimsOfPods(t *testing.T) {
 	}
 }
 
-// TestMetricsPublish: a round's gauges replace the last round's.
+// TestMetricsPublish: the metrics serve the last round whole.
 func TestMetricsPublish(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := NewMetrics(reg, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	recs := records()
 	share := recs["a"]
-	m.Publish("n1", Report{
+	m.Publish(Report{
 		Uses:      []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, Over: true}},
 		Strays:    []Stray{{Process: gpu.Process{Card: "GPU-2", PID: 60, UsedBytes: gib}}, {Process: gpu.Process{Card: "GPU-2", PID: 61, UsedBytes: -1}}},
 		Node:      []gpu.Process{{Card: "GPU-1", PID: 70}},
@@ -203,7 +224,7 @@ tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-1"} 1
 		t.Error(err)
 	}
 	// The next round has nothing: no series left.
-	m.Publish("n1", Report{})
+	m.Publish(Report{})
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
 		t.Errorf("%d series after an empty round (%v), want none", n, err)
 	}
