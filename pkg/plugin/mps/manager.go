@@ -133,11 +133,8 @@ type supervision struct {
 	// the same of a routine check, after a share found the daemon ready:
 	// the worker does it once Timing.Recheck has passed since readyAt.
 	verify, recheck bool
-	// attempts counts the worker's finished daemon operations; lastErr is
-	// the last one's error (nil after a success).
-	attempts, failures int
-	lastErr            error
-	lastErrAt          time.Time
+	// ops is how the worker's daemon operations went.
+	ops operations
 	// busy: the worker is in a round; kicked: work was asked for since
 	// the round began.
 	busy, kicked bool
@@ -160,6 +157,15 @@ type controlWatch struct {
 	// inFlight are the control commands sent and not yet answered.
 	inFlight    map[int]inFlightCommand
 	inFlightSeq int
+}
+
+// operations counts the worker's finished daemon operations (attempts)
+// and the failed ones; lastErr is the last one's error (nil after a
+// success), at lastErrAt.
+type operations struct {
+	attempts, failures int
+	lastErr            error
+	lastErrAt          time.Time
 }
 
 // workerLoop is the background worker's goroutine: kick asks it for a

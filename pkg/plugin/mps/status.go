@@ -79,7 +79,7 @@ func (m *Manager) Status() Status {
 		Wanted:                   m.wantedLocked(now),
 		Ready:                    m.sup.ready && m.control.unresponsiveSince.IsZero(),
 		SharedCards:              len(m.book.holders),
-		Failures:                 m.sup.failures,
+		Failures:                 m.sup.ops.failures,
 		PendingModes:             slices.Sorted(maps.Keys(m.book.pendingModes)),
 		ControlUnresponsiveSince: m.control.unresponsiveSince,
 		StuckCommand:             m.control.stuckCommand,
@@ -89,8 +89,8 @@ func (m *Manager) Status() Status {
 	if len(m.book.holders) == 0 && now.Before(m.sup.idleUntil) {
 		st.IdleUntil = m.sup.idleUntil
 	}
-	if m.sup.lastErr != nil {
-		st.LastError, st.LastErrorAt = m.sup.lastErr.Error(), m.sup.lastErrAt
+	if m.sup.ops.lastErr != nil {
+		st.LastError, st.LastErrorAt = m.sup.ops.lastErr.Error(), m.sup.ops.lastErrAt
 	}
 	return st
 }

@@ -82,12 +82,12 @@ func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Dur
 	ready := func() bool { return m.sup.ready && (!fresh || m.sup.readyRound > after) }
 	m.sup.verify = true
 	m.kickWorker()
-	since := m.sup.attempts
+	since := m.sup.ops.attempts
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for !ready() {
-		if failFast && m.sup.attempts > since && m.sup.lastErr != nil {
-			return m.sup.lastErr
+		if failFast && m.sup.ops.attempts > since && m.sup.ops.lastErr != nil {
+			return m.sup.ops.lastErr
 		}
 		changed := m.changed
 		m.mu.Unlock()
@@ -101,8 +101,8 @@ func (m *Manager) waitReadyLocked(ctx context.Context, fresh bool, wait time.Dur
 		}
 		m.mu.Lock()
 		if done && !ready() {
-			if m.sup.attempts > since && m.sup.lastErr != nil {
-				return m.sup.lastErr
+			if m.sup.ops.attempts > since && m.sup.ops.lastErr != nil {
+				return m.sup.ops.lastErr
 			}
 			return errStillStarting
 		}
@@ -163,8 +163,8 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 	for {
 		m.mu.Lock()
 		want := m.wantedLocked(time.Now())
-		idle := !m.sup.busy && !m.sup.kicked && len(m.book.pendingModes) == 0 && m.sup.lastErr == nil &&
-			((want && m.sup.ready) || (!want && (m.sup.stopped || m.sup.attempts == 0)))
+		idle := !m.sup.busy && !m.sup.kicked && len(m.book.pendingModes) == 0 && m.sup.ops.lastErr == nil &&
+			((want && m.sup.ready) || (!want && (m.sup.stopped || m.sup.ops.attempts == 0)))
 		changed := m.changed
 		m.mu.Unlock()
 		if idle {
@@ -196,8 +196,8 @@ func (m *Manager) changedLocked() {
 }
 
 func (m *Manager) recordLocked(err error) {
-	m.sup.failures++
-	m.sup.lastErr, m.sup.lastErrAt = err, time.Now()
+	m.sup.ops.failures++
+	m.sup.ops.lastErr, m.sup.ops.lastErrAt = err, time.Now()
 	m.changedLocked()
 }
 
@@ -375,13 +375,13 @@ func (m *Manager) ensureDaemon(ctx context.Context, r round) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sup.attempts++
+	m.sup.ops.attempts++
 	if err != nil {
 		m.sup.ready = false
 		m.recordLocked(err)
 		return err
 	}
-	m.sup.ready, m.sup.stopped, m.sup.lastErr = true, false, nil
+	m.sup.ready, m.sup.stopped, m.sup.ops.lastErr = true, false, nil
 	m.sup.readyRound, m.sup.readyAt = r.n, time.Now()
 	m.changedLocked()
 	return nil
@@ -392,12 +392,12 @@ func (m *Manager) ensureDaemon(ctx context.Context, r round) error {
 func (m *Manager) recordStop(err error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sup.attempts++
+	m.sup.ops.attempts++
 	if err != nil {
 		m.recordLocked(err)
 		return err
 	}
-	m.sup.ready, m.sup.stopped, m.sup.lastErr = false, true, nil
+	m.sup.ready, m.sup.stopped, m.sup.ops.lastErr = false, true, nil
 	m.changedLocked()
 	return nil
 }
