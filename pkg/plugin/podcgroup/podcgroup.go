@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -35,12 +34,19 @@ var (
 // kubepods cgroup. ok is false when there is none (a host process, a
 // system service).
 func Find(parts []string) (uid string, index int, ok bool) {
-	for i := len(parts) - 2; i >= 1; i-- {
+	return nearestPod(parts, 1, true)
+}
+
+// nearestPod returns the pod cgroup nearest the last element of parts,
+// above it and at first or below; withKubepods: it must be below a
+// kubepods cgroup, ok false otherwise.
+func nearestPod(parts []string, first int, withKubepods bool) (uid string, index int, ok bool) {
+	for i := len(parts) - 2; i >= first; i-- {
 		uid := podUIDOf(parts[i])
 		if uid == "" {
 			continue
 		}
-		if !underKubepods(parts[:i]) {
+		if withKubepods && !underKubepods(parts[:i]) {
 			return "", 0, false
 		}
 		return uid, i, true
@@ -125,19 +131,16 @@ func (c ProcCgroup) PodOf() (uid string, ok bool) {
 		for climbed < len(parts) && parts[climbed] == ".." {
 			climbed++
 		}
-		parts = parts[climbed:]
 		if climbed == 0 {
-			if uid, _, ok := Find(strings.Split(strings.Trim(path.Clean(p), "/"), "/")); ok {
+			if uid, _, ok := Find(parts); ok {
 				return uid, true
 			}
 			continue
 		}
-		// Above the last element, as in Find: the process's own cgroup
-		// is a container's, below its pod's.
-		for i := len(parts) - 2; i >= 0; i-- {
-			if uid := podUIDOf(parts[i]); uid != "" {
-				return uid, true
-			}
+		// Out of the reader's namespace, any pod cgroup name will do: its
+		// kubepods ancestor may be cut off.
+		if uid, _, ok := nearestPod(parts[climbed:], 0, false); ok {
+			return uid, true
 		}
 	}
 	return "", false
