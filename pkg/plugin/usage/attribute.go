@@ -39,7 +39,9 @@ type Inputs struct {
 type Use struct {
 	ClaimUID, Namespace, Name string
 	Device                    prepared.Device
-	// PIDs are the processes attributed to the device, in ascending order.
+	// PIDs are the processes attributed to the device, in ascending order
+	// (a device is one card and GPU instance, the order processes are
+	// attributed in).
 	PIDs []int
 	// UsedBytes sums their memory; UsedKnown is false when NVML did not
 	// say it for one of them (then UsedBytes is a lower bound).
@@ -143,7 +145,6 @@ func Attribute(in Inputs) Report {
 		return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.index, b.index))
 	}) {
 		u := uses[k]
-		slices.Sort(u.PIDs)
 		kind := u.Device.Kind()
 		isShare := kind == prepared.KindShare || kind == prepared.KindMPSShare
 		u.Over = isShare && u.Device.MemoryBytes > 0 && u.UsedBytes > u.Device.MemoryBytes
