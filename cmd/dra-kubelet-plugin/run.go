@@ -80,6 +80,7 @@ func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFl
 		DriverRoot:    opts.HostDriverRootOf(source.DriverRoot),
 		KubeClient:    client,
 		HealthWatcher: opts.NewHealthWatcher(ctx, src, source.Fake()),
+		Processes:     opts.NewProcessLister(src, source.Fake()),
 	}
 	if !source.Fake() {
 		if err := addRealGPUEdits(ctx, &node, src, opts); err != nil {

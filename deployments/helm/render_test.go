@@ -314,9 +314,10 @@ func TestRBAC(t *testing.T) {
 		// Node events when a GPU is tainted or recovers.
 		"/events":              {"create", "patch", "update"},
 		"events.k8s.io/events": {"create", "patch", "update"},
-		// The pods reserving a claim of a strict class, checked again at
-		// prepare (TestNonRootDeviceClasses).
-		"/pods": {"get", "list"},
+		// The node's pods, watched by the usage watcher (TestPluginUsage),
+		// also the pods reserving a claim of a strict class, checked again
+		// at prepare (TestNonRootDeviceClasses).
+		"/pods": {"get", "list", "watch"},
 	}
 	got := map[string][]string{}
 	for _, r := range plugin.Rules {
@@ -388,7 +389,8 @@ func TestNonRootDeviceClasses(t *testing.T) {
 			want: "hard-shared-gpu.tangram.dev", wantNamespaces: `{"matchLabels":{"tenancy":"shared"}}`},
 	} {
 		t.Run(strings.Join(tc.sets, ","), func(t *testing.T) {
-			objs := render(t, tc.sets...)
+			// The usage watcher reads pods too (TestPluginUsage).
+			objs := render(t, append(tc.sets, "kubeletPlugin.usage.enabled=false")...)
 			_, c := daemonSet(t, objs)
 			got, ok := flagValues(c.Args)["nonroot-device-classes"]
 			if got != tc.want || ok != (tc.want != "") {
@@ -411,6 +413,73 @@ func TestNonRootDeviceClasses(t *testing.T) {
 			}
 			if readsPods != (tc.want != "") {
 				t.Errorf("plugin may read pods: %t, want %t", readsPods, tc.want != "")
+			}
+		})
+	}
+}
+
+// TestPluginUsage: the usage watcher's flags, the host's /proc mounted
+// read-only at /host-proc, watching pods (also with the non-root check's
+// rule), and evicting them only with overShare=evict.
+func TestPluginUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sets       []string
+		wantFlags  map[string]string
+		wantMount  bool
+		wantVerbs  []string // on pods; nil: none
+		wantEvicts bool
+	}{
+		{name: "defaults", wantFlags: map[string]string{"usage-interval": "10s", "usage-proc-root": "/host-proc", "usage-over-share": "report"},
+			wantMount: true, wantVerbs: []string{"get", "list", "watch"}},
+		{name: "evict", sets: []string{"kubeletPlugin.usage.overShare=evict", "kubeletPlugin.usage.interval=5s"},
+			wantFlags: map[string]string{"usage-interval": "5s", "usage-over-share": "evict"}, wantMount: true, wantVerbs: []string{"get", "list", "watch"}, wantEvicts: true},
+		{name: "off", sets: []string{"kubeletPlugin.usage.enabled=false", "kubeletPlugin.usage.overShare=evict", "admissionPolicy.sharedGPURunAsNonRoot.enabled=false"},
+			wantFlags: map[string]string{"usage-interval": "0"}},
+		{name: "off, with the non-root check's pod reads", sets: []string{"kubeletPlugin.usage.enabled=false", "sharing.requireHardEnforcement=true"},
+			wantFlags: map[string]string{"usage-interval": "0"}, wantVerbs: []string{"get", "list"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.sets...)
+			ds, c := daemonSet(t, objs)
+			flags := flagValues(c.Args)
+			for k, v := range tc.wantFlags {
+				if flags[k] != v {
+					t.Errorf("--%s=%q, want %q", k, flags[k], v)
+				}
+			}
+			if _, ok := flags["usage-proc-root"]; ok != tc.wantMount {
+				t.Errorf("--usage-proc-root set: %t, want %t", ok, tc.wantMount)
+			}
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				if m.Name == "host-proc" {
+					mounted = m.MountPath == "/host-proc" && m.ReadOnly
+				}
+			}
+			for _, v := range ds.Spec.Template.Spec.Volumes {
+				if v.Name == "host-proc" && (v.HostPath == nil || v.HostPath.Path != "/proc") {
+					t.Errorf("volume host-proc is %+v, want the host's /proc", v.VolumeSource)
+				}
+			}
+			if mounted != tc.wantMount {
+				t.Errorf("the host's /proc mounted read-only at /host-proc: %t, want %t", mounted, tc.wantMount)
+			}
+			var verbs []string
+			evicts := false
+			for _, r := range objs.get(t, "ClusterRole", pluginName).(*rbacv1.ClusterRole).Rules {
+				if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "pods") {
+					verbs = append(verbs, r.Verbs...)
+				}
+				if slices.Contains(r.Resources, "pods/eviction") {
+					evicts = slices.Equal(r.Verbs, []string{"create"})
+				}
+			}
+			if !slices.Equal(verbs, tc.wantVerbs) {
+				t.Errorf("plugin may %v pods, want %v", verbs, tc.wantVerbs)
+			}
+			if evicts != tc.wantEvicts {
+				t.Errorf("plugin may evict pods: %t, want %t", evicts, tc.wantEvicts)
 			}
 		})
 	}

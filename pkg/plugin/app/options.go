@@ -20,6 +20,7 @@ import (
 
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
+	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
 	"github.com/tangram-gpu/tangram/pkg/kubeconfig"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/cdi"
@@ -28,6 +29,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/podcheck"
+	"github.com/tangram-gpu/tangram/pkg/plugin/usage"
 	"github.com/tangram-gpu/tangram/pkg/plugin/xidtaint"
 )
 
@@ -67,6 +69,23 @@ type Options struct {
 	MPSOptions
 	HostOptions
 	HealthOptions
+	UsageOptions
+}
+
+// UsageOptions configure the GPU usage watcher (docs/observability.md):
+// how often it reads the cards' processes, where the host's /proc is,
+// what is done to a share over its memory, and the fake cards' processes.
+type UsageOptions struct {
+	// UsageInterval is the time between two rounds; 0 watches nothing.
+	UsageInterval time.Duration
+	// UsageProcRoot is the host's /proc: NVML's PIDs are the host's.
+	UsageProcRoot string
+	// UsageOverShare is --usage-over-share (usage.ParseOverShareAction).
+	UsageOverShare string
+	// FakeProcessesFile is the fake cards' process list
+	// (fakegpu.ProcessesFile); empty: fakegpu.ProcessesFileName in the
+	// state directory.
+	FakeProcessesFile string
 }
 
 // MPSOptions are the flags of the node's MPS: its directories, the
@@ -181,6 +200,10 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.MemoryLimitHookHostDir, "memory-limit-hook-host-dir", "", "the same directory as the host sees it, written into CDI specs (default: --memory-limit-hook-dir)")
 	f.StringSliceVar(&o.NonRootDeviceClasses, "nonroot-device-classes", nil, "device classes whose claims only locked-down pods may use, checked again at prepare; empty: no check (docs/configuration.md)")
 	f.StringVar(&o.NonRootNamespaces, "nonroot-namespace-selector", "", "with --nonroot-device-classes: JSON label selector of the namespaces checked; empty or {}: all (docs/configuration.md)")
+	f.DurationVar(&o.UsageInterval, "usage-interval", 10*time.Second, "read what runs on the cards this often, for each share's use, the shares over their memory and the processes no claim accounts for (docs/observability.md); 0 watches nothing")
+	f.StringVar(&o.UsageProcRoot, "usage-proc-root", "/proc", "the host's /proc, where the usage watcher finds each GPU process's pod (chart: the host's /proc mounted at /host-proc)")
+	f.StringVar(&o.UsageOverShare, "usage-over-share", string(usage.OverShareReport), "what is done to the pods of a share using more GPU memory than it was given: report (a Warning event and a metric) or evict (also evict them, honouring their PodDisruptionBudgets)")
+	f.StringVar(&o.FakeProcessesFile, "fake-processes-file", "", "fake GPUs only: JSON list of the processes the fake cards run (default: "+fakegpu.ProcessesFileName+" in --state-dir; docs/observability.md)")
 	f.BoolVar(&o.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 }
 
@@ -213,6 +236,7 @@ type Settings struct {
 	mpsDaemonPod      daemon.PodSpec
 	nonRootNamespaces labels.Selector
 	xidPolicy         xidtaint.Policy
+	overShare         usage.OverShareAction
 	parsed            bool
 }
 
@@ -242,6 +266,12 @@ func (o Options) Parse(fake bool, driverRoot string) (Settings, error) {
 	}
 	if s.xidPolicy, err = o.xidPolicy(); err != nil {
 		errs = append(errs, err)
+	}
+	if s.overShare, err = usage.ParseOverShareAction(o.UsageOverShare); err != nil {
+		errs = append(errs, err)
+	}
+	if o.UsageInterval < 0 {
+		errs = append(errs, fmt.Errorf("--usage-interval=%s is negative: use 0 to watch nothing", o.UsageInterval))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Settings{}, err
@@ -456,6 +486,17 @@ func (o *Options) NewHealthWatcher(ctx context.Context, src gpu.Source, fake boo
 	}
 	klog.FromContext(ctx).Info("This GPU source cannot watch health events; health is not monitored")
 	return nil
+}
+
+// NewProcessLister returns what lists the cards' processes for the usage
+// watcher: the fake cards' file, or NVML's source; nil when the source
+// cannot list them.
+func (o *Options) NewProcessLister(src gpu.Source, fake bool) gpu.ProcessLister {
+	if fake {
+		return fakegpu.ProcessesFile{Path: cmp.Or(o.FakeProcessesFile, filepath.Join(o.StateDir, fakegpu.ProcessesFileName))}
+	}
+	lister, _ := src.(gpu.ProcessLister)
+	return lister
 }
 
 // HealthEventsFile is the fake cards' events file: --fake-health-events-file,

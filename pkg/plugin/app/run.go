@@ -90,6 +90,9 @@ type Node struct {
 	// monitor (docs/health.md); nil means health is not watched: no
 	// taints, and the kubelet is told device health is not supported.
 	HealthWatcher gpu.HealthWatcher
+	// Processes lists what runs on the cards, for the usage watcher
+	// (docs/observability.md); nil means usage is not watched.
+	Processes gpu.ProcessLister
 }
 
 // wiring is the running plugin's view of its settings and node.
@@ -141,7 +144,8 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 		return err
 	}
 	if w.KubeClient != nil {
-		// Warning events on the pods of shares a tenant can exceed.
+		// Warning events on the pods of shares a tenant can exceed, and
+		// the usage watcher's.
 		recorder, stop := taints.NewNodeEventRecorder(ctx, w.KubeClient)
 		defer stop()
 		cfg.Events = recorder
@@ -186,6 +190,9 @@ func Run(ctx context.Context, settings Settings, node Node) error {
 	}
 	if pub != nil && pub.MIG != nil {
 		go driver.MIGPartitions().WatchForeignMIG(ctx)
+	}
+	if err := w.startUsage(ctx, driver, metrics, cfg.Events); err != nil {
+		return err
 	}
 	return w.serve(ctx, cancel, probes, metrics)
 }

@@ -30,9 +30,10 @@ type Inputs struct {
 	ClaimsOf map[string][]string
 	// Records are the plugin's prepared claims, by UID.
 	Records map[string]prepared.Claim
-	// NodePIDs are the processes of the node's own daemons (the MPS
-	// control daemon and its servers): their use is the node's.
-	NodePIDs map[int]bool
+	// NodePods are the pods of the node's own daemons (the plugin's, whose
+	// children the MPS daemon and servers are with --mps-daemon=process,
+	// and the MPS daemon's pod), by UID: their processes' use is the node's.
+	NodePods map[string]bool
 }
 
 // Use is what the processes of one prepared device's pods use of it.
@@ -43,6 +44,8 @@ type Use struct {
 	// (a device is one card and GPU instance, the order processes are
 	// attributed in).
 	PIDs []int
+	// Pods are the UIDs of their pods, in the order first seen.
+	Pods []string
 	// UsedBytes sums their memory; UsedKnown is false when NVML did not
 	// say it for one of them (then UsedBytes is a lower bound).
 	UsedBytes int64
@@ -99,7 +102,7 @@ func Attribute(in Inputs) Report {
 		switch {
 		case !alive:
 			continue
-		case in.NodePIDs[p.PID]:
+		case pod != "" && in.NodePods[pod]:
 			r.Node = append(r.Node, p)
 			continue
 		case pod == "":
@@ -135,6 +138,9 @@ func Attribute(in Inputs) Report {
 			uses[k] = u
 		}
 		u.PIDs = append(u.PIDs, p.PID)
+		if !slices.Contains(u.Pods, pod) {
+			u.Pods = append(u.Pods, pod)
+		}
 		if p.UsedBytes < 0 {
 			u.UsedKnown = false
 		} else {

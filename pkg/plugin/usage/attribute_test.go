@@ -42,7 +42,7 @@ type use struct {
 func TestAttribute(t *testing.T) {
 	claimsOf := map[string][]string{
 		"pod-a": {"team/claim-a"}, "pod-b": {"team/claim-b"}, "pod-w": {"team/claim-w"}, "pod-x": {"team/claim-x"}, "pod-m": {"team/claim-m"},
-		"pod-ab": {"team/claim-b", "team/claim-a"}, "pod-unprepared": {"team/claim-gone"},
+		"pod-ab": {"team/claim-b", "team/claim-a"}, "pod-b2": {"team/claim-b"}, "pod-unprepared": {"team/claim-gone"},
 		// The same name in another namespace is another claim.
 		"pod-other": {"elsewhere/claim-a"},
 	}
@@ -50,12 +50,14 @@ func TestAttribute(t *testing.T) {
 		name        string
 		procs       []gpu.Process
 		podOf       map[int]string
-		node        map[int]bool
+		node        map[string]bool
 		wantUses    []use
 		wantStrays  []int
 		wantNode    []int
 		wantAmbig   []int
 		wantStrayOf map[int]string
+		// wantPods are the pods of some uses, by claim UID.
+		wantPods map[string][]string
 	}{
 		{name: "a share's processes summed",
 			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 11, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: 2 * gib}},
@@ -85,15 +87,21 @@ func TestAttribute(t *testing.T) {
 			wantStrays:  []int{60, 61, 62, 10},
 			wantStrayOf: map[int]string{10: "pod-a", 60: "", 61: "pod-unprepared", 62: "pod-other"}},
 		{name: "the node's daemon is the node's; a process gone before its cgroup was read is left out",
-			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 70, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 71, UsedBytes: gib}},
-			podOf:    map[int]string{70: ""},
-			node:     map[int]bool{70: true},
-			wantNode: []int{70}},
+			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 70, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 71, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 72}},
+			podOf:    map[int]string{70: "pod-plugin", 72: "pod-mps-daemon"},
+			node:     map[string]bool{"pod-plugin": true, "pod-mps-daemon": true},
+			wantNode: []int{70, 72}},
 		{name: "a pod with two shares of the card: the first claim, said to be ambiguous",
 			procs:     []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 80, UsedBytes: gib}},
 			podOf:     map[int]string{80: "pod-ab"},
 			wantUses:  []use{{claim: "a", pids: []int{80}, used: gib, known: true}},
 			wantAmbig: []int{80}},
+		{name: "a claim shared by two pods, each with two processes: both pods, once each",
+			procs: []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 90, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 91, UsedBytes: gib},
+				{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 92, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 93, UsedBytes: gib}},
+			podOf:    map[int]string{90: "pod-b", 91: "pod-b2", 92: "pod-b", 93: "pod-b2"},
+			wantUses: []use{{claim: "b", pids: []int{90, 91, 92, 93}, used: 4 * gib, known: true, over: true}},
+			wantPods: map[string][]string{"b": {"pod-b", "pod-b2"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,13 +112,18 @@ func TestAttribute(t *testing.T) {
 			old.UID, old.State = "z-older", prepared.PrepareStarted
 			old.Devices = []prepared.Device{{Device: "gpu-1", GPUUUID: "GPU-1", ShareID: "s0", Share: true, MemoryBytes: gib}}
 			recs[old.UID] = old
-			r := Attribute(Inputs{Processes: tt.procs, PodOf: tt.podOf, ClaimsOf: claimsOf, Records: recs, NodePIDs: tt.node})
+			r := Attribute(Inputs{Processes: tt.procs, PodOf: tt.podOf, ClaimsOf: claimsOf, Records: recs, NodePods: tt.node})
 			var uses []use
 			for _, u := range r.Uses {
 				if u.Namespace != "team" || u.Name != "claim-"+u.ClaimUID || u.Device.Device != records()[u.ClaimUID].Devices[0].Device {
 					t.Errorf("use of %s names %s/%s, device %s", u.ClaimUID, u.Namespace, u.Name, u.Device.Device)
 				}
 				uses = append(uses, use{claim: u.ClaimUID, pids: u.PIDs, used: u.UsedBytes, known: u.UsedKnown, over: u.Over})
+			}
+			for _, u := range r.Uses {
+				if want, ok := tt.wantPods[u.ClaimUID]; ok && !reflect.DeepEqual(u.Pods, want) {
+					t.Errorf("pods of %s: %v, want %v", u.ClaimUID, u.Pods, want)
+				}
 			}
 			if fmt.Sprint(uses) != fmt.Sprint(tt.wantUses) {
 				t.Errorf("uses %+v, want %+v", uses, tt.wantUses)

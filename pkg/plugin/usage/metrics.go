@@ -1,25 +1,34 @@
 package usage
 
 import (
+	"context"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // Metrics serve the last round: per prepared device with a process, its
-// memory used and whether it is over its share; per card, the processes
-// no claim accounts for and their memory, the node's own and the
-// ambiguous ones. A scrape sees one whole round (Publish swaps it under a
-// lock), never a half-updated one. A node adds two series per prepared
-// device in use and up to four per card: with 50 shares on 8 cards, 132;
-// 132,000 for 1,000 such nodes, which one Prometheus holds. Claims made
-// from templates carry generated names, so the device series come and go
-// with the pods (docs/observability.md).
+// memory used, for a share what it was given and whether it uses more; per
+// card, the memory its processes use, the processes no claim accounts for
+// and their memory, the node's own and the ambiguous ones. A scrape sees
+// one whole round (Publish swaps it under a lock), never a half-updated
+// one. A node adds three series per share in use (two per whole card or
+// partition) and five per card, always there (0 when nothing runs): with
+// 50 shares on 8 cards, 191 with the round's timestamp; 191,000 for 1,000
+// such nodes, which one Prometheus holds. Claims made from templates carry
+// generated names, so the device series come and go with the pods
+// (docs/observability.md).
 type Metrics struct {
-	node string
+	node  string
+	cards []string
 
 	mu   sync.Mutex
 	last Report
+	at   time.Time
 }
 
 var (
@@ -28,8 +37,12 @@ var (
 
 	usedDesc = prometheus.NewDesc("tangram_gpu_claim_memory_used_bytes",
 		"GPU memory the processes of a prepared device's pods use on it, as NVML reports it (a lower bound where NVML gives no figure for a process).", deviceLabels, nil)
+	allowedDesc = prometheus.NewDesc("tangram_gpu_claim_memory_allowed_bytes",
+		"GPU memory a share in use was given (its request, which is its limit); only shares.", deviceLabels, nil)
 	overDesc = prometheus.NewDesc("tangram_gpu_claim_memory_over",
 		"1 when a share's processes use more GPU memory than the share was given, 0 otherwise; only shares (a whole card or a MIG partition is held by the GPU).", deviceLabels, nil)
+	cardUsedDesc = prometheus.NewDesc("tangram_gpu_card_memory_used_bytes",
+		"GPU memory all processes on a card use, as NVML reports it (claims', unaccounted and the node's own).", cardLabels, nil)
 	straysDesc = prometheus.NewDesc("tangram_gpu_unaccounted_processes",
 		"GPU processes on a card that no prepared claim accounts for: outside any pod, or in a pod that holds nothing of that card.", cardLabels, nil)
 	strayBytesDesc = prometheus.NewDesc("tangram_gpu_unaccounted_memory_bytes",
@@ -38,11 +51,14 @@ var (
 		"GPU processes of the node's own daemons (the MPS control daemon and servers) on a card.", cardLabels, nil)
 	ambiguousDesc = prometheus.NewDesc("tangram_gpu_ambiguous_processes",
 		"GPU processes whose pod holds several devices of the card: each is counted on the first, as NVML does not say which one it serves.", cardLabels, nil)
+	roundDesc = prometheus.NewDesc("tangram_gpu_usage_round_timestamp_seconds",
+		"When the GPU usage the other tangram_gpu_* usage series show was read (Unix time); absent before the first round.", []string{"node"}, nil)
 )
 
-// NewMetrics registers node's usage metrics in reg.
-func NewMetrics(reg prometheus.Registerer, node string) (*Metrics, error) {
-	m := &Metrics{node: node}
+// NewMetrics registers node's usage metrics in reg; cards are the UUIDs
+// of its cards.
+func NewMetrics(reg prometheus.Registerer, node string, cards []string) (*Metrics, error) {
+	m := &Metrics{node: node, cards: cards}
 	if err := reg.Register(m); err != nil {
 		return nil, err
 	}
@@ -50,15 +66,15 @@ func NewMetrics(reg prometheus.Registerer, node string) (*Metrics, error) {
 }
 
 // Publish makes r the round the metrics serve.
-func (m *Metrics) Publish(r Report) {
+func (m *Metrics) Publish(_ context.Context, r Report) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.last = r
+	m.last, m.at = r, time.Now()
 }
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{usedDesc, overDesc, straysDesc, strayBytesDesc, nodeDesc, ambiguousDesc} {
+	for _, d := range []*prometheus.Desc{usedDesc, allowedDesc, overDesc, cardUsedDesc, straysDesc, strayBytesDesc, nodeDesc, ambiguousDesc, roundDesc} {
 		ch <- d
 	}
 }
@@ -66,52 +82,63 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
-	r := m.last
+	r, at := m.last, m.at
 	m.mu.Unlock()
-	for _, u := range r.Uses {
-		over := 0.0
-		if u.Over {
-			over = 1
-		}
-		ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(u.UsedBytes), m.node, u.Namespace, u.Name, u.Device.Device)
-		ch <- prometheus.MustNewConstMetric(overDesc, prometheus.GaugeValue, over, m.node, u.Namespace, u.Name, u.Device.Device)
+	if at.IsZero() {
+		return
 	}
-	type perCard struct{ strays, strayBytes, node, ambiguous float64 }
+	ch <- prometheus.MustNewConstMetric(roundDesc, prometheus.GaugeValue, float64(at.UnixMilli())/1000, m.node)
+	type perCard struct{ used, strays, strayBytes, node, ambiguous float64 }
 	cards := map[string]*perCard{}
-	var order []string
+	order := slices.Clone(m.cards)
 	card := func(uuid string) *perCard {
 		c := cards[uuid]
 		if c == nil {
 			c = &perCard{}
 			cards[uuid] = c
-			order = append(order, uuid)
+			if !slices.Contains(order, uuid) {
+				order = append(order, uuid)
+			}
 		}
 		return c
+	}
+	for _, uuid := range m.cards {
+		card(uuid)
+	}
+	known := func(n int64) float64 { return float64(max(n, 0)) }
+	for _, u := range r.Uses {
+		labels := []string{m.node, u.Namespace, u.Name, u.Device.Device}
+		ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(u.UsedBytes), labels...)
+		if kind := u.Device.Kind(); kind == prepared.KindShare || kind == prepared.KindMPSShare {
+			over := 0.0
+			if u.Over {
+				over = 1
+			}
+			ch <- prometheus.MustNewConstMetric(allowedDesc, prometheus.GaugeValue, float64(u.Device.MemoryBytes), labels...)
+			ch <- prometheus.MustNewConstMetric(overDesc, prometheus.GaugeValue, over, labels...)
+		}
+		card(u.Device.GPUUUID).used += float64(u.UsedBytes)
 	}
 	for _, s := range r.Strays {
 		c := card(s.Card)
 		c.strays++
-		if s.UsedBytes > 0 {
-			c.strayBytes += float64(s.UsedBytes)
-		}
+		c.strayBytes += known(s.UsedBytes)
+		c.used += known(s.UsedBytes)
 	}
 	for _, p := range r.Node {
-		card(p.Card).node++
+		c := card(p.Card)
+		c.node++
+		c.used += known(p.UsedBytes)
 	}
 	for _, p := range r.Ambiguous {
 		card(p.Card).ambiguous++
 	}
 	for _, uuid := range order {
 		c := cards[uuid]
-		if c.strays > 0 {
-			ch <- prometheus.MustNewConstMetric(straysDesc, prometheus.GaugeValue, c.strays, m.node, uuid)
-			ch <- prometheus.MustNewConstMetric(strayBytesDesc, prometheus.GaugeValue, c.strayBytes, m.node, uuid)
-		}
-		if c.node > 0 {
-			ch <- prometheus.MustNewConstMetric(nodeDesc, prometheus.GaugeValue, c.node, m.node, uuid)
-		}
-		if c.ambiguous > 0 {
-			ch <- prometheus.MustNewConstMetric(ambiguousDesc, prometheus.GaugeValue, c.ambiguous, m.node, uuid)
-		}
+		ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, c.used, m.node, uuid)
+		ch <- prometheus.MustNewConstMetric(straysDesc, prometheus.GaugeValue, c.strays, m.node, uuid)
+		ch <- prometheus.MustNewConstMetric(strayBytesDesc, prometheus.GaugeValue, c.strayBytes, m.node, uuid)
+		ch <- prometheus.MustNewConstMetric(nodeDesc, prometheus.GaugeValue, c.node, m.node, uuid)
+		ch <- prometheus.MustNewConstMetric(ambiguousDesc, prometheus.GaugeValue, c.ambiguous, m.node, uuid)
 	}
 }

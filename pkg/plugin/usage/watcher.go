@@ -27,11 +27,12 @@ type Watcher struct {
 	PodClaims func(ctx context.Context) (map[string][]string, error)
 	// Records returns the prepared claims (Driver.Records).
 	Records func() map[string]prepared.Claim
-	// NodePIDs, if set, returns the processes of the node's own daemons.
-	NodePIDs func() map[int]bool
+	// NodePods, if set, returns the UIDs of the node's own daemons' pods
+	// (Inputs.NodePods).
+	NodePods func() map[string]bool
 	// Interval is the time between two rounds (Run).
 	Interval time.Duration
-	Publish  func(Report)
+	Publish  func(context.Context, Report)
 }
 
 // Once reads every source once and attributes what it read. A card NVML
@@ -54,8 +55,8 @@ func (w *Watcher) Once(ctx context.Context) (Report, error) {
 		return Report{}, fmt.Errorf("reading the claims of the node's pods: %w", err)
 	}
 	in := Inputs{Processes: procs, PodOf: map[int]string{}, ClaimsOf: claims, Records: w.Records()}
-	if w.NodePIDs != nil {
-		in.NodePIDs = w.NodePIDs()
+	if w.NodePods != nil {
+		in.NodePods = w.NodePods()
 	}
 	for _, p := range procs {
 		if _, done := in.PodOf[p.PID]; done {
@@ -87,7 +88,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if r, err := w.Once(ctx); err != nil {
 			logger.Error(err, "GPU usage round failed; the next one runs in the interval", "interval", w.Interval)
 		} else {
-			w.Publish(r)
+			w.Publish(ctx, r)
 		}
 		select {
 		case <-ctx.Done():

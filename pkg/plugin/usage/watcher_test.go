@@ -118,7 +118,7 @@ func TestWatcherRunPublishesEachRound(t *testing.T) {
 		},
 		Records:  records,
 		Interval: time.Millisecond,
-		Publish:  func(r Report) { rounds <- r },
+		Publish:  func(_ context.Context, r Report) { rounds <- r },
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -137,7 +137,7 @@ func TestWatcherRunPublishesEachRound(t *testing.T) {
 	if published := 3 + len(rounds); published != calls-1 {
 		t.Errorf("%d rounds published of %d run, one of which failed", published, calls)
 	}
-	for _, bad := range []Watcher{{Interval: 0, Publish: func(Report) {}}, {Interval: time.Second}} {
+	for _, bad := range []Watcher{{Interval: 0, Publish: func(context.Context, Report) {}}, {Interval: time.Second}} {
 		if err := bad.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "needs an interval above 0") {
 			t.Errorf("Run with interval %s, publish %t: %v", bad.Interval, bad.Publish != nil, err)
 		}
@@ -185,47 +185,74 @@ func TestClaimsOfPods(t *testing.T) {
 	}
 }
 
-// TestMetricsPublish: the metrics serve the last round whole.
+// TestMetricsPublish: the metrics serve the last round whole; every card
+// has its series, 0 when nothing runs on it.
 func TestMetricsPublish(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, "n1")
+	m, err := NewMetrics(reg, "n1", []string{"GPU-1", "GPU-2", "GPU-3"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Errorf("%d series before the first round (%v), want none", n, err)
+	}
 	recs := records()
-	share := recs["a"]
-	m.Publish(Report{
-		Uses:      []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, Over: true}},
+	share, whole := recs["a"], recs["w"]
+	m.Publish(context.Background(), Report{
+		Uses: []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, Over: true},
+			{ClaimUID: "w", Namespace: whole.Namespace, Name: whole.Name, Device: whole.Devices[0], PIDs: []int{30}, UsedBytes: 9 * gib, UsedKnown: true}},
 		Strays:    []Stray{{Process: gpu.Process{Card: "GPU-2", PID: 60, UsedBytes: gib}}, {Process: gpu.Process{Card: "GPU-2", PID: 61, UsedBytes: -1}}},
-		Node:      []gpu.Process{{Card: "GPU-1", PID: 70}},
+		Node:      []gpu.Process{{Card: "GPU-1", PID: 70, UsedBytes: gib}},
 		Ambiguous: []gpu.Process{{Card: "GPU-1", PID: 10}},
 	})
 	want := `
+# HELP tangram_gpu_claim_memory_allowed_bytes GPU memory a share in use was given (its request, which is its limit); only shares.
+# TYPE tangram_gpu_claim_memory_allowed_bytes gauge
+tangram_gpu_claim_memory_allowed_bytes{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 4.294967296e+09
 # HELP tangram_gpu_claim_memory_over 1 when a share's processes use more GPU memory than the share was given, 0 otherwise; only shares (a whole card or a MIG partition is held by the GPU).
 # TYPE tangram_gpu_claim_memory_over gauge
 tangram_gpu_claim_memory_over{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 1
 # HELP tangram_gpu_claim_memory_used_bytes GPU memory the processes of a prepared device's pods use on it, as NVML reports it (a lower bound where NVML gives no figure for a process).
 # TYPE tangram_gpu_claim_memory_used_bytes gauge
 tangram_gpu_claim_memory_used_bytes{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 5.36870912e+09
+tangram_gpu_claim_memory_used_bytes{claim="claim-w",device="gpu-2",namespace="team",node="n1"} 9.663676416e+09
+# HELP tangram_gpu_card_memory_used_bytes GPU memory all processes on a card use, as NVML reports it (claims', unaccounted and the node's own).
+# TYPE tangram_gpu_card_memory_used_bytes gauge
+tangram_gpu_card_memory_used_bytes{node="n1",uuid="GPU-1"} 6.442450944e+09
+tangram_gpu_card_memory_used_bytes{node="n1",uuid="GPU-2"} 1.073741824e+10
+tangram_gpu_card_memory_used_bytes{node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_unaccounted_memory_bytes GPU memory of the processes no prepared claim accounts for, as NVML reports it.
 # TYPE tangram_gpu_unaccounted_memory_bytes gauge
+tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-1"} 0
 tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-2"} 1.073741824e+09
+tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_unaccounted_processes GPU processes on a card that no prepared claim accounts for: outside any pod, or in a pod that holds nothing of that card.
 # TYPE tangram_gpu_unaccounted_processes gauge
+tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-1"} 0
 tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-2"} 2
+tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_node_processes GPU processes of the node's own daemons (the MPS control daemon and servers) on a card.
 # TYPE tangram_gpu_node_processes gauge
 tangram_gpu_node_processes{node="n1",uuid="GPU-1"} 1
+tangram_gpu_node_processes{node="n1",uuid="GPU-2"} 0
+tangram_gpu_node_processes{node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_ambiguous_processes GPU processes whose pod holds several devices of the card: each is counted on the first, as NVML does not say which one it serves.
 # TYPE tangram_gpu_ambiguous_processes gauge
 tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-1"} 1
+tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-2"} 0
+tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-3"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+	names := []string{"tangram_gpu_claim_memory_allowed_bytes", "tangram_gpu_claim_memory_over", "tangram_gpu_claim_memory_used_bytes", "tangram_gpu_card_memory_used_bytes",
+		"tangram_gpu_unaccounted_memory_bytes", "tangram_gpu_unaccounted_processes", "tangram_gpu_node_processes", "tangram_gpu_ambiguous_processes"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
-	// The next round has nothing: no series left.
-	m.Publish(Report{})
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
-		t.Errorf("%d series after an empty round (%v), want none", n, err)
+	// The next round has nothing: only the cards' zeros and the round.
+	m.Publish(context.Background(), Report{})
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 3*5+1 {
+		t.Errorf("%d series after an empty round (%v), want %d", n, err, 3*5+1)
+	}
+	if n, err := testutil.GatherAndCount(reg, "tangram_gpu_usage_round_timestamp_seconds"); err != nil || n != 1 {
+		t.Errorf("%d round timestamps (%v), want 1", n, err)
 	}
 }
