@@ -16,6 +16,7 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/metricsregistry"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps"
+	"github.com/tangram-gpu/tangram/pkg/plugin/usage"
 )
 
 // dashboardFile is the chart's dashboard in this checkout.
@@ -62,6 +63,9 @@ func exported(t *testing.T) map[string]string {
 	// The plugin as cmd/dra-kubelet-plugin runs it with sharing enabled.
 	pluginMetrics := plugin.NewMetrics()
 	pluginMetrics.RegisterMPSStatus(func() mps.Status { return mps.Status{} })
+	if _, err := usage.NewMetrics(pluginMetrics.Registry, "node", nil); err != nil {
+		t.Fatalf("registering the GPU usage metrics: %v", err)
+	}
 	add("kubelet plugin", pluginMetrics.Registry)
 
 	// The controller with the GpuGang controller on.

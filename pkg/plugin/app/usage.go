@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin"
 	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
 	"github.com/tangram-gpu/tangram/pkg/plugin/podcgroup"
@@ -41,11 +42,11 @@ func (w *wiring) startUsage(ctx context.Context, driver *plugin.Driver, metrics 
 	if err := checkProcRoot(w.UsageProcRoot, ownPIDNamespace); err != nil {
 		return err
 	}
-	var uuids []string
+	var cards []usage.Card
 	for _, g := range w.GPUs {
-		uuids = append(uuids, g.UUID)
+		cards = append(cards, usage.Card{UUID: g.UUID, Device: device.CardDeviceName(g.Index)})
 	}
-	served, err := usage.NewMetrics(metrics.Registry, w.NodeName, uuids)
+	served, err := usage.NewMetrics(metrics.Registry, w.NodeName, cards)
 	if err != nil {
 		return fmt.Errorf("registering the GPU usage metrics: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,12 +12,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/tangram-gpu/tangram/pkg/gpu"
 	"github.com/tangram-gpu/tangram/pkg/gpu/fakegpu"
+	"github.com/tangram-gpu/tangram/pkg/plugin/mps/daemon"
+	"github.com/tangram-gpu/tangram/pkg/plugin/usage"
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
@@ -140,4 +144,41 @@ func ownPIDNamespace(t *testing.T) string {
 		t.Fatalf("reading this process's PID namespace: %v", err)
 	}
 	return ns
+}
+
+// TestNodePods: what runs in the plugin's pod and in its node's MPS
+// daemon pod is the node's; another node's daemon pod is not.
+func TestNodePods(t *testing.T) {
+	daemonPod := func(node, uid string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tangram-mps", Name: daemon.PodName("tangram", node), UID: types.UID(uid)},
+			Spec: corev1.PodSpec{NodeName: node}}
+	}
+	client := fake.NewClientset(daemonPod(testNode, "uid-daemon"), daemonPod("other-node", "uid-other"))
+	pods, err := usage.NewNodePods(client, testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pods.Start(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := pods.Claims(ctx); err != nil; _, err = pods.Claims(ctx) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pod informer did not sync")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		mode string
+		want map[string]bool
+	}{
+		{mode: MPSDaemonPod, want: map[string]bool{"uid-plugin": true, "uid-daemon": true}},
+		{mode: MPSDaemonProcess, want: map[string]bool{"uid-plugin": true}},
+	} {
+		w := &wiring{Settings: Settings{Options: Options{PodUID: "uid-plugin", MPSOptions: MPSOptions{MPSDaemonMode: tc.mode}},
+			mpsDaemonPod: daemon.PodSpec{Namespace: "tangram-mps", Prefix: "tangram"}}, Node: Node{NodeName: testNode}}
+		if got := w.nodePods(pods); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("--mps-daemon=%s: node's pods %v, want %v", tc.mode, got, tc.want)
+		}
+	}
 }

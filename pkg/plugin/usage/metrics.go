@@ -24,7 +24,7 @@ import (
 // (docs/observability.md).
 type Metrics struct {
 	node  string
-	cards []string
+	cards []Card
 
 	mu   sync.Mutex
 	last Report
@@ -33,7 +33,9 @@ type Metrics struct {
 
 var (
 	deviceLabels = []string{"node", "namespace", "claim", "device"}
-	cardLabels   = []string{"node", "uuid"}
+	// device names a card as its ResourceSlice device (gpu-0), as the
+	// allocation metrics do, so that a panel sets use beside allocation.
+	cardLabels = []string{"node", "device", "uuid"}
 
 	usedDesc = prometheus.NewDesc("tangram_gpu_claim_memory_used_bytes",
 		"GPU memory the processes of a prepared device's pods use on it, as NVML reports it (a lower bound where NVML gives no figure for a process).", deviceLabels, nil)
@@ -55,9 +57,15 @@ var (
 		"When the GPU usage the other tangram_gpu_* usage series show was read (Unix time); absent before the first round.", []string{"node"}, nil)
 )
 
-// NewMetrics registers node's usage metrics in reg; cards are the UUIDs
-// of its cards.
-func NewMetrics(reg prometheus.Registerer, node string, cards []string) (*Metrics, error) {
+// Card is one of the node's cards as the metrics name it.
+type Card struct {
+	UUID string
+	// Device is its ResourceSlice device name.
+	Device string
+}
+
+// NewMetrics registers node's usage metrics in reg.
+func NewMetrics(reg prometheus.Registerer, node string, cards []Card) (*Metrics, error) {
 	m := &Metrics{node: node, cards: cards}
 	if err := reg.Register(m); err != nil {
 		return nil, err
@@ -96,14 +104,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		if c == nil {
 			c = &perCard{}
 			cards[uuid] = c
-			if !slices.Contains(order, uuid) {
-				order = append(order, uuid)
+			if !slices.ContainsFunc(order, func(c Card) bool { return c.UUID == uuid }) {
+				order = append(order, Card{UUID: uuid})
 			}
 		}
 		return c
 	}
-	for _, uuid := range m.cards {
-		card(uuid)
+	for _, c := range m.cards {
+		card(c.UUID)
 	}
 	known := func(n int64) float64 { return float64(max(n, 0)) }
 	for _, u := range r.Uses {
@@ -133,12 +141,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range r.Ambiguous {
 		card(p.Card).ambiguous++
 	}
-	for _, uuid := range order {
-		c := cards[uuid]
-		ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, c.used, m.node, uuid)
-		ch <- prometheus.MustNewConstMetric(straysDesc, prometheus.GaugeValue, c.strays, m.node, uuid)
-		ch <- prometheus.MustNewConstMetric(strayBytesDesc, prometheus.GaugeValue, c.strayBytes, m.node, uuid)
-		ch <- prometheus.MustNewConstMetric(nodeDesc, prometheus.GaugeValue, c.node, m.node, uuid)
-		ch <- prometheus.MustNewConstMetric(ambiguousDesc, prometheus.GaugeValue, c.ambiguous, m.node, uuid)
+	for _, o := range order {
+		c, labels := cards[o.UUID], []string{m.node, o.Device, o.UUID}
+		ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, c.used, labels...)
+		ch <- prometheus.MustNewConstMetric(straysDesc, prometheus.GaugeValue, c.strays, labels...)
+		ch <- prometheus.MustNewConstMetric(strayBytesDesc, prometheus.GaugeValue, c.strayBytes, labels...)
+		ch <- prometheus.MustNewConstMetric(nodeDesc, prometheus.GaugeValue, c.node, labels...)
+		ch <- prometheus.MustNewConstMetric(ambiguousDesc, prometheus.GaugeValue, c.ambiguous, labels...)
 	}
 }

@@ -189,7 +189,7 @@ func TestClaimsOfPods(t *testing.T) {
 // has its series, 0 when nothing runs on it.
 func TestMetricsPublish(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg, "n1", []string{"GPU-1", "GPU-2", "GPU-3"})
+	m, err := NewMetrics(reg, "n1", []Card{{UUID: "GPU-1", Device: "gpu-1"}, {UUID: "GPU-2", Device: "gpu-2"}, {UUID: "GPU-3", Device: "gpu-3"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,29 +218,29 @@ tangram_gpu_claim_memory_used_bytes{claim="claim-a",device="gpu-1",namespace="te
 tangram_gpu_claim_memory_used_bytes{claim="claim-w",device="gpu-2",namespace="team",node="n1"} 9.663676416e+09
 # HELP tangram_gpu_card_memory_used_bytes GPU memory all processes on a card use, as NVML reports it (claims', unaccounted and the node's own).
 # TYPE tangram_gpu_card_memory_used_bytes gauge
-tangram_gpu_card_memory_used_bytes{node="n1",uuid="GPU-1"} 6.442450944e+09
-tangram_gpu_card_memory_used_bytes{node="n1",uuid="GPU-2"} 1.073741824e+10
-tangram_gpu_card_memory_used_bytes{node="n1",uuid="GPU-3"} 0
+tangram_gpu_card_memory_used_bytes{device="gpu-1",node="n1",uuid="GPU-1"} 6.442450944e+09
+tangram_gpu_card_memory_used_bytes{device="gpu-2",node="n1",uuid="GPU-2"} 1.073741824e+10
+tangram_gpu_card_memory_used_bytes{device="gpu-3",node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_unaccounted_memory_bytes GPU memory of the processes no prepared claim accounts for, as NVML reports it.
 # TYPE tangram_gpu_unaccounted_memory_bytes gauge
-tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-1"} 0
-tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-2"} 1.073741824e+09
-tangram_gpu_unaccounted_memory_bytes{node="n1",uuid="GPU-3"} 0
+tangram_gpu_unaccounted_memory_bytes{device="gpu-1",node="n1",uuid="GPU-1"} 0
+tangram_gpu_unaccounted_memory_bytes{device="gpu-2",node="n1",uuid="GPU-2"} 1.073741824e+09
+tangram_gpu_unaccounted_memory_bytes{device="gpu-3",node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_unaccounted_processes GPU processes on a card that no prepared claim accounts for: outside any pod, or in a pod that holds nothing of that card.
 # TYPE tangram_gpu_unaccounted_processes gauge
-tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-1"} 0
-tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-2"} 2
-tangram_gpu_unaccounted_processes{node="n1",uuid="GPU-3"} 0
+tangram_gpu_unaccounted_processes{device="gpu-1",node="n1",uuid="GPU-1"} 0
+tangram_gpu_unaccounted_processes{device="gpu-2",node="n1",uuid="GPU-2"} 2
+tangram_gpu_unaccounted_processes{device="gpu-3",node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_node_processes GPU processes of the node's own daemons (the MPS control daemon and servers) on a card.
 # TYPE tangram_gpu_node_processes gauge
-tangram_gpu_node_processes{node="n1",uuid="GPU-1"} 1
-tangram_gpu_node_processes{node="n1",uuid="GPU-2"} 0
-tangram_gpu_node_processes{node="n1",uuid="GPU-3"} 0
+tangram_gpu_node_processes{device="gpu-1",node="n1",uuid="GPU-1"} 1
+tangram_gpu_node_processes{device="gpu-2",node="n1",uuid="GPU-2"} 0
+tangram_gpu_node_processes{device="gpu-3",node="n1",uuid="GPU-3"} 0
 # HELP tangram_gpu_ambiguous_processes GPU processes whose pod holds several devices of the card: each is counted on the first, as NVML does not say which one it serves.
 # TYPE tangram_gpu_ambiguous_processes gauge
-tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-1"} 1
-tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-2"} 0
-tangram_gpu_ambiguous_processes{node="n1",uuid="GPU-3"} 0
+tangram_gpu_ambiguous_processes{device="gpu-1",node="n1",uuid="GPU-1"} 1
+tangram_gpu_ambiguous_processes{device="gpu-2",node="n1",uuid="GPU-2"} 0
+tangram_gpu_ambiguous_processes{device="gpu-3",node="n1",uuid="GPU-3"} 0
 `
 	names := []string{"tangram_gpu_claim_memory_allowed_bytes", "tangram_gpu_claim_memory_over", "tangram_gpu_claim_memory_used_bytes", "tangram_gpu_card_memory_used_bytes",
 		"tangram_gpu_unaccounted_memory_bytes", "tangram_gpu_unaccounted_processes", "tangram_gpu_node_processes", "tangram_gpu_ambiguous_processes"}
