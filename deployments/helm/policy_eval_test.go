@@ -11,6 +11,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -302,6 +303,39 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 				if got := denied(t, policy, create(writable)); !strings.Contains(got, "mounts the driver root read-only") {
 					t.Errorf("a writable driver root: denial %q", got)
 				}
+			}
+		})
+	}
+}
+
+// TestMPSDaemonPodPolicyEvictions: with kubeletPlugin.usage.overShare=evict
+// the plugin may evict pods (the pods of a share over its memory, in any
+// namespace); otherwise an eviction is refused like any other pod write
+// outside the MPS namespace. Its daemon pod rules stay as they are.
+func TestMPSDaemonPodPolicyEvictions(t *testing.T) {
+	eviction := request{user: pluginUser("node-a"), op: admission.Create, namespace: "team", subresource: "eviction",
+		object: &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "team"}},
+		gvk: policyv1.SchemeGroupVersion.WithKind("Eviction"), gvr: podGVR}
+	deletion := request{user: pluginUser("node-a"), op: admission.Delete, namespace: "team",
+		old: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "team"}, Spec: corev1.PodSpec{NodeName: "node-a"}}, gvk: podGVK, gvr: podGVR}
+	for _, tc := range []struct {
+		name       string
+		sets       []string
+		wantEvicts bool
+	}{
+		{name: "report (default)"},
+		{name: "evict", sets: []string{"kubeletPlugin.usage.overShare=evict"}, wantEvicts: true},
+		{name: "evict with usage off", sets: []string{"kubeletPlugin.usage.overShare=evict", "kubeletPlugin.usage.enabled=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.sets...)
+			policy := compilePolicy(t, objs.get(t, "ValidatingAdmissionPolicy", mpsPolicyName).(*admissionv1.ValidatingAdmissionPolicy))
+			got := denied(t, policy, eviction)
+			if tc.wantEvicts != (got == "") {
+				t.Errorf("an eviction of team/trainer: denial %q, want admitted %t", got, tc.wantEvicts)
+			}
+			if got := denied(t, policy, deletion); !strings.Contains(got, "may only create and delete MPS daemon pods") {
+				t.Errorf("deleting team/trainer: denial %q, want it refused", got)
 			}
 		})
 	}
