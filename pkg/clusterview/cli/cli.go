@@ -39,6 +39,9 @@ type clients struct {
 	kube      kubernetes.Interface
 	dynamic   dynamic.Interface
 	namespace string
+	// metrics reads a kubelet plugin pod's /metrics; nil is through the
+	// API server's pod proxy (tests replace it).
+	metrics metricsReader
 }
 
 // NewCommand returns the kubectl-tangram root command writing to out.
@@ -58,7 +61,7 @@ func newCommand(out io.Writer, newClients func() (*clients, error)) *cobra.Comma
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl tangram"},
 		Short:       "Show Tangram GPUs, shares and claims across the cluster",
 		Long: "kubectl tangram shows which pod holds which GPU or share, how full each card is, and why a claim is pending.\n" +
-			"It only reads ResourceSlices, ResourceClaims, DeviceClasses, Nodes and Pods.",
+			"It only reads ResourceSlices, ResourceClaims, DeviceClasses, Nodes and Pods, and for top the kubelet plugin's metrics.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -67,7 +70,7 @@ func newCommand(out io.Writer, newClients func() (*clients, error)) *cobra.Comma
 	clientcmd.BindOverrideFlags(&o.overrides, flags, clientcmd.RecommendedConfigOverrideFlags(""))
 	flags.StringVarP(&o.output, "output", "o", clusterview.FormatTable, "Output format: table, json or yaml")
 	flags.StringVar(&o.colour, "color", "auto", "Colour the table: auto (on a terminal, unless NO_COLOR is set), always or never")
-	root.AddCommand(newStatusCommand(o), newDescribeCommand(o))
+	root.AddCommand(newStatusCommand(o), newDescribeCommand(o), newTopCommand(o))
 	return root
 }
 

@@ -44,7 +44,7 @@ func writeNode(b *strings.Builder, n Node, st clusterview.Style) {
 		used += c.UsedBytes
 	}
 	fmt.Fprintf(b, "%s  %d %s, %s used; read %s ago (pod %s)\n", title, len(n.Cards), plural(len(n.Cards), "card"),
-		cluster.FormatBytes(used), time.Duration(n.AgeSeconds*float64(time.Second)), n.Pod)
+		cluster.FormatBytes(used), age(time.Duration(n.AgeSeconds*float64(time.Second))), n.Pod)
 	ambiguous := false
 	t := clusterview.Table{Indent: "  "}
 	t.Add(header("CARD", "MEMORY", "CLAIM", "DEVICE", "USED", "GIVEN", "USE", "")...)
@@ -93,6 +93,17 @@ func writeNode(b *strings.Builder, n Node, st clusterview.Style) {
 	if len(n.OtherDevices) > 0 {
 		b.WriteString("  ?: on a card the node's ResourceSlices do not name\n")
 	}
+}
+
+// age is a round's age to the second, a long one coarser.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 func deviceCells(d Device) []clusterview.Cell {
