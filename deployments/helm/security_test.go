@@ -194,30 +194,57 @@ func TestControllerLeastPrivilege(t *testing.T) {
 }
 
 // TestViewerRole: exactly what kubectl-tangram reads, no pod listing.
+// TestViewerRole: the viewer may exactly what `kubectl tangram` reads:
+// across the cluster (the ClusterRole) no listing of pods; in the release
+// namespace (the Role, for top) the plugin's pods listed and their
+// /metrics read through the pod proxy, nothing else.
 func TestViewerRole(t *testing.T) {
-	viewer := render(t).get(t, "ClusterRole", "tangram-viewer").(*rbacv1.ClusterRole)
-	got := map[string][]string{}
-	for _, r := range viewer.Rules {
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				got[g+"/"+res] = slices.Sorted(slices.Values(r.Verbs))
-			}
-		}
-	}
-	want := map[string][]string{
+	objs := render(t)
+	viewer := objs.get(t, "ClusterRole", "tangram-viewer").(*rbacv1.ClusterRole)
+	checkRules(t, "viewer ClusterRole", viewer.Rules, map[string][]string{
 		"resource.k8s.io/resourceslices": {"get", "list"},
 		"resource.k8s.io/resourceclaims": {"get", "list"},
 		"resource.k8s.io/deviceclasses":  {"get", "list"},
 		"/nodes":                         {"get", "list"},
 		"/pods":                          {"get"},
 		"tangram.dev/gpugangs":           {"get", "list"},
+	})
+	role := objs.get(t, "Role", "tangram-viewer").(*rbacv1.Role)
+	if role.Namespace != namespace {
+		t.Errorf("viewer Role in namespace %q, want the release's %q", role.Namespace, namespace)
+	}
+	checkRules(t, "viewer Role", role.Rules, map[string][]string{
+		"/pods":       {"list"},
+		"/pods/proxy": {"get"},
+	})
+	for _, r := range role.Rules {
+		if len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
+			t.Errorf("viewer Role rule %+v: want no resource names or URLs", r)
+		}
+	}
+	off := render(t, "viewerRole.create=false")
+	if off.has("ClusterRole", "tangram-viewer") || off.has("Role", "tangram-viewer") {
+		t.Error("viewerRole.create=false still renders a viewer role")
+	}
+}
+
+// checkRules holds rules to exactly want: group/resource → sorted verbs.
+func checkRules(t *testing.T, what string, rules []rbacv1.PolicyRule, want map[string][]string) {
+	t.Helper()
+	got := map[string][]string{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got[g+"/"+res] = slices.Sorted(slices.Values(r.Verbs))
+			}
+		}
 	}
 	if len(got) != len(want) {
-		t.Errorf("viewer may %v, want exactly %v", got, want)
+		t.Errorf("%s may %v, want exactly %v", what, got, want)
 	}
 	for k, v := range want {
 		if !slices.Equal(got[k], v) {
-			t.Errorf("viewer may %v on %s, want %v", got[k], k, v)
+			t.Errorf("%s may %v on %s, want %v", what, got[k], k, v)
 		}
 	}
 }
