@@ -7,8 +7,8 @@ kubectl-tangram: ## build bin/kubectl-tangram (static; put it on PATH to run `ku
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o $(BIN_DIR)/kubectl-tangram ./cmd/kubectl-tangram
 
 .PHONY: update-golden-view
-update-golden-view: ## rewrite the golden output of status/describe after an intended change
-	$(GO) test -count=1 ./pkg/clusterview/ ./pkg/clusterview/describe/ -update
+update-golden-view: ## rewrite the golden output of status/describe/top after an intended change
+	$(GO) test -count=1 ./pkg/clusterview/ ./pkg/clusterview/describe/ ./pkg/clusterview/usageview/ -update
 
 .PHONY: bench-view
 bench-view: ## benchmarks: view and diagnosis on 100 fake DGX nodes
