@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,6 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	mocknvml "github.com/tangram-gpu/tangram/hack/mock-nvml"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/cli"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/usageview"
 	"github.com/tangram-gpu/tangram/pkg/device"
 	"github.com/tangram-gpu/tangram/pkg/plugin/podcgroup"
 	"github.com/tangram-gpu/tangram/pkg/plugin/usage"
@@ -74,6 +78,20 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 			g.Expect(m.value("tangram_gpu_unaccounted_processes", "uuid", strayCard)).To(BeNumerically(">=", 1), "the suite's process on %s", strayCard)
 			g.Expect(m.value("tangram_gpu_card_memory_used_bytes", "uuid", wholeCard)).To(BeNumerically(">=", float64(30<<30)))
 		})
+		waitKube(ctx, "kubectl tangram top shows both claims on their cards and the unaccounted process", pollEvery, func(g Gomega) {
+			var v usageview.View
+			g.Expect(json.Unmarshal([]byte(tangramTop(ctx, g, "-o", "json")), &v)).To(Succeed())
+			g.Expect(v.Nodes).To(HaveLen(1))
+			g.Expect(v.Nodes[0].Error).To(BeEmpty())
+			byUUID := map[string]usageview.Card{}
+			for _, c := range v.Nodes[0].Cards {
+				byUUID[c.UUID] = c
+			}
+			g.Expect(byUUID[shareCard].Devices).To(ContainElement(And(HaveField("Claim", shareClaim), HaveField("Over", true), HaveField("UsedBytes", int64(25<<30)))))
+			g.Expect(byUUID[wholeCard].Devices).To(ContainElement(And(HaveField("Claim", wholeClaim), HaveField("UsedBytes", int64(30<<30)))))
+			g.Expect(byUUID[strayCard].UnaccountedProcesses).To(BeNumerically(">=", 1))
+		})
+		GinkgoWriter.Printf("  kubectl tangram top --node %s:\n%s", gpuNode, tangramTop(ctx, Default))
 		waitKube(ctx, "GPUShareExceeded and a blocked eviction on pod over", pollEvery, func(g Gomega) {
 			events := eventText(ctx, ns, "over")
 			g.Expect(events).To(ContainSubstring(usage.ReasonShareExceeded + ": claim " + ns + "/" + shareClaim + " uses 25.0GiB of GPU memory"))
@@ -171,6 +189,16 @@ func podPID(ns, name string) int {
 	}
 	Fail(fmt.Sprintf("no process of pod %s/%s (UID %s) on this host", ns, name, uid))
 	return 0
+}
+
+// tangramTop runs kubectl tangram top on the GPU node with args.
+func tangramTop(ctx context.Context, g Gomega, args ...string) string {
+	var out, errOut bytes.Buffer
+	cmd := cli.NewCommand(&out)
+	cmd.SetArgs(append([]string{"top", "--node", gpuNode, "--plugin-namespace", *releaseNamespace, "--kubeconfig", *kubeconfig}, args...))
+	cmd.SetErr(&errOut)
+	g.Expect(cmd.ExecuteContext(ctx)).To(Succeed(), "kubectl tangram top: %s", errOut.String())
+	return out.String()
 }
 
 // nodeEventText is the GPU node's events of one reason, one per line.

@@ -2,7 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,16 +35,46 @@ const (
 // metricsReader reads a kubelet plugin pod's /metrics.
 type metricsReader func(ctx context.Context, pod *corev1.Pod) ([]byte, error)
 
-// proxyMetrics reads /metrics from the pod's port named metrics through
-// the API server's pod proxy.
+// proxyMetrics reads /metrics from the pod's metrics port (metricsPort)
+// through the API server's pod proxy.
 func proxyMetrics(kube kubernetes.Interface) metricsReader {
 	return func(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
-		data, err := kube.CoreV1().Pods(pod.Namespace).ProxyGet("http", pod.Name, "metrics", "/metrics", nil).DoRaw(ctx)
+		port, err := metricsPort(pod)
+		if err != nil {
+			return nil, err
+		}
+		data, err := kube.CoreV1().Pods(pod.Namespace).ProxyGet("http", pod.Name, port, "/metrics", nil).DoRaw(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("reading its /metrics through the API server: %w", err)
 		}
 		return data, nil
 	}
+}
+
+// metricsPort is the plugin container's port named metrics or, where it
+// declares none (with hostNetwork the chart declares no ports), the port
+// of its --metrics-address flag.
+func metricsPort(pod *corev1.Pod) (string, error) {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == "metrics" {
+				return strconv.Itoa(int(p.ContainerPort)), nil
+			}
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, arg := range append(slices.Clone(c.Command), c.Args...) {
+			addr, ok := strings.CutPrefix(arg, "--metrics-address=")
+			if !ok {
+				continue
+			}
+			if _, port, err := net.SplitHostPort(addr); err == nil && port != "" {
+				return port, nil
+			}
+			return "", fmt.Errorf("it serves no metrics (--metrics-address=%q; chart metrics.enabled)", addr)
+		}
+	}
+	return "", errors.New("it declares no port named metrics and no --metrics-address")
 }
 
 func newTopCommand(o *options) *cobra.Command {
@@ -49,7 +84,7 @@ func newTopCommand(o *options) *cobra.Command {
 		Short: "Per node and card: what each share uses of what it was given, the busiest first, and processes no claim accounts for",
 		Long: "kubectl tangram top reads the GPU usage the kubelet plugin of each node serves on its /metrics (the last round of\n" +
 			"the processes NVML reports, each attributed to the prepared device its pod holds), through the API server's pod proxy.\n" +
-			"It lists the plugin's pods in --plugin-namespace and reads ResourceSlices to name the cards.",
+			"It lists the plugin's pods in --plugin-namespace; ResourceSlices name the cards of a plugin whose series do not.",
 		Example: "  kubectl tangram top\n" +
 			"  kubectl tangram top --node gpu-node-3 -o json",
 		Args: cobra.NoArgs,

@@ -204,3 +204,35 @@ func TestTopWithoutSlices(t *testing.T) {
 		t.Errorf("top without slices:\n%s", out)
 	}
 }
+
+// TestMetricsPort: the declared port named metrics, else --metrics-address's
+// (a plugin on the host's network declares no ports).
+func TestMetricsPort(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ports   []corev1.ContainerPort
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{name: "declared", ports: []corev1.ContainerPort{{Name: "healthz", ContainerPort: 51515}, {Name: "metrics", ContainerPort: 9400}}, args: []string{"--metrics-address=:9500"}, want: "9400"},
+		{name: "host network: the flag's", args: []string{"run", "--metrics-address=:9401"}, want: "9401"},
+		{name: "an address with a host", args: []string{"--metrics-address=0.0.0.0:9402"}, want: "9402"},
+		{name: "metrics off", args: []string{"--metrics-address="}, wantErr: "serves no metrics"},
+		{name: "neither", args: []string{"run"}, wantErr: "no port named metrics"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "plugin", Ports: tc.ports, Args: tc.args}}}}
+			got, err := metricsPort(pod)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("metricsPort = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}

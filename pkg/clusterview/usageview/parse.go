@@ -14,8 +14,8 @@ import (
 )
 
 // Parse reads one kubelet plugin's /metrics (the Prometheus text format)
-// into its node: the cards with their totals, sorted by UUID and not yet
-// named, and every device in use in OtherDevices (Build puts them on their
+// into its node: the cards with their totals and names (the series'
+// device label), sorted by UUID, and every device in use in OtherDevices (Build puts them on their
 // cards). Series other than the usage ones are ignored. A plugin that has
 // published no round (usage not watched, or its first round still to run)
 // gives a node without ReadAt.
@@ -62,7 +62,7 @@ func Parse(r io.Reader) (Node, error) {
 				uuid := label(m, "uuid")
 				c := cards[uuid]
 				if c == nil {
-					c = &Card{UUID: uuid}
+					c = &Card{UUID: uuid, Name: label(m, "device")}
 					cards[uuid] = c
 				}
 				switch name {

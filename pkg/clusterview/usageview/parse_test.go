@@ -34,7 +34,13 @@ func served(t *testing.T, report usage.Report) []byte {
 func servedBy(t *testing.T, node string, cards []string, report usage.Report) []byte {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := usage.NewMetrics(reg, node, cards)
+	// No device names: those tests name the cards from ResourceSlices
+	// (TestBuildNamesCardsFromTheirSeries names them from the series).
+	var named []usage.Card
+	for _, uuid := range cards {
+		named = append(named, usage.Card{UUID: uuid})
+	}
+	m, err := usage.NewMetrics(reg, node, named)
 	if err != nil {
 		t.Fatal(err)
 	}

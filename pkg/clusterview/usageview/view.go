@@ -218,7 +218,9 @@ func place(n *Node, names map[string]string) {
 	byIndex := map[int]int{}
 	for i := range n.Cards {
 		c := &n.Cards[i]
-		c.Name = names[c.UUID]
+		if c.Name == "" {
+			c.Name = names[c.UUID]
+		}
 		if ref, err := device.ParseDeviceName(c.Name); err == nil {
 			byIndex[ref.Index] = i
 		}

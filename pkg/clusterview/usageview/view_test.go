@@ -2,6 +2,7 @@ package usageview_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -197,5 +200,39 @@ func TestTopGolden(t *testing.T) {
 			}
 			checkGolden(t, tc.golden, out.Bytes())
 		})
+	}
+}
+
+// TestBuildNamesCardsFromTheirSeries: the card series carry the card's
+// device name, so a plugin's metrics alone put each device on its card.
+func TestBuildNamesCardsFromTheirSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := usage.NewMetrics(reg, "n4", []usage.Card{{UUID: "GPU-b", Device: "gpu-1"}, {UUID: "GPU-a", Device: "gpu-0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Publish(context.Background(), usage.Report{Uses: []usage.Use{
+		{Namespace: "ns", Name: "part", Device: prepared.Device{Device: "gpu-1-mig-19-3", GPUUUID: "GPU-b"}, UsedBytes: gib},
+		{Namespace: "ns", Name: "whole", Device: prepared.Device{Device: "gpu-0", GPUUUID: "GPU-a"}, UsedBytes: 2 * gib},
+	}})
+	var text bytes.Buffer
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&text, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := usageview.Build([]usageview.Source{{Node: "n4", Pod: "plugin-d", Metrics: text.Bytes()}}, nil, now)
+	if n := v.Nodes[0]; n.Error != "" || len(n.OtherDevices) != 0 || len(n.Cards) != 2 {
+		t.Fatalf("node %+v, want two named cards and no device without its card", n)
+	}
+	for i, want := range []struct{ name, uuid, claim string }{{"gpu-0", "GPU-a", "whole"}, {"gpu-1", "GPU-b", "part"}} {
+		c := v.Nodes[0].Cards[i]
+		if c.Name != want.name || c.UUID != want.uuid || len(c.Devices) != 1 || c.Devices[0].Claim != want.claim {
+			t.Errorf("card %d: %+v, want %s (%s) with claim %s", i, c, want.name, want.uuid, want.claim)
+		}
 	}
 }
