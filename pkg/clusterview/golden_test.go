@@ -4,33 +4,19 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/tangram-gpu/tangram/internal/golden"
 	"github.com/tangram-gpu/tangram/pkg/cluster/fixture"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
-// checkGolden compares got with testdata/name, or rewrites it with -update.
+// checkGolden compares got with testdata/name (golden.Check).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
+	golden.Check(t, name, got, *update)
 }
 
 func demo(t *testing.T) *fixture.Cluster {

@@ -187,12 +187,12 @@ func printPodOutput(ctx context.Context, ns, name string) {
 
 // eventText lists a pod's events, oldest first, one per line.
 func eventText(ctx context.Context, ns, pod string) string {
-	list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
-			fields.OneTermEqualSelector("involvedObject.name", pod),
-		).String(),
-	})
+	return objectEventText(ctx, ns, fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod})
+}
+
+// objectEventText is the events in ns whose fields match, one per line.
+func objectEventText(ctx context.Context, ns string, match fields.Set) string {
+	list, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.SelectorFromSet(match).String()})
 	if err != nil {
 		return fmt.Sprintf("(listing events failed: %v)", err)
 	}

@@ -203,21 +203,7 @@ func tangramTop(ctx context.Context, g Gomega, args ...string) string {
 
 // nodeEventText is the GPU node's events of one reason, one per line.
 func nodeEventText(ctx context.Context, reason string) string {
-	list, err := clientset.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector("involvedObject.kind", "Node"),
-			fields.OneTermEqualSelector("involvedObject.name", gpuNode),
-			fields.OneTermEqualSelector("reason", reason),
-		).String(),
-	})
-	if err != nil {
-		return fmt.Sprintf("(listing events failed: %v)", err)
-	}
-	var b strings.Builder
-	for _, e := range list.Items {
-		fmt.Fprintf(&b, "%s %s: %s\n", e.Type, e.Reason, e.Message)
-	}
-	return b.String()
+	return objectEventText(ctx, metav1.NamespaceDefault, fields.Set{"involvedObject.kind": "Node", "involvedObject.name": gpuNode, "reason": reason})
 }
 
 // metricsText is one scrape of the plugin's /metrics.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/tangram-gpu/tangram/internal/golden"
 	"github.com/tangram-gpu/tangram/pkg/clusterview"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/usageview"
 	"github.com/tangram-gpu/tangram/pkg/device"
@@ -153,23 +152,10 @@ func TestCardNamesOf(t *testing.T) {
 	}
 }
 
-// checkGolden compares got with testdata/name, or rewrites it with -update.
+// checkGolden compares got with testdata/name (golden.Check).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
+	golden.Check(t, name, got, *update)
 }
 
 // TestTopGolden: the table, in plain text and in colour, and the data,
