@@ -325,6 +325,7 @@ func TestMPSDaemonPodPolicyEvictions(t *testing.T) {
 	}{
 		{name: "report (default)"},
 		{name: "evict", sets: []string{"kubeletPlugin.usage.overShare=evict"}, wantEvicts: true},
+		{name: "unaccounted evict", sets: []string{"kubeletPlugin.usage.unaccounted=evict"}, wantEvicts: true},
 		{name: "evict with usage off", sets: []string{"kubeletPlugin.usage.overShare=evict", "kubeletPlugin.usage.enabled=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

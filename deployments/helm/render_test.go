@@ -418,22 +418,25 @@ func TestNonRootDeviceClasses(t *testing.T) {
 	}
 }
 
-// TestPluginUsage: the usage watcher's flags, the host's /proc mounted
-// read-only at /host-proc, watching pods (also with the non-root check's
-// rule), and evicting them only with overShare=evict.
+// TestPluginUsage: the usage watcher's flags, the host's PID namespace
+// (hostPID, and no /proc of the host mounted: NVML answers in the plugin's
+// own), watching pods (also with the non-root check's rule), and evicting
+// them only with overShare or unaccounted evict.
 func TestPluginUsage(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		sets       []string
 		wantFlags  map[string]string
-		wantMount  bool
+		wantHost   bool
 		wantVerbs  []string // on pods; nil: none
 		wantEvicts bool
 	}{
-		{name: "defaults", wantFlags: map[string]string{"usage-interval": "10s", "usage-proc-root": "/host-proc", "usage-over-share": "report"},
-			wantMount: true, wantVerbs: []string{"get", "list", "watch"}},
-		{name: "evict", sets: []string{"kubeletPlugin.usage.overShare=evict", "kubeletPlugin.usage.interval=5s"},
-			wantFlags: map[string]string{"usage-interval": "5s", "usage-over-share": "evict"}, wantMount: true, wantVerbs: []string{"get", "list", "watch"}, wantEvicts: true},
+		{name: "defaults", wantFlags: map[string]string{"usage-interval": "10s", "usage-over-share": "report", "usage-unaccounted": "report"},
+			wantHost: true, wantVerbs: []string{"get", "list", "watch"}},
+		{name: "over-share evict", sets: []string{"kubeletPlugin.usage.overShare=evict", "kubeletPlugin.usage.interval=5s"},
+			wantFlags: map[string]string{"usage-interval": "5s", "usage-over-share": "evict"}, wantHost: true, wantVerbs: []string{"get", "list", "watch"}, wantEvicts: true},
+		{name: "unaccounted evict", sets: []string{"kubeletPlugin.usage.unaccounted=evict"},
+			wantFlags: map[string]string{"usage-over-share": "report", "usage-unaccounted": "evict"}, wantHost: true, wantVerbs: []string{"get", "list", "watch"}, wantEvicts: true},
 		{name: "off", sets: []string{"kubeletPlugin.usage.enabled=false", "kubeletPlugin.usage.overShare=evict", "admissionPolicy.sharedGPURunAsNonRoot.enabled=false"},
 			wantFlags: map[string]string{"usage-interval": "0"}},
 		{name: "off, with the non-root check's pod reads", sets: []string{"kubeletPlugin.usage.enabled=false", "sharing.requireHardEnforcement=true"},
@@ -448,22 +451,16 @@ func TestPluginUsage(t *testing.T) {
 					t.Errorf("--%s=%q, want %q", k, flags[k], v)
 				}
 			}
-			if _, ok := flags["usage-proc-root"]; ok != tc.wantMount {
-				t.Errorf("--usage-proc-root set: %t, want %t", ok, tc.wantMount)
+			if _, ok := flags["usage-proc-root"]; ok {
+				t.Error("--usage-proc-root set: the plugin reads its own /proc")
 			}
-			mounted := false
-			for _, m := range c.VolumeMounts {
-				if m.Name == "host-proc" {
-					mounted = m.MountPath == "/host-proc" && m.ReadOnly
-				}
+			if got := ds.Spec.Template.Spec.HostPID; got != tc.wantHost {
+				t.Errorf("hostPID %t, want %t", got, tc.wantHost)
 			}
 			for _, v := range ds.Spec.Template.Spec.Volumes {
-				if v.Name == "host-proc" && (v.HostPath == nil || v.HostPath.Path != "/proc") {
-					t.Errorf("volume host-proc is %+v, want the host's /proc", v.VolumeSource)
+				if v.HostPath != nil && v.HostPath.Path == "/proc" {
+					t.Errorf("volume %s mounts the host's /proc", v.Name)
 				}
-			}
-			if mounted != tc.wantMount {
-				t.Errorf("the host's /proc mounted read-only at /host-proc: %t, want %t", mounted, tc.wantMount)
 			}
 			var verbs []string
 			evicts := false

@@ -98,12 +98,14 @@ install_mock_chart() {
 
 # install_chart: MPS v3 (namespaces per claim on the stand-in), the mock
 # root's cgroup fixture, and the usage watcher evicting shares over their
-# memory, every 2s (test/e2e/realpath_usage_test.go).
+# memory and pods running a process no claim accounts for, every 2s
+# (test/e2e/realpath_usage_test.go).
 install_chart() {
 	install_mock_chart "$MOCK_DRIVER_ROOT" "$STATE_DIR" "$MPS_ROOT" "$MOCK_NVML_STATE_DIR" \
 		--set "kubeletPlugin.cgroupRoot=$MOCK_DRIVER_ROOT/sys/fs/cgroup" \
 		--set kubeletPlugin.mps.mode=v3 \
-		--set kubeletPlugin.usage.overShare=evict --set kubeletPlugin.usage.interval=2s
+		--set kubeletPlugin.usage.overShare=evict --set kubeletPlugin.usage.unaccounted=evict \
+		--set kubeletPlugin.usage.interval=2s
 }
 
 # install_chart_r580: the release again, on the r580 mock root, with the

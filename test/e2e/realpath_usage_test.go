@@ -37,10 +37,11 @@ import (
 // its metrics and events say what each claim uses. The driver-615 stage
 // installs the chart with kubeletPlugin.usage.overShare=evict and a 2s
 // interval (hack/local-cluster/test-e2e-realpath.sh); the r580 stage has
-// the chart's defaults: report, every 10s.
+// the chart's defaults: report, every 10s. The driver-615 stage also sets
+// unaccounted=evict.
 var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Ordered, func() {
 	It("attributes a share's and a whole card's use to their claims, reports a process no claim accounts for, and evicts a share over its memory once its PodDisruptionBudget allows", func(ctx SpecContext) {
-		scenario("driver 615, overShare=evict: a 20Gi share using 25Gi, a whole card using 30Gi, the suite's own process on a card: metrics, GPUShareExceeded, GPUProcessWithoutClaim; the share's eviction waits for its PDB")
+		scenario("driver 615, overShare and unaccounted evict: a 20Gi share using 25Gi, a whole card using 30Gi, the suite's own process and a pod without a claim on a card: metrics, kubectl tangram top, GPUShareExceeded, GPUProcessWithoutClaim; the pod without a claim evicted, the share's eviction waiting for its PDB")
 		ns := newNamespace(ctx)
 		createTemplate(ctx, ns, "share-20gi", memoryShare("20Gi"))
 		createTemplate(ctx, ns, "whole", wholeGPUs(1))
@@ -48,6 +49,12 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 		share.Labels = map[string]string{"app": "over"}
 		createPod(ctx, share)
 		createPod(ctx, gpuPod(ns, "whole", "whole"))
+		// A pod with no claim at all, as one that sets NVIDIA_VISIBLE_DEVICES
+		// itself: its process on a card is unaccounted for.
+		intruder := gpuPod(ns, "intruder", "")
+		intruder.Spec.ResourceClaims = nil
+		intruder.Spec.Containers[0].Resources.Claims = nil
+		createPod(ctx, intruder)
 		pdb := &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Name: "keep-over", Namespace: ns},
 			Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: share.Labels}},
@@ -56,6 +63,7 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 		Expect(err).NotTo(HaveOccurred())
 		waitRunning(ctx, ns, "over")
 		waitRunning(ctx, ns, "whole")
+		waitPodRunning(ctx, ns, "intruder")
 		shareCard, shareClaim := claimCard(ctx, ns, "over")
 		wholeCard, wholeClaim := claimCard(ctx, ns, "whole")
 		strayCard := otherCard(ctx, shareCard, wholeCard)
@@ -67,6 +75,7 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 			{Card: shareCard, PID: podPID(ns, "over"), UsedBytes: 25 << 30, GPUInstance: -1, MPSClient: true},
 			{Card: wholeCard, PID: podPID(ns, "whole"), UsedBytes: 30 << 30, GPUInstance: -1},
 			{Card: strayCard, PID: suitePID, UsedBytes: 1 << 30, GPUInstance: -1},
+			{Card: strayCard, PID: podPID(ns, "intruder"), UsedBytes: 2 << 30, GPUInstance: -1},
 		})).To(Succeed())
 
 		waitKube(ctx, "usage metrics of both claims", pollEvery, func(g Gomega) {
@@ -75,7 +84,7 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 			g.Expect(m.value("tangram_gpu_claim_memory_allowed_bytes", "namespace", ns, "claim", shareClaim)).To(Equal(float64(20<<30)), "share's size")
 			g.Expect(m.value("tangram_gpu_claim_memory_over", "namespace", ns, "claim", shareClaim)).To(Equal(1.0), "share over")
 			g.Expect(m.value("tangram_gpu_claim_memory_used_bytes", "namespace", ns, "claim", wholeClaim)).To(Equal(float64(30<<30)), "whole card's use")
-			g.Expect(m.value("tangram_gpu_unaccounted_processes", "uuid", strayCard)).To(BeNumerically(">=", 1), "the suite's process on %s", strayCard)
+			g.Expect(m.value("tangram_gpu_unaccounted_processes", "uuid", strayCard)).To(BeNumerically(">=", 2), "the suite's and the intruder's processes on %s", strayCard)
 			g.Expect(m.value("tangram_gpu_card_memory_used_bytes", "uuid", wholeCard)).To(BeNumerically(">=", float64(30<<30)))
 		})
 		waitKube(ctx, "kubectl tangram top shows both claims on their cards and the unaccounted process", pollEvery, func(g Gomega) {
@@ -100,6 +109,17 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 		waitKube(ctx, "GPUProcessWithoutClaim on the node", pollEvery, func(g Gomega) {
 			g.Expect(nodeEventText(ctx, usage.ReasonUnaccounted)).To(ContainSubstring(fmt.Sprintf("process %d outside any pod uses GPU %s", suitePID, strayCard)))
 		})
+		// unaccounted=evict: the intruder goes (no budget holds it).
+		waitKube(ctx, "GPUProcessWithoutClaim on pod intruder, and its eviction", pollEvery, func(g Gomega) {
+			events := eventText(ctx, ns, "intruder")
+			g.Expect(events).To(ContainSubstring(usage.ReasonUnaccounted + ": process "))
+			g.Expect(events).To(ContainSubstring(usage.ReasonEvicted + ": evicted: process "))
+			pod, err := clientset.CoreV1().Pods(ns).Get(ctx, "intruder", metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(pod.DeletionTimestamp).NotTo(BeNil(), "pod intruder still runs")
+			}
+		})
 		GinkgoWriter.Printf("  pod over's events:\n%s", eventText(ctx, ns, "over"))
 		// The budget holds the pod: still running a few rounds later.
 		Consistently(func(g Gomega) {
@@ -113,7 +133,7 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(pod.DeletionTimestamp).NotTo(BeNil(), "pod over still runs")
 			}
-			g.Expect(eventText(ctx, ns, "over")).To(ContainSubstring(usage.ReasonShareEvicted))
+			g.Expect(eventText(ctx, ns, "over")).To(ContainSubstring(usage.ReasonEvicted))
 		})
 		// A whole card is the pod's to use: never over, never evicted.
 		whole := getPod(ctx, ns, "whole")
@@ -141,7 +161,7 @@ var _ = Describe("GPU usage on driver r580", Label(realPathLabel, r580Label), Or
 		Consistently(func(g Gomega) {
 			g.Expect(getPod(ctx, ns, "over").DeletionTimestamp).To(BeNil(), "report must not evict")
 		}).WithContext(ctx).WithTimeout(12 * time.Second).WithPolling(2 * time.Second).Should(Succeed())
-		Expect(eventText(ctx, ns, "over")).NotTo(ContainSubstring(usage.ReasonShareEvicted))
+		Expect(eventText(ctx, ns, "over")).NotTo(ContainSubstring(usage.ReasonEvicted))
 	}, SpecTimeout(4*time.Minute))
 })
 

@@ -78,10 +78,13 @@ type Options struct {
 type UsageOptions struct {
 	// UsageInterval is the time between two rounds; 0 watches nothing.
 	UsageInterval time.Duration
-	// UsageProcRoot is the host's /proc: NVML's PIDs are the host's.
+	// UsageProcRoot is the /proc of the plugin's own PID namespace, which
+	// must be the host's (the chart's hostPID): NVML gives PIDs as the
+	// caller's PID namespace sees them.
 	UsageProcRoot string
-	// UsageOverShare is --usage-over-share (usage.ParseOverShareAction).
-	UsageOverShare string
+	// UsageOverShare (--usage-over-share) and UsageUnaccounted
+	// (--usage-unaccounted) are usage.Actions.
+	UsageOverShare, UsageUnaccounted string
 	// FakeProcessesFile is the fake cards' process list
 	// (fakegpu.ProcessesFile); empty: fakegpu.ProcessesFileName in the
 	// state directory.
@@ -201,8 +204,9 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.NonRootDeviceClasses, "nonroot-device-classes", nil, "device classes whose claims only locked-down pods may use, checked again at prepare; empty: no check (docs/configuration.md)")
 	f.StringVar(&o.NonRootNamespaces, "nonroot-namespace-selector", "", "with --nonroot-device-classes: JSON label selector of the namespaces checked; empty or {}: all (docs/configuration.md)")
 	f.DurationVar(&o.UsageInterval, "usage-interval", 10*time.Second, "read what runs on the cards this often, for each share's use, the shares over their memory and the processes no claim accounts for (docs/observability.md); 0 watches nothing")
-	f.StringVar(&o.UsageProcRoot, "usage-proc-root", "/proc", "the host's /proc, where the usage watcher finds each GPU process's pod (chart: the host's /proc mounted at /host-proc)")
-	f.StringVar(&o.UsageOverShare, "usage-over-share", string(usage.OverShareReport), "what is done to the pods of a share using more GPU memory than it was given: report (a Warning event and a metric) or evict (also evict them, honouring their PodDisruptionBudgets)")
+	f.StringVar(&o.UsageProcRoot, "usage-proc-root", "/proc", "the /proc of the plugin's PID namespace, where the usage watcher finds each GPU process's pod; the plugin must run in the host's PID namespace (chart: hostPID), as NVML lists only the processes the caller's PID namespace sees")
+	f.StringVar(&o.UsageOverShare, "usage-over-share", string(usage.ActionReport), "what is done to the pods of a share using more GPU memory than it was given: report (a Warning event and a metric) or evict (also evict them, honouring their PodDisruptionBudgets)")
+	f.StringVar(&o.UsageUnaccounted, "usage-unaccounted", string(usage.ActionReport), "what is done to a pod running a GPU process on a card it holds no claim on: report (a Warning event and a metric) or evict (also evict it, honouring its PodDisruptionBudgets); a process outside any pod is only reported")
 	f.StringVar(&o.FakeProcessesFile, "fake-processes-file", "", "fake GPUs only: JSON list of the processes the fake cards run (default: "+fakegpu.ProcessesFileName+" in --state-dir; docs/observability.md)")
 	f.BoolVar(&o.Offline, "offline", false, "run without an API server: no kubelet registration, no publishing (for measuring or debugging)")
 }
@@ -236,7 +240,8 @@ type Settings struct {
 	mpsDaemonPod      daemon.PodSpec
 	nonRootNamespaces labels.Selector
 	xidPolicy         xidtaint.Policy
-	overShare         usage.OverShareAction
+	overShare         usage.Action
+	unaccounted       usage.Action
 	parsed            bool
 }
 
@@ -267,7 +272,10 @@ func (o Options) Parse(fake bool, driverRoot string) (Settings, error) {
 	if s.xidPolicy, err = o.xidPolicy(); err != nil {
 		errs = append(errs, err)
 	}
-	if s.overShare, err = usage.ParseOverShareAction(o.UsageOverShare); err != nil {
+	if s.overShare, err = usage.ParseAction("usage-over-share", o.UsageOverShare); err != nil {
+		errs = append(errs, err)
+	}
+	if s.unaccounted, err = usage.ParseAction("usage-unaccounted", o.UsageUnaccounted); err != nil {
 		errs = append(errs, err)
 	}
 	if o.UsageInterval < 0 {

@@ -22,8 +22,8 @@ import (
 // claims, serves the result as metrics and reports shares over their
 // memory and processes no claim accounts for. It needs the API server
 // (the node's pods say which claims each process's pod holds) and the
-// host's /proc, which it checks first: a plugin told to watch that cannot
-// says so at start-up, not in every round.
+// host's PID namespace, which it checks first. The watcher is an extra:
+// where it cannot run, the plugin says why and runs without it.
 func (w *wiring) startUsage(ctx context.Context, driver *plugin.Driver, metrics *plugin.Metrics, recorder record.EventRecorder) error {
 	logger := klog.FromContext(ctx)
 	switch {
@@ -37,10 +37,9 @@ func (w *wiring) startUsage(ctx context.Context, driver *plugin.Driver, metrics 
 		logger.Info("GPU usage not watched: offline, the pods' claims are not known")
 		return nil
 	}
-	// Unreadable (no procfs?): taken as the host's, procRoot's own checks stand.
-	ownPIDNamespace, _ := os.Readlink("/proc/self/ns/pid")
-	if err := checkProcRoot(w.UsageProcRoot, ownPIDNamespace); err != nil {
-		return err
+	if err := checkPIDNamespace(w.UsageProcRoot, os.Getpid()); err != nil {
+		logger.Error(err, "GPU usage not watched")
+		return nil
 	}
 	var cards []usage.Card
 	for _, g := range w.GPUs {
@@ -55,7 +54,8 @@ func (w *wiring) startUsage(ctx context.Context, driver *plugin.Driver, metrics 
 		return fmt.Errorf("watching the node's pods for GPU usage: %w", err)
 	}
 	pods.Start(ctx)
-	reporter := &usage.Reporter{Recorder: recorder, Node: w.NodeName, Pod: pods.Pod, OverShare: w.overShare, Evictor: usage.APIEvictor{Client: w.KubeClient}}
+	reporter := &usage.Reporter{Recorder: recorder, Node: w.NodeName, Pod: pods.Pod,
+		OverShare: w.overShare, Unaccounted: w.unaccounted, Evictor: usage.APIEvictor{Client: w.KubeClient}}
 	watcher := &usage.Watcher{
 		Processes: w.Processes,
 		PodOf:     usage.ProcPodOf(w.UsageProcRoot),
@@ -68,7 +68,7 @@ func (w *wiring) startUsage(ctx context.Context, driver *plugin.Driver, metrics 
 			reporter.Publish(ctx, r)
 		},
 	}
-	logger.Info("Watching GPU usage", "interval", w.UsageInterval, "procRoot", w.UsageProcRoot, "overShare", w.overShare)
+	logger.Info("Watching GPU usage", "interval", w.UsageInterval, "procRoot", w.UsageProcRoot, "overShare", w.overShare, "unaccounted", w.unaccounted)
 	go func() {
 		if err := watcher.Run(ctx); err != nil {
 			logger.Error(err, "GPU usage watcher stopped")
@@ -77,13 +77,19 @@ func (w *wiring) startUsage(ctx context.Context, driver *plugin.Driver, metrics 
 	return nil
 }
 
-// nodePods are the UIDs of the plugin's pod (with --mps-daemon=process
-// the MPS daemon and servers are its children) and of the MPS daemon's
-// pod: what runs in them is the node's.
+// componentLabel is the label the chart gives each component's pods.
+const componentLabel = "app.kubernetes.io/component"
+
+// nodePods are the UIDs of the plugin's pods on the node (its own and,
+// during a rolling update, the other one; with --mps-daemon=process the
+// MPS daemon and servers are their children) and of the MPS daemon's pod:
+// what runs in them is the node's.
 func (w *wiring) nodePods(pods *usage.NodePods) map[string]bool {
 	out := map[string]bool{}
 	if w.PodUID != "" {
-		out[w.PodUID] = true
+		for _, uid := range pods.Siblings(w.PodUID, componentLabel) {
+			out[uid] = true
+		}
 	}
 	if w.MPSDaemonMode == MPSDaemonPod {
 		if uid, ok := pods.UID(w.mpsDaemonPod.Namespace, daemon.PodName(w.mpsDaemonPod.Prefix, w.NodeName)); ok {
@@ -93,29 +99,38 @@ func (w *wiring) nodePods(pods *usage.NodePods) map[string]bool {
 	return out
 }
 
-// checkProcRoot checks that procRoot is the host's /proc, where the
-// usage watcher reads each GPU process's cgroup. NVML gives the host's
-// PIDs: a /proc of the plugin's own PID namespace (a pod without hostPID)
-// would find none of them, or the wrong ones. procRoot/self is this
-// process as the PID namespace of that /proc sees it: the PID this
-// process knows itself by, outside the host's PID namespace, means that
-// /proc is its own. ownPIDNamespace is /proc/self/ns/pid's link.
-func checkProcRoot(procRoot, ownPIDNamespace string) error {
-	fix := "mount the host's /proc there (the chart mounts it at /host-proc), or pass --usage-interval=0 to watch nothing"
-	if _, err := podcgroup.Read(procRoot, 1); err != nil {
-		return fmt.Errorf("--usage-proc-root=%s: the GPU usage watcher finds each GPU process's pod there, but reading %s/1/cgroup failed (%w); %s",
-			procRoot, procRoot, err, fix)
-	}
+// checkPIDNamespace checks that the usage watcher can see the tenants'
+// processes. NVML gives each process's PID as the caller's PID namespace
+// sees it and leaves out those it does not see (NVIDIA's kernel module
+// translates them), so the plugin must run in the host's PID namespace
+// (hostPID) and read the /proc of its own: procRoot/self must be this
+// process (selfPID), and process 1 must be neither this process nor in
+// its pod, which it is in a pod's own PID namespace.
+func checkPIDNamespace(procRoot string, selfPID int) error {
 	self, err := os.Readlink(filepath.Join(procRoot, "self"))
 	if err != nil {
-		return fmt.Errorf("--usage-proc-root=%s: reading %s/self failed (%w): is it a /proc? %s", procRoot, procRoot, err, fix)
+		return fmt.Errorf("--usage-proc-root=%s: reading %s/self failed (%w): is it a /proc?", procRoot, procRoot, err)
 	}
-	if ownPIDNamespace != "" && ownPIDNamespace != initialPIDNamespace && self == strconv.Itoa(os.Getpid()) {
-		return fmt.Errorf("--usage-proc-root=%s is the /proc of the plugin's own PID namespace (%s), not the host's: NVML gives the host's PIDs; %s", procRoot, ownPIDNamespace, fix)
+	if self != strconv.Itoa(selfPID) {
+		return fmt.Errorf("--usage-proc-root=%s is not the /proc of the plugin's PID namespace (it knows this process as %s, not %d): NVML gives PIDs as the plugin's PID namespace sees them; leave it at /proc and run the plugin with hostPID",
+			procRoot, self, selfPID)
+	}
+	hostPID := "run the plugin in the host's PID namespace (hostPID: the chart does with kubeletPlugin.usage.enabled), or pass --usage-interval=0"
+	if selfPID == 1 {
+		return fmt.Errorf("the plugin is process 1 of its PID namespace, a pod's own: NVML lists only the processes it sees, none of the tenants'; %s", hostPID)
+	}
+	first, err := podcgroup.Read(procRoot, 1)
+	if err != nil {
+		return fmt.Errorf("reading the cgroup of process 1 in %s: %w", procRoot, err)
+	}
+	own, err := podcgroup.Read(procRoot, selfPID)
+	if err != nil {
+		return fmt.Errorf("reading this process's cgroup in %s: %w", procRoot, err)
+	}
+	if pod, ok := first.PodOf(); ok {
+		if mine, _ := own.PodOf(); mine == pod {
+			return fmt.Errorf("process 1 of the plugin's PID namespace runs in the plugin's own pod %s: NVML lists only the processes it sees, none of the tenants'; %s", pod, hostPID)
+		}
 	}
 	return nil
 }
-
-// initialPIDNamespace is the host's PID namespace as /proc/self/ns/pid
-// names it (the kernel's PROC_PID_INIT_INO).
-const initialPIDNamespace = "pid:[4026531836]"

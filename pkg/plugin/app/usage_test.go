@@ -24,46 +24,53 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/resourceslices"
 )
 
-// TestCheckProcRoot: the usage watcher starts only on the host's /proc.
-func TestCheckProcRoot(t *testing.T) {
-	const childNS = "pid:[4026532999]"
+// TestCheckPIDNamespace: the usage watcher starts only in the host's PID
+// namespace, reading its own /proc.
+func TestCheckPIDNamespace(t *testing.T) {
+	const self = 4242
+	hostInit, plugin, otherPod := "0::/init.scope\n", "0::/kubepods.slice/kubepods-pod0a1b2c3d_0000_4000_8000_000000000001.slice/cri-containerd-1.scope\n",
+		"0::/kubepods.slice/kubepods-pod0a1b2c3d_0000_4000_8000_000000000002.slice/cri-containerd-2.scope\n"
 	tests := []struct {
-		name    string
-		self    string // what <root>/self points to; "" for none
-		cgroup  bool   // <root>/1/cgroup exists
-		ownNS   string
-		wantErr string
+		name        string
+		selfLink    string // what <root>/self points to; "" for none
+		selfPID     int
+		first, mine string // the cgroups of processes 1 and selfPID; "" for none
+		wantErr     string
 	}{
-		{name: "the host's /proc seen from a pod: self is another PID", self: "123456", cgroup: true, ownNS: childNS},
-		{name: "the host's /proc seen from the host", self: strconv.Itoa(os.Getpid()), cgroup: true, ownNS: initialPIDNamespace},
-		{name: "the pod's own /proc", self: strconv.Itoa(os.Getpid()), cgroup: true, ownNS: childNS, wantErr: "the /proc of the plugin's own PID namespace"},
-		{name: "no process 1", self: "123456", ownNS: childNS, wantErr: "1/cgroup failed"},
-		{name: "no self", cgroup: true, ownNS: childNS, wantErr: "is it a /proc?"},
+		{name: "hostPID: process 1 is the host's init", selfLink: "4242", selfPID: self, first: hostInit, mine: plugin},
+		{name: "hostPID in a nested host (kind): process 1 in another pod, or none", selfLink: "4242", selfPID: self, first: otherPod, mine: plugin},
+		{name: "the pod's own PID namespace, the plugin process 1", selfLink: "1", selfPID: 1, first: plugin, mine: plugin, wantErr: "process 1 of its PID namespace"},
+		{name: "the pod's own PID namespace, process 1 a sibling (shared process namespace)", selfLink: "4242", selfPID: self, first: plugin, mine: plugin, wantErr: "runs in the plugin's own pod"},
+		{name: "another namespace's /proc (the host's mounted without hostPID)", selfLink: "98765", selfPID: self, first: hostInit, mine: plugin, wantErr: "not the /proc of the plugin's PID namespace"},
+		{name: "not a /proc", selfPID: self, wantErr: "is it a /proc?"},
+		{name: "no process 1", selfLink: "4242", selfPID: self, mine: plugin, wantErr: "the cgroup of process 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
-			if tt.cgroup {
-				if err := os.MkdirAll(filepath.Join(root, "1"), 0o755); err != nil {
+			for pid, cgroup := range map[int]string{1: tt.first, tt.selfPID: tt.mine} {
+				if cgroup == "" {
+					continue
+				}
+				dir := filepath.Join(root, strconv.Itoa(pid))
+				if err := os.MkdirAll(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(root, "1", "cgroup"), []byte("0::/init.scope\n"), 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if tt.self != "" {
-				if err := os.Symlink(tt.self, filepath.Join(root, "self")); err != nil {
+			if tt.selfLink != "" {
+				if err := os.Symlink(tt.selfLink, filepath.Join(root, "self")); err != nil {
 					t.Fatal(err)
 				}
 			}
-			err := checkProcRoot(root, tt.ownNS)
+			err := checkPIDNamespace(root, tt.selfPID)
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Errorf("unexpected error: %v", err)
 			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 				t.Errorf("error %v, want one with %q", err, tt.wantErr)
-			case err != nil && !strings.Contains(err.Error(), "--usage-interval=0"):
-				t.Errorf("error %v does not say how to do without", err)
 			}
 		})
 	}
@@ -73,8 +80,8 @@ func TestCheckProcRoot(t *testing.T) {
 // naming this test's own process, which runs in no pod: the usage watcher
 // finds it through /proc and the node gets a GPUProcessWithoutClaim event.
 func TestRunWatchesUsage(t *testing.T) {
-	if err := checkProcRoot("/proc", ownPIDNamespace(t)); err != nil {
-		t.Fatalf("this test needs the host's /proc: %v", err)
+	if err := checkPIDNamespace("/proc", os.Getpid()); err != nil {
+		t.Fatalf("this test runs where the plugin would watch usage: %v", err)
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -138,22 +145,23 @@ func TestRunWatchesUsage(t *testing.T) {
 	}
 }
 
-func ownPIDNamespace(t *testing.T) string {
-	ns, err := os.Readlink("/proc/self/ns/pid")
-	if err != nil {
-		t.Fatalf("reading this process's PID namespace: %v", err)
-	}
-	return ns
-}
 
-// TestNodePods: what runs in the plugin's pod and in its node's MPS
-// daemon pod is the node's; another node's daemon pod is not.
+// TestNodePods: what runs in the node's plugin pods (the old one beside the
+// new during a rolling update) and in its MPS daemon pod is the node's;
+// another node's daemon pod or another component's pod is not.
 func TestNodePods(t *testing.T) {
 	daemonPod := func(node, uid string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tangram-mps", Name: daemon.PodName("tangram", node), UID: types.UID(uid)},
 			Spec: corev1.PodSpec{NodeName: node}}
 	}
-	client := fake.NewClientset(daemonPod(testNode, "uid-daemon"), daemonPod("other-node", "uid-other"))
+	plugin := func(name, uid, component string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "tangram-system", Name: name, UID: types.UID(uid), Labels: map[string]string{componentLabel: component}},
+			Spec: corev1.PodSpec{NodeName: testNode}}
+	}
+	// A rolling update: the old plugin pod beside the new one; the
+	// controller is no plugin.
+	client := fake.NewClientset(daemonPod(testNode, "uid-daemon"), daemonPod("other-node", "uid-other"),
+		plugin("plugin-new", "uid-plugin", "kubelet-plugin"), plugin("plugin-old", "uid-plugin-old", "kubelet-plugin"), plugin("controller", "uid-controller", "controller"))
 	pods, err := usage.NewNodePods(client, testNode)
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +180,8 @@ func TestNodePods(t *testing.T) {
 		mode string
 		want map[string]bool
 	}{
-		{mode: MPSDaemonPod, want: map[string]bool{"uid-plugin": true, "uid-daemon": true}},
-		{mode: MPSDaemonProcess, want: map[string]bool{"uid-plugin": true}},
+		{mode: MPSDaemonPod, want: map[string]bool{"uid-plugin": true, "uid-plugin-old": true, "uid-daemon": true}},
+		{mode: MPSDaemonProcess, want: map[string]bool{"uid-plugin": true, "uid-plugin-old": true}},
 	} {
 		w := &wiring{Settings: Settings{Options: Options{PodUID: "uid-plugin", MPSOptions: MPSOptions{MPSDaemonMode: tc.mode}},
 			mpsDaemonPod: daemon.PodSpec{Namespace: "tangram-mps", Prefix: "tangram"}}, Node: Node{NodeName: testNode}}

@@ -4,8 +4,9 @@
 // the pod's claims to the prepared device it runs on, so an admin can see
 // what each share really uses, which share exceeds its memory, and which
 // process no claim accounts for. Attribute is pure; reading NVML
-// (gpu.ProcessLister) and /proc, and reporting, are the watcher's (not yet
-// wired: docs/observability.md).
+// (gpu.ProcessLister), /proc and the node's pods is the Watcher's; serving
+// and telling what a round found, Metrics' and the Reporter's
+// (docs/observability.md).
 package usage
 
 import (
@@ -50,8 +51,14 @@ type Use struct {
 	// say it for one of them (then UsedBytes is a lower bound).
 	UsedBytes int64
 	UsedKnown bool
-	// Over is set on a share using more memory than it was given; never
-	// on a whole card, a MIG partition (the GPU holds it) or admin access.
+	// AllowedBytes is, for a share, the memory it was given or, when a
+	// process of a pod holding several shares of the card was counted on
+	// it (Report.Ambiguous), what those shares were given together: NVML
+	// does not say which share such a process uses, so the pod's use is
+	// held against all it holds. 0 for a whole card, a MIG partition (the
+	// GPU holds it) or admin access.
+	AllowedBytes int64
+	// Over is set on a share using more memory than AllowedBytes.
 	Over bool
 }
 
@@ -125,8 +132,14 @@ func Attribute(in Inputs) Report {
 			r.Strays = append(r.Strays, Stray{Process: p, Pod: pod})
 			continue
 		}
+		var heldTogether int64
 		if len(held) > 1 {
 			r.Ambiguous = append(r.Ambiguous, p)
+			for _, h := range held {
+				if dev := in.Records[h.claim].Devices[h.index]; isShare(dev) {
+					heldTogether += dev.MemoryBytes
+				}
+			}
 		}
 		// held is in claim-name order: a pod's process goes to the same
 		// device from one read to the next.
@@ -138,6 +151,7 @@ func Attribute(in Inputs) Report {
 			uses[k] = u
 		}
 		u.PIDs = append(u.PIDs, p.PID)
+		u.AllowedBytes = max(u.AllowedBytes, heldTogether)
 		if !slices.Contains(u.Pods, pod) {
 			u.Pods = append(u.Pods, pod)
 		}
@@ -151,12 +165,20 @@ func Attribute(in Inputs) Report {
 		return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.index, b.index))
 	}) {
 		u := uses[k]
-		kind := u.Device.Kind()
-		isShare := kind == prepared.KindShare || kind == prepared.KindMPSShare
-		u.Over = isShare && u.Device.MemoryBytes > 0 && u.UsedBytes > u.Device.MemoryBytes
+		if isShare(u.Device) {
+			u.AllowedBytes = max(u.AllowedBytes, u.Device.MemoryBytes)
+		} else {
+			u.AllowedBytes = 0
+		}
+		u.Over = u.AllowedBytes > 0 && u.UsedBytes > u.AllowedBytes
 		r.Uses = append(r.Uses, *u)
 	}
 	return r
+}
+
+func isShare(dev prepared.Device) bool {
+	kind := dev.Kind()
+	return kind == prepared.KindShare || kind == prepared.KindMPSShare
 }
 
 // runsOn reports whether process p runs on prepared device dev: the same

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tangram-gpu/tangram/pkg/plugin/prepared"
 )
 
 // Metrics serve the last round: per prepared device with a process, its
@@ -117,12 +115,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range r.Uses {
 		labels := []string{m.node, u.Namespace, u.Name, u.Device.Device}
 		ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(u.UsedBytes), labels...)
-		if kind := u.Device.Kind(); kind == prepared.KindShare || kind == prepared.KindMPSShare {
+		if isShare(u.Device) {
 			over := 0.0
 			if u.Over {
 				over = 1
 			}
-			ch <- prometheus.MustNewConstMetric(allowedDesc, prometheus.GaugeValue, float64(u.Device.MemoryBytes), labels...)
+			ch <- prometheus.MustNewConstMetric(allowedDesc, prometheus.GaugeValue, float64(u.AllowedBytes), labels...)
 			ch <- prometheus.MustNewConstMetric(overDesc, prometheus.GaugeValue, over, labels...)
 		}
 		card(u.Device.GPUUUID).used += float64(u.UsedBytes)

@@ -83,3 +83,26 @@ func (p *NodePods) UID(namespace, name string) (string, bool) {
 	}
 	return string(pod.UID), true
 }
+
+// Siblings returns the UIDs of the node's pods in the namespace of pod uid
+// that carry its value of label key: with uid the plugin's own pod and key
+// its component label, the plugin's pods of the node, the old one beside
+// the new during a rolling update. Only uid when its pod is not known or
+// has no such label.
+func (p *NodePods) Siblings(uid, key string) []string {
+	own, ok := p.Pod(uid)
+	value, labelled := "", false
+	if ok {
+		value, labelled = own.Labels[key]
+	}
+	if !labelled {
+		return []string{uid}
+	}
+	var out []string
+	for _, obj := range p.informer.GetStore().List() {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Namespace == own.Namespace && pod.Labels[key] == value {
+			out = append(out, string(pod.UID))
+		}
+	}
+	return out
+}

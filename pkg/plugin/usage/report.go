@@ -3,7 +3,6 @@ package usage
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,39 +19,40 @@ const (
 	// ReasonShareExceeded: a share's processes use more memory than the
 	// share was given (on its pods).
 	ReasonShareExceeded = "GPUShareExceeded"
-	// ReasonShareEvicted: the pod of a share over its memory was evicted
-	// (OverShareEvict).
-	ReasonShareEvicted = "GPUShareEvicted"
-	// ReasonEvictionBlocked: its eviction waits, a PodDisruptionBudget
-	// allowing no disruption now; it is tried again every round.
-	ReasonEvictionBlocked = "GPUShareEvictionBlocked"
 	// ReasonUnaccounted: a GPU process no prepared claim accounts for (on
 	// its pod, or on the Node for a process outside any pod).
 	ReasonUnaccounted = "GPUProcessWithoutClaim"
+	// ReasonEvicted: a pod was evicted for one of those (ActionEvict); the
+	// message says which.
+	ReasonEvicted = "GPUUsageEvicted"
+	// ReasonEvictionBlocked: its eviction waits, a PodDisruptionBudget
+	// allowing no disruption now; it is tried again every round.
+	ReasonEvictionBlocked = "GPUUsageEvictionBlocked"
 )
 
-// OverShareAction is what is done to the pods of a share that uses more
-// memory than it was given (--usage-over-share, chart
-// kubeletPlugin.usage.overShare).
-type OverShareAction string
+// Action is what is done to the pods found breaking a rule: those of a
+// share over its memory (--usage-over-share, chart
+// kubeletPlugin.usage.overShare), a pod running a GPU process no claim
+// accounts for (--usage-unaccounted, kubeletPlugin.usage.unaccounted).
+type Action string
 
 const (
-	// OverShareReport records an event and sets the metric.
-	OverShareReport OverShareAction = "report"
-	// OverShareEvict also evicts the share's pods through the Eviction
-	// API, which honours their PodDisruptionBudgets.
-	OverShareEvict OverShareAction = "evict"
+	// ActionReport records an event and sets the metric.
+	ActionReport Action = "report"
+	// ActionEvict also evicts the pods through the Eviction API, which
+	// honours their PodDisruptionBudgets.
+	ActionEvict Action = "evict"
 )
 
-// ParseOverShareAction checks --usage-over-share; empty is report.
-func ParseOverShareAction(s string) (OverShareAction, error) {
-	switch a := OverShareAction(s); a {
+// ParseAction checks the value of flag; empty is report.
+func ParseAction(flag, s string) (Action, error) {
+	switch a := Action(s); a {
 	case "":
-		return OverShareReport, nil
-	case OverShareReport, OverShareEvict:
+		return ActionReport, nil
+	case ActionReport, ActionEvict:
 		return a, nil
 	}
-	return "", fmt.Errorf("--usage-over-share=%q: want %s (an event and a metric) or %s (also evict the share's pods, honouring their PodDisruptionBudgets)", s, OverShareReport, OverShareEvict)
+	return "", fmt.Errorf("--%s=%q: want %s (an event and a metric) or %s (also evict the pods, honouring their PodDisruptionBudgets)", flag, s, ActionReport, ActionEvict)
 }
 
 // Evictor evicts a pod.
@@ -76,24 +76,33 @@ func (e APIEvictor) Evict(ctx context.Context, pod *corev1.Pod) error {
 
 // Reporter tells what the rounds find: a share newly over its memory, a
 // process newly found that no claim accounts for. What stays so from one
-// round to the next is told once; what ends and comes back, again. It
-// never acts on the node's own daemons (Report.Node) or on admin access
-// (never Over), and never on a stray process: those are told.
+// round to the next is told once; what ends and comes back, again. With
+// ActionEvict it evicts the pods every round until they go. It never acts
+// on the node's own daemons (Report.Node) or on admin access (never Over,
+// never a stray on the cards it holds), and never signals a process: a
+// process outside any pod is told, nothing more.
 type Reporter struct {
 	Recorder record.EventRecorder
 	Node     string
 	// Pod returns the node's pod of a UID (NodePods.Pod).
-	Pod       func(uid string) (*corev1.Pod, bool)
-	OverShare OverShareAction
-	// Evictor evicts with OverShareEvict.
+	Pod func(uid string) (*corev1.Pod, bool)
+	// OverShare is done to the pods of a share over its memory,
+	// Unaccounted to a pod running a process no claim accounts for.
+	OverShare, Unaccounted Action
+	// Evictor evicts with ActionEvict.
 	Evictor Evictor
 
-	over    map[useKey]bool
+	// over are the (share, pod) pairs told over, strays the processes
+	// told; blocked the pods whose eviction a budget holds (told once),
+	// evicted those evicted, until the informer sees them going.
+	over    map[overKey]bool
 	strays  map[strayKey]bool
 	blocked map[types.UID]bool
+	evicted map[types.UID]bool
 }
 
-type useKey struct{ claim, device string }
+// overKey is a share told over on one of its pods ("" for the Node).
+type overKey struct{ claim, device, pod string }
 
 type strayKey struct {
 	card string
@@ -102,26 +111,35 @@ type strayKey struct {
 
 // Publish takes one round.
 func (r *Reporter) Publish(ctx context.Context, rep Report) {
-	over := map[useKey]bool{}
+	targeted := map[types.UID]bool{}
+	over := map[overKey]bool{}
 	for _, u := range rep.Uses {
 		if !u.Over {
 			continue
 		}
-		k := useKey{u.ClaimUID, u.Device.Device}
-		over[k] = true
-		if !r.over[k] {
-			r.tellOver(u)
+		why := fmt.Sprintf("claim %s/%s uses %s of GPU memory on %s (%s), above the %s it was given", u.Namespace, u.Name,
+			formatBytes(u.UsedBytes), u.Device.Device, u.Device.GPUUUID, formatBytes(u.AllowedBytes))
+		pods := r.pods(u.Pods)
+		if len(pods) == 0 {
+			k := overKey{u.ClaimUID, u.Device.Device, ""}
+			over[k] = true
+			if !r.over[k] {
+				r.Recorder.Event(r.nodeRef(), corev1.EventTypeWarning, ReasonShareExceeded, why)
+			}
 		}
-		if r.OverShare == OverShareEvict {
-			r.evict(ctx, u)
+		for _, pod := range pods {
+			// Each pod once: one that starts using the share later is told too.
+			k := overKey{u.ClaimUID, u.Device.Device, string(pod.UID)}
+			over[k] = true
+			if !r.over[k] {
+				r.Recorder.Event(pod, corev1.EventTypeWarning, ReasonShareExceeded, why)
+			}
+		}
+		if r.OverShare == ActionEvict {
+			r.evict(ctx, pods, why, targeted)
 		}
 	}
 	r.over = over
-	for uid := range r.blocked {
-		if !slices.ContainsFunc(rep.Uses, func(u Use) bool { return u.Over && slices.Contains(u.Pods, string(uid)) }) {
-			delete(r.blocked, uid)
-		}
-	}
 	strays := map[strayKey]bool{}
 	for _, s := range rep.Strays {
 		k := strayKey{s.Card, s.PID}
@@ -129,8 +147,19 @@ func (r *Reporter) Publish(ctx context.Context, rep Report) {
 		if !r.strays[k] {
 			r.tellStray(s)
 		}
+		if r.Unaccounted == ActionEvict && s.Pod != "" {
+			why := fmt.Sprintf("process %d of this pod uses GPU %s, but the pod holds no prepared claim on that GPU", s.PID, s.Card)
+			r.evict(ctx, r.pods([]string{s.Pod}), why, targeted)
+		}
 	}
 	r.strays = strays
+	for _, m := range []map[types.UID]bool{r.blocked, r.evicted} {
+		for uid := range m {
+			if !targeted[uid] {
+				delete(m, uid)
+			}
+		}
+	}
 }
 
 func (r *Reporter) nodeRef() *corev1.ObjectReference {
@@ -146,19 +175,6 @@ func (r *Reporter) pods(uids []string) []*corev1.Pod {
 		}
 	}
 	return out
-}
-
-func (r *Reporter) tellOver(u Use) {
-	msg := fmt.Sprintf("claim %s/%s uses %s of GPU memory on %s (%s), above the %s it was given", u.Namespace, u.Name,
-		formatBytes(u.UsedBytes), u.Device.Device, u.Device.GPUUUID, formatBytes(u.Device.MemoryBytes))
-	pods := r.pods(u.Pods)
-	if len(pods) == 0 {
-		r.Recorder.Event(r.nodeRef(), corev1.EventTypeWarning, ReasonShareExceeded, msg)
-		return
-	}
-	for _, pod := range pods {
-		r.Recorder.Event(pod, corev1.EventTypeWarning, ReasonShareExceeded, msg)
-	}
 }
 
 func (r *Reporter) tellStray(s Stray) {
@@ -181,35 +197,41 @@ func (r *Reporter) tellStray(s Stray) {
 		"process %d %s uses GPU %s (%s), and no prepared claim accounts for it", s.PID, where, s.Card, used)
 }
 
-// evict asks for the eviction of each pod of u not already going. A
-// PodDisruptionBudget that allows none now is told once and tried again
-// next round.
-func (r *Reporter) evict(ctx context.Context, u Use) {
+// evict asks for the eviction of each of pods not already going, for why,
+// and marks them targeted. A PodDisruptionBudget that allows none now is
+// told once and tried again next round; a pod evicted is not asked again
+// while the informer has yet to see it going.
+func (r *Reporter) evict(ctx context.Context, pods []*corev1.Pod, why string, targeted map[types.UID]bool) {
 	logger := klog.FromContext(ctx)
 	if r.blocked == nil {
-		r.blocked = map[types.UID]bool{}
+		r.blocked, r.evicted = map[types.UID]bool{}, map[types.UID]bool{}
 	}
-	for _, pod := range r.pods(u.Pods) {
-		if pod.DeletionTimestamp != nil {
+	for _, pod := range pods {
+		if pod.DeletionTimestamp != nil || targeted[pod.UID] {
+			continue
+		}
+		targeted[pod.UID] = true
+		if r.evicted[pod.UID] {
 			continue
 		}
 		err := r.Evictor.Evict(ctx, pod)
 		switch {
 		case err == nil:
 			delete(r.blocked, pod.UID)
-			logger.Info("Evicted the pod of a share over its GPU memory", "pod", klog.KObj(pod), "claim", klog.KRef(u.Namespace, u.Name), "usedBytes", u.UsedBytes, "allowedBytes", u.Device.MemoryBytes)
-			r.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonShareEvicted, "evicted: claim %s/%s uses %s of GPU memory on %s, above the %s it was given",
-				u.Namespace, u.Name, formatBytes(u.UsedBytes), u.Device.Device, formatBytes(u.Device.MemoryBytes))
+			r.evicted[pod.UID] = true
+			logger.Info("Evicted a pod for its GPU use", "pod", klog.KObj(pod), "why", why)
+			r.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEvicted, "evicted: %s", why)
 		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 			// Gone, or another pod under its name.
-		case apierrors.IsTooManyRequests(err):
+		case apierrors.IsTooManyRequests(err) && apierrors.HasStatusCause(err, policyv1.DisruptionBudgetCause):
 			if !r.blocked[pod.UID] {
 				r.blocked[pod.UID] = true
-				r.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEvictionBlocked, "claim %s/%s is over its GPU memory, but evicting this pod would break its PodDisruptionBudget (%v); tried again every round",
-					u.Namespace, u.Name, err)
+				r.Recorder.Eventf(pod, corev1.EventTypeWarning, ReasonEvictionBlocked, "%s, but evicting this pod would break its PodDisruptionBudget (%v); tried again every round", why, err)
 			}
 		default:
-			logger.Error(err, "Evicting the pod of a share over its GPU memory failed; tried again next round", "pod", klog.KObj(pod), "claim", klog.KRef(u.Namespace, u.Name))
+			// Throttled (429 without a budget's cause), a pod under two
+			// budgets (500), the API server away.
+			logger.Error(err, "Evicting a pod for its GPU use failed; tried again next round", "pod", klog.KObj(pod), "why", why)
 		}
 	}
 }

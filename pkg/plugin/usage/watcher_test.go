@@ -199,7 +199,7 @@ func TestMetricsPublish(t *testing.T) {
 	recs := records()
 	share, whole := recs["a"], recs["w"]
 	m.Publish(context.Background(), Report{
-		Uses: []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, Over: true},
+		Uses: []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, AllowedBytes: 4 * gib, Over: true},
 			{ClaimUID: "w", Namespace: whole.Namespace, Name: whole.Name, Device: whole.Devices[0], PIDs: []int{30}, UsedBytes: 9 * gib, UsedKnown: true}},
 		Strays:    []Stray{{Process: gpu.Process{Card: "GPU-2", PID: 60, UsedBytes: gib}}, {Process: gpu.Process{Card: "GPU-2", PID: 61, UsedBytes: -1}}},
 		Node:      []gpu.Process{{Card: "GPU-1", PID: 70, UsedBytes: gib}},

@@ -155,3 +155,13 @@ admission policies and by the kubelet plugin (--nonroot-device-classes).
 {{- $classes | uniq | join "," }}
 {{- end }}
 {{- end -}}
+
+{{/*
+"true" when the kubelet plugin evicts pods for their GPU use
+(kubeletPlugin.usage: overShare or unaccounted evict), else "".
+*/}}
+{{- define "tangram.usageEvicts" -}}
+{{- with .Values.kubeletPlugin.usage -}}
+{{- if and .enabled (or (eq .overShare "evict") (eq .unaccounted "evict")) }}true{{ end -}}
+{{- end -}}
+{{- end }}
