@@ -145,7 +145,6 @@ func TestRunWatchesUsage(t *testing.T) {
 	}
 }
 
-
 // TestNodePods: what runs in the node's plugin pods (the old one beside the
 // new during a rolling update) and in its MPS daemon pod is the node's;
 // another node's daemon pod or another component's pod is not.
