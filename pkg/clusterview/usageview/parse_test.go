@@ -46,6 +46,13 @@ func servedBy(t *testing.T, node string, cards []string, report usage.Report) []
 	}
 	other := prometheus.NewCounter(prometheus.CounterOpts{Name: "tangram_prepare_total", Help: "Another series."})
 	reg.MustRegister(other)
+	// What Attribute sets on a share: what it was given.
+	report.Uses = slices.Clone(report.Uses)
+	for i, u := range report.Uses {
+		if u.AllowedBytes == 0 && u.Device.Share {
+			report.Uses[i].AllowedBytes = u.Device.MemoryBytes
+		}
+	}
 	m.Publish(context.Background(), report)
 	families, err := reg.Gather()
 	if err != nil {
