@@ -168,10 +168,16 @@ step "3/4  Demo scenarios (demo/specs, checked by test/e2e/demo_test.go)"
 t="$(now_s)"
 report="$DEMO_LOG_DIR/demo-e2e.log"
 scenarios_rc=0
+# On the local cluster the suite runs on the GPU node, so the pods' PIDs it
+# reads are the plugin's: the fake cards can report them as running.
+local_args=()
+if [ "$DEMO_CLUSTER" = local ]; then
+	local_args+=(--fake-processes-cmd "$REPO_ROOT/hack/local-cluster/chart.sh fake-processes")
+fi
 "$TANGRAM_BIN_DIR/e2e.test" --kubeconfig "$KUBECONFIG_FILE" --gpu-node "$NODE_NAME" \
 	--release-namespace "$RELEASE_NAMESPACE" --helm-release "$RELEASE" \
 	--demo-specs "$SPEC_DIR" --demo-extra-node "$EXTRA_NODE" --demo-extra-profile "$PROFILE" \
-	--demo-keep --demo-narrate \
+	--demo-keep --demo-narrate "${local_args[@]}" \
 	-ginkgo.label-filter=demo -ginkgo.v -ginkgo.no-color -ginkgo.timeout=20m >"$report" || scenarios_rc=$?
 if [ "$scenarios_rc" -ne 0 ]; then
 	DEMO_FAILURES=$((DEMO_FAILURES + 1))

@@ -41,6 +41,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newRunCommand())
 	root.AddCommand(newMPSDaemonCommand())
 	root.AddCommand(newHealthEventCommand())
+	root.AddCommand(newFakeProcessesCommand())
 	root.AddCommand(newGPUCheckCommand())
 	root.AddCommand(newMPSCheckCommand())
 	return root

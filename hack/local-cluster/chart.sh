@@ -12,6 +12,8 @@
 #       container on this node is Ready (default 120 s)
 #   chart.sh health-event FLAGS...  `dra-kubelet-plugin health-event FLAGS`
 #       inside the plugin pod (docs/health.md)
+#   chart.sh fake-processes FLAGS... `dra-kubelet-plugin fake-processes
+#       FLAGS` inside the plugin pod (docs/observability.md)
 #   chart.sh uninstall | status | logs [plugin|controller|scheduler]
 # The local cluster's values are files of the repository,
 # deployments/helm/values/host-network.yaml and local.yaml (every pod on the
@@ -154,9 +156,13 @@ plugin_pod() {
 		awk '$2 == "true" {print $1; exit}'
 }
 
-health_event() {
+# plugin_exec COMMAND FLAGS...: `dra-kubelet-plugin COMMAND --state-dir
+# <the plugin's> FLAGS` in the Ready plugin pod of this node (health-event,
+# fake-processes).
+plugin_exec() {
 	need_cluster
-	local pod state_dir
+	local pod state_dir command="$1"
+	shift
 	pod="$(plugin_pod)"
 	[ -n "$pod" ] || die "no Ready plugin pod on $NODE_NAME (chart.sh install deploys it)"
 	# The state directory has the same path in the pod as on the host.
@@ -164,7 +170,7 @@ health_event() {
 		grep -o -- '--state-dir=[^",]*' | cut -d= -f2)"
 	[ -n "$state_dir" ] || die "plugin pod $pod has no --state-dir argument"
 	exec "$KUBECTL" --kubeconfig "$KUBECONFIG_FILE" -n "$RELEASE_NAMESPACE" exec "$pod" -c plugin -- \
-		/dra-kubelet-plugin health-event --state-dir "$state_dir" "$@"
+		/dra-kubelet-plugin "$command" --state-dir "$state_dir" "$@"
 }
 
 case "${1:-}" in
@@ -174,9 +180,8 @@ install)
 	;;
 kill-plugin) kill_plugin ;;
 wait-plugin) wait_plugin "${2:-120}" ;;
-health-event)
-	shift
-	health_event "$@"
+health-event | fake-processes)
+	plugin_exec "$@"
 	;;
 uninstall)
 	need_cluster
@@ -194,5 +199,5 @@ logs)
 	*) die "logs of plugin, controller or scheduler, not $2" ;;
 	esac
 	;;
-*) die "usage: $0 install [HELM_ARGS...] | kill-plugin | wait-plugin [TIMEOUT] | health-event FLAGS... | uninstall | status | logs [plugin|controller|scheduler]" ;;
+*) die "usage: $0 install [HELM_ARGS...] | kill-plugin | wait-plugin [TIMEOUT] | health-event FLAGS... | fake-processes FLAGS... | uninstall | status | logs [plugin|controller|scheduler]" ;;
 esac

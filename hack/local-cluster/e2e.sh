@@ -16,7 +16,7 @@ if [ -z "${KUBECONFIG:-}" ]; then
 		die "Tangram is not installed on the local cluster: run hack/local-cluster/chart.sh install first"
 	chart="$REPO_ROOT/hack/local-cluster/chart.sh"
 	args+=(--plugin-kill-cmd "$chart kill-plugin" --plugin-start-cmd "$chart wait-plugin" --cdi-dir "$CDI_DIR" --gpu-node "$NODE_NAME" --helm "$HELM_BIN/helm"
-		--health-event-cmd "$chart health-event" --release-namespace "$RELEASE_NAMESPACE" --helm-release "$RELEASE")
+		--health-event-cmd "$chart health-event" --fake-processes-cmd "$chart fake-processes" --release-namespace "$RELEASE_NAMESPACE" --helm-release "$RELEASE")
 fi
 log "running the e2e suite against $(KUBECONFIG="$KUBECONFIG" "$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}' 2>/dev/null || echo "$KUBECONFIG")"
 cd "$REPO_ROOT"

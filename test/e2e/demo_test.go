@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -24,7 +25,9 @@ import (
 
 	tangramv1alpha1 "github.com/tangram-gpu/tangram/api/tangram/v1alpha1"
 	"github.com/tangram-gpu/tangram/pkg/clusterview/cli"
+	"github.com/tangram-gpu/tangram/pkg/clusterview/usageview"
 	"github.com/tangram-gpu/tangram/pkg/device"
+	"github.com/tangram-gpu/tangram/pkg/plugin/usage"
 )
 
 // The demo (label demo, `make demo`, docs/demo.md): the scenarios of
@@ -37,6 +40,7 @@ var (
 	demoExtraNode    = flag.String("demo-extra-node", "demo-gpu-node-2", "demo specs: name of the API-only second GPU node the packing scenarios add")
 	demoExtraProfile = flag.String("demo-extra-profile", "dgx-h100", "demo specs: fake GPU profile of that node (the GPU node's, so both offer the same cards)")
 	demoKeep         = flag.Bool("demo-keep", false, "demo specs: leave the demo namespace and the second node for looking around afterwards")
+	fakeProcessesCmd = flag.String("fake-processes-cmd", "", "demo specs: shell command that sets the processes the fake GPUs report; the scenario appends `dra-kubelet-plugin fake-processes` flags (the local cluster's is `hack/local-cluster/chart.sh fake-processes`); empty: the cards run nothing")
 	demoNarrate      = flag.Bool("demo-narrate", false, "demo specs: also write the narration to stderr as it happens (demo/run-local.sh sends Ginkgo's own report to a log file)")
 )
 
@@ -170,6 +174,62 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		sharesCard = cards[0]
 		demoPassed("all three shares on %s; the other cards stay whole", shortCard(sharesCard))
 	}, SpecTimeout(4*time.Minute))
+
+	It("shows what each share uses, and the share over its size, in kubectl tangram top", func(ctx SpecContext) {
+		demoTitle("What runs on the GPUs: each share's use, and one over its size")
+		Expect(sharesCard).NotTo(BeEmpty(), "the memory-shares scenario placed no shares")
+		if *fakeProcessesCmd == "" {
+			// A kind node's PIDs are not this host's: nothing to fake there.
+			demoSay("no --fake-processes-cmd: the fake cards run nothing here, so top shows them idle")
+			Eventually(func(g Gomega) {
+				g.Expect(tangramTop(ctx, g)).To(ContainSubstring("no GPU process"))
+			}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+			demoPassed("kubectl tangram top lists the node's cards, idle")
+			return
+		}
+		_, cardDevice, _ := strings.Cut(sharesCard, "/")
+		uuid := stringAttr(nodeDevices(ctx, gpuNode)[cardDevice], device.AttrUUID)
+		Expect(uuid).NotTo(BeEmpty(), "card %s has no UUID", sharesCard)
+		// The fake cards report a process of each share pod, by its real
+		// PID on this host, using what the table says; share-b more than
+		// its 20Gi.
+		used := map[string]string{"share-a": "12Gi", "share-b": "23Gi", "share-c": "2Gi"}
+		var args []string
+		for _, pod := range []string{"share-a", "share-b", "share-c"} {
+			args = append(args, fmt.Sprintf("--process %s,%d,%s", uuid, podPID(demoNamespace, pod), used[pod]))
+			demoSay("  %s uses %s", pod, used[pod])
+		}
+		DeferCleanup(func(ctx SpecContext) { runShell(ctx, "clear the fake cards' processes", *fakeProcessesCmd) })
+		runShell(ctx, "make the fake cards report the share pods' processes", *fakeProcessesCmd+" "+strings.Join(args, " "))
+		statuses := getPod(ctx, demoNamespace, "share-b").Status.ResourceClaimStatuses
+		Expect(statuses).To(HaveLen(1), "share-b's claim")
+		claimB := *statuses[0].ResourceClaimName
+		var table string
+		Eventually(func(g Gomega) {
+			var v usageview.View
+			g.Expect(json.Unmarshal([]byte(tangramTop(ctx, g, "-o", "json")), &v)).To(Succeed())
+			g.Expect(v.Nodes).To(HaveLen(1))
+			var devices []usageview.Device
+			for _, c := range v.Nodes[0].Cards {
+				if c.UUID == uuid {
+					devices = c.Devices
+				}
+			}
+			g.Expect(devices).To(HaveLen(3), "the three shares on %s in top", cardDevice)
+			g.Expect(devices[0]).To(And(HaveField("Claim", claimB), HaveField("Over", true)), "share-b, over its size, first")
+			table = tangramTop(ctx, g)
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		demoSay("kubectl tangram top --node %s:\n%s", gpuNode, table)
+		Eventually(func(g Gomega) {
+			g.Expect(eventText(ctx, demoNamespace, "share-b")).To(ContainSubstring(usage.ReasonShareExceeded))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		for _, line := range strings.Split(eventText(ctx, demoNamespace, "share-b"), "\n") {
+			if strings.Contains(line, usage.ReasonShareExceeded) {
+				demoSay("  share-b's event: %s", line)
+			}
+		}
+		demoPassed("top shows each share's use of its 20Gi; share-b, over it, first and marked OVER, with a GPUShareExceeded event")
+	}, SpecTimeout(3*time.Minute))
 
 	It("keeps the MPS daemon pod and the shares when the plugin's pod is replaced", func(ctx SpecContext) {
 		demoTitle("The plugin's pod is replaced; the MPS daemon pod and the shares stay")
