@@ -27,7 +27,7 @@ func newFakeProcessesCommand() *cobra.Command {
 		Use:   "fake-processes",
 		Short: "Set the processes the fake GPUs of the running plugin report (none: nothing runs)",
 		Example: `  # in the plugin's container (it shares the host's PID namespace), PIDs as the host sees them:
-  dra-kubelet-plugin fake-processes --process GPU-1ac78126-...,4242,5Gi --process GPU-1ac78126-...,4243,512Mi
+  dra-kubelet-plugin fake-processes --process GPU-1ac78126-...,4242,5Gi,60 --process GPU-1ac78126-...,4243,512Mi
   dra-kubelet-plugin fake-processes      # nothing runs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,7 +44,7 @@ func newFakeProcessesCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&processes, "process", nil, "a process: <card UUID>,<PID>,<memory used> (a quantity such as 5Gi, or -1 for memory NVML would not report); repeat for more")
+	f.StringArrayVar(&processes, "process", nil, "a process: <card UUID>,<PID>,<memory used>[,<SM %>] (memory a quantity such as 5Gi, or -1 for memory NVML would not report; SM utilisation 0-100, not known when left out); repeat for more")
 	f.StringVar(&stateDir, "state-dir", "/var/lib/tangram", "the plugin's --state-dir")
 	f.StringVar(&file, "fake-processes-file", "", "the plugin's --fake-processes-file (default: "+fakegpu.ProcessesFileName+" in --state-dir)")
 	return cmd
@@ -55,8 +55,8 @@ func parseFakeProcesses(values []string) ([]gpu.Process, error) {
 	procs := make([]gpu.Process, 0, len(values))
 	for _, v := range values {
 		parts := strings.Split(v, ",")
-		if len(parts) != 3 || parts[0] == "" {
-			return nil, fmt.Errorf("--process=%q: want <card UUID>,<PID>,<memory used>, e.g. GPU-1234,4242,5Gi", v)
+		if len(parts) < 3 || len(parts) > 4 || parts[0] == "" {
+			return nil, fmt.Errorf("--process=%q: want <card UUID>,<PID>,<memory used>[,<SM %%>], e.g. GPU-1234,4242,5Gi,60", v)
 		}
 		pid, err := strconv.Atoi(parts[1])
 		if err != nil || pid <= 0 {
@@ -70,7 +70,15 @@ func parseFakeProcesses(values []string) ([]gpu.Process, error) {
 			}
 			used = q.Value()
 		}
-		procs = append(procs, gpu.Process{Card: parts[0], GPUInstance: gpu.NoGPUInstance, PID: pid, UsedBytes: used})
+		p := gpu.Process{Card: parts[0], GPUInstance: gpu.NoGPUInstance, PID: pid, UsedBytes: used}
+		if len(parts) == 4 {
+			sm, err := strconv.Atoi(parts[3])
+			if err != nil || sm < 0 || sm > 100 {
+				return nil, fmt.Errorf("--process=%q: the SM utilisation %q is not a percentage from 0 to 100", v, parts[3])
+			}
+			p.SMPercent, p.SMKnown = sm, true
+		}
+		procs = append(procs, p)
 	}
 	return procs, nil
 }

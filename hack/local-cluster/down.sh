@@ -94,7 +94,7 @@ rm -f "$KUBECONFIG_FILE"
 # The mock driver root (TANGRAM_MOCK_DRIVER_ROOT=1), only if create.sh made it.
 if [ -f "$MOCK_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT" ]; then
 	mock_state="$(sed -n 's/^state_dir=//p' "$MOCK_DRIVER_ROOT/TANGRAM-MOCK-DRIVER-ROOT")"
-	[ -n "$mock_state" ] && rm -rf "$mock_state/calls.log" "$mock_state/events" "$mock_state/compute-mode" "$mock_state/mig-mode" "$mock_state/mig" "$mock_state/mig-busy" "$mock_state/memory-limits" "$mock_state/fail-memory-limits" "$mock_state/processes"
+	[ -n "$mock_state" ] && rm -rf "$mock_state/calls.log" "$mock_state/events" "$mock_state/compute-mode" "$mock_state/mig-mode" "$mock_state/mig" "$mock_state/mig-busy" "$mock_state/memory-limits" "$mock_state/fail-memory-limits" "$mock_state/processes" "$mock_state/utilization"
 	rm -rf --one-file-system "$MOCK_DRIVER_ROOT"
 fi
 say "cluster is down (logs kept in $LOG_DIR)"

@@ -47,7 +47,7 @@ fi
 # A new root is a freshly booted driver: no compute modes set, no calls, no
 # events (only the library's own files are removed from the state directory).
 state="$TANGRAM_MOCK_NVML_STATE_DIR"
-rm -rf "$state/calls.log" "$state/events" "$state/compute-mode" "$state/mig-mode" "$state/mig" "$state/mig-busy" "$state/memory-limits" "$state/fail-memory-limits" "$state/processes"
+rm -rf "$state/calls.log" "$state/events" "$state/compute-mode" "$state/mig-mode" "$state/mig" "$state/mig-busy" "$state/memory-limits" "$state/fail-memory-limits" "$state/processes" "$state/utilization"
 
 lib="$(hack/mock-nvml/build.sh | tail -n1)"
 hook="$(hack/nvidia-cdi-hook/build.sh | tail -n1)"

@@ -218,6 +218,45 @@ func (s State) RunProcesses(procs []Process) error {
 	return nil
 }
 
+// Sample is one process's utilisation sample (SetUtilization).
+type Sample struct {
+	Card    string
+	PID     int
+	SM, Mem int
+}
+
+// SetUtilization makes the processes of samples keep those rates:
+// nvmlDeviceGetProcessUtilization returns a sample of each with a
+// non-zero rate at every call, stamped with the call's time, until the
+// next SetUtilization (none with a non-zero rate: NVML_ERROR_NOT_FOUND).
+// Before the first, the cards do not support the call.
+func (s State) SetUtilization(samples []Sample) error {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating mock NVML state directory: %w", err)
+	}
+	var b strings.Builder
+	for _, smp := range samples {
+		fmt.Fprintf(&b, "%s %d %d %d\n", smp.Card, smp.PID, smp.SM, smp.Mem)
+	}
+	tmp := filepath.Join(s.Dir, "utilization.tmp")
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the mock NVML utilisation samples: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.Dir, "utilization")); err != nil {
+		return fmt.Errorf("writing the mock NVML utilisation samples: %w", err)
+	}
+	return nil
+}
+
+// NoUtilization makes the cards not support nvmlDeviceGetProcessUtilization
+// again, as before the first SetUtilization.
+func (s State) NoUtilization() error {
+	if err := os.Remove(filepath.Join(s.Dir, "utilization")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the mock NVML utilisation samples: %w", err)
+	}
+	return nil
+}
+
 func (s State) failMemoryLimitsFile() string { return filepath.Join(s.Dir, "fail-memory-limits") }
 
 // CallsFile is where the library logs mutating calls.

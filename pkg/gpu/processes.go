@@ -23,6 +23,12 @@ type Process struct {
 	UsedBytes int64
 	// MPSClient: NVML listed it among the card's MPS clients.
 	MPSClient bool
+	// SMPercent is the part of the card's streaming multiprocessors it
+	// kept busy since the previous list, when SMKnown
+	// (nvmlDeviceGetProcessUtilization): NVML does not give it in MIG
+	// mode or on cards that do not support it.
+	SMPercent int
+	SMKnown   bool
 }
 
 // ProcessLister lists the processes running on the node's cards. It is

@@ -194,10 +194,11 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 		// PID on this host, using what the table says; share-b more than
 		// its 20Gi.
 		used := map[string]string{"share-a": "12Gi", "share-b": "23Gi", "share-c": "2Gi"}
+		sm := map[string]int{"share-a": 55, "share-b": 30, "share-c": 5}
 		var args []string
 		for _, pod := range []string{"share-a", "share-b", "share-c"} {
-			args = append(args, fmt.Sprintf("--process %s,%d,%s", uuid, podPID(demoNamespace, pod), used[pod]))
-			demoSay("  %s uses %s", pod, used[pod])
+			args = append(args, fmt.Sprintf("--process %s,%d,%s,%d", uuid, podPID(demoNamespace, pod), used[pod], sm[pod]))
+			demoSay("  %s uses %s and keeps %d%% of the card's SMs busy", pod, used[pod], sm[pod])
 		}
 		DeferCleanup(func(ctx SpecContext) { runShell(ctx, "clear the fake cards' processes", *fakeProcessesCmd) })
 		runShell(ctx, "make the fake cards report the share pods' processes", *fakeProcessesCmd+" "+strings.Join(args, " "))
@@ -216,7 +217,7 @@ var _ = Describe("Demo", Label(demoLabel), Ordered, ContinueOnFailure, func() {
 				}
 			}
 			g.Expect(devices).To(HaveLen(3), "the three shares on %s in top", cardDevice)
-			g.Expect(devices[0]).To(And(HaveField("Claim", claimB), HaveField("Over", true)), "share-b, over its size, first")
+			g.Expect(devices[0]).To(And(HaveField("Claim", claimB), HaveField("Over", true), HaveField("SMPercent", HaveValue(Equal(30)))), "share-b, over its size, first")
 			table = tangramTop(ctx, g)
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		demoSay("kubectl tangram top --node %s:\n%s", gpuNode, table)

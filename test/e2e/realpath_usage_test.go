@@ -77,6 +77,10 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 			{Card: strayCard, PID: suitePID, UsedBytes: 1 << 30, GPUInstance: -1},
 			{Card: strayCard, PID: podPID(ns, "intruder"), UsedBytes: 2 << 30, GPUInstance: -1},
 		})).To(Succeed())
+		// The share's process keeps 40% of its card's SMs busy; the whole
+		// card's none (NVML gives no sample for it: 0).
+		DeferCleanup(func() { Expect(nvml.NoUtilization()).To(Succeed()) })
+		Expect(nvml.SetUtilization([]mocknvml.Sample{{Card: shareCard, PID: podPID(ns, "over"), SM: 40, Mem: 20}})).To(Succeed())
 
 		waitKube(ctx, "usage metrics of both claims", pollEvery, func(g Gomega) {
 			m := pluginMetrics(ctx, g)
@@ -84,6 +88,8 @@ var _ = Describe("GPU usage on the mock driver root", Label(realPathLabel), Orde
 			g.Expect(m.value("tangram_gpu_claim_memory_allowed_bytes", "namespace", ns, "claim", shareClaim)).To(Equal(float64(20<<30)), "share's size")
 			g.Expect(m.value("tangram_gpu_claim_memory_over", "namespace", ns, "claim", shareClaim)).To(Equal(1.0), "share over")
 			g.Expect(m.value("tangram_gpu_claim_memory_used_bytes", "namespace", ns, "claim", wholeClaim)).To(Equal(float64(30<<30)), "whole card's use")
+			g.Expect(m.value("tangram_gpu_claim_sm_utilization_percent", "namespace", ns, "claim", shareClaim)).To(Equal(40.0), "share's SMs")
+			g.Expect(m.value("tangram_gpu_claim_sm_utilization_percent", "namespace", ns, "claim", wholeClaim)).To(Equal(0.0), "whole card's SMs")
 			g.Expect(m.value("tangram_gpu_unaccounted_processes", "uuid", strayCard)).To(BeNumerically(">=", 2), "the suite's and the intruder's processes on %s", strayCard)
 			g.Expect(m.value("tangram_gpu_card_memory_used_bytes", "uuid", wholeCard)).To(BeNumerically(">=", float64(30<<30)))
 		})

@@ -1183,3 +1183,68 @@ nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t d, nvmlGetMemoryLimits_v1
     return ret;
 }
 #endif
+
+/* ---- SM utilisation: tests write <state>/utilization, a line per process:
+ *   <card uuid> <pid> <SM %> <memory %>
+ * Its processes keep those rates while the file stays: each call returns
+ * one sample per process with a non-zero rate (NVML samples only those),
+ * stamped with the time of the call in microseconds (NVML's CPU
+ * timestamps), so a sample is always newer than the lastSeenTimeStamp a
+ * caller took from the previous one. nvmlDeviceGetProcessUtilization as
+ * NVML's reference describes it: utilization NULL asks the count of
+ * samples (NVML_ERROR_INSUFFICIENT_SIZE with it); no sample (no process
+ * with a non-zero rate) answers NVML_ERROR_NOT_FOUND; a count too small
+ * answers NVML_ERROR_INSUFFICIENT_SIZE; otherwise the samples, the count
+ * set to those written. A card in MIG mode answers NVML_ERROR_NOT_SUPPORTED
+ * (NVML reports no utilisation in MIG mode), and so does every card while
+ * the file is absent: the test decides whether the cards support it.
+ * ---- */
+
+#define MAX_SAMPLES 256
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp) {
+    char path[4200], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], line[MAX_LINE];
+    nvmlProcessUtilizationSample_t found[MAX_SAMPLES];
+    unsigned int n = 0, pid, sm, mem;
+    nvmlReturn_t ret = device(d);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (processSamplesCount == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig_enabled(d.handle))
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (state_path(path, sizeof path, "utilization") != 0)
+        return NVML_ERROR_UNKNOWN;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NVML_ERROR_NOT_SUPPORTED;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long stamp = (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000ull;
+    while (stamp > lastSeenTimeStamp && fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "%95s %u %u %u", uuid, &pid, &sm, &mem) != 4 || strcmp(uuid, d.handle->uuid) != 0 || (sm == 0 && mem == 0))
+            continue;
+        if (n == MAX_SAMPLES) {
+            complain("%s holds more than %d samples of %s", path, MAX_SAMPLES, d.handle->uuid);
+            fclose(f);
+            return NVML_ERROR_UNKNOWN;
+        }
+        nvmlProcessUtilizationSample_t *s = &found[n++];
+        memset(s, 0, sizeof *s);
+        s->pid = pid;
+        s->timeStamp = stamp;
+        s->smUtil = sm;
+        s->memUtil = mem;
+    }
+    fclose(f);
+    if (n == 0)
+        return NVML_ERROR_NOT_FOUND;
+    if (utilization == NULL || *processSamplesCount < n) {
+        *processSamplesCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    memcpy(utilization, found, n * sizeof found[0]);
+    *processSamplesCount = n;
+    return NVML_SUCCESS;
+}

@@ -116,7 +116,7 @@ func TestTop(t *testing.T) {
 	for _, want := range []string{
 		"NODE n1  2 cards, 5 GiB used; read ",
 		"  gpu-0   0 GiB  no GPU process\n",
-		"  gpu-1   5 GiB  team/infer      gpu-1   5 GiB  4 GiB  125%  OVER\n",
+		"  gpu-1   5 GiB  team/infer      gpu-1   5 GiB  4 GiB  125%   -  OVER\n",
 		"NODE n2  usage not known\n  pod plugin-b: reading its /metrics through the API server: the server could not find the requested resource (get pods plugin-b:metrics)\n",
 		"NODE n3  usage not known\n  pod plugin-c: the pod is Pending\n",
 	} {

@@ -12,7 +12,8 @@ const (
 	MetricClaimUsed    = "tangram_gpu_claim_memory_used_bytes"
 	MetricClaimAllowed = "tangram_gpu_claim_memory_allowed_bytes"
 	MetricClaimOver    = "tangram_gpu_claim_memory_over"
-	// Per card; labels node, uuid.
+	MetricClaimSM      = "tangram_gpu_claim_sm_utilization_percent"
+	// Per card; labels node, device, uuid.
 	MetricCardUsed         = "tangram_gpu_card_memory_used_bytes"
 	MetricUnaccounted      = "tangram_gpu_unaccounted_processes"
 	MetricUnaccountedBytes = "tangram_gpu_unaccounted_memory_bytes"
@@ -23,5 +24,5 @@ const (
 )
 
 // Metrics are all of them, as the plugin describes them.
-var Metrics = []string{MetricClaimUsed, MetricClaimAllowed, MetricClaimOver, MetricCardUsed,
+var Metrics = []string{MetricClaimUsed, MetricClaimAllowed, MetricClaimOver, MetricClaimSM, MetricCardUsed,
 	MetricUnaccounted, MetricUnaccountedBytes, MetricNodeProcesses, MetricAmbiguous, MetricRound}

@@ -91,6 +91,9 @@ func Parse(r io.Reader) (Node, error) {
 					d.Share, d.AllowedBytes = true, int64(v)
 				case MetricClaimOver:
 					d.Share, d.Over = true, v != 0
+				case MetricClaimSM:
+					sm := int(math.Round(v))
+					d.SMPercent = &sm
 				}
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/utils/ptr"
 
 	"github.com/tangram-gpu/tangram/pkg/clusterview/usageview"
 	"github.com/tangram-gpu/tangram/pkg/gpu"
@@ -77,9 +78,9 @@ func aRound() usage.Report {
 	}
 	return usage.Report{
 		Uses: []usage.Use{
-			{Namespace: "team", Name: "small", Device: share(4), UsedBytes: 5 * gib, UsedKnown: true, Over: true},
+			{Namespace: "team", Name: "small", Device: share(4), UsedBytes: 5 * gib, UsedKnown: true, Over: true, SMPercent: 35, SMKnown: true},
 			{Namespace: "team", Name: "big", Device: share(16), UsedBytes: 4 * gib, UsedKnown: true},
-			{Namespace: "lab", Name: "whole", Device: prepared.Device{Device: "gpu-1", GPUUUID: "GPU-2"}, UsedBytes: 30 * gib, UsedKnown: true},
+			{Namespace: "lab", Name: "whole", Device: prepared.Device{Device: "gpu-1", GPUUUID: "GPU-2"}, UsedBytes: 30 * gib, UsedKnown: true, SMPercent: 80, SMKnown: true},
 			{Namespace: "lab", Name: "part", Device: prepared.Device{Device: "gpu-2-mig-19-3", GPUUUID: "GPU-3", MIG: &prepared.MIG{ParentIndex: 2, ProfileID: 19, Start: 3}}, UsedBytes: gib, UsedKnown: true},
 		},
 		Strays: []usage.Stray{
@@ -112,9 +113,9 @@ func TestParseWhatThePluginServes(t *testing.T) {
 			{UUID: "GPU-3", UsedBytes: gib},
 		},
 		OtherDevices: []usageview.Device{
-			{Namespace: "team", Claim: "small", Device: "gpu-0", UsedBytes: 5 * gib, Share: true, AllowedBytes: 4 * gib, Over: true},
+			{Namespace: "team", Claim: "small", Device: "gpu-0", UsedBytes: 5 * gib, Share: true, AllowedBytes: 4 * gib, Over: true, SMPercent: ptr.To(35)},
 			{Namespace: "team", Claim: "big", Device: "gpu-0", UsedBytes: 4 * gib, Share: true, AllowedBytes: 16 * gib},
-			{Namespace: "lab", Claim: "whole", Device: "gpu-1", UsedBytes: 30 * gib},
+			{Namespace: "lab", Claim: "whole", Device: "gpu-1", UsedBytes: 30 * gib, SMPercent: ptr.To(80)},
 			{Namespace: "lab", Claim: "part", Device: "gpu-2-mig-19-3", UsedBytes: gib},
 		},
 	}

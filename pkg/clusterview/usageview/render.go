@@ -47,7 +47,7 @@ func writeNode(b *strings.Builder, n Node, st clusterview.Style) {
 		cluster.FormatBytes(used), age(time.Duration(n.AgeSeconds*float64(time.Second))), n.Pod)
 	ambiguous := false
 	t := clusterview.Table{Indent: "  "}
-	t.Add(header("CARD", "MEMORY", "CLAIM", "DEVICE", "USED", "GIVEN", "USE", "")...)
+	t.Add(header("CARD", "MEMORY", "CLAIM", "DEVICE", "USED", "GIVEN", "USE", "SM", "")...)
 	for _, c := range n.Cards {
 		name := c.Name
 		if name == "" {
@@ -112,12 +112,17 @@ func deviceCells(d Device) []clusterview.Cell {
 		{Text: d.Device},
 		{Text: cluster.FormatBytes(d.UsedBytes), AlignRight: true},
 	}
+	sm := clusterview.Cell{Text: "-", AlignRight: true}
+	if d.SMPercent != nil {
+		sm.Text = fmt.Sprintf("%d%%", *d.SMPercent)
+	}
 	if !d.Share {
-		return append(cells, clusterview.Cell{Text: "-", AlignRight: true})
+		return append(cells, clusterview.Cell{Text: "-", AlignRight: true}, clusterview.Cell{}, sm)
 	}
 	cells = append(cells,
 		clusterview.Cell{Text: cluster.FormatBytes(d.AllowedBytes), AlignRight: true},
-		clusterview.Cell{Text: percent(d.Fraction()), AlignRight: true, Colour: useColour(d)})
+		clusterview.Cell{Text: percent(d.Fraction()), AlignRight: true, Colour: useColour(d)},
+		sm)
 	if d.Over {
 		cells = append(cells, clusterview.Cell{Text: "OVER", Colour: clusterview.Red})
 	}

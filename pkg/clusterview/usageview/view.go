@@ -75,6 +75,9 @@ type Device struct {
 	Share        bool  `json:"share,omitempty"`
 	AllowedBytes int64 `json:"allowedBytes,omitempty"`
 	Over         bool  `json:"over,omitempty"`
+	// SMPercent is the part of the card's SMs its processes kept busy,
+	// where NVML gives it.
+	SMPercent *int `json:"smPercent,omitempty"`
 }
 
 // Fraction is a share's use of what it was given, 0 for other devices.

@@ -18,9 +18,10 @@ const ProcessesFileName = "fake-processes.json"
 
 // ProcessesFile lists the processes "running" on fake cards: what a test
 // or the demo writes to Path, a JSON array of
-// {"card": UUID, "pid": PID, "usedBytes": N, "gpuInstance": GI}
+// {"card": UUID, "pid": PID, "usedBytes": N, "gpuInstance": GI, "smPercent": P}
 // (gpuInstance optional, outside MIG when left out; usedBytes -1 for
-// memory NVML would not report). PIDs are the host's, so that the usage
+// memory NVML would not report; smPercent optional, not known when left
+// out). PIDs are the host's, so that the usage
 // watcher finds their pods as it does NVML's. No file: nothing runs.
 type ProcessesFile struct{ Path string }
 
@@ -30,6 +31,7 @@ type fileProcess struct {
 	UsedBytes   int64  `json:"usedBytes"`
 	GPUInstance *int   `json:"gpuInstance,omitempty"`
 	MPSClient   bool   `json:"mpsClient,omitempty"`
+	SMPercent   *int   `json:"smPercent,omitempty"`
 }
 
 // GPUProcesses implements gpu.ProcessLister. A malformed file lists
@@ -57,7 +59,14 @@ func (f ProcessesFile) GPUProcesses(context.Context) ([]gpu.Process, error) {
 		if p.GPUInstance != nil {
 			gi = *p.GPUInstance
 		}
-		out = append(out, gpu.Process{Card: p.Card, GPUInstance: gi, PID: p.PID, UsedBytes: p.UsedBytes, MPSClient: p.MPSClient})
+		proc := gpu.Process{Card: p.Card, GPUInstance: gi, PID: p.PID, UsedBytes: p.UsedBytes, MPSClient: p.MPSClient}
+		if p.SMPercent != nil {
+			if *p.SMPercent < 0 || *p.SMPercent > 100 {
+				return nil, fmt.Errorf("the fake cards' processes in %s: entry %d's smPercent %d is not between 0 and 100", f.Path, i, *p.SMPercent)
+			}
+			proc.SMPercent, proc.SMKnown = *p.SMPercent, true
+		}
+		out = append(out, proc)
 	}
 	return out, nil
 }
@@ -68,6 +77,10 @@ func WriteProcesses(path string, procs []gpu.Process) error {
 	out := make([]fileProcess, 0, len(procs))
 	for _, p := range procs {
 		fp := fileProcess{Card: p.Card, PID: p.PID, UsedBytes: p.UsedBytes, MPSClient: p.MPSClient}
+		if p.SMKnown {
+			sm := p.SMPercent
+			fp.SMPercent = &sm
+		}
 		if p.GPUInstance != gpu.NoGPUInstance {
 			gi := p.GPUInstance
 			fp.GPUInstance = &gi

@@ -21,11 +21,12 @@ func TestProcessesFile(t *testing.T) {
 		{name: "no file: nothing runs", want: []gpu.Process{}},
 		{name: "an empty list", content: strPtr("[]"), want: []gpu.Process{}},
 		{name: "a process outside MIG, one in a GPU instance, one whose memory is not reported",
-			content: strPtr(`[{"card":"GPU-a","pid":10,"usedBytes":1024},{"card":"GPU-b","pid":11,"usedBytes":2048,"gpuInstance":1},{"card":"GPU-a","pid":12,"usedBytes":-1,"mpsClient":true}]`),
-			want: []gpu.Process{{Card: "GPU-a", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: 1024}, {Card: "GPU-b", GPUInstance: 1, PID: 11, UsedBytes: 2048},
-				{Card: "GPU-a", GPUInstance: gpu.NoGPUInstance, PID: 12, UsedBytes: -1, MPSClient: true}}},
+			content: strPtr(`[{"card":"GPU-a","pid":10,"usedBytes":1024,"smPercent":0},{"card":"GPU-b","pid":11,"usedBytes":2048,"gpuInstance":1},{"card":"GPU-a","pid":12,"usedBytes":-1,"mpsClient":true,"smPercent":45}]`),
+			want: []gpu.Process{{Card: "GPU-a", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: 1024, SMKnown: true}, {Card: "GPU-b", GPUInstance: 1, PID: 11, UsedBytes: 2048},
+				{Card: "GPU-a", GPUInstance: gpu.NoGPUInstance, PID: 12, UsedBytes: -1, MPSClient: true, SMPercent: 45, SMKnown: true}}},
 		{name: "not JSON", content: strPtr("pid=10"), wantErr: "want a JSON array"},
 		{name: "an unknown field", content: strPtr(`[{"card":"GPU-a","pid":10,"memory":5}]`), wantErr: `unknown field "memory"`},
+		{name: "SM above 100%", content: strPtr(`[{"card":"GPU-a","pid":10,"usedBytes":5,"smPercent":140}]`), wantErr: "not between 0 and 100"},
 		{name: "no PID", content: strPtr(`[{"card":"GPU-a","usedBytes":5}]`), wantErr: "entry 0 needs a card UUID and a PID above 0"},
 	}
 	for _, tt := range tests {

@@ -201,11 +201,38 @@ func TestGPUProcessesOverMockLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// No samples written: the mock says NOT_SUPPORTED, SM not known.
 	want := []gpu.Process{
 		{Card: card0, GPUInstance: gpu.NoGPUInstance, PID: 100, UsedBytes: 2 << 30},
 		{Card: card2, GPUInstance: gpu.NoGPUInstance, PID: 300, UsedBytes: 3 << 30, MPSClient: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("processes through NVML (-want +got):\n%s", diff)
+	}
+
+	// PID 300 keeps 40% of card 2's SMs busy; PID 100 has no sample (NVML
+	// gives none for a process with no utilisation): 0.
+	if err := state.SetUtilization([]mocknvml.Sample{{Card: card2, PID: 300, SM: 40, Mem: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second read asks for the samples after the first's
+		if got, err = src.(gpu.ProcessLister).GPUProcesses(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want[0].SMKnown, want[1].SMPercent, want[1].SMKnown = true, 40, true
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("processes while PID 300 runs at 40%% (-want +got):\n%s", diff)
+		}
+	}
+	// It goes idle: no sample at all (NVML_ERROR_NOT_FOUND), 0 known.
+	if err := state.SetUtilization([]mocknvml.Sample{{Card: card2, PID: 300}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = src.(gpu.ProcessLister).GPUProcesses(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want[1].SMPercent = 0
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("processes gone idle (-want +got):\n%s", diff)
 	}
 }

@@ -32,6 +32,7 @@ func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
 		return nil, fmt.Errorf("listing GPU processes: the NVIDIA driver's NVML has none of %v", computeProcessSymbols)
 	}
 	withMPS := s.hasAnySymbol(mpsProcessSymbols)
+	withSM := s.hasAnySymbol(utilizationSymbols)
 	count, ret := s.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("listing GPU processes: nvmlDeviceGetCount: %w", ret)
@@ -44,6 +45,9 @@ func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
 			errs = append(errs, err)
 			continue
 		}
+		if withSM && len(procs) > 0 {
+			s.addSMUtilization(i, procs)
+		}
 		out = append(out, procs...)
 	}
 	return out, errors.Join(errs...)
@@ -53,7 +57,48 @@ func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
 var (
 	computeProcessSymbols = []string{"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses"}
 	mpsProcessSymbols     = []string{"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses"}
+	utilizationSymbols    = []string{"nvmlDeviceGetProcessUtilization"}
 )
+
+// addSMUtilization sets the SM utilisation of card index's processes from
+// the samples NVML took since the previous read. NVML returns a sample
+// only for a process with some utilisation in the period, so a process
+// without one used none (NVML_ERROR_NOT_FOUND: none did). Where NVML
+// cannot say (NOT_SUPPORTED in MIG mode and on older cards, any other
+// error) the processes keep SMKnown false: utilisation is an extra, never
+// a failed round. Of several samples of a process the newest counts.
+func (s *source) addSMUtilization(index int, procs []gpu.Process) {
+	dev, ret := s.lib.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return
+	}
+	uuid := procs[0].Card
+	s.smMu.Lock()
+	defer s.smMu.Unlock()
+	samples, ret := dev.GetProcessUtilization(s.smSeen[uuid])
+	switch ret {
+	case nvml.SUCCESS, nvml.ERROR_NOT_FOUND:
+	default:
+		return
+	}
+	type sample struct {
+		at uint64
+		sm int
+	}
+	byPID := map[int]sample{}
+	for _, smp := range samples {
+		if had, ok := byPID[int(smp.Pid)]; !ok || smp.TimeStamp >= had.at {
+			byPID[int(smp.Pid)] = sample{smp.TimeStamp, int(min(smp.SmUtil, 100))}
+		}
+		if s.smSeen == nil {
+			s.smSeen = map[string]uint64{}
+		}
+		s.smSeen[uuid] = max(s.smSeen[uuid], smp.TimeStamp)
+	}
+	for i := range procs {
+		procs[i].SMPercent, procs[i].SMKnown = byPID[procs[i].PID].sm, true
+	}
+}
 
 func (s *source) hasAnySymbol(names []string) bool {
 	for _, name := range names {

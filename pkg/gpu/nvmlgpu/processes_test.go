@@ -27,6 +27,10 @@ func TestGPUProcesses(t *testing.T) {
 		computeRet nvml.Return
 		mps        []nvml.ProcessInfo
 		mpsRet     nvml.Return
+		// util are the SM samples; utilRet, else SUCCESS with util, else
+		// NOT_SUPPORTED.
+		util    []nvml.ProcessUtilizationSample
+		utilRet nvml.Return
 	}
 	tests := []struct {
 		name    string
@@ -67,6 +71,34 @@ func TestGPUProcesses(t *testing.T) {
 					{Card: uuid(1), GPUInstance: 2, PID: 401, UsedBytes: 1 << 30},
 				}
 			}},
+		{name: "SM utilisation: the newest sample of each process, none for a process that used none",
+			cards: map[int]lists{5: {
+				compute: []nvml.ProcessInfo{{Pid: 600, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}, {Pid: 601, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}},
+				mpsRet:  nvml.ERROR_NOT_SUPPORTED,
+				util:    []nvml.ProcessUtilizationSample{{Pid: 600, TimeStamp: 20, SmUtil: 70}, {Pid: 600, TimeStamp: 10, SmUtil: 5}},
+			}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{
+					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 600, UsedBytes: 1 << 30, SMPercent: 70, SMKnown: true},
+					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 601, UsedBytes: 1 << 30, SMKnown: true},
+				}
+			}},
+		{name: "SM utilisation: no sample since the last read (NOT_FOUND) is none used",
+			cards: map[int]lists{5: {
+				compute: []nvml.ProcessInfo{{Pid: 600, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}},
+				mpsRet:  nvml.ERROR_NOT_SUPPORTED, utilRet: nvml.ERROR_NOT_FOUND,
+			}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 600, UsedBytes: 1 << 30, SMKnown: true}}
+			}},
+		{name: "SM utilisation NVML cannot give (MIG mode, an error): not known, the processes still listed",
+			cards: map[int]lists{5: {
+				compute: []nvml.ProcessInfo{{Pid: 600, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}},
+				mpsRet:  nvml.ERROR_NOT_SUPPORTED, utilRet: nvml.ERROR_UNKNOWN,
+			}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 600, UsedBytes: 1 << 30}}
+			}},
 		{name: "one card fails: the others' processes, the card named",
 			cards: map[int]lists{
 				3: {computeRet: nvml.ERROR_GPU_IS_LOST},
@@ -95,6 +127,15 @@ func TestGPUProcesses(t *testing.T) {
 						return nil, l.mpsRet
 					}
 					return l.mps, nvml.SUCCESS
+				}
+				dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+					switch {
+					case l.utilRet != 0:
+						return nil, l.utilRet
+					case l.util != nil:
+						return l.util, nvml.SUCCESS
+					}
+					return nil, nvml.ERROR_NOT_SUPPORTED
 				}
 			}
 			got, err := New(server).(gpu.ProcessLister).GPUProcesses(context.Background())

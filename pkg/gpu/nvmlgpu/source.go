@@ -29,6 +29,11 @@ type source struct {
 	// noMemoryV2 logs, once per source, that the driver lacks
 	// nvmlDeviceGetMemoryInfo_v2 and reserved memory is unknown.
 	noMemoryV2 sync.Once
+
+	// smSeen is, per card UUID, the newest SM utilisation sample read
+	// (GPUProcesses): the next read asks for the samples after it.
+	smMu   sync.Mutex
+	smSeen map[string]uint64
 }
 
 // New returns a Source reading the cards from lib, which must already be

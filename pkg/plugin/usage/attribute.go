@@ -51,6 +51,12 @@ type Use struct {
 	// say it for one of them (then UsedBytes is a lower bound).
 	UsedBytes int64
 	UsedKnown bool
+	// SMPercent sums the part of the card's streaming multiprocessors its
+	// processes kept busy, when SMKnown: NVML gave it for each of them
+	// (never in MIG mode; under MPS per client unverified,
+	// docs/observability.md).
+	SMPercent int
+	SMKnown   bool
 	// AllowedBytes is, for a share, the memory it was given or, when a
 	// process of a pod holding several shares of the card was counted on
 	// it (Report.Ambiguous), what those shares were given together: NVML
@@ -147,7 +153,7 @@ func Attribute(in Inputs) Report {
 		u := uses[k]
 		if u == nil {
 			rec := in.Records[k.claim]
-			u = &Use{ClaimUID: k.claim, Namespace: rec.Namespace, Name: rec.Name, Device: rec.Devices[k.index], UsedKnown: true}
+			u = &Use{ClaimUID: k.claim, Namespace: rec.Namespace, Name: rec.Name, Device: rec.Devices[k.index], UsedKnown: true, SMKnown: true}
 			uses[k] = u
 		}
 		u.PIDs = append(u.PIDs, p.PID)
@@ -160,6 +166,8 @@ func Attribute(in Inputs) Report {
 		} else {
 			u.UsedBytes += p.UsedBytes
 		}
+		u.SMKnown = u.SMKnown && p.SMKnown
+		u.SMPercent = min(u.SMPercent+p.SMPercent, 100)
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(uses), func(a, b key) int {
 		return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.index, b.index))

@@ -58,6 +58,8 @@ func TestAttribute(t *testing.T) {
 		wantStrayOf map[int]string
 		// wantPods are the pods of some uses, by claim UID.
 		wantPods map[string][]string
+		// wantSM is the SM utilisation of some uses, by claim UID; -1 not known.
+		wantSM map[string]int
 	}{
 		{name: "a share's processes summed",
 			procs:    []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 11, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: 2 * gib}},
@@ -106,6 +108,14 @@ func TestAttribute(t *testing.T) {
 			podOf:     map[int]string{82: "pod-ab"},
 			wantUses:  []use{{claim: "a", pids: []int{82}, used: 7 * gib, known: true, over: true}},
 			wantAmbig: []int{82}},
+		{name: "SM utilisation summed over a device's processes; not known when one's is not",
+			procs: []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 10, UsedBytes: gib, SMPercent: 30, SMKnown: true},
+				{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 11, UsedBytes: gib, SMPercent: 25, SMKnown: true},
+				{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 20, UsedBytes: gib, SMPercent: 10, SMKnown: true},
+				{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 21, UsedBytes: gib}},
+			podOf:    map[int]string{10: "pod-a", 11: "pod-a", 20: "pod-b", 21: "pod-b"},
+			wantUses: []use{{claim: "a", pids: []int{10, 11}, used: 2 * gib, known: true}, {claim: "b", pids: []int{20, 21}, used: 2 * gib, known: true}},
+			wantSM:   map[string]int{"a": 55, "b": -1}},
 		{name: "a claim shared by two pods, each with two processes: both pods, once each",
 			procs: []gpu.Process{{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 90, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 91, UsedBytes: gib},
 				{Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 92, UsedBytes: gib}, {Card: "GPU-1", GPUInstance: gpu.NoGPUInstance, PID: 93, UsedBytes: gib}},
@@ -133,6 +143,9 @@ func TestAttribute(t *testing.T) {
 			for _, u := range r.Uses {
 				if want, ok := tt.wantPods[u.ClaimUID]; ok && !reflect.DeepEqual(u.Pods, want) {
 					t.Errorf("pods of %s: %v, want %v", u.ClaimUID, u.Pods, want)
+				}
+				if want, ok := tt.wantSM[u.ClaimUID]; ok && (u.SMKnown != (want >= 0) || u.SMKnown && u.SMPercent != want) {
+					t.Errorf("SM of %s: %d (known %t), want %d", u.ClaimUID, u.SMPercent, u.SMKnown, want)
 				}
 			}
 			if fmt.Sprint(uses) != fmt.Sprint(tt.wantUses) {

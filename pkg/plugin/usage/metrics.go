@@ -14,10 +14,11 @@ import (
 // card, the memory its processes use, the processes no claim accounts for
 // and their memory, the node's own and the ambiguous ones. A scrape sees
 // one whole round (Publish swaps it under a lock), never a half-updated
-// one. A node adds three series per share in use (two per whole card or
-// partition) and five per card, always there (0 when nothing runs): with
-// 50 shares on 8 cards, 191 with the round's timestamp; 191,000 for 1,000
-// such nodes, which one Prometheus holds. Claims made from templates carry
+// one. A node adds four series per share in use (two or three per whole
+// card or partition: SM utilisation where NVML gives it) and five per
+// card, always there (0 when nothing runs): with 50 shares on 8 cards, 241
+// with the round's timestamp; 241,000 for 1,000 such nodes, which one
+// Prometheus holds. Claims made from templates carry
 // generated names, so the device series come and go with the pods
 // (docs/observability.md).
 type Metrics struct {
@@ -39,6 +40,8 @@ var (
 		"GPU memory the processes of a prepared device's pods use on it, as NVML reports it (a lower bound where NVML gives no figure for a process).", deviceLabels, nil)
 	allowedDesc = prometheus.NewDesc("tangram_gpu_claim_memory_allowed_bytes",
 		"GPU memory a share in use was given (its request, which is its limit); only shares.", deviceLabels, nil)
+	smDesc = prometheus.NewDesc("tangram_gpu_claim_sm_utilization_percent",
+		"Part of the card's streaming multiprocessors a prepared device's processes kept busy since the previous round, as NVML samples it; absent where NVML does not give it (MIG mode, cards without it).", deviceLabels, nil)
 	overDesc = prometheus.NewDesc("tangram_gpu_claim_memory_over",
 		"1 when a share's processes use more GPU memory than the share was given, 0 otherwise; only shares (a whole card or a MIG partition is held by the GPU).", deviceLabels, nil)
 	cardUsedDesc = prometheus.NewDesc("tangram_gpu_card_memory_used_bytes",
@@ -80,7 +83,7 @@ func (m *Metrics) Publish(_ context.Context, r Report) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{usedDesc, allowedDesc, overDesc, cardUsedDesc, straysDesc, strayBytesDesc, nodeDesc, ambiguousDesc, roundDesc} {
+	for _, d := range []*prometheus.Desc{usedDesc, smDesc, allowedDesc, overDesc, cardUsedDesc, straysDesc, strayBytesDesc, nodeDesc, ambiguousDesc, roundDesc} {
 		ch <- d
 	}
 }
@@ -115,6 +118,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range r.Uses {
 		labels := []string{m.node, u.Namespace, u.Name, u.Device.Device}
 		ch <- prometheus.MustNewConstMetric(usedDesc, prometheus.GaugeValue, float64(u.UsedBytes), labels...)
+		if u.SMKnown {
+			ch <- prometheus.MustNewConstMetric(smDesc, prometheus.GaugeValue, float64(u.SMPercent), labels...)
+		}
 		if isShare(u.Device) {
 			over := 0.0
 			if u.Over {

@@ -199,7 +199,7 @@ func TestMetricsPublish(t *testing.T) {
 	recs := records()
 	share, whole := recs["a"], recs["w"]
 	m.Publish(context.Background(), Report{
-		Uses: []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, AllowedBytes: 4 * gib, Over: true},
+		Uses: []Use{{ClaimUID: "a", Namespace: share.Namespace, Name: share.Name, Device: share.Devices[0], PIDs: []int{10}, UsedBytes: 5 * gib, UsedKnown: true, SMPercent: 35, SMKnown: true, AllowedBytes: 4 * gib, Over: true},
 			{ClaimUID: "w", Namespace: whole.Namespace, Name: whole.Name, Device: whole.Devices[0], PIDs: []int{30}, UsedBytes: 9 * gib, UsedKnown: true}},
 		Strays:    []Stray{{Process: gpu.Process{Card: "GPU-2", PID: 60, UsedBytes: gib}}, {Process: gpu.Process{Card: "GPU-2", PID: 61, UsedBytes: -1}}},
 		Node:      []gpu.Process{{Card: "GPU-1", PID: 70, UsedBytes: gib}},
@@ -216,6 +216,9 @@ tangram_gpu_claim_memory_over{claim="claim-a",device="gpu-1",namespace="team",no
 # TYPE tangram_gpu_claim_memory_used_bytes gauge
 tangram_gpu_claim_memory_used_bytes{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 5.36870912e+09
 tangram_gpu_claim_memory_used_bytes{claim="claim-w",device="gpu-2",namespace="team",node="n1"} 9.663676416e+09
+# HELP tangram_gpu_claim_sm_utilization_percent Part of the card's streaming multiprocessors a prepared device's processes kept busy since the previous round, as NVML samples it; absent where NVML does not give it (MIG mode, cards without it).
+# TYPE tangram_gpu_claim_sm_utilization_percent gauge
+tangram_gpu_claim_sm_utilization_percent{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 35
 # HELP tangram_gpu_card_memory_used_bytes GPU memory all processes on a card use, as NVML reports it (claims', unaccounted and the node's own).
 # TYPE tangram_gpu_card_memory_used_bytes gauge
 tangram_gpu_card_memory_used_bytes{device="gpu-1",node="n1",uuid="GPU-1"} 6.442450944e+09
@@ -242,7 +245,7 @@ tangram_gpu_ambiguous_processes{device="gpu-1",node="n1",uuid="GPU-1"} 1
 tangram_gpu_ambiguous_processes{device="gpu-2",node="n1",uuid="GPU-2"} 0
 tangram_gpu_ambiguous_processes{device="gpu-3",node="n1",uuid="GPU-3"} 0
 `
-	names := []string{"tangram_gpu_claim_memory_allowed_bytes", "tangram_gpu_claim_memory_over", "tangram_gpu_claim_memory_used_bytes", "tangram_gpu_card_memory_used_bytes",
+	names := []string{"tangram_gpu_claim_memory_allowed_bytes", "tangram_gpu_claim_memory_over", "tangram_gpu_claim_memory_used_bytes", "tangram_gpu_claim_sm_utilization_percent", "tangram_gpu_card_memory_used_bytes",
 		"tangram_gpu_unaccounted_memory_bytes", "tangram_gpu_unaccounted_processes", "tangram_gpu_node_processes", "tangram_gpu_ambiguous_processes"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
