@@ -315,7 +315,7 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 func TestMPSDaemonPodPolicyEvictions(t *testing.T) {
 	eviction := request{user: pluginUser("node-a"), op: admission.Create, namespace: "team", subresource: "eviction",
 		object: &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "team"}},
-		gvk: policyv1.SchemeGroupVersion.WithKind("Eviction"), gvr: podGVR}
+		gvk:    policyv1.SchemeGroupVersion.WithKind("Eviction"), gvr: podGVR}
 	deletion := request{user: pluginUser("node-a"), op: admission.Delete, namespace: "team",
 		old: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "team"}, Spec: corev1.PodSpec{NodeName: "node-a"}}, gvk: podGVK, gvr: podGVR}
 	for _, tc := range []struct {
