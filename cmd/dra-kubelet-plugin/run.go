@@ -77,7 +77,7 @@ func runPlugin(ctx context.Context, source *gpuSourceFlags, model *deviceModelFl
 		FakeGPUs:      source.Fake(),
 		Sharing:       model.Sharing == "enabled",
 		ShareBackend:  model.ShareBackend,
-		DriverRoot:    opts.HostDriverRootOf(source.DriverRoot),
+		NVIDIADriver:  app.NVIDIADriver{DriverRoot: opts.HostDriverRootOf(source.DriverRoot)},
 		KubeClient:    client,
 		HealthWatcher: opts.NewHealthWatcher(ctx, src, source.Fake()),
 		Processes:     opts.NewProcessLister(src, source.Fake()),

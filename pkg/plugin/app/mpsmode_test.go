@@ -110,10 +110,10 @@ func TestMPSControlBinary(t *testing.T) {
 		want    string
 		wantErr []string
 	}{
-		{name: "under the driver root", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: withBinary}}}, want: bin},
-		{name: "missing under the driver root", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}},
+		{name: "under the driver root", opts: &wiring{Node: Node{NVIDIADriver: NVIDIADriver{DriverRoot: driverroot.Root{Path: withBinary}}}}, want: bin},
+		{name: "missing under the driver root", opts: &wiring{Node: Node{NVIDIADriver: NVIDIADriver{DriverRoot: driverroot.Root{Path: empty}}}},
 			wantErr: []string{"MPS control binary is missing", filepath.Join(empty, "usr/bin", driverroot.MPSControl), "--mps-control-binary", "--sharing=disabled"}},
-		{name: "explicit path wins", opts: &wiring{Node: Node{DriverRoot: driverroot.Root{Path: empty}}, Settings: Settings{Options: Options{MPSOptions: MPSOptions{MPSControlBinary: bin}}}}, want: bin},
+		{name: "explicit path wins", opts: &wiring{Node: Node{NVIDIADriver: NVIDIADriver{DriverRoot: driverroot.Root{Path: empty}}}, Settings: Settings{Options: Options{MPSOptions: MPSOptions{MPSControlBinary: bin}}}}, want: bin},
 		{name: "explicit name not in PATH", opts: &wiring{Settings: Settings{Options: Options{MPSOptions: MPSOptions{MPSControlBinary: "no-such-mps-control"}}}},
 			wantErr: []string{`"no-such-mps-control" was not found`}},
 	} {

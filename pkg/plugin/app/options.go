@@ -59,13 +59,7 @@ type Options struct {
 	// publishing; state recovery, liveness and metrics still run.
 	Offline bool
 
-	// NonRootDeviceClasses are the device classes whose claims only
-	// locked-down pods may use, checked again at prepare
-	// (pkg/plugin/podsecurity); NonRootNamespaces limits the check to the
-	// namespaces a label selector (JSON) selects.
-	NonRootDeviceClasses []string
-	NonRootNamespaces    string
-
+	NonRootOptions
 	MPSOptions
 	HostOptions
 	HealthOptions
@@ -89,6 +83,14 @@ type UsageOptions struct {
 	// (fakegpu.ProcessesFile); empty: fakegpu.ProcessesFileName in the
 	// state directory.
 	FakeProcessesFile string
+}
+
+// NonRootOptions are the device classes whose claims only locked-down
+// pods may use, checked again at prepare (pkg/plugin/podsecurity), and
+// the namespaces (a label selector, JSON) the check is limited to.
+type NonRootOptions struct {
+	NonRootDeviceClasses []string
+	NonRootNamespaces    string
 }
 
 // MPSOptions are the flags of the node's MPS: its directories, the

@@ -66,22 +66,12 @@ type Node struct {
 	// MPSv3Available is what capability detection found: the node's
 	// driver has MPS v3 (release 615 on). It decides --mps-mode=auto.
 	MPSv3Available bool
-	// DriverRoot is the NVIDIA driver installation (real GPUs;
-	// Options.DriverRoot).
-	DriverRoot driverroot.Root
-	// NVMLLibrary is libnvidia-ml.so.1 under DriverRoot, for compute modes
-	// (real GPUs).
-	NVMLLibrary string
-	// Hardware adds device nodes and driver files on real GPUs; nil means
-	// none (right for fake GPUs).
-	Hardware cdi.HardwareEdits
+	// NVIDIADriver is what real GPUs need of the node's NVIDIA driver.
+	NVIDIADriver
 	// MIG creates and destroys MIG instances (NVML's, or the fake cards'
 	// file); nil: the fake cards' file in the state directory with fake
 	// GPUs, and MIG partitions refused with real ones.
 	MIG gpu.MIGPartitions
-	// MemoryLimitHook, set on nodes with hard share enforcement, puts
-	// tangram-cdi-hook into every share's CDI device; nil means none.
-	MemoryLimitHook *cdi.MemoryLimitHook
 	// KubeClient is nil in offline mode: no API server, so no kubelet
 	// registration and no publishing; state recovery, liveness and metrics
 	// still run. Used for measuring the idle footprint without a cluster.
@@ -93,6 +83,25 @@ type Node struct {
 	// Processes lists what runs on the cards, for the usage watcher
 	// (docs/observability.md); nil means usage is not watched.
 	Processes gpu.ProcessLister
+}
+
+// NVIDIADriver is what real GPUs need of the node's NVIDIA driver: where
+// it is, its NVML library, the CDI edits of its files and device nodes,
+// and the memory limit hook on nodes with hard share enforcement. Zero
+// with fake GPUs.
+type NVIDIADriver struct {
+	// DriverRoot is the NVIDIA driver installation (real GPUs;
+	// Options.DriverRoot).
+	DriverRoot driverroot.Root
+	// NVMLLibrary is libnvidia-ml.so.1 under DriverRoot, for compute modes
+	// (real GPUs).
+	NVMLLibrary string
+	// Hardware adds device nodes and driver files on real GPUs; nil means
+	// none (right for fake GPUs).
+	Hardware cdi.HardwareEdits
+	// MemoryLimitHook, set on nodes with hard share enforcement, puts
+	// tangram-cdi-hook into every share's CDI device; nil means none.
+	MemoryLimitHook *cdi.MemoryLimitHook
 }
 
 // wiring is the running plugin's view of its settings and node.

@@ -216,7 +216,7 @@ func TestRunRefusesSettingsNotParsedForItsNode(t *testing.T) {
 	}{
 		{name: "not parsed", settings: Settings{Options: opts}, want: "plugin settings were not parsed"},
 		{name: "parsed for fake GPUs", settings: forFake, node: Node{}, want: "parsed for fake GPUs true"},
-		{name: "parsed for another driver root", settings: forDriver, node: Node{DriverRoot: driverroot.Root{Path: "/other"}}, want: `driver root "/driver", but the node has fake GPUs false and driver root "/other"`},
+		{name: "parsed for another driver root", settings: forDriver, node: Node{NVIDIADriver: NVIDIADriver{DriverRoot: driverroot.Root{Path: "/other"}}}, want: `driver root "/driver", but the node has fake GPUs false and driver root "/other"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Run(context.Background(), tc.settings, tc.node)
