@@ -37,7 +37,7 @@ func TestWatchHealthStatusStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	monitor := newTestMonitor(t)
-	d := &Driver{cfg: Config{NodeName: testNode, DeviceHealth: monitor}, cards: CardsByDevice(testGPUs())}
+	d := &Driver{cfg: Config{Inventory: Inventory{NodeName: testNode}, DeviceHealth: monitor}, cards: CardsByDevice(testGPUs())}
 	reports := make(chan kubeletplugin.DeviceHealthReport)
 	done := make(chan error, 1)
 	go func() { done <- d.WatchHealthStatus(ctx, reports) }()

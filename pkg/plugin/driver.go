@@ -32,17 +32,11 @@ import (
 
 // Config wires a Driver.
 type Config struct {
-	// NodeName is the node and the name of its resource pool.
-	NodeName string
-	GPUs     []gpu.GPU
-	// AllocatableMemory is, by device name, the most memory one allocation
-	// may consume on a shareable card: the published memory request
-	// policy's maximum. A result that consumed that much holds the whole
-	// card. Cards without an entry use their memory.
-	AllocatableMemory map[string]int64
-	State             StateStore
-	Specs             SpecStore
-	Configs           ConfigResolver
+	// Inventory is the node and its cards.
+	Inventory
+	State   StateStore
+	Specs   SpecStore
+	Configs ConfigResolver
 	// MPSPipeDir is the node's MPS pipe directory, recorded on every MPS
 	// share (prepared.Device.UsesMPS).
 	MPSPipeDir string
@@ -53,11 +47,8 @@ type Config struct {
 	// each hard share claim; those of claims not prepared are swept at
 	// start-up. nil sweeps none.
 	MemoryLimitRecords MemoryLimitRecords
-	// ListClaims is used only to rebuild state after a corrupt checkpoint.
-	ListClaims ClaimLister
-	// ClaimStatus, if set, receives each prepared claim's device data
-	// (ResourceClaim.status.devices); nil writes none.
-	ClaimStatus claimstatus.Writer
+	// APIClients reach the API server; zero offline.
+	APIClients
 	// ShareBackend is the node's sharing backend (--share-backend: "mps"
 	// or "none"), published as shareBackend: every share of the node uses
 	// it, and a DeviceClass config naming another is refused
@@ -72,22 +63,44 @@ type Config struct {
 	// its reason code. Empty level: not detected (tests), the status says
 	// what the MPS mode holds.
 	ShareStatus claimstatus.Node
-	// Events, if set, receives a Warning event on each pod reserving a
-	// claim whose shares are not enforced hard; nil records none.
-	Events  record.EventRecorder
-	Metrics *Metrics
+	Metrics     *Metrics
 	// DeviceHealth is the cards' health for the kubelet (WatchHealthStatus); nil
 	// when it is not watched.
 	DeviceHealth DeviceHealth
 	// OnFatal is called for background errors that retrying cannot fix,
 	// typically to cancel the plugin's context. May be nil.
 	OnFatal func(error)
+	// KindConfig wires the kinds of prepared device (kinds.go).
+	KindConfig
+}
+
+// Inventory is the node and the cards the Driver prepares.
+type Inventory struct {
+	// NodeName is the node and the name of its resource pool.
+	NodeName string
+	GPUs     []gpu.GPU
+	// AllocatableMemory is, by device name, the most memory one allocation
+	// may consume on a shareable card: the published memory request
+	// policy's maximum. A result that consumed that much holds the whole
+	// card. Cards without an entry use their memory.
+	AllocatableMemory map[string]int64
+}
+
+// APIClients are what the Driver reads from and writes to the API
+// server; each nil (zero) does without.
+type APIClients struct {
+	// ListClaims is used only to rebuild state after a corrupt checkpoint.
+	ListClaims ClaimLister
+	// ClaimStatus, if set, receives each prepared claim's device data
+	// (ResourceClaim.status.devices); nil writes none.
+	ClaimStatus claimstatus.Writer
+	// Events, if set, receives a Warning event on each pod reserving a
+	// claim whose shares are not enforced hard; nil records none.
+	Events record.EventRecorder
 	// PodCheck refuses, at prepare, a claim of a strict device class
 	// (--nonroot-device-classes; pkg/plugin/podsecurity) that pods not
 	// locked down reserve; its zero value checks nothing.
 	PodCheck podcheck.Checker
-	// KindConfig wires the kinds of prepared device (kinds.go).
-	KindConfig
 }
 
 // Driver implements kubeletplugin.DRAPlugin.

@@ -285,7 +285,7 @@ func TestPrepareIsIdempotent(t *testing.T) {
 
 func TestSharingDisabledRefusesShares(t *testing.T) {
 	h := newHarness(t)
-	d, err := New(context.Background(), Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
+	d, err := New(context.Background(), Config{Inventory: Inventory{NodeName: testNode, GPUs: testGPUs()}, State: h.state, Specs: h.specs, Configs: ResolveConfigs,
 		MPSPipeDir: daemon.Layout{Root: filepath.Join(h.runDir, "mps")}.PipeDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -143,8 +143,7 @@ func (h *harness) tryStart() error {
 	// client configuration, as in pkg/plugin/app/run.go.
 	h.specs.MPS = h.shares
 	d, err := New(context.Background(), Config{
-		NodeName:   testNode,
-		GPUs:       testGPUs(),
+		Inventory:  Inventory{NodeName: testNode, GPUs: testGPUs()},
 		State:      h.state,
 		Specs:      h.specs,
 		Configs:    ResolveConfigs,
@@ -154,10 +153,12 @@ func (h *harness) tryStart() error {
 		MemoryLimitRecords: h.memoryLimitRecords(),
 		// The pipe directory recorded on MPS shares.
 		MPSPipeDir: layout.PipeDir(),
-		ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
-			return h.claims, h.listErr
+		APIClients: APIClients{
+			ListClaims: func(context.Context) ([]resourceapi.ResourceClaim, error) {
+				return h.claims, h.listErr
+			},
+			ClaimStatus: h.status,
 		},
-		ClaimStatus: h.status,
 	})
 	if err != nil {
 		return err

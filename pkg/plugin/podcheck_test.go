@@ -115,9 +115,9 @@ func TestPrepareChecksReservingPods(t *testing.T) {
 			if tc.apiError != nil {
 				client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.apiError })
 			}
-			cfg := Config{NodeName: testNode, GPUs: testGPUs(), State: h.state, Specs: h.specs, Configs: ResolveConfigs,
+			cfg := Config{Inventory: Inventory{NodeName: testNode, GPUs: testGPUs()}, State: h.state, Specs: h.specs, Configs: ResolveConfigs,
 				KindConfig: KindConfig{Shares: h.shares}, MPSPipeDir: daemon.Layout{Root: filepath.Join(h.runDir, "mps")}.PipeDir(),
-				PodCheck: podcheck.Checker{Classes: tc.classes, ReservingPods: podcheck.APIReservingPods(client, testNode)}}
+				APIClients: APIClients{PodCheck: podcheck.Checker{Classes: tc.classes, ReservingPods: podcheck.APIReservingPods(client, testNode)}}}
 			selector, err := podcheck.ParseNamespaceSelector(tc.namespaces)
 			if err != nil {
 				t.Fatal(err)

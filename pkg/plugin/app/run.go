@@ -286,10 +286,8 @@ func (w *wiring) driverConfig(ctx context.Context, allocatable map[string]int64,
 		specs.MPS = shares
 	}
 	cfg := plugin.Config{
-		KindConfig:        plugin.KindConfig{MIG: migParts},
-		NodeName:          w.NodeName,
-		GPUs:              w.GPUs,
-		AllocatableMemory: allocatable,
+		KindConfig: plugin.KindConfig{MIG: migParts},
+		Inventory:  plugin.Inventory{NodeName: w.NodeName, GPUs: w.GPUs, AllocatableMemory: allocatable},
 		State: checkpoint.Claims{
 			Store:     checkpoint.NewStore(filepath.Join(w.StateDir, "checkpoint.json")),
 			StateLock: checkpoint.NewFileLock(filepath.Join(w.StateDir, "checkpoint.lock")),
