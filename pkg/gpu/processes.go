@@ -24,9 +24,10 @@ type Process struct {
 	// MPSClient: NVML listed it among the card's MPS clients.
 	MPSClient bool
 	// SMPercent is the part of the card's streaming multiprocessors it
-	// kept busy since the previous list, when SMKnown
-	// (nvmlDeviceGetProcessUtilization): NVML does not give it in MIG
-	// mode or on cards that do not support it.
+	// kept busy since the previous list, NVML's samples averaged, when
+	// SMKnown (nvmlDeviceGetProcessUtilization): NVML does not give it in
+	// MIG mode or on cards that do not support it, and an MPS client it
+	// did not sample is not known either.
 	SMPercent int
 	SMKnown   bool
 }

@@ -224,14 +224,16 @@ func TestGPUProcessesOverMockLibrary(t *testing.T) {
 			t.Errorf("processes while PID 300 runs at 40%% (-want +got):\n%s", diff)
 		}
 	}
-	// It goes idle: no sample at all (NVML_ERROR_NOT_FOUND), 0 known.
+	// It goes idle: no sample at all (NVML_ERROR_NOT_FOUND): PID 100, a
+	// compute process, used none; PID 300, an MPS client, is not known
+	// (NVML may sample the MPS server instead of its clients).
 	if err := state.SetUtilization([]mocknvml.Sample{{Card: card2, PID: 300}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err = src.(gpu.ProcessLister).GPUProcesses(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want[1].SMPercent = 0
+	want[1].SMPercent, want[1].SMKnown = 0, false
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("processes gone idle (-want +got):\n%s", diff)
 	}

@@ -61,12 +61,14 @@ var (
 )
 
 // addSMUtilization sets the SM utilisation of card index's processes from
-// the samples NVML took since the previous read. NVML returns a sample
-// only for a process with some utilisation in the period, so a process
-// without one used none (NVML_ERROR_NOT_FOUND: none did). Where NVML
-// cannot say (NOT_SUPPORTED in MIG mode and on older cards, any other
-// error) the processes keep SMKnown false: utilisation is an extra, never
-// a failed round. Of several samples of a process the newest counts.
+// the samples NVML took since the previous read, averaged per process.
+// NVML returns samples only for a process with some utilisation, so a
+// compute process without one used none (NVML_ERROR_NOT_FOUND: none did).
+// An MPS client without a sample stays not known: whether NVML samples
+// each client or only the MPS server is not verified. Where NVML cannot
+// say (NOT_SUPPORTED in MIG mode and on older cards, any other error, a
+// panic in the binding) the processes keep SMKnown false: utilisation is
+// an extra, never a failed round.
 func (s *source) addSMUtilization(index int, procs []gpu.Process) {
 	dev, ret := s.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
@@ -75,29 +77,48 @@ func (s *source) addSMUtilization(index int, procs []gpu.Process) {
 	uuid := procs[0].Card
 	s.smMu.Lock()
 	defer s.smMu.Unlock()
-	samples, ret := dev.GetProcessUtilization(s.smSeen[uuid])
-	switch ret {
-	case nvml.SUCCESS, nvml.ERROR_NOT_FOUND:
-	default:
+	samples, ok := processUtilization(dev, s.smSeen[uuid])
+	if !ok {
 		return
 	}
-	type sample struct {
-		at uint64
-		sm int
-	}
-	byPID := map[int]sample{}
+	type mean struct{ sum, n int }
+	byPID := map[int]mean{}
 	for _, smp := range samples {
-		if had, ok := byPID[int(smp.Pid)]; !ok || smp.TimeStamp >= had.at {
-			byPID[int(smp.Pid)] = sample{smp.TimeStamp, int(min(smp.SmUtil, 100))}
-		}
+		m := byPID[int(smp.Pid)]
+		byPID[int(smp.Pid)] = mean{m.sum + int(min(smp.SmUtil, 100)), m.n + 1}
 		if s.smSeen == nil {
 			s.smSeen = map[string]uint64{}
 		}
 		s.smSeen[uuid] = max(s.smSeen[uuid], smp.TimeStamp)
 	}
 	for i := range procs {
-		procs[i].SMPercent, procs[i].SMKnown = byPID[procs[i].PID].sm, true
+		m, sampled := byPID[procs[i].PID]
+		if !sampled && procs[i].MPSClient {
+			continue
+		}
+		procs[i].SMKnown = true
+		if sampled {
+			procs[i].SMPercent = (m.sum + m.n/2) / m.n
+		}
 	}
+}
+
+// processUtilization reads the samples after lastSeen; ok is false when
+// NVML cannot say. go-nvml's binding slices its buffer by the count the
+// second call returns, which panics when the samples grew between its two
+// calls: that is a round without SM figures, not a dead plugin.
+func processUtilization(dev nvml.Device, lastSeen uint64) (samples []nvml.ProcessUtilizationSample, ok bool) {
+	defer func() {
+		if recover() != nil {
+			samples, ok = nil, false
+		}
+	}()
+	samples, ret := dev.GetProcessUtilization(lastSeen)
+	switch ret {
+	case nvml.SUCCESS, nvml.ERROR_NOT_FOUND:
+		return samples, true
+	}
+	return nil, false
 }
 
 func (s *source) hasAnySymbol(names []string) bool {

@@ -29,8 +29,9 @@ func TestGPUProcesses(t *testing.T) {
 		mpsRet     nvml.Return
 		// util are the SM samples; utilRet, else SUCCESS with util, else
 		// NOT_SUPPORTED.
-		util    []nvml.ProcessUtilizationSample
-		utilRet nvml.Return
+		util       []nvml.ProcessUtilizationSample
+		utilRet    nvml.Return
+		utilPanics bool
 	}
 	tests := []struct {
 		name    string
@@ -71,17 +72,27 @@ func TestGPUProcesses(t *testing.T) {
 					{Card: uuid(1), GPUInstance: 2, PID: 401, UsedBytes: 1 << 30},
 				}
 			}},
-		{name: "SM utilisation: the newest sample of each process, none for a process that used none",
+		{name: "SM utilisation: each process's samples averaged, none for a process that used none; an MPS client without a sample not known",
 			cards: map[int]lists{5: {
 				compute: []nvml.ProcessInfo{{Pid: 600, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}, {Pid: 601, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}},
-				mpsRet:  nvml.ERROR_NOT_SUPPORTED,
-				util:    []nvml.ProcessUtilizationSample{{Pid: 600, TimeStamp: 20, SmUtil: 70}, {Pid: 600, TimeStamp: 10, SmUtil: 5}},
+				mps:     []nvml.ProcessInfo{{Pid: 602, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}, {Pid: 603, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}},
+				util:    []nvml.ProcessUtilizationSample{{Pid: 600, TimeStamp: 20, SmUtil: 70}, {Pid: 600, TimeStamp: 10, SmUtil: 10}, {Pid: 603, TimeStamp: 20, SmUtil: 130}},
 			}},
 			want: func(uuid func(int) string) []gpu.Process {
 				return []gpu.Process{
-					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 600, UsedBytes: 1 << 30, SMPercent: 70, SMKnown: true},
+					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 600, UsedBytes: 1 << 30, SMPercent: 40, SMKnown: true},
 					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 601, UsedBytes: 1 << 30, SMKnown: true},
+					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 602, UsedBytes: 1 << 30, MPSClient: true},
+					{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 603, UsedBytes: 1 << 30, MPSClient: true, SMPercent: 100, SMKnown: true},
 				}
+			}},
+		{name: "SM utilisation whose binding panics (samples grown between its two calls): not known, the processes still listed",
+			cards: map[int]lists{5: {
+				compute: []nvml.ProcessInfo{{Pid: 600, UsedGpuMemory: 1 << 30, GpuInstanceId: math.MaxUint32}},
+				mpsRet:  nvml.ERROR_NOT_SUPPORTED, utilPanics: true,
+			}},
+			want: func(uuid func(int) string) []gpu.Process {
+				return []gpu.Process{{Card: uuid(5), GPUInstance: gpu.NoGPUInstance, PID: 600, UsedBytes: 1 << 30}}
 			}},
 		{name: "SM utilisation: no sample since the last read (NOT_FOUND) is none used",
 			cards: map[int]lists{5: {
@@ -130,6 +141,10 @@ func TestGPUProcesses(t *testing.T) {
 				}
 				dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 					switch {
+					case l.utilPanics:
+						var buf []nvml.ProcessUtilizationSample
+						n := 2
+						return buf[:n], nvml.SUCCESS // what go-nvml does when the count grew
 					case l.utilRet != 0:
 						return nil, l.utilRet
 					case l.util != nil:

@@ -57,12 +57,12 @@ type Use struct {
 	// docs/observability.md).
 	SMPercent int
 	SMKnown   bool
-	// AllowedBytes is, for a share, the memory it was given or, when a
-	// process of a pod holding several shares of the card was counted on
-	// it (Report.Ambiguous), what those shares were given together: NVML
-	// does not say which share such a process uses, so the pod's use is
-	// held against all it holds. 0 for a whole card, a MIG partition (the
-	// GPU holds it) or admin access.
+	// AllowedBytes is, for a share, the memory it was given or, when
+	// every process counted on it came from a pod holding several shares
+	// of the card (Report.Ambiguous), what those shares were given
+	// together: NVML does not say which share such a process uses, so the
+	// pod's use is held against all it holds. 0 for a whole card, a MIG
+	// partition (the GPU holds it) or admin access.
 	AllowedBytes int64
 	// Over is set on a share using more memory than AllowedBytes.
 	Over bool
@@ -99,6 +99,9 @@ func Attribute(in Inputs) Report {
 		index int
 	}
 	uses := map[key]*Use{}
+	// plain are the uses with a process whose pod holds nothing else of
+	// the card: their pods get no allowance beyond the device's own.
+	plain := map[key]bool{}
 	// A claim deleted and made again under its name may have two records
 	// for a while: the completed one is the claim the pods run with.
 	byName := map[string]string{}
@@ -157,6 +160,9 @@ func Attribute(in Inputs) Report {
 			uses[k] = u
 		}
 		u.PIDs = append(u.PIDs, p.PID)
+		if len(held) == 1 {
+			plain[k] = true
+		}
 		u.AllowedBytes = max(u.AllowedBytes, heldTogether)
 		if !slices.Contains(u.Pods, pod) {
 			u.Pods = append(u.Pods, pod)
@@ -173,9 +179,14 @@ func Attribute(in Inputs) Report {
 		return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.index, b.index))
 	}) {
 		u := uses[k]
-		if isShare(u.Device) {
+		switch {
+		case isShare(u.Device) && plain[k]:
+			// Another pod uses the share alone: what the share was
+			// given is all its processes may use.
+			u.AllowedBytes = u.Device.MemoryBytes
+		case isShare(u.Device):
 			u.AllowedBytes = max(u.AllowedBytes, u.Device.MemoryBytes)
-		} else {
+		default:
 			u.AllowedBytes = 0
 		}
 		u.Over = u.AllowedBytes > 0 && u.UsedBytes > u.AllowedBytes

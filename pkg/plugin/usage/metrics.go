@@ -41,7 +41,7 @@ var (
 	allowedDesc = prometheus.NewDesc("tangram_gpu_claim_memory_allowed_bytes",
 		"GPU memory a share in use was given (its request, which is its limit); only shares.", deviceLabels, nil)
 	smDesc = prometheus.NewDesc("tangram_gpu_claim_sm_utilization_percent",
-		"Part of the card's streaming multiprocessors a prepared device's processes kept busy since the previous round, as NVML samples it; absent where NVML does not give it (MIG mode, cards without it).", deviceLabels, nil)
+		"Part of the card's streaming multiprocessors a prepared device's processes kept busy since the previous round, NVML's samples of each process averaged; absent where NVML does not give it (MIG mode, cards without it, an MPS client it did not sample).", deviceLabels, nil)
 	overDesc = prometheus.NewDesc("tangram_gpu_claim_memory_over",
 		"1 when a share's processes use more GPU memory than the share was given, 0 otherwise; only shares (a whole card or a MIG partition is held by the GPU).", deviceLabels, nil)
 	cardUsedDesc = prometheus.NewDesc("tangram_gpu_card_memory_used_bytes",

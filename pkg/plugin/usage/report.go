@@ -153,9 +153,11 @@ func (r *Reporter) Publish(ctx context.Context, rep Report) {
 		}
 	}
 	r.strays = strays
+	// Kept while the pod lives, also through a round that left its card
+	// out (NVML could not list it): gone or going, it is forgotten.
 	for _, m := range []map[types.UID]bool{r.blocked, r.evicted} {
 		for uid := range m {
-			if !targeted[uid] {
+			if pod, ok := r.Pod(string(uid)); !ok || pod.DeletionTimestamp != nil {
 				delete(m, uid)
 			}
 		}

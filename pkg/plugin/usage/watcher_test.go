@@ -216,7 +216,7 @@ tangram_gpu_claim_memory_over{claim="claim-a",device="gpu-1",namespace="team",no
 # TYPE tangram_gpu_claim_memory_used_bytes gauge
 tangram_gpu_claim_memory_used_bytes{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 5.36870912e+09
 tangram_gpu_claim_memory_used_bytes{claim="claim-w",device="gpu-2",namespace="team",node="n1"} 9.663676416e+09
-# HELP tangram_gpu_claim_sm_utilization_percent Part of the card's streaming multiprocessors a prepared device's processes kept busy since the previous round, as NVML samples it; absent where NVML does not give it (MIG mode, cards without it).
+# HELP tangram_gpu_claim_sm_utilization_percent Part of the card's streaming multiprocessors a prepared device's processes kept busy since the previous round, NVML's samples of each process averaged; absent where NVML does not give it (MIG mode, cards without it, an MPS client it did not sample).
 # TYPE tangram_gpu_claim_sm_utilization_percent gauge
 tangram_gpu_claim_sm_utilization_percent{claim="claim-a",device="gpu-1",namespace="team",node="n1"} 35
 # HELP tangram_gpu_card_memory_used_bytes GPU memory all processes on a card use, as NVML reports it (claims', unaccounted and the node's own).
