@@ -91,6 +91,23 @@ func (o *options) clients() (*clients, error) {
 	return &clients{kube: kube, dynamic: dyn, namespace: ns}, nil
 }
 
+// start checks the output flags and builds the style and the clients:
+// what every subcommand does first.
+func (o *options) start() (clusterview.Style, *clients, error) {
+	if err := clusterview.CheckFormat(o.output); err != nil {
+		return clusterview.Style{}, nil, err
+	}
+	st, err := o.style()
+	if err != nil {
+		return clusterview.Style{}, nil, err
+	}
+	c, err := o.newClients()
+	if err != nil {
+		return clusterview.Style{}, nil, err
+	}
+	return st, c, nil
+}
+
 // style decides on colour: only for tables, on a terminal, without NO_COLOR.
 func (o *options) style() (clusterview.Style, error) {
 	switch o.colour {
@@ -114,14 +131,7 @@ func newStatusCommand(o *options) *cobra.Command {
 		Short: "Per node and card: memory and compute used, shares, NVLink domain, claims and pods",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clusterview.CheckFormat(o.output); err != nil {
-				return err
-			}
-			st, err := o.style()
-			if err != nil {
-				return err
-			}
-			c, err := o.newClients()
+			st, c, err := o.start()
 			if err != nil {
 				return err
 			}
@@ -162,14 +172,7 @@ func newDescribeCommand(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := clusterview.CheckFormat(o.output); err != nil {
-				return err
-			}
-			st, err := o.style()
-			if err != nil {
-				return err
-			}
-			c, err := o.newClients()
+			st, c, err := o.start()
 			if err != nil {
 				return err
 			}

@@ -89,14 +89,7 @@ func newTopCommand(o *options) *cobra.Command {
 			"  kubectl tangram top --node gpu-node-3 -o json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clusterview.CheckFormat(o.output); err != nil {
-				return err
-			}
-			st, err := o.style()
-			if err != nil {
-				return err
-			}
-			c, err := o.newClients()
+			st, c, err := o.start()
 			if err != nil {
 				return err
 			}
