@@ -175,8 +175,8 @@ func TestMPSDaemonPodPolicyDecisions(t *testing.T) {
 			build := func(node string, multiUser bool) *corev1.Pod {
 				cfg := daemon.PodSpec{
 					Prefix: flags["mps-daemon-pod-prefix"], Namespace: mpsNS, NodeName: node, NodeUID: "uid-" + node,
-					Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"]),
-					Command: daemon.PodCommand, Layout: daemon.Layout{Root: flags["mps-root"]},
+					PodImage: daemon.PodImage{Image: flags["mps-daemon-image"], ImagePullPolicy: corev1.PullPolicy(flags["mps-daemon-image-pull-policy"])},
+					Command:  daemon.PodCommand, Layout: daemon.Layout{Root: flags["mps-root"]},
 					VisibleDevices: []string{"GPU-0"}, Simulate: variant.fake, PriorityClassName: flags["mps-daemon-priority-class"],
 					DriverRoot: flags["mps-daemon-driver-root"], MultiUser: multiUser,
 					// As pkg/plugin passes --mps-control-binary on.

@@ -80,8 +80,8 @@ var _ = Describe("Privilege of the kubelet plugin's token", func() {
 		daemonPod := func(nodeName string) *corev1.Pod {
 			pod, err := daemon.BuildPod(daemon.PodSpec{
 				Prefix: fullname, Namespace: mpsNS, NodeName: nodeName, NodeUID: string(node.UID),
-				Image: privilegeImage, ImagePullPolicy: corev1.PullIfNotPresent,
-				Command: []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: daemon.Layout{Root: privilegeMPSRoot},
+				PodImage: daemon.PodImage{Image: privilegeImage, ImagePullPolicy: corev1.PullIfNotPresent},
+				Command:  []string{"/dra-kubelet-plugin", "mps-daemon"}, Layout: daemon.Layout{Root: privilegeMPSRoot},
 				Simulate: true, PriorityClassName: "system-node-critical",
 			})
 			Expect(err).NotTo(HaveOccurred())

@@ -24,7 +24,7 @@ import (
 // GPUs, "pod" builds a PodDaemon and needs the API server.
 func TestNewSharesDaemonMode(t *testing.T) {
 	podCfg := daemon.PodSpec{
-		Prefix: "tangram", Namespace: "tangram-system", Image: "img:dev",
+		Prefix: "tangram", Namespace: "tangram-system", PodImage: daemon.PodImage{Image: "img:dev"},
 		Command: []string{"/dra-kubelet-plugin", "mps-daemon"},
 	}
 	for _, tc := range []struct {

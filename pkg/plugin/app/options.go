@@ -406,9 +406,7 @@ func (o *Options) mpsDaemonPod(fake bool, hostDriverRoot string) (daemon.PodSpec
 	cfg := daemon.PodSpec{
 		Prefix:            o.MPSDaemonPrefix,
 		Namespace:         namespace,
-		Image:             o.MPSDaemonImage,
-		ImagePullPolicy:   pull,
-		ImagePullSecrets:  o.MPSDaemonSecrets,
+		PodImage:          daemon.PodImage{Image: o.MPSDaemonImage, ImagePullPolicy: pull, ImagePullSecrets: o.MPSDaemonSecrets},
 		Command:           mpsDaemonPodCommand,
 		PriorityClassName: o.MPSDaemonPrio,
 	}

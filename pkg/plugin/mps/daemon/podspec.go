@@ -39,11 +39,9 @@ type PodSpec struct {
 	NodeName  string
 	// NodeUID makes the Node the pod's owner: the pod is garbage collected
 	// with its node.
-	NodeUID         string
-	Image           string
-	ImagePullPolicy corev1.PullPolicy
-	// ImagePullSecrets name secrets of Namespace, as the plugin's pod has.
-	ImagePullSecrets []string
+	NodeUID string
+	// PodImage is the image the pod runs and how it is pulled.
+	PodImage
 	// Command runs the daemon in the image (PodCommand); flags are
 	// appended.
 	Command []string
@@ -64,6 +62,15 @@ type PodSpec struct {
 	// none (the plugin's flag has the default, so the chart can pass its
 	// own value, empty included).
 	PriorityClassName string
+}
+
+// PodImage is the daemon pod's image: the plugin's own.
+type PodImage struct {
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets name secrets of the pod's namespace, as the
+	// plugin's pod has.
+	ImagePullSecrets []string
 }
 
 // PodName returns <prefix>-mps-<node>; a name longer than a pod

@@ -11,16 +11,15 @@ import (
 
 func basePodConfig(root string) PodSpec {
 	return PodSpec{
-		Prefix:          "tangram",
-		Namespace:       "tangram-system",
-		NodeName:        "node-1",
-		NodeUID:         "node-uid-1",
-		Image:           "registry.example/tangram/dra-kubelet-plugin:v1",
-		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{"/dra-kubelet-plugin", "mps-daemon"},
-		Layout:          Layout{Root: root},
-		VisibleDevices:  []string{"GPU-a", "GPU-b"},
-		ControlBinary:   "nvidia-cuda-mps-control",
+		Prefix:         "tangram",
+		Namespace:      "tangram-system",
+		NodeName:       "node-1",
+		NodeUID:        "node-uid-1",
+		PodImage:       PodImage{Image: "registry.example/tangram/dra-kubelet-plugin:v1", ImagePullPolicy: corev1.PullIfNotPresent},
+		Command:        []string{"/dra-kubelet-plugin", "mps-daemon"},
+		Layout:         Layout{Root: root},
+		VisibleDevices: []string{"GPU-a", "GPU-b"},
+		ControlBinary:  "nvidia-cuda-mps-control",
 		// What the plugin's flag defaults to.
 		PriorityClassName: "system-node-critical",
 	}
