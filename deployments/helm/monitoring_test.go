@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -203,5 +204,50 @@ func TestDashboardConfigMap(t *testing.T) {
 	wj, _ := json.Marshal(want)
 	if string(gj) != string(wj) {
 		t.Error("the ConfigMap's dashboard differs from dashboards/tangram.json")
+	}
+}
+
+// TestAlerts: the PrometheusRule of the alerts on what runs on the GPUs,
+// its groups exactly the chart's alerts file, only where the cluster
+// serves PrometheusRule and only with monitoring.alerts.enabled.
+func TestAlerts(t *testing.T) {
+	const ruleAPI = "--api-versions=monitoring.coreos.com/v1/PrometheusRule"
+	for _, tc := range []struct {
+		name string
+		sets []string
+		want bool
+	}{
+		{name: "monitoring on, the CRD served", sets: []string{"monitoring.enabled=true", ruleAPI}, want: true},
+		{name: "no PrometheusRule CRD", sets: []string{"monitoring.enabled=true"}},
+		{name: "alerts off", sets: []string{"monitoring.enabled=true", "monitoring.alerts.enabled=false", ruleAPI}},
+		{name: "monitoring off", sets: []string{ruleAPI}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.sets...)
+			rules := objs["PrometheusRule"]
+			if got := len(rules) == 1; got != tc.want {
+				t.Fatalf("%d PrometheusRules, want one: %t", len(rules), tc.want)
+			}
+			if !tc.want {
+				return
+			}
+			rule := objs.get(t, "PrometheusRule", "tangram-gpu-usage").(*unstructured.Unstructured)
+			groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+			var alerts []string
+			for _, g := range groups {
+				rs, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+				for _, r := range rs {
+					name, _, _ := unstructured.NestedString(r.(map[string]any), "alert")
+					desc, _, _ := unstructured.NestedString(r.(map[string]any), "annotations", "description")
+					if !strings.Contains(desc, "{{ $labels.node }}") {
+						t.Errorf("alert %s: description %q lost its template", name, desc)
+					}
+					alerts = append(alerts, name)
+				}
+			}
+			if want := []string{"TangramGPUShareOverMemory", "TangramGPUProcessWithoutClaim", "TangramGPUUsageNotRead"}; !slices.Equal(alerts, want) {
+				t.Errorf("alerts %v, want %v", alerts, want)
+			}
+		})
 	}
 }

@@ -79,7 +79,7 @@ start() {
 check() {
 	[ -n "$(proc_pid "$NAME")" ] || die "Prometheus is not running; run '$0 start' first"
 	cd "$REPO_ROOT"
-	go_static test -tags e2e -count=1 -v -run TestDashboardQueriesReturnSeries ./test/dashboard -args --prometheus-url "$URL" \
+	go_static test -tags e2e -count=1 -v -run 'TestDashboardQueriesReturnSeries|TestAlertQueriesRun' ./test/dashboard -args --prometheus-url "$URL" \
 		--jobs kubelet-plugin,controller,scheduler
 }
 

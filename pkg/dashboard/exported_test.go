@@ -118,3 +118,32 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 	sort.Strings(list)
 	t.Logf("the dashboard reads %d metrics: %v", len(list), list)
 }
+
+// Every metric an alert reads is one the kubelet plugin exports: an alert
+// on a renamed metric would never fire.
+func TestAlertsReadOnlyExportedMetrics(t *testing.T) {
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := dashboard.LoadAlerts(filepath.Join(root, filepath.FromSlash(dashboard.AlertsPath)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := exported(t)
+	for _, a := range alerts {
+		names, err := dashboard.MetricNames(a.Expr)
+		if err != nil {
+			t.Errorf("%s: %v", a.Where, err)
+			continue
+		}
+		if len(names) == 0 {
+			t.Errorf("%s reads no metric: %s", a.Where, a.Expr)
+		}
+		for _, n := range names {
+			if _, ok := have[n]; !ok {
+				t.Errorf("%s reads %s, which no Tangram component exports (query %s)", a.Where, n, a.Expr)
+			}
+		}
+	}
+}

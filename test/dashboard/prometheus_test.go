@@ -130,3 +130,37 @@ func pendingOnly(expr string) string {
 	}
 	return ""
 }
+
+// Every alert of the chart's alerts file is a query the live Prometheus
+// runs: an alert that does not parse, or reads a label the series lack in
+// a way Prometheus refuses, fails here. Healthy components raise none, so
+// an empty result is what is expected.
+func TestAlertQueriesRun(t *testing.T) {
+	if *prometheusURL == "" {
+		t.Fatal("--prometheus-url is required (hack/local-cluster/prometheus.sh check passes it)")
+	}
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts, err := dashboard.LoadAlerts(filepath.Join(root, filepath.FromSlash(dashboard.AlertsPath)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := api.NewClient(api.Config{Address: *prometheusURL})
+	if err != nil {
+		t.Fatalf("creating the Prometheus client for %s: %v", *prometheusURL, err)
+	}
+	promAPI := promv1.NewAPI(client)
+	ctx, cancel := context.WithTimeout(context.Background(), *waitFor+2*time.Minute)
+	defer cancel()
+	waitForJobs(ctx, t, promAPI)
+	for _, a := range alerts {
+		v, err := query(ctx, t, promAPI, a.Expr)
+		if err != nil {
+			t.Errorf("%s: Prometheus refused %s: %v", a.Where, a.Expr, err)
+			continue
+		}
+		t.Logf("%s: %d series firing-to-be", a.Where, series(v))
+	}
+}
