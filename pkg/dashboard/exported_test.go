@@ -19,14 +19,14 @@ import (
 	"github.com/tangram-gpu/tangram/pkg/plugin/usage"
 )
 
-// dashboardFile is the chart's dashboard in this checkout.
-func dashboardFile(t *testing.T) string {
+// repoFile is rel (a slash path from the repository root) in this checkout.
+func repoFile(t *testing.T, rel string) string {
 	t.Helper()
 	root, err := reporoot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(root, filepath.FromSlash(dashboard.ChartPath))
+	return filepath.Join(root, filepath.FromSlash(rel))
 }
 
 type emptyCluster struct{}
@@ -77,7 +77,7 @@ func exported(t *testing.T) map[string]string {
 // Every metric a dashboard query reads is one a Tangram component exports:
 // a renamed metric or a typo in a panel fails here, not at 3 a.m.
 func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
-	queries, err := dashboard.Load(dashboardFile(t))
+	queries, err := dashboard.Load(repoFile(t, dashboard.ChartPath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +122,7 @@ func TestDashboardReadsOnlyExportedMetrics(t *testing.T) {
 // Every metric an alert reads is one the kubelet plugin exports: an alert
 // on a renamed metric would never fire.
 func TestAlertsReadOnlyExportedMetrics(t *testing.T) {
-	root, err := reporoot.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	alerts, err := dashboard.LoadAlerts(filepath.Join(root, filepath.FromSlash(dashboard.AlertsPath)))
+	alerts, err := dashboard.LoadAlerts(repoFile(t, dashboard.AlertsPath))
 	if err != nil {
 		t.Fatal(err)
 	}

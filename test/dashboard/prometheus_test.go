@@ -73,20 +73,12 @@ func waitForJobs(ctx context.Context, t *testing.T, prom promv1.API) {
 	}
 }
 
-// Every panel and variable query of the dashboard returns at least one
-// series from the live components (a zero value counts: error counters and
-// taints are zero on a healthy cluster, but their series must exist).
-func TestDashboardQueriesReturnSeries(t *testing.T) {
+// connect is the client of --prometheus-url, once every job is up with
+// samples enough for rate(); the context ends with the test.
+func connect(t *testing.T) (context.Context, promv1.API) {
+	t.Helper()
 	if *prometheusURL == "" {
 		t.Fatal("--prometheus-url is required (hack/local-cluster/prometheus.sh check passes it)")
-	}
-	root, err := reporoot.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	queries, err := dashboard.Load(filepath.Join(root, filepath.FromSlash(dashboard.ChartPath)))
-	if err != nil {
-		t.Fatal(err)
 	}
 	client, err := api.NewClient(api.Config{Address: *prometheusURL})
 	if err != nil {
@@ -94,9 +86,30 @@ func TestDashboardQueriesReturnSeries(t *testing.T) {
 	}
 	promAPI := promv1.NewAPI(client)
 	ctx, cancel := context.WithTimeout(context.Background(), *waitFor+2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	waitForJobs(ctx, t, promAPI)
+	return ctx, promAPI
+}
 
+// repoFile is rel (a slash path from the repository root) in this checkout.
+func repoFile(t *testing.T, rel string) string {
+	t.Helper()
+	root, err := reporoot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, filepath.FromSlash(rel))
+}
+
+// Every panel and variable query of the dashboard returns at least one
+// series from the live components (a zero value counts: error counters and
+// taints are zero on a healthy cluster, but their series must exist).
+func TestDashboardQueriesReturnSeries(t *testing.T) {
+	queries, err := dashboard.Load(repoFile(t, dashboard.ChartPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, promAPI := connect(t)
 	for _, q := range queries {
 		expr := dashboard.Runnable(q.Expr, *rateInterval)
 		v, err := query(ctx, t, promAPI, expr)
@@ -136,25 +149,11 @@ func pendingOnly(expr string) string {
 // a way Prometheus refuses, fails here. Healthy components raise none, so
 // an empty result is what is expected.
 func TestAlertQueriesRun(t *testing.T) {
-	if *prometheusURL == "" {
-		t.Fatal("--prometheus-url is required (hack/local-cluster/prometheus.sh check passes it)")
-	}
-	root, err := reporoot.Find()
+	alerts, err := dashboard.LoadAlerts(repoFile(t, dashboard.AlertsPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	alerts, err := dashboard.LoadAlerts(filepath.Join(root, filepath.FromSlash(dashboard.AlertsPath)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := api.NewClient(api.Config{Address: *prometheusURL})
-	if err != nil {
-		t.Fatalf("creating the Prometheus client for %s: %v", *prometheusURL, err)
-	}
-	promAPI := promv1.NewAPI(client)
-	ctx, cancel := context.WithTimeout(context.Background(), *waitFor+2*time.Minute)
-	defer cancel()
-	waitForJobs(ctx, t, promAPI)
+	ctx, promAPI := connect(t)
 	for _, a := range alerts {
 		v, err := query(ctx, t, promAPI, a.Expr)
 		if err != nil {
