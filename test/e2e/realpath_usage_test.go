@@ -239,15 +239,8 @@ type metricsText string
 // server's pod proxy (as kubectl tangram top reads it).
 func pluginMetrics(ctx context.Context, g Gomega) metricsText {
 	pod := pluginPod(ctx)
-	// With hostNetwork the container declares no ports: the port is the
-	// one --metrics-address names.
-	port := ""
-	for _, arg := range pod.Spec.Containers[0].Args {
-		if v, ok := strings.CutPrefix(arg, "--metrics-address="); ok {
-			_, port, _ = strings.Cut(v, ":")
-		}
-	}
-	g.Expect(port).NotTo(BeEmpty(), "plugin pod %s serves no metrics (--metrics-address)", pod.Name)
+	port, err := cli.MetricsPort(pod)
+	g.Expect(err).NotTo(HaveOccurred(), "plugin pod %s", pod.Name)
 	raw, err := clientset.CoreV1().Pods(pod.Namespace).ProxyGet("http", pod.Name, port, "/metrics", nil).DoRaw(ctx)
 	g.Expect(err).NotTo(HaveOccurred(), "scraping plugin pod %s", pod.Name)
 	return metricsText(raw)

@@ -35,11 +35,11 @@ const (
 // metricsReader reads a kubelet plugin pod's /metrics.
 type metricsReader func(ctx context.Context, pod *corev1.Pod) ([]byte, error)
 
-// proxyMetrics reads /metrics from the pod's metrics port (metricsPort)
+// proxyMetrics reads /metrics from the pod's metrics port (MetricsPort)
 // through the API server's pod proxy.
 func proxyMetrics(kube kubernetes.Interface) metricsReader {
 	return func(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
-		port, err := metricsPort(pod)
+		port, err := MetricsPort(pod)
 		if err != nil {
 			return nil, err
 		}
@@ -51,10 +51,10 @@ func proxyMetrics(kube kubernetes.Interface) metricsReader {
 	}
 }
 
-// metricsPort is the plugin container's port named metrics or, where it
+// MetricsPort is the kubelet plugin container's port named metrics or, where it
 // declares none (with hostNetwork the chart declares no ports), the port
 // of its --metrics-address flag.
-func metricsPort(pod *corev1.Pod) (string, error) {
+func MetricsPort(pod *corev1.Pod) (string, error) {
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
 			if p.Name == "metrics" {

@@ -223,7 +223,7 @@ func TestMetricsPort(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "plugin", Ports: tc.ports, Args: tc.args}}}}
-			got, err := metricsPort(pod)
+			got, err := MetricsPort(pod)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one with %q", err, tc.wantErr)
@@ -231,7 +231,7 @@ func TestMetricsPort(t *testing.T) {
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Errorf("metricsPort = %q, %v; want %q", got, err, tc.want)
+				t.Errorf("MetricsPort = %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
