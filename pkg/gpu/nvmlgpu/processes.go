@@ -40,13 +40,18 @@ func (s *source) GPUProcesses(ctx context.Context) ([]gpu.Process, error) {
 	var out []gpu.Process
 	var errs []error
 	for i := 0; i < count; i++ {
-		procs, err := cardProcesses(s.lib, i, withMPS)
+		dev, ret := s.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			errs = append(errs, fmt.Errorf("listing the processes of card %d: its handle: %w", i, ret))
+			continue
+		}
+		procs, err := cardProcesses(dev, i, withMPS)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if withSM && len(procs) > 0 {
-			s.addSMUtilization(i, procs)
+			s.addSMUtilization(dev, procs)
 		}
 		out = append(out, procs...)
 	}
@@ -60,7 +65,7 @@ var (
 	utilizationSymbols    = []string{"nvmlDeviceGetProcessUtilization"}
 )
 
-// addSMUtilization sets the SM utilisation of card index's processes from
+// addSMUtilization sets the SM utilisation of card dev's processes from
 // the samples NVML took since the previous read, averaged per process.
 // NVML returns samples only for a process with some utilisation, so a
 // compute process without one used none (NVML_ERROR_NOT_FOUND: none did).
@@ -69,11 +74,7 @@ var (
 // say (NOT_SUPPORTED in MIG mode and on older cards, any other error, a
 // panic in the binding) the processes keep SMKnown false: utilisation is
 // an extra, never a failed round.
-func (s *source) addSMUtilization(index int, procs []gpu.Process) {
-	dev, ret := s.lib.DeviceGetHandleByIndex(index)
-	if ret != nvml.SUCCESS {
-		return
-	}
+func (s *source) addSMUtilization(dev nvml.Device, procs []gpu.Process) {
 	uuid := procs[0].Card
 	s.smMu.Lock()
 	defer s.smMu.Unlock()
@@ -130,11 +131,7 @@ func (s *source) hasAnySymbol(names []string) bool {
 	return false
 }
 
-func cardProcesses(lib nvml.Interface, index int, withMPS bool) ([]gpu.Process, error) {
-	dev, ret := lib.DeviceGetHandleByIndex(index)
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("listing the processes of card %d: its handle: %w", index, ret)
-	}
+func cardProcesses(dev nvml.Device, index int, withMPS bool) ([]gpu.Process, error) {
 	uuid, ret := dev.GetUUID()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("listing the processes of card %d: its UUID: %w", index, ret)
